@@ -1,0 +1,34 @@
+"""Shared helpers of the benchmarks: medians of interleaved runs, memory, printing."""
+import resource
+import statistics
+import time
+
+
+def peak_rss_mb():
+    """Peak resident memory of this process and its waited-for children, in MB."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return (own + children) / 1024
+
+
+def rate(run, items):
+    """Items per second of one call of ``run`` (which loads ``items`` items)."""
+    start = time.perf_counter()
+    run()
+    return items / (time.perf_counter() - start)
+
+
+def compare(candidates, repeats, reference):
+    """Run each candidate ``repeats`` times, interleaved so that machine noise hits all
+    alike; print the median items/s and its ratio to ``reference``. ``candidates`` maps a
+    name to (run, items). Returns the medians."""
+    samples = {name: [] for name in candidates}
+    for _ in range(repeats):
+        for name, (run, items) in candidates.items():
+            samples[name].append(rate(run, items))
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    width = max(len(name) for name in medians)
+    for name, value in medians.items():
+        ratio = value / medians[reference]
+        print(f"  {name:<{width}}  {value:>12,.0f} items/s   {ratio:6.2f}x {reference}")
+    return medians

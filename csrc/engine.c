@@ -1,0 +1,187 @@
+/* Batch jobs on the pool; see engine.h. */
+#include "engine.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pool.h"
+
+void *fl_scratch_reserve(fl_scratch *s, size_t bytes) {
+    if (s->bytes >= bytes) return s->data;
+    void *p = realloc(s->data, bytes);
+    if (!p) return NULL;
+    s->data = p;
+    s->bytes = bytes;
+    return p;
+}
+
+int fl_group_init(fl_group *g) {
+    g->cancel = 0;
+    if (pthread_mutex_init(&g->lock, NULL) != 0) return -1;
+    if (pthread_cond_init(&g->done, NULL) != 0) {
+        pthread_mutex_destroy(&g->lock);
+        return -1;
+    }
+    return 0;
+}
+
+void fl_group_destroy(fl_group *g) {
+    pthread_cond_destroy(&g->done);
+    pthread_mutex_destroy(&g->lock);
+}
+
+void fl_group_cancel(fl_group *g) {
+    __atomic_store_n(&g->cancel, 1, __ATOMIC_RELEASE);
+}
+
+/* Record the first fatal error of a job, or mark an item skipped and keep the first
+ * skip's message for the report. */
+static void item_failed(fl_job *job, int64_t pos, int field, const char *message) {
+    pthread_mutex_lock(&job->group->lock);
+    int first;
+    if (job->skip_errors) {
+        job->failed_items[pos] = 1;
+        first = job->skipped++ == 0;
+    } else {
+        first = !job->failed;
+        __atomic_store_n(&job->failed, 1, __ATOMIC_RELEASE);
+    }
+    if (first) {
+        job->fail_pos = pos;
+        job->fail_field = field;
+        snprintf(job->message, sizeof job->message, "%s", message);
+    }
+    pthread_mutex_unlock(&job->group->lock);
+}
+
+static void job_task(void *arg) {
+    fl_job *job = arg;
+    fl_scratch scratch = {NULL, 0};
+    char message[FL_MESSAGE_BYTES];
+    const int64_t chunk = job->chunk > 0 ? job->chunk : 1;
+    for (;;) {
+        int64_t first = __atomic_fetch_add(&job->next, chunk, __ATOMIC_RELAXED);
+        if (first >= job->n) break;
+        int64_t last = first + chunk < job->n ? first + chunk : job->n;
+        for (int64_t k = first; k < last; k++) {
+            /* After a cancel or a fatal error the remaining items are skipped. */
+            if (__atomic_load_n(&job->group->cancel, __ATOMIC_ACQUIRE) ||
+                __atomic_load_n(&job->failed, __ATOMIC_ACQUIRE))
+                break;
+            for (int f = 0; f < job->nfields; f++) {
+                const fl_field *field = &job->fields[f];
+                message[0] = '\0';
+                char *dst = job->dst[f] + k * field->row_bytes;
+                if (field->fill(field, job, k, job->idx[k], dst, &scratch, message) != 0) {
+                    item_failed(job, k, f, message);
+                    break;
+                }
+            }
+        }
+    }
+    free(scratch.data);
+    pthread_mutex_lock(&job->group->lock);
+    if (--job->tasks_left == 0) {
+        job->finished = 1;
+        pthread_cond_broadcast(&job->group->done);
+    }
+    pthread_mutex_unlock(&job->group->lock);
+}
+
+int fl_job_submit(fl_job *job, int ntasks) {
+    job->next = 0;
+    job->finished = 0;
+    job->failed = 0;
+    job->fail_pos = -1;
+    job->fail_field = -1;
+    job->skipped = 0;
+    job->message[0] = '\0';
+    if (job->skip_errors) memset(job->failed_items, 0, (size_t)job->n);
+    if (ntasks > job->n) ntasks = (int)job->n;
+    if (ntasks < 1) ntasks = 1;
+    job->tasks_left = ntasks;
+    for (int t = 0; t < ntasks; t++) {
+        if (fl_pool_submit(job_task, job) != 0) {
+            /* Tasks already queued finish the items; account for the ones never queued. */
+            pthread_mutex_lock(&job->group->lock);
+            job->tasks_left -= ntasks - t;
+            job->failed = 1;
+            snprintf(job->message, sizeof job->message, "could not start native threads");
+            if (job->tasks_left == 0) {
+                job->finished = 1;
+                pthread_cond_broadcast(&job->group->done);
+            }
+            pthread_mutex_unlock(&job->group->lock);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int fl_wait_any(fl_group *g, fl_job *const *jobs, int njobs, double timeout_s) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    long long ns = until.tv_nsec + (long long)(timeout_s * 1e9);
+    until.tv_sec += (time_t)(ns / 1000000000LL);
+    until.tv_nsec = (long)(ns % 1000000000LL);
+    int found = -1;
+    pthread_mutex_lock(&g->lock);
+    for (;;) {
+        for (int j = 0; j < njobs; j++) {
+            if (jobs[j]->finished) { found = j; break; }
+        }
+        if (found >= 0) break;
+        if (pthread_cond_timedwait(&g->done, &g->lock, &until) == ETIMEDOUT) break;
+    }
+    pthread_mutex_unlock(&g->lock);
+    return found;
+}
+
+void fl_job_join(fl_job *job) {
+    pthread_mutex_lock(&job->group->lock);
+    while (!job->finished) pthread_cond_wait(&job->group->done, &job->group->lock);
+    pthread_mutex_unlock(&job->group->lock);
+}
+
+/* Copy the strided n-d block at `src` (dims `shape`, byte strides `strides`) to `dst`,
+ * C-contiguous. The innermost dimension is copied with memcpy when it is contiguous. */
+static void copy_strided(char *dst, const char *src, int ndim, const int64_t *shape,
+                         const int64_t *strides, int64_t itemsize) {
+    if (ndim == 0) {
+        memcpy(dst, src, (size_t)itemsize);
+        return;
+    }
+    if (ndim == 1) {
+        if (strides[0] == itemsize) {
+            memcpy(dst, src, (size_t)(shape[0] * itemsize));
+        } else {
+            for (int64_t i = 0; i < shape[0]; i++)
+                memcpy(dst + i * itemsize, src + i * strides[0], (size_t)itemsize);
+        }
+        return;
+    }
+    int64_t inner = itemsize;
+    for (int d = 1; d < ndim; d++) inner *= shape[d];
+    for (int64_t i = 0; i < shape[0]; i++)
+        copy_strided(dst + i * inner, src + i * strides[0], ndim - 1, shape + 1, strides + 1,
+                     itemsize);
+}
+
+int fl_fill_gather(const fl_field *field, fl_job *job, int64_t pos, int64_t index,
+                   char *dst, fl_scratch *scratch, char *message) {
+    (void)job; (void)pos; (void)scratch;
+    if (index < 0 || index >= field->count) {
+        snprintf(message, FL_MESSAGE_BYTES, "index %lld is out of range for %lld observations",
+                 (long long)index, (long long)field->count);
+        return -1;
+    }
+    const char *src = field->src + index * field->strides[0];
+    if (field->contiguous)
+        memcpy(dst, src, (size_t)field->row_bytes);
+    else
+        copy_strided(dst, src, field->ndim, field->shape, field->strides + 1, field->itemsize);
+    return 0;
+}

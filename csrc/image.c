@@ -1,0 +1,572 @@
+/* Image kernels and the fused per-item pipeline; see image.h. */
+#include "image.h"
+
+#include <math.h>
+#include <string.h>
+
+#define FL_BITS 14                    /* fixed-point fraction bits of the filter weights */
+#define FL_ONE (1 << FL_BITS)
+#define FL_HALF (1 << (FL_BITS - 1))
+#define FL_ALIGN 64
+
+static size_t align_up(size_t n) { return (n + FL_ALIGN - 1) & ~(size_t)(FL_ALIGN - 1); }
+static int imin(int a, int b) { return a < b ? a : b; }
+static int imax(int a, int b) { return a > b ? a : b; }
+
+static int image_ok(const fl_image *im) {
+    return im && im->data && im->h > 0 && im->w > 0 && im->c >= 1 && im->c <= 4 &&
+           im->stride >= (ptrdiff_t)im->w * im->c;
+}
+
+/* ---- resampling --------------------------------------------------------------------
+ * Output pixel i of an axis resampled from [b0, b1) (source pixels, fractional) to n_virt
+ * pixels sits at b0 + (i + 0.5) * scale. Its weights are a triangle of half-width
+ * max(scale, 1) (PIL's antialiased BILINEAR), clamped to the source pixels [lo, hi),
+ * normalized, and quantized so that they sum to exactly FL_ONE (flat stays flat). */
+
+typedef struct { int n, k; int32_t *start, *count; int16_t *coef; } axis_tab;
+
+static int axis_taps(double extent, int n_virt) {
+    double support = extent / n_virt;
+    if (support < 1.0) support = 1.0;
+    return (int)ceil(support) * 2 + 1;
+}
+
+static double triangle(double x) {
+    x = fabs(x);
+    return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+static void axis_fill(axis_tab *t, double b0, double b1, int lo, int hi, int n_virt, int o0) {
+    double scale = (b1 - b0) / n_virt;
+    double support = scale > 1.0 ? scale : 1.0, inv = 1.0 / support;
+    for (int i = 0; i < t->n; i++) {
+        double center = b0 + (o0 + i + 0.5) * scale;
+        int first = imax((int)floor(center - support + 0.5), lo);
+        int last = imin((int)floor(center + support + 0.5), hi);
+        int cnt = imin(last - first, t->k);
+        int16_t *q = t->coef + (size_t)i * t->k;
+        double sum = 0.0;
+        for (int j = 0; j < cnt; j++) sum += triangle((first + j - center + 0.5) * inv);
+        if (cnt <= 0 || sum <= 0.0) {  /* degenerate support: nearest pixel */
+            t->start[i] = imin(imax((int)floor(center), lo), hi - 1);
+            t->count[i] = 1;
+            q[0] = FL_ONE;
+            continue;
+        }
+        int total = 0, big = 0;
+        for (int j = 0; j < cnt; j++) {
+            q[j] = (int16_t)floor(triangle((first + j - center + 0.5) * inv) / sum * FL_ONE + 0.5);
+            total += q[j];
+            if (q[j] > q[big]) big = j;
+        }
+        q[big] = (int16_t)(q[big] + FL_ONE - total);
+        t->start[i] = first;
+        t->count[i] = cnt;
+    }
+}
+
+/* Horizontal pass of one row; C is a compile-time constant in each caller below, and the
+ * table is read through restrict locals so that the byte stores cannot force reloads. */
+static inline void hpass_row(const uint8_t *restrict s, uint8_t *restrict d, const axis_tab *t,
+                             const int C) {
+    const int n = t->n, k = t->k;
+    const int32_t *restrict start = t->start, *restrict count = t->count;
+    const int16_t *restrict coef = t->coef;
+    for (int i = 0; i < n; i++) {
+        const uint8_t *restrict p = s + (size_t)start[i] * C;
+        const int16_t *restrict q = coef + (size_t)i * k;
+        const int cnt = count[i];
+        int a0 = FL_HALF, a1 = FL_HALF, a2 = FL_HALF, a3 = FL_HALF;
+        for (int j = 0; j < cnt; j++) {
+            const int w = q[j];
+            a0 += w * p[j * C];
+            if (C > 1) a1 += w * p[j * C + 1];
+            if (C > 2) a2 += w * p[j * C + 2];
+            if (C > 3) a3 += w * p[j * C + 3];
+        }
+        d[i * C] = (uint8_t)(a0 >> FL_BITS);
+        if (C > 1) d[i * C + 1] = (uint8_t)(a1 >> FL_BITS);
+        if (C > 2) d[i * C + 2] = (uint8_t)(a2 >> FL_BITS);
+        if (C > 3) d[i * C + 3] = (uint8_t)(a3 >> FL_BITS);
+    }
+}
+
+static void hpass(const uint8_t *s, uint8_t *d, const axis_tab *t, int c) {
+    switch (c) {
+    case 1: hpass_row(s, d, t, 1); break;
+    case 2: hpass_row(s, d, t, 2); break;
+    case 3: hpass_row(s, d, t, 3); break;
+    default: hpass_row(s, d, t, 4); break;
+    }
+}
+
+/* Vertical pass of one output row: a weighted sum of whole rows, which gcc vectorizes. */
+static void vpass_row(const uint8_t *tmp, size_t row_bytes, int first, int cnt,
+                      const int16_t *q, int32_t *restrict acc, uint8_t *restrict d) {
+    for (size_t i = 0; i < row_bytes; i++) acc[i] = FL_HALF;
+    for (int j = 0; j < cnt; j++) {
+        const uint8_t *restrict s = tmp + (size_t)(first + j) * row_bytes;
+        const int32_t w = q[j];
+        for (size_t i = 0; i < row_bytes; i++) acc[i] += w * s[i];
+    }
+    for (size_t i = 0; i < row_bytes; i++) d[i] = (uint8_t)(acc[i] >> FL_BITS);
+}
+
+/* A resampling job: box [x0,x1)x[y0,y1) of src (clamped to pixels [rx0,rx1)x[ry0,ry1))
+ * to a virtual vh x vw image, of which the window at (wy, wx) of dst's size is written. */
+typedef struct {
+    double x0, y0, x1, y1;
+    int rx0, ry0, rx1, ry1;
+    int vh, vw, wy, wx;
+} resample_job;
+
+typedef struct { size_t xs, xc, ys, yc, tmp, acc, total; } resample_layout;
+
+static resample_layout layout_for(int oh, int ow, int kx, int ky, int rows, int c) {
+    resample_layout L;
+    size_t off = 0;
+    L.xs = off; off += align_up(sizeof(int32_t) * 2 * (size_t)ow);
+    L.xc = off; off += align_up(sizeof(int16_t) * (size_t)ow * kx);
+    L.ys = off; off += align_up(sizeof(int32_t) * 2 * (size_t)oh);
+    L.yc = off; off += align_up(sizeof(int16_t) * (size_t)oh * ky);
+    L.tmp = off; off += align_up((size_t)rows * ow * c);
+    L.acc = off; off += align_up(sizeof(int32_t) * (size_t)ow * c);
+    L.total = off + FL_ALIGN;  /* room to align the scratch pointer itself */
+    return L;
+}
+
+static uint8_t *aligned(void *p) {
+    uintptr_t u = (uintptr_t)p;
+    return (uint8_t *)((u + FL_ALIGN - 1) & ~(uintptr_t)(FL_ALIGN - 1));
+}
+
+static size_t resample_bytes(const resample_job *j, int oh, int ow, int c) {
+    int kx = axis_taps(j->x1 - j->x0, j->vw), ky = axis_taps(j->y1 - j->y0, j->vh);
+    return layout_for(oh, ow, kx, ky, j->ry1 - j->ry0, c).total;
+}
+
+static int resample(const fl_image *src, const resample_job *j, fl_image *dst,
+                    void *scratch, size_t scratch_bytes) {
+    int oh = dst->h, ow = dst->w, c = src->c;
+    int kx = axis_taps(j->x1 - j->x0, j->vw), ky = axis_taps(j->y1 - j->y0, j->vh);
+    resample_layout L = layout_for(oh, ow, kx, ky, j->ry1 - j->ry0, c);
+    if (!scratch || scratch_bytes < L.total) return FL_ESCRATCH;
+    uint8_t *base = aligned(scratch);
+    axis_tab tx = {ow, kx, (int32_t *)(base + L.xs), (int32_t *)(base + L.xs) + ow,
+                   (int16_t *)(base + L.xc)};
+    axis_tab ty = {oh, ky, (int32_t *)(base + L.ys), (int32_t *)(base + L.ys) + oh,
+                   (int16_t *)(base + L.yc)};
+    axis_fill(&tx, j->x0, j->x1, j->rx0, j->rx1, j->vw, j->wx);
+    axis_fill(&ty, j->y0, j->y1, j->ry0, j->ry1, j->vh, j->wy);
+    /* Only the source rows that some output row reads go through the horizontal pass. */
+    int row_lo = ty.start[0], row_hi = ty.start[oh - 1] + ty.count[oh - 1];
+    size_t row_bytes = (size_t)ow * c;
+    uint8_t *tmp = base + L.tmp;
+    for (int r = row_lo; r < row_hi; r++)
+        hpass(src->data + r * src->stride, tmp + (size_t)(r - row_lo) * row_bytes, &tx, c);
+    int32_t *acc = (int32_t *)(base + L.acc);
+    for (int i = 0; i < oh; i++)
+        vpass_row(tmp, row_bytes, ty.start[i] - row_lo, ty.count[i],
+                  ty.coef + (size_t)i * ky, acc, dst->data + i * dst->stride);
+    return FL_OK;
+}
+
+static resample_job whole_image_job(int h, int w, int dh, int dw) {
+    resample_job j = {0.0, 0.0, (double)w, (double)h, 0, 0, w, h, dh, dw, 0, 0};
+    return j;
+}
+
+size_t fl_resize_scratch_bytes(int sh, int sw, int dh, int dw, int c) {
+    if (sh <= 0 || sw <= 0 || dh <= 0 || dw <= 0 || c < 1 || c > 4) return 0;
+    resample_job j = whole_image_job(sh, sw, dh, dw);
+    return resample_bytes(&j, dh, dw, c);
+}
+
+int fl_resize(const fl_image *src, fl_image *dst, void *scratch, size_t scratch_bytes) {
+    if (!image_ok(src) || !image_ok(dst) || src->c != dst->c) return FL_EINVAL;
+    resample_job j = whole_image_job(src->h, src->w, dst->h, dst->w);
+    return resample(src, &j, dst, scratch, scratch_bytes);
+}
+
+/* ---- pixel kernels ----------------------------------------------------------------- */
+
+void fl_flip_horizontal(fl_image *img) {
+    int c = img->c;
+    for (int y = 0; y < img->h; y++) {
+        uint8_t *row = img->data + y * img->stride;
+        for (int a = 0, b = img->w - 1; a < b; a++, b--)
+            for (int ch = 0; ch < c; ch++) {
+                uint8_t t = row[a * c + ch];
+                row[a * c + ch] = row[b * c + ch];
+                row[b * c + ch] = t;
+            }
+    }
+}
+
+/* A table per channel, computed in double, gives each float32 output correctly rounded. */
+void fl_normalize_u8(const fl_image *src, float *dst, const float *mean, const float *std,
+                     int chw) {
+    float lut[4][256];
+    int c = src->c, h = src->h, w = src->w;
+    for (int ch = 0; ch < c; ch++)
+        for (int v = 0; v < 256; v++)
+            lut[ch][v] = (float)((v / 255.0 - (double)mean[ch]) / (double)std[ch]);
+    size_t plane = (size_t)h * w;
+    for (int y = 0; y < h; y++) {
+        const uint8_t *row = src->data + y * src->stride;
+        for (int x = 0; x < w; x++)
+            for (int ch = 0; ch < c; ch++) {
+                size_t o = chw ? ch * plane + (size_t)y * w + x : ((size_t)y * w + x) * c + ch;
+                dst[o] = lut[ch][row[x * c + ch]];
+            }
+    }
+}
+
+static void to_chw_u8(const fl_image *src, uint8_t *dst) {
+    size_t plane = (size_t)src->h * src->w;
+    for (int y = 0; y < src->h; y++) {
+        const uint8_t *row = src->data + y * src->stride;
+        for (int x = 0; x < src->w; x++)
+            for (int ch = 0; ch < src->c; ch++)
+                dst[ch * plane + (size_t)y * src->w + x] = row[x * src->c + ch];
+    }
+}
+
+int fl_convert_channels(const fl_image *src, fl_image *dst) {
+    if (!image_ok(src) || !image_ok(dst) || src->h != dst->h || src->w != dst->w ||
+        src->c == 2 || dst->c == 2)
+        return FL_EINVAL;
+    int sc = src->c, dc = dst->c;
+    for (int y = 0; y < src->h; y++) {
+        const uint8_t *s = src->data + y * src->stride;
+        uint8_t *d = dst->data + y * dst->stride;
+        for (int x = 0; x < src->w; x++, s += sc, d += dc) {
+            uint8_t r = s[0], g = sc >= 3 ? s[1] : s[0], b = sc >= 3 ? s[2] : s[0];
+            if (dc == 1) {
+                d[0] = sc == 1 ? r : (uint8_t)((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16);
+            } else {
+                d[0] = r; d[1] = g; d[2] = b;
+                if (dc == 4) d[3] = sc == 4 ? s[3] : 255;
+            }
+        }
+    }
+    return FL_OK;
+}
+
+/* ---- crop parameters --------------------------------------------------------------- */
+
+int fl_rrc_params(fl_rng *rng, int h, int w, double scale_lo, double scale_hi,
+                  double ratio_lo, double ratio_hi, int *y, int *x, int *ch, int *cw) {
+    if (h <= 0 || w <= 0 || !(scale_lo > 0.0) || scale_lo > scale_hi || !(ratio_lo > 0.0) ||
+        ratio_lo > ratio_hi)
+        return FL_EINVAL;
+    double area = (double)h * w, log_lo = log(ratio_lo), log_hi = log(ratio_hi);
+    for (int attempt = 0; attempt < 10; attempt++) {
+        double target = area * (scale_lo + (scale_hi - scale_lo) * fl_rng_uniform(rng));
+        double aspect = exp(log_lo + (log_hi - log_lo) * fl_rng_uniform(rng));
+        int tw = (int)rint(sqrt(target * aspect)), th = (int)rint(sqrt(target / aspect));
+        if (tw > 0 && tw <= w && th > 0 && th <= h) {
+            *y = (int)fl_rng_below(rng, (uint64_t)(h - th + 1));
+            *x = (int)fl_rng_below(rng, (uint64_t)(w - tw + 1));
+            *ch = th;
+            *cw = tw;
+            return FL_OK;
+        }
+    }
+    double in_ratio = (double)w / h;
+    int th = h, tw = w;
+    if (in_ratio < ratio_lo) th = (int)rint(w / ratio_lo);
+    else if (in_ratio > ratio_hi) tw = (int)rint(h * ratio_hi);
+    *y = (h - th) / 2;
+    *x = (w - tw) / 2;
+    *ch = th;
+    *cw = tw;
+    return FL_OK;
+}
+
+static int center_offset(int size, int target) {
+    if (target > size) return -((target - size) / 2);
+    return (int)rint((size - target) / 2.0);
+}
+
+void fl_center_crop_params(int h, int w, int th, int tw, int *y, int *x) {
+    *y = center_offset(h, th);
+    *x = center_offset(w, tw);
+}
+
+int fl_random_crop_params(fl_rng *rng, int h, int w, int th, int tw, int padding,
+                          int *y, int *x) {
+    int ph = h + 2 * padding, pw = w + 2 * padding;
+    if (th <= 0 || tw <= 0 || padding < 0) return FL_EINVAL;
+    if (ph < th || pw < tw) return FL_ETOOSMALL;
+    *y = (int)fl_rng_below(rng, (uint64_t)(ph - th + 1)) - padding;
+    *x = (int)fl_rng_below(rng, (uint64_t)(pw - tw + 1)) - padding;
+    return FL_OK;
+}
+
+/* ---- pipeline ---------------------------------------------------------------------- */
+
+/* Where one item's pixels come from, decided from the source size and the key alone. */
+typedef struct {
+    int resize;          /* resampling happens */
+    int crop_first;      /* the crop rect is in source pixels and is resampled */
+    int pad_first;       /* ... and reaches outside the source: materialize it first */
+    int vh, vw;          /* virtual image: after the resize (source size when none) */
+    fl_plan_rect rect;   /* crop_first: in source pixels; else: window on the virtual image */
+    int flip;
+} geometry;
+
+static void resize_target(const fl_pipeline *p, int h, int w, int *th, int *tw) {
+    if (p->resize_kind == FL_RESIZE_EXACT) {
+        *th = p->resize_h;
+        *tw = p->resize_w;
+    } else if (p->resize_kind == FL_RESIZE_SHORTER) {
+        int s = p->resize_h;
+        if (w <= h) { *tw = s; *th = (int)((double)((int64_t)s * h) / w); }
+        else        { *th = s; *tw = (int)((double)((int64_t)s * w) / h); }
+    } else {
+        *th = h;
+        *tw = w;
+    }
+}
+
+static int crop_rect(const fl_pipeline *p, int h, int w, fl_rng *rng, fl_plan_rect *r) {
+    r->h = p->crop_h;
+    r->w = p->crop_w;
+    switch (p->crop_kind) {
+    case FL_CROP_CENTER:
+        fl_center_crop_params(h, w, r->h, r->w, &r->y, &r->x);
+        return FL_OK;
+    case FL_CROP_RANDOM:
+        return fl_random_crop_params(rng, h, w, r->h, r->w, p->crop_padding, &r->y, &r->x);
+    case FL_CROP_RANDOM_RESIZED:
+        return fl_rrc_params(rng, h, w, p->scale_lo, p->scale_hi, p->ratio_lo, p->ratio_hi,
+                             &r->y, &r->x, &r->h, &r->w);
+    default:
+        r->y = r->x = 0;
+        r->h = h;
+        r->w = w;
+        return FL_OK;
+    }
+}
+
+static int pipeline_ok(const fl_pipeline *p) {
+    if (!p || p->channels < 0 || p->channels > 4 || p->channels == 2) return 0;
+    if (p->crop_kind < FL_CROP_NONE || p->crop_kind > FL_CROP_RANDOM_RESIZED) return 0;
+    if (p->crop_kind != FL_CROP_NONE && (p->crop_h <= 0 || p->crop_w <= 0)) return 0;
+    if (p->resize_kind < FL_RESIZE_NONE || p->resize_kind > FL_RESIZE_EXACT) return 0;
+    if (p->resize_kind != FL_RESIZE_NONE && p->resize_h <= 0) return 0;
+    if (p->resize_kind == FL_RESIZE_EXACT && p->resize_w <= 0) return 0;
+    if (p->crop_kind == FL_CROP_RANDOM_RESIZED && p->resize_kind != FL_RESIZE_NONE) return 0;
+    return p->out_dtype == (p->normalize ? FL_DTYPE_FLOAT32 : FL_DTYPE_UINT8);
+}
+
+static int plan_geometry(const fl_pipeline *p, int h, int w, uint64_t seed, uint64_t epoch,
+                         uint64_t index, geometry *g) {
+    if (!pipeline_ok(p) || h <= 0 || w <= 0) return FL_EINVAL;
+    fl_rng rng = fl_rng_for(seed, epoch, index, (uint64_t)p->crop_op);
+    int err;
+    memset(g, 0, sizeof *g);
+    if (p->crop_kind == FL_CROP_RANDOM_RESIZED) {
+        g->resize = g->crop_first = 1;
+        g->vh = p->crop_h;
+        g->vw = p->crop_w;
+        err = crop_rect(p, h, w, &rng, &g->rect);
+    } else if (p->crop_after_resize || p->resize_kind == FL_RESIZE_NONE) {
+        g->resize = p->resize_kind != FL_RESIZE_NONE;
+        resize_target(p, h, w, &g->vh, &g->vw);
+        err = crop_rect(p, g->vh, g->vw, &rng, &g->rect);
+    } else {  /* crop, then resize the crop */
+        g->resize = g->crop_first = 1;
+        err = crop_rect(p, h, w, &rng, &g->rect);
+        resize_target(p, g->rect.h, g->rect.w, &g->vh, &g->vw);
+        g->pad_first = g->rect.y < 0 || g->rect.x < 0 || g->rect.y + g->rect.h > h ||
+                       g->rect.x + g->rect.w > w;
+    }
+    if (err) return err;
+    if (g->crop_first) {  /* the output is the whole virtual image */
+        if (g->vh <= 0 || g->vw <= 0) return FL_EINVAL;
+    }
+    if (p->flip_p > 0.0) {
+        fl_rng fr = fl_rng_for(seed, epoch, index, (uint64_t)p->flip_op);
+        g->flip = fl_rng_uniform(&fr) < p->flip_p;
+    }
+    return FL_OK;
+}
+
+static void geometry_output(const geometry *g, int *oh, int *ow) {
+    *oh = g->crop_first ? g->vh : g->rect.h;
+    *ow = g->crop_first ? g->vw : g->rect.w;
+}
+
+int fl_pipeline_output_shape(const fl_pipeline *p, int h, int w, int c,
+                             int *oh, int *ow, int *oc) {
+    geometry g;
+    /* The shape never depends on the draws, so any key will do. */
+    int err = plan_geometry(p, h, w, 0, 0, 0, &g);
+    if (err == FL_ETOOSMALL) return err;
+    if (err || c < 1 || c > 4) return FL_EINVAL;
+    geometry_output(&g, oh, ow);
+    *oc = p->channels ? p->channels : c;
+    return FL_OK;
+}
+
+int fl_pipeline_prepare(const fl_pipeline *p, int h, int w, uint64_t seed, uint64_t epoch,
+                        uint64_t index, fl_plan_rect *crop, int *scale_denom) {
+    geometry g;
+    int err = plan_geometry(p, h, w, seed, epoch, index, &g);
+    if (err) return err;
+    int bh = h, bw = w;  /* the source extent that is resampled to vh x vw */
+    if (g.crop_first) {
+        *crop = g.rect;
+        bh = g.rect.h;
+        bw = g.rect.w;
+    } else {  /* a window on the resized image, mapped back to source pixels */
+        int y0 = (int)floor((double)g.rect.y * h / g.vh);
+        int x0 = (int)floor((double)g.rect.x * w / g.vw);
+        int y1 = (int)ceil((double)(g.rect.y + g.rect.h) * h / g.vh);
+        int x1 = (int)ceil((double)(g.rect.x + g.rect.w) * w / g.vw);
+        crop->y = y0;
+        crop->x = x0;
+        crop->h = y1 - y0;
+        crop->w = x1 - x0;
+    }
+    *scale_denom = 1;
+    if (g.resize && !g.pad_first)
+        for (int d = 8; d >= 2; d /= 2)
+            if (bh >= (int64_t)g.vh * d && bw >= (int64_t)g.vw * d) {
+                *scale_denom = d;
+                break;
+            }
+    return FL_OK;
+}
+
+/* Scratch regions of one run, each FL_ALIGN-aligned from the aligned scratch base. */
+typedef struct { size_t conv, pad, tmp, resample, total; } run_layout;
+
+static run_layout run_layout_for(size_t conv, size_t pad, size_t tmp, size_t resample) {
+    run_layout L;
+    L.conv = 0;
+    L.pad = L.conv + align_up(conv);
+    L.tmp = L.pad + align_up(pad);
+    L.resample = L.tmp + align_up(tmp);
+    L.total = L.resample + resample + FL_ALIGN;
+    return L;
+}
+
+/* The scratch of one run; every bound holds for any draw (random crops stay within the
+ * padded source and the crop size), and for any decode scale. */
+static run_layout pipeline_layout(const fl_pipeline *p, const geometry *g, int h, int w) {
+    int oh, ow, c = p->channels ? p->channels : 4;
+    geometry_output(g, &oh, &ow);
+    int eh = imax(h, p->crop_h) + 2 * p->crop_padding;
+    int ew = imax(w, p->crop_w) + 2 * p->crop_padding;
+    size_t conv = p->channels ? (size_t)h * w * p->channels : 0;
+    size_t pad = g->crop_first && p->crop_kind != FL_CROP_RANDOM_RESIZED ? (size_t)eh * ew * c : 0;
+    size_t rs = g->resize
+        ? layout_for(oh, ow, axis_taps(eh, g->vh), axis_taps(ew, g->vw), eh, c).total : 0;
+    return run_layout_for(conv, pad, (size_t)oh * ow * c, rs);
+}
+
+size_t fl_pipeline_scratch_bytes(const fl_pipeline *p, int h, int w) {
+    geometry g;
+    if (plan_geometry(p, h, w, 0, 0, 0, &g)) return 0;
+    return pipeline_layout(p, &g, h, w).total;
+}
+
+/* Copies the part of src under the window (y, x, dst size) into dst; the rest is zero. */
+static void copy_window(const fl_image *src, int y, int x, fl_image *dst) {
+    int y0 = imax(y, 0), y1 = imin(y + dst->h, src->h);
+    int x0 = imax(x, 0), x1 = imin(x + dst->w, src->w);
+    size_t c = (size_t)src->c;
+    for (int r = 0; r < dst->h; r++) memset(dst->data + r * dst->stride, 0, (size_t)dst->w * c);
+    for (int r = y0; r < y1; r++)
+        memcpy(dst->data + (r - y) * dst->stride + (x0 - x) * c,
+               src->data + r * src->stride + x0 * c, (size_t)(x1 - x0) * c);
+}
+
+/* Resamples the virtual image's window of g into dst (dst size = window size). */
+static int render(const geometry *g, const fl_image *src, int src_h, int src_w, int d,
+                  fl_image *dst, uint8_t *pad_buf, void *scratch, size_t bytes) {
+    fl_image s = *src;
+    resample_job j;
+    int wy = 0, wx = 0;
+    if (!g->resize) {
+        copy_window(src, g->rect.y, g->rect.x, dst);
+        return FL_OK;
+    }
+    if (g->pad_first) {
+        fl_image padded = {pad_buf, g->rect.h, g->rect.w, src->c, (ptrdiff_t)g->rect.w * src->c};
+        copy_window(src, g->rect.y, g->rect.x, &padded);
+        s = padded;
+        j = whole_image_job(s.h, s.w, g->vh, g->vw);
+    } else {
+        double y0 = 0, x0 = 0, y1 = src_h, x1 = src_w;
+        if (g->crop_first) {
+            y0 = g->rect.y; x0 = g->rect.x;
+            y1 = y0 + g->rect.h; x1 = x0 + g->rect.w;
+        } else {
+            wy = g->rect.y;
+            wx = g->rect.x;
+        }
+        j.y0 = y0 / d; j.x0 = x0 / d; j.y1 = y1 / d; j.x1 = x1 / d;
+        j.ry0 = (int)floor(j.y0); j.rx0 = (int)floor(j.x0);
+        j.ry1 = imin((int)ceil(j.y1), src->h); j.rx1 = imin((int)ceil(j.x1), src->w);
+        j.vh = g->vh; j.vw = g->vw;
+    }
+    /* A window reaching outside the virtual image: zeros there, resample the rest. */
+    int y0 = imax(wy, 0), y1 = imin(wy + dst->h, g->vh);
+    int x0 = imax(wx, 0), x1 = imin(wx + dst->w, g->vw);
+    if (y0 != wy || x0 != wx || y1 != wy + dst->h || x1 != wx + dst->w)
+        for (int r = 0; r < dst->h; r++)
+            memset(dst->data + r * dst->stride, 0, (size_t)dst->w * dst->c);
+    if (y1 <= y0 || x1 <= x0) return FL_OK;
+    j.wy = y0;
+    j.wx = x0;
+    fl_image sub = {dst->data + (y0 - wy) * dst->stride + (size_t)(x0 - wx) * dst->c,
+                    y1 - y0, x1 - x0, dst->c, dst->stride};
+    return resample(&s, &j, &sub, scratch, bytes);
+}
+
+int fl_pipeline_run_scaled(const fl_pipeline *p, const fl_image *decoded, int src_h,
+                           int src_w, int scale_denom, uint64_t seed, uint64_t epoch,
+                           uint64_t index, void *out, void *scratch, size_t scratch_bytes) {
+    int d = scale_denom;
+    if (!image_ok(decoded) || decoded->c == 2 || !out || (d != 1 && d != 2 && d != 4 && d != 8))
+        return FL_EINVAL;
+    if (decoded->h != (src_h + d - 1) / d || decoded->w != (src_w + d - 1) / d) return FL_EINVAL;
+    geometry g;
+    int err = plan_geometry(p, src_h, src_w, seed, epoch, index, &g);
+    if (err) return err;
+    if (d != 1 && (!g.resize || g.pad_first)) return FL_EINVAL;
+    run_layout L = pipeline_layout(p, &g, src_h, src_w);
+    if (!scratch || scratch_bytes < L.total) return FL_ESCRATCH;
+    int c = p->channels ? p->channels : decoded->c, oh, ow;
+    geometry_output(&g, &oh, &ow);
+    uint8_t *base = aligned(scratch);
+    size_t rest = scratch_bytes - (size_t)(base - (uint8_t *)scratch) - L.resample;
+
+    fl_image src = *decoded;
+    if (src.c != c) {
+        fl_image conv_img = {base + L.conv, src.h, src.w, c, (ptrdiff_t)src.w * c};
+        if ((err = fl_convert_channels(&src, &conv_img))) return err;
+        src = conv_img;
+    }
+    int direct = !p->normalize && !p->chw;  /* uint8 HWC goes straight into out */
+    fl_image img = {direct ? (uint8_t *)out : base + L.tmp, oh, ow, c, (ptrdiff_t)ow * c};
+    err = render(&g, &src, src_h, src_w, d, &img, base + L.pad, base + L.resample, rest);
+    if (err) return err;
+    if (g.flip) fl_flip_horizontal(&img);
+    if (p->normalize) fl_normalize_u8(&img, (float *)out, p->mean, p->std, p->chw);
+    else if (p->chw) to_chw_u8(&img, (uint8_t *)out);
+    return FL_OK;
+}
+
+int fl_pipeline_run(const fl_pipeline *p, const fl_image *decoded, int scale_denom,
+                    uint64_t seed, uint64_t epoch, uint64_t index, void *out,
+                    void *scratch, size_t scratch_bytes) {
+    if (scale_denom != 1 || !decoded) return FL_EINVAL;
+    return fl_pipeline_run_scaled(p, decoded, decoded->h, decoded->w, 1, seed, epoch, index,
+                                  out, scratch, scratch_bytes);
+}

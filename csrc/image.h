@@ -1,0 +1,116 @@
+/* Image kernels and the fused per-item augmentation pipeline.
+ *
+ * Plain C99, no global state: every function is safe to call from any thread at once, on
+ * distinct outputs. Images are 8-bit interleaved HWC, rows `stride` bytes apart.
+ * Randomness comes only from rng.h, keyed by (seed, epoch, index, op), where op is the
+ * position of the random transform in the chain. */
+#ifndef FASTLOAD_IMAGE_H
+#define FASTLOAD_IMAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rng.h"
+
+typedef struct { uint8_t *data; int h, w, c; ptrdiff_t stride; } fl_image;
+
+/* A rectangle in pixels; it may reach outside its image (that part reads as zeros). */
+typedef struct { int y, x, h, w; } fl_plan_rect;
+
+enum {
+    FL_OK = 0,
+    FL_EINVAL = -1,    /* bad argument: null pointer, non-positive size, bad channel count */
+    FL_ESCRATCH = -2,  /* scratch buffer smaller than the matching *_scratch_bytes() */
+    FL_ETOOSMALL = -3  /* RandomCrop: the (padded) image is smaller than the crop */
+};
+
+/* ---- kernels ---------------------------------------------------------------------- */
+
+/* Resamples src to dst's size (same channel count). Triangle filter whose support widens
+ * with the shrink factor (antialiased, as PIL's BILINEAR), plain bilinear when enlarging;
+ * separable, 14-bit fixed point, horizontal pass then vertical pass. */
+size_t fl_resize_scratch_bytes(int sh, int sw, int dh, int dw, int c);
+int fl_resize(const fl_image *src, fl_image *dst, void *scratch, size_t scratch_bytes);
+
+void fl_flip_horizontal(fl_image *img);
+
+/* out = (x/255 - mean[c]) / std[c] as float32; dst is h*w*c floats, HWC, or CHW if chw. */
+void fl_normalize_u8(const fl_image *src, float *dst, const float *mean, const float *std,
+                     int chw);
+
+/* Converts between 1 (gray), 3 (RGB) and 4 (RGBA) channels; same h, w. Gray from RGB uses
+ * ITU-R 601 luma (as PIL's "L"); alpha is dropped, or set to 255 when added. */
+int fl_convert_channels(const fl_image *src, fl_image *dst);
+
+/* ---- crop parameters (torchvision's rules) ---------------------------------------- */
+
+/* RandomResizedCrop.get_params: 10 tries, then the central crop clamped to the ratio range.
+ * Returns FL_EINVAL for bad ranges. */
+int fl_rrc_params(fl_rng *rng, int h, int w, double scale_lo, double scale_hi,
+                  double ratio_lo, double ratio_hi, int *y, int *x, int *ch, int *cw);
+
+/* CenterCrop: offset round((h - th) / 2) (half to even, as Python); when the image is
+ * smaller than the target, the offset is negative: -(th - h) // 2, the rest zero padding. */
+void fl_center_crop_params(int h, int w, int th, int tw, int *y, int *x);
+
+/* RandomCrop on the image zero-padded by `padding` on every side; y, x are in source
+ * coordinates (negative inside the padding). FL_ETOOSMALL when the padded image is smaller. */
+int fl_random_crop_params(fl_rng *rng, int h, int w, int th, int tw, int padding,
+                          int *y, int *x);
+
+/* ---- fused pipeline ----------------------------------------------------------------- */
+
+enum { FL_CROP_NONE = 0, FL_CROP_CENTER, FL_CROP_RANDOM, FL_CROP_RANDOM_RESIZED };
+enum { FL_RESIZE_NONE = 0, FL_RESIZE_SHORTER, FL_RESIZE_EXACT };
+enum { FL_DTYPE_UINT8 = 0, FL_DTYPE_FLOAT32 = 1 };
+
+/* One transform chain, in the fixed order it runs: crop (before or after the resize),
+ * resize, horizontal flip, normalize, layout. `*_op` is the op's position in the user's
+ * chain, the `op` of its RNG key. Filled by the Python layer (fastload.transforms). */
+typedef struct {
+    int channels;            /* 1, 3 or 4; 0: same as the input */
+    int crop_kind;           /* FL_CROP_* */
+    int crop_op;
+    int crop_after_resize;   /* 1: crop the resized image (Resize then CenterCrop) */
+    int crop_h, crop_w;      /* crop size; RandomResizedCrop: the output size */
+    int crop_padding;        /* FL_CROP_RANDOM */
+    double scale_lo, scale_hi, ratio_lo, ratio_hi;  /* FL_CROP_RANDOM_RESIZED */
+    int resize_kind;         /* FL_RESIZE_* */
+    int resize_h, resize_w;  /* EXACT: target; SHORTER: resize_h is the shorter side */
+    double flip_p;           /* 0: no flip */
+    int flip_op;
+    int normalize;           /* output float32 (x/255 - mean) / std */
+    float mean[4], std[4];
+    int chw;                 /* output channels first */
+    int out_dtype;           /* FL_DTYPE_*; float32 iff normalize */
+} fl_pipeline;
+
+/* Output size for a source of h x w x c. Returns FL_OK or FL_EINVAL. */
+int fl_pipeline_output_shape(const fl_pipeline *p, int h, int w, int c,
+                             int *oh, int *ow, int *oc);
+
+/* From the source size alone: the crop rectangle in source pixels (for a crop after the
+ * resize, mapped back to source pixels, rounded outward) and the JPEG DCT scale to decode
+ * at, 1, 2, 4 or 8: the largest that keeps the resampled region at least the resize target
+ * in both dimensions (1 when nothing is resized). */
+int fl_pipeline_prepare(const fl_pipeline *p, int h, int w, uint64_t seed, uint64_t epoch,
+                        uint64_t index, fl_plan_rect *crop, int *scale_denom);
+
+/* Bytes of scratch that fl_pipeline_run(_scaled) needs for a source of h x w (any scale). */
+size_t fl_pipeline_scratch_bytes(const fl_pipeline *p, int h, int w);
+
+/* Runs the chain on a full-size decoded image (scale_denom must be 1: a reduced decode has
+ * lost the exact source size that the draws depend on; use fl_pipeline_run_scaled) and
+ * writes one item into out (uint8 or float32, HWC or CHW, contiguous). */
+int fl_pipeline_run(const fl_pipeline *p, const fl_image *decoded, int scale_denom,
+                    uint64_t seed, uint64_t epoch, uint64_t index, void *out,
+                    void *scratch, size_t scratch_bytes);
+
+/* As fl_pipeline_run, for an image decoded at 1/scale_denom of a src_h x src_w source
+ * (decoded is then ceil(src_h/d) x ceil(src_w/d), as libjpeg's DCT scaling makes it).
+ * The draws are those of fl_pipeline_prepare(p, src_h, src_w, ...). */
+int fl_pipeline_run_scaled(const fl_pipeline *p, const fl_image *decoded, int src_h,
+                           int src_w, int scale_denom, uint64_t seed, uint64_t epoch,
+                           uint64_t index, void *out, void *scratch, size_t scratch_bytes);
+
+#endif

@@ -1,0 +1,31 @@
+"""fastload: keeps a training loop fed.
+
+A data-container protocol (``numobs``, ``getobs``, ``getobs_into``), lazy views, and a
+``DataLoader`` that loads in parallel on a native thread pool into reused batch buffers.
+"""
+from .errors import LoadError
+from .loader import DataLoader, eachobs
+from .obs import getobs, getobs_into, numobs
+from .parallel import eachobs_parallel
+from .views import batchview, joinobs, kfolds, mapobs, obsview, randobs, shuffleobs, splitobs
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DataLoader",
+    "LoadError",
+    "batchview",
+    "eachobs",
+    "eachobs_parallel",
+    "getobs",
+    "getobs_into",
+    "joinobs",
+    "kfolds",
+    "mapobs",
+    "numobs",
+    "obsview",
+    "randobs",
+    "shuffleobs",
+    "splitobs",
+]
+assert __all__ == sorted(__all__)

@@ -1,0 +1,91 @@
+"""Command line: ``python -m fastload <command> ...``; ``--help`` lists the commands.
+
+Each command is an entry of COMMANDS: name -> (help line, function adding its arguments to
+an argparse parser, function running it with the parsed arguments and returning an exit
+code). A failure the user can fix (a missing path, a corrupt file) prints one line and
+exits with status 2.
+"""
+import argparse
+import sys
+
+from fastload.errors import LoadError
+from fastload.storage.convert import DEFAULT_SMART_THRESHOLD, MODES, convert
+from fastload.storage.info import describe
+from fastload.storage.reader import open as open_dataset
+
+
+def _add_convert_args(p):
+    p.add_argument("src", help="folder with one subfolder of image files per class "
+                               "(labels: sorted class names -> 0, 1, ...)")
+    p.add_argument("dst", help="output file, e.g. train.arrow")
+    p.add_argument("--mode", choices=MODES, default="jpeg",
+                   help="how images are stored: jpeg (lossy; JPEG files kept as they are "
+                        "unless resized), raw (decoded pixels), qoi (lossless), smart "
+                        "(raw when small, else jpeg); default: %(default)s")
+    p.add_argument("--quality", type=int, default=90, metavar="Q",
+                   help="JPEG quality 1..100 for jpeg and smart; default: %(default)s")
+    p.add_argument("--max-side", type=int, default=None, metavar="PX",
+                   help="shrink images whose longer side exceeds PX pixels")
+    p.add_argument("--threshold", type=int, default=None, metavar="BYTES",
+                   help="smart mode: images of at most BYTES decoded bytes are stored raw; "
+                        "default: 64*64*3")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="encoder threads; default: one per CPU")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _run_convert(args):
+    n = convert(args.src, args.dst, mode=args.mode, quality=args.quality,
+                max_side=args.max_side,
+                threshold_bytes=args.threshold if args.threshold is not None
+                else DEFAULT_SMART_THRESHOLD,
+                num_threads=args.threads, progress=not args.no_progress)
+    print(f"wrote {n} images to {args.dst}")
+    return 0
+
+
+def _add_info_args(p):
+    p.add_argument("path", help="a dataset file, a directory of shard files, or a glob")
+
+
+def _run_info(args):
+    print("\n".join(describe(open_dataset(args.path))))
+    return 0
+
+
+COMMANDS = {
+    "convert": ("pack a folder of class subfolders of images into a dataset file",
+                _add_convert_args, _run_convert),
+    "info": ("show the fields, encodings, rows, chunks and sizes of a dataset",
+             _add_info_args, _run_info),
+}
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="python -m fastload",
+                                     description="fastload command line tools")
+    sub = parser.add_subparsers(dest="command", metavar="command")
+    for name, (help_line, add_args, _) in COMMANDS.items():
+        add_args(sub.add_parser(name, help=help_line, description=help_line))
+    return parser
+
+
+def main(argv=None):
+    """Run the command line; returns the exit status (0 ok, 2 usage or input error)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return COMMANDS[args.command][2](args)
+    except (OSError, ValueError, LoadError) as exc:
+        print(f"python -m fastload {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

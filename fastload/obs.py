@@ -1,0 +1,205 @@
+"""The data-container protocol: ``numobs``, ``getobs`` and ``getobs_into``.
+
+A container is anything with a number of observations that can be indexed by position:
+numpy arrays (observations along axis 0), tuples and dicts of containers (members indexed
+alike), lists and any object with ``__len__`` and ``__getitem__``. A type opts in with
+``__numobs__``, ``__getobs__`` and ``__getobs_into__``, or by registering implementations
+with ``numobs.register``, ``getobs.register`` and ``getobs_into.register``.
+
+An index is an int (one observation) or a 1-D integer array, list, range or slice (several).
+"""
+from functools import singledispatch
+from numbers import Integral
+
+import numpy as np
+
+__all__ = ["copy_into", "getobs", "getobs_into", "is_batch_index", "normalize_index", "numobs"]
+
+
+def is_batch_index(i):
+    """True when ``i`` selects several observations rather than one."""
+    return not isinstance(i, (Integral, np.integer))
+
+
+def normalize_index(i, n):
+    """Check ``i`` against ``n`` observations and return it as an int or an int64 array.
+
+    Negative positions count from the end, as in Python. Raises ``IndexError`` naming the
+    index and the length, ``TypeError`` for something that is not an index.
+    """
+    if isinstance(i, (Integral, np.integer)):
+        j = int(i)
+        if not -n <= j < n:
+            raise IndexError(f"index {j} is out of range for {n} observations")
+        return j + n if j < 0 else j
+    if isinstance(i, slice):
+        return np.arange(*i.indices(n), dtype=np.int64)
+    idx = np.asarray(i)
+    if idx.dtype == bool or idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
+        raise TypeError(
+            f"an index must be an int or a 1-D array of ints, got {type(i).__name__}"
+            f" with dtype {idx.dtype} and shape {idx.shape}")
+    idx = idx.astype(np.int64, copy=False)
+    if idx.size:
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < -n or hi >= n:
+            bad = lo if lo < -n else hi
+            raise IndexError(f"index {bad} is out of range for {n} observations")
+        if lo < 0:
+            idx = np.where(idx < 0, idx + n, idx)
+    return idx
+
+
+def _members(data):
+    """The (key, member) pairs of a tuple or dict container."""
+    return data.items() if isinstance(data, dict) else enumerate(data)
+
+
+def _rebuild(data, values):
+    """A container of the same kind as the tuple or dict ``data`` holding ``values``."""
+    if isinstance(data, dict):
+        return dict(zip(data.keys(), values))
+    return type(data)(*values) if hasattr(data, "_fields") else tuple(values)
+
+
+@singledispatch
+def numobs(data):
+    """The number of observations in ``data``. Raises ``TypeError`` for a non-container."""
+    if hasattr(data, "__numobs__"):
+        return int(data.__numobs__())
+    if hasattr(data, "__len__") and hasattr(data, "__getitem__"):
+        return len(data)
+    raise TypeError(f"{type(data).__name__} is not a data container: it has no "
+                    f"__numobs__ and no __len__/__getitem__")
+
+
+@numobs.register
+def _(data: np.ndarray):
+    if data.ndim == 0:
+        raise TypeError("a 0-d array is not a data container")
+    return data.shape[0]
+
+
+def _numobs_members(data):
+    sizes = {key: numobs(member) for key, member in _members(data)}
+    if not sizes:
+        raise ValueError(f"an empty {type(data).__name__} is not a data container")
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f"the members of a {type(data).__name__} must hold the same number"
+                         f" of observations, got {sizes}")
+    return next(iter(sizes.values()))
+
+
+numobs.register(tuple, _numobs_members)
+numobs.register(dict, _numobs_members)
+
+
+@singledispatch
+def getobs(data, i):
+    """Observation ``i`` of ``data``, or the observations at the positions ``i``.
+
+    For arrays several observations come back as one array (one gather); for tuples and
+    dicts as a container of the same kind; for lists and other sequences as a list.
+    Raises ``IndexError`` naming the index and the length when ``i`` is out of range.
+    """
+    if hasattr(data, "__getobs__"):
+        return data.__getobs__(normalize_index(i, numobs(data)))
+    i = normalize_index(i, numobs(data))
+    if is_batch_index(i):
+        return [data[int(j)] for j in i]
+    return data[i]
+
+
+@getobs.register
+def _(data: np.ndarray, i):
+    i = normalize_index(i, numobs(data))
+    return data[i]
+
+
+def _getobs_members(data, i):
+    i = normalize_index(i, numobs(data))
+    return _rebuild(data, [getobs(member, i) for _, member in _members(data)])
+
+
+getobs.register(tuple, _getobs_members)
+getobs.register(dict, _getobs_members)
+
+
+@singledispatch
+def _getobs_into(data, buffer, i):
+    if hasattr(data, "__getobs_into__"):
+        return data.__getobs_into__(buffer, normalize_index(i, numobs(data)))
+    return copy_into(buffer, getobs(data, i))
+
+
+def getobs_into(buffer, data, i):
+    """Fill ``buffer`` with ``getobs(data, i)`` and return the filled buffer.
+
+    For arrays and tuples/dicts of arrays nothing is allocated. Any other container
+    falls back to ``getobs`` plus a copy into the buffer; a buffer that is not an array,
+    tuple or dict (a list, say) cannot be filled in place and ``getobs(data, i)`` is
+    returned instead. Raises ``ValueError`` when the buffer's shape does not fit.
+
+    ``getobs_into.register(MyType)`` decorates an implementation ``f(buffer, data, i)``
+    for containers of ``MyType`` (dispatch is on the container, not the buffer).
+    """
+    return _getobs_into.dispatch(type(data))(data, buffer, i)
+
+
+def _register_into(cls):
+    def decorate(f):
+        _getobs_into.register(cls, lambda data, buffer, i: f(buffer, data, i))
+        return f
+    return decorate
+
+
+getobs_into.register = _register_into
+
+
+@_getobs_into.register
+def _(data: np.ndarray, buffer, i):
+    i = normalize_index(i, numobs(data))
+    if not isinstance(buffer, np.ndarray):
+        return getobs(data, i)
+    expected = (len(i),) + data.shape[1:] if is_batch_index(i) else data.shape[1:]
+    if buffer.shape != expected:
+        raise ValueError(f"buffer of shape {buffer.shape} does not fit observations of "
+                         f"shape {expected}")
+    if is_batch_index(i):
+        # The range is checked above; mode="clip" lets numpy write straight into `out`
+        # where mode="raise" would buffer the whole result first.
+        np.take(data, i, axis=0, out=buffer, mode="clip")
+    else:
+        buffer[...] = data[i]
+    return buffer
+
+
+def _getobs_into_members(data, buffer, i):
+    i = normalize_index(i, numobs(data))
+    if not isinstance(buffer, type(data)) or len(buffer) != len(data):
+        return copy_into(buffer, getobs(data, i))
+    return _rebuild(data, [getobs_into(buffer[key], member, i)
+                           for key, member in _members(data)])
+
+
+_getobs_into.register(tuple, _getobs_into_members)
+_getobs_into.register(dict, _getobs_into_members)
+
+
+def copy_into(buffer, value):
+    """Copy ``value`` into ``buffer`` (an array, or a tuple/dict of them) and return the
+    filled buffer; a buffer of any other kind cannot be filled and ``value`` is returned."""
+    if isinstance(buffer, np.ndarray):
+        value = np.asarray(value)
+        if value.shape != buffer.shape:
+            raise ValueError(f"buffer of shape {buffer.shape} does not fit an observation"
+                             f" of shape {value.shape}")
+        buffer[...] = value
+        return buffer
+    if isinstance(buffer, (tuple, dict)) and isinstance(value, (tuple, dict)):
+        if len(buffer) != len(value):
+            raise ValueError(f"buffer with {len(buffer)} members does not fit an "
+                             f"observation with {len(value)}")
+        return _rebuild(buffer, [copy_into(buffer[key], value[key])
+                                 for key, _ in _members(buffer)])
+    return value

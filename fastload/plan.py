@@ -1,0 +1,286 @@
+"""Plans: how the engine loads the steps of a container into slots.
+
+A plan splits an observation into leaves (the members of nested tuples/dicts) and picks,
+per leaf, how to load one item into its place in a slot:
+
+- ``gather``: a numpy array, copied natively without the GIL;
+- ``native``: a container that offers a native fill (``__fastload_native__``), such as an
+  image pipeline over encoded images; also without the GIL;
+- ``into``: any other container whose observations are arrays: Python ``getobs_into`` into
+  the slot row, holding the GIL for that item;
+- ``object``: observations that are not arrays, collected into a list.
+
+``ObsView`` layers around the data are folded into the indices, so a shuffled epoch loads
+from the underlying arrays. When a container defines its own batch semantics the plan
+falls back to loading whole steps with ``getobs`` on a worker thread.
+"""
+import numpy as np
+
+from .obs import getobs, getobs_into, numobs
+from .views import BatchView, MappedObs, ObsView, _row, _slice_buffer, _stack
+
+__all__ = ["ItemPlan", "StepPlan", "make_plan"]
+
+
+def _custom_getobs(data):
+    """True when ``data`` defines how several observations form a batch."""
+    return hasattr(data, "__getobs__") or getobs.dispatch(type(data)) is not getobs.dispatch(object)
+
+
+class Spec:
+    """Shape and dtype of one observation of a leaf."""
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+
+    def __repr__(self):
+        return f"Spec({self.shape}, {self.dtype})"
+
+
+def _spec_of(value):
+    """The Spec of an array-like observation, a tuple/dict of Specs, or None."""
+    if isinstance(value, (np.ndarray, np.generic, bool, int, float)):
+        array = np.asarray(value)
+        return None if array.dtype == object else Spec(array.shape, array.dtype)
+    if isinstance(value, (tuple, dict)) and len(value):
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        specs = {k: _spec_of(v) for k, v in items}
+        if any(s is None for s in specs.values()):
+            return None
+        if isinstance(value, dict):
+            return dict(specs)
+        parts = [specs[k] for k in range(len(value))]
+        return type(value)(*parts) if hasattr(value, "_fields") else tuple(parts)
+    return None
+
+
+def _allocate(spec, rows):
+    if isinstance(spec, dict):
+        return {k: _allocate(s, rows) for k, s in spec.items()}
+    if isinstance(spec, tuple):
+        parts = [_allocate(s, rows) for s in spec]
+        return type(spec)(*parts) if hasattr(spec, "_fields") else tuple(parts)
+    return np.empty((rows,) + spec.shape, spec.dtype)
+
+
+class Leaf:
+    """One member of the observation and how it is loaded."""
+
+    def __init__(self, container, kind, spec=None, native=None):
+        self.container = container
+        self.kind = kind          # "gather", "native", "into" or "object"
+        self.spec = spec          # a Spec, or a tuple/dict of them for "into"
+        self.native = native      # (fill_address, state_address, owner) for "native"
+
+    def row_bytes(self):
+        if self.kind not in ("gather", "native"):
+            return 0
+        return int(np.prod(self.spec.shape, dtype=np.int64)) * self.spec.dtype.itemsize
+
+    def core_field(self):
+        if self.kind == "gather":
+            return ("gather", self.container)
+        if self.kind == "native":
+            return ("native", self.native)
+        return ("python", None)
+
+
+def _unwrap(data):
+    """(base container, index maps from outer to inner) with ObsView layers peeled off."""
+    maps = []
+    while isinstance(data, ObsView):
+        maps.append(data.indices)
+        data = data.data
+    return data, maps
+
+
+def _leaf(container, stack):
+    """How to load ``container`` item by item, or None when only whole steps will do."""
+    if isinstance(container, np.ndarray) and container.ndim >= 1:
+        return Leaf(container, "gather", Spec(container.shape[1:], container.dtype))
+    native = getattr(container, "__fastload_native__", None)
+    if native is not None:
+        fill, state, owner, shape, dtype = native()
+        return Leaf(container, "native", Spec(shape, dtype), (fill, state, owner))
+    if not stack and _custom_getobs(container) and not isinstance(container, MappedObs):
+        return None
+    stacks = stack or isinstance(container, MappedObs)
+    spec = _spec_of(getobs(container, 0)) if stacks else None
+    return Leaf(container, "into", spec) if spec is not None else Leaf(container, "object")
+
+
+def _flatten(data):
+    """(structure, leaves): the nested tuple/dict layout of ``data`` and its leaves."""
+    if isinstance(data, (tuple, dict)):
+        items = data.items() if isinstance(data, dict) else enumerate(data)
+        leaves, layout = [], {}
+        for key, member in items:
+            layout[key], sub = _flatten(member)
+            leaves.extend(sub)
+        return (type(data), list(layout.items()), len(leaves)), leaves
+    return None, [data]
+
+
+class ItemPlan:
+    """Loads a step item by item: a batch of ``rows`` observations, or one observation
+    when ``rows`` is None. Steps are positions of ``base`` after the index maps."""
+
+    whole_steps = False
+
+    def __init__(self, steps, base, maps, layout, leaves, rows, stack):
+        self.steps = steps
+        self.base = base
+        self.maps = maps
+        self.layout = layout
+        self.leaves = leaves
+        self.rows = rows
+        self.stack = stack
+        self.fields = [leaf.core_field() for leaf in leaves]
+        self.row_bytes = [leaf.row_bytes() for leaf in leaves]
+        self.has_python = any(leaf.kind in ("into", "object") for leaf in leaves)
+        self.expensive = any(leaf.kind != "gather" for leaf in leaves)
+        self.signature = tuple((leaf.kind, repr(leaf.spec)) for leaf in leaves) + (rows,)
+
+    def positions(self, step):
+        """The indices in ``base`` that ``step`` loads (a C-contiguous int64 array)."""
+        if self.rows is None:
+            idx = np.array([step], np.int64)
+        else:
+            idx = self.steps.batch_indices(step)
+        for m in self.maps:
+            idx = m[idx]
+        return np.ascontiguousarray(idx, dtype=np.int64)
+
+    def allocate(self):
+        """Fresh destinations for one slot: an array (or structure of arrays) per leaf,
+        None for leaves collected into lists."""
+        rows = self.rows or 1
+        return [_allocate(leaf.spec, rows) if leaf.kind != "object" else None
+                for leaf in self.leaves]
+
+    def core_destinations(self, dests):
+        return [d if leaf.kind in ("gather", "native") else None
+                for leaf, d in zip(self.leaves, dests)]
+
+    def filler(self, dests, objects):
+        """The Python callback for the ``into`` and ``object`` leaves of one job."""
+        leaves = self.leaves
+
+        def fill(field, pos, index):
+            leaf = leaves[field]
+            if leaf.kind == "object":
+                objects[field][pos] = getobs(leaf.container, index)
+            else:
+                getobs_into(_row(dests[field], pos), leaf.container, index)
+        return fill
+
+    def assemble(self, dests, objects, n, keep=None):
+        """The step's value from its slot: views of the first ``n`` rows (or row 0), with
+        rows where ``keep`` is False dropped."""
+        outputs = []
+        for leaf, dest, objs in zip(self.leaves, dests, objects):
+            if leaf.kind == "object":
+                value = objs[:n]
+                if keep is not None:
+                    value = [v for v, k in zip(value, keep) if k]
+                if self.rows is None:
+                    value = value[0]
+                elif self.stack:
+                    value = _stack(value) if value else value
+            else:
+                value = _slice_buffer(dest, n)
+                if keep is not None:
+                    value = _take_rows(value, keep)
+                if self.rows is None:
+                    value = _row(value, 0)
+            outputs.append(value)
+        return _rebuild(self.layout, iter(outputs))
+
+
+def _take_rows(buffer, keep):
+    if isinstance(buffer, dict):
+        return {k: _take_rows(v, keep) for k, v in buffer.items()}
+    if isinstance(buffer, tuple):
+        parts = [_take_rows(v, keep) for v in buffer]
+        return type(buffer)(*parts) if hasattr(buffer, "_fields") else tuple(parts)
+    return buffer[np.asarray(keep, bool)]
+
+
+def _rebuild(layout, outputs):
+    if layout is None:
+        return next(outputs)
+    kind, members, _ = layout
+    values = [(key, _rebuild(sub, outputs)) for key, sub in members]
+    if kind is dict or issubclass(kind, dict):
+        return dict(values)
+    parts = [v for _, v in values]
+    return kind(*parts) if hasattr(kind, "_fields") else tuple(parts)
+
+
+class StepPlan:
+    """Loads each step whole with ``getobs(steps, step)`` on a worker thread: the fallback
+    for containers that define their own batches."""
+
+    rows = None
+    whole_steps = True
+    has_python = True
+    expensive = True
+    fields = [("python", None)]
+    row_bytes = [0]
+    signature = ("step",)
+
+    def __init__(self, steps):
+        self.steps = steps
+
+    def positions(self, step):
+        return np.array([step], np.int64)
+
+    def allocate(self):
+        return [None]
+
+    def core_destinations(self, dests):
+        return [None]
+
+    def filler(self, dests, objects):
+        steps = self.steps
+
+        def fill(field, pos, index):
+            objects[0][0] = getobs(steps, index)
+        return fill
+
+    def assemble(self, dests, objects, n, keep=None):
+        return objects[0][0]
+
+
+def make_plan(steps):
+    """The plan for loading the observations ("steps") of ``steps``. A ``batchview``
+    with ``collate`` None or True is loaded item by item into batch slots."""
+    if numobs(steps) == 0:
+        return StepPlan(steps)
+    if isinstance(steps, BatchView):
+        if steps.collate is False or callable(steps.collate):
+            return _collated_plan(steps)
+        base, maps = _unwrap(steps.data)
+        rows, stack = steps.batch_size, steps.collate is True
+    else:
+        base, maps = _unwrap(steps)
+        rows, stack = None, True
+    layout, members = _flatten(base)
+    leaves = [_leaf(member, stack) for member in members]
+    if any(leaf is None for leaf in leaves):
+        return StepPlan(steps)
+    return ItemPlan(steps, base, maps, layout, leaves, rows, stack)
+
+
+def _collated_plan(steps):
+    """collate=False or a callable: observations are collected whole, then collated."""
+    base, maps = _unwrap(steps.data)
+    plan = ItemPlan(steps, base, maps, None, [Leaf(base, "object")], steps.batch_size, False)
+    collate = steps.collate
+    if callable(collate) and collate is not False:
+        assemble = plan.assemble
+        plan.assemble = lambda dests, objects, n, keep=None: collate(
+            assemble(dests, objects, n, keep))
+    return plan

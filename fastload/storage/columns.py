@@ -1,0 +1,241 @@
+"""Read-side columns of a packed dataset: views into the mapped file, decoded on access.
+
+A column is built from pieces, one per record batch: the piece's Arrow array and the
+"base", a uint8 numpy view of the whole mapped file the array lives in. Items of binary
+columns are located once, at open, as absolute (start, end) byte positions in their base.
+"""
+import numpy as np
+
+from fastload.errors import LoadError
+from fastload.obs import is_batch_index, normalize_index
+
+__all__ = ["EncodedColumn", "ItemBytes", "RawArray", "RawColumn", "ScalarArray"]
+
+
+class Piece:
+    """One record batch's array of a column, in the file mapped as ``base``."""
+
+    def __init__(self, array, base, base_id):
+        self.array, self.base, self.base_id = array, base, base_id
+
+    def data_start(self, buf):
+        """Position of Arrow buffer ``buf`` in the base, or None when it lies elsewhere
+        (pyarrow copied it: a compressed file, say)."""
+        if buf is None or buf.size == 0:
+            return 0
+        start = buf.address - self.base.ctypes.data
+        return start if 0 <= start and start + buf.size <= self.base.size else None
+
+
+def locate(pieces):
+    """(bases, base_of_piece, starts, ends): absolute byte spans of every item of binary,
+    string or fixed-size-binary pieces; a piece whose data is not in its file's map gets
+    a base of its own."""
+    bases, base_ids, starts, ends = [], [], [], []
+    known = {}
+    for piece in pieces:
+        arr = piece.array
+        bufs = arr.buffers()
+        width = arr.type.byte_width if _is_fixed_binary(arr.type) else -1
+        data_buf = bufs[1] if width > 0 else bufs[2]
+        at = piece.data_start(data_buf)
+        if at is None:
+            base, at, key = np.frombuffer(data_buf, np.uint8), 0, ("own", len(bases))
+        else:
+            base, key = piece.base, ("file", piece.base_id)
+        if key not in known:
+            known[key] = len(bases)
+            bases.append(base)
+        base_ids.append(known[key])
+        if width > 0:
+            offs = (np.arange(arr.offset, arr.offset + len(arr) + 1, dtype=np.int64) * width)
+        else:
+            dtype = np.int64 if arr.type.id in _large_ids() else np.int32
+            offs = np.zeros(1, np.int64) if bufs[1] is None else \
+                np.frombuffer(bufs[1], dtype)[arr.offset:arr.offset + len(arr) + 1]
+            offs = offs.astype(np.int64)
+        starts.append(at + offs[:-1])
+        ends.append(at + offs[1:])
+    cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))
+    return bases, np.asarray(base_ids, np.int64), cat(starts), cat(ends)
+
+
+def _is_fixed_binary(typ):
+    import pyarrow as pa
+    return pa.types.is_fixed_size_binary(typ)
+
+
+def _large_ids():
+    import pyarrow as pa
+    return {pa.large_binary().id, pa.large_string().id}
+
+
+class ItemBytes:
+    """The encoded bytes of a column's items: ``column.encoded[i]`` is a zero-copy,
+    read-only memoryview into the file."""
+
+    def __init__(self, column):
+        self._column = column
+
+    def __len__(self):
+        return len(self._column)
+
+    def __getitem__(self, i):
+        i = normalize_index(i, len(self._column))
+        if is_batch_index(i):
+            return [self._column._view(int(j)) for j in i]
+        return self._column._view(i)
+
+
+class EncodedColumn:
+    """A binary-backed field (jpeg, qoi, smart, ndarray, bytes, str, ...): ``col[i]``
+    decodes item ``i``; ``col[idx]`` gives a list. ``col.encoded[i]`` is the stored bytes.
+    Auxiliary columns (``height``, ``width``, ``format``, ``shape``) are in ``col.parts``
+    (and ``col.height``, ``col.width`` for images).
+
+    Raises ``LoadError`` naming the row and the file when an item cannot be decoded.
+    """
+
+    def __init__(self, name, codec, pieces, parts, piece_rows, sources):
+        self.name, self.codec, self.encoding = name, codec, codec.name
+        self.parts = parts
+        self._bases, base_of_piece, self._starts, self._ends = locate(pieces)
+        counts = np.diff(piece_rows)
+        self._base_of_row = np.repeat(base_of_piece, counts) if len(self._bases) > 1 else None
+        # sources: the file of each piece; kept per row only when there are several.
+        self._sources = sources
+        self._source_of_row = np.repeat(np.arange(len(sources)), counts) \
+            if len(set(sources)) > 1 else None
+        self.encoded = ItemBytes(self)
+
+    def __len__(self):
+        return len(self._starts)
+
+    def __repr__(self):
+        return f"<{self.encoding} column {self.name!r}: {len(self)} items, {self.codec!r}>"
+
+    def __getattr__(self, attr):
+        parts = self.__dict__.get("parts", {})
+        if attr in parts:
+            return parts[attr]
+        raise AttributeError(f"{type(self).__name__} {self.name!r} has no attribute {attr!r}")
+
+    def buffers(self):
+        """(data, starts, ends): item i is ``data[starts[i]:ends[i]]``; ``data`` is a uint8
+        view of the whole mapped file, ``starts``/``ends`` int64 arrays. Zero copy.
+        Raises ValueError when the column spans several files (use ``dataset.shards``)."""
+        if len(self._bases) != 1:
+            raise ValueError(f"column {self.name!r} spans {len(self._bases)} mapped buffers "
+                             f"(several files); call buffers() on each of dataset.shards")
+        return self._bases[0], self._starts, self._ends
+
+    def _view(self, i):
+        base = self._bases[0] if self._base_of_row is None else \
+            self._bases[self._base_of_row[i]]
+        return memoryview(base[self._starts[i]:self._ends[i]])
+
+    def _decode(self, i):
+        try:
+            return self.codec.decode(self._view(i), *(p[i] for p in self.parts.values()))
+        except Exception as exc:
+            src = self._sources[0 if self._source_of_row is None else self._source_of_row[i]]
+            raise LoadError(f"{src}: cannot decode row {i} of field {self.name!r} "
+                            f"({self.encoding}): {exc}", index=i, source=src) from exc
+
+    def __getitem__(self, i):
+        i = normalize_index(i, len(self))
+        if is_batch_index(i):
+            return [self._decode(int(j)) for j in i]
+        return self._decode(i)
+
+
+class ShapeList:
+    """The per-row shapes of an NDArray field: ``shapes[i]`` is a tuple of ints."""
+
+    def __init__(self, values, offsets):
+        self._values, self._offsets = values, offsets
+
+    def __len__(self):
+        return len(self._offsets) - 1
+
+    def __getitem__(self, i):
+        return tuple(int(s) for s in self._values[self._offsets[i]:self._offsets[i + 1]])
+
+
+def shape_list(chunked):
+    """A ShapeList from a chunked list<int64> column (copied: small)."""
+    values, offsets, total = [], [np.zeros(1, np.int64)], 0
+    for arr in chunked.chunks:
+        offs = np.asarray(arr.offsets, dtype=np.int64)
+        values.append(np.asarray(arr.values, dtype=np.int64)[offs[0]:offs[-1]])
+        offsets.append(offs[1:] - offs[0] + total)
+        total += int(offs[-1] - offs[0])
+    return ShapeList(np.concatenate(values) if values else np.zeros(0, np.int64),
+                     np.concatenate(offsets))
+
+
+class RawArray(np.ndarray):
+    """A Raw field read as one zero-copy array of shape (n, *shape) (read-only)."""
+
+    encoding = "raw"
+
+
+class ScalarArray(np.ndarray):
+    """A scalar field read as a 1-D array."""
+
+    encoding = "scalar"
+
+
+class RawColumn:
+    """A Raw field stored in several record batches: one read-only array per batch, in
+    ``chunks``; ``col[i]`` is an item view, ``col[idx]`` a gathered array,
+    ``np.asarray(col)`` concatenates (a copy)."""
+
+    encoding = "raw"
+
+    def __init__(self, name, codec, pieces, piece_rows):
+        self.name, self.codec = name, codec
+        self.chunks = []
+        for piece in pieces:
+            arr = piece.array
+            flat = np.frombuffer(arr.buffers()[1], np.uint8)
+            nb = codec.nbytes
+            flat = flat[arr.offset * nb:(arr.offset + len(arr)) * nb]
+            self.chunks.append(flat.view(codec.dtype).reshape((len(arr),) + codec.shape))
+        self._bounds = np.asarray(piece_rows, np.int64)
+        self._pieces = pieces
+        self.shape = (int(self._bounds[-1]),) + codec.shape
+        self.dtype = codec.dtype
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __repr__(self):
+        return f"<raw column {self.name!r}: shape {self.shape}, {self.dtype}, " \
+               f"{len(self.chunks)} chunks>"
+
+    def _item(self, i):
+        c = int(np.searchsorted(self._bounds, i, side="right")) - 1
+        return self.chunks[c][i - self._bounds[c]]
+
+    def __getitem__(self, i):
+        i = normalize_index(i, len(self))
+        if is_batch_index(i):
+            out = np.empty((len(i),) + self.codec.shape, self.dtype)
+            for k, j in enumerate(i):
+                out[k] = self._item(int(j))
+            return out
+        return self._item(i)
+
+    def __array__(self, dtype=None, copy=None):
+        out = np.concatenate(self.chunks) if self.chunks else \
+            np.zeros(self.shape, self.dtype)
+        return out if dtype is None else out.astype(dtype)
+
+    def buffers(self):
+        """(data, starts, ends) as for EncodedColumn: item i's bytes, zero copy."""
+        bases, _, starts, ends = locate(self._pieces)
+        if len(bases) != 1:
+            raise ValueError(f"column {self.name!r} spans several files; "
+                             f"call buffers() on each of dataset.shards")
+        return bases[0], starts, ends

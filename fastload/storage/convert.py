@@ -1,0 +1,64 @@
+"""Converting a folder of class subfolders of images into a packed dataset."""
+import os
+
+from fastload.imagefolder import ImageFolder
+from fastload.storage import images
+from fastload.storage.fields import JPEG, QOI, NDArray, Smart
+from fastload.storage.writer import write
+
+__all__ = ["MODES", "convert", "image_encoding"]
+
+MODES = ("jpeg", "raw", "qoi", "smart")
+DEFAULT_SMART_THRESHOLD = 64 * 64 * 3
+
+
+def image_encoding(mode, quality=90, max_side=None, threshold_bytes=DEFAULT_SMART_THRESHOLD):
+    """The image field encoding for a convert ``mode``; raises ValueError for another."""
+    if mode == "jpeg":
+        return JPEG(quality=quality, max_side=max_side)
+    if mode == "qoi":
+        return QOI(max_side=max_side)
+    if mode == "smart":
+        return Smart(threshold_bytes, quality=quality, max_side=max_side)
+    if mode == "raw":
+        return NDArray("uint8")
+    raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+
+
+class _DecodedImages:
+    """ImageFolder observations with the image decoded (and shrunk to max_side): the
+    input of raw mode, whose NDArray field stores pixels."""
+
+    def __init__(self, folder, max_side):
+        self.folder, self.max_side = folder, max_side
+
+    def __len__(self):
+        return len(self.folder)
+
+    def __getitem__(self, i):
+        data, label = self.folder[i]
+        target = images.fit_size(*images.image_size(data), self.max_side)
+        img = images.decode_image_bytes(data, min_size=target)
+        return images.resize_area(img, target), label
+
+
+def convert(src, dst, *, mode="jpeg", quality=90, max_side=None,
+            threshold_bytes=DEFAULT_SMART_THRESHOLD, num_threads=None, progress=True,
+            chunk_bytes=64 << 20):
+    """Packs ``src/<class>/<image files>`` into the file ``dst`` with fields ``image``
+    (encoded per ``mode``) and ``label`` (int64, classes in sorted name order; the class
+    names are kept in ``Dataset.metadata["classes"]``). Returns the number of images.
+
+    Raises FileNotFoundError for a missing ``src`` or ``dst`` directory, ValueError for a
+    folder without images or a bad option, LoadError naming the file that fails.
+    """
+    encoding = image_encoding(mode, quality, max_side, threshold_bytes)
+    folder = ImageFolder(src)
+    dst_dir = os.path.dirname(os.path.abspath(os.fspath(dst)))
+    if not os.path.isdir(dst_dir):
+        raise FileNotFoundError(f"output directory {dst_dir!r} does not exist")
+    data = _DecodedImages(folder, max_side) if mode == "raw" else folder
+    write(dst, data, {"image": encoding, "label": "int64"}, chunk_bytes=chunk_bytes,
+          num_threads=num_threads, progress=progress,
+          metadata={"classes": folder.classes, "source": os.path.abspath(folder.root)})
+    return len(folder)

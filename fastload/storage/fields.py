@@ -1,0 +1,365 @@
+"""Field encodings: how one field of an observation is stored in the packed format.
+
+An encoding turns a value into one row of one or more Arrow columns and back. The field's
+main column carries the field's name; auxiliary columns are named ``"<field>.<part>"``
+(``"image.height"``). Column kinds are strings, mapped to Arrow types by ``columns.py``:
+``"binary"``, ``"string"``, ``"fixed:<nbytes>"``, ``"shape"`` (a list of int64) or a
+numpy scalar dtype name (``"int32"``).
+
+Image encodings take a uint8 array (h, w), (h, w, 1|3|4) or encoded image bytes, and
+decode to uint8 (h, w, 3|4) RGB(A). A JPEG field stores RGB (alpha is dropped).
+"""
+import numbers
+
+import numpy as np
+
+from fastload.storage import images
+
+__all__ = ["Bytes", "Encoding", "JPEG", "NDArray", "QOI", "Raw", "Scalar", "Smart", "Str",
+           "as_encoding", "from_meta"]
+
+# Values of the ".format" column of a Smart field.
+FORMAT_RAW = 0
+FORMAT_JPEG = 1
+
+
+class Encoding:
+    """Base class. Subclasses set ``name`` and ``parts`` ((suffix, kind) pairs after the
+    main column's kind ``kind``), and implement ``encode``/``decode``."""
+
+    name = None
+    kind = "binary"
+    parts = ()
+
+    def bind(self, value):
+        """This encoding with whatever the first observation fixes (a shape, a dtype)."""
+        return self
+
+    def columns(self, field):
+        """(column name, kind) pairs this field stores, main column first."""
+        return [(field, self.kind)] + [(f"{field}.{suffix}", kind) for suffix, kind in self.parts]
+
+    def encode(self, value):
+        """One row: a tuple with one value per column. Raises ValueError for bad input."""
+        raise NotImplementedError
+
+    def decode(self, data, *parts):
+        """The value of one row from its main column's bytes and its auxiliary values."""
+        raise NotImplementedError
+
+    def params(self):
+        """The parameters saved in the file's metadata (JSON-serializable)."""
+        return {}
+
+    def to_meta(self, field):
+        return {"encoding": self.name, "columns": [c for c, _ in self.columns(field)],
+                **self.params()}
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"{type(self).__name__}({args})"
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self.params() == other.params()
+
+    def __hash__(self):
+        return hash((type(self), repr(self)))
+
+
+class Scalar(Encoding):
+    """One number per observation, of a numpy dtype (bool, int, uint or float)."""
+
+    name = "scalar"
+
+    def __init__(self, dtype):
+        dt = np.dtype(dtype)
+        if dt.kind not in "biuf" or dt.itemsize > 8:
+            raise ValueError(f"a scalar field needs a bool, int, uint or float dtype, got {dt}")
+        self.dtype = dt
+        self.kind = dt.name
+
+    def encode(self, value):
+        arr = np.asarray(value)
+        if arr.ndim != 0:
+            raise ValueError(f"a {self.dtype} scalar field got a value of shape {arr.shape}")
+        if not np.can_cast(arr.dtype, self.dtype, casting="same_kind") and \
+                not isinstance(value, numbers.Number):
+            raise ValueError(f"a {self.dtype} scalar field got a {arr.dtype} value")
+        return (arr.astype(self.dtype)[()],)
+
+    def decode(self, value):
+        return value
+
+    def params(self):
+        return {"dtype": self.dtype.name}
+
+
+class Raw(Encoding):
+    """A fixed-shape array per observation, stored as fixed-size bytes so that the column is
+    one contiguous buffer. ``shape`` and ``dtype`` default to the first observation's."""
+
+    name = "raw"
+
+    def __init__(self, shape=None, dtype=None):
+        self.shape = None if shape is None else tuple(int(s) for s in shape)
+        self.dtype = None if dtype is None else np.dtype(dtype)
+        if self.dtype is not None and self.dtype.hasobject:
+            raise ValueError("a Raw field cannot hold Python objects")
+
+    @property
+    def kind(self):
+        return f"fixed:{self.nbytes}"
+
+    @property
+    def nbytes(self):
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def bind(self, value):
+        arr = np.asarray(value)
+        return Raw(arr.shape if self.shape is None else self.shape,
+                   arr.dtype if self.dtype is None else self.dtype)
+
+    def encode(self, value):
+        arr = np.asarray(value)
+        if arr.shape != self.shape:
+            raise ValueError(f"a Raw field of shape {self.shape} got shape {arr.shape}")
+        if not np.can_cast(arr.dtype, self.dtype, casting="same_kind"):
+            raise ValueError(f"a Raw field of dtype {self.dtype} got dtype {arr.dtype}")
+        return (np.ascontiguousarray(arr, dtype=self.dtype).tobytes(),)
+
+    def decode(self, data):
+        return np.frombuffer(data, self.dtype).reshape(self.shape)
+
+    def params(self):
+        return {"shape": None if self.shape is None else list(self.shape),
+                "dtype": None if self.dtype is None else self.dtype.str}
+
+
+class NDArray(Encoding):
+    """An array of any shape per observation: its bytes (C order) and its shape. The
+    dtype defaults to the first observation's; others are cast to it (same kind only)."""
+
+    name = "ndarray"
+    parts = (("shape", "shape"),)
+
+    def __init__(self, dtype=None):
+        self.dtype = None if dtype is None else np.dtype(dtype)
+
+    def bind(self, value):
+        return self if self.dtype is not None else NDArray(np.asarray(value).dtype)
+
+    def encode(self, value):
+        arr = np.asarray(value)
+        if arr.dtype.hasobject or not np.can_cast(arr.dtype, self.dtype, casting="same_kind"):
+            raise ValueError(f"an NDArray field of dtype {self.dtype} got dtype {arr.dtype}")
+        arr = np.ascontiguousarray(arr, dtype=self.dtype)
+        return arr.tobytes(), list(arr.shape)
+
+    def decode(self, data, shape):
+        shape = tuple(int(s) for s in shape)
+        if any(s < 0 for s in shape) or \
+                int(np.prod(shape, dtype=np.int64)) * self.dtype.itemsize != len(data):
+            raise ValueError(f"{len(data)} bytes do not hold a {self.dtype} array of "
+                             f"shape {shape}")
+        return np.frombuffer(data, self.dtype).reshape(shape)
+
+    def params(self):
+        return {"dtype": None if self.dtype is None else self.dtype.str}
+
+
+class Bytes(Encoding):
+    """Opaque bytes per observation."""
+
+    name = "bytes"
+
+    def encode(self, value):
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise ValueError(f"a Bytes field needs bytes, got {type(value).__name__}")
+        return (bytes(value),)
+
+    def decode(self, data):
+        return bytes(data)
+
+
+class Str(Encoding):
+    """A text string per observation (UTF-8)."""
+
+    name = "str"
+    kind = "string"
+
+    def encode(self, value):
+        if not isinstance(value, str):
+            raise ValueError(f"a Str field needs a str, got {type(value).__name__}")
+        return (value,)
+
+    def decode(self, data):
+        return bytes(data).decode("utf-8")
+
+
+def _check_quality(quality):
+    if isinstance(quality, bool) or not isinstance(quality, numbers.Integral) \
+            or not 1 <= quality <= 100:
+        raise ValueError(f"quality must be an int in 1..100, got {quality!r}")
+    return int(quality)
+
+
+def _check_max_side(max_side):
+    if max_side is None:
+        return None
+    if isinstance(max_side, bool) or not isinstance(max_side, numbers.Integral) or max_side < 1:
+        raise ValueError(f"max_side must be a positive int or None, got {max_side!r}")
+    return int(max_side)
+
+
+def _check_shape(img, h, w):
+    if img.shape[0] != h or img.shape[1] != w:
+        raise ValueError(f"decoded image is {img.shape[0]} x {img.shape[1]}, "
+                         f"the file says {h} x {w}")
+    return img
+
+
+class _Image(Encoding):
+    """Common part of image encodings: height and width columns, the max_side cap."""
+
+    parts = (("height", "int32"), ("width", "int32"))
+
+    def _pixels(self, value):
+        """``value`` as pixels no larger than max_side (decoding bytes at a reduced
+        scale when the format allows)."""
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            target = images.fit_size(*images.image_size(value), self.max_side)
+            img = images.decode_image_bytes(value, min_size=target)
+        else:
+            img = images.as_pixels(value)
+            target = images.fit_size(*img.shape[:2], self.max_side)
+        return images.resize_area(img, target)
+
+    def _needs_resize(self, value):
+        h, w = images.image_size(value)
+        return images.fit_size(h, w, self.max_side) != (h, w)
+
+
+def _encode_jpeg(img, quality):
+    import simplejpeg
+    return simplejpeg.encode_jpeg(np.ascontiguousarray(img[:, :, :3]), quality=quality,
+                                  colorspace="RGB")
+
+
+def _decode_jpeg(data):
+    import simplejpeg
+    return simplejpeg.decode_jpeg(data, colorspace="RGB")
+
+
+class JPEG(_Image):
+    """A JPEG image. JPEG bytes that need no resize are stored as given (no re-encode)."""
+
+    name = "jpeg"
+
+    def __init__(self, quality=90, max_side=None):
+        self.quality = _check_quality(quality)
+        self.max_side = _check_max_side(max_side)
+
+    def encode(self, value):
+        if isinstance(value, (bytes, bytearray, memoryview)) and images.is_jpeg(value) \
+                and not self._needs_resize(value):
+            h, w = images.image_size(value)
+            return bytes(value), h, w
+        img = self._pixels(value)
+        return _encode_jpeg(img, self.quality), img.shape[0], img.shape[1]
+
+    def decode(self, data, h, w):
+        return _check_shape(_decode_jpeg(data), h, w)
+
+    def params(self):
+        return {"quality": self.quality, "max_side": self.max_side}
+
+
+class QOI(_Image):
+    """A lossless QOI image (RGB or RGBA), decoded natively."""
+
+    name = "qoi"
+
+    def __init__(self, max_side=None):
+        self.max_side = _check_max_side(max_side)
+
+    def encode(self, value):
+        from fastload import _qoi
+        if isinstance(value, (bytes, bytearray, memoryview)) and images.is_qoi(value) \
+                and not self._needs_resize(value):
+            h, w, _ = _qoi.header(value)
+            return bytes(value), h, w
+        img = self._pixels(value)
+        return _qoi.encode(img), img.shape[0], img.shape[1]
+
+    def decode(self, data, h, w):
+        from fastload import _qoi
+        return _check_shape(_qoi.decode(data), h, w)
+
+    def params(self):
+        return {"max_side": self.max_side}
+
+
+class Smart(_Image):
+    """Raw pixels when the (resized) image takes at most ``threshold_bytes``, else JPEG.
+    A ``.format`` column says which, per row (0: raw, 1: JPEG). Raw rows decode to
+    read-only views of the file."""
+
+    name = "smart"
+    parts = _Image.parts + (("format", "uint8"),)
+
+    def __init__(self, threshold_bytes, quality=90, max_side=None):
+        if isinstance(threshold_bytes, bool) or not isinstance(threshold_bytes, numbers.Integral) \
+                or threshold_bytes < 0:
+            raise ValueError(f"threshold_bytes must be an int >= 0, got {threshold_bytes!r}")
+        self.threshold_bytes = int(threshold_bytes)
+        self.quality = _check_quality(quality)
+        self.max_side = _check_max_side(max_side)
+
+    def encode(self, value):
+        if isinstance(value, (bytes, bytearray, memoryview)) and images.is_jpeg(value):
+            h, w = images.fit_size(*images.image_size(value), self.max_side)
+            if h * w * 3 > self.threshold_bytes and not self._needs_resize(value):
+                return bytes(value), h, w, FORMAT_JPEG
+        img = self._pixels(value)
+        if img.nbytes <= self.threshold_bytes:
+            return np.ascontiguousarray(img).tobytes(), img.shape[0], img.shape[1], FORMAT_RAW
+        return _encode_jpeg(img, self.quality), img.shape[0], img.shape[1], FORMAT_JPEG
+
+    def decode(self, data, h, w, fmt):
+        if fmt == FORMAT_JPEG:
+            return _check_shape(_decode_jpeg(data), h, w)
+        if fmt != FORMAT_RAW or h < 1 or w < 1 or len(data) not in (h * w * 3, h * w * 4):
+            raise ValueError(f"bad raw image record: format {fmt}, {h} x {w}, "
+                             f"{len(data)} bytes")
+        return np.frombuffer(data, np.uint8).reshape(h, w, -1)
+
+    def params(self):
+        return {"threshold_bytes": self.threshold_bytes, "quality": self.quality,
+                "max_side": self.max_side}
+
+
+ENCODINGS = {cls.name: cls for cls in (Scalar, Raw, NDArray, Bytes, Str, JPEG, QOI, Smart)}
+
+
+def as_encoding(spec):
+    """An Encoding from an Encoding or a numpy scalar dtype name (``"int64"``).
+    Raises TypeError/ValueError naming what was given."""
+    if isinstance(spec, Encoding):
+        return spec
+    if isinstance(spec, type) and issubclass(spec, Encoding):
+        raise TypeError(f"give an encoding instance, e.g. {spec.__name__}(), not the class")
+    if isinstance(spec, (str, np.dtype)):
+        try:
+            return Scalar(spec)
+        except TypeError:
+            raise ValueError(f"unknown field encoding {spec!r}") from None
+    raise TypeError(f"a field encoding must be an Encoding or a dtype name, got {spec!r}")
+
+
+def from_meta(meta):
+    """The Encoding described by a field's metadata dict. Raises ValueError."""
+    try:
+        params = {k: v for k, v in meta.items() if k not in ("encoding", "columns")}
+        return ENCODINGS[meta["encoding"]](**params)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"bad field metadata {meta!r}: {exc}") from exc

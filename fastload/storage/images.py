@@ -1,0 +1,127 @@
+"""Image helpers for the storage encodings: sniffing, decoding file bytes, area resize.
+
+Pixels are uint8 arrays of shape (height, width, channels), RGB or RGBA. JPEG goes through
+simplejpeg; other file formats (PNG, BMP, ...) need Pillow, imported only when such bytes
+are met.
+"""
+import numpy as np
+
+JPEG_MAGIC = b"\xff\xd8\xff"
+QOI_MAGIC = b"qoif"
+
+
+def is_jpeg(data):
+    """True when the bytes-like ``data`` starts like a JPEG stream."""
+    return bytes(data[:3]) == JPEG_MAGIC
+
+
+def is_qoi(data):
+    """True when the bytes-like ``data`` starts like a QOI stream."""
+    return bytes(data[:4]) == QOI_MAGIC
+
+
+def as_pixels(value):
+    """``value`` (an array, or encoded image bytes) as a uint8 (h, w, 3|4) array.
+
+    A 2-D or single-channel array becomes RGB. Raises ValueError for another shape or
+    dtype, or bytes that cannot be decoded.
+    """
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return decode_image_bytes(value)
+    arr = np.asarray(value)
+    if arr.dtype != np.uint8:
+        raise ValueError(f"an image must be a uint8 array, got dtype {arr.dtype}")
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    if arr.ndim != 3 or arr.shape[2] not in (1, 3, 4):
+        raise ValueError(f"an image must have shape (h, w), (h, w, 1|3|4), got {arr.shape}")
+    if arr.shape[0] < 1 or arr.shape[1] < 1:
+        raise ValueError(f"an image must not be empty, got shape {arr.shape}")
+    if arr.shape[2] == 1:
+        arr = np.repeat(arr, 3, axis=2)
+    return arr
+
+
+def image_size(value):
+    """(height, width) of an array or of encoded image bytes, reading only the header
+    where the format allows."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        if is_jpeg(value):
+            import simplejpeg
+            h, w, _, _ = simplejpeg.decode_jpeg_header(bytes(value))
+            return h, w
+        return as_pixels(value).shape[:2]
+    return np.shape(value)[:2]
+
+
+def decode_image_bytes(data, min_size=None):
+    """Decodes JPEG, QOI or (through Pillow) any other image file bytes to RGB(A).
+
+    ``min_size`` = (h, w) lets JPEG decode at a reduced scale no smaller than that.
+    Raises ValueError when the bytes are not a readable image.
+    """
+    data = bytes(data)
+    if is_jpeg(data):
+        import simplejpeg
+        mh, mw = min_size or (0, 0)
+        return simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=mh, min_width=mw)
+    if is_qoi(data):
+        from fastload import _qoi
+        return _qoi.decode(data)
+    return _decode_with_pillow(data)
+
+
+def _decode_with_pillow(data):
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ValueError("these image bytes are not JPEG or QOI; reading other formats "
+                         "(PNG, BMP, ...) needs Pillow: pip install pillow") from None
+    import io
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            mode = "RGBA" if img.mode in ("RGBA", "LA", "PA") or "transparency" in img.info \
+                else "RGB"
+            return np.asarray(img.convert(mode))
+    except Exception as exc:  # Pillow raises many kinds for bad input
+        raise ValueError(f"cannot decode image bytes: {exc}") from exc
+
+
+def fit_size(h, w, max_side):
+    """(h, w) scaled so the longer side is at most ``max_side``, keeping the aspect ratio."""
+    if max_side is None or max(h, w) <= max_side:
+        return h, w
+    scale = max_side / max(h, w)
+    return max(1, round(h * scale)), max(1, round(w * scale))
+
+
+def resize_area(img, size):
+    """Shrinks ``img`` (h, w, c) uint8 to ``size`` = (h, w) by exact area averaging.
+
+    Each output pixel is the mean of the input area it covers, fractional pixels weighted
+    by their overlap (as OpenCV's INTER_AREA). Only shrinking is supported.
+    """
+    oh, ow = size
+    if (oh, ow) == img.shape[:2]:
+        return img
+    if oh > img.shape[0] or ow > img.shape[1]:
+        raise ValueError(f"resize_area only shrinks, asked {img.shape[:2]} -> {size}")
+    out = _area_axis(img.astype(np.float64), oh, axis=0)
+    out = _area_axis(out, ow, axis=1)
+    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+
+
+def _area_axis(x, m, axis):
+    """Area-average ``x`` along ``axis`` down to ``m`` samples, via cumulative sums."""
+    n = x.shape[axis]
+    if m == n:
+        return x
+    x = np.moveaxis(x, axis, 0)
+    csum = np.concatenate([np.zeros((1,) + x.shape[1:]), np.cumsum(x, axis=0)])
+    edges = np.arange(m + 1) * (n / m)
+    lo = np.minimum(np.floor(edges).astype(np.int64), n - 1)
+    frac = (edges - lo).reshape((-1,) + (1,) * (x.ndim - 1))
+    # The integral up to a fractional edge: whole pixels plus part of the next one.
+    at_edge = csum[lo] + frac * x[lo]
+    out = (at_edge[1:] - at_edge[:-1]) / (n / m)
+    return np.moveaxis(out, 0, axis)

@@ -1,0 +1,62 @@
+"""The packed format's schema metadata: version and per-field encodings.
+
+Keys of the Arrow schema metadata:
+- ``fastload.format``: the format version, a decimal integer (``b"1"``).
+- ``fastload.fields``: JSON, field name -> {"encoding", "columns", parameters}.
+- ``fastload.user``: JSON, the ``metadata`` dict given to ``write`` (class names, ...).
+
+Version rule: a reader opens files of its version or older and rejects newer ones.
+Additions that older readers may ignore (a new metadata key, a new parameter with a
+default) keep the version; anything that changes how existing columns are read bumps it.
+"""
+import json
+
+from fastload.storage.fields import from_meta
+
+FORMAT_VERSION = 1
+META_FORMAT = b"fastload.format"
+META_FIELDS = b"fastload.fields"
+META_USER = b"fastload.user"
+
+
+def read_fields(schema_metadata, column_names):
+    """The {field: (Encoding, [columns])} of a file from its schema metadata, or None when
+    the file has no fastload metadata. Raises ValueError for an unknown version or
+    metadata that does not match the columns."""
+    meta = schema_metadata or {}
+    if META_FORMAT not in meta:
+        return None
+    try:
+        version = int(meta[META_FORMAT].decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        raise ValueError(f"bad fastload format version {meta[META_FORMAT][:20]!r}") from None
+    if version > FORMAT_VERSION or version < 1:
+        raise ValueError(f"fastload format version {version} is not supported (this "
+                         f"fastload reads versions 1..{FORMAT_VERSION}); upgrade fastload")
+    try:
+        described = json.loads(meta[META_FIELDS].decode("utf-8"))
+    except (KeyError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"bad fastload field metadata: {exc}") from None
+    if not isinstance(described, dict):
+        raise ValueError("bad fastload field metadata: not a JSON object")
+    fields = {}
+    for name, fmeta in described.items():
+        if not isinstance(fmeta, dict):
+            raise ValueError(f"bad fastload metadata for field {name!r}")
+        enc = from_meta(fmeta)
+        cols = [c for c, _ in enc.columns(name)]
+        if fmeta.get("columns") != cols or any(c not in column_names for c in cols):
+            raise ValueError(f"field {name!r}: metadata names columns {fmeta.get('columns')}, "
+                             f"the file has {list(column_names)}")
+        fields[name] = (enc, cols)
+    return fields
+
+
+def read_user(schema_metadata):
+    """The user metadata dict of a file ({} when absent or unreadable)."""
+    raw = (schema_metadata or {}).get(META_USER)
+    try:
+        value = json.loads(raw.decode("utf-8")) if raw else {}
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,276 @@
+"""Opening packed datasets (and any Arrow IPC file): memory-mapped, zero copy.
+
+pyarrow is used at open time only, to parse the file and locate the buffers; items are
+then read through numpy views of the mapped file.
+"""
+import builtins
+import glob
+import os
+
+import numpy as np
+
+from fastload.errors import LoadError
+from fastload.obs import is_batch_index, normalize_index
+from fastload.storage.arrow_types import arrow_type, import_pyarrow
+from fastload.storage.columns import (EncodedColumn, Piece, RawArray, RawColumn,
+                                      ScalarArray, shape_list)
+from fastload.storage.fields import Bytes, Raw, Scalar, Str
+from fastload.storage.meta import read_fields, read_user
+
+__all__ = ["Dataset", "open", "resolve_files"]
+
+SUFFIXES = (".arrow", ".arrows", ".feather", ".ipc")
+CACHES = ("os", "memory")
+
+
+def open(path, *, cache="os"):
+    """Open a packed dataset: a file, a directory of shard files (``*.arrow``, ``*.ipc``,
+    ``*.feather``, ``*.arrows``; opened in name order as one dataset) or a glob pattern.
+
+    ``cache="os"`` memory-maps the files (the OS page cache holds what is read);
+    ``cache="memory"`` reads each file into RAM once. Any Arrow IPC file or stream opens;
+    without fastload metadata its binary columns read as bytes, strings as str and
+    numbers as arrays.
+
+    Raises FileNotFoundError for a missing path, ``LoadError`` (a ValueError) for a file
+    that is truncated, corrupt, of an unknown format version or inconsistent with the
+    other shards. Example::
+
+        ds = open("train.arrow")
+        ds[0]["image"]            # decoded
+        ds["image"].encoded[0]    # stored bytes, zero copy
+    """
+    if cache not in CACHES:
+        raise ValueError(f"cache must be one of {CACHES}, got {cache!r}")
+    files = resolve_files(path)
+    return Dataset([_read_file(f, cache) for f in files])
+
+
+def resolve_files(path):
+    """The files ``path`` names: itself, the shard files of a directory, or a glob's
+    matches, sorted. Raises FileNotFoundError when there are none."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        files = sorted(os.path.join(path, f) for f in os.listdir(path)
+                       if f.endswith(SUFFIXES) and not f.startswith("."))
+        if not files:
+            raise FileNotFoundError(f"no dataset files ({', '.join(SUFFIXES)}) in directory "
+                                    f"{path!r}")
+        return files
+    if os.path.exists(path):
+        return [path]
+    if any(c in path for c in "*?["):
+        files = sorted(f for f in glob.glob(path) if os.path.isfile(f))
+        if files:
+            return files
+        raise FileNotFoundError(f"no files match {path!r}")
+    raise FileNotFoundError(f"no such dataset file or directory: {path!r}")
+
+
+class _Shard:
+    """One opened file: its mapped bytes and its record batches."""
+
+    def __init__(self, path, base, schema, batches):
+        self.path, self.base, self.schema, self.batches = path, base, schema, batches
+        self.rows = sum(b.num_rows for b in batches)
+
+
+def _read_file(path, cache):
+    pa = import_pyarrow()
+    try:
+        if cache == "os":
+            buf = pa.memory_map(path, "r").read_buffer()
+        else:
+            with builtins.open(path, "rb") as f:
+                buf = pa.py_buffer(f.read())
+    except OSError as exc:
+        raise LoadError(f"{path}: cannot read: {exc}", source=path) from exc
+    try:
+        schema, batches = _parse_ipc(pa, buf)
+        for b in batches:
+            b.validate(full=True)
+    except Exception as exc:  # pyarrow reports bad bytes with several exception types
+        raise LoadError(f"{path}: not a readable Arrow IPC file (truncated or corrupt?): "
+                        f"{exc}", source=path) from exc
+    return _Shard(path, np.frombuffer(buf, np.uint8), schema, batches)
+
+
+def _parse_ipc(pa, buf):
+    """(schema, record batches) of an IPC file, else of an IPC stream."""
+    try:
+        reader = pa.ipc.open_file(pa.BufferReader(buf))
+        return reader.schema, [reader.get_batch(i) for i in range(reader.num_record_batches)]
+    except pa.ArrowInvalid as exc:
+        if buf.size >= 6 and buf.to_pybytes()[:6] == b"ARROW1":
+            raise  # a file format header: the file is damaged, not a stream
+        try:
+            reader = pa.ipc.open_stream(pa.BufferReader(buf))
+            return reader.schema, list(reader)
+        except pa.ArrowInvalid:
+            raise exc from None
+
+
+class Dataset:
+    """A packed dataset: ``len(ds)`` observations; ``ds[i]`` a dict of decoded fields;
+    ``ds[idx]`` (index array or slice) a dict of batches (arrays for raw and scalar
+    fields, lists for the others); ``ds["name"]`` a column.
+
+    Columns: scalar fields are 1-D arrays; Raw fields an (n, *shape) array (a
+    ``RawColumn`` holding one array per record batch when the file has several); other
+    fields an ``EncodedColumn``. Every column has ``.encoding``.
+    """
+
+    def __init__(self, shards):
+        self._shards = shards
+        first = shards[0]
+        for s in shards[1:]:
+            if not s.schema.equals(first.schema, check_metadata=True):
+                raise LoadError(f"{s.path}: its schema differs from {first.path}'s; shards "
+                                f"of one dataset must share one schema", source=s.path)
+        try:
+            described = read_fields(first.schema.metadata, first.schema.names)
+        except ValueError as exc:
+            raise LoadError(f"{first.path}: {exc}", source=first.path) from exc
+        pieces = [(s, b) for s in shards for b in s.batches]
+        self.chunk_bounds = np.concatenate(
+            [[0], np.cumsum([b.num_rows for _, b in pieces], dtype=np.int64)]).astype(np.int64)
+        self.shard_bounds = np.concatenate(
+            [[0], np.cumsum([s.rows for s in shards], dtype=np.int64)]).astype(np.int64)
+        self.files = [s.path for s in shards]
+        self._inferred = described is None
+        if described is None:
+            described = _infer_fields(first.schema)
+        self.fields = {name: enc for name, (enc, _) in described.items()}
+        self.metadata = read_user(first.schema.metadata)
+        self._field_columns = {name: cols for name, (_, cols) in described.items()}
+        self._columns = {name: self._column(name, enc, cols, pieces)
+                         for name, (enc, cols) in described.items()}
+
+    def _column(self, name, enc, cols, pieces):
+        pa = import_pyarrow()
+        schema = self._shards[0].schema
+        for col, kind in ([] if self._inferred else enc.columns(name)):
+            if schema.field(col).type != arrow_type(pa, kind):
+                raise LoadError(f"{self.files[0]}: column {col!r} has type "
+                                f"{schema.field(col).type}, field {name!r} ({enc.name}) "
+                                f"needs {arrow_type(pa, kind)}", source=self.files[0])
+        arrays = {col: [b.column(col) for _, b in pieces] for col in cols}
+        if any(a.null_count for col in cols for a in arrays[col]):
+            if enc is None or not isinstance(enc, (Bytes, Str, Scalar)):
+                raise LoadError(f"{self.files[0]}: field {name!r} has missing values",
+                                source=self.files[0])
+            enc = None  # a foreign column with nulls: read through pyarrow
+        if enc is None:
+            return ArrowColumn(name, pa.chunked_array(arrays[name], schema.field(name).type))
+        if isinstance(enc, Scalar):
+            return _scalar_array(pa, arrays[name], schema.field(name).type)
+        main = [Piece(a, s.base, id(s)) for (s, _), a in zip(pieces, arrays[name])]
+        if isinstance(enc, Raw):
+            if len(main) == 1:
+                return RawColumn(name, enc, main, self.chunk_bounds).chunks[0].view(RawArray)
+            return RawColumn(name, enc, main, self.chunk_bounds)
+        parts = {}
+        for col, kind in enc.columns(name)[1:]:
+            chunked = pa.chunked_array(arrays[col], schema.field(col).type)
+            parts[col.split(".", 1)[1]] = shape_list(chunked) if kind == "shape" else \
+                chunked.to_numpy()
+        return EncodedColumn(name, enc, main, parts, self.chunk_bounds,
+                             [s.path for s, _ in pieces])
+
+    def __len__(self):
+        return int(self.shard_bounds[-1])
+
+    def __repr__(self):
+        fields = ", ".join(f"{k}: {c.encoding}" for k, c in self._columns.items())
+        return f"<fastload Dataset: {len(self)} rows, {len(self.files)} file(s), {{{fields}}}>"
+
+    def keys(self):
+        """The field names, in file order."""
+        return list(self._columns)
+
+    @property
+    def encodings(self):
+        """Field name -> encoding name ("jpeg", "raw", "scalar", ...)."""
+        return {k: c.encoding for k, c in self._columns.items()}
+
+    @property
+    def num_chunks(self):
+        """The number of record batches, over all files."""
+        return len(self.chunk_bounds) - 1
+
+    @property
+    def nbytes(self):
+        """Total size of the files, in bytes."""
+        return sum(s.base.size for s in self._shards)
+
+    def field_nbytes(self):
+        """Field name -> bytes its columns take in the files (Arrow buffers)."""
+        return {name: sum(b.column(c).nbytes for s in self._shards for b in s.batches
+                          for c in cols)
+                for name, cols in self._field_columns.items()}
+
+    @property
+    def shards(self):
+        """One Dataset per file (sharing the mapped files)."""
+        return [self] if len(self._shards) == 1 else [Dataset([s]) for s in self._shards]
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            try:
+                return self._columns[key]
+            except KeyError:
+                raise KeyError(f"no field {key!r}; fields are {self.keys()}") from None
+        i = normalize_index(key, len(self))
+        return {k: _plain(col[i]) for k, col in self._columns.items()}
+
+    def __getobs__(self, i):
+        return self[i]
+
+
+def _plain(value):
+    """Items and batches are plain arrays, not the column's array subclass."""
+    return value.view(np.ndarray) if isinstance(value, (RawArray, ScalarArray)) else value
+
+
+def _scalar_array(pa, arrays, typ):
+    chunked = pa.chunked_array(arrays, typ)
+    return chunked.to_numpy().view(ScalarArray)
+
+
+def _infer_fields(schema):
+    """Encodings for a file without fastload metadata, one field per column."""
+    pa = import_pyarrow()
+    fields = {}
+    for f in schema:
+        t = f.type
+        if pa.types.is_binary(t) or pa.types.is_large_binary(t) or \
+                pa.types.is_fixed_size_binary(t):
+            enc = Bytes()
+        elif pa.types.is_string(t) or pa.types.is_large_string(t):
+            enc = Str()
+        elif pa.types.is_integer(t) or pa.types.is_floating(t) and t.bit_width > 16 or \
+                pa.types.is_boolean(t):
+            enc = Scalar(t.to_pandas_dtype())
+        else:
+            enc = None
+        fields[f.name] = (enc, [f.name])
+    return fields
+
+
+class ArrowColumn:
+    """A column of a foreign Arrow file with no fastload encoding (nested types, nulls):
+    items come from pyarrow as Python values."""
+
+    encoding = "arrow"
+
+    def __init__(self, name, chunked):
+        self.name, self.chunked = name, chunked
+
+    def __len__(self):
+        return len(self.chunked)
+
+    def __getitem__(self, i):
+        i = normalize_index(i, len(self))
+        if is_batch_index(i):
+            return self.chunked.take(i).to_pylist()
+        return self.chunked[i].as_py()

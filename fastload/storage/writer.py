@@ -1,0 +1,190 @@
+"""Writing packed datasets: observations encoded in parallel, streamed to an Arrow IPC file.
+
+The file is written under a temporary name in the destination's directory and renamed
+when complete, so an error or Ctrl-C never leaves a partial file under the final name.
+"""
+import json
+import os
+import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+
+from fastload.errors import LoadError
+from fastload.obs import getobs, numobs
+from fastload.storage.arrow_types import arrow_type, build_array, import_pyarrow, value_nbytes
+from fastload.storage.fields import as_encoding
+from fastload.storage.meta import FORMAT_VERSION, META_FIELDS, META_FORMAT, META_USER
+
+__all__ = ["write"]
+
+DEFAULT_CHUNK_BYTES = 64 << 20
+# Arrow binary columns hold int32 offsets: a record batch column stays under 2 GiB.
+MAX_CHUNK_BYTES = 1 << 30
+
+
+def write(path, data, fields, *, chunk_bytes=DEFAULT_CHUNK_BYTES, num_threads=None,
+          progress=True, metadata=None):
+    """Encode every observation of ``data`` and write them to the packed file ``path``.
+
+    ``data`` is a container (``numobs``/``getobs``) whose observations are dicts holding
+    the fields, or tuples with the fields in the order of ``fields``. ``fields`` maps each
+    field name to an encoding (``Raw()``, ``JPEG(quality=90)``, ``"int64"``, ...).
+    Record batches of about ``chunk_bytes`` encoded bytes are streamed to the file, so
+    memory stays bounded; ``num_threads`` encoder threads (default: one per CPU) run at
+    once; ``progress`` shows a tqdm bar when tqdm is installed. ``metadata`` is an optional
+    JSON-serializable dict kept in the file (``Dataset.metadata``), e.g. class names.
+
+    Raises ValueError/TypeError for bad arguments, and ``LoadError`` naming the row when an
+    observation cannot be read or encoded. Example::
+
+        write("train.arrow", {"image": images, "label": labels},
+              {"image": JPEG(quality=90), "label": "int64"})
+    """
+    path = os.fspath(path)
+    encodings, threads = _check_args(path, fields, chunk_bytes, num_threads)
+    user_meta = json.dumps({} if metadata is None else metadata).encode()
+    n = numobs(data)
+    if n < 1:
+        raise ValueError("cannot write a dataset with no observations")
+    pa = import_pyarrow()
+    names = list(encodings)
+    first = _observation(data, 0, names)
+    encodings = {k: _at_row(0, k, lambda: enc.bind(first[k])) for k, enc in encodings.items()}
+    schema = _schema(pa, encodings, user_meta)
+    tmp = _temp_name(path)
+    try:
+        with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as out:
+            rows = _encoded_rows(data, n, encodings, threads)
+            for batch in _batches(pa, schema, rows, encodings, chunk_bytes, n, progress):
+                out.write_batch(batch)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def _check_args(path, fields, chunk_bytes, num_threads):
+    if not isinstance(fields, dict) or not fields:
+        raise TypeError("fields must be a non-empty dict: field name -> encoding")
+    encodings = {}
+    for name, spec in fields.items():
+        if not isinstance(name, str) or not name or "." in name:
+            raise ValueError(f"a field name must be a non-empty str without '.', got {name!r}")
+        encodings[name] = as_encoding(spec)
+    if not isinstance(chunk_bytes, int) or not 1 <= chunk_bytes <= MAX_CHUNK_BYTES:
+        raise ValueError(f"chunk_bytes must be an int in 1..{MAX_CHUNK_BYTES}, got {chunk_bytes!r}")
+    if num_threads is None:
+        num_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+            else (os.cpu_count() or 1)
+    if not isinstance(num_threads, int) or num_threads < 1:
+        raise ValueError(f"num_threads must be a positive int or None, got {num_threads!r}")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise FileNotFoundError(f"cannot write {path!r}: directory {parent!r} does not exist")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"cannot write {path!r}: it is a directory")
+    return encodings, num_threads
+
+
+def _temp_name(path):
+    head, tail = os.path.split(os.path.abspath(path))
+    return os.path.join(head, f".{tail}.{os.getpid()}.{threading.get_ident()}.tmp")
+
+
+def _schema(pa, encodings, user_meta):
+    cols = [pa.field(col, arrow_type(pa, kind), nullable=False)
+            for name, enc in encodings.items() for col, kind in enc.columns(name)]
+    meta = {name: enc.to_meta(name) for name, enc in encodings.items()}
+    return pa.schema(cols, metadata={META_FORMAT: str(FORMAT_VERSION).encode(),
+                                     META_FIELDS: json.dumps(meta).encode(),
+                                     META_USER: user_meta})
+
+
+def _at_row(i, field, fn):
+    """``fn()``, with any exception re-raised as a LoadError naming row ``i``."""
+    try:
+        return fn()
+    except Exception as exc:
+        where = f"row {i}" + (f", field {field!r}" if field else "")
+        raise LoadError(f"cannot write {where}: {type(exc).__name__}: {exc}",
+                        index=i, source=field) from exc
+
+
+def _observation(data, i, names):
+    """Observation ``i`` as a dict with the ``names`` fields."""
+    def get():
+        obs = getobs(data, i)
+        if isinstance(obs, dict):
+            missing = [k for k in names if k not in obs]
+            if missing:
+                raise KeyError(f"observation has no field(s) {missing}; it has {list(obs)}")
+            return obs
+        if isinstance(obs, (tuple, list)):
+            if len(obs) != len(names):
+                raise ValueError(f"observation is a {type(obs).__name__} of {len(obs)} values "
+                                 f"for {len(names)} fields {names}")
+            return dict(zip(names, obs))
+        raise TypeError(f"an observation must be a dict or tuple, got {type(obs).__name__}")
+    return _at_row(i, None, get)
+
+
+def _encode_row(data, i, encodings):
+    obs = _observation(data, i, list(encodings))
+    return [_at_row(i, k, lambda: enc.encode(obs[k])) for k, enc in encodings.items()]
+
+
+def _encoded_rows(data, n, encodings, threads):
+    """Encoded rows in order, at most 4 * threads in flight (bounded memory)."""
+    if threads == 1:
+        for i in range(n):
+            yield _encode_row(data, i, encodings)
+        return
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="fastload-write")
+    pending = deque()
+    try:
+        for i in range(n):
+            pending.append(pool.submit(_encode_row, data, i, encodings))
+            if len(pending) >= 4 * threads:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        # On an error or Ctrl-C: drop queued rows, wait only for the running ones.
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _batches(pa, schema, rows, encodings, chunk_bytes, n, progress):
+    kinds = [kind for name, enc in encodings.items() for _, kind in enc.columns(name)]
+    bar = _progress_bar(n, progress)
+    try:
+        cols, size = [[] for _ in kinds], 0
+        for row in rows:
+            for c, value in enumerate(v for parts in row for v in parts):
+                cols[c].append(value)
+                size += value_nbytes(value)
+            if bar is not None:
+                bar.update(1)
+            if size >= chunk_bytes:
+                yield _record_batch(pa, schema, kinds, cols)
+                cols, size = [[] for _ in kinds], 0
+        if cols[0]:
+            yield _record_batch(pa, schema, kinds, cols)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _record_batch(pa, schema, kinds, cols):
+    arrays = [build_array(pa, kind, values) for kind, values in zip(kinds, cols)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _progress_bar(n, progress):
+    if not progress:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=n, unit="obs", desc="writing")

@@ -1,0 +1,189 @@
+"""The native image kernels (fastload._image) against numpy, PIL and torchvision's rules."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+from fastload import _image
+
+MASK = (1 << 64) - 1
+
+
+def natural_image(h, w, channels=3, seed=0):
+    """A photo-like uint8 HWC image: smooth gradients, a few solid shapes, mild noise."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float64)
+    img = np.stack([255 * xx / max(w - 1, 1), 255 * yy / max(h - 1, 1),
+                    128 + 100 * np.sin(xx / 23.0 + yy / 31.0)], axis=-1)
+    for _ in range(4):
+        cy, cx = rng.uniform(0, h), rng.uniform(0, w)
+        r = rng.uniform(0.05, 0.25) * min(h, w)
+        img[(yy - cy) ** 2 + (xx - cx) ** 2 < r * r] = rng.uniform(0, 255, 3)
+    img += rng.normal(0, 4, img.shape)
+    img = np.clip(img, 0, 255).astype(np.uint8)
+    if channels == 1:
+        return img[:, :, :1].copy()
+    if channels == 4:
+        return np.concatenate([img, np.full((h, w, 1), 200, np.uint8)], axis=-1)
+    return img
+
+
+def pil_resize(img, h, w):
+    """PIL's antialiased BILINEAR resize of a uint8 HWC image (1, 3 or 4 channels)."""
+    mode = {1: "L", 3: "RGB", 4: "RGBA"}[img.shape[2]]
+    pil = Image.fromarray(img[:, :, 0] if mode == "L" else img, mode)
+    out = np.asarray(pil.resize((w, h), Image.BILINEAR))
+    return out.reshape(h, w, img.shape[2])
+
+
+def assert_close_pixels(ours, ref, mae=1.0, max_err=8):
+    diff = np.abs(ours.astype(np.int32) - ref.astype(np.int32))
+    assert ours.shape == ref.shape
+    assert diff.mean() <= mae, f"mean abs error {diff.mean():.3f}"
+    assert diff.max() <= max_err, f"max abs error {diff.max()}"
+
+
+# A plain-Python model of csrc/rng.h, to replay the draws of the C code.
+def _mix64(z):
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+    return z ^ (z >> 31)
+
+
+class ModelRng:
+    def __init__(self, seed, epoch, index, op):
+        h = _mix64((seed + 0x9E3779B97F4A7C15) & MASK)
+        h = _mix64(h ^ ((epoch + 0x632BE59BD9B4E019) & MASK))
+        h = _mix64(h ^ ((index + 0x85EBCA77C2B2AE63) & MASK))
+        self.state = _mix64(h ^ ((op + 0xC2B2AE3D27D4EB4F) & MASK))
+
+    def next(self):
+        self.state = (self.state + 0x9E3779B97F4A7C15) & MASK
+        return _mix64(self.state)
+
+    def uniform(self):
+        return (self.next() >> 11) * (1.0 / 9007199254740992.0)
+
+    def below(self, n):
+        return (self.next() * n) >> 64
+
+
+def torchvision_rrc_params(rng, h, w, scale, ratio):
+    """torchvision's RandomResizedCrop.get_params, written out, drawing from `rng`."""
+    area = h * w
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        target_area = area * (scale[0] + (scale[1] - scale[0]) * rng.uniform())
+        aspect = math.exp(log_ratio[0] + (log_ratio[1] - log_ratio[0]) * rng.uniform())
+        cw = int(round(math.sqrt(target_area * aspect)))
+        ch = int(round(math.sqrt(target_area / aspect)))
+        if 0 < cw <= w and 0 < ch <= h:
+            return rng.below(h - ch + 1), rng.below(w - cw + 1), ch, cw
+    in_ratio = w / h
+    if in_ratio < min(ratio):
+        cw, ch = w, int(round(w / min(ratio)))
+    elif in_ratio > max(ratio):
+        ch, cw = h, int(round(h * max(ratio)))
+    else:
+        cw, ch = w, h
+    return (h - ch) // 2, (w - cw) // 2, ch, cw
+
+
+@pytest.mark.parametrize("src,dst", [((330, 440), (224, 224)), ((480, 640), (256, 341)),
+                                     ((375, 500), (37, 50)), ((100, 80), (300, 200)),
+                                     ((64, 64), (64, 64)), ((7, 9), (1, 1))])
+@pytest.mark.parametrize("channels", [1, 3, 4])
+def test_resize_matches_pil_bilinear(src, dst, channels):
+    img = natural_image(*src, channels=channels)
+    assert_close_pixels(_image.resize(img, *dst), pil_resize(img, *dst))
+
+
+@settings(max_examples=60, deadline=None)
+@given(sh=st.integers(1, 200), sw=st.integers(1, 200), dh=st.integers(1, 200),
+       dw=st.integers(1, 200))
+def test_resize_matches_pil_for_any_shapes(sh, sw, dh, dw):
+    img = natural_image(sh, sw, seed=sh * 1000 + sw)
+    assert_close_pixels(_image.resize(img, dh, dw), pil_resize(img, dh, dw))
+
+
+def test_resize_keeps_flat_images_flat():
+    img = np.full((123, 77, 3), 97, np.uint8)
+    assert np.all(_image.resize(img, 31, 200) == 97)
+
+
+def test_resize_reads_strided_views():
+    img = natural_image(200, 300)
+    view = img[10:150, 20:260]
+    assert_close_pixels(_image.resize(view, 70, 120), pil_resize(np.ascontiguousarray(view), 70, 120))
+
+
+def test_flip_is_exact():
+    img = natural_image(31, 45, channels=3)
+    assert np.array_equal(_image.flip_horizontal(img.copy()), img[:, ::-1])
+    gray = natural_image(8, 7, channels=1)
+    assert np.array_equal(_image.flip_horizontal(gray.copy()), gray[:, ::-1])
+
+
+@pytest.mark.parametrize("chw", [False, True])
+def test_normalize_matches_numpy(chw):
+    img = natural_image(40, 50)
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    ref = (img / 255.0 - np.array(mean)) / np.array(std)
+    if chw:
+        ref = ref.transpose(2, 0, 1)
+    out = _image.normalize(img, mean, std, chw)
+    assert out.dtype == np.float32 and out.shape == ref.shape
+    assert np.abs(out - ref).max() <= 1e-6
+
+
+def test_convert_channels():
+    rgb = natural_image(20, 30)
+    gray = _image.convert_channels(rgb, 1)
+    luma = np.asarray(Image.fromarray(rgb).convert("L"))
+    assert np.abs(gray[:, :, 0].astype(int) - luma).max() <= 1
+    assert np.array_equal(_image.convert_channels(gray, 3), np.repeat(gray, 3, axis=2))
+    rgba = _image.convert_channels(rgb, 4)
+    assert np.array_equal(rgba[:, :, :3], rgb) and np.all(rgba[:, :, 3] == 255)
+    assert np.array_equal(_image.convert_channels(rgba, 3), rgb)
+
+
+@settings(max_examples=200, deadline=None)
+@given(h=st.integers(1, 2000), w=st.integers(1, 2000), index=st.integers(0, 2**63),
+       lo=st.floats(0.01, 1.0), ratio_lo=st.floats(0.2, 1.0), ratio_hi=st.floats(1.0, 5.0))
+def test_rrc_params_follow_torchvision(h, w, index, lo, ratio_lo, ratio_hi):
+    scale, ratio = (lo, 1.0), (ratio_lo, ratio_hi)
+    got = _image.rrc_params(h, w, scale, ratio, seed=7, epoch=1, index=index, op=2)
+    assert got == torchvision_rrc_params(ModelRng(7, 1, index, 2), h, w, scale, ratio)
+    y, x, ch, cw = got
+    assert 0 <= y <= h - ch and 0 <= x <= w - cw and ch > 0 and cw > 0
+
+
+def test_rrc_params_stay_in_range_and_bounds():
+    h, w = 300, 400
+    for index in range(500):
+        y, x, ch, cw = _image.rrc_params(h, w, (0.08, 1.0), (3 / 4, 4 / 3), index=index)
+        assert 0 <= y and y + ch <= h and 0 <= x and x + cw <= w
+        assert 0.08 * h * w * 0.9 <= ch * cw <= h * w
+        assert 3 / 4 * 0.9 <= cw / ch <= 4 / 3 * 1.1
+
+
+def test_rrc_params_fall_back_to_a_central_crop():
+    # No crop of aspect 10..20 fits a 100 x 50 image: all tries fail, the fallback clamps.
+    assert _image.rrc_params(100, 50, (0.5, 1.0), (10.0, 20.0)) == (47, 0, 5, 50)
+    assert _image.rrc_params(50, 100, (0.5, 1.0), (0.01, 0.02)) == (0, 49, 50, 1)
+
+
+def test_center_crop_params_follow_torchvision():
+    assert _image.center_crop_params(256, 341, 224, 224) == (16, 58)  # round(58.5) == 58
+    assert _image.center_crop_params(10, 13, 4, 4) == (3, 4)  # round(4.5) == 4
+    assert _image.center_crop_params(10, 10, 15, 14) == (-2, -2)  # padded: (15-10)//2
+
+
+def test_random_crop_params_cover_the_padded_range():
+    seen = {_image.random_crop_params(32, 32, 32, 32, padding=4, index=i) for i in range(2000)}
+    assert {y for y, _ in seen} == set(range(-4, 5)) == {x for _, x in seen}
+    with pytest.raises(ValueError, match="smaller than the crop"):
+        _image.random_crop_params(20, 20, 32, 32, padding=4)
