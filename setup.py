@@ -5,12 +5,12 @@ import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-CFLAGS = ["-O3", "-std=c99", "-pthread", "-Wall", "-Wno-unused-function",
+CFLAGS = ["-O3", "-std=c99", "-pthread", "-Wall", "-Wno-unused-function", "-Wno-format-truncation",
           "-D_GNU_SOURCE", "-DNPY_NO_DEPRECATED_API=NPY_1_7_API_VERSION"]
 
 # Each binding module and the C units it links; a C unit may be linked into more than one.
 MODULES = {
-    "fastload._core": ["csrc/pool.c", "csrc/engine.c"],
+    "fastload._core": ["csrc/pool.c", "csrc/engine.c", "csrc/imageplan.c", "csrc/image.c", "csrc/qoi.c"],
 }
 
 

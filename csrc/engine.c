@@ -59,7 +59,7 @@ static void item_failed(fl_job *job, int64_t pos, int field, const char *message
 
 static void job_task(void *arg) {
     fl_job *job = arg;
-    fl_scratch scratch = {NULL, 0};
+    fl_scratch scratch[FL_SCRATCH_REGIONS] = {{NULL, 0}};
     char message[FL_MESSAGE_BYTES];
     const int64_t chunk = job->chunk > 0 ? job->chunk : 1;
     for (;;) {
@@ -75,14 +75,14 @@ static void job_task(void *arg) {
                 const fl_field *field = &job->fields[f];
                 message[0] = '\0';
                 char *dst = job->dst[f] + k * field->row_bytes;
-                if (field->fill(field, job, k, job->idx[k], dst, &scratch, message) != 0) {
+                if (field->fill(field, job, k, job->idx[k], dst, scratch, message) != 0) {
                     item_failed(job, k, f, message);
                     break;
                 }
             }
         }
     }
-    free(scratch.data);
+    for (int r = 0; r < FL_SCRATCH_REGIONS; r++) free(scratch[r].data);
     pthread_mutex_lock(&job->group->lock);
     if (--job->tasks_left == 0) {
         job->finished = 1;

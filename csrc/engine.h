@@ -14,7 +14,9 @@
 #define FL_MAX_DIMS 16
 #define FL_MESSAGE_BYTES 512
 
-/* Scratch memory owned by one task while it runs; grown on demand, freed at its end. */
+/* Scratch memory owned by one task while it runs; grown on demand, freed at its end.
+ * A fill function gets FL_SCRATCH_REGIONS of them, to grow independently. */
+#define FL_SCRATCH_REGIONS 2
 typedef struct {
     void *data;
     size_t bytes;

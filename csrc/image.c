@@ -9,6 +9,13 @@
 #define FL_HALF (1 << (FL_BITS - 1))
 #define FL_ALIGN 64
 
+/* The hot loops get an AVX2 clone, picked at load time on CPUs that have it. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#define FL_HOT __attribute__((target_clones("avx2", "default")))
+#else
+#define FL_HOT
+#endif
+
 static size_t align_up(size_t n) { return (n + FL_ALIGN - 1) & ~(size_t)(FL_ALIGN - 1); }
 static int imin(int a, int b) { return a < b ? a : b; }
 static int imax(int a, int b) { return a > b ? a : b; }
@@ -66,51 +73,32 @@ static void axis_fill(axis_tab *t, double b0, double b1, int lo, int hi, int n_v
     }
 }
 
-/* Horizontal pass of one row; C is a compile-time constant in each caller below, and the
- * table is read through restrict locals so that the byte stores cannot force reloads. */
-static inline void hpass_row(const uint8_t *restrict s, uint8_t *restrict d, const axis_tab *t,
-                             const int C) {
-    const int n = t->n, k = t->k;
-    const int32_t *restrict start = t->start, *restrict count = t->count;
-    const int16_t *restrict coef = t->coef;
-    for (int i = 0; i < n; i++) {
-        const uint8_t *restrict p = s + (size_t)start[i] * C;
-        const int16_t *restrict q = coef + (size_t)i * k;
-        const int cnt = count[i];
-        int a0 = FL_HALF, a1 = FL_HALF, a2 = FL_HALF, a3 = FL_HALF;
-        for (int j = 0; j < cnt; j++) {
-            const int w = q[j];
-            a0 += w * p[j * C];
-            if (C > 1) a1 += w * p[j * C + 1];
-            if (C > 2) a2 += w * p[j * C + 2];
-            if (C > 3) a3 += w * p[j * C + 3];
-        }
-        d[i * C] = (uint8_t)(a0 >> FL_BITS);
-        if (C > 1) d[i * C + 1] = (uint8_t)(a1 >> FL_BITS);
-        if (C > 2) d[i * C + 2] = (uint8_t)(a2 >> FL_BITS);
-        if (C > 3) d[i * C + 3] = (uint8_t)(a3 >> FL_BITS);
-    }
-}
-
-static void hpass(const uint8_t *s, uint8_t *d, const axis_tab *t, int c) {
-    switch (c) {
-    case 1: hpass_row(s, d, t, 1); break;
-    case 2: hpass_row(s, d, t, 2); break;
-    case 3: hpass_row(s, d, t, 3); break;
-    default: hpass_row(s, d, t, 4); break;
-    }
-}
-
-/* Vertical pass of one output row: a weighted sum of whole rows, which gcc vectorizes. */
-static void vpass_row(const uint8_t *tmp, size_t row_bytes, int first, int cnt,
-                      const int16_t *q, int32_t *restrict acc, uint8_t *restrict d) {
-    for (size_t i = 0; i < row_bytes; i++) acc[i] = FL_HALF;
+/* acc[i] = rounding + sum_j q[j] * rows[first + j][i] for i < len: whole rows at a time,
+ * which gcc vectorizes. Both passes are this sum; each stores its result transposed. */
+FL_HOT static void weighted_rows(const uint8_t *rows, size_t stride, int first, int cnt,
+                          const int16_t *restrict q, size_t len, int32_t *restrict acc) {
+    for (size_t i = 0; i < len; i++) acc[i] = FL_HALF;
     for (int j = 0; j < cnt; j++) {
-        const uint8_t *restrict s = tmp + (size_t)(first + j) * row_bytes;
+        const uint8_t *restrict s = rows + (size_t)(first + j) * stride;
         const int32_t w = q[j];
-        for (size_t i = 0; i < row_bytes; i++) acc[i] += w * s[i];
+        for (size_t i = 0; i < len; i++) acc[i] += w * s[i];
     }
-    for (size_t i = 0; i < row_bytes; i++) d[i] = (uint8_t)(acc[i] >> FL_BITS);
+}
+
+/* d[p * step + ch] = acc[p * C + ch] >> FL_BITS for pixels p < n; C constant per caller. */
+static inline void store_pixels(const int32_t *restrict acc, int n, const int C,
+                                uint8_t *restrict d, size_t step) {
+    for (int p = 0; p < n; p++, d += step)
+        for (int ch = 0; ch < C; ch++) d[ch] = (uint8_t)(acc[p * C + ch] >> FL_BITS);
+}
+
+static void store_transposed(const int32_t *acc, int n, int c, uint8_t *d, size_t step) {
+    switch (c) {
+    case 1: store_pixels(acc, n, 1, d, step); break;
+    case 2: store_pixels(acc, n, 2, d, step); break;
+    case 3: store_pixels(acc, n, 3, d, step); break;
+    default: store_pixels(acc, n, 4, d, step); break;
+    }
 }
 
 /* A resampling job: box [x0,x1)x[y0,y1) of src (clamped to pixels [rx0,rx1)x[ry0,ry1))
@@ -123,15 +111,15 @@ typedef struct {
 
 typedef struct { size_t xs, xc, ys, yc, tmp, acc, total; } resample_layout;
 
-static resample_layout layout_for(int oh, int ow, int kx, int ky, int rows, int c) {
+static resample_layout layout_for(int oh, int ow, int kx, int ky, int cols, int c) {
     resample_layout L;
     size_t off = 0;
     L.xs = off; off += align_up(sizeof(int32_t) * 2 * (size_t)ow);
     L.xc = off; off += align_up(sizeof(int16_t) * (size_t)ow * kx);
     L.ys = off; off += align_up(sizeof(int32_t) * 2 * (size_t)oh);
     L.yc = off; off += align_up(sizeof(int16_t) * (size_t)oh * ky);
-    L.tmp = off; off += align_up((size_t)rows * ow * c);
-    L.acc = off; off += align_up(sizeof(int32_t) * (size_t)ow * c);
+    L.tmp = off; off += align_up((size_t)cols * oh * c);
+    L.acc = off; off += align_up(sizeof(int32_t) * (size_t)imax(cols, oh) * c);
     L.total = off + FL_ALIGN;  /* room to align the scratch pointer itself */
     return L;
 }
@@ -143,14 +131,14 @@ static uint8_t *aligned(void *p) {
 
 static size_t resample_bytes(const resample_job *j, int oh, int ow, int c) {
     int kx = axis_taps(j->x1 - j->x0, j->vw), ky = axis_taps(j->y1 - j->y0, j->vh);
-    return layout_for(oh, ow, kx, ky, j->ry1 - j->ry0, c).total;
+    return layout_for(oh, ow, kx, ky, j->rx1 - j->rx0, c).total;
 }
 
 static int resample(const fl_image *src, const resample_job *j, fl_image *dst,
                     void *scratch, size_t scratch_bytes) {
     int oh = dst->h, ow = dst->w, c = src->c;
     int kx = axis_taps(j->x1 - j->x0, j->vw), ky = axis_taps(j->y1 - j->y0, j->vh);
-    resample_layout L = layout_for(oh, ow, kx, ky, j->ry1 - j->ry0, c);
+    resample_layout L = layout_for(oh, ow, kx, ky, j->rx1 - j->rx0, c);
     if (!scratch || scratch_bytes < L.total) return FL_ESCRATCH;
     uint8_t *base = aligned(scratch);
     axis_tab tx = {ow, kx, (int32_t *)(base + L.xs), (int32_t *)(base + L.xs) + ow,
@@ -159,16 +147,23 @@ static int resample(const fl_image *src, const resample_job *j, fl_image *dst,
                    (int16_t *)(base + L.yc)};
     axis_fill(&tx, j->x0, j->x1, j->rx0, j->rx1, j->vw, j->wx);
     axis_fill(&ty, j->y0, j->y1, j->ry0, j->ry1, j->vh, j->wy);
-    /* Only the source rows that some output row reads go through the horizontal pass. */
-    int row_lo = ty.start[0], row_hi = ty.start[oh - 1] + ty.count[oh - 1];
-    size_t row_bytes = (size_t)ow * c;
+    /* Vertical pass over the source columns that some output column reads, stored
+     * transposed (column-major) so that the horizontal pass also sums whole rows. */
+    int col_lo = tx.start[0], col_hi = tx.start[ow - 1] + tx.count[ow - 1];
+    int cols = col_hi - col_lo;
+    size_t tstride = (size_t)oh * c;
     uint8_t *tmp = base + L.tmp;
-    for (int r = row_lo; r < row_hi; r++)
-        hpass(src->data + r * src->stride, tmp + (size_t)(r - row_lo) * row_bytes, &tx, c);
     int32_t *acc = (int32_t *)(base + L.acc);
-    for (int i = 0; i < oh; i++)
-        vpass_row(tmp, row_bytes, ty.start[i] - row_lo, ty.count[i],
-                  ty.coef + (size_t)i * ky, acc, dst->data + i * dst->stride);
+    for (int i = 0; i < oh; i++) {
+        weighted_rows(src->data + (size_t)col_lo * c, (size_t)src->stride, ty.start[i],
+                      ty.count[i], ty.coef + (size_t)i * ky, (size_t)cols * c, acc);
+        store_transposed(acc, cols, c, tmp + (size_t)i * c, tstride);
+    }
+    for (int i = 0; i < ow; i++) {
+        weighted_rows(tmp, tstride, tx.start[i] - col_lo, tx.count[i],
+                      tx.coef + (size_t)i * kx, tstride, acc);
+        store_transposed(acc, oh, c, dst->data + (size_t)i * c, (size_t)dst->stride);
+    }
     return FL_OK;
 }
 
@@ -465,7 +460,7 @@ static run_layout pipeline_layout(const fl_pipeline *p, const geometry *g, int h
     size_t conv = p->channels ? (size_t)h * w * p->channels : 0;
     size_t pad = g->crop_first && p->crop_kind != FL_CROP_RANDOM_RESIZED ? (size_t)eh * ew * c : 0;
     size_t rs = g->resize
-        ? layout_for(oh, ow, axis_taps(eh, g->vh), axis_taps(ew, g->vw), eh, c).total : 0;
+        ? layout_for(oh, ow, axis_taps(ew, g->vw), axis_taps(eh, g->vh), ew, c).total : 0;
     return run_layout_for(conv, pad, (size_t)oh * ow * c, rs);
 }
 
@@ -481,6 +476,7 @@ static void copy_window(const fl_image *src, int y, int x, fl_image *dst) {
     int x0 = imax(x, 0), x1 = imin(x + dst->w, src->w);
     size_t c = (size_t)src->c;
     for (int r = 0; r < dst->h; r++) memset(dst->data + r * dst->stride, 0, (size_t)dst->w * c);
+    if (x1 <= x0) return;
     for (int r = y0; r < y1; r++)
         memcpy(dst->data + (r - y) * dst->stride + (x0 - x) * c,
                src->data + r * src->stride + x0 * c, (size_t)(x1 - x0) * c);

@@ -1,6 +1,5 @@
 # cython: language_level=3
 """Thin binding of the native engine: the pool, batch jobs, per-item randomness."""
-from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport strncpy
@@ -350,3 +349,121 @@ def wait_any(Group group, list jobs, double timeout):
     if found >= 0:
         (<Job>jobs[found]).running = False
     return found
+
+
+cdef extern from "imageplan.h" nogil:
+    ctypedef struct fl_pipeline
+    ctypedef int (*fl_decode_fn)(void *ctx, const uint8_t *data, size_t n, int scale_denom,
+                                 int channels, int h, int w, uint8_t *out, char *message)
+    ctypedef struct fl_image_source:
+        const fl_pipeline *pipeline
+        int kind
+        int64_t count
+        const uint8_t *const *ptrs
+        const int64_t *lens
+        const uint8_t *base
+        const int64_t *offsets
+        const char *const *paths
+        const int *dims
+        const int64_t *row_strides
+        int channels
+        fl_decode_fn decode_jpeg
+        void *decode_ctx
+        const char *name
+    int fl_jpeg_size(const uint8_t *data, size_t n, int *h, int *w)
+    int fl_fill_image(const fl_field *field, fl_job *job, int64_t pos, int64_t index,
+                      char *dst, fl_scratch *scratch, char *message)
+
+
+cdef extern from "Python.h":
+    object PyMemoryView_FromMemory(char *mem, Py_ssize_t size, int flags)
+    int PyBUF_READ
+
+
+cdef int _decode_jpeg(void *ctx, const uint8_t *data, size_t n, int scale_denom,
+                      int channels, int h, int w, uint8_t *out,
+                      char *message) noexcept nogil:
+    """Calls the Python JPEG decoder (simplejpeg) on bytes owned by C, into C memory.
+    The GIL is held around the call only; the decoder releases it while it decodes."""
+    cdef cnp.npy_intp dims[3]
+    dims[0] = (h + scale_denom - 1) // scale_denom
+    dims[1] = (w + scale_denom - 1) // scale_denom
+    dims[2] = channels
+    with gil:
+        try:
+            view = PyMemoryView_FromMemory(<char *>data, n, PyBUF_READ)
+            target = cnp.PyArray_SimpleNewFromData(3, dims, cnp.NPY_UINT8, out)
+            (<object>ctx)(view, target, scale_denom, channels)
+            return 0
+        except Exception as exc:
+            text = str(exc).encode("utf-8", "replace")[:FL_MESSAGE_BYTES - 1]
+            strncpy(message, text, FL_MESSAGE_BYTES - 1)
+            message[FL_MESSAGE_BYTES - 1] = 0
+            return -1
+
+
+def jpeg_size(data):
+    """(height, width) from a JPEG's frame header; ValueError if it has none."""
+    cdef const unsigned char[::1] view = memoryview(data).cast("B")
+    cdef int h = 0, w = 0
+    if view.shape[0] == 0 or fl_jpeg_size(&view[0], view.shape[0], &h, &w) != 0:
+        raise ValueError("not a JPEG, or its header is truncated or corrupt")
+    return h, w
+
+
+SOURCE_BUFFERS, SOURCE_OFFSETS, SOURCE_FILES, SOURCE_PIXELS = range(4)
+
+
+cdef class ImageSource:
+    """The state of a native image field: where each image is, the compiled pipeline, and
+    the JPEG decoder. Holds every Python object the C side points into."""
+    cdef fl_image_source source
+    cdef list owners
+    cdef bytes name_bytes
+
+    def __cinit__(self, size_t pipeline_address, pipeline_owner, int kind, int64_t count,
+                  int channels, str name, decode_jpeg, keep=None, ptrs=None, lens=None,
+                  base=None, offsets=None, paths=None, dims=None, row_strides=None):
+        self.owners = [pipeline_owner, decode_jpeg, keep]
+        self.name_bytes = name.encode("utf-8", "replace")
+        self.source.pipeline = <const fl_pipeline *>pipeline_address
+        self.source.kind = kind
+        self.source.count = count
+        self.source.channels = channels
+        self.source.decode_jpeg = _decode_jpeg
+        self.source.decode_ctx = <void *>decode_jpeg
+        self.source.name = self.name_bytes
+        if ptrs is not None:
+            self.source.ptrs = <const uint8_t *const *><size_t>self._keep(ptrs, np.uintp)
+        if lens is not None:
+            self.source.lens = <const int64_t *><size_t>self._keep(lens, np.int64)
+        if base is not None:
+            self.source.base = <const uint8_t *><size_t>self._keep(base, np.uint8)
+        if offsets is not None:
+            if len(offsets) != count + 1:
+                raise ValueError("offsets need one entry more than there are images")
+            self.source.offsets = <const int64_t *><size_t>self._keep(offsets, np.int64)
+        if dims is not None:
+            self.source.dims = <const int *><size_t>self._keep(dims, np.int32)
+        if row_strides is not None:
+            self.source.row_strides = <const int64_t *><size_t>self._keep(row_strides, np.int64)
+        if paths is not None:
+            encoded = [p.encode() if isinstance(p, str) else bytes(p) for p in paths]
+            self.owners.append(encoded)
+            self.source.paths = <const char *const *><size_t>self._keep(
+                [<size_t><const char *>b for b in encoded], np.uintp)
+
+    cdef size_t _keep(self, values, dtype) except 0:
+        array = np.ascontiguousarray(values, dtype=dtype)
+        if array.size == 0:
+            array = np.zeros(1, dtype)
+        self.owners.append(array)
+        return <size_t>cnp.PyArray_DATA(array)
+
+    @property
+    def fill_address(self):
+        return <size_t>fl_fill_image
+
+    @property
+    def state_address(self):
+        return <size_t>&self.source

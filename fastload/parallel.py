@@ -43,10 +43,12 @@ class Engine:
     flight (default 2 for batches, twice the threads for single observations).
     ``num_threads``: threads that work on one step (default: the pool's size).
     ``on_error``: "raise", or "skip" to drop failed observations from their batch.
+    ``allocator(shape, dtype)`` makes the ring's arrays (np.empty by default; an
+    integration may allocate pinned or shared memory instead).
     """
 
     def __init__(self, *, buffered=True, ordered=True, prefetch=None, num_threads=None,
-                 on_error="raise"):
+                 on_error="raise", allocator=np.empty):
         if num_threads is not None and (not isinstance(num_threads, Integral) or num_threads < 1):
             raise ValueError(f"num_threads must be a positive int or None, got {num_threads!r}")
         if prefetch is not None and (not isinstance(prefetch, Integral) or prefetch < 1):
@@ -58,6 +60,7 @@ class Engine:
         self.prefetch = prefetch
         self.num_threads = num_threads
         self.on_error = on_error
+        self.allocator = allocator
         self.skipped = 0
         self._ring = None
         self._ring_signature = None
@@ -72,7 +75,7 @@ class Engine:
     def _slots(self, plan, count):
         """The ring for ``plan``: allocated once, reused while the plan's layout is the same."""
         if self._ring is None or self._ring_signature != (plan.signature, count):
-            self._ring = [plan.allocate() for _ in range(count)]
+            self._ring = [plan.allocate(self.allocator) for _ in range(count)]
             self._ring_signature = (plan.signature, count)
         return self._ring
 

@@ -14,9 +14,14 @@ per leaf, how to load one item into its place in a slot:
 from the underlying arrays. When a container defines its own batch semantics the plan
 falls back to loading whole steps with ``getobs`` on a worker thread.
 """
-import numpy as np
+import weakref
 
+import numpy as np
+import simplejpeg
+
+from . import _core
 from .obs import getobs, getobs_into, numobs
+from .transforms import _COLORSPACES, Compose
 from .views import BatchView, MappedObs, ObsView, _row, _slice_buffer, _stack
 
 __all__ = ["ItemPlan", "StepPlan", "make_plan"]
@@ -56,13 +61,13 @@ def _spec_of(value):
     return None
 
 
-def _allocate(spec, rows):
+def _allocate(spec, rows, allocator):
     if isinstance(spec, dict):
-        return {k: _allocate(s, rows) for k, s in spec.items()}
+        return {k: _allocate(s, rows, allocator) for k, s in spec.items()}
     if isinstance(spec, tuple):
-        parts = [_allocate(s, rows) for s in spec]
+        parts = [_allocate(s, rows, allocator) for s in spec]
         return type(spec)(*parts) if hasattr(spec, "_fields") else tuple(parts)
-    return np.empty((rows,) + spec.shape, spec.dtype)
+    return allocator((rows,) + spec.shape, spec.dtype)
 
 
 class Leaf:
@@ -96,14 +101,91 @@ def _unwrap(data):
     return data, maps
 
 
+def decode_jpeg_into(data, out, scale_denom, channels):
+    """Decode JPEG ``data`` at 1/``scale_denom`` into ``out`` (h, w, channels uint8)."""
+    h, w = out.shape[:2]
+    shrink = scale_denom > 1
+    try:
+        image = simplejpeg.decode_jpeg(data, colorspace=_COLORSPACES[channels],
+                                       min_height=h if shrink else 0,
+                                       min_width=w if shrink else 0,
+                                       min_factor=scale_denom, buffer=out)
+    except ValueError as error:
+        raise ValueError(f"corrupt or truncated JPEG: {error}") from None
+    if image.shape[:2] != (h, w):
+        raise ValueError(f"the decoder gave {image.shape[:2]} for a {h}x{w} decode")
+    if image.ctypes.data != out.ctypes.data:
+        out[...] = image.reshape(out.shape)
+
+
+_image_sources = weakref.WeakKeyDictionary()
+
+
+def _pixel_source(images):
+    """Pointers, dims and row strides of decoded uint8 HWC (or HW) images whose rows are
+    packed pixels, or None. Works for one (N, H, W[, C]) array or a list of arrays."""
+    arrays = list(images) if isinstance(images, (np.ndarray, list, tuple)) else []
+    if not arrays or isinstance(images, np.ndarray) and images.ndim not in (3, 4):
+        return None
+    for a in arrays:
+        if not (isinstance(a, np.ndarray) and a.dtype == np.uint8 and a.ndim in (2, 3)):
+            return None
+        c = a.shape[2] if a.ndim == 3 else 1
+        if a.strides[1] != c or (a.ndim == 3 and a.strides[2] != 1):
+            return None
+    return dict(ptrs=[a.ctypes.data for a in arrays],
+                dims=[(a.shape[0], a.shape[1], a.shape[2] if a.ndim == 3 else 1) for a in arrays],
+                row_strides=[a.strides[0] for a in arrays])
+
+
+def _image_source(view):
+    """An ``_core.ImageSource`` that runs ``view.f`` (a Compose) natively over
+    ``view.data``, or None when the images are in a form only Python can read."""
+    compose, images = view.f, view.data
+    if compose.output_shape is None:
+        return None
+
+    def source(kind, **where):
+        return _core.ImageSource(compose.pipeline.address, compose.pipeline, kind,
+                                 numobs(images), compose.channels or 3, type(images).__name__,
+                                 decode_jpeg_into, keep=list(images) if isinstance(images, (list, tuple)) else images, **where)
+    if not compose.decodes:
+        pixels = _pixel_source(images)
+        return None if pixels is None else source(_core.SOURCE_PIXELS, **pixels)
+    if hasattr(images, "buffers"):
+        data, offsets = images.buffers()
+        return source(_core.SOURCE_OFFSETS, base=data, offsets=offsets)
+    if hasattr(images, "paths"):
+        return source(_core.SOURCE_FILES, paths=list(images.paths))
+    if isinstance(images, (list, tuple)) and all(isinstance(b, bytes) for b in images):
+        return source(_core.SOURCE_BUFFERS, lens=[len(b) for b in images],
+                      ptrs=[np.frombuffer(b, np.uint8).ctypes.data if b else 0 for b in images])
+    return None
+
+
+def _native_image_leaf(view):
+    """A native Leaf for ``mapobs(Compose([...]), images)``, or None."""
+    if not isinstance(view.f, Compose):
+        return None
+    try:
+        source = _image_sources[view]
+    except KeyError:
+        source = _image_sources[view] = _image_source(view)
+    if source is None:
+        return None
+    shape, dtype = view.f.output_shape, view.f.output_dtype
+    return Leaf(view, "native", Spec(shape, dtype),
+                (source.fill_address, source.state_address, source))
+
+
 def _leaf(container, stack):
     """How to load ``container`` item by item, or None when only whole steps will do."""
     if isinstance(container, np.ndarray) and container.ndim >= 1:
         return Leaf(container, "gather", Spec(container.shape[1:], container.dtype))
-    native = getattr(container, "__fastload_native__", None)
-    if native is not None:
-        fill, state, owner, shape, dtype = native()
-        return Leaf(container, "native", Spec(shape, dtype), (fill, state, owner))
+    if isinstance(container, MappedObs):
+        leaf = _native_image_leaf(container)
+        if leaf is not None:
+            return leaf
     if not stack and _custom_getobs(container) and not isinstance(container, MappedObs):
         return None
     stacks = stack or isinstance(container, MappedObs)
@@ -153,11 +235,11 @@ class ItemPlan:
             idx = m[idx]
         return np.ascontiguousarray(idx, dtype=np.int64)
 
-    def allocate(self):
+    def allocate(self, allocator=np.empty):
         """Fresh destinations for one slot: an array (or structure of arrays) per leaf,
-        None for leaves collected into lists."""
+        made by ``allocator(shape, dtype)``, None for leaves collected into lists."""
         rows = self.rows or 1
-        return [_allocate(leaf.spec, rows) if leaf.kind != "object" else None
+        return [_allocate(leaf.spec, rows, allocator) if leaf.kind != "object" else None
                 for leaf in self.leaves]
 
     def core_destinations(self, dests):
@@ -237,7 +319,7 @@ class StepPlan:
     def positions(self, step):
         return np.array([step], np.int64)
 
-    def allocate(self):
+    def allocate(self, allocator=np.empty):
         return [None]
 
     def core_destinations(self, dests):

@@ -52,7 +52,7 @@ def locate(pieces):
         else:
             dtype = np.int64 if arr.type.id in _large_ids() else np.int32
             offs = np.zeros(1, np.int64) if bufs[1] is None else \
-                np.frombuffer(bufs[1], dtype)[arr.offset:arr.offset + len(arr) + 1]
+                np.frombuffer(bufs[1], dtype, count=arr.offset + len(arr) + 1)[arr.offset:]
             offs = offs.astype(np.int64)
         starts.append(at + offs[:-1])
         ends.append(at + offs[1:])
@@ -198,9 +198,9 @@ class RawColumn:
         self.chunks = []
         for piece in pieces:
             arr = piece.array
-            flat = np.frombuffer(arr.buffers()[1], np.uint8)
             nb = codec.nbytes
-            flat = flat[arr.offset * nb:(arr.offset + len(arr)) * nb]
+            flat = np.frombuffer(arr.buffers()[1], np.uint8)[arr.offset * nb:]
+            flat = flat[:len(arr) * nb]
             self.chunks.append(flat.view(codec.dtype).reshape((len(arr),) + codec.shape))
         self._bounds = np.asarray(piece_rows, np.int64)
         self._pieces = pieces

@@ -82,10 +82,14 @@ class Scalar(Encoding):
         arr = np.asarray(value)
         if arr.ndim != 0:
             raise ValueError(f"a {self.dtype} scalar field got a value of shape {arr.shape}")
-        if not np.can_cast(arr.dtype, self.dtype, casting="same_kind") and \
-                not isinstance(value, numbers.Number):
-            raise ValueError(f"a {self.dtype} scalar field got a {arr.dtype} value")
-        return (arr.astype(self.dtype)[()],)
+        # Python ints default to int64: accept them for any int or float field, if they fit.
+        int_ok = arr.dtype.kind in "biu" and self.dtype.kind in "iuf"
+        if not (int_ok or np.can_cast(arr.dtype, self.dtype, casting="same_kind")):
+            raise ValueError(f"a {self.dtype} scalar field got {value!r} ({arr.dtype})")
+        cast = arr.astype(self.dtype)
+        if self.dtype.kind in "iu" and cast != arr:
+            raise ValueError(f"{value!r} does not fit a {self.dtype} scalar field")
+        return (cast[()],)
 
     def decode(self, value):
         return value
@@ -224,15 +228,16 @@ class _Image(Encoding):
     parts = (("height", "int32"), ("width", "int32"))
 
     def _pixels(self, value):
-        """``value`` as pixels no larger than max_side (decoding bytes at a reduced
-        scale when the format allows)."""
-        if isinstance(value, (bytes, bytearray, memoryview)):
-            target = images.fit_size(*images.image_size(value), self.max_side)
-            img = images.decode_image_bytes(value, min_size=target)
+        """``value`` as pixels no larger than max_side (JPEG bytes are decoded at a
+        reduced scale when that suffices)."""
+        min_size = None
+        if isinstance(value, (bytes, bytearray, memoryview)) and images.is_jpeg(value):
+            min_size = images.fit_size(*images.image_size(value), self.max_side)
+            img = images.decode_image_bytes(value, min_size=min_size)
         else:
             img = images.as_pixels(value)
-            target = images.fit_size(*img.shape[:2], self.max_side)
-        return images.resize_area(img, target)
+        return images.resize_area(img, images.fit_size(*(min_size or img.shape[:2]),
+                                                        self.max_side))
 
     def _needs_resize(self, value):
         h, w = images.image_size(value)

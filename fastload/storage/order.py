@@ -54,6 +54,9 @@ def quasi_random_order(n, chunks, seed, epoch, window=DEFAULT_WINDOW):
             raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
     sizes = chunk_sizes(n, chunks)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    # Empty chunks are dropped first, so sizes and boundaries give the same order.
+    keep = sizes > 0
+    sizes, starts = sizes[keep], starts[keep]
     rng = np.random.Generator(np.random.PCG64([int(seed), int(epoch)]))
     picked = rng.permutation(len(sizes))
     out = np.empty(n, np.int64)

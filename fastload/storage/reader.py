@@ -123,52 +123,51 @@ class Dataset:
     def __init__(self, shards):
         self._shards = shards
         first = shards[0]
-        for s in shards[1:]:
-            if not s.schema.equals(first.schema, check_metadata=True):
-                raise LoadError(f"{s.path}: its schema differs from {first.path}'s; shards "
-                                f"of one dataset must share one schema", source=s.path)
+        _check_same_schema(shards)
         try:
             described = read_fields(first.schema.metadata, first.schema.names)
         except ValueError as exc:
             raise LoadError(f"{first.path}: {exc}", source=first.path) from exc
-        pieces = [(s, b) for s in shards for b in s.batches]
-        self.chunk_bounds = np.concatenate(
-            [[0], np.cumsum([b.num_rows for _, b in pieces], dtype=np.int64)]).astype(np.int64)
-        self.shard_bounds = np.concatenate(
-            [[0], np.cumsum([s.rows for s in shards], dtype=np.int64)]).astype(np.int64)
-        self.files = [s.path for s in shards]
         self._inferred = described is None
         if described is None:
             described = _infer_fields(first.schema)
+        pieces = [(s, b) for s in shards for b in s.batches]
+        self.chunk_bounds = _bounds([b.num_rows for _, b in pieces])
+        self.shard_bounds = _bounds([s.rows for s in shards])
+        self.files = [s.path for s in shards]
         self.fields = {name: enc for name, (enc, _) in described.items()}
         self.metadata = read_user(first.schema.metadata)
         self._field_columns = {name: cols for name, (_, cols) in described.items()}
-        self._columns = {name: self._column(name, enc, cols, pieces)
-                         for name, (enc, cols) in described.items()}
+        try:
+            self._columns = {name: self._column(name, enc, cols, pieces)
+                             for name, (enc, cols) in described.items()}
+        except LoadError:
+            raise
+        except Exception as exc:  # inconsistent buffers that Arrow's validation let by
+            raise LoadError(f"{first.path}: corrupt dataset: {exc}", source=first.path) from exc
 
     def _column(self, name, enc, cols, pieces):
+        """The read-side column of field ``name``; raises LoadError when the file's
+        columns do not fit the field's encoding."""
         pa = import_pyarrow()
         schema = self._shards[0].schema
-        for col, kind in ([] if self._inferred else enc.columns(name)):
-            if schema.field(col).type != arrow_type(pa, kind):
-                raise LoadError(f"{self.files[0]}: column {col!r} has type "
-                                f"{schema.field(col).type}, field {name!r} ({enc.name}) "
-                                f"needs {arrow_type(pa, kind)}", source=self.files[0])
+        if not self._inferred:
+            self._check_types(pa, schema, name, enc)
         arrays = {col: [b.column(col) for _, b in pieces] for col in cols}
         if any(a.null_count for col in cols for a in arrays[col]):
-            if enc is None or not isinstance(enc, (Bytes, Str, Scalar)):
+            if not self._inferred:
                 raise LoadError(f"{self.files[0]}: field {name!r} has missing values",
                                 source=self.files[0])
             enc = None  # a foreign column with nulls: read through pyarrow
         if enc is None:
             return ArrowColumn(name, pa.chunked_array(arrays[name], schema.field(name).type))
         if isinstance(enc, Scalar):
-            return _scalar_array(pa, arrays[name], schema.field(name).type)
+            chunked = pa.chunked_array(arrays[name], schema.field(name).type)
+            return chunked.to_numpy().view(ScalarArray)
         main = [Piece(a, s.base, id(s)) for (s, _), a in zip(pieces, arrays[name])]
         if isinstance(enc, Raw):
-            if len(main) == 1:
-                return RawColumn(name, enc, main, self.chunk_bounds).chunks[0].view(RawArray)
-            return RawColumn(name, enc, main, self.chunk_bounds)
+            col = RawColumn(name, enc, main, self.chunk_bounds)
+            return col.chunks[0].view(RawArray) if len(main) == 1 else col
         parts = {}
         for col, kind in enc.columns(name)[1:]:
             chunked = pa.chunked_array(arrays[col], schema.field(col).type)
@@ -176,6 +175,13 @@ class Dataset:
                 chunked.to_numpy()
         return EncodedColumn(name, enc, main, parts, self.chunk_bounds,
                              [s.path for s, _ in pieces])
+
+    def _check_types(self, pa, schema, name, enc):
+        for col, kind in enc.columns(name):
+            if schema.field(col).type != arrow_type(pa, kind):
+                raise LoadError(f"{self.files[0]}: column {col!r} has type "
+                                f"{schema.field(col).type}, field {name!r} ({enc.name}) "
+                                f"needs {arrow_type(pa, kind)}", source=self.files[0])
 
     def __len__(self):
         return int(self.shard_bounds[-1])
@@ -232,9 +238,17 @@ def _plain(value):
     return value.view(np.ndarray) if isinstance(value, (RawArray, ScalarArray)) else value
 
 
-def _scalar_array(pa, arrays, typ):
-    chunked = pa.chunked_array(arrays, typ)
-    return chunked.to_numpy().view(ScalarArray)
+def _check_same_schema(shards):
+    first = shards[0]
+    for s in shards[1:]:
+        if not s.schema.equals(first.schema, check_metadata=True):
+            raise LoadError(f"{s.path}: its schema differs from {first.path}'s; shards "
+                            f"of one dataset must share one schema", source=s.path)
+
+
+def _bounds(counts):
+    """Row boundaries (int64, len(counts) + 1) from row counts."""
+    return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
 
 
 def _infer_fields(schema):

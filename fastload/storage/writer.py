@@ -8,6 +8,7 @@ import os
 import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 
 from fastload.errors import LoadError
 from fastload.obs import getobs, numobs
@@ -53,8 +54,9 @@ def write(path, data, fields, *, chunk_bytes=DEFAULT_CHUNK_BYTES, num_threads=No
     schema = _schema(pa, encodings, user_meta)
     tmp = _temp_name(path)
     try:
-        with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as out:
-            rows = _encoded_rows(data, n, encodings, threads)
+        rows = _encoded_rows(data, n, encodings, threads)
+        with closing(rows), pa.OSFile(tmp, "wb") as sink, \
+                pa.ipc.new_file(sink, schema) as out:
             for batch in _batches(pa, schema, rows, encodings, chunk_bytes, n, progress):
                 out.write_batch(batch)
         os.replace(tmp, path)

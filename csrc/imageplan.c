@@ -1,0 +1,170 @@
+/* The native image field; see imageplan.h. */
+#include "imageplan.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "qoi.h"
+
+int fl_jpeg_size(const uint8_t *data, size_t n, int *h, int *w) {
+    if (n < 4 || data[0] != 0xFF || data[1] != 0xD8) return -1;
+    size_t p = 2;
+    while (p + 1 < n) {
+        if (data[p] != 0xFF) return -1;
+        while (p < n && data[p] == 0xFF) p++;           /* fill bytes */
+        if (p >= n) return -1;
+        uint8_t marker = data[p++];
+        if (marker == 0xD8 || marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) continue;
+        if (marker == 0xD9 || marker == 0xDA) return -1; /* end or scan before a frame */
+        if (p + 2 > n) return -1;
+        size_t length = ((size_t)data[p] << 8) | data[p + 1];
+        if (length < 2 || p + length > n) return -1;
+        int is_frame = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 &&
+                       marker != 0xC8 && marker != 0xCC;
+        if (is_frame) {
+            if (length < 7) return -1;
+            *h = (data[p + 3] << 8) | data[p + 4];
+            *w = (data[p + 5] << 8) | data[p + 6];
+            return *h > 0 && *w > 0 ? 0 : -1;
+        }
+        p += length;
+    }
+    return -1;
+}
+
+/* Reads the file at `path` into scratch memory; returns its bytes or NULL with a message. */
+static const uint8_t *read_file(const char *path, size_t *n, fl_scratch *scratch,
+                                char *message) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        snprintf(message, FL_MESSAGE_BYTES, "cannot open %s", path);
+        return NULL;
+    }
+    struct stat st;
+    uint8_t *buf = NULL;
+    if (fstat(fd, &st) == 0 && (buf = fl_scratch_reserve(scratch, (size_t)st.st_size + 1))) {
+        size_t got = 0;
+        while (got < (size_t)st.st_size) {
+            ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+            if (r <= 0) break;
+            got += (size_t)r;
+        }
+        *n = got;
+    } else {
+        snprintf(message, FL_MESSAGE_BYTES, "cannot read %s", path);
+    }
+    close(fd);
+    return buf;
+}
+
+/* Where item `index` lives: its encoded bytes, or (PIXELS) a decoded image. */
+static const uint8_t *encoded_item(const fl_image_source *src, int64_t index, size_t *n,
+                                   fl_scratch *file_scratch, char *message) {
+    switch (src->kind) {
+    case FL_SOURCE_BUFFERS:
+        *n = (size_t)src->lens[index];
+        return src->ptrs[index];
+    case FL_SOURCE_OFFSETS:
+        *n = (size_t)(src->offsets[index + 1] - src->offsets[index]);
+        return src->base + src->offsets[index];
+    case FL_SOURCE_FILES:
+        return read_file(src->paths[index], n, file_scratch, message);
+    }
+    return NULL;
+}
+
+static int fail(char *message, const fl_image_source *src, int64_t index, const char *what) {
+    char detail[FL_MESSAGE_BYTES];
+    snprintf(detail, sizeof detail, "%s", message[0] ? message : what);
+    if (src->kind == FL_SOURCE_FILES)
+        snprintf(message, FL_MESSAGE_BYTES, "image %lld (%s): %s", (long long)index,
+                 src->paths[index], detail);
+    else
+        snprintf(message, FL_MESSAGE_BYTES, "image %lld of %s: %s", (long long)index,
+                 src->name, detail);
+    return -1;
+}
+
+int fl_fill_image(const fl_field *field, fl_job *job, int64_t pos, int64_t index, char *dst,
+                  fl_scratch *scratch, char *message) {
+    (void)pos;
+    const fl_image_source *src = field->state;
+    const fl_pipeline *p = src->pipeline;
+    if (index < 0 || index >= src->count) {
+        snprintf(message, FL_MESSAGE_BYTES, "index %lld is out of range for %lld images",
+                 (long long)index, (long long)src->count);
+        return -1;
+    }
+    if (src->kind == FL_SOURCE_PIXELS) {
+        const int32_t *d = src->dims + 3 * index;
+        fl_image img = {(uint8_t *)src->ptrs[index], d[0], d[1], d[2], src->row_strides[index]};
+        size_t need = fl_pipeline_scratch_bytes(p, img.h, img.w);
+        void *work = fl_scratch_reserve(scratch, need);
+        if (!work) return fail(message, src, index, "out of memory");
+        int rc = fl_pipeline_run(p, &img, 1, job->seed, job->epoch, (uint64_t)index, dst, work,
+                                 need);
+        return rc == 0 ? 0 : fail(message, src, index, "the pipeline does not fit this image");
+    }
+
+    /* Region 0 holds [decoded image | pipeline scratch], region 1 a file's bytes, so that
+     * growing one never moves the other. */
+    size_t n = 0;
+    const uint8_t *data = encoded_item(src, index, &n, &scratch[1], message);
+    int rc = -1;
+    if (!data) goto done;
+
+    int h, w, stored, denom = 1, is_qoi = n >= 4 && memcmp(data, "qoif", 4) == 0;
+    if (is_qoi) {
+        if (fl_qoi_header(data, n, &w, &h, &stored) != FL_QOI_OK) {
+            fail(message, src, index, "corrupt QOI header");
+            goto done;
+        }
+    } else if (fl_jpeg_size(data, n, &h, &w) != 0) {
+        fail(message, src, index, n >= 2 && data[0] == 0xFF && data[1] == 0xD8
+             ? "truncated or corrupt JPEG header" : "not a JPEG or QOI image");
+        goto done;
+    }
+    fl_plan_rect crop;
+    if (fl_pipeline_prepare(p, h, w, job->seed, job->epoch, (uint64_t)index, &crop, &denom) != 0) {
+        fail(message, src, index, "the pipeline does not fit this image");
+        goto done;
+    }
+    if (is_qoi) denom = 1;
+    int ch = src->channels, dh = (h + denom - 1) / denom, dw = (w + denom - 1) / denom;
+    int decoded_c = is_qoi ? (ch == 4 ? 4 : 3) : ch;
+    size_t image_bytes = (size_t)dh * dw * decoded_c;
+    size_t work_bytes = fl_pipeline_scratch_bytes(p, h, w);
+    uint8_t *pixels = fl_scratch_reserve(&scratch[0], image_bytes + work_bytes);
+    if (!pixels) {
+        fail(message, src, index, "out of memory");
+        goto done;
+    }
+    if (is_qoi) {
+        int err = fl_qoi_decode(data, n, pixels, w, h, decoded_c);
+        if (err != FL_QOI_OK) {
+            fail(message, src, index, fl_qoi_strerror(err));
+            goto done;
+        }
+    } else if (src->decode_jpeg(src->decode_ctx, data, n, denom, ch, h, w, pixels, message)) {
+        fail(message, src, index, "corrupt JPEG");
+        goto done;
+    }
+    fl_image img = {pixels, dh, dw, decoded_c, (ptrdiff_t)dw * decoded_c};
+    if (denom == 1)
+        rc = fl_pipeline_run(p, &img, 1, job->seed, job->epoch, (uint64_t)index, dst,
+                             pixels + image_bytes, work_bytes);
+    else
+        rc = fl_pipeline_run_scaled(p, &img, h, w, denom, job->seed, job->epoch,
+                                    (uint64_t)index, dst, pixels + image_bytes, work_bytes);
+    if (rc != 0) {
+        message[0] = '\0';
+        fail(message, src, index, "the pipeline does not fit this image");
+        rc = -1;
+    }
+done:
+    return rc;
+}

@@ -1,0 +1,119 @@
+"""Helpers shared by the core tests: comparing nested batches, copying buffered ones, a
+resume checker and a deadline guard."""
+import signal
+from contextlib import contextmanager
+
+import numpy as np
+
+
+def copy_tree(x):
+    """A deep copy of a batch (arrays inside tuples, dicts and lists), so that a buffered
+    batch can be kept after the next one is requested."""
+    if isinstance(x, dict):
+        return {k: copy_tree(v) for k, v in x.items()}
+    if isinstance(x, tuple):
+        parts = [copy_tree(v) for v in x]
+        return type(x)(*parts) if hasattr(x, "_fields") else tuple(parts)
+    if isinstance(x, list):
+        return [copy_tree(v) for v in x]
+    if isinstance(x, (np.ndarray, np.generic)):
+        return x.copy()
+    return x
+
+
+def leaves(x):
+    """The arrays and scalars of a nested tuple/dict/list, in order."""
+    if isinstance(x, dict):
+        return [leaf for v in x.values() for leaf in leaves(v)]
+    if isinstance(x, (tuple, list)):
+        return [leaf for v in x for leaf in leaves(v)]
+    return [x]
+
+
+def stacked(x):
+    """A list of observations stacked into arrays (through tuples and dicts), so that a
+    batch given as a list compares with one given as arrays."""
+    if isinstance(x, list) and x and isinstance(x[0], dict):
+        return {k: stacked([o[k] for o in x]) for k in x[0]}
+    if isinstance(x, list) and x and isinstance(x[0], tuple):
+        return tuple(stacked([o[j] for o in x]) for j in range(len(x[0])))
+    if isinstance(x, list):
+        return np.array([np.asarray(o) for o in x])
+    return x
+
+
+def assert_tree_equal(actual, expected, path="batch"):
+    """Same structure (tuple/namedtuple/dict/list kinds and keys), same array shapes,
+    dtypes and values."""
+    if isinstance(expected, dict):
+        assert isinstance(actual, dict), f"{path}: {type(actual).__name__}, expected a dict"
+        assert list(actual) == list(expected), f"{path}: keys {list(actual)} != {list(expected)}"
+        for k in expected:
+            assert_tree_equal(actual[k], expected[k], f"{path}[{k!r}]")
+    elif isinstance(expected, (tuple, list)):
+        assert type(actual) is type(expected), \
+            f"{path}: {type(actual).__name__}, expected {type(expected).__name__}"
+        assert len(actual) == len(expected), f"{path}: length {len(actual)} != {len(expected)}"
+        for k, (a, e) in enumerate(zip(actual, expected)):
+            assert_tree_equal(a, e, f"{path}[{k}]")
+    elif isinstance(expected, (np.ndarray, np.generic)):
+        a = np.asarray(actual)
+        assert a.shape == expected.shape, f"{path}: shape {a.shape} != {expected.shape}"
+        assert a.dtype == expected.dtype, f"{path}: dtype {a.dtype} != {expected.dtype}"
+        assert np.array_equal(a, expected, equal_nan=a.dtype.kind in "fc"), \
+            f"{path}: values differ:\n{a}\n!=\n{expected}"
+    else:
+        assert actual == expected, f"{path}: {actual!r} != {expected!r}"
+
+
+def run_epochs(loader, epochs):
+    """The steps of ``epochs`` epochs of ``loader``, copied, as one list per epoch."""
+    return [[copy_tree(step) for step in loader] for _ in range(epochs)]
+
+
+def assert_resumes_exactly(make_loader, epochs=2):
+    """For every stop point k of an ``epochs``-epoch run (k steps delivered, the state
+    taken mid-epoch while the iterator is alive), a fresh loader restored from that state
+    delivers exactly the rest of the run, following epochs included.
+
+    ``make_loader()`` builds the loader; it must build equal loaders when its seed is fixed.
+    Also checks that taking the state does not disturb the loader it is taken from.
+    """
+    reference_loader = make_loader()
+    reference = [step for epoch in run_epochs(reference_loader, epochs) for step in epoch]
+    steps = len(reference_loader)
+    assert len(reference) == epochs * steps
+    for epoch in range(epochs):
+        for k in range(steps + 1):
+            loader = make_loader()
+            done = [step for e in run_epochs(loader, epoch) for step in e]
+            it = iter(loader)
+            done += [copy_tree(next(it)) for _ in range(k)]
+            state = loader.state_dict()
+            assert state["step"] == (k if k < steps else 0)
+            assert state["epoch"] == (epoch if k < steps else epoch + 1)
+            rest = [copy_tree(step) for step in it]
+            rest += [step for e in run_epochs(loader, epochs - epoch - 1) for step in e]
+            full = done + rest
+            if loader.seed == reference_loader.seed:
+                assert_tree_equal(full, reference, "uninterrupted run")
+
+            restored = make_loader()
+            restored.load_state_dict(state)
+            resumed = [step for e in run_epochs(restored, epochs - state["epoch"]) for step in e]
+            assert_tree_equal(resumed, rest, f"resumed after epoch {epoch} step {k}")
+
+
+@contextmanager
+def deadline(seconds):
+    """Raise TimeoutError in the main thread if the block runs longer than ``seconds``:
+    a hang guard, not a timing assertion."""
+    def expire(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s")
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

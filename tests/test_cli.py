@@ -1,0 +1,96 @@
+"""The command line: ``python -m fastload convert`` and ``info``."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pyarrow")
+pytest.importorskip("fastload._qoi")
+Image = pytest.importorskip("PIL.Image")
+
+from fastload.__main__ import main  # noqa: E402
+from fastload.storage import open as open_dataset  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def image_folder(tmp_path):
+    """Two classes, JPEG and PNG files of different sizes."""
+    rng = np.random.default_rng(0)
+    src = tmp_path / "images"
+    pixels = {}
+    for label, name in enumerate(["cat", "dog"]):
+        (src / name).mkdir(parents=True)
+        for k in range(3):
+            img = rng.integers(0, 256, (20 + 9 * k, 30, 3), dtype=np.uint8)
+            path = src / name / f"{k}.{'png' if k == 1 else 'jpg'}"
+            Image.fromarray(img).save(path)
+            pixels[(label, k)] = np.asarray(Image.open(path).convert("RGB"))
+    return src, pixels
+
+
+@pytest.mark.parametrize("mode", ["jpeg", "raw", "qoi", "smart"])
+def test_convert_then_info(image_folder, tmp_path, capsys, mode):
+    src, pixels = image_folder
+    dst = tmp_path / "out.arrow"
+    assert main(["convert", str(src), str(dst), "--mode", mode, "--no-progress"]) == 0
+    ds = open_dataset(dst)
+    assert len(ds) == 6 and list(ds["label"]) == [0, 0, 0, 1, 1, 1]
+    assert ds.metadata["classes"] == ["cat", "dog"]
+    for i in range(6):
+        assert ds[i]["image"].shape == pixels[(i // 3, i % 3)].shape
+    if mode in ("raw", "qoi"):  # lossless: the decoded files come back exactly
+        assert np.array_equal(ds[4]["image"], pixels[(1, 1)])
+    assert main(["info", str(dst)]) == 0
+    out = capsys.readouterr().out
+    assert "rows:   6" in out and "image" in out and "label" in out and "chunks:" in out
+
+
+def test_convert_max_side_and_quality(image_folder, tmp_path):
+    src, _ = image_folder
+    dst = tmp_path / "small.arrow"
+    assert main(["convert", str(src), str(dst), "--max-side", "16", "--quality", "80",
+                 "--no-progress"]) == 0
+    ds = open_dataset(dst)
+    assert max(int(h) for h in ds["image"].height) <= 16
+    assert ds.fields["image"].quality == 80
+
+
+def test_missing_source_is_exit_code_2_with_a_message(tmp_path, capsys):
+    assert main(["convert", str(tmp_path / "nope"), str(tmp_path / "x.arrow")]) == 2
+    assert "nope" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "x.arrow")
+
+
+def test_missing_output_directory_is_exit_code_2(image_folder, tmp_path, capsys):
+    src, _ = image_folder
+    assert main(["convert", str(src), str(tmp_path / "no" / "x.arrow")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_info_on_missing_or_corrupt_file_is_exit_code_2(tmp_path, capsys):
+    assert main(["info", str(tmp_path / "nope.arrow")]) == 2
+    assert "nope.arrow" in capsys.readouterr().err
+    (tmp_path / "bad.arrow").write_bytes(b"ARROW1\x00\x00garbage")
+    assert main(["info", str(tmp_path / "bad.arrow")]) == 2
+    assert "bad.arrow" in capsys.readouterr().err
+
+
+def test_bad_option_is_a_usage_error(image_folder, tmp_path):
+    src, _ = image_folder
+    with pytest.raises(SystemExit) as info:
+        main(["convert", str(src), str(tmp_path / "x.arrow"), "--mode", "webp"])
+    assert info.value.code == 2
+    assert main(["convert", str(src), str(tmp_path / "x.arrow"), "--quality", "0"]) == 2
+
+
+def test_help_runs_as_a_module():
+    out = subprocess.run([sys.executable, "-m", "fastload", "convert", "--help"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    assert "--mode" in out and "--max-side" in out
+    res = subprocess.run([sys.executable, "-m", "fastload"], cwd=ROOT, capture_output=True,
+                         text=True)
+    assert res.returncode == 2 and "convert" in res.stderr and "info" in res.stderr

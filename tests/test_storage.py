@@ -1,0 +1,433 @@
+"""Packed datasets (fastload.storage): encodings round-trip, files are plain Arrow, shards,
+zero-copy buffers, safe writes, corrupt files, quasi-random order."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pa = pytest.importorskip("pyarrow")
+simplejpeg = pytest.importorskip("simplejpeg")
+pytest.importorskip("fastload._qoi")
+
+from fastload import LoadError, getobs  # noqa: E402
+from fastload.storage import (JPEG, QOI, Bytes, NDArray, Raw, Smart, Str,  # noqa: E402
+                              open, quasi_random_order, write)
+from fastload.storage.columns import RawArray, RawColumn  # noqa: E402
+from fastload.storage.meta import META_FORMAT  # noqa: E402
+
+
+def smooth_image(h, w, seed=0, channels=3):
+    """A smooth colour gradient: JPEG at quality 90 keeps it within a few levels."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w] / max(h, w)
+    phase = rng.uniform(0, 2 * np.pi, size=channels)
+    img = [127 + 100 * np.sin(3 * x + 2 * y + p) for p in phase]
+    return np.stack(img, axis=-1).round().astype(np.uint8)
+
+
+def sample_rows(n, seed=0):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        h, w = int(rng.integers(8, 48)), int(rng.integers(8, 48))
+        rows.append({
+            "jpeg": smooth_image(h, w, seed=i),
+            "qoi": rng.integers(0, 256, (h, w, 3 + i % 2), dtype=np.uint8),
+            "raw": rng.standard_normal((3, 5)).astype(np.float32),
+            "nd": rng.integers(-9, 9, size=(i % 4, 3)),
+            "blob": bytes(rng.integers(0, 256, i, dtype=np.uint8)),
+            "text": "ünïcode " * (i % 3) + str(i),
+            "label": i,
+            "weight": float(i) / 2,
+        })
+    return rows
+
+
+FIELDS = {"jpeg": JPEG(quality=90), "qoi": QOI(), "raw": Raw(), "nd": NDArray(),
+          "blob": Bytes(), "text": Str(), "label": "int64", "weight": "float32"}
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    rows = sample_rows(40)
+    path = str(tmp_path_factory.mktemp("ds") / "data.arrow")
+    write(path, rows, FIELDS, chunk_bytes=4000, num_threads=4, progress=False)
+    return path, rows
+
+
+def check_row(got, want):
+    assert np.abs(got["jpeg"].astype(int) - want["jpeg"]).mean() < 3
+    assert np.array_equal(got["qoi"], want["qoi"])
+    assert np.array_equal(got["raw"], want["raw"]) and got["raw"].dtype == np.float32
+    assert np.array_equal(got["nd"], want["nd"]) and got["nd"].shape == want["nd"].shape
+    assert got["blob"] == want["blob"]
+    assert got["text"] == want["text"]
+    assert got["label"] == want["label"]
+    assert got["weight"] == np.float32(want["weight"])
+
+
+def test_every_encoding_round_trips(written):
+    path, rows = written
+    ds = open(path)
+    assert len(ds) == len(rows) and ds.num_chunks > 1
+    for i, want in enumerate(rows):
+        check_row(ds[i], want)
+
+
+def test_memory_cache_reads_the_same(written):
+    path, rows = written
+    ds = open(path, cache="memory")
+    for i in (0, 17, 39):
+        check_row(ds[i], rows[i])
+
+
+def test_columns_expose_encodings_and_sizes(written):
+    path, rows = written
+    ds = open(path)
+    assert ds.encodings == {"jpeg": "jpeg", "qoi": "qoi", "raw": "raw", "nd": "ndarray",
+                            "blob": "bytes", "text": "str", "label": "scalar",
+                            "weight": "scalar"}
+    assert np.array_equal(ds["label"], np.arange(40))
+    assert ds["label"].encoding == "scalar"
+    assert [int(h) for h in ds["qoi"].height] == [r["qoi"].shape[0] for r in rows]
+    assert [int(w) for w in ds["jpeg"].width] == [r["jpeg"].shape[1] for r in rows]
+
+
+def test_batches_are_dicts_of_arrays_and_lists(written):
+    path, rows = written
+    ds = open(path)
+    batch = ds[[3, 1, 2]]
+    assert batch["raw"].shape == (3, 3, 5) and type(batch["raw"]) is np.ndarray
+    assert np.array_equal(batch["label"], [3, 1, 2])
+    assert isinstance(batch["qoi"], list) and np.array_equal(batch["qoi"][1], rows[1]["qoi"])
+    assert np.array_equal(getobs(ds, slice(0, 4))["label"], [0, 1, 2, 3])
+
+
+def test_buffers_are_zero_copy_views_of_the_file(written):
+    path, rows = written
+    ds = open(path)
+    col = ds["qoi"]
+    data, starts, ends = col.buffers()
+    assert data.dtype == np.uint8 and data.size == os.path.getsize(path)
+    assert starts.dtype == ends.dtype == np.int64 and len(starts) == len(ds)
+    for i in (0, 13, 39):
+        item = data[starts[i]:ends[i]]
+        assert bytes(item) == bytes(col.encoded[i])
+        assert np.shares_memory(np.frombuffer(col.encoded[i], np.uint8), data)
+    assert np.all(np.diff(starts) > 0)  # rows in order through the file
+
+
+def test_raw_column_is_one_array_when_file_has_one_chunk(tmp_path):
+    x = np.arange(24, dtype=np.int16).reshape(4, 2, 3)
+    write(tmp_path / "a.arrow", {"x": x}, {"x": Raw()}, progress=False)
+    col = open(tmp_path / "a.arrow")["x"]
+    assert isinstance(col, RawArray) and col.encoding == "raw"
+    assert col.shape == (4, 2, 3) and np.array_equal(col, x)
+    assert not col.flags.writeable
+
+
+def test_raw_column_with_several_chunks_is_a_chunk_wrapper(tmp_path):
+    x = np.arange(600, dtype=np.float64).reshape(100, 2, 3)
+    write(tmp_path / "a.arrow", {"x": x}, {"x": Raw()}, chunk_bytes=480, progress=False)
+    col = open(tmp_path / "a.arrow")["x"]
+    assert isinstance(col, RawColumn) and len(col.chunks) > 1
+    assert np.array_equal(np.asarray(col), x)
+    assert np.array_equal(col[[5, 99, 0]], x[[5, 99, 0]])
+    data, starts, ends = col.buffers()
+    assert np.array_equal(data[starts[7]:ends[7]].view(np.float64).reshape(2, 3), x[7])
+
+
+def test_tuple_observations_follow_field_order(tmp_path):
+    data = [(np.full((2, 2), i, np.uint8), i) for i in range(5)]
+    write(tmp_path / "t.arrow", data, {"x": Raw(), "y": "int32"}, progress=False)
+    ds = open(tmp_path / "t.arrow")
+    assert ds.keys() == ["x", "y"] and ds["y"].dtype == np.int32
+    assert np.array_equal(ds[4]["x"], data[4][0])
+
+
+def test_dict_of_arrays_container_writes(tmp_path):
+    data = {"x": np.arange(12.0).reshape(6, 2), "y": np.arange(6)}
+    write(tmp_path / "d.arrow", data, {"x": Raw(), "y": "int64"}, progress=True)
+    ds = open(tmp_path / "d.arrow")
+    assert np.array_equal(ds["x"], data["x"]) and np.array_equal(ds["y"], data["y"])
+
+
+def test_jpeg_bytes_are_stored_without_reencoding(tmp_path):
+    blobs = [simplejpeg.encode_jpeg(smooth_image(20, 30, seed=s), quality=75) for s in range(3)]
+    write(tmp_path / "j.arrow", [{"im": b} for b in blobs], {"im": JPEG(quality=95)},
+          progress=False)
+    ds = open(tmp_path / "j.arrow")
+    assert [bytes(ds["im"].encoded[i]) for i in range(3)] == blobs
+    assert ds[0]["im"].shape == (20, 30, 3)
+
+
+def test_max_side_shrinks_images_keeping_aspect(tmp_path):
+    img = smooth_image(100, 40)
+    jpeg = simplejpeg.encode_jpeg(img, quality=95)
+    rows = [{"a": img, "b": jpeg, "c": img}]
+    write(tmp_path / "m.arrow", rows, {"a": QOI(max_side=50), "b": JPEG(max_side=50),
+                                       "c": Smart(10**6, max_side=25)}, progress=False)
+    ds = open(tmp_path / "m.arrow")
+    assert ds[0]["a"].shape == (50, 20, 3)
+    assert ds[0]["b"].shape == (50, 20, 3)
+    assert ds[0]["c"].shape == (25, 10, 3)
+    # area averaging of a smooth image stays close to subsampling it
+    assert np.abs(ds[0]["a"].astype(int) - img[1::2, 1::2]).mean() < 4
+
+
+def test_smart_stores_small_images_raw_and_large_ones_as_jpeg(tmp_path):
+    small = np.random.default_rng(0).integers(0, 256, (8, 8, 4), dtype=np.uint8)
+    large = smooth_image(64, 64)
+    write(tmp_path / "s.arrow", [{"im": small}, {"im": large}],
+          {"im": Smart(threshold_bytes=1000)}, progress=False)
+    ds = open(tmp_path / "s.arrow")
+    assert list(ds["im"].format) == [0, 1]
+    assert np.array_equal(ds[0]["im"], small)
+    assert np.abs(ds[1]["im"].astype(int) - large).mean() < 3
+
+
+def test_pyarrow_and_pandas_read_the_file(written):
+    path, rows = written
+    table = pa.ipc.open_file(path).read_all()
+    assert table.num_rows == len(rows)
+    assert table.column("label").to_pylist() == list(range(len(rows)))
+    meta = table.schema.metadata
+    assert meta[META_FORMAT] == b"1"
+    assert json.loads(meta[b"fastload.fields"])["qoi"]["encoding"] == "qoi"
+    pd = pytest.importorskip("pandas")
+    df = pd.read_feather(path)
+    assert list(df["text"]) == [r["text"] for r in rows]
+    assert df["blob"][7] == rows[7]["blob"]
+
+
+def test_directory_of_shards_opens_as_one_dataset(tmp_path):
+    rows = sample_rows(30, seed=5)
+    shard_dir = tmp_path / "shards"
+    shard_dir.mkdir()
+    for k in range(3):
+        write(shard_dir / f"part-{k}.arrow", rows[10 * k:10 * k + 10], FIELDS,
+              chunk_bytes=3000, progress=False)
+    (shard_dir / "README.txt").write_text("not a shard")
+    ds = open(shard_dir)
+    assert len(ds) == 30 and len(ds.files) == 3
+    assert list(ds.shard_bounds) == [0, 10, 20, 30]
+    assert ds.chunk_bounds[0] == 0 and ds.chunk_bounds[-1] == 30
+    for i in (0, 9, 10, 25, 29):
+        check_row(ds[i], rows[i])
+    with pytest.raises(ValueError, match="shards"):
+        ds["qoi"].buffers()
+    for k, shard in enumerate(ds.shards):
+        data, starts, ends = shard["qoi"].buffers()
+        assert bytes(data[starts[0]:ends[0]]) == bytes(ds["qoi"].encoded[10 * k])
+    assert len(open(str(shard_dir / "part-*.arrow"))) == 30
+
+
+def test_shards_with_different_schemas_are_rejected(tmp_path):
+    write(tmp_path / "a.arrow", [{"x": 1}], {"x": "int64"}, progress=False)
+    write(tmp_path / "b.arrow", [{"x": 1.5}], {"x": "float64"}, progress=False)
+    with pytest.raises(LoadError, match="schema differs"):
+        open(tmp_path)
+
+
+def test_plain_arrow_files_and_streams_open(tmp_path):
+    table = pa.table({"img": pa.array([b"ab", b"", b"xyz"]), "name": ["a", "b", "c"],
+                      "n": pa.array([1, 2, 3], pa.int32()),
+                      "tags": pa.array([[1], [], [2, 3]]),
+                      "maybe": pa.array([b"x", None, b"y"])})
+    with pa.ipc.new_file(str(tmp_path / "f.arrow"), table.schema) as w:
+        w.write_table(table, max_chunksize=2)
+    with pa.ipc.new_stream(str(tmp_path / "s.arrows"), table.schema) as w:
+        w.write_table(table)
+    for name in ("f.arrow", "s.arrows"):
+        ds = open(tmp_path / name)
+        assert ds.encodings == {"img": "bytes", "name": "str", "n": "scalar", "tags": "arrow",
+                                "maybe": "arrow"}
+        assert ds[2] == {"img": b"xyz", "name": "c", "n": 3, "tags": [2, 3], "maybe": b"y"}
+        assert ds["maybe"][1] is None
+
+
+def test_unknown_format_version_is_a_clear_error(tmp_path):
+    schema = pa.schema([("x", pa.int64())], metadata={META_FORMAT: b"999"})
+    with pa.ipc.new_file(str(tmp_path / "v.arrow"), schema) as w:
+        w.write_table(pa.table({"x": [1]}, schema=schema))
+    with pytest.raises(LoadError, match="version 999"):
+        open(tmp_path / "v.arrow")
+
+
+def test_missing_paths_raise_file_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        open(tmp_path / "nope.arrow")
+    with pytest.raises(FileNotFoundError):
+        open(tmp_path)  # empty directory
+    with pytest.raises(FileNotFoundError):
+        write(tmp_path / "no" / "dir.arrow", [{"x": 1}], {"x": "int64"})
+    with pytest.raises(ValueError, match="cache"):
+        open(tmp_path / "x.arrow", cache="disk")
+
+
+def test_bad_fields_are_rejected_at_the_edge(tmp_path):
+    with pytest.raises(ValueError, match="encoding"):
+        write(tmp_path / "x.arrow", [{"x": 1}], {"x": "jpeg"})
+    with pytest.raises(TypeError, match="instance"):
+        write(tmp_path / "x.arrow", [{"x": 1}], {"x": JPEG})
+    with pytest.raises(ValueError, match="quality"):
+        JPEG(quality=0)
+    assert not os.listdir(tmp_path)
+
+
+def leftovers(directory):
+    return sorted(os.listdir(directory))
+
+
+class Exploding:
+    """A container whose observation ``k`` raises ``exc``."""
+
+    def __init__(self, n, k, exc):
+        self.n, self.k, self.exc = n, k, exc
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i == self.k:
+            raise self.exc
+        return {"x": np.full((64, 64), i % 256, np.uint8), "y": i}
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_error_in_a_row_names_it_and_leaves_no_file(tmp_path, threads):
+    data = Exploding(300, 123, RuntimeError("disk on fire"))
+    with pytest.raises(LoadError, match="row 123") as info:
+        write(tmp_path / "out.arrow", data, {"x": QOI(), "y": "int64"}, chunk_bytes=5000,
+              num_threads=threads, progress=False)
+    assert info.value.index == 123 and isinstance(info.value.__cause__, RuntimeError)
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_keyboard_interrupt_leaves_no_file(tmp_path, threads):
+    data = Exploding(300, 200, KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        write(tmp_path / "out.arrow", data, {"x": Raw(), "y": "int64"}, chunk_bytes=5000,
+              num_threads=threads, progress=False)
+    assert leftovers(tmp_path) == []
+
+
+def test_failed_rewrite_keeps_the_previous_file(tmp_path):
+    write(tmp_path / "out.arrow", [{"y": 1}], {"y": "int64"}, progress=False)
+    with pytest.raises(LoadError, match="row 0"):
+        write(tmp_path / "out.arrow", [{"y": "not a number"}], {"y": "int64"}, progress=False)
+    assert leftovers(tmp_path) == ["out.arrow"] and list(open(tmp_path / "out.arrow")["y"]) == [1]
+
+
+def test_bad_observations_name_the_row_and_field(tmp_path):
+    rows = [{"x": np.zeros((2, 2))}, {"x": np.zeros((3, 2))}]
+    with pytest.raises(LoadError, match=r"row 1, field 'x'.*shape"):
+        write(tmp_path / "o.arrow", rows, {"x": Raw()}, progress=False)
+    with pytest.raises(LoadError, match="row 0.*no field"):
+        write(tmp_path / "o.arrow", [{"z": 1}], {"x": "int64"}, progress=False)
+
+
+def read_everything(path):
+    ds = open(path)
+    for i in range(len(ds)):
+        try:
+            ds[i]
+        except LoadError:
+            pass
+    return ds
+
+
+def test_random_corruptions_give_clean_errors_or_data(tmp_path):
+    """200 byte flips and truncations of a file: a LoadError (ValueError) at open or at
+    the item, or valid data; never a crash."""
+    rows = sample_rows(12, seed=9)
+    good = tmp_path / "good.arrow"
+    write(good, rows, FIELDS, chunk_bytes=3000, progress=False)
+    original = good.read_bytes()
+    rng = np.random.default_rng(2024)
+    outcomes = {"open error": 0, "opened": 0}
+    for trial in range(200):
+        data = bytearray(original)
+        if trial % 4 == 0:
+            data = data[:int(rng.integers(0, len(data)))]
+        else:
+            for _ in range(int(rng.integers(1, 8))):
+                data[int(rng.integers(0, len(data)))] = int(rng.integers(0, 256))
+        bad = tmp_path / "bad.arrow"
+        bad.write_bytes(bytes(data))
+        try:
+            read_everything(bad)
+        except LoadError:
+            outcomes["open error"] += 1
+        else:
+            outcomes["opened"] += 1
+    assert outcomes["open error"] > 0 and outcomes["opened"] > 0
+
+
+def test_import_fastload_storage_does_not_import_pyarrow():
+    code = ("import sys, fastload, fastload.storage; "
+            "assert 'pyarrow' not in sys.modules, 'pyarrow imported'")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
+
+
+# Quasi-random order
+
+
+def check_permutation(order, n):
+    assert order.dtype == np.int64 and len(order) == n
+    assert np.array_equal(np.sort(order), np.arange(n))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=30), st.integers(0, 2**32),
+       st.integers(0, 100), st.integers(1, 6))
+def test_quasi_order_visits_every_index_once(sizes, seed, epoch, window):
+    n = sum(sizes)
+    order = quasi_random_order(n, sizes, seed, epoch, window=window)
+    check_permutation(order, n)
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    assert np.array_equal(order, quasi_random_order(n, bounds, seed, epoch, window=window))
+    # chunk-local: cut greedily into runs touching at most `window` chunks each; a
+    # window-by-window order needs no more runs than there are windows
+    chunk_of = np.searchsorted(bounds, order, side="right") - 1
+    runs, seen = 0, set()
+    for c in chunk_of:
+        if c not in seen and len(seen) == window:
+            seen = set()
+        if not seen:
+            runs += 1
+        seen.add(c)
+    nonempty = sum(1 for s in sizes if s)
+    assert runs <= -(-nonempty // window)
+
+
+def test_quasi_order_is_reproducible_and_differs_across_epochs():
+    sizes = [100] * 20
+    a = quasi_random_order(2000, sizes, seed=7, epoch=0)
+    assert np.array_equal(a, quasi_random_order(2000, sizes, seed=7, epoch=0))
+    b = quasi_random_order(2000, sizes, seed=7, epoch=1)
+    c = quasi_random_order(2000, sizes, seed=8, epoch=0)
+    check_permutation(b, 2000)
+    assert not np.array_equal(a, b) and not np.array_equal(a, c)
+    # the first window (8 chunks of 100) touches exactly 8 chunks
+    assert len(set(a[:800] // 100)) == 8
+
+
+def test_quasi_order_with_dataset_chunks(written):
+    path, _ = written
+    ds = open(path)
+    check_permutation(quasi_random_order(len(ds), ds.chunk_bounds, seed=0, epoch=0), len(ds))
+
+
+def test_quasi_order_rejects_bad_chunks():
+    with pytest.raises(ValueError, match="chunks"):
+        quasi_random_order(10, [3, 3], seed=0, epoch=0)
+    with pytest.raises(ValueError, match="window"):
+        quasi_random_order(6, [3, 3], seed=0, epoch=0, window=0)
