@@ -127,12 +127,14 @@ def _pixel_source(images):
     arrays = list(images) if isinstance(images, (np.ndarray, list, tuple)) else []
     if not arrays or isinstance(images, np.ndarray) and images.ndim not in (3, 4):
         return None
+    channels = None
     for a in arrays:
         if not (isinstance(a, np.ndarray) and a.dtype == np.uint8 and a.ndim in (2, 3)):
             return None
         c = a.shape[2] if a.ndim == 3 else 1
-        if a.strides[1] != c or (a.ndim == 3 and a.strides[2] != 1):
-            return None
+        if a.strides[1] != c or (a.ndim == 3 and a.strides[2] != 1) or channels not in (None, c):
+            return None   # every image must give the slot's channel count
+        channels = c
     return dict(ptrs=[a.ctypes.data for a in arrays],
                 dims=[(a.shape[0], a.shape[1], a.shape[2] if a.ndim == 3 else 1) for a in arrays],
                 row_strides=[a.strides[0] for a in arrays])
@@ -142,7 +144,7 @@ def _image_source(view):
     """An ``_core.ImageSource`` that runs ``view.f`` (a Compose) natively over
     ``view.data``, or None when the images are in a form only Python can read."""
     compose, images = view.f, view.data
-    if compose.output_shape is None:
+    if _output_spec(view) is None:
         return None
 
     def source(kind, **where):
@@ -163,6 +165,20 @@ def _image_source(view):
     return None
 
 
+def _output_spec(view):
+    """The Spec of every output of ``mapobs(compose, images)``, or None when it varies."""
+    compose = view.f
+    if compose.output_shape is not None:
+        return Spec(compose.output_shape, compose.output_dtype)
+    if compose.decodes or not numobs(view.data):
+        return None
+    first = np.shape(getobs(view.data, 0))
+    fixed = compose.output_shape_for((1 << 14, 1 << 14) + first[2:])
+    if len(first) < 2 or compose.output_shape_for(first) != fixed:
+        return None   # the output size follows the input's: no fixed slot
+    return Spec(fixed, compose.output_dtype)
+
+
 def _native_image_leaf(view):
     """A native Leaf for ``mapobs(Compose([...]), images)``, or None."""
     if not isinstance(view.f, Compose):
@@ -173,8 +189,7 @@ def _native_image_leaf(view):
         source = _image_sources[view] = _image_source(view)
     if source is None:
         return None
-    shape, dtype = view.f.output_shape, view.f.output_dtype
-    return Leaf(view, "native", Spec(shape, dtype),
+    return Leaf(view, "native", _output_spec(view),
                 (source.fill_address, source.state_address, source))
 
 

@@ -183,6 +183,9 @@ class Compose:
     compiled `fastload._image.Pipeline`; its `address` points to the C `fl_pipeline`.
     """
 
+    # Called as f(x, index=..., seed=..., epoch=...) by mapobs, so draws follow the loader.
+    wants_index = True
+
     def __init__(self, ops):
         self.ops = tuple(ops)
         _validate(self.ops)

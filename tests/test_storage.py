@@ -280,6 +280,15 @@ def test_bad_fields_are_rejected_at_the_edge(tmp_path):
     assert not os.listdir(tmp_path)
 
 
+def test_scalar_fields_reject_lossy_values(tmp_path):
+    for value, dtype in [(1.5, "int64"), (300, "uint8"), ("7", "int32")]:
+        with pytest.raises(LoadError, match="row 0"):
+            write(tmp_path / "s.arrow", [{"v": value}], {"v": dtype}, progress=False)
+    write(tmp_path / "s.arrow", [{"v": 3, "f": 2}], {"v": "uint8", "f": "float32"},
+          progress=False)
+    assert open(tmp_path / "s.arrow")[0] == {"v": 3, "f": 2.0}
+
+
 def leftovers(directory):
     return sorted(os.listdir(directory))
 

@@ -230,14 +230,13 @@ class _Image(Encoding):
     def _pixels(self, value):
         """``value`` as pixels no larger than max_side (JPEG bytes are decoded at a
         reduced scale when that suffices)."""
-        min_size = None
         if isinstance(value, (bytes, bytearray, memoryview)) and images.is_jpeg(value):
-            min_size = images.fit_size(*images.image_size(value), self.max_side)
-            img = images.decode_image_bytes(value, min_size=min_size)
+            target = images.fit_size(*images.image_size(value), self.max_side)
+            img = images.decode_image_bytes(value, min_size=target)
         else:
             img = images.as_pixels(value)
-        return images.resize_area(img, images.fit_size(*(min_size or img.shape[:2]),
-                                                        self.max_side))
+            target = images.fit_size(*img.shape[:2], self.max_side)
+        return images.resize_area(img, target)
 
     def _needs_resize(self, value):
         h, w = images.image_size(value)
