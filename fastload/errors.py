@@ -14,3 +14,13 @@ class LoadError(ValueError):
         super().__init__(message)
         self.index = index
         self.source = source
+
+
+def load_error(index, error, source=None):
+    """``error`` (raised while loading observation ``index``) as a ``LoadError`` to raise
+    ``from error``; a ``LoadError`` already names its observation and is kept as it is."""
+    if isinstance(error, LoadError):
+        return error
+    where = f" ({source})" if source else ""
+    return LoadError(f"could not load observation {index}{where}: {type(error).__name__}: "
+                     f"{error}", index=index, source=source)

@@ -4,16 +4,20 @@ A loader is a view plus an iteration strategy: each epoch it builds
 ``batchview(obsview(data, order), ...)`` (or just the ordered view for ``eachobs``) and
 iterates it sequentially, or in parallel on the native pool (``parallel.py``).
 """
+import os
 import secrets
 import time
+import warnings
 from numbers import Integral
 
 import numpy as np
 
 from .context import loading
+from .errors import LoadError
 from .obs import getobs, getobs_into, numobs
 from .parallel import Engine
-from .views import batchview, obsview
+from .sharding import resolve_shard, shard_order, shard_size
+from .views import MappedObs, batchview, obsview
 
 __all__ = ["DataLoader", "eachobs"]
 
@@ -62,12 +66,33 @@ class Stats:
                 f"between batches {d['compute_s']:.3f} s")
 
 
+def _chunk_bounds(data):
+    """Chunk boundaries of the packed dataset under ``data``, or None."""
+    if hasattr(data, "chunk_bounds"):
+        return data.chunk_bounds
+    if isinstance(data, (tuple, dict)):
+        for member in (data.values() if isinstance(data, dict) else data):
+            bounds = _chunk_bounds(member)
+            if bounds is not None:
+                return bounds
+    if isinstance(data, MappedObs):
+        return _chunk_bounds(data.data)
+    return None
+
+
 class _EpochLoader:
     """What ``DataLoader`` and ``eachobs`` share: epochs, order, state and delivery."""
 
-    def __init__(self, data, *, shuffle, buffer, parallel, seed, ordered, prefetch):
+    def __init__(self, data, *, shuffle, buffer, parallel, seed, ordered, prefetch,
+                 drop_last=False, shard=None, on_error="raise", backend="thread"):
         if shuffle not in _SHUFFLES:
             raise ValueError(f"shuffle must be False, True or 'quasi', got {shuffle!r}")
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if backend not in ("thread", "process"):
+            raise ValueError(f"backend must be 'thread' or 'process', got {backend!r}")
+        if backend == "process" and parallel is False:
+            raise ValueError("backend='process' needs parallel=True or a number of workers")
         if parallel is not False and not (parallel is True or (
                 isinstance(parallel, Integral) and parallel >= 1)):
             raise ValueError(f"parallel must be False, True or a number of threads >= 1, "
@@ -80,7 +105,14 @@ class _EpochLoader:
         self.parallel = parallel
         self.seed = int(seed) if seed is not None else secrets.randbits(63)
         self.ordered = ordered
+        self.on_error = on_error
+        self.rank, self.world_size = resolve_shard(shard)
         self._n = numobs(data)
+        self._per_rank = shard_size(self._n, self.world_size, drop_last)
+        self._chunk_bounds = _chunk_bounds(data) if shuffle == "quasi" else None
+        if shuffle == "quasi" and self._chunk_bounds is None:
+            raise ValueError("shuffle='quasi' reads a packed dataset chunk by chunk; this "
+                             "data has no chunks (use shuffle=True)")
         self._epoch = 0          # the epoch the next iter() starts
         self._resume_at = 0      # the step it starts at (after load_state_dict)
         self._live = None        # [epoch, steps delivered] of the running iterator
@@ -88,21 +120,36 @@ class _EpochLoader:
         self._stats = Stats()
         self._engine = None
         if parallel is not False:
-            self._engine = Engine(buffered=self.buffer, ordered=ordered, prefetch=prefetch,
-                                  num_threads=None if parallel is True else int(parallel))
+            workers = None if parallel is True else int(parallel)
+            if backend == "process":
+                from .processes import ProcessEngine
+                self._engine = ProcessEngine(workers=workers or len(os.sched_getaffinity(0)),
+                                             buffered=self.buffer, ordered=ordered,
+                                             prefetch=prefetch, on_error=on_error)
+            else:
+                self._engine = Engine(buffered=self.buffer, ordered=ordered,
+                                      prefetch=prefetch, num_threads=workers,
+                                      on_error=on_error)
+        self._warned_skips = False
 
     def order(self, epoch):
-        """The observation order of ``epoch``: an int64 permutation that depends only on
-        (seed, epoch), or ``arange`` when not shuffling."""
+        """The observations this rank loads in ``epoch``, in order: an int64 array that
+        depends only on (seed, epoch, rank, world_size)."""
         if not self.shuffle:
-            return np.arange(self._n, dtype=np.int64)
-        if self.shuffle == "quasi":
-            from .storage.order import quasi_random_order
-            return quasi_random_order(self.data, self.seed, epoch)
-        return np.random.Generator(np.random.PCG64([self.seed, epoch])).permutation(self._n)
+            order = np.arange(self._n, dtype=np.int64)
+        elif self.shuffle == "quasi":
+            from .storage.order import quasi_random_order   # TODO(integration): move down
+            order = quasi_random_order(self._n, self._chunk_bounds, self.seed, epoch)
+        else:
+            order = np.random.Generator(np.random.PCG64([self.seed, epoch])).permutation(self._n)
+        return shard_order(order, self.rank, self.world_size, self._drop_remainder)
+
+    _drop_remainder = False
 
     def _ordered_data(self, epoch):
-        return obsview(self.data, self.order(epoch)) if self.shuffle else self.data
+        if self.shuffle or self.world_size > 1:
+            return obsview(self.data, self.order(epoch))
+        return self.data
 
     def _steps(self, epoch):
         """The container whose observations are this loader's steps in ``epoch``."""
@@ -130,6 +177,7 @@ class _EpochLoader:
                 try:
                     step = next(source)
                 except StopIteration:
+                    self._report_skips()
                     return
                 got = time.perf_counter()
                 stats.wait_s += got - before
@@ -145,18 +193,57 @@ class _EpochLoader:
     def _count(self, step):
         return 1
 
+    def _report_skips(self):
+        if self._engine is not None:
+            self._stats.skipped = self._engine.skipped
+        if self._stats.skipped and not self._warned_skips:
+            self._warned_skips = True
+            warnings.warn(f"skipped {self._stats.skipped} observations that failed to load "
+                          f"(on_error='skip'); loader.stats()['skipped'] keeps the count",
+                          RuntimeWarning, stacklevel=3)
+
     def _sequential(self, steps, start, epoch):
         for k in range(start, numobs(steps)):
             with loading(self.seed, epoch):
-                if self.buffer and self._buffer is None:
-                    step = getobs(steps, k)
-                    self._buffer = _empty_batch_like(step, self._rows())
-                elif self._buffer is not None:
-                    step = getobs_into(self._buffer, steps, k)
-                else:
-                    step = getobs(steps, k)
-            yield step
+                try:
+                    step = self._load(steps, k)
+                except Exception as error:
+                    if self.on_error == "skip":
+                        step = self._load_skipping(steps, k)
+                    elif isinstance(error, (LoadError, IndexError)):
+                        raise
+                    else:
+                        raise LoadError(f"could not load step {k}: "
+                                        f"{type(error).__name__}: {error}") from error
+            if step is not None:
+                yield step
 
+    def _load(self, steps, k):
+        if self.buffer and self._buffer is None:
+            step = getobs(steps, k)
+            self._buffer = _empty_batch_like(step, self._rows())
+            return step
+        if self._buffer is not None:
+            return getobs_into(self._buffer, steps, k)
+        return getobs(steps, k)
+
+    def _load_skipping(self, steps, k):
+        """Step ``k`` without the observations that fail to load (None if none loads)."""
+        ordered = steps.data if hasattr(steps, "batch_indices") else steps
+        positions = steps.batch_indices(k) if hasattr(steps, "batch_indices") else [k]
+        kept = []
+        for p in positions:
+            try:
+                getobs(ordered, int(p))
+                kept.append(int(p))
+            except Exception:
+                self._stats.skipped += 1
+        if not kept:
+            return None
+        survivors = obsview(ordered, kept)
+        if hasattr(steps, "batch_indices"):
+            return getobs(batchview(survivors, len(kept), collate=steps.collate), 0)
+        return getobs(survivors, 0)
     def _rows(self):
         return None
 
@@ -175,7 +262,8 @@ class _EpochLoader:
             epoch, step = live
         else:
             epoch, step = self._epoch, 0
-        return {"seed": self.seed, "epoch": epoch, "step": step, "steps": len(self)}
+        return {"seed": self.seed, "epoch": epoch, "step": step, "steps": len(self),
+                "rank": self.rank, "world_size": self.world_size}
 
     def load_state_dict(self, state):
         """Resume from ``state`` (from ``state_dict``): the next ``iter()`` continues at the
@@ -184,6 +272,10 @@ class _EpochLoader:
         missing = {"seed", "epoch", "step", "steps"} - set(state)
         if missing:
             raise ValueError(f"not a loader state: missing {sorted(missing)}")
+        if state.get("world_size", 1) != self.world_size or state.get("rank", 0) != self.rank:
+            raise ValueError(f"the state is for rank {state.get('rank', 0)} of "
+                             f"{state.get('world_size', 1)}, this loader is rank {self.rank} "
+                             f"of {self.world_size}")
         if state["steps"] != len(self):
             raise ValueError(f"the state is for a loader with {state['steps']} steps per "
                              f"epoch, this one has {len(self)}")
@@ -216,22 +308,33 @@ class DataLoader(_EpochLoader):
       number of threads. Output is identical for every value.
     - ``ordered=False`` (parallel only) yields batches as they complete: the same batches
       per epoch, in an order that depends on timing. ``prefetch``: batches in flight.
+    - ``backend="process"`` (with ``parallel=n``) loads in n worker processes instead of
+      threads, for GIL-bound Python containers (see ``fastload.processes``).
+    - ``shard=(rank, world_size)`` or ``"auto"``: this process loads its own block of each
+      epoch; all ranks get the same number of batches (see ``fastload.sharding``).
+    - ``on_error="skip"`` drops observations that fail to load from their batch (the batch
+      is shorter), counts them in ``stats()["skipped"]`` and warns once; the default
+      ``"raise"`` raises ``fastload.LoadError`` naming the index.
 
     Raises ``ValueError`` for ``batch_size < 1`` or an unknown option value.
     """
 
     def __init__(self, data, batch_size=1, *, shuffle=False, drop_last=False, collate=None,
-                 buffer=False, parallel=False, seed=None, ordered=True, prefetch=None):
+                 buffer=False, parallel=False, seed=None, ordered=True, prefetch=None,
+                 shard=None, on_error="raise", backend="thread"):
         if not isinstance(batch_size, Integral) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         self.batch_size = int(batch_size)
         self.drop_last = bool(drop_last)
+        self._drop_remainder = self.drop_last
         self.collate = collate
         super().__init__(data, shuffle=shuffle, buffer=buffer, parallel=parallel, seed=seed,
-                         ordered=ordered, prefetch=prefetch)
+                         ordered=ordered, prefetch=prefetch, drop_last=drop_last, shard=shard,
+                         on_error=on_error, backend=backend)
 
     def __len__(self):
-        return self._n // self.batch_size if self.drop_last else -(-self._n // self.batch_size)
+        n = self._per_rank
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def _steps(self, epoch):
         return batchview(self._ordered_data(epoch), self.batch_size, self.drop_last, self.collate)
@@ -253,15 +356,17 @@ class _ObsLoader(_EpochLoader):
     """Single observations, epoch after epoch (see ``eachobs``)."""
 
     def __len__(self):
-        return self._n
+        return self._per_rank
 
     def _steps(self, epoch):
         return self._ordered_data(epoch)
 
 
 def eachobs(data, *, shuffle=False, buffer=False, parallel=False, seed=None, ordered=True,
-            prefetch=None):
+            prefetch=None, shard=None, on_error="raise", backend="thread"):
     """Iterates the observations of ``data`` one at a time, with the options of
-    ``DataLoader`` (shuffling per epoch, buffers, parallel loading, resumable state)."""
+    ``DataLoader`` (shuffling per epoch, buffers, parallel loading, sharding, resumable
+    state)."""
     return _ObsLoader(data, shuffle=shuffle, buffer=buffer, parallel=parallel, seed=seed,
-                      ordered=ordered, prefetch=prefetch)
+                      ordered=ordered, prefetch=prefetch, shard=shard, on_error=on_error,
+                      backend=backend)

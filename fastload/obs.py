@@ -13,6 +13,8 @@ from numbers import Integral
 
 import numpy as np
 
+from .errors import load_error
+
 __all__ = ["copy_into", "getobs", "getobs_into", "is_batch_index", "normalize_index", "numobs"]
 
 
@@ -106,8 +108,16 @@ def getobs(data, i):
         return data.__getobs__(normalize_index(i, numobs(data)))
     i = normalize_index(i, numobs(data))
     if is_batch_index(i):
-        return [data[int(j)] for j in i]
-    return data[i]
+        return [_item(data, int(j)) for j in i]
+    return _item(data, i)
+
+
+def _item(data, j):
+    """``data[j]``; what the container raises becomes a LoadError naming ``j``."""
+    try:
+        return data[j]
+    except Exception as error:
+        raise load_error(j, error) from error
 
 
 @getobs.register

@@ -161,10 +161,12 @@ class Engine:
             pos, field, message = failure
             index = int(job.indices[pos])
             if job.fatal:
-                what = f"step {step}" if plan.whole_steps else f"observation {index}"
-                error = LoadError(f"could not load {what}: {message}", index=index)
                 cause = job.error[1] if job.error is not None else None
-                raise error from cause
+                if isinstance(cause, LoadError):
+                    raise cause
+                what = f"step {step}" if plan.whole_steps else f"observation {index}"
+                raise LoadError(f"could not load {what}: {message}",
+                                index=None if plan.whole_steps else index) from cause
             keep = job.failed_items == 0
             self.skipped += int(len(keep) - keep.sum())
         return plan.assemble(dests, objects, job.n, keep)

@@ -5,6 +5,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from .context import current
+from .errors import load_error
 from .obs import copy_into, getobs, getobs_into, is_batch_index, normalize_index, numobs
 
 __all__ = ["BatchView", "JoinedObs", "MappedObs", "ObsView", "batchview", "joinobs",
@@ -126,10 +127,14 @@ class MappedObs(_View):
         return numobs(self.data)
 
     def _apply(self, i):
-        if getattr(self.f, "wants_index", False):
-            seed, epoch = current()
-            return self.f(getobs(self.data, i), index=i, seed=seed, epoch=epoch)
-        return self.f(getobs(self.data, i))
+        x = getobs(self.data, i)
+        try:
+            if getattr(self.f, "wants_index", False):
+                seed, epoch = current()
+                return self.f(x, index=i, seed=seed, epoch=epoch)
+            return self.f(x)
+        except Exception as error:
+            raise load_error(i, error) from error
 
     def __getobs__(self, i):
         i = normalize_index(i, numobs(self.data))

@@ -66,6 +66,17 @@ def assert_tree_equal(actual, expected, path="batch"):
         assert actual == expected, f"{path}: {actual!r} != {expected!r}"
 
 
+def assert_fills(result, buffer):
+    """Every array of ``result`` lies in the memory of the matching array of ``buffer``:
+    getobs_into filled the caller's buffer rather than returning fresh arrays."""
+    got, bufs = leaves(result), leaves(buffer)
+    assert len(got) == len(bufs)
+    for k, (g, b) in enumerate(zip(got, bufs)):
+        assert isinstance(g, np.ndarray), f"leaf {k}: {type(g).__name__}, not a buffer view"
+        assert g.size == 0 or np.shares_memory(g, b), \
+            f"leaf {k}: the result does not lie in the caller's buffer"
+
+
 def run_epochs(loader, epochs):
     """The steps of ``epochs`` epochs of ``loader``, copied, as one list per epoch."""
     return [[copy_tree(step) for step in loader] for _ in range(epochs)]

@@ -107,6 +107,7 @@ class EncodedColumn:
         self._source_of_row = np.repeat(np.arange(len(sources)), counts) \
             if len(set(sources)) > 1 else None
         self.encoded = ItemBytes(self)
+        self._offsets = None
 
     def __len__(self):
         return len(self._starts)
@@ -120,14 +121,34 @@ class EncodedColumn:
             return parts[attr]
         raise AttributeError(f"{type(self).__name__} {self.name!r} has no attribute {attr!r}")
 
+    @property
+    def contiguous(self):
+        """True when ``buffers()`` is available: one file, items back to back (every
+        file fastload writes; a foreign file with one record batch)."""
+        if self._offsets is None:
+            self._offsets = self._global_offsets()
+        return not isinstance(self._offsets, str)
+
     def buffers(self):
-        """(data, starts, ends): item i is ``data[starts[i]:ends[i]]``; ``data`` is a uint8
-        view of the whole mapped file, ``starts``/``ends`` int64 arrays. Zero copy.
-        Raises ValueError when the column spans several files (use ``dataset.shards``)."""
+        """(data, offsets): item i is ``data[offsets[i]:offsets[i + 1]]``; ``data`` is a
+        uint8 view of the whole mapped file, ``offsets`` int64 of length n + 1 (computed
+        once). Zero copy. Raises ValueError when the column spans several files (use
+        ``dataset.shards``) or its items are not back to back (several record batches)."""
+        if not self.contiguous:
+            raise ValueError(f"column {self.name!r}: {self._offsets}")
+        return self._bases[0], self._offsets
+
+    def _global_offsets(self):
+        """The n + 1 offsets, or a str saying why there are none."""
         if len(self._bases) != 1:
-            raise ValueError(f"column {self.name!r} spans {len(self._bases)} mapped buffers "
-                             f"(several files); call buffers() on each of dataset.shards")
-        return self._bases[0], self._starts, self._ends
+            return (f"spans {len(self._bases)} mapped buffers (several files); "
+                    f"call buffers() on each of dataset.shards")
+        if not np.array_equal(self._starts[1:], self._ends[:-1]):
+            return "its items are not back to back (a file with several record batches)"
+        offsets = np.empty(len(self) + 1, np.int64)
+        offsets[:-1] = self._starts
+        offsets[-1] = self._ends[-1] if len(self) else 0
+        return offsets
 
     def _view(self, i):
         base = self._bases[0] if self._base_of_row is None else \
@@ -187,7 +208,8 @@ class ScalarArray(np.ndarray):
 
 
 class RawColumn:
-    """A Raw field stored in several record batches: one read-only array per batch, in
+    """A Raw field stored in several record batches (a file not written by fastload, say,
+    re-batched by pyarrow): one read-only array per batch, in
     ``chunks``; ``col[i]`` is an item view, ``col[idx]`` a gathered array,
     ``np.asarray(col)`` concatenates (a copy)."""
 
@@ -203,7 +225,6 @@ class RawColumn:
             flat = flat[:len(arr) * nb]
             self.chunks.append(flat.view(codec.dtype).reshape((len(arr),) + codec.shape))
         self._bounds = np.asarray(piece_rows, np.int64)
-        self._pieces = pieces
         self.shape = (int(self._bounds[-1]),) + codec.shape
         self.dtype = codec.dtype
 
@@ -231,11 +252,3 @@ class RawColumn:
         out = np.concatenate(self.chunks) if self.chunks else \
             np.zeros(self.shape, self.dtype)
         return out if dtype is None else out.astype(dtype)
-
-    def buffers(self):
-        """(data, starts, ends) as for EncodedColumn: item i's bytes, zero copy."""
-        bases, _, starts, ends = locate(self._pieces)
-        if len(bases) != 1:
-            raise ValueError(f"column {self.name!r} spans several files; "
-                             f"call buffers() on each of dataset.shards")
-        return bases[0], starts, ends

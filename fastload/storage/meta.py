@@ -3,6 +3,7 @@
 Keys of the Arrow schema metadata:
 - ``fastload.format``: the format version, a decimal integer (``b"1"``).
 - ``fastload.fields``: JSON, field name -> {"encoding", "columns", parameters}.
+- ``fastload.chunks``: JSON, the row boundaries [0, ..., rows] of the file's chunks.
 - ``fastload.user``: JSON, the ``metadata`` dict given to ``write`` (class names, ...).
 
 Version rule: a reader opens files of its version or older and rejects newer ones.
@@ -11,12 +12,15 @@ default) keep the version; anything that changes how existing columns are read b
 """
 import json
 
+import numpy as np
+
 from fastload.storage.fields import from_meta
 
 FORMAT_VERSION = 1
 META_FORMAT = b"fastload.format"
 META_FIELDS = b"fastload.fields"
 META_USER = b"fastload.user"
+META_CHUNKS = b"fastload.chunks"
 
 
 def read_fields(schema_metadata, column_names):
@@ -60,3 +64,19 @@ def read_user(schema_metadata):
     except (UnicodeDecodeError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def read_chunks(schema_metadata, rows):
+    """The chunk boundaries (int64, [0, ..., rows]) a file's metadata gives, or None when
+    it has none. Raises ValueError when they do not describe ``rows`` rows."""
+    raw = (schema_metadata or {}).get(META_CHUNKS)
+    if raw is None:
+        return None
+    try:
+        bounds = np.asarray(json.loads(raw.decode("utf-8")), dtype=np.int64)
+    except (UnicodeDecodeError, ValueError, TypeError, OverflowError):
+        raise ValueError("bad fastload chunk metadata") from None
+    if bounds.ndim != 1 or len(bounds) < 2 or bounds[0] != 0 or bounds[-1] != rows or \
+            np.any(np.diff(bounds) <= 0):
+        raise ValueError(f"fastload chunk metadata does not describe {rows} rows")
+    return bounds

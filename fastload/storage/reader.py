@@ -15,7 +15,8 @@ from fastload.storage.arrow_types import arrow_type, import_pyarrow
 from fastload.storage.columns import (EncodedColumn, Piece, RawArray, RawColumn,
                                       ScalarArray, shape_list)
 from fastload.storage.fields import Bytes, Raw, Scalar, Str
-from fastload.storage.meta import read_fields, read_user
+from fastload.storage.meta import (META_FIELDS, META_FORMAT, read_chunks, read_fields,
+                                   read_user)
 
 __all__ = ["Dataset", "open", "resolve_files"]
 
@@ -132,21 +133,36 @@ class Dataset:
         if described is None:
             described = _infer_fields(first.schema)
         pieces = [(s, b) for s in shards for b in s.batches]
-        self.chunk_bounds = _bounds([b.num_rows for _, b in pieces])
         self.shard_bounds = _bounds([s.rows for s in shards])
+        self.chunk_bounds = self._chunk_bounds()
+        piece_bounds = _bounds([b.num_rows for _, b in pieces])
         self.files = [s.path for s in shards]
         self.fields = {name: enc for name, (enc, _) in described.items()}
         self.metadata = read_user(first.schema.metadata)
         self._field_columns = {name: cols for name, (_, cols) in described.items()}
         try:
-            self._columns = {name: self._column(name, enc, cols, pieces)
+            self._columns = {name: self._column(name, enc, cols, pieces, piece_bounds)
                              for name, (enc, cols) in described.items()}
         except LoadError:
             raise
         except Exception as exc:  # inconsistent buffers that Arrow's validation let by
             raise LoadError(f"{first.path}: corrupt dataset: {exc}", source=first.path) from exc
 
-    def _column(self, name, enc, cols, pieces):
+    def _chunk_bounds(self):
+        """Row boundaries of the chunks over all files: a file's chunk metadata, else its
+        record batches."""
+        bounds = [np.zeros(1, np.int64)]
+        for s, start in zip(self._shards, self.shard_bounds):
+            try:
+                own = read_chunks(s.schema.metadata, s.rows)
+            except ValueError as exc:
+                raise LoadError(f"{s.path}: {exc}", source=s.path) from exc
+            if own is None:
+                own = _bounds([b.num_rows for b in s.batches])
+            bounds.append(own[1:] + start)
+        return np.concatenate(bounds)
+
+    def _column(self, name, enc, cols, pieces, piece_bounds):
         """The read-side column of field ``name``; raises LoadError when the file's
         columns do not fit the field's encoding."""
         pa = import_pyarrow()
@@ -166,14 +182,14 @@ class Dataset:
             return chunked.to_numpy().view(ScalarArray)
         main = [Piece(a, s.base, id(s)) for (s, _), a in zip(pieces, arrays[name])]
         if isinstance(enc, Raw):
-            col = RawColumn(name, enc, main, self.chunk_bounds)
+            col = RawColumn(name, enc, main, piece_bounds)
             return col.chunks[0].view(RawArray) if len(main) == 1 else col
         parts = {}
         for col, kind in enc.columns(name)[1:]:
             chunked = pa.chunked_array(arrays[col], schema.field(col).type)
             parts[col.split(".", 1)[1]] = shape_list(chunked) if kind == "shape" else \
                 chunked.to_numpy()
-        return EncodedColumn(name, enc, main, parts, self.chunk_bounds,
+        return EncodedColumn(name, enc, main, parts, piece_bounds,
                              [s.path for s, _ in pieces])
 
     def _check_types(self, pa, schema, name, enc):
@@ -239,9 +255,13 @@ def _plain(value):
 
 
 def _check_same_schema(shards):
+    """Shards must agree on columns, format version and field encodings (their chunks
+    and user metadata may differ)."""
     first = shards[0]
-    for s in shards[1:]:
-        if not s.schema.equals(first.schema, check_metadata=True):
+    keys = (META_FORMAT, META_FIELDS)
+    meta = [{k: (s.schema.metadata or {}).get(k) for k in keys} for s in shards]
+    for s, m in zip(shards[1:], meta[1:]):
+        if not s.schema.equals(first.schema) or m != meta[0]:
             raise LoadError(f"{s.path}: its schema differs from {first.path}'s; shards "
                             f"of one dataset must share one schema", source=s.path)
 

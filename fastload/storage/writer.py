@@ -1,26 +1,30 @@
-"""Writing packed datasets: observations encoded in parallel, streamed to an Arrow IPC file.
+"""Writing packed datasets: observations encoded in parallel, spilled column by column,
+written as one Arrow IPC file.
 
-The file is written under a temporary name in the destination's directory and renamed
-when complete, so an error or Ctrl-C never leaves a partial file under the final name.
+Each file holds one record batch, so every column is contiguous in the file (see
+``spill.py``); the ``chunk_bytes`` chunks used for sample order are row ranges kept in
+the metadata. The file is written under a temporary name in the destination's directory
+and renamed when complete, so an error or Ctrl-C never leaves a partial file under the
+final name.
 """
 import json
 import os
 import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import closing
+from contextlib import ExitStack, closing
 
 from fastload.errors import LoadError
 from fastload.obs import getobs, numobs
-from fastload.storage.arrow_types import arrow_type, build_array, import_pyarrow, value_nbytes
+from fastload.storage.arrow_types import arrow_type, import_pyarrow
 from fastload.storage.fields import as_encoding
-from fastload.storage.meta import FORMAT_VERSION, META_FIELDS, META_FORMAT, META_USER
+from fastload.storage.meta import (FORMAT_VERSION, META_CHUNKS, META_FIELDS, META_FORMAT,
+                                   META_USER)
+from fastload.storage.spill import ColumnSpill
 
 __all__ = ["write"]
 
 DEFAULT_CHUNK_BYTES = 64 << 20
-# Arrow binary columns hold int32 offsets: a record batch column stays under 2 GiB.
-MAX_CHUNK_BYTES = 1 << 30
 
 
 def write(path, data, fields, *, chunk_bytes=DEFAULT_CHUNK_BYTES, num_threads=None,
@@ -30,13 +34,16 @@ def write(path, data, fields, *, chunk_bytes=DEFAULT_CHUNK_BYTES, num_threads=No
     ``data`` is a container (``numobs``/``getobs``) whose observations are dicts holding
     the fields, or tuples with the fields in the order of ``fields``. ``fields`` maps each
     field name to an encoding (``Raw()``, ``JPEG(quality=90)``, ``"int64"``, ...).
-    Record batches of about ``chunk_bytes`` encoded bytes are streamed to the file, so
-    memory stays bounded; ``num_threads`` encoder threads (default: one per CPU) run at
-    once; ``progress`` shows a tqdm bar when tqdm is installed. ``metadata`` is an optional
+    Encoded rows are spilled to temporary files next to ``path`` as they come, so memory
+    stays bounded (disk needs about twice the dataset's size while writing). Rows are cut
+    into chunks of about ``chunk_bytes`` encoded bytes, the unit of the quasi-random
+    order. ``num_threads`` encoder threads (default: one per CPU) run at once;
+    ``progress`` shows a tqdm bar when tqdm is installed. ``metadata`` is an optional
     JSON-serializable dict kept in the file (``Dataset.metadata``), e.g. class names.
 
-    Raises ValueError/TypeError for bad arguments, and ``LoadError`` naming the row when an
-    observation cannot be read or encoded. Example::
+    Raises ValueError/TypeError for bad arguments, FileNotFoundError for a missing
+    directory, and ``LoadError`` naming the row when an observation cannot be read or
+    encoded. Example::
 
         write("train.arrow", {"image": images, "label": labels},
               {"image": JPEG(quality=90), "label": "int64"})
@@ -51,14 +58,17 @@ def write(path, data, fields, *, chunk_bytes=DEFAULT_CHUNK_BYTES, num_threads=No
     names = list(encodings)
     first = _observation(data, 0, names)
     encodings = {k: _at_row(0, k, lambda: enc.bind(first[k])) for k, enc in encodings.items()}
-    schema = _schema(pa, encodings, user_meta)
     tmp = _temp_name(path)
     try:
-        rows = _encoded_rows(data, n, encodings, threads)
-        with closing(rows), pa.OSFile(tmp, "wb") as sink, \
-                pa.ipc.new_file(sink, schema) as out:
-            for batch in _batches(pa, schema, rows, encodings, chunk_bytes, n, progress):
+        with ExitStack() as stack:
+            spills = _spills(stack, tmp, encodings)
+            rows = stack.enter_context(closing(_encoded_rows(data, n, encodings, threads)))
+            bounds = _spill_rows(rows, spills, chunk_bytes, n, progress)
+            schema = _schema(pa, encodings, user_meta, bounds)
+            batch = pa.RecordBatch.from_arrays([s.to_arrow(pa) for s in spills], schema=schema)
+            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as out:
                 out.write_batch(batch)
+            del batch
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -74,12 +84,12 @@ def _check_args(path, fields, chunk_bytes, num_threads):
         if not isinstance(name, str) or not name or "." in name:
             raise ValueError(f"a field name must be a non-empty str without '.', got {name!r}")
         encodings[name] = as_encoding(spec)
-    if not isinstance(chunk_bytes, int) or not 1 <= chunk_bytes <= MAX_CHUNK_BYTES:
-        raise ValueError(f"chunk_bytes must be an int in 1..{MAX_CHUNK_BYTES}, got {chunk_bytes!r}")
+    if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be a positive int, got {chunk_bytes!r}")
     if num_threads is None:
         num_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
             else (os.cpu_count() or 1)
-    if not isinstance(num_threads, int) or num_threads < 1:
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
         raise ValueError(f"num_threads must be a positive int or None, got {num_threads!r}")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
@@ -94,12 +104,24 @@ def _temp_name(path):
     return os.path.join(head, f".{tail}.{os.getpid()}.{threading.get_ident()}.tmp")
 
 
-def _schema(pa, encodings, user_meta):
+def _spills(stack, tmp, encodings):
+    """One ColumnSpill per column, each deleted when ``stack`` closes."""
+    spills = []
+    kinds = [kind for name, enc in encodings.items() for _, kind in enc.columns(name)]
+    for k, kind in enumerate(kinds):
+        spill = ColumnSpill(f"{tmp}.{k}", kind)
+        stack.callback(spill.close)
+        spills.append(spill)
+    return spills
+
+
+def _schema(pa, encodings, user_meta, bounds):
     cols = [pa.field(col, arrow_type(pa, kind), nullable=False)
             for name, enc in encodings.items() for col, kind in enc.columns(name)]
     meta = {name: enc.to_meta(name) for name, enc in encodings.items()}
     return pa.schema(cols, metadata={META_FORMAT: str(FORMAT_VERSION).encode(),
                                      META_FIELDS: json.dumps(meta).encode(),
+                                     META_CHUNKS: json.dumps(bounds).encode(),
                                      META_USER: user_meta})
 
 
@@ -156,30 +178,25 @@ def _encoded_rows(data, n, encodings, threads):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _batches(pa, schema, rows, encodings, chunk_bytes, n, progress):
-    kinds = [kind for name, enc in encodings.items() for _, kind in enc.columns(name)]
+def _spill_rows(rows, spills, chunk_bytes, n, progress):
+    """Appends every row to the spills; returns the chunk boundaries [0, ..., n]."""
     bar = _progress_bar(n, progress)
+    bounds, size, i = [0], 0, 0
     try:
-        cols, size = [[] for _ in kinds], 0
-        for row in rows:
-            for c, value in enumerate(v for parts in row for v in parts):
-                cols[c].append(value)
-                size += value_nbytes(value)
+        for i, row in enumerate(rows, start=1):
+            for spill, value in zip(spills, (v for parts in row for v in parts)):
+                size += spill.append(value)
+            if size >= chunk_bytes:
+                bounds.append(i)
+                size = 0
             if bar is not None:
                 bar.update(1)
-            if size >= chunk_bytes:
-                yield _record_batch(pa, schema, kinds, cols)
-                cols, size = [[] for _ in kinds], 0
-        if cols[0]:
-            yield _record_batch(pa, schema, kinds, cols)
     finally:
         if bar is not None:
             bar.close()
-
-
-def _record_batch(pa, schema, kinds, cols):
-    arrays = [build_array(pa, kind, values) for kind, values in zip(kinds, cols)]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    if bounds[-1] != i:
+        bounds.append(i)
+    return bounds
 
 
 def _progress_bar(n, progress):
