@@ -22,7 +22,7 @@ test: build
 	$(PY) -m pytest -q
 
 demo: build
-	$(PY) -m fastload.demo
+	$(PY) -m fastload demo
 
 bench: build
 	$(PY) bench/tensor.py

@@ -1,6 +1,4 @@
 """Builds the native core of fastload: plain C99 in csrc/, bound by thin Cython modules."""
-import os
-
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
@@ -10,7 +8,10 @@ CFLAGS = ["-O3", "-std=c99", "-pthread", "-Wall", "-Wno-unused-function", "-Wno-
 
 # Each binding module and the C units it links; a C unit may be linked into more than one.
 MODULES = {
-    "fastload._core": ["csrc/pool.c", "csrc/engine.c", "csrc/imageplan.c", "csrc/image.c", "csrc/qoi.c"],
+    "fastload._core": ["csrc/pool.c", "csrc/engine.c", "csrc/imageplan.c", "csrc/image.c",
+                       "csrc/qoi.c"],
+    "fastload._image": ["csrc/image.c"],
+    "fastload._qoi": ["csrc/qoi.c"],
 }
 
 
@@ -27,8 +28,7 @@ def extension(name, c_sources):
 
 setup(
     ext_modules=cythonize(
-        [extension(name, sources) for name, sources in MODULES.items()
-         if os.path.exists(name.replace(".", "/") + ".pyx")],
+        [extension(name, sources) for name, sources in MODULES.items()],
         language_level=3,
         compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True},
     ),

@@ -184,8 +184,9 @@ int fl_qoi_decode(const uint8_t *buf, size_t n, uint8_t *out, int w, int h, int 
         return err;
     if (hw != w || hh != h)
         return FL_QOI_E_SIZE;
-    if (n < FL_QOI_HEADER_SIZE + FL_QOI_END_SIZE)
-        return FL_QOI_E_TRUNCATED;
+    if (n < FL_QOI_HEADER_SIZE + FL_QOI_END_SIZE ||
+        (n - FL_QOI_HEADER_SIZE - FL_QOI_END_SIZE) * (size_t)RUN_MAX < (size_t)w * (size_t)h)
+        return FL_QOI_E_TRUNCATED; /* one chunk byte gives at most RUN_MAX pixels */
 
     /* Invariant: chunk bytes are read only from buf[p .. end), end = n - 8, so every read
      * stays in bounds and the end marker's bytes are never taken for chunk data. */

@@ -7,6 +7,7 @@ from .errors import LoadError
 from .loader import DataLoader, eachobs
 from .obs import getobs, getobs_into, numobs
 from .parallel import eachobs_parallel
+from .storage import open, write
 from .views import batchview, joinobs, kfolds, mapobs, obsview, randobs, shuffleobs, splitobs
 
 __version__ = "0.1.0"
@@ -24,8 +25,10 @@ __all__ = [
     "mapobs",
     "numobs",
     "obsview",
+    "open",
     "randobs",
     "shuffleobs",
     "splitobs",
+    "write",
 ]
 assert __all__ == sorted(__all__)

@@ -8,7 +8,9 @@ exits with status 2.
 import argparse
 import sys
 
+from fastload.demo import run_image_demo, run_tensor_demo
 from fastload.errors import LoadError
+from fastload.storage.bench import bench_file
 from fastload.storage.convert import DEFAULT_SMART_THRESHOLD, MODES, convert
 from fastload.storage.info import describe
 from fastload.storage.reader import open as open_dataset
@@ -53,11 +55,41 @@ def _run_info(args):
     return 0
 
 
+def _add_bench_args(p):
+    p.add_argument("path", help="a dataset file (from convert), a directory of shards, or a glob")
+    p.add_argument("--batches", type=int, default=20, help="batches to load; default: %(default)s")
+    p.add_argument("--batch-size", type=int, default=256, help="default: %(default)s")
+    p.add_argument("--size", type=int, default=224, help="crop size; default: %(default)s")
+
+
+def _run_bench(args):
+    r = bench_file(args.path, batches=args.batches, batch_size=args.batch_size, size=args.size)
+    print(f"{r['field']} ({r['encoding']}): RandomResizedCrop({args.size}) + flip, batch "
+          f"{args.batch_size}: {r['images_per_s']:,.0f} images/s over {r['batches']} batches; "
+          f"first batch after {r['first_batch_s']:.2f} s (open included)")
+    return 0
+
+
+def _add_demo_args(p):
+    pass
+
+
+def _run_demo(args):
+    run_tensor_demo()
+    print()
+    run_image_demo()
+    return 0
+
+
 COMMANDS = {
     "convert": ("pack a folder of class subfolders of images into a dataset file",
                 _add_convert_args, _run_convert),
     "info": ("show the fields, encodings, rows, chunks and sizes of a dataset",
              _add_info_args, _run_info),
+    "bench": ("images/s of the standard training pipeline (RandomResizedCrop + flip) on a "
+              "dataset", _add_bench_args, _run_bench),
+    "demo": ("load generated tensors and images, and print items/s against a plain loop",
+             _add_demo_args, _run_demo),
 }
 
 

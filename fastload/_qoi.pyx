@@ -8,6 +8,7 @@ from libc.stdint cimport uint8_t
 cnp.import_array()
 
 cdef extern from "qoi.h" nogil:
+    enum: FL_QOI_E_TRUNCATED
     const char *fl_qoi_strerror(int code)
     int fl_qoi_header(const uint8_t *buf, size_t n, int *w, int *h, int *channels)
     size_t fl_qoi_max_size(int w, int h, int channels)
@@ -74,6 +75,10 @@ def decode(data, channels=None, out=None):
     cdef int err = fl_qoi_header(&buf[0] if buf.shape[0] else NULL, buf.shape[0], &w, &h, &c)
     if err:
         raise _error(err, "QOI decode")
+    if (buf.shape[0] - 22) * 62 < <long long>w * h:
+        # Too short for that many pixels (a chunk byte gives at most 62): fail before
+        # allocating what a hostile header asks for.
+        raise _error(FL_QOI_E_TRUNCATED, "QOI decode")
     if channels is not None:
         if channels not in (3, 4):
             raise ValueError(f"channels must be 3 or 4, got {channels!r}")

@@ -15,6 +15,7 @@ import numpy as np
 from .context import loading
 from .errors import LoadError
 from .obs import getobs, getobs_into, numobs
+from .order import quasi_random_order
 from .parallel import Engine
 from .sharding import resolve_shard, shard_order, shard_size
 from .views import MappedObs, batchview, obsview
@@ -138,7 +139,6 @@ class _EpochLoader:
         if not self.shuffle:
             order = np.arange(self._n, dtype=np.int64)
         elif self.shuffle == "quasi":
-            from .storage.order import quasi_random_order   # TODO(integration): move down
             order = quasi_random_order(self._n, self._chunk_bounds, self.seed, epoch)
         else:
             order = np.random.Generator(np.random.PCG64([self.seed, epoch])).permutation(self._n)

@@ -155,6 +155,8 @@ def _image_source(view):
         pixels = _pixel_source(images)
         return None if pixels is None else source(_core.SOURCE_PIXELS, **pixels)
     if hasattr(images, "buffers"):
+        if not getattr(images, "contiguous", True):
+            return None   # several files: read through Python, item by item
         data, offsets = images.buffers()
         return source(_core.SOURCE_OFFSETS, base=data, offsets=offsets)
     if hasattr(images, "paths"):

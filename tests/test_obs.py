@@ -248,7 +248,7 @@ def indices(draw, n):
     return values if kind == "list" else np.array(values, np.int64)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_getobs_into_equals_getobs_and_fills_the_buffer_for_any_container_and_index(data):
     container = data.draw(containers())

@@ -72,7 +72,9 @@ def _large_ids():
 
 class ItemBytes:
     """The encoded bytes of a column's items: ``column.encoded[i]`` is a zero-copy,
-    read-only memoryview into the file."""
+    read-only memoryview into the file. A container of bytes with ``buffers()``, the
+    input a native decoding pipeline takes (``mapobs(Compose([DecodeJPEG(), ...]),
+    ds["image"].encoded)``)."""
 
     def __init__(self, column):
         self._column = column
@@ -85,6 +87,14 @@ class ItemBytes:
         if is_batch_index(i):
             return [self._column._view(int(j)) for j in i]
         return self._column._view(i)
+
+    @property
+    def contiguous(self):
+        return self._column.contiguous
+
+    def buffers(self):
+        """The column's ``buffers()``: these items, located in the mapped file."""
+        return self._column.buffers()
 
 
 class EncodedColumn:

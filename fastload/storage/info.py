@@ -16,7 +16,7 @@ def describe(ds):
     lines = [f"files:  {len(ds.files)} ({', '.join(ds.files[:3])}"
              f"{', ...' if len(ds.files) > 3 else ''})",
              f"rows:   {len(ds)}",
-             f"chunks: {ds.num_chunks} record batches",
+             f"chunks: {ds.num_chunks}",
              f"size:   {format_bytes(ds.nbytes)} on disk"]
     if ds.metadata.get("classes"):
         classes = ds.metadata["classes"]

@@ -129,10 +129,18 @@ def _at_row(i, field, fn):
     """``fn()``, with any exception re-raised as a LoadError naming row ``i``."""
     try:
         return fn()
+    except LoadError as exc:
+        if exc.index == i:
+            raise  # getobs already named the row
+        raise _row_error(i, field, exc) from exc
     except Exception as exc:
-        where = f"row {i}" + (f", field {field!r}" if field else "")
-        raise LoadError(f"cannot write {where}: {type(exc).__name__}: {exc}",
-                        index=i, source=field) from exc
+        raise _row_error(i, field, exc) from exc
+
+
+def _row_error(i, field, exc):
+    where = f"row {i}" + (f", field {field!r}" if field else "")
+    return LoadError(f"cannot write {where}: {type(exc).__name__}: {exc}",
+                     index=i, source=field)
 
 
 def _observation(data, i, names):

@@ -1,0 +1,254 @@
+"""JPEG image pipeline: batch 256 at 224x224, RandomResizedCrop + horizontal flip, uint8 HWC.
+
+Over a synthetic ImageNet-like ImageFolder (`images.py`: 4,000 JPEGs, shorter side 300-500
+px, ~90 KB), compares side by side in one run (medians of interleaved epochs):
+- fastload: DataLoader((mapobs(Compose([DecodeJPEG(), RandomResizedCrop(224),
+  RandomHorizontalFlip()]), folder.images), folder.labels), 256, shuffle=True,
+  parallel=True, buffer=True);
+- the reference a user could write: simplejpeg decode at full size, torchvision's
+  RandomResizedCrop parameters in Python, PIL crop + resize(BILINEAR), numpy flip, on a
+  ThreadPoolExecutor as large as fastload's pool, into a reused (256, 224, 224, 3) batch;
+- PyTorch's DataLoader (as many workers, persistent) over a PIL Dataset written as
+  torchvision's transforms do it (open, convert, crop, resize, transpose), when installed.
+
+First-batch latency (from building the dataset and loader to holding the first batch)
+and peak memory are measured per candidate in a fresh child process that imports only
+what that candidate needs and loads one epoch: peak memory is the sum of the RSS of that
+process and its children (torch's workers), sampled every 10 ms by a thread (psutil).
+Worker RSS counts pages shared with the parent once per process, so it overstates torch.
+
+Usage: python bench/jpeg.py [--n 4000] [--repeats 3] [--batches 0] [--root DIR]
+(--batches 0: whole epochs; k: the first k batches of each epoch)
+"""
+import argparse
+import concurrent.futures
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import psutil
+import simplejpeg
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import compare  # noqa: E402
+from images import DEFAULT_ROOT, generate  # noqa: E402
+
+import fastload  # noqa: E402
+from fastload.imagefolder import ImageFolder  # noqa: E402
+from fastload.transforms import (Compose, DecodeJPEG, RandomHorizontalFlip,  # noqa: E402
+                                 RandomResizedCrop)
+
+BATCH = 256
+SIZE = 224
+FASTLOAD = "fastload DataLoader"
+THREADS = "simplejpeg+PIL thread pool"
+TORCH = "torch DataLoader"
+
+
+def rrc_params(rng, h, w, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
+    """torchvision's RandomResizedCrop.get_params: (top, left, height, width)."""
+    area = h * w
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        target = area * rng.uniform(*scale)
+        aspect = math.exp(rng.uniform(*log_ratio))
+        cw = int(round(math.sqrt(target * aspect)))
+        ch = int(round(math.sqrt(target / aspect)))
+        if 0 < cw <= w and 0 < ch <= h:
+            return rng.randint(0, h - ch), rng.randint(0, w - cw), ch, cw
+    in_ratio = w / h   # fallback: the central crop of the closest allowed aspect
+    if in_ratio < ratio[0]:
+        cw, ch = w, int(round(w / ratio[0]))
+    elif in_ratio > ratio[1]:
+        ch, cw = h, int(round(h * ratio[1]))
+    else:
+        cw, ch = w, h
+    return (h - ch) // 2, (w - cw) // 2, ch, cw
+
+
+def make_fastload(root):
+    folder = ImageFolder(root)
+    train = Compose([DecodeJPEG(), RandomResizedCrop(SIZE), RandomHorizontalFlip()])
+    return fastload.DataLoader((fastload.mapobs(train, folder.images), folder.labels), BATCH,
+                               shuffle=True, parallel=True, buffer=True)
+
+
+class ThreadPoolLoader:
+    """The reference loop: one thread-pool map per batch into a reused batch buffer."""
+
+    def __init__(self, root, threads):
+        from PIL import Image   # imported here so that the fastload probe stays PIL-free
+        self.image = Image
+        folder = ImageFolder(root)
+        self.paths, self.labels = folder.images.paths, folder.labels
+        self.pool = concurrent.futures.ThreadPoolExecutor(threads)
+        self.out = np.empty((BATCH, SIZE, SIZE, 3), np.uint8)
+        self.rng = np.random.default_rng(0)
+        self.epoch = 0
+
+    def _load(self, slot, index, seed):
+        rng = random.Random(seed)
+        with open(self.paths[index], "rb") as f:
+            pixels = simplejpeg.decode_jpeg(f.read(), colorspace="RGB")
+        y, x, h, w = rrc_params(rng, *pixels.shape[:2])
+        crop = self.image.fromarray(pixels).crop((x, y, x + w, y + h))
+        resized = np.asarray(crop.resize((SIZE, SIZE), self.image.BILINEAR))
+        self.out[slot] = resized[:, ::-1] if rng.random() < 0.5 else resized
+
+    def __iter__(self):
+        order = self.rng.permutation(len(self.paths))
+        self.epoch += 1
+        for start in range(0, len(order), BATCH):
+            idx = order[start:start + BATCH]
+            seeds = [(self.epoch << 32) + int(i) for i in idx]
+            list(self.pool.map(self._load, range(len(idx)), idx, seeds))
+            yield self.out[:len(idx)], self.labels[idx]
+
+
+def make_torch(root, workers, persistent):
+    import torch
+    import torch.utils.data as tud
+    from PIL import Image
+
+    class PILFolder(tud.Dataset):
+        def __init__(self):
+            folder = ImageFolder(root)
+            self.paths, self.labels = folder.images.paths, folder.labels
+
+        def __len__(self):
+            return len(self.paths)
+
+        def __getitem__(self, i):
+            with Image.open(self.paths[i]) as f:
+                img = f.convert("RGB")
+            top, left, h, w = rrc_params(random, img.height, img.width)
+            img = img.crop((left, top, left + w, top + h)).resize((SIZE, SIZE), Image.BILINEAR)
+            if random.random() < 0.5:
+                img = img.transpose(Image.FLIP_LEFT_RIGHT)
+            return torch.from_numpy(np.array(img)), int(self.labels[i])
+
+    return tud.DataLoader(PILFolder(), batch_size=BATCH, shuffle=True, num_workers=workers,
+                          persistent_workers=persistent)
+
+
+def make(name, root, workers, persistent=True):
+    if name == FASTLOAD:
+        return make_fastload(root)
+    if name == THREADS:
+        return ThreadPoolLoader(root, workers)
+    return make_torch(root, workers, persistent)
+
+
+class TreeRSS:
+    """Peak of the summed RSS of this process and its descendants, sampled by a thread."""
+
+    def __init__(self, interval=0.01):
+        self.interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self):
+        me = psutil.Process()
+        total = me.memory_info().rss
+        for child in me.children(recursive=True):
+            try:
+                total += child.memory_info().rss
+            except psutil.NoSuchProcess:
+                pass
+        self.peak = max(self.peak, total)
+
+    def _run(self):
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self):
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+
+def probe(name, root, workers):
+    """In a fresh process: first-batch latency and peak tree memory over one epoch."""
+    with TreeRSS() as rss:
+        start = time.perf_counter()
+        loader = make(name, root, workers, persistent=False)
+        it = iter(loader)
+        next(it)
+        first = time.perf_counter() - start
+        for _ in it:
+            pass
+    print(json.dumps({"first_s": first, "peak_mb": rss.peak / 2**20}))
+
+
+def run_probe(name, root, workers):
+    cmd = [sys.executable, os.path.abspath(__file__), "--probe", name, "--root", root,
+           "--workers", str(workers)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def drain(loader, batches):
+    def run():
+        for k, _ in enumerate(loader):
+            if k + 1 == batches:
+                break
+    return run
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=4000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batches", type=int, default=0,
+                        help="batches per timed run (0: whole epochs)")
+    parser.add_argument("--root", default=None,
+                        help=f"dataset folder (default {DEFAULT_ROOT}, n={{n}} images)")
+    parser.add_argument("--probe", help=argparse.SUPPRESS)
+    parser.add_argument("--workers", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.probe:
+        return probe(args.probe, args.root, args.workers)
+    root = generate(args.root or DEFAULT_ROOT, args.n)
+    n = len(ImageFolder(root))
+    workers = fastload._core.pool_size()
+    batches = args.batches or -(-n // BATCH)
+    items = min(n, batches * BATCH)
+    print(f"{n:,} JPEGs in {root}, batch {BATCH} at {SIZE}x{SIZE} uint8, RandomResizedCrop + "
+          f"flip, {batches} batches per run; {os.cpu_count()} CPUs, pool of {workers} threads")
+
+    names = [FASTLOAD, THREADS]
+    try:
+        import torch  # noqa: F401
+        names.append(TORCH)
+    except ImportError:
+        print("  (torch not installed: PyTorch's DataLoader skipped)")
+    candidates = {}
+    for name in names:
+        loader = make(name, root, workers)
+        drain(loader, 2)()   # start pools and workers, warm the page cache
+        candidates[name] = (drain(loader, batches), items)
+    medians = compare(candidates, args.repeats, THREADS)
+    if TORCH in medians:
+        for name in (FASTLOAD, THREADS):
+            print(f"  {name} / {TORCH}: {medians[name] / medians[TORCH]:.2f}x")
+    print("  fresh process per candidate, one epoch: first batch, peak RSS of process tree")
+    for name in names:
+        p = run_probe(name, root, workers)
+        print(f"  {name:<{max(map(len, names))}}  first batch {p['first_s']:6.3f} s   "
+              f"peak {p['peak_mb']:6.0f} MB")
+
+
+if __name__ == "__main__":
+    main()

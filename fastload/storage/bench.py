@@ -1,0 +1,54 @@
+"""``python -m fastload bench FILE``: images/s of the standard training pipeline on a file."""
+import time
+
+from fastload.loader import DataLoader
+from fastload.storage.reader import open as open_dataset
+from fastload.transforms import Compose, DecodeJPEG, RandomHorizontalFlip, RandomResizedCrop
+from fastload.views import mapobs
+
+__all__ = ["bench_file"]
+
+ENCODED = ("jpeg", "qoi")
+
+
+def _image_and_label(ds):
+    """The names of the first image field and the first integer field of ``ds``."""
+    image = next((k for k, e in ds.encodings.items() if e in ENCODED + ("smart", "ndarray")),
+                 None)
+    if image is None:
+        raise ValueError(f"no image field in {sorted(ds.encodings)} (encodings "
+                         f"{sorted(set(ds.encodings.values()))})")
+    label = next((k for k in ds.keys() if k != image and ds.encodings[k] == "scalar"), None)
+    return image, label
+
+
+def bench_file(path, *, batches=20, batch_size=256, size=224, parallel=True):
+    """Load ``batches`` batches of RandomResizedCrop(size) + flip (uint8) from the dataset
+    at ``path`` and return {"images_per_s", "first_batch_s", "batches", "field"}."""
+    start = time.perf_counter()
+    ds = open_dataset(path)
+    image, label = _image_and_label(ds)
+    column = ds[image]
+    if column.encoding in ENCODED:
+        source, ops = column.encoded, [DecodeJPEG()]
+    else:
+        source, ops = column, []
+    pipeline = Compose(ops + [RandomResizedCrop(size), RandomHorizontalFlip()])
+    data = mapobs(pipeline, source)
+    if label is not None:
+        data = (data, ds[label])
+    loader = DataLoader(data, batch_size, shuffle=True, seed=0, parallel=parallel, buffer=True)
+    first = None
+    count = 0
+    timed_from = None
+    for k, _ in enumerate(loader):
+        if first is None:
+            first = time.perf_counter() - start
+            timed_from = time.perf_counter()
+        else:
+            count += batch_size
+        if k + 1 >= batches:
+            break
+    elapsed = time.perf_counter() - timed_from
+    return {"field": image, "encoding": column.encoding, "batches": k + 1,
+            "first_batch_s": first, "images_per_s": count / elapsed if elapsed else 0.0}
