@@ -111,7 +111,7 @@ class ThreadPoolLoader:
             yield self.out[:len(idx)], self.labels[idx]
 
 
-def make_torch(root, workers, persistent):
+def make_torch(root, workers, persistent, batches=0):
     import torch
     import torch.utils.data as tud
     from PIL import Image
@@ -133,16 +133,20 @@ def make_torch(root, workers, persistent):
                 img = img.transpose(Image.FLIP_LEFT_RIGHT)
             return torch.from_numpy(np.array(img)), int(self.labels[i])
 
-    return tud.DataLoader(PILFolder(), batch_size=BATCH, shuffle=True, num_workers=workers,
+    data = PILFolder()
+    # A short epoch rather than a break: after a break, persistent workers would go on
+    # loading their prefetched batches while the next candidate is timed.
+    sampler = tud.RandomSampler(data, num_samples=min(len(data), batches * BATCH) or None)
+    return tud.DataLoader(data, batch_size=BATCH, sampler=sampler, num_workers=workers,
                           persistent_workers=persistent)
 
 
-def make(name, root, workers, persistent=True):
+def make(name, root, workers, persistent=True, batches=0):
     if name == FASTLOAD:
         return make_fastload(root)
     if name == THREADS:
         return ThreadPoolLoader(root, workers)
-    return make_torch(root, workers, persistent)
+    return make_torch(root, workers, persistent, batches)
 
 
 class TreeRSS:
@@ -236,8 +240,8 @@ def main():
         print("  (torch not installed: PyTorch's DataLoader skipped)")
     candidates = {}
     for name in names:
-        loader = make(name, root, workers)
-        drain(loader, 2)()   # start pools and workers, warm the page cache
+        loader = make(name, root, workers, batches=args.batches)
+        drain(loader, batches)()   # untimed: starts pools and workers, warms the page cache
         candidates[name] = (drain(loader, batches), items)
     medians = compare(candidates, args.repeats, THREADS)
     if TORCH in medians:

@@ -219,7 +219,7 @@ class _EpochLoader:
                 yield step
 
     def _load(self, steps, k):
-        if self.buffer and self._buffer is None:
+        if self.buffer and self._buffer is None and self._bufferable():
             step = getobs(steps, k)
             self._buffer = _empty_batch_like(step, self._rows())
             return step
@@ -247,6 +247,10 @@ class _EpochLoader:
     def _rows(self):
         return None
 
+    def _bufferable(self):
+        """Whether steps are arrays that can be filled in place."""
+        return True
+
     def stats(self):
         """Items/s and where the time went since the loader was made: a dict with
         ``items``, ``batches``, ``items_per_s``, ``wait_s`` (consumer waiting for data),
@@ -261,7 +265,7 @@ class _EpochLoader:
         if live is not None and live[1] < len(self):
             epoch, step = live
         else:
-            epoch, step = self._epoch, 0
+            epoch, step = self._epoch, self._resume_at
         return {"seed": self.seed, "epoch": epoch, "step": step, "steps": len(self),
                 "rank": self.rank, "world_size": self.world_size}
 
@@ -342,9 +346,15 @@ class DataLoader(_EpochLoader):
     def _rows(self):
         return self.batch_size
 
+    def _bufferable(self):
+        # A collate function or collate=False builds values of its own choosing.
+        return self.collate is None or self.collate is True
+
     def _count(self, batch):
         while isinstance(batch, (tuple, dict)) and len(batch):
             batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
+        if isinstance(batch, np.ndarray):
+            return batch.shape[0] if batch.ndim else 1
         return len(batch) if hasattr(batch, "__len__") else 1
 
     def __repr__(self):

@@ -150,17 +150,17 @@ def getobs_into(buffer, data, i):
     tuple or dict (a list, say) cannot be filled in place and ``getobs(data, i)`` is
     returned instead. Raises ``ValueError`` when the buffer's shape does not fit.
 
-    ``getobs_into.register(MyType)`` decorates an implementation ``f(buffer, data, i)``
-    for containers of ``MyType`` (dispatch is on the container, not the buffer).
+    ``getobs_into.register(MyType, f)`` (or as a decorator) registers an implementation
+    ``f(buffer, data, i)`` for containers of ``MyType``; dispatch is on the container.
     """
     return _getobs_into.dispatch(type(data))(data, buffer, i)
 
 
-def _register_into(cls):
+def _register_into(cls, func=None):
     def decorate(f):
         _getobs_into.register(cls, lambda data, buffer, i: f(buffer, data, i))
         return f
-    return decorate
+    return decorate if func is None else decorate(func)
 
 
 getobs_into.register = _register_into

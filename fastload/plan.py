@@ -197,6 +197,8 @@ def _native_image_leaf(view):
 
 def _leaf(container, stack):
     """How to load ``container`` item by item, or None when only whole steps will do."""
+    if isinstance(container, np.ndarray) and container.dtype.hasobject:
+        return None   # references must be counted: Python loads whole steps
     if isinstance(container, np.ndarray) and container.ndim >= 1:
         return Leaf(container, "gather", Spec(container.shape[1:], container.dtype))
     if isinstance(container, MappedObs):

@@ -337,7 +337,6 @@ class ProcessEngine:
                 try:
                     replies.append((k, conn.recv()))
                 except (EOFError, OSError):
-                    procs[k].join(1.0)
                     self._died(procs[k])
                 self._outstanding[k] -= 1
         for proc in procs:
@@ -346,6 +345,7 @@ class ProcessEngine:
         return replies
 
     def _died(self, proc):
+        proc.join(1.0)
         message = _death_message(proc)
         self._stop(graceful=False)
         raise RuntimeError(f"{message}; the iteration cannot continue (a worker killed "
@@ -391,7 +391,6 @@ class ProcessEngine:
         try:
             self._conns[worker].send(message)
         except OSError:
-            self._procs[worker].join(1.0)
             self._died(self._procs[worker])
 
     def _run(self, plan, recipe, start, total, epoch, seed):
@@ -451,9 +450,11 @@ class ProcessEngine:
             if index is None:
                 raise RuntimeError(f"a worker could not plan the steps: {message}") \
                     from _remote(text, blob)
+            cause = _remote(text, blob)
+            if isinstance(cause, LoadError):
+                raise cause       # it names its observation already
             what = f"step {step}" if plan.whole_steps else f"observation {index}"
-            raise LoadError(f"could not load {what}: {message}", index=index) \
-                from _remote(text, blob)
+            raise LoadError(f"could not load {what}: {message}", index=index) from cause
         if kind == "cancelled":
             raise RuntimeError(f"step {step} was cancelled")
         n, objects, keep = reply[3:]

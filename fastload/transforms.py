@@ -17,7 +17,7 @@ import numbers
 import numpy as np
 import simplejpeg
 
-from fastload import _image
+from fastload import _image, _qoi
 
 __all__ = ["CenterCrop", "Compose", "DecodeJPEG", "IMAGENET_MEAN", "IMAGENET_STD",
            "Normalize", "RandomCrop", "RandomHorizontalFlip", "RandomResizedCrop", "Resize",
@@ -57,7 +57,8 @@ class Transform:
 
 class DecodeJPEG(Transform):
     """Decodes JPEG bytes to uint8 HWC with `channels` channels (1 gray, 3 RGB, 4 RGBA),
-    at a reduced DCT scale when a later resize allows. Must come first."""
+    at a reduced DCT scale when a later resize allows. Must come first. QOI bytes (the
+    lossless encoding of packed datasets) are decoded too."""
     kind = "decode"
 
     def __init__(self, channels=3):
@@ -266,6 +267,11 @@ class Compose:
         return self.pipeline.run(img, h, w, 1, seed, epoch, index)
 
     def _run_jpeg(self, data, index, seed, epoch):
+        if bytes(data[:4]) == b"qoif":   # lossless images from a packed dataset
+            img = _qoi.decode(data, channels=4 if self.channels == 4 else 3)
+            if self.channels == 1:
+                img = _image.convert_channels(img, 1)
+            return self.pipeline.run(img, img.shape[0], img.shape[1], 1, seed, epoch, index)
         h, w = decode_jpeg_header(data)
         _, denom = self.pipeline.prepare(h, w, seed, epoch, index)
         min_h, min_w = -(-h // denom), -(-w // denom)

@@ -146,10 +146,10 @@ class MappedObs(_View):
         i = normalize_index(i, numobs(self.data))
         if not is_batch_index(i):
             return copy_into(buffer, self._apply(i))
-        if not isinstance(buffer, np.ndarray):
+        if not _is_buffer(buffer):
             return self.__getobs__(i)
         for k, j in enumerate(i):
-            copy_into(buffer[k], self._apply(int(j)))
+            copy_into(_row(buffer, k), self._apply(int(j)))
         return buffer
 
     def __repr__(self):
@@ -162,7 +162,8 @@ def mapobs(f, data):
 
 
 class JoinedObs(_View):
-    """The concatenation of several containers (see ``joinobs``)."""
+    """The concatenation of several containers (see ``joinobs``). Several observations
+    come back stacked like those of ``mapobs``."""
 
     def __init__(self, *datas):
         if not datas:
@@ -182,17 +183,17 @@ class JoinedObs(_View):
         if not is_batch_index(i):
             part, j = self._locate(i)
             return getobs(self.datas[part], j)
-        return [self.__getobs__(int(j)) for j in i]
+        return stack_if_arrays([self.__getobs__(int(j)) for j in i])
 
     def __getobs_into__(self, buffer, i):
         i = normalize_index(i, len(self))
         if not is_batch_index(i):
             part, j = self._locate(i)
             return getobs_into(buffer, self.datas[part], j)
-        if not isinstance(buffer, np.ndarray):
+        if not _is_buffer(buffer):
             return self.__getobs__(i)
         for k, j in enumerate(i):
-            self.__getobs_into__(buffer[k], int(j))
+            self.__getobs_into__(_row(buffer, k), int(j))
         return buffer
 
 
@@ -222,13 +223,24 @@ def _is_stackable(obs):
 
 def stack_if_arrays(observations):
     """The observations stacked like ``_stack`` when they are arrays or numbers (through
-    tuples and dicts) of one shape; the list itself otherwise."""
+    tuples and dicts); the list itself otherwise. Raises ``ValueError`` when they are
+    arrays of different shapes (collect those with ``collate=False``)."""
     if not observations or not all(_is_stackable(o) for o in observations):
         return observations
     try:
         return _stack(observations)
-    except ValueError:
-        return observations
+    except ValueError as error:
+        raise ValueError(f"observations of different shapes cannot form one batch ({error});"
+                         f" use collate=False to get them as a list") from None
+
+
+def _is_buffer(buffer):
+    """True for an array, or a tuple/dict of buffers: something rows can be filled into."""
+    if isinstance(buffer, np.ndarray):
+        return True
+    if isinstance(buffer, (tuple, dict)) and len(buffer):
+        return all(_is_buffer(b) for b in (buffer.values() if isinstance(buffer, dict) else buffer))
+    return False
 
 
 def _slice_buffer(buffer, m):
@@ -248,7 +260,7 @@ def _row(buffer, k):
     if isinstance(buffer, tuple):
         parts = [_row(b, k) for b in buffer]
         return type(buffer)(*parts) if hasattr(buffer, "_fields") else tuple(parts)
-    return buffer[k]
+    return buffer[k, ...]   # a view even for 1-D buffers, where buffer[k] is a copy
 
 
 class BatchView(_View):

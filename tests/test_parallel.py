@@ -121,8 +121,8 @@ PYTHON_CONTAINERS = {
     "mapobs-arrays": (lambda: mapobs(lambda x: x[::-1] * 2, array(23, "int16", "c")), None),
     "mapobs-tuple": (lambda: mapobs(lambda x: (x.sum(), x[:1]), array(23, "float64", "c")), None),
     "mapobs-scalars": (lambda: mapobs(lambda x: float(x) / 2, array(23, "int64", "vector")), None),
-    "mapobs-ragged": (lambda: mapobs(lambda x: np.zeros(int(x) % 3 + 1),
-                                     array(23, "int64", "vector")), None),
+    "mapobs-ragged-collate-false": (lambda: mapobs(lambda x: np.zeros(int(x) % 3 + 1),
+                                                   array(23, "int64", "vector")), False),
     "custom-getobs": (lambda: Custom(23), None),
     "collate-false": (lambda: (array(23, "float32", "strided"), array(23, "int64", "vector")), False),
     "collate-callable": (lambda: array(23, "float32", "fortran"), total),
@@ -138,6 +138,13 @@ def test_parallel_output_equals_sequential_for_python_containers(name, parallel)
                                 collate=collate)
 
 
+@pytest.mark.parametrize("parallel", [False, 2])
+def test_ragged_mapobs_results_raise_a_load_error_unless_collated_as_lists(parallel):
+    ragged = mapobs(lambda x: np.zeros(int(x) % 3 + 1), array(23, "int64", "vector"))
+    with pytest.raises(LoadError):
+        list(DataLoader(ragged, 5, parallel=parallel))
+
+
 def test_parallel_output_equals_sequential_for_an_object_array():
     # Run in a child: copying object pointers without their reference counts crashes
     # the interpreter later, at an unpredictable point.
@@ -145,7 +152,8 @@ def test_parallel_output_equals_sequential_for_an_object_array():
         "import numpy as np, gc\n"
         "from fastload import DataLoader\n"
         "data = np.array([f'item {i}' for i in range(40)], dtype=object)\n"
-        "seq = [b.tolist() for e in range(3) for b in DataLoader(data, 4, shuffle=True, seed=1)]\n"
+        "one = DataLoader(data, 4, shuffle=True, seed=1)\n"
+        "seq = [b.tolist() for e in range(3) for b in one]\n"
         "par = DataLoader(data, 4, shuffle=True, seed=1, parallel=2)\n"
         "got = [b.tolist() for e in range(3) for b in par]\n"
         "assert got == seq, (got, seq)\n"

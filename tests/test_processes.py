@@ -1,0 +1,327 @@
+"""The process backend: same steps as the thread engine and as plain getobs, errors and
+dead workers reach the consumer, and nothing is left in /dev/shm."""
+import gc
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+import simplejpeg
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastload import DataLoader, LoadError, batchview, getobs, mapobs, numobs, obsview
+from fastload.parallel import Engine
+from fastload.processes import ProcessEngine, WorkerError
+from fastload.transforms import (IMAGENET_MEAN, IMAGENET_STD, Compose, DecodeJPEG, Normalize,
+                                 RandomHorizontalFlip, RandomResizedCrop, ToCHW)
+
+from helpers import assert_tree_equal, copy_tree, deadline
+
+
+def _shm_entries():
+    return {name for name in os.listdir("/dev/shm")
+            if name.startswith(("psm_", "pym-", "fastload"))}
+
+
+@pytest.fixture
+def shm_clean():
+    """Fails the test when it leaves a new shared-memory segment in /dev/shm."""
+    before = _shm_entries()
+    yield
+    gc.collect()
+    assert _shm_entries() - before == set()
+
+
+def _steps(data, n, batch_size=7, shuffle=True, drop_last=False, collate=None, seed=3):
+    order = np.random.default_rng(seed).permutation(n) if shuffle else np.arange(n)
+    return batchview(obsview(data, order), batch_size, drop_last, collate)
+
+
+def _run(engine, steps, **kw):
+    return [copy_tree(step) for step in engine.iterate(steps, **kw)]
+
+
+def _double(x):
+    return x * 2
+
+
+class Batched:
+    """A container with its own batch semantics (loaded whole, step by step)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __numobs__(self):
+        return self.n
+
+    def __getobs__(self, i):
+        return np.asarray(i, np.int64) * 10
+
+
+def _configs():
+    x = np.arange(60 * 3, dtype=np.float32).reshape(60, 3)
+    y = np.arange(60, dtype=np.int64)
+
+    def local_square(v):      # a local function: only 'fork' can ship it
+        return v * v
+
+    records = [{"id": k, "name": f"item{k}"} for k in range(60)]
+    return {
+        "tuple-shuffle": (_steps((x, y), 60), {}),
+        "dict-drop_last": (_steps({"x": x, "y": y}, 60, drop_last=True), {}),
+        "mapobs-lambda": (_steps(mapobs(lambda v: v + 1, x), 60, shuffle=False), {}),
+        "mapobs-local": (_steps((mapobs(local_square, x), y), 60), {}),
+        "module-function": (_steps(mapobs(_double, x), 60), {}),
+        "list-of-dicts": (_steps(records, 60), {}),
+        "collate-true": (_steps(mapobs(lambda v: {"v": v}, x), 60, collate=True), {}),
+        "collate-callable": (_steps(y, 60, collate=lambda obs: sum(obs)), {}),
+        "custom-getobs": (_steps(Batched(60), 60), {}),
+        "single-observations": (obsview((x, y), np.arange(59, -1, -1)), {}),
+        "resume-start": (_steps((x, y), 60), {"start": 4}),
+    }
+
+
+CONFIGS = _configs()
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_same_steps_as_thread_engine_and_getobs(name, shm_clean):
+    steps, kw = CONFIGS[name]
+    engine = ProcessEngine(workers=2)
+    try:
+        got = _run(engine, steps, epoch=1, seed=5, **kw)
+    finally:
+        engine.close()
+    threads = _run(Engine(), steps, epoch=1, seed=5, **kw)
+    plain = [getobs(steps, k) for k in range(kw.get("start", 0), numobs(steps))]
+    assert_tree_equal(got, threads)
+    assert_tree_equal(got, plain)
+
+
+def test_scalar_observations_of_a_python_leaf():
+    steps = _steps(mapobs(_double, np.arange(30)), 30)
+    engine = ProcessEngine(workers=2)
+    try:
+        got = _run(engine, steps)
+    finally:
+        engine.close()
+    assert_tree_equal(got, [getobs(steps, k) for k in range(numobs(steps))])
+
+
+def test_unbuffered_steps_are_owned_copies():
+    steps = _steps(np.arange(40.0).reshape(20, 2), 20, batch_size=4)
+    engine = ProcessEngine(workers=2, buffered=False)
+    try:
+        kept = list(engine.iterate(steps))
+    finally:
+        engine.close()
+    assert_tree_equal(kept, [getobs(steps, k) for k in range(numobs(steps))])
+
+
+def test_unordered_delivers_the_same_set_of_steps():
+    steps = _steps(np.arange(50), 50, batch_size=5)
+    engine = ProcessEngine(workers=3, ordered=False)
+    try:
+        got = sorted(tuple(b) for b in _run(engine, steps))
+    finally:
+        engine.close()
+    assert got == sorted(tuple(getobs(steps, k)) for k in range(numobs(steps)))
+
+
+@settings(max_examples=10, deadline=None)
+@given(n=st.integers(1, 40), batch_size=st.integers(1, 9), drop_last=st.booleans(),
+       workers=st.integers(1, 3), seed=st.integers(0, 100))
+def test_every_worker_count_gives_the_sequential_steps(n, batch_size, drop_last, workers, seed):
+    data = (mapobs(lambda v: v * 3, np.arange(2 * n).reshape(n, 2)), np.arange(n) * 0.5)
+    steps = _steps(data, n, batch_size, drop_last=drop_last, seed=seed)
+    engine = ProcessEngine(workers=workers, prefetch=2)
+    try:
+        got = _run(engine, steps)
+    finally:
+        engine.close()
+    assert_tree_equal(got, [getobs(steps, k) for k in range(numobs(steps))])
+
+
+def _jpegs(n):
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 255, (n, 40, 48, 3), dtype=np.uint8)
+    return [simplejpeg.encode_jpeg(image, quality=90) for image in images]
+
+
+def test_image_pipeline_matches_the_native_thread_engine():
+    compose = Compose([DecodeJPEG(), RandomResizedCrop(32, scale=(0.5, 1)),
+                       RandomHorizontalFlip(), Normalize(IMAGENET_MEAN, IMAGENET_STD), ToCHW()])
+    steps = _steps((mapobs(compose, _jpegs(24)), np.arange(24)), 24, batch_size=8)
+    engine = ProcessEngine(workers=2)
+    try:
+        got = _run(engine, steps, epoch=2, seed=11)
+    finally:
+        engine.close()
+    assert_tree_equal(got, _run(Engine(), steps, epoch=2, seed=11))
+
+
+def test_next_epoch_reuses_the_workers():
+    steps = _steps(mapobs(lambda v: v + 1, np.arange(30)[:, None]), 30)
+    engine = ProcessEngine(workers=2)
+    try:
+        first = _run(engine, steps, epoch=0)
+        pids = [p.pid for p in engine._procs]
+        second = _run(engine, _steps(engine._root, 30, seed=9), epoch=1)
+        assert [p.pid for p in engine._procs] == pids
+    finally:
+        engine.close()
+    assert_tree_equal(first, [getobs(steps, k) for k in range(numobs(steps))])
+    other = _steps(steps.data.data, 30, seed=9)
+    assert_tree_equal(second, [getobs(other, k) for k in range(numobs(other))])
+
+
+def _fails_at(bad):
+    def load(v):
+        if int(v[0]) == bad:
+            raise KeyError(f"no record {bad}")
+        return v
+    return load
+
+
+def test_a_worker_that_raises_names_the_index_with_its_traceback(shm_clean):
+    data = mapobs(_fails_at(13), np.arange(40)[:, None])
+    engine = ProcessEngine(workers=2)
+    try:
+        with deadline(30), pytest.raises(LoadError) as info:
+            _run(engine, _steps(data, 40, shuffle=False, batch_size=4))
+        assert info.value.index == 13
+        assert "observation 13" in str(info.value) and "no record 13" in str(info.value)
+        chain, error = [], info.value
+        while error is not None:
+            chain.append(error)
+            error = error.__cause__
+        remote = [e for e in chain if isinstance(e, WorkerError)]
+        assert remote, f"no worker traceback in {chain!r}"
+        assert "KeyError: 'no record 13'" in str(remote[0]) and "in load" in str(remote[0])
+        # The workers survive an error: the next epoch runs on them.
+        steps = _steps(np.arange(10), 10)
+        assert_tree_equal(_run(engine, steps), [getobs(steps, k) for k in range(2)])
+    finally:
+        engine.close()
+
+
+def test_skip_drops_failed_observations_like_the_thread_engine():
+    data = mapobs(_fails_at(5), np.arange(20)[:, None])
+    steps = _steps(data, 20, batch_size=6)
+    engine = ProcessEngine(workers=2, on_error="skip")
+    try:
+        got = _run(engine, steps)
+    finally:
+        engine.close()
+    threads = Engine(on_error="skip")
+    assert_tree_equal(got, _run(threads, steps))
+    assert engine.skipped == threads.skipped == 1
+
+
+def _slow(v):
+    time.sleep(0.02)
+    return v
+
+
+def test_killed_worker_raises_within_seconds(shm_clean):
+    engine = ProcessEngine(workers=2)
+    try:
+        it = engine.iterate(_steps(mapobs(_slow, np.arange(400)[:, None]), 400, batch_size=4))
+        next(it)
+        victim = engine._procs[0]
+        os.kill(victim.pid, signal.SIGKILL)
+        with deadline(20), pytest.raises(RuntimeError, match="SIGKILL"):
+            for _ in it:
+                pass
+        assert engine._procs is None
+        steps = _steps(np.arange(12), 12)
+        assert_tree_equal(_run(engine, steps), [getobs(steps, k) for k in range(2)])
+    finally:
+        engine.close()
+
+
+def test_early_break_stops_jobs_and_the_next_epoch_is_exact(shm_clean):
+    data = mapobs(_slow, np.arange(200)[:, None])
+    engine = ProcessEngine(workers=2)
+    try:
+        with deadline(20):
+            for k, _ in enumerate(engine.iterate(_steps(data, 200, batch_size=4))):
+                if k == 2:
+                    break
+        steps = _steps(data, 200, batch_size=4, seed=8)
+        got = _run(engine, steps)
+    finally:
+        engine.close()
+    assert_tree_equal(got, [getobs(steps, k) for k in range(numobs(steps))])
+
+
+def test_ctrl_c_in_the_consumer_stops_cleanly(shm_clean):
+    engine = ProcessEngine(workers=2)
+    try:
+        it = engine.iterate(_steps(mapobs(_slow, np.arange(400)[:, None]), 400, batch_size=4))
+        next(it)
+        with deadline(20), pytest.raises(KeyboardInterrupt):
+            for k, _ in enumerate(it):
+                if k == 1:
+                    os.kill(os.getpid(), signal.SIGINT)
+        assert all(p.is_alive() for p in engine._procs)
+        steps = _steps(np.arange(12), 12)
+        assert_tree_equal(_run(engine, steps), [getobs(steps, k) for k in range(2)])
+    finally:
+        engine.close()
+
+
+def test_ctrl_c_reaching_a_worker_is_ignored_by_it():
+    steps = _steps(mapobs(_slow, np.arange(40)[:, None]), 40, batch_size=4)
+    engine = ProcessEngine(workers=2)
+    try:
+        it = engine.iterate(steps)
+        got = [copy_tree(next(it))]
+        for proc in engine._procs:
+            os.kill(proc.pid, signal.SIGINT)
+        got += [copy_tree(b) for b in it]
+    finally:
+        engine.close()
+    assert_tree_equal(got, [getobs(steps, k) for k in range(numobs(steps))])
+
+
+def test_dropping_the_engine_stops_its_workers():
+    engine = ProcessEngine(workers=2)
+    _run(engine, _steps(np.arange(10), 10))
+    procs = list(engine._procs)
+    del engine
+    gc.collect()
+    for proc in procs:
+        proc.join(10)
+        assert not proc.is_alive()
+
+
+def test_close_is_idempotent_and_the_next_iteration_restarts():
+    engine = ProcessEngine(workers=1)
+    steps = _steps(np.arange(10), 10)
+    _run(engine, steps)
+    engine.close()
+    engine.close()
+    assert_tree_equal(_run(engine, steps), [getobs(steps, k) for k in range(2)])
+    engine.close()
+
+
+@pytest.mark.parametrize("bad", [{"workers": 0}, {"workers": 2, "prefetch": 0},
+                                 {"workers": 2, "on_error": "ignore"}])
+def test_bad_options_raise_value_error(bad):
+    with pytest.raises(ValueError):
+        ProcessEngine(**bad)
+
+
+def test_dataloader_process_backend_matches_threads():
+    data = (mapobs(lambda v: v * 2.0, np.arange(50.0)), np.arange(50))
+    kw = dict(batch_size=8, shuffle=True, seed=4, buffer=True)
+    procs = DataLoader(data, parallel=2, backend="process", **kw)
+    threads = DataLoader(data, parallel=2, **kw)
+    try:
+        for _ in range(2):
+            assert_tree_equal([copy_tree(b) for b in procs], [copy_tree(b) for b in threads])
+    finally:
+        procs.close()
