@@ -14,7 +14,7 @@ import numpy as np
 
 from .context import loading
 from .errors import LoadError
-from .obs import getobs, getobs_into, numobs
+from .obs import getobs, getobs_into, map_tree, numobs, tree_leaves
 from .order import quasi_random_order
 from .parallel import Engine
 from .sharding import resolve_shard, shard_order, shard_size
@@ -28,18 +28,10 @@ _SHUFFLES = (False, True, "quasi")
 def _empty_batch_like(batch, rows):
     """A buffer for batches shaped like ``batch`` with ``rows`` rows (``rows=None``: the
     shape of ``batch`` itself); None when ``batch`` is not arrays."""
-    if isinstance(batch, dict):
-        parts = {k: _empty_batch_like(v, rows) for k, v in batch.items()}
-        return None if any(p is None for p in parts.values()) else parts
-    if isinstance(batch, tuple):
-        parts = [_empty_batch_like(v, rows) for v in batch]
-        if any(p is None for p in parts):
-            return None
-        return type(batch)(*parts) if hasattr(batch, "_fields") else tuple(parts)
-    if isinstance(batch, np.ndarray):
-        shape = batch.shape if rows is None else (rows,) + batch.shape[1:]
-        return np.empty(shape, batch.dtype)
-    return None
+    if not all(isinstance(leaf, np.ndarray) for leaf in tree_leaves(batch)):
+        return None
+    return map_tree(lambda a: np.empty(a.shape if rows is None else (rows,) + a.shape[1:],
+                                       a.dtype), batch)
 
 
 class Stats:

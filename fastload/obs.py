@@ -15,7 +15,8 @@ import numpy as np
 
 from .errors import load_error
 
-__all__ = ["copy_into", "getobs", "getobs_into", "is_batch_index", "normalize_index", "numobs"]
+__all__ = ["copy_into", "getobs", "getobs_into", "is_batch_index", "map_tree", "normalize_index",
+           "numobs", "tree_leaves"]
 
 
 def is_batch_index(i):
@@ -62,6 +63,21 @@ def _rebuild(data, values):
     if isinstance(data, dict):
         return dict(zip(data.keys(), values))
     return type(data)(*values) if hasattr(data, "_fields") else tuple(values)
+
+
+def map_tree(f, tree):
+    """``f`` applied to every leaf of nested tuples (namedtuples too) and dicts, in a tree
+    of the same structure."""
+    if isinstance(tree, (tuple, dict)):
+        return _rebuild(tree, [map_tree(f, member) for _, member in _members(tree)])
+    return f(tree)
+
+
+def tree_leaves(tree):
+    """The leaves of nested tuples and dicts, in order."""
+    if isinstance(tree, (tuple, dict)):
+        return [leaf for _, member in _members(tree) for leaf in tree_leaves(member)]
+    return [tree]
 
 
 @singledispatch

@@ -20,7 +20,7 @@ import numpy as np
 import simplejpeg
 
 from . import _core
-from .obs import getobs, getobs_into, numobs
+from .obs import getobs, getobs_into, map_tree, numobs
 from .transforms import _COLORSPACES, Compose
 from .views import BatchView, MappedObs, ObsView, _row, _slice_buffer, _stack
 
@@ -62,12 +62,7 @@ def _spec_of(value):
 
 
 def _allocate(spec, rows, allocator):
-    if isinstance(spec, dict):
-        return {k: _allocate(s, rows, allocator) for k, s in spec.items()}
-    if isinstance(spec, tuple):
-        parts = [_allocate(s, rows, allocator) for s in spec]
-        return type(spec)(*parts) if hasattr(spec, "_fields") else tuple(parts)
-    return allocator((rows,) + spec.shape, spec.dtype)
+    return map_tree(lambda leaf: allocator((rows,) + leaf.shape, leaf.dtype), spec)
 
 
 class Leaf:
@@ -293,20 +288,11 @@ class ItemPlan:
             else:
                 value = _slice_buffer(dest, n)
                 if keep is not None:
-                    value = _take_rows(value, keep)
+                    value = map_tree(lambda array: array[np.asarray(keep, bool)], value)
                 if self.rows is None:
                     value = _row(value, 0)
             outputs.append(value)
         return _rebuild(self.layout, iter(outputs))
-
-
-def _take_rows(buffer, keep):
-    if isinstance(buffer, dict):
-        return {k: _take_rows(v, keep) for k, v in buffer.items()}
-    if isinstance(buffer, tuple):
-        parts = [_take_rows(v, keep) for v in buffer]
-        return type(buffer)(*parts) if hasattr(buffer, "_fields") else tuple(parts)
-    return buffer[np.asarray(keep, bool)]
 
 
 def _rebuild(layout, outputs):

@@ -6,7 +6,8 @@ import numpy as np
 
 from .context import current
 from .errors import load_error
-from .obs import copy_into, getobs, getobs_into, is_batch_index, normalize_index, numobs
+from .obs import (copy_into, getobs, getobs_into, is_batch_index, map_tree, normalize_index,
+                  numobs, tree_leaves)
 
 __all__ = ["BatchView", "JoinedObs", "MappedObs", "ObsView", "batchview", "joinobs",
            "kfolds", "mapobs", "obsview", "randobs", "shuffleobs", "splitobs"]
@@ -235,32 +236,20 @@ def stack_if_arrays(observations):
 
 
 def _is_buffer(buffer):
-    """True for an array, or a tuple/dict of buffers: something rows can be filled into."""
-    if isinstance(buffer, np.ndarray):
-        return True
-    if isinstance(buffer, (tuple, dict)) and len(buffer):
-        return all(_is_buffer(b) for b in (buffer.values() if isinstance(buffer, dict) else buffer))
-    return False
+    """True for an array, or a tuple/dict of arrays: something rows can be filled into."""
+    leaves = tree_leaves(buffer)
+    return bool(leaves) and all(isinstance(leaf, np.ndarray) for leaf in leaves)
 
 
 def _slice_buffer(buffer, m):
     """The first ``m`` rows of a batch buffer (an array, or a tuple/dict of them)."""
-    if isinstance(buffer, dict):
-        return {key: _slice_buffer(b, m) for key, b in buffer.items()}
-    if isinstance(buffer, tuple):
-        parts = [_slice_buffer(b, m) for b in buffer]
-        return type(buffer)(*parts) if hasattr(buffer, "_fields") else tuple(parts)
-    return buffer[:m]
+    return map_tree(lambda array: array[:m], buffer)
 
 
 def _row(buffer, k):
-    """Row ``k`` of a batch buffer (an array, or a tuple/dict of them)."""
-    if isinstance(buffer, dict):
-        return {key: _row(b, k) for key, b in buffer.items()}
-    if isinstance(buffer, tuple):
-        parts = [_row(b, k) for b in buffer]
-        return type(buffer)(*parts) if hasattr(buffer, "_fields") else tuple(parts)
-    return buffer[k, ...]   # a view even for 1-D buffers, where buffer[k] is a copy
+    """Row ``k`` of a batch buffer (an array, or a tuple/dict of them), as views: even for
+    1-D arrays, where ``array[k]`` would be a copy."""
+    return map_tree(lambda array: array[k, ...], buffer)
 
 
 class BatchView(_View):

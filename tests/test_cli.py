@@ -6,9 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("pyarrow")
-pytest.importorskip("fastload._qoi")
-Image = pytest.importorskip("PIL.Image")
+from PIL import Image  # noqa: E402
 
 from fastload.__main__ import main  # noqa: E402
 from fastload.storage import open as open_dataset  # noqa: E402

@@ -1,0 +1,246 @@
+"""Packed storage: conversion speed, and training pipelines read from packed files.
+
+On 2 cores (the process is pinned to two CPUs when it may use more), side by side in one
+run (medians of interleaved repeats, `common.compare`):
+1. `convert(src, dst, mode="jpeg")` of the synthetic ImageFolder (`images.py`) to a packed
+   file: the JPEGs are stored as their bytes, never re-encoded (target >= 500 rows/s);
+   `mode="qoi"` (decode + lossless encode) on a subset, for information.
+2. RandomResizedCrop(224) + flip, uint8, batch 256, shuffled, `parallel=True,
+   buffer=True`, from the packed file (`ds["image"].encoded`) vs from the individual
+   files (`ImageFolder(root).images`) (target packed >= 1.1x files). Both read warm: each
+   loader runs one epoch before timing, so the page cache holds both. Per-image costs on
+   one thread (read, decode + crop) show where the time goes.
+3. A CIFAR-like 50,000 x 32x32x3 uint8 dataset (+ int64 labels) written with `Raw()` and
+   opened with `fastload.open` (the column is an array view of the file): RandomCrop(32,
+   padding=4) + flip through `mapobs` in fastload's DataLoader vs PyTorch's DataLoader
+   (2 workers, a map-style Dataset doing the same crop and flip in numpy per item) over
+   the same arrays (target fastload >= 10x PyTorch).
+
+Usage: python bench/storage.py [--n 4000] [--repeats 3] [--root DIR] [--out DIR]
+(--root: an existing ImageFolder of JPEGs, used as it is; default: `images.generate`
+with --n images under bench/.cache/images. --out: where packed files go.)
+"""
+import argparse
+import os
+import random
+import shutil
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import compare, peak_rss_mb  # noqa: E402
+from images import DEFAULT_ROOT, generate  # noqa: E402
+
+import fastload  # noqa: E402
+from fastload.imagefolder import ImageFolder  # noqa: E402
+from fastload.storage import Raw  # noqa: E402
+from fastload.storage.convert import convert  # noqa: E402
+from fastload.transforms import (Compose, DecodeJPEG, RandomCrop,  # noqa: E402
+                                 RandomHorizontalFlip, RandomResizedCrop)
+
+CORES = 2
+BATCH = 256
+SIZE = 224
+QOI_ROWS = 800
+RAW_ROWS, RAW_SIDE, PAD = 50_000, 32, 4
+DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".cache")
+
+
+def pin_cores(k):
+    """Restricts this process (and the threads and children it starts) to k of its CPUs;
+    returns how many it may use."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) > k:
+        os.sched_setaffinity(0, cpus[:k])
+    return len(os.sched_getaffinity(0))
+
+
+def verdict(name, value, target, unit):
+    ok = "met" if value >= target else "MISSED"
+    print(f"  => {name}: {value:,.2f} {unit} (target >= {target:,} {unit}): {ok}")
+
+
+def epoch(loader):
+    def run():
+        for _ in loader:
+            pass
+    return run
+
+
+# 1. Conversion
+
+def subset_folder(root, dst, rows):
+    """``dst/<class>/`` holding symlinks to ``rows`` images of ``root`` spread evenly over
+    it (so every class appears); returns ``dst``."""
+    paths = ImageFolder(root).images.paths
+    shutil.rmtree(dst, ignore_errors=True)
+    for path in paths[::max(1, len(paths) // rows)][:rows]:
+        folder = os.path.join(dst, os.path.basename(os.path.dirname(path)))
+        os.makedirs(folder, exist_ok=True)
+        os.symlink(os.path.abspath(path), os.path.join(folder, os.path.basename(path)))
+    return dst
+
+
+def bench_convert(root, out, repeats):
+    """Prints conversion rows/s; returns the path of the packed JPEG file."""
+    n = len(ImageFolder(root))
+    jpeg_dst = os.path.join(out, "storage_jpeg.arrow")
+    qoi_dst = os.path.join(out, "storage_qoi.arrow")
+    subset = subset_folder(root, os.path.join(out, "storage_qoi_src"), QOI_ROWS)
+    rows = len(ImageFolder(subset))
+    jpeg, qoi = f"convert jpeg ({n:,} rows)", f"convert qoi ({rows:,} rows, info)"
+    candidates = {
+        jpeg: (lambda: convert(root, jpeg_dst, mode="jpeg", progress=False), n),
+        qoi: (lambda: convert(subset, qoi_dst, mode="qoi", progress=False), rows),
+    }
+    print(f"1. convert to a packed file (items = rows; source files warm: one run of each "
+          f"before timing)")
+    for run, _ in candidates.values():
+        run()
+    medians = compare(candidates, repeats, jpeg)
+    print(f"  file sizes: jpeg {os.path.getsize(jpeg_dst) / 2**20:,.0f} MiB for {n:,} rows, "
+          f"qoi {os.path.getsize(qoi_dst) / 2**20:,.0f} MiB for {rows:,} rows")
+    os.remove(qoi_dst)
+    verdict("jpeg conversion (no re-encode)", medians[jpeg], 500, "rows/s")
+    return jpeg_dst
+
+
+# 2. RandomResizedCrop pipeline: packed file vs individual files
+
+def rrc():
+    return Compose([DecodeJPEG(), RandomResizedCrop(SIZE), RandomHorizontalFlip()])
+
+
+def rrc_loader(images, labels):
+    return fastload.DataLoader((fastload.mapobs(rrc(), images), labels), BATCH, shuffle=True,
+                               parallel=True, buffer=True)
+
+
+def per_image_ms(f, count):
+    start = time.perf_counter()
+    for i in range(count):
+        f(i)
+    return 1e3 * (time.perf_counter() - start) / count
+
+
+def components(folder, encoded, cores, count=400):
+    """Per-image costs on one thread, in ms: where the time of the RRC pipeline goes."""
+    count = min(count, len(encoded))
+    pipeline = rrc()
+    blobs = [bytes(encoded[i]) for i in range(count)]
+    read_file = per_image_ms(lambda i: folder.images[i], count)
+    read_packed = per_image_ms(lambda i: bytes(encoded[i]), count)
+    work = per_image_ms(lambda i: pipeline(blobs[i], index=i), count)
+    print(f"  per image on one thread ({count} images, warm): file open+read {read_file:.3f} ms,"
+          f" packed item {read_packed:.3f} ms, decode+crop+resize+flip {work:.3f} ms")
+    bound = (read_file + work) / (read_packed + work)
+    print(f"  reading is {100 * read_file / (read_file + work):.1f}% of a file-based item: "
+          f"with a warm page cache packed/files can reach about {bound:.2f}x; {cores} threads "
+          f"at these costs give at most {cores * 1e3 / (read_packed + work):,.0f} images/s")
+
+
+def bench_pipeline(root, packed, repeats, cores):
+    """Prints images/s of the RRC pipeline from the packed file and from the files."""
+    ds = fastload.open(packed)
+    folder = ImageFolder(root)
+    packed_name, files_name = "packed file (ds['image'].encoded)", "individual files"
+    loaders = {packed_name: rrc_loader(ds["image"].encoded, ds["label"]),
+               files_name: rrc_loader(folder.images, folder.labels)}
+    print(f"2. RandomResizedCrop({SIZE}) + flip, uint8, batch {BATCH}, shuffled, parallel, "
+          f"buffered; {len(folder):,} JPEGs; both read warm (one epoch each before timing, "
+          f"so the page cache holds both)")
+    for loader in loaders.values():
+        epoch(loader)()
+    medians = compare({k: (epoch(v), len(folder)) for k, v in loaders.items()}, repeats,
+                      files_name)
+    components(folder, ds["image"].encoded, cores)
+    verdict("packed / individual files", medians[packed_name] / medians[files_name], 1.1, "x")
+
+
+# 3. Small raw images: fastload vs PyTorch's DataLoader
+
+class PaddedCropFlip:
+    """The map-style Dataset a PyTorch user writes: zero-pad by PAD, a random RAW_SIDE crop
+    and a random horizontal flip, per item in numpy (workers seed ``random``)."""
+
+    def __init__(self, images, labels):
+        self.images, self.labels = images, labels
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        img = np.pad(self.images[i], ((PAD, PAD), (PAD, PAD), (0, 0)))
+        top, left = random.randint(0, 2 * PAD), random.randint(0, 2 * PAD)
+        img = img[top:top + RAW_SIDE, left:left + RAW_SIDE]
+        if random.random() < 0.5:
+            img = img[:, ::-1]
+        return np.ascontiguousarray(img), self.labels[i]
+
+
+def write_raw(path):
+    """Writes the CIFAR-like dataset to ``path``; returns rows/s of the write."""
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (RAW_ROWS, RAW_SIDE, RAW_SIDE, 3), dtype=np.uint8)
+    labels = rng.integers(0, 10, RAW_ROWS).astype(np.int64)
+    start = time.perf_counter()
+    fastload.write(path, {"image": images, "label": labels},
+                   {"image": Raw(), "label": "int64"}, progress=False)
+    return RAW_ROWS / (time.perf_counter() - start)
+
+
+def torch_loader(images, labels, workers):
+    import torch.utils.data as tud
+    return tud.DataLoader(PaddedCropFlip(images, labels), batch_size=BATCH, shuffle=True,
+                          num_workers=workers, persistent_workers=True)
+
+
+def bench_raw(out, repeats, cores):
+    """Prints images/s of padded crop + flip on small raw images, fastload vs PyTorch."""
+    path = os.path.join(out, "storage_cifar.arrow")
+    write_rate = write_raw(path)
+    ds = fastload.open(path)
+    images, labels = ds["image"], ds["label"]
+    augment = Compose([RandomCrop(RAW_SIDE, padding=PAD), RandomHorizontalFlip()])
+    fast_name, torch_name = "fastload DataLoader", f"torch DataLoader ({cores} workers)"
+    loaders = {fast_name: fastload.DataLoader((fastload.mapobs(augment, images), labels),
+                                              BATCH, shuffle=True, parallel=True, buffer=True),
+               torch_name: torch_loader(images, labels, cores)}
+    print(f"3. {RAW_ROWS:,} x {RAW_SIDE}x{RAW_SIDE}x3 uint8 + int64 labels, Raw() packed file "
+          f"(written at {write_rate:,.0f} rows/s; image column: {type(images).__name__} "
+          f"{images.shape}); RandomCrop({RAW_SIDE}, padding={PAD}) + flip, batch {BATCH}, "
+          f"shuffled; both warm (one epoch each before timing)")
+    for loader in loaders.values():
+        epoch(loader)()
+    medians = compare({k: (epoch(v), RAW_ROWS) for k, v in loaders.items()}, repeats,
+                      torch_name)
+    verdict("fastload / torch DataLoader", medians[fast_name] / medians[torch_name], 10, "x")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=4000, help="images to generate")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--root", default=None,
+                        help=f"an existing ImageFolder (default: generate --n images in "
+                             f"{DEFAULT_ROOT})")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="where packed files go")
+    args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats must be >= 1")
+    cores = pin_cores(CORES)
+    root = args.root or generate(DEFAULT_ROOT, args.n)
+    os.makedirs(args.out, exist_ok=True)
+    print(f"{cores} cores (CPUs {sorted(os.sched_getaffinity(0))}), fastload pool of "
+          f"{fastload._core.pool_size()} threads, {args.repeats} repeats, medians; "
+          f"images in {root}, packed files in {args.out}")
+    packed = bench_convert(root, args.out, args.repeats)
+    bench_pipeline(root, packed, args.repeats, cores)
+    bench_raw(args.out, args.repeats, cores)
+    print(f"peak RSS of this process and its waited-for children: {peak_rss_mb():,.0f} MB")
+
+
+if __name__ == "__main__":
+    main()

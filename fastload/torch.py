@@ -1,0 +1,182 @@
+"""PyTorch integration: batches as tensors without a copy, a pinned ring, device prefetch.
+
+    >>> from fastload.torch import TorchLoader, to_device
+    >>> loader = TorchLoader(DataLoader(data, batch_size=64, parallel=True, buffer=True),
+    ...                      pin_memory=True)
+    >>> for images, labels in to_device(loader, "cuda"):
+    ...     loss = model(images, labels)
+
+Tensors made from a ``buffer=True`` loader share memory with its ring: like the arrays,
+**they are valid until the next batch is requested**. Importing this module imports torch;
+``import fastload`` does not.
+"""
+import warnings
+
+import numpy as np
+import torch
+
+__all__ = ["TorchLoader", "to_device"]
+
+_warned_no_cuda = False
+
+
+def _tensors(batch):
+    """``batch`` with every numpy array made a tensor on the same memory (through tuples,
+    dicts and lists); anything else is kept as it is."""
+    if isinstance(batch, np.ndarray) and batch.dtype != object:
+        return torch.from_numpy(batch)
+    if isinstance(batch, dict):
+        return {k: _tensors(v) for k, v in batch.items()}
+    if isinstance(batch, tuple):
+        parts = [_tensors(v) for v in batch]
+        return type(batch)(*parts) if hasattr(batch, "_fields") else tuple(parts)
+    if isinstance(batch, list):
+        return [_tensors(v) for v in batch]
+    return batch
+
+
+def _apply(batch, f):
+    """``f`` applied to every tensor of ``batch`` (through tuples, dicts and lists)."""
+    if isinstance(batch, torch.Tensor):
+        return f(batch)
+    if isinstance(batch, dict):
+        return {k: _apply(v, f) for k, v in batch.items()}
+    if isinstance(batch, tuple):
+        parts = [_apply(v, f) for v in batch]
+        return type(batch)(*parts) if hasattr(batch, "_fields") else tuple(parts)
+    if isinstance(batch, list):
+        return [_apply(v, f) for v in batch]
+    return batch
+
+
+def _pinned_empty(shape, dtype):
+    """An uninitialized numpy array in page-locked memory (the tensor stays its owner)."""
+    torch_dtype = torch.from_numpy(np.empty(0, dtype)).dtype
+    return torch.empty(tuple(shape), dtype=torch_dtype, pin_memory=True).numpy()
+
+
+def _pin(loader):
+    """Make the ring of ``loader``'s engine page-locked, so that copies to the GPU run
+    asynchronously straight from the slots."""
+    global _warned_no_cuda
+    engine = getattr(loader, "_engine", None)
+    if engine is None:
+        raise ValueError("pin_memory=True needs a parallel loader (parallel=True or a number "
+                         "of threads): the pinned memory is its ring of batch buffers")
+    if not hasattr(engine, "allocator"):
+        raise ValueError("pin_memory=True needs the thread backend: the process backend's "
+                         "ring is shared memory made before its workers start")
+    if not loader.buffer:
+        raise ValueError("pin_memory=True needs buffer=True: the ring is pinned once and "
+                         "reused, where buffer=False makes a fresh array per batch")
+    if not torch.cuda.is_available():
+        if not _warned_no_cuda:
+            warnings.warn("pin_memory=True does nothing: CUDA is not available", stacklevel=3)
+            _warned_no_cuda = True
+        return
+    engine.close()        # a ring allocated before is dropped; the next epoch pins a new one
+    engine.allocator = _pinned_empty
+
+
+class TorchLoader:
+    """A fastload loader whose batches are torch tensors on the loader's own memory.
+
+    ``pin_memory=True`` allocates the loader's ring in page-locked memory once (no copy
+    per batch); it needs a parallel loader with ``buffer=True``, and does nothing (with
+    one warning) when CUDA is not available. Raises ``ValueError`` when the loader
+    cannot be pinned. ``len``, ``state_dict``, ``load_state_dict`` and ``stats`` are the
+    loader's.
+    """
+
+    def __init__(self, loader, pin_memory=False):
+        self.loader = loader
+        self.pin_memory = bool(pin_memory)
+        if self.pin_memory:
+            _pin(loader)
+
+    def __iter__(self):
+        for batch in self.loader:
+            yield _tensors(batch)
+
+    def __len__(self):
+        return len(self.loader)
+
+    def state_dict(self):
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state):
+        self.loader.load_state_dict(state)
+
+    def stats(self):
+        return self.loader.stats()
+
+    def close(self):
+        self.loader.close()
+
+    def __repr__(self):
+        return f"TorchLoader({self.loader!r}, pin_memory={self.pin_memory})"
+
+
+class _OnDevice:
+    def __init__(self, batches, device, non_blocking):
+        self.batches = batches
+        self.device = device
+        self.non_blocking = non_blocking
+
+    def __len__(self):
+        return len(self.batches)
+
+    def __iter__(self):
+        batches = (_tensors(b) for b in self.batches)
+        if self.device.type == "cpu":
+            return iter(batches)
+        if self.device.type != "cuda":
+            return (_apply(b, lambda t: t.to(self.device)) for b in batches)
+        return self._prefetch(batches)
+
+    def _prefetch(self, batches):
+        # Invariant: batch b's copy has finished reading the host slot (its event has
+        # completed) before the source is asked for b+1, which may reuse that slot.
+        device, non_blocking = self.device, self.non_blocking
+        stream = torch.cuda.Stream(device)
+
+        def copy(batch):
+            with torch.cuda.stream(stream):
+                moved = _apply(batch, lambda t: t.to(device, non_blocking=non_blocking))
+            done = torch.cuda.Event()
+            done.record(stream)
+            return moved, done
+
+        try:
+            pending = copy(next(batches))
+        except StopIteration:
+            return
+        try:
+            while pending is not None:
+                moved, done = pending
+                done.synchronize()
+                try:
+                    pending = copy(next(batches))
+                except StopIteration:
+                    pending = None
+                current = torch.cuda.current_stream(device)
+                current.wait_event(done)
+                # The memory was allocated on the side stream: keep the allocator from
+                # handing it out again while the consumer's stream still reads it.
+                _apply(moved, lambda t: t.record_stream(current))
+                yield moved
+        finally:
+            batches.close()
+
+
+def to_device(loader, device, non_blocking=True):
+    """The batches of ``loader`` (a ``TorchLoader`` or any fastload loader) as tensors on
+    ``device``, through tuples, dicts and lists.
+
+    On CUDA, batch b+1 is copied on a side stream while the model works on batch b; the
+    copy of a batch has finished reading host memory before the next batch is requested,
+    so ``buffer=True`` slots are never overwritten under a copy (pin the ring with
+    ``TorchLoader(..., pin_memory=True)`` for truly asynchronous copies). On ``"cpu"``
+    the batches pass through without a copy. Returns an iterable with ``len``.
+    """
+    return _OnDevice(loader, torch.device(device), non_blocking)

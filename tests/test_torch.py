@@ -1,0 +1,132 @@
+"""The PyTorch integration: tensors on the ring's memory, device passthrough on CPU, the
+pin_memory paths, and the training example."""
+import os
+import re
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import fastload.torch as fltorch  # noqa: E402
+from fastload import DataLoader, mapobs  # noqa: E402
+from fastload.torch import TorchLoader, to_device  # noqa: E402
+
+from helpers import assert_tree_equal, copy_tree  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _data(n=50):
+    x = np.arange(n * 6, dtype=np.float32).reshape(n, 2, 3)
+    return {"x": x, "y": np.arange(n, dtype=np.int64), "z": mapobs(lambda v: v * 2, x)}
+
+
+def _loader(**kw):
+    options = dict(batch_size=8, shuffle=True, seed=1, parallel=2, buffer=True)
+    options.update(kw)
+    return DataLoader(_data(), **options)
+
+
+def test_import_fastload_does_not_import_torch():
+    code = "import sys, fastload; assert 'torch' not in sys.modules; assert 'jax' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT,
+                   env={**os.environ, "PYTHONPATH": ROOT})
+
+
+def test_tensors_share_memory_with_the_ring_and_equal_numpy_batches():
+    arrays, tensors = _loader(), TorchLoader(_loader())
+    for batch, tensor_batch in zip(arrays, tensors):
+        for key in ("x", "y", "z"):
+            tensor, array = tensor_batch[key], batch[key]
+            assert isinstance(tensor, torch.Tensor)
+            np.testing.assert_array_equal(tensor.numpy(), array)
+        ring = [leaf for slot in tensors.loader._engine._ring for leaf in slot]
+        addresses = {a.ctypes.data for part in ring for a in
+                     (part.values() if isinstance(part, dict) else [part])}
+        assert tensor_batch["x"].data_ptr() in addresses
+
+
+def test_tensor_is_the_yielded_array_without_a_copy():
+    array = np.arange(12.0).reshape(3, 4)
+    tensor = fltorch._tensors({"a": (array, [array]), "s": "text"})
+    assert tensor["a"][0].data_ptr() == array.ctypes.data
+    assert tensor["a"][1][0].data_ptr() == array.ctypes.data
+    assert tensor["s"] == "text"
+
+
+def test_loader_passthroughs():
+    loader = _loader()
+    wrapped = TorchLoader(loader)
+    assert len(wrapped) == len(loader)
+    it = iter(wrapped)
+    next(it)
+    state = wrapped.state_dict()
+    assert state == loader.state_dict() and state["step"] == 1
+    rest = [copy_tree(b) for b in it]
+    again = TorchLoader(_loader())
+    again.load_state_dict(state)
+    assert_tree_equal([{k: v.numpy() for k, v in b.items()} for b in again],
+                      [{k: v.numpy() for k, v in b.items()} for b in rest])
+    assert wrapped.stats()["batches"] == len(loader)
+
+
+def test_to_device_cpu_passes_batches_through():
+    loader = TorchLoader(_loader())
+    moved = to_device(loader, "cpu")
+    assert len(moved) == len(loader)
+    for batch in moved:
+        assert batch["x"].device.type == "cpu"
+        ring = loader.loader._engine._ring
+        assert any(batch["x"].data_ptr() == slot[0].ctypes.data for slot in ring)
+
+
+def test_to_device_takes_a_plain_loader_and_tuples():
+    loader = DataLoader((np.arange(10.0), np.arange(10)), batch_size=4)
+    batches = list(to_device(loader, "cpu"))
+    assert [tuple(type(t) for t in b) for b in batches] == [(torch.Tensor, torch.Tensor)] * 3
+    assert torch.equal(batches[-1][0], torch.tensor([8.0, 9.0], dtype=torch.float64))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-only path")
+def test_pin_memory_without_cuda_warns_once_and_changes_nothing(monkeypatch):
+    monkeypatch.setattr(fltorch, "_warned_no_cuda", False)
+    loader = _loader()
+    with pytest.warns(UserWarning, match="CUDA is not available"):
+        TorchLoader(loader, pin_memory=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        TorchLoader(_loader(), pin_memory=True)
+    assert loader._engine.allocator is np.empty
+    assert len(list(TorchLoader(loader))) == len(loader)
+
+
+@pytest.mark.parametrize("kw, message", [({"parallel": False}, "parallel loader"),
+                                         ({"buffer": False}, "buffer=True")])
+def test_pin_memory_says_what_it_needs(kw, message):
+    with pytest.raises(ValueError, match=message):
+        TorchLoader(_loader(**kw), pin_memory=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_pinned_ring_and_cuda_prefetch_match_the_cpu_batches():
+    expected = [copy_tree(b) for b in _loader()]
+    loader = TorchLoader(_loader(), pin_memory=True)
+    got = [{k: v.cpu().numpy() for k, v in b.items()} for b in to_device(loader, "cuda")]
+    assert_tree_equal(got, expected)
+    assert all(leaf.is_pinned() for slot in loader.loader._engine._ring
+               for leaf in map(torch.from_numpy, slot[:2]))
+
+
+def test_the_training_example_runs_and_its_loss_decreases():
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "train_torch.py")],
+                            capture_output=True, text=True, timeout=300, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": ROOT})
+    assert result.returncode == 0, result.stderr
+    losses = [float(v) for v in re.findall(r"loss (\d+\.\d+)", result.stdout)]
+    assert len(losses) >= 4
+    assert np.mean(losses[-2:]) < np.mean(losses[:2])
+    assert "accuracy" in result.stdout and "items_per_s" in result.stdout
