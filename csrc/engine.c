@@ -20,6 +20,9 @@ void *fl_scratch_reserve(fl_scratch *s, size_t bytes) {
 
 int fl_group_init(fl_group *g) {
     g->cancel = 0;
+    g->head = g->tail = NULL;
+    g->tasks = 0;
+    g->max_tasks = 1;
     if (pthread_mutex_init(&g->lock, NULL) != 0) return -1;
     if (pthread_cond_init(&g->done, NULL) != 0) {
         pthread_mutex_destroy(&g->lock);
@@ -29,6 +32,10 @@ int fl_group_init(fl_group *g) {
 }
 
 void fl_group_destroy(fl_group *g) {
+    fl_group_cancel(g);
+    pthread_mutex_lock(&g->lock);
+    while (g->tasks > 0) pthread_cond_wait(&g->done, &g->lock);
+    pthread_mutex_unlock(&g->lock);
     pthread_cond_destroy(&g->done);
     pthread_mutex_destroy(&g->lock);
 }
@@ -38,9 +45,8 @@ void fl_group_cancel(fl_group *g) {
 }
 
 /* Record the first fatal error of a job, or mark an item skipped and keep the first
- * skip's message for the report. */
+ * skip's message for the report. Called with the group's lock held. */
 static void item_failed(fl_job *job, int64_t pos, int field, const char *message) {
-    pthread_mutex_lock(&job->group->lock);
     int first;
     if (job->skip_errors) {
         job->failed_items[pos] = 1;
@@ -54,71 +60,97 @@ static void item_failed(fl_job *job, int64_t pos, int field, const char *message
         job->fail_field = field;
         snprintf(job->message, sizeof job->message, "%s", message);
     }
-    pthread_mutex_unlock(&job->group->lock);
 }
 
-static void job_task(void *arg) {
-    fl_job *job = arg;
-    fl_scratch scratch[FL_SCRATCH_REGIONS] = {{NULL, 0}};
+/* Loads items [first, last) of `job`; returns after the first fatal failure. */
+static void run_items(fl_job *job, int64_t first, int64_t last, fl_scratch *scratch) {
     char message[FL_MESSAGE_BYTES];
-    const int64_t chunk = job->chunk > 0 ? job->chunk : 1;
-    for (;;) {
-        int64_t first = __atomic_fetch_add(&job->next, chunk, __ATOMIC_RELAXED);
-        if (first >= job->n) break;
-        int64_t last = first + chunk < job->n ? first + chunk : job->n;
-        for (int64_t k = first; k < last; k++) {
-            /* After a cancel or a fatal error the remaining items are skipped. */
-            if (__atomic_load_n(&job->group->cancel, __ATOMIC_ACQUIRE) ||
-                __atomic_load_n(&job->failed, __ATOMIC_ACQUIRE))
+    for (int64_t k = first; k < last; k++) {
+        /* After a cancel or a fatal error the remaining items are skipped. */
+        if (__atomic_load_n(&job->group->cancel, __ATOMIC_ACQUIRE) ||
+            __atomic_load_n(&job->failed, __ATOMIC_ACQUIRE))
+            return;
+        for (int f = 0; f < job->nfields; f++) {
+            const fl_field *field = &job->fields[f];
+            message[0] = '\0';
+            char *dst = job->dst[f] + k * field->row_bytes;
+            if (field->fill(field, job, k, job->idx[k], dst, scratch, message) != 0) {
+                pthread_mutex_lock(&job->group->lock);
+                item_failed(job, k, f, message);
+                pthread_mutex_unlock(&job->group->lock);
                 break;
-            for (int f = 0; f < job->nfields; f++) {
-                const fl_field *field = &job->fields[f];
-                message[0] = '\0';
-                char *dst = job->dst[f] + k * field->row_bytes;
-                if (field->fill(field, job, k, job->idx[k], dst, scratch, message) != 0) {
-                    item_failed(job, k, f, message);
-                    break;
-                }
             }
         }
     }
-    for (int r = 0; r < FL_SCRATCH_REGIONS; r++) free(scratch[r].data);
-    pthread_mutex_lock(&job->group->lock);
-    if (--job->tasks_left == 0) {
-        job->finished = 1;
-        pthread_cond_broadcast(&job->group->done);
-    }
-    pthread_mutex_unlock(&job->group->lock);
 }
 
-int fl_job_submit(fl_job *job, int ntasks) {
+/* A pool task working for a group: claims items of the oldest queued job until no job
+ * has items left, then exits. */
+static void group_task(void *arg) {
+    fl_group *g = arg;
+    fl_scratch scratch[FL_SCRATCH_REGIONS] = {{NULL, 0}};
+    pthread_mutex_lock(&g->lock);
+    for (fl_job *job; (job = g->head) != NULL;) {
+        int64_t first = job->next;
+        int64_t last = first + (job->chunk > 0 ? job->chunk : 1);
+        if (last >= job->n) {
+            last = job->n;
+            g->head = job->queued_next;         /* fully claimed: leaves the queue */
+            if (!g->head) g->tail = NULL;
+        }
+        job->next = last;
+        pthread_mutex_unlock(&g->lock);
+        run_items(job, first, last, scratch);
+        pthread_mutex_lock(&g->lock);
+        job->done += last - first;
+        if (job->done == job->n) {
+            job->finished = 1;
+            pthread_cond_broadcast(&g->done);
+        }
+    }
+    g->tasks--;
+    pthread_cond_broadcast(&g->done);
+    pthread_mutex_unlock(&g->lock);
+    for (int r = 0; r < FL_SCRATCH_REGIONS; r++) free(scratch[r].data);
+}
+
+int fl_job_submit(fl_job *job, int max_tasks) {
+    fl_group *g = job->group;
     job->next = 0;
-    job->finished = 0;
+    job->done = 0;
     job->failed = 0;
     job->fail_pos = -1;
     job->fail_field = -1;
     job->skipped = 0;
     job->message[0] = '\0';
+    job->queued_next = NULL;
     if (job->skip_errors) memset(job->failed_items, 0, (size_t)job->n);
-    if (ntasks > job->n) ntasks = (int)job->n;
-    if (ntasks < 1) ntasks = 1;
-    job->tasks_left = ntasks;
-    for (int t = 0; t < ntasks; t++) {
-        if (fl_pool_submit(job_task, job) != 0) {
-            /* Tasks already queued finish the items; account for the ones never queued. */
-            pthread_mutex_lock(&job->group->lock);
-            job->tasks_left -= ntasks - t;
-            job->failed = 1;
-            snprintf(job->message, sizeof job->message, "could not start native threads");
-            if (job->tasks_left == 0) {
-                job->finished = 1;
-                pthread_cond_broadcast(&job->group->done);
-            }
-            pthread_mutex_unlock(&job->group->lock);
-            return -1;
-        }
+    pthread_mutex_lock(&g->lock);
+    job->finished = job->n == 0;
+    if (job->n > 0) {
+        if (g->tail) g->tail->queued_next = job; else g->head = job;
+        g->tail = job;
     }
-    return 0;
+    g->max_tasks = max_tasks > 0 ? max_tasks : 1;
+    while (g->tasks < g->max_tasks && g->head) {
+        if (fl_pool_submit(group_task, g) != 0) break;
+        g->tasks++;
+    }
+    int rc = 0;
+    if (g->tasks == 0 && g->head) {
+        /* No thread will ever claim the queued items: fail what is queued. */
+        for (fl_job *q = g->head; q; q = q->queued_next) {
+            q->failed = 1;
+            snprintf(q->message, sizeof q->message, "could not start native threads");
+            q->done = q->n;
+            q->finished = 1;
+        }
+        g->head = g->tail = NULL;
+        pthread_cond_broadcast(&g->done);
+        rc = -1;
+    }
+    pthread_mutex_unlock(&g->lock);
+    return rc;
 }
 
 int fl_wait_any(fl_group *g, fl_job *const *jobs, int njobs, double timeout_s) {

@@ -1,9 +1,11 @@
 /* Batch jobs: fill the positions of one batch slot on the pool's threads.
  *
  * A job loads observation idx[k] into position k of each field's destination, for
- * k in [0, n). Its items are claimed one at a time from an atomic counter by up to
- * `ntasks` pool tasks, so one batch spreads over all threads. Jobs of one iterator share a
- * group: one lock and condition for completion, and one cancel flag. */
+ * k in [0, n). The jobs of one iterator share a group: a FIFO of submitted jobs, one lock
+ * and condition, a cancel flag, and at most `max_tasks` pool tasks (the iterator's
+ * threads). Each task claims items, `chunk` at a time, from the oldest job that has items
+ * left, so one batch spreads over all the group's threads, the next batch starts as soon
+ * as threads free up, and no more than `max_tasks` threads ever work for the group. */
 #ifndef FASTLOAD_ENGINE_H
 #define FASTLOAD_ENGINE_H
 
@@ -53,8 +55,12 @@ typedef struct fl_field {
 
 typedef struct fl_group {
     pthread_mutex_t lock;
-    pthread_cond_t done;
+    pthread_cond_t done;           /* signalled when a job finishes or a task exits */
     int cancel;                    /* set once: stop loading, skip what is left */
+    /* Under `lock`: */
+    struct fl_job *head, *tail;    /* jobs with items not yet claimed, oldest first */
+    int tasks;                     /* pool tasks running for this group */
+    int max_tasks;
 } fl_group;
 
 typedef struct fl_job {
@@ -69,9 +75,10 @@ typedef struct fl_job {
     int skip_errors;               /* failed items are marked in `failed_items`, not fatal */
     uint8_t *failed_items;         /* n flags, when skip_errors */
     void *ctx;                     /* the binding's object for this job */
-    /* Progress: `next` is claimed atomically; the rest is under group->lock. */
-    int64_t next;
-    int tasks_left;
+    /* Progress, under group->lock (`failed` is also read without it, atomically). */
+    struct fl_job *queued_next;
+    int64_t next;                  /* first item not yet claimed */
+    int64_t done;                  /* items processed (or skipped) */
     int finished;
     int failed;                    /* a fatal error happened at `fail_pos` */
     int64_t fail_pos;
@@ -81,12 +88,14 @@ typedef struct fl_job {
 } fl_job;
 
 int fl_group_init(fl_group *g);
+/* Waits for the group's tasks to exit, then frees it. Call without the GIL. */
 void fl_group_destroy(fl_group *g);
 void fl_group_cancel(fl_group *g);
 
-/* Reset `job` (whose inputs are set) and queue it on up to `ntasks` pool tasks.
- * Returns 0, or -1 if the pool could not run it. */
-int fl_job_submit(fl_job *job, int ntasks);
+/* Reset `job` (whose inputs are set), queue it behind the group's other jobs, and make
+ * sure up to `max_tasks` pool tasks work for the group. Returns 0, or -1 if no thread
+ * could run it (the job is then finished and failed). */
+int fl_job_submit(fl_job *job, int max_tasks);
 
 /* Wait up to `timeout_s` for any of `jobs` to finish. Returns the index of the first
  * finished one in `jobs`, or -1 on timeout. Call without the GIL. */

@@ -71,7 +71,7 @@ cdef extern from "engine.h" nogil:
     int fl_group_init(fl_group *g)
     void fl_group_destroy(fl_group *g)
     void fl_group_cancel(fl_group *g)
-    int fl_job_submit(fl_job *job, int ntasks)
+    int fl_job_submit(fl_job *job, int max_tasks)
     int fl_wait_any(fl_group *g, fl_job **jobs, int njobs, double timeout_s)
     void fl_job_join(fl_job *job)
     int fl_fill_gather(const fl_field *field, fl_job *job, int64_t pos, int64_t index,
@@ -140,7 +140,9 @@ cdef class Group:
             raise MemoryError("could not create a job group")
 
     def __dealloc__(self):
-        fl_group_destroy(&self.group)
+        # Its tasks may still be finishing a claim: wait for them without the GIL.
+        with nogil:
+            fl_group_destroy(&self.group)
 
     def cancel(self):
         """Stop loading: queued items of every job of the group are skipped."""
@@ -239,8 +241,8 @@ cdef class Job:
     def submit(self, cnp.ndarray idx, list destinations, uint64_t seed, uint64_t epoch,
                int ntasks, bint skip_errors=False, int64_t chunk=1):
         """Start loading ``idx`` (int64, C-contiguous) into ``destinations`` (one array or
-        None per field, rows along axis 0) on ``ntasks`` tasks that claim ``chunk`` items
-        at a time."""
+        None per field, rows along axis 0), behind the group's earlier jobs, on at most
+        ``ntasks`` threads for the group, which claim ``chunk`` items at a time."""
         if self.running:
             raise RuntimeError("this job is still running")
         if idx.dtype != np.int64 or not idx.flags.c_contiguous:
