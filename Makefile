@@ -5,11 +5,15 @@ PY := $(VENV)/bin/python
 
 .PHONY: install build test demo bench clean
 
+# The optional integrations (torch, jax: CPU builds) are installed too, so that their tests
+# run; without them those tests are skipped.
 $(VENV)/.deps: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "setuptools>=64" wheel "Cython>=3.0" "numpy>=1.25"
+	$(PY) -m pip install --quiet "setuptools>=77" wheel "Cython>=3.0" "numpy>=1.25"
 	$(PY) -m pip install --quiet --no-build-isolation -e '.[test]'
+	$(PY) -m pip install --quiet "torch==2.13.0" "jax[cpu]" || \
+		echo "torch or jax could not be installed: their tests will be skipped"
 	touch $@
 
 install: $(VENV)/.deps

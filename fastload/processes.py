@@ -26,183 +26,23 @@ import collections
 import mmap
 import multiprocessing
 import multiprocessing.connection
-import os
 import pickle
 import signal
 import time
-import traceback
 import weakref
 from numbers import Integral
 
 import numpy as np
 
-from .context import loading
 from .errors import LoadError
-from .obs import getobs_into, numobs
+from .obs import numobs
 from .plan import make_plan
-from .views import BatchView, ObsView, batchview
+from .workers import Recipe, WorkerError, carve_ring, worker_main
 
 __all__ = ["ProcessEngine"]
 
 _WAIT_S = 0.5          # one timed wait on the pipes and sentinels
 _STOP_S = 30.0         # most time to let workers abandon their jobs before killing them
-_PARENT_CHECK_S = 1.0  # how often an idle worker checks that the consumer is alive
-_ALIGN = 64
-_HEADER = _ALIGN       # the generation word, then the slots
-
-
-class WorkerError(Exception):
-    """The traceback text of an exception raised in a worker process."""
-
-
-class _Recipe:
-    """How to rebuild an epoch's steps on top of the container a worker holds (the root,
-    which never travels): the index maps of the ``ObsView`` layers (outermost first) and
-    the ``batchview`` arguments."""
-
-    def __init__(self, steps):
-        self.batch = None
-        data = steps
-        if isinstance(steps, BatchView):
-            collate = steps.collate
-            # A callable collate runs in the consumer (in plan.assemble): workers collect lists.
-            collate = collate if collate is None or collate is True else False
-            self.batch = (steps.batch_size, steps.drop_last, collate)
-            data = steps.data
-        self.maps = []
-        while isinstance(data, ObsView):
-            self.maps.append(data.indices)
-            data = data.data
-        self._root = data
-
-    def __getstate__(self):
-        return {"batch": self.batch, "maps": self.maps}
-
-    def root(self):
-        return self._root
-
-    def steps(self, root):
-        data = root
-        for indices in reversed(self.maps):
-            data = ObsView(data, indices)
-        return data if self.batch is None else batchview(data, *self.batch)
-
-
-def _carve(mapping, plan, slots):
-    """The ring: ``slots`` sets of destinations of ``plan``, laid out in ``mapping`` after
-    the header (with ``mapping=None``: only the bytes needed)."""
-    offset = _HEADER
-
-    def allocate(shape, dtype):
-        nonlocal offset
-        dtype = np.dtype(dtype)
-        count = int(np.prod(shape, dtype=np.int64))
-        start = offset
-        offset += -(-count * dtype.itemsize // _ALIGN) * _ALIGN
-        if mapping is None:
-            return None
-        return np.frombuffer(mapping, dtype, count, start).reshape(shape)
-
-    ring = [plan.allocate(allocate) for _ in range(slots)]
-    return ring, offset
-
-
-def _describe(exc):
-    """(message, traceback text, pickled exception or None) of ``exc``, for the consumer."""
-    text = "".join(traceback.format_exception(exc))
-    try:
-        blob = pickle.dumps(exc)
-    except Exception:
-        blob = None
-    return f"{type(exc).__name__}: {exc}", text, blob
-
-
-class _Worker:
-    """The loop of one worker process: epochs and jobs in, replies out."""
-
-    def __init__(self, conn, root, ring, control, skip):
-        self.conn = conn
-        self.root = root
-        self.ring = ring
-        self.control = control
-        self.skip = skip
-        self.gen = None
-        self.plan = None
-        self.setup_error = None
-
-    def serve(self):
-        parent = os.getppid()
-        while True:
-            if not self.conn.poll(_PARENT_CHECK_S):
-                if os.getppid() != parent:
-                    return       # the consumer died
-                continue
-            try:
-                message = self.conn.recv()
-            except (EOFError, OSError):
-                return
-            if message[0] == "stop":
-                return
-            if message[0] == "epoch":
-                self._epoch(*message[1:])
-            else:
-                self.conn.send(self._job(*message[1:]))
-
-    def _epoch(self, gen, seed, epoch, recipe, signature):
-        self.gen, self.seed, self.epoch = gen, seed, epoch
-        self.plan = self.setup_error = None
-        try:
-            plan = make_plan(recipe.steps(self.root))
-            if plan.signature != signature:
-                raise RuntimeError(f"the worker planned {plan.signature}, the consumer "
-                                   f"{signature}: the container changed after the fork")
-            self.plan = plan
-        except Exception as exc:
-            self.setup_error = exc
-
-    def _job(self, gen, step, slot):
-        if gen != self.gen or self.control[0] != gen:
-            return ("cancelled", gen, step)
-        if self.setup_error is not None:
-            return ("error", gen, step, None, None) + _describe(self.setup_error)
-        plan = self.plan
-        idx = plan.positions(step)
-        dests = self.ring[slot]
-        objects = [[None] * len(idx) if dest is None else None for dest in dests]
-        failed = np.zeros(len(idx), bool)
-        first = None
-        fill = plan.filler(dests, objects)
-        with loading(self.seed, self.epoch):
-            for field, (kind, _) in enumerate(plan.fields):
-                if kind == "gather":
-                    getobs_into(dests[field][:len(idx)], plan.leaves[field].container, idx)
-                    continue
-                for pos, index in enumerate(idx.tolist()):
-                    if self.control[0] != gen:
-                        return ("cancelled", gen, step)
-                    if failed[pos]:
-                        continue
-                    try:
-                        if kind == "native":
-                            getobs_into(dests[field][pos], plan.leaves[field].container, index)
-                        else:
-                            fill(field, pos, index)
-                    except Exception as exc:
-                        if not self.skip:
-                            return ("error", gen, step, pos, index) + _describe(exc)
-                        failed[pos] = True
-                        first = first or exc
-        keep = ~failed if first is not None else None
-        return ("done", gen, step, len(idx), objects, keep)
-
-
-def _worker_main(conn, root, ring, control, skip, others):
-    # Ctrl-C in a terminal reaches the whole process group: the consumer handles it and
-    # stops the workers; a worker killed by it would only turn it into a second error.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for other in others:
-        other.close()    # so that a worker sees EOF when the consumer's end closes
-    _Worker(conn, root, ring, control, skip).serve()
 
 
 def _shutdown(procs, conns, graceful):
@@ -283,9 +123,9 @@ class ProcessEngine:
                 and all(proc.is_alive() for proc in self._procs)):
             return
         self._stop(graceful=True)
-        _, size = _carve(None, plan, self.prefetch + 1)
+        _, size = carve_ring(None, plan, self.prefetch + 1)
         mapping = mmap.mmap(-1, size)     # anonymous, shared with the forked children
-        ring, _ = _carve(mapping, plan, self.prefetch + 1)
+        ring, _ = carve_ring(mapping, plan, self.prefetch + 1)
         control = np.frombuffer(mapping, np.int64, 1, 0)
         control[0] = 0
         context = multiprocessing.get_context("fork")
@@ -294,7 +134,7 @@ class ProcessEngine:
         try:
             for k, (mine, theirs) in enumerate(pipes):
                 others = [end for pipe in pipes for end in pipe if end is not theirs]
-                proc = context.Process(target=_worker_main, daemon=True,
+                proc = context.Process(target=worker_main, daemon=True,
                                        name=f"fastload-worker-{k}",
                                        args=(theirs, root, ring, control,
                                              self.on_error == "skip", others))
@@ -375,7 +215,7 @@ class ProcessEngine:
         processes. Raises ``fastload.LoadError`` naming the index of an observation that
         failed, ``RuntimeError`` when a worker process died."""
         plan = make_plan(steps)
-        return self._run(plan, _Recipe(steps), start, numobs(steps), epoch, seed)
+        return self._run(plan, Recipe(steps), start, numobs(steps), epoch, seed)
 
     def _begin(self, plan, recipe, epoch, seed):
         self._drain()

@@ -11,7 +11,6 @@ threads or order.
     >>> train.output_shape, train.output_dtype
     ((3, 224, 224), dtype('float32'))
 """
-import math
 import numbers
 
 import numpy as np

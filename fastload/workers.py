@@ -1,0 +1,177 @@
+"""The worker side of the process backend (``processes.py``): what a forked worker runs.
+
+A worker holds the container it inherited at the fork (the root) and the ring. Per epoch
+it gets a ``Recipe`` (the epoch's index maps and batch arguments) and builds the plan;
+per job it fills a slot of the ring in place and replies with what does not fit there.
+"""
+import os
+import pickle
+import signal
+import traceback
+
+import numpy as np
+
+from .context import loading
+from .obs import getobs_into
+from .plan import make_plan
+from .views import BatchView, ObsView, batchview
+
+__all__ = ["Recipe", "WorkerError", "carve_ring", "worker_main"]
+
+_PARENT_CHECK_S = 1.0  # how often an idle worker checks that the consumer is alive
+_ALIGN = 64
+_HEADER = _ALIGN       # the generation word, then the slots
+
+
+class WorkerError(Exception):
+    """The traceback text of an exception raised in a worker process."""
+
+
+class Recipe:
+    """How to rebuild an epoch's steps on top of the container a worker holds (the root,
+    which never travels): the index maps of the ``ObsView`` layers (outermost first) and
+    the ``batchview`` arguments."""
+
+    def __init__(self, steps):
+        self.batch = None
+        data = steps
+        if isinstance(steps, BatchView):
+            collate = steps.collate
+            # A callable collate runs in the consumer (in plan.assemble): workers collect lists.
+            collate = collate if collate is None or collate is True else False
+            self.batch = (steps.batch_size, steps.drop_last, collate)
+            data = steps.data
+        self.maps = []
+        while isinstance(data, ObsView):
+            self.maps.append(data.indices)
+            data = data.data
+        self._root = data
+
+    def __getstate__(self):
+        return {"batch": self.batch, "maps": self.maps}
+
+    def root(self):
+        return self._root
+
+    def steps(self, root):
+        data = root
+        for indices in reversed(self.maps):
+            data = ObsView(data, indices)
+        return data if self.batch is None else batchview(data, *self.batch)
+
+
+def carve_ring(mapping, plan, slots):
+    """The ring: ``slots`` sets of destinations of ``plan``, laid out in ``mapping`` after
+    the header (with ``mapping=None``: only the bytes needed)."""
+    offset = _HEADER
+
+    def allocate(shape, dtype):
+        nonlocal offset
+        dtype = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        start = offset
+        offset += -(-count * dtype.itemsize // _ALIGN) * _ALIGN
+        if mapping is None:
+            return None
+        return np.frombuffer(mapping, dtype, count, start).reshape(shape)
+
+    ring = [plan.allocate(allocate) for _ in range(slots)]
+    return ring, offset
+
+
+def _describe(exc):
+    """(message, traceback text, pickled exception or None) of ``exc``, for the consumer."""
+    text = "".join(traceback.format_exception(exc))
+    try:
+        blob = pickle.dumps(exc)
+    except Exception:
+        blob = None
+    return f"{type(exc).__name__}: {exc}", text, blob
+
+
+class _Worker:
+    """The loop of one worker process: epochs and jobs in, replies out."""
+
+    def __init__(self, conn, root, ring, control, skip):
+        self.conn = conn
+        self.root = root
+        self.ring = ring
+        self.control = control
+        self.skip = skip
+        self.gen = None
+        self.plan = None
+        self.setup_error = None
+
+    def serve(self):
+        parent = os.getppid()
+        while True:
+            if not self.conn.poll(_PARENT_CHECK_S):
+                if os.getppid() != parent:
+                    return       # the consumer died
+                continue
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                return
+            if message[0] == "stop":
+                return
+            if message[0] == "epoch":
+                self._epoch(*message[1:])
+            else:
+                self.conn.send(self._job(*message[1:]))
+
+    def _epoch(self, gen, seed, epoch, recipe, signature):
+        self.gen, self.seed, self.epoch = gen, seed, epoch
+        self.plan = self.setup_error = None
+        try:
+            plan = make_plan(recipe.steps(self.root))
+            if plan.signature != signature:
+                raise RuntimeError(f"the worker planned {plan.signature}, the consumer "
+                                   f"{signature}: the container changed after the fork")
+            self.plan = plan
+        except Exception as exc:
+            self.setup_error = exc
+
+    def _job(self, gen, step, slot):
+        if gen != self.gen or self.control[0] != gen:
+            return ("cancelled", gen, step)
+        if self.setup_error is not None:
+            return ("error", gen, step, None, None) + _describe(self.setup_error)
+        plan = self.plan
+        idx = plan.positions(step)
+        dests = self.ring[slot]
+        objects = [[None] * len(idx) if dest is None else None for dest in dests]
+        failed = np.zeros(len(idx), bool)
+        first = None
+        fill = plan.filler(dests, objects)
+        with loading(self.seed, self.epoch):
+            for field, (kind, _) in enumerate(plan.fields):
+                if kind == "gather":
+                    getobs_into(dests[field][:len(idx)], plan.leaves[field].container, idx)
+                    continue
+                for pos, index in enumerate(idx.tolist()):
+                    if self.control[0] != gen:
+                        return ("cancelled", gen, step)
+                    if failed[pos]:
+                        continue
+                    try:
+                        if kind == "native":
+                            getobs_into(dests[field][pos], plan.leaves[field].container, index)
+                        else:
+                            fill(field, pos, index)
+                    except Exception as exc:
+                        if not self.skip:
+                            return ("error", gen, step, pos, index) + _describe(exc)
+                        failed[pos] = True
+                        first = first or exc
+        keep = ~failed if first is not None else None
+        return ("done", gen, step, len(idx), objects, keep)
+
+
+def worker_main(conn, root, ring, control, skip, others):
+    # Ctrl-C in a terminal reaches the whole process group: the consumer handles it and
+    # stops the workers; a worker killed by it would only turn it into a second error.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for other in others:
+        other.close()    # so that a worker sees EOF when the consumer's end closes
+    _Worker(conn, root, ring, control, skip).serve()

@@ -1,0 +1,120 @@
+"""Distributed sharding: ranks simulated in one process."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastload import DataLoader, eachobs
+from fastload.order import quasi_random_order
+from fastload.sharding import resolve_shard, shard_order
+
+from helpers import assert_resumes_exactly, run_epochs
+
+
+def epoch_indices(loader):
+    return np.concatenate([np.asarray(b) for b in loader] or [np.empty(0, np.int64)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 200), world=st.integers(1, 6), batch_size=st.integers(1, 17),
+       drop_last=st.booleans(), shuffle=st.booleans(), seed=st.integers(0, 2**32))
+def test_ranks_are_disjoint_cover_every_index_and_get_equal_batches(
+        n, world, batch_size, drop_last, shuffle, seed):
+    data = np.arange(n)
+    loaders = [DataLoader(data, batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed,
+                          shard=(rank, world)) for rank in range(world)]
+    assert len({len(loader) for loader in loaders}) == 1
+    for _ in range(2):   # two epochs
+        parts = [epoch_indices(loader) for loader in loaders]
+        counts = np.bincount(np.concatenate(parts), minlength=n) if n else np.zeros(0)
+        if drop_last:
+            per_rank = (n // world) // batch_size * batch_size
+            assert all(len(p) == per_rank for p in parts)
+            assert counts.max(initial=0) <= 1      # disjoint, the remainder dropped
+        else:
+            per_rank = -(-n // world)
+            assert all(len(p) == per_rank for p in parts)
+            assert (counts >= 1).all()             # every index at least once
+            assert counts.sum() - n == per_rank * world - n   # padding only, by wrapping
+            if n:   # wrapping repeats every index about equally often
+                assert counts.max() <= -(-per_rank * world // n)
+
+
+def test_every_rank_draws_the_same_order_and_takes_a_contiguous_block():
+    data = np.arange(100)
+    whole = np.concatenate(run_epochs(DataLoader(data, 5, shuffle=True, seed=3), 1))
+    blocks = [np.concatenate(run_epochs(DataLoader(data, 5, shuffle=True, seed=3,
+                                                   shard=(r, 4)), 1)) for r in range(4)]
+    assert np.array_equal(np.concatenate(blocks), whole)
+
+
+def test_padding_wraps_around_to_the_start_of_the_order():
+    order = np.array([4, 2, 0, 1, 3])
+    assert shard_order(order, 1, 2, drop_last=False).tolist() == [1, 3, 4]
+    assert shard_order(order, 0, 2, drop_last=True).tolist() == [4, 2]
+
+
+@pytest.mark.parametrize("parallel", [False, 2])
+def test_each_rank_resumes_exactly(parallel):
+    data = (np.arange(53) * 2.0, np.arange(53))
+    for rank in range(3):
+        assert_resumes_exactly(lambda: DataLoader(data, 4, shuffle=True, seed=5,
+                                                  shard=(rank, 3), parallel=parallel))
+
+
+def test_a_state_from_another_rank_is_refused():
+    state = DataLoader(np.arange(10), 2, shard=(0, 2)).state_dict()
+    with pytest.raises(ValueError, match="rank"):
+        DataLoader(np.arange(10), 2, shard=(1, 2)).load_state_dict(state)
+
+
+def test_eachobs_shards_single_observations():
+    parts = [list(eachobs(np.arange(10), shuffle=True, seed=1, shard=(r, 3))) for r in range(3)]
+    assert [len(p) for p in parts] == [4, 4, 4]
+    assert set(np.concatenate(parts).tolist()) == set(range(10))
+
+
+class Chunked:
+    """A container with chunk boundaries, as a packed dataset has."""
+
+    def __init__(self, n, chunk):
+        self.values = np.arange(n)
+        self.chunk_bounds = np.append(np.arange(0, n, chunk), n)
+
+    def __len__(self):
+        return len(self.values)
+
+    def __getitem__(self, i):
+        return self.values[i]
+
+
+def test_quasi_random_order_shards_stay_chunk_local_and_cover_the_epoch():
+    data = Chunked(400, 20)
+    parts = [epoch_indices(DataLoader(data, 10, shuffle="quasi", seed=2, shard=(r, 4),
+                                      drop_last=True)) for r in range(4)]
+    merged = np.concatenate(parts)
+    assert sorted(merged.tolist()) == list(range(400))
+    expected = quasi_random_order(400, data.chunk_bounds, 2, 0)
+    assert np.array_equal(merged, expected)
+    for part in parts:    # 100 items per rank: within two windows of 8 chunks
+        assert len(np.unique(part // 20)) <= 16
+
+
+def test_quasi_order_needs_chunks():
+    with pytest.raises(ValueError, match="chunks"):
+        DataLoader(np.arange(10), 2, shuffle="quasi")
+
+
+def test_auto_shard_reads_the_environment(monkeypatch):
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "5")
+    assert resolve_shard("auto") == (2, 5)
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    assert resolve_shard("auto") == (0, 1)
+
+
+@pytest.mark.parametrize("shard", [(2, 2), (-1, 3), "rank0", (0,)])
+def test_bad_shards_are_refused(shard):
+    with pytest.raises(ValueError, match="shard"):
+        resolve_shard(shard)
