@@ -11,6 +11,12 @@ def peak_rss_mb():
     return (own + children) / 1024
 
 
+def current_rss_mb():
+    """Resident memory of this process now, in MB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
 def rate(run, items):
     """Items per second of one call of ``run`` (which loads ``items`` items)."""
     start = time.perf_counter()

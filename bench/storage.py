@@ -95,8 +95,8 @@ def bench_convert(root, out, repeats):
         jpeg: (lambda: convert(root, jpeg_dst, mode="jpeg", progress=False), n),
         qoi: (lambda: convert(subset, qoi_dst, mode="qoi", progress=False), rows),
     }
-    print(f"1. convert to a packed file (items = rows; source files warm: one run of each "
-          f"before timing)")
+    print("1. convert to a packed file (items = rows; source files warm: one run of each "
+          "before timing)")
     for run, _ in candidates.values():
         run()
     medians = compare(candidates, repeats, jpeg)
@@ -157,6 +157,38 @@ def bench_pipeline(root, packed, repeats, cores):
                       files_name)
     components(folder, ds["image"].encoded, cores)
     verdict("packed / individual files", medians[packed_name] / medians[files_name], 1.1, "x")
+    del loaders, ds
+    print("   cold page cache (the files' pages dropped with posix_fadvise before each epoch; "
+          "the packed file reopened):")
+    paths = list(folder.images.paths)
+
+    def cold(make, evicted):
+        def run():
+            _evict(evicted)
+            for _ in make():
+                pass
+        return run
+    cold_medians = compare({
+        packed_name: (cold(lambda: _packed_loader(packed), [packed]), len(folder)),
+        files_name: (cold(lambda: rrc_loader(folder.images, folder.labels), paths), len(folder)),
+    }, repeats, files_name)
+    print(f"  => cold: packed / individual files: "
+          f"{cold_medians[packed_name] / cold_medians[files_name]:.2f} x")
+
+
+def _packed_loader(path):
+    ds = fastload.open(path)
+    return rrc_loader(ds["image"].encoded, ds["label"])
+
+
+def _evict(paths):
+    """Drop the page-cache pages of ``paths`` (clean pages of files nobody maps)."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 # 3. Small raw images: fastload vs PyTorch's DataLoader

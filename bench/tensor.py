@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import compare, peak_rss_mb  # noqa: E402
+from common import compare, current_rss_mb, peak_rss_mb  # noqa: E402
 
 import fastload  # noqa: E402
 
@@ -50,6 +50,12 @@ def main():
             idx = order[start:start + bs]
             X[idx], y[idx]
 
+    # Memory first, before torch is imported: the resident size with the data alone, then
+    # the peak over an epoch of each fastload loader.
+    with_data = current_rss_mb()
+    drain(parallel)()
+    drain(sequential)()
+    fastload_peak = peak_rss_mb()
     candidates = {
         "numpy gather loop": (numpy_loop, n),
         "fastload parallel": (drain(parallel), n),
@@ -83,8 +89,10 @@ def main():
         print(f"  fastload parallel / torch DataLoader: "
               f"{medians['fastload parallel'] / medians['torch DataLoader (2 workers)']:.1f}x")
     ring_mb = 3 * bs * (64 * 4 + 8) / 2**20   # prefetch 2 + the slot held by the consumer
-    print(f"  peak RSS {peak_rss_mb():.0f} MB (data {data_mb:.0f} MB, ring {ring_mb:.1f} MB, "
-          f"numpy + interpreter ~60 MB)")
+    print(f"  memory: {with_data:.0f} MB resident with the data ({data_mb:.0f} MB) loaded; "
+          f"peak {fastload_peak:.0f} MB over an epoch of each fastload loader "
+          f"(+{fastload_peak - with_data:.0f} MB; the ring is {ring_mb:.1f} MB, an epoch's "
+          f"permutation {n * 8 / 2**20:.0f} MB)")
 
 
 if __name__ == "__main__":

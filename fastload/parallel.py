@@ -19,6 +19,7 @@ from .context import loading
 from .errors import LoadError
 from .obs import numobs
 from .plan import make_plan
+from .views import source_of
 
 __all__ = ["Engine", "eachobs_parallel"]
 
@@ -164,9 +165,10 @@ class Engine:
                 cause = job.error[1] if job.error is not None else None
                 if isinstance(cause, LoadError):
                     raise cause
-                what = f"step {step}" if plan.whole_steps else f"observation {index}"
-                raise LoadError(f"could not load {what}: {message}",
-                                index=None if plan.whole_steps else index) from cause
+                if plan.whole_steps:
+                    raise LoadError(f"could not load step {step}: {message}") from cause
+                raise LoadError(f"could not load observation {index}: {message}", index=index,
+                                source=source_of(plan.leaves[field].container, index)) from cause
             keep = job.failed_items == 0
             self.skipped += int(len(keep) - keep.sum())
         return plan.assemble(dests, objects, job.n, keep)

@@ -14,6 +14,7 @@ per leaf, how to load one item into its place in a slot:
 from the underlying arrays. When a container defines its own batch semantics the plan
 falls back to loading whole steps with ``getobs`` on a worker thread.
 """
+import operator
 import weakref
 
 import numpy as np
@@ -176,14 +177,38 @@ def _output_spec(view):
     return Spec(fixed, compose.output_dtype)
 
 
+def _snapshot(view):
+    """What the native source of ``view`` was built from: the pipeline, the container, and
+    for a list its items or for files their paths, to see whether it still holds."""
+    images = view.data
+    if isinstance(images, (list, tuple)):
+        items = list(images)
+    elif hasattr(images, "paths"):
+        items = list(images.paths)
+    else:
+        items = None
+    return view.f, images, items
+
+
+def _still_holds(snapshot, view):
+    f, images, items = snapshot
+    if view.f is not f or view.data is not images:
+        return False
+    if items is None:
+        return True
+    now = images if isinstance(images, (list, tuple)) else images.paths
+    return len(now) == len(items) and all(map(operator.is_, now, items))
+
+
 def _native_image_leaf(view):
-    """A native Leaf for ``mapobs(Compose([...]), images)``, or None."""
+    """A native Leaf for ``mapobs(Compose([...]), images)``, or None. The native source is
+    built once per view and rebuilt when the list (or file list) under it changed."""
     if not isinstance(view.f, Compose):
         return None
-    try:
-        source = _image_sources[view]
-    except KeyError:
-        source = _image_sources[view] = _image_source(view)
+    cached = _image_sources.get(view)
+    if cached is None or not _still_holds(cached[0], view):
+        cached = _image_sources[view] = (_snapshot(view), _image_source(view))
+    source = cached[1]
     if source is None:
         return None
     return Leaf(view, "native", _output_spec(view),

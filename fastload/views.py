@@ -10,7 +10,7 @@ from .obs import (copy_into, getobs, getobs_into, is_batch_index, map_tree, norm
                   numobs, tree_leaves)
 
 __all__ = ["BatchView", "JoinedObs", "MappedObs", "ObsView", "batchview", "joinobs",
-           "kfolds", "mapobs", "obsview", "randobs", "shuffleobs", "splitobs"]
+           "kfolds", "mapobs", "obsview", "randobs", "shuffleobs", "source_of", "splitobs"]
 
 
 def _rng(seed):
@@ -135,7 +135,7 @@ class MappedObs(_View):
                 return self.f(x, index=i, seed=seed, epoch=epoch)
             return self.f(x)
         except Exception as error:
-            raise load_error(i, error) from error
+            raise load_error(i, error, source_of(self.data, i)) from error
 
     def __getobs__(self, i):
         i = normalize_index(i, numobs(self.data))
@@ -155,6 +155,15 @@ class MappedObs(_View):
 
     def __repr__(self):
         return f"mapobs({getattr(self.f, '__name__', type(self.f).__name__)}, {type(self.data).__name__})"
+
+
+def source_of(data, i):
+    """The file that observation ``i`` of ``data`` is read from, when the container says
+    (a ``paths`` attribute, through ``mapobs``); else None."""
+    while isinstance(data, MappedObs):
+        data = data.data
+    paths = getattr(data, "paths", None)
+    return None if paths is None else str(paths[i])
 
 
 def mapobs(f, data):
