@@ -65,7 +65,8 @@ class Engine:
         self.skipped = 0
         self._ring = None
         self._ring_signature = None
-        self._group = None
+        self._ring_busy = False
+        self._groups = weakref.WeakSet()
 
     def _threads(self):
         if self.num_threads is None:
@@ -74,10 +75,14 @@ class Engine:
         return self.num_threads
 
     def _slots(self, plan, count):
-        """The ring for ``plan``: allocated once, reused while the plan's layout is the same."""
+        """The ring for ``plan``: allocated once, reused while the plan's layout is the same.
+        An iteration that starts while another still runs gets a ring of its own."""
+        if self._ring_busy:
+            return [plan.allocate(self.allocator) for _ in range(count)]
         if self._ring is None or self._ring_signature != (plan.signature, count):
             self._ring = [plan.allocate(self.allocator) for _ in range(count)]
             self._ring_signature = (plan.signature, count)
+        self._ring_busy = True
         return self._ring
 
     def iterate(self, steps, start=0, *, epoch=0, seed=0):
@@ -87,7 +92,7 @@ class Engine:
         prefetch = self.prefetch or (2 if plan.rows else 2 * threads)
         group = _core.Group()
         _live_groups.add(group)
-        self._group = group
+        self._groups.add(group)
         ring = self._slots(plan, prefetch + 1) if self.buffered else None
         jobs = [_core.Job(group, _core.Plan(plan.fields, plan.row_bytes))
                 for _ in range(prefetch + 1)]
@@ -124,6 +129,8 @@ class Engine:
             for _, slot, _, _ in inflight:
                 jobs[slot].join()
             _live_groups.discard(group)
+            if ring is self._ring:
+                self._ring_busy = False
 
     def _submit(self, plan, step, slot, ring, job, epoch, seed, threads, skip):
         idx = plan.positions(step)
@@ -174,10 +181,11 @@ class Engine:
         return plan.assemble(dests, objects, job.n, keep)
 
     def close(self):
-        """Stop the running iteration, if any, and release the ring. Idempotent."""
-        if self._group is not None:
-            self._group.cancel()
+        """Stop the running iterations, if any, and release the ring. Idempotent."""
+        for group in list(self._groups):
+            group.cancel()
         self._ring = None
+        self._ring_busy = False
 
 
 class _ParallelIterable:

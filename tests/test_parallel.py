@@ -443,3 +443,15 @@ def test_a_thread_count_above_the_cpus_gives_the_same_output():
     data = (mapobs(lambda x: x * 3, array(40, "int16", "c")), array(40, "float32", "strided"))
     got = run_epochs(DataLoader(data, 4, shuffle=True, seed=6, parallel=8), 1)
     assert_tree_equal(got, run_epochs(DataLoader(data, 4, shuffle=True, seed=6), 1))
+
+
+@pytest.mark.parametrize("buffer", [True, False])
+def test_two_iterations_of_one_loader_at_once_do_not_share_buffers(buffer):
+    data = np.arange(40.0).reshape(20, 2)
+    loader = DataLoader(data, 4, parallel=2, buffer=buffer)
+    first, second = iter(loader), iter(loader)
+    pairs = [(a.copy(), b.copy()) for a, b in zip(first, second)]
+    assert len(pairs) == 5
+    for k, (a, b) in enumerate(pairs):
+        assert np.array_equal(a, data[4 * k:4 * k + 4])
+        assert np.array_equal(b, data[4 * k:4 * k + 4])
