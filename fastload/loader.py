@@ -17,6 +17,7 @@ from .errors import LoadError
 from .obs import getobs, getobs_into, map_tree, numobs, tree_leaves
 from .order import quasi_random_order
 from .parallel import Engine
+from .processes import ProcessEngine
 from .sharding import resolve_shard, shard_order, shard_size
 from .views import MappedObs, batchview, obsview
 
@@ -99,6 +100,7 @@ class _EpochLoader:
         self.seed = int(seed) if seed is not None else secrets.randbits(63)
         self.ordered = ordered
         self.on_error = on_error
+        self._drop_remainder = bool(drop_last)
         self.rank, self.world_size = resolve_shard(shard)
         self._n = numobs(data)
         self._per_rank = shard_size(self._n, self.world_size, drop_last)
@@ -115,7 +117,6 @@ class _EpochLoader:
         if parallel is not False:
             workers = None if parallel is True else int(parallel)
             if backend == "process":
-                from .processes import ProcessEngine
                 self._engine = ProcessEngine(workers=workers or len(os.sched_getaffinity(0)),
                                              buffered=self.buffer, ordered=ordered,
                                              prefetch=prefetch, on_error=on_error)
@@ -135,8 +136,6 @@ class _EpochLoader:
         else:
             order = np.random.Generator(np.random.PCG64([self.seed, epoch])).permutation(self._n)
         return shard_order(order, self.rank, self.world_size, self._drop_remainder)
-
-    _drop_remainder = False
 
     def _ordered_data(self, epoch):
         if self.shuffle or self.world_size > 1:
@@ -322,7 +321,6 @@ class DataLoader(_EpochLoader):
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         self.batch_size = int(batch_size)
         self.drop_last = bool(drop_last)
-        self._drop_remainder = self.drop_last
         self.collate = collate
         super().__init__(data, shuffle=shuffle, buffer=buffer, parallel=parallel, seed=seed,
                          ordered=ordered, prefetch=prefetch, drop_last=drop_last, shard=shard,
