@@ -28,8 +28,13 @@ test: build
 demo: build
 	$(PY) -m fastload demo
 
+# Every benchmark, one after the other (a few minutes each on 2 cores).
 bench: build
+	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/tensor.py
+	$(PY) bench/jpeg.py
+	$(PY) bench/storage.py
+	$(PY) bench/gil.py
 
 clean:
 	rm -rf build $(VENV) fastload/*.so fastload/_*.c
