@@ -1,4 +1,4 @@
-"""The command line: ``python -m fastload convert`` and ``info``."""
+"""The command line: ``python -m fastload convert``, ``info``, ``bench`` and ``demo``."""
 import os
 import subprocess
 import sys
@@ -9,6 +9,7 @@ import pytest
 from PIL import Image  # noqa: E402
 
 from fastload.__main__ import main  # noqa: E402
+from fastload.demo import run_image_demo, run_tensor_demo  # noqa: E402
 from fastload.storage import open as open_dataset  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -92,3 +93,23 @@ def test_help_runs_as_a_module():
     res = subprocess.run([sys.executable, "-m", "fastload"], cwd=ROOT, capture_output=True,
                          text=True)
     assert res.returncode == 2 and "convert" in res.stderr and "info" in res.stderr
+
+
+@pytest.mark.parametrize("mode", ["jpeg", "raw", "qoi", "smart"])
+def test_bench_loads_the_training_pipeline_from_a_converted_file(image_folder, tmp_path,
+                                                                 capsys, mode):
+    src, _ = image_folder
+    dst = tmp_path / f"{mode}.arrow"
+    assert main(["convert", str(src), str(dst), "--mode", mode, "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["bench", str(dst), "--batches", "3", "--batch-size", "2", "--size", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "images/s over 3 batches" in out and "RandomResizedCrop(16)" in out
+
+
+def test_demo_measures_fastload_against_a_plain_loop(capsys):
+    tensors = run_tensor_demo(n=3000, batch_size=64)
+    images = run_image_demo(n=16, batch_size=8)
+    assert len(tensors) == 3 and len(images) == 2
+    assert all(rate > 0 for rate in [*tensors.values(), *images.values()])
+    assert "items/s" in capsys.readouterr().out
