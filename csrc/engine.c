@@ -23,16 +23,28 @@ int fl_group_init(fl_group *g) {
     g->head = g->tail = NULL;
     g->tasks = 0;
     g->max_tasks = 1;
+    g->generation = fl_pool_generation();
     if (pthread_mutex_init(&g->lock, NULL) != 0) return -1;
-    if (pthread_cond_init(&g->done, NULL) != 0) {
+    /* Timed waits measure a monotonic clock: a step of the wall clock cannot stretch them. */
+    pthread_condattr_t attr;
+    int ok = pthread_condattr_init(&attr) == 0;
+    ok = ok && pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) == 0;
+    ok = ok && pthread_cond_init(&g->done, &attr) == 0;
+    pthread_condattr_destroy(&attr);
+    if (!ok) {
         pthread_mutex_destroy(&g->lock);
         return -1;
     }
     return 0;
 }
 
+int fl_group_orphaned(const fl_group *g) {
+    return g->generation != fl_pool_generation();
+}
+
 void fl_group_destroy(fl_group *g) {
     fl_group_cancel(g);
+    if (fl_group_orphaned(g)) return;   /* its lock may be held by a thread gone with the fork */
     pthread_mutex_lock(&g->lock);
     while (g->tasks > 0) pthread_cond_wait(&g->done, &g->lock);
     pthread_mutex_unlock(&g->lock);
@@ -44,11 +56,12 @@ void fl_group_cancel(fl_group *g) {
     __atomic_store_n(&g->cancel, 1, __ATOMIC_RELEASE);
 }
 
-/* Record the first fatal error of a job, or mark an item skipped and keep the first
- * skip's message for the report. Called with the group's lock held. */
-static void item_failed(fl_job *job, int64_t pos, int field, const char *message) {
+/* Record the first fatal error of a job, or (with skip_errors, unless `fatal`) mark an
+ * item skipped and keep the first skip's message for the report. Called with the group's
+ * lock held. */
+static void item_failed(fl_job *job, int64_t pos, int field, const char *message, int fatal) {
     int first;
-    if (job->skip_errors) {
+    if (job->skip_errors && !fatal) {
         job->failed_items[pos] = 1;
         first = job->skipped++ == 0;
     } else {
@@ -66,17 +79,21 @@ static void item_failed(fl_job *job, int64_t pos, int field, const char *message
 static void run_items(fl_job *job, int64_t first, int64_t last, fl_scratch *scratch) {
     char message[FL_MESSAGE_BYTES];
     for (int64_t k = first; k < last; k++) {
-        /* After a cancel or a fatal error the remaining items are skipped. */
-        if (__atomic_load_n(&job->group->cancel, __ATOMIC_ACQUIRE) ||
-            __atomic_load_n(&job->failed, __ATOMIC_ACQUIRE))
+        if (__atomic_load_n(&job->failed, __ATOMIC_ACQUIRE)) return;
+        if (__atomic_load_n(&job->group->cancel, __ATOMIC_ACQUIRE)) {
+            /* The job will not be complete: it must never pass for a loaded batch. */
+            pthread_mutex_lock(&job->group->lock);
+            item_failed(job, k, -1, "loading was cancelled", 1);
+            pthread_mutex_unlock(&job->group->lock);
             return;
+        }
         for (int f = 0; f < job->nfields; f++) {
             const fl_field *field = &job->fields[f];
             message[0] = '\0';
             char *dst = job->dst[f] + k * field->row_bytes;
             if (field->fill(field, job, k, job->idx[k], dst, scratch, message) != 0) {
                 pthread_mutex_lock(&job->group->lock);
-                item_failed(job, k, f, message);
+                item_failed(job, k, f, message, 0);
                 pthread_mutex_unlock(&job->group->lock);
                 break;
             }
@@ -116,6 +133,13 @@ static void group_task(void *arg) {
 
 int fl_job_submit(fl_job *job, int max_tasks) {
     fl_group *g = job->group;
+    if (fl_group_orphaned(g)) {
+        job->failed = 1;
+        job->finished = 1;
+        snprintf(job->message, sizeof job->message,
+                 "a loader's iteration cannot go on in a forked child; start a new one");
+        return -1;
+    }
     job->next = 0;
     job->done = 0;
     job->failed = 0;
@@ -154,10 +178,14 @@ int fl_job_submit(fl_job *job, int max_tasks) {
 }
 
 int fl_wait_any(fl_group *g, fl_job *const *jobs, int njobs, double timeout_s) {
+    if (fl_group_orphaned(g)) return -2;
+    if (!(timeout_s >= 0)) timeout_s = 0;   /* negative or NaN */
+    if (timeout_s > 1e6) timeout_s = 1e6;
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    long long ns = until.tv_nsec + (long long)(timeout_s * 1e9);
-    until.tv_sec += (time_t)(ns / 1000000000LL);
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    long long whole = (long long)timeout_s;
+    long long ns = until.tv_nsec + (long long)((timeout_s - (double)whole) * 1e9);
+    until.tv_sec += (time_t)(whole + ns / 1000000000LL);
     until.tv_nsec = (long)(ns % 1000000000LL);
     int found = -1;
     pthread_mutex_lock(&g->lock);
@@ -166,13 +194,15 @@ int fl_wait_any(fl_group *g, fl_job *const *jobs, int njobs, double timeout_s) {
             if (jobs[j]->finished) { found = j; break; }
         }
         if (found >= 0) break;
-        if (pthread_cond_timedwait(&g->done, &g->lock, &until) == ETIMEDOUT) break;
+        int rc = pthread_cond_timedwait(&g->done, &g->lock, &until);
+        if (rc != 0 && rc != EINTR) break;   /* timed out (or cannot wait at all) */
     }
     pthread_mutex_unlock(&g->lock);
     return found;
 }
 
 void fl_job_join(fl_job *job) {
+    if (fl_group_orphaned(job->group)) return;
     pthread_mutex_lock(&job->group->lock);
     while (!job->finished) pthread_cond_wait(&job->group->done, &job->group->lock);
     pthread_mutex_unlock(&job->group->lock);

@@ -61,6 +61,7 @@ typedef struct fl_group {
     struct fl_job *head, *tail;    /* jobs with items not yet claimed, oldest first */
     int tasks;                     /* pool tasks running for this group */
     int max_tasks;
+    unsigned long generation;      /* the pool's (fl_pool_generation) when made */
 } fl_group;
 
 typedef struct fl_job {
@@ -90,6 +91,9 @@ typedef struct fl_job {
 int fl_group_init(fl_group *g);
 /* Waits for the group's tasks to exit, then frees it. Call without the GIL. */
 void fl_group_destroy(fl_group *g);
+/* True in a forked child for a group made before the fork: its tasks ran on the parent's
+ * threads, which do not exist here, so nothing of it may be waited for or locked. */
+int fl_group_orphaned(const fl_group *g);
 void fl_group_cancel(fl_group *g);
 
 /* Reset `job` (whose inputs are set), queue it behind the group's other jobs, and make
@@ -97,11 +101,13 @@ void fl_group_cancel(fl_group *g);
  * could run it (the job is then finished and failed). */
 int fl_job_submit(fl_job *job, int max_tasks);
 
-/* Wait up to `timeout_s` for any of `jobs` to finish. Returns the index of the first
- * finished one in `jobs`, or -1 on timeout. Call without the GIL. */
+/* Wait up to `timeout_s` (clamped to [0, 1e6]) for any of `jobs` to finish. Returns the
+ * index of the first finished one in `jobs`, -1 on timeout, or -2 when the group is
+ * orphaned (see fl_group_orphaned). Call without the GIL. */
 int fl_wait_any(fl_group *g, fl_job *const *jobs, int njobs, double timeout_s);
 
-/* Block until the job's tasks have all returned (after a cancel, promptly). */
+/* Block until the job's tasks have all returned (after a cancel, promptly); returns at
+ * once for an orphaned group. */
 void fl_job_join(fl_job *job);
 
 /* The gather kind: copies one observation of a strided array, byte for byte. */

@@ -317,9 +317,13 @@ static void resize_target(const fl_pipeline *p, int h, int w, int *th, int *tw) 
         *th = p->resize_h;
         *tw = p->resize_w;
     } else if (p->resize_kind == FL_RESIZE_SHORTER) {
+        /* Clamped so that an absurd aspect ratio cannot overflow an int; such an output
+         * is rejected by any caller with a fixed output size. */
         int s = p->resize_h;
-        if (w <= h) { *tw = s; *th = (int)((double)((int64_t)s * h) / w); }
-        else        { *th = s; *tw = (int)((double)((int64_t)s * w) / h); }
+        double longer = (double)s * (w <= h ? h : w) / (w <= h ? w : h);
+        int l = longer > (double)FL_MAX_SIDE ? FL_MAX_SIDE : (int)longer;
+        if (w <= h) { *tw = s; *th = l; }
+        else        { *th = s; *tw = l; }
     } else {
         *th = h;
         *tw = w;

@@ -14,6 +14,9 @@
 
 typedef struct { uint8_t *data; int h, w, c; ptrdiff_t stride; } fl_image;
 
+/* The largest side a pipeline computes with; larger resize targets are clamped to it. */
+#define FL_MAX_SIDE (1 << 24)
+
 /* A rectangle in pixels; it may reach outside its image (that part reads as zeros). */
 typedef struct { int y, x, h, w; } fl_plan_rect;
 

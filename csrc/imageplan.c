@@ -36,17 +36,22 @@ int fl_jpeg_size(const uint8_t *data, size_t n, int *h, int *w) {
     return -1;
 }
 
-/* Reads the file at `path` into scratch memory; returns its bytes or NULL with a message. */
+/* Reads the file at `path` into scratch memory; returns its bytes or NULL with a message.
+ * Only regular files: opening a FIFO or device must not block a pool thread. */
 static const uint8_t *read_file(const char *path, size_t *n, fl_scratch *scratch,
                                 char *message) {
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0) {
         snprintf(message, FL_MESSAGE_BYTES, "cannot open %s", path);
         return NULL;
     }
     struct stat st;
     uint8_t *buf = NULL;
-    if (fstat(fd, &st) == 0 && (buf = fl_scratch_reserve(scratch, (size_t)st.st_size + 1))) {
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(message, FL_MESSAGE_BYTES, "%s is not a regular file", path);
+    } else if (!(buf = fl_scratch_reserve(scratch, (size_t)st.st_size + 1))) {
+        snprintf(message, FL_MESSAGE_BYTES, "out of memory reading %s", path);
+    } else {
         size_t got = 0;
         while (got < (size_t)st.st_size) {
             ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
@@ -54,8 +59,6 @@ static const uint8_t *read_file(const char *path, size_t *n, fl_scratch *scratch
             got += (size_t)r;
         }
         *n = got;
-    } else {
-        snprintf(message, FL_MESSAGE_BYTES, "cannot read %s", path);
     }
     close(fd);
     return buf;
@@ -75,6 +78,24 @@ static const uint8_t *encoded_item(const fl_image_source *src, int64_t index, si
         return read_file(src->paths[index], n, file_scratch, message);
     }
     return NULL;
+}
+
+/* Whether the pipeline's output for an h x w x c source is exactly the slot's row; an
+ * image that would give another size must never be written there. */
+static int fits_row(const fl_field *field, const fl_pipeline *p, int h, int w, int c,
+                    char *message) {
+    int oh, ow, oc;
+    if (fl_pipeline_output_shape(p, h, w, c, &oh, &ow, &oc) != FL_OK) {
+        snprintf(message, FL_MESSAGE_BYTES, "the pipeline does not fit a %dx%d image", h, w);
+        return 0;
+    }
+    int64_t bytes = (int64_t)oh * ow * oc * (p->out_dtype == FL_DTYPE_FLOAT32 ? 4 : 1);
+    if (bytes != field->row_bytes) {
+        snprintf(message, FL_MESSAGE_BYTES, "a %dx%dx%d image gives a %dx%dx%d output, not the "
+                 "size of the others", h, w, c, oh, ow, oc);
+        return 0;
+    }
+    return 1;
 }
 
 static int fail(char *message, const fl_image_source *src, int64_t index, const char *what) {
@@ -102,6 +123,8 @@ int fl_fill_image(const fl_field *field, fl_job *job, int64_t pos, int64_t index
     if (src->kind == FL_SOURCE_PIXELS) {
         const int32_t *d = src->dims + 3 * index;
         fl_image img = {(uint8_t *)src->ptrs[index], d[0], d[1], d[2], src->row_strides[index]};
+        if (!fits_row(field, p, img.h, img.w, img.c, message))
+            return fail(message, src, index, "");
         size_t need = fl_pipeline_scratch_bytes(p, img.h, img.w);
         void *work = fl_scratch_reserve(scratch, need);
         if (!work) return fail(message, src, index, "out of memory");
@@ -115,7 +138,10 @@ int fl_fill_image(const fl_field *field, fl_job *job, int64_t pos, int64_t index
     size_t n = 0;
     const uint8_t *data = encoded_item(src, index, &n, &scratch[1], message);
     int rc = -1;
-    if (!data) goto done;
+    if (!data || n == 0) {
+        fail(message, src, index, "empty image");
+        goto done;
+    }
 
     int h, w, stored, denom = 1, is_qoi = n >= 4 && memcmp(data, "qoif", 4) == 0;
     if (is_qoi) {
@@ -123,9 +149,26 @@ int fl_fill_image(const fl_field *field, fl_job *job, int64_t pos, int64_t index
             fail(message, src, index, "corrupt QOI header");
             goto done;
         }
+        /* A QOI op codes at most 62 pixels per byte: a stream too short for its header's
+         * size is truncated, found out before any memory is set aside for it. */
+        if ((double)(n - FL_QOI_HEADER_SIZE) * 62 < (double)w * h) {
+            fail(message, src, index, "truncated QOI stream");
+            goto done;
+        }
     } else if (fl_jpeg_size(data, n, &h, &w) != 0) {
         fail(message, src, index, n >= 2 && data[0] == 0xFF && data[1] == 0xD8
              ? "truncated or corrupt JPEG header" : "not a JPEG or QOI image");
+        goto done;
+    }
+    if ((int64_t)h * w > FL_MAX_PIXELS) {
+        snprintf(message, FL_MESSAGE_BYTES, "a %dx%d image is over the limit of %lld pixels",
+                 h, w, (long long)FL_MAX_PIXELS);
+        fail(message, src, index, "");
+        goto done;
+    }
+    if (!fits_row(field, p, h, w, is_qoi ? (src->channels == 4 ? 4 : 3) : src->channels,
+                  message)) {
+        fail(message, src, index, "");
         goto done;
     }
     fl_plan_rect crop;

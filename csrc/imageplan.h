@@ -17,6 +17,10 @@ enum {
     FL_SOURCE_PIXELS        /* item i is a decoded uint8 image: ptrs[i], dims[3i..3i+2], row strides */
 };
 
+/* Encoded images larger than this many pixels are refused (a forged header must not make a
+ * thread set aside gigabytes). */
+#define FL_MAX_PIXELS (1LL << 28)
+
 /* Decodes a JPEG at 1/scale_denom into out (ceil(h/d) x ceil(w/d) x channels, rows packed).
  * Returns 0, or nonzero after writing a message. */
 typedef int (*fl_decode_fn)(void *ctx, const uint8_t *data, size_t n, int scale_denom,

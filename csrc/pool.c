@@ -1,8 +1,10 @@
 /* The process-wide pool; see pool.h.
  *
  * Invariants, all under `lock`: `head..tail` is the FIFO of queued tasks; `nthreads` threads
- * run `worker` while `started`; `stopping` makes idle workers exit once the queue is empty.
- * This is the only mutable global state of the native core. */
+ * run `worker` while `started`; `stopping` (a shutdown in progress) makes idle workers exit
+ * once the queue is empty, and makes submit, reserve and a second shutdown wait for
+ * `stopped`. `generation` counts forks, so objects of a parent's pool are known as such
+ * in a child. This is the only mutable global state of the native core. */
 #include "pool.h"
 
 #include <pthread.h>
@@ -18,9 +20,11 @@ typedef struct task {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t stopped = PTHREAD_COND_INITIALIZER;  /* a shutdown finished */
 static task *head, *tail;
 static pthread_t *threads;
 static int nthreads, started, stopping;
+static unsigned long generation;   /* forks survived: a child's pool is a new one */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 static void *worker(void *unused) {
@@ -61,8 +65,10 @@ static void after_fork_parent(void) { pthread_mutex_unlock(&lock); }
 
 /* The child has only the forking thread: the parent's workers and queue are not its own. */
 static void after_fork_child(void) {
+    generation++;
     pthread_mutex_init(&lock, NULL);
     pthread_cond_init(&wake, NULL);
+    pthread_cond_init(&stopped, NULL);
     while (head) { task *t = head; head = t->next; free(t); }
     tail = NULL;
     free(threads);
@@ -74,13 +80,15 @@ static void install_atfork(void) {
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 
-/* Called with `lock` held. */
+unsigned long fl_pool_generation(void) { return generation; }
+
+/* Called with `lock` held; waits out a shutdown in progress. */
 static int start_locked(void) {
+    while (stopping) pthread_cond_wait(&stopped, &lock);
     if (started) return 0;
     int n = fl_pool_default_size();
     threads = calloc((size_t)n, sizeof *threads);
     if (!threads) return -1;
-    stopping = 0;
     for (nthreads = 0; nthreads < n; nthreads++) {
         if (pthread_create(&threads[nthreads], NULL, worker, NULL) != 0) break;
     }
@@ -125,6 +133,7 @@ int fl_pool_size(void) {
 int fl_pool_reserve(int n) {
     pthread_once(&atfork_once, install_atfork);
     pthread_mutex_lock(&lock);
+    if (n > 1024) n = 1024;
     if (start_locked() == 0 && n > nthreads) {
         pthread_t *grown = realloc(threads, (size_t)n * sizeof *threads);
         if (grown) {
@@ -140,16 +149,19 @@ int fl_pool_reserve(int n) {
 
 void fl_pool_shutdown(void) {
     pthread_mutex_lock(&lock);
+    while (stopping) pthread_cond_wait(&stopped, &lock);
     if (!started) { pthread_mutex_unlock(&lock); return; }
     stopping = 1;
     pthread_cond_broadcast(&wake);
     pthread_t *joining = threads;
     int n = nthreads;
     pthread_mutex_unlock(&lock);
+    /* While `stopping`, nobody else changes `threads`: submit and reserve wait. */
     for (int i = 0; i < n; i++) pthread_join(joining[i], NULL);
     pthread_mutex_lock(&lock);
     free(threads);
     threads = NULL;
     nthreads = started = stopping = 0;
+    pthread_cond_broadcast(&stopped);
     pthread_mutex_unlock(&lock);
 }

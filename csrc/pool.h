@@ -20,7 +20,12 @@ int fl_pool_reserve(int n);
 /* Threads the pool would start with: FASTLOAD_NUM_THREADS, else the affinity mask. */
 int fl_pool_default_size(void);
 
-/* Let queued tasks finish, then join every thread. The pool restarts on the next submit. */
+/* How many forks this process is from the one that first used the pool: a pool object of
+ * an older generation belongs to a parent, whose threads do not exist here. */
+unsigned long fl_pool_generation(void);
+
+/* Let queued tasks finish, then join every thread. The pool restarts on the next submit;
+ * a submit, reserve or shutdown meanwhile waits for this one to finish. */
 void fl_pool_shutdown(void);
 
 #endif

@@ -4,6 +4,8 @@ from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport strncpy
 
+import os
+
 import numpy as np
 
 cimport numpy as cnp
@@ -121,6 +123,16 @@ def rng_bits(uint64_t seed, uint64_t epoch, uint64_t index, uint64_t op, Py_ssiz
     return out
 
 
+cdef void _write_message(char *message, exc) noexcept:
+    """``type: text`` of ``exc`` into a C message buffer; a fixed text if that fails."""
+    try:
+        text = f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")
+    except BaseException:
+        text = type(exc).__name__.encode("ascii", "replace")
+    strncpy(message, text[:FL_MESSAGE_BYTES - 1], FL_MESSAGE_BYTES - 1)
+    message[FL_MESSAGE_BYTES - 1] = 0
+
+
 cdef int _fill_python(const fl_field *field, fl_job *job, int64_t pos, int64_t index,
                       char *dst, fl_scratch *scratch, char *message) noexcept nogil:
     """A field loaded by Python code: takes the GIL for this item only."""
@@ -162,6 +174,7 @@ cdef class Plan:
     bytes per position in its destination (0 for fields with no destination array)."""
     cdef fl_field *fields
     cdef readonly int nfields
+    cdef readonly list kinds
     cdef list owners
 
     def __cinit__(self, list fields, list row_bytes):
@@ -170,6 +183,9 @@ cdef class Plan:
         if self.fields == NULL:
             raise MemoryError()
         self.owners = []
+        self.kinds = [kind for kind, _ in fields]
+        if len(row_bytes) != self.nfields:
+            raise ValueError("row_bytes needs one entry per field")
         cdef int f, d
         cdef cnp.ndarray array
         for f, (kind, value) in enumerate(fields):
@@ -249,14 +265,24 @@ cdef class Job:
             raise TypeError("job indices must be a C-contiguous int64 array")
         cdef int f
         cdef cnp.ndarray array
+        if len(destinations) != self.plan_obj.nfields:
+            raise ValueError(f"{len(destinations)} destinations for "
+                             f"{self.plan_obj.nfields} fields")
         for f, dest in enumerate(destinations):
-            if dest is None:
+            if self.plan_obj.kinds[f] == "python":
                 self.dst[f] = NULL
-            else:
-                array = <cnp.ndarray>dest
-                if array.shape[0] < idx.shape[0] or not array.flags.c_contiguous:
-                    raise ValueError("a destination must be C-contiguous with a row per index")
-                self.dst[f] = <char *>cnp.PyArray_DATA(array)
+                continue
+            # Native fields write row_bytes per index: the array must hold exactly that.
+            if not isinstance(dest, np.ndarray):
+                raise TypeError(f"field {f} needs an array to write into")
+            array = <cnp.ndarray>dest
+            if (array.ndim == 0 or array.shape[0] < idx.shape[0]
+                    or not array.flags.c_contiguous or not array.flags.writeable
+                    or array.strides[0] != self.plan_obj.fields[f].row_bytes):
+                raise ValueError(f"field {f}: a destination must be a writeable C-contiguous "
+                                 f"array with a row of {self.plan_obj.fields[f].row_bytes} "
+                                 f"bytes per index")
+            self.dst[f] = <char *>cnp.PyArray_DATA(array)
         self.idx_array = idx
         self.destinations = destinations
         self.error = None
@@ -277,16 +303,15 @@ cdef class Job:
             raise RuntimeError("could not start the native thread pool")
 
     cdef int _fill(self, int field, int64_t pos, int64_t index, char *message) noexcept:
-        # Runs on a pool thread with the GIL held. The first error keeps its traceback.
+        # Runs on a pool thread with the GIL held. Whatever escapes the user's code, the
+        # item fails (never passes unfilled); the first error keeps its traceback.
         try:
             self.filler(field, pos, index)
             return 0
         except BaseException as exc:
             if self.error is None:
                 self.error = (pos, exc)
-            text = f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")[:FL_MESSAGE_BYTES - 1]
-            strncpy(message, text, FL_MESSAGE_BYTES - 1)
-            message[FL_MESSAGE_BYTES - 1] = 0
+            _write_message(message, exc)
             return -1
 
     def join(self):
@@ -302,6 +327,7 @@ cdef class Job:
         cdef int found
         with nogil:
             found = fl_wait_any(self.job.group, &ptr, 1, timeout)
+        _check_orphaned(found)
         if found == 0:
             self.running = False
         return found == 0
@@ -336,6 +362,12 @@ cdef class Job:
         return self.failed_array
 
 
+cdef _check_orphaned(int found):
+    if found == -2:
+        raise RuntimeError("this iteration was started before the process forked: it cannot "
+                           "go on in the child; start a new one there")
+
+
 def wait_any(Group group, list jobs, double timeout):
     """Index in ``jobs`` of one that has finished, waiting up to ``timeout`` seconds
     without the GIL; -1 on timeout."""
@@ -348,6 +380,7 @@ def wait_any(Group group, list jobs, double timeout):
     with nogil:
         found = fl_wait_any(&group.group, ptrs, n, timeout)
     free(ptrs)
+    _check_orphaned(found)
     if found >= 0:
         (<Job>jobs[found]).running = False
     return found
@@ -397,10 +430,8 @@ cdef int _decode_jpeg(void *ctx, const uint8_t *data, size_t n, int scale_denom,
             target = cnp.PyArray_SimpleNewFromData(3, dims, cnp.NPY_UINT8, out)
             (<object>ctx)(view, target, scale_denom, channels)
             return 0
-        except Exception as exc:
-            text = str(exc).encode("utf-8", "replace")[:FL_MESSAGE_BYTES - 1]
-            strncpy(message, text, FL_MESSAGE_BYTES - 1)
-            message[FL_MESSAGE_BYTES - 1] = 0
+        except BaseException as exc:
+            _write_message(message, exc)
             return -1
 
 
@@ -436,27 +467,29 @@ cdef class ImageSource:
         self.source.decode_ctx = <void *>decode_jpeg
         self.source.name = self.name_bytes
         if ptrs is not None:
-            self.source.ptrs = <const uint8_t *const *><size_t>self._keep(ptrs, np.uintp)
+            self.source.ptrs = <const uint8_t *const *><size_t>self._keep(ptrs, np.uintp, count)
         if lens is not None:
-            self.source.lens = <const int64_t *><size_t>self._keep(lens, np.int64)
+            self.source.lens = <const int64_t *><size_t>self._keep(lens, np.int64, count)
         if base is not None:
             self.source.base = <const uint8_t *><size_t>self._keep(base, np.uint8)
         if offsets is not None:
-            if len(offsets) != count + 1:
-                raise ValueError("offsets need one entry more than there are images")
-            self.source.offsets = <const int64_t *><size_t>self._keep(offsets, np.int64)
+            self.source.offsets = <const int64_t *><size_t>self._keep(offsets, np.int64,
+                                                                      count + 1)
         if dims is not None:
-            self.source.dims = <const int *><size_t>self._keep(dims, np.int32)
+            self.source.dims = <const int *><size_t>self._keep(dims, np.int32, 3 * count)
         if row_strides is not None:
-            self.source.row_strides = <const int64_t *><size_t>self._keep(row_strides, np.int64)
+            self.source.row_strides = <const int64_t *><size_t>self._keep(row_strides,
+                                                                          np.int64, count)
         if paths is not None:
-            encoded = [p.encode() if isinstance(p, str) else bytes(p) for p in paths]
+            encoded = [os.fsencode(p) for p in paths]
             self.owners.append(encoded)
             self.source.paths = <const char *const *><size_t>self._keep(
-                [<size_t><const char *>b for b in encoded], np.uintp)
+                [<size_t><const char *>b for b in encoded], np.uintp, count)
 
-    cdef size_t _keep(self, values, dtype) except 0:
+    cdef size_t _keep(self, values, dtype, Py_ssize_t length=-1) except 0:
         array = np.ascontiguousarray(values, dtype=dtype)
+        if length >= 0 and array.size != length:
+            raise ValueError(f"the image source needs {length} entries, got {array.size}")
         if array.size == 0:
             array = np.zeros(1, dtype)
         self.owners.append(array)

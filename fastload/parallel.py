@@ -117,6 +117,8 @@ class Engine:
                 if not inflight:
                     return
                 entry = self._wait(group, inflight, jobs)
+                if group.cancelled:
+                    raise RuntimeError("the loader was closed while this iteration ran")
                 step, slot, dests, objects = entry
                 value = self._finish(plan, steps, step, jobs[slot], dests, objects)
                 if self.buffered:

@@ -128,7 +128,8 @@ def _pixel_source(images):
         if not (isinstance(a, np.ndarray) and a.dtype == np.uint8 and a.ndim in (2, 3)):
             return None
         c = a.shape[2] if a.ndim == 3 else 1
-        if a.strides[1] != c or (a.ndim == 3 and a.strides[2] != 1) or channels not in (None, c):
+        if (a.strides[0] < c * a.shape[1] or a.strides[1] != c
+                or (a.ndim == 3 and a.strides[2] != 1) or channels not in (None, c)):
             return None   # every image must give the slot's channel count
         channels = c
     return dict(ptrs=[a.ctypes.data for a in arrays],
@@ -168,13 +169,23 @@ def _output_spec(view):
     compose = view.f
     if compose.output_shape is not None:
         return Spec(compose.output_shape, compose.output_dtype)
-    if compose.decodes or not numobs(view.data):
+    images = view.data
+    if compose.decodes or not isinstance(images, (np.ndarray, list, tuple)) or not len(images):
         return None
-    first = np.shape(getobs(view.data, 0))
-    fixed = compose.output_shape_for((1 << 14, 1 << 14) + first[2:])
-    if len(first) < 2 or compose.output_shape_for(first) != fixed:
+    # Decoded images: one array gives one input shape; a list, one per image.
+    shapes = {images.shape[1:]} if isinstance(images, np.ndarray) else {
+        np.shape(image) for image in images}
+    if any(len(shape) < 2 for shape in shapes):
+        return None
+    outputs = set()
+    for shape in shapes:
+        try:
+            outputs.add(compose.output_shape_for(shape))
+        except ValueError:
+            pass   # this image cannot go through the chain: its item fails when loaded
+    if len(outputs) != 1:
         return None   # the output size follows the input's: no fixed slot
-    return Spec(fixed, compose.output_dtype)
+    return Spec(outputs.pop(), compose.output_dtype)
 
 
 def _snapshot(view):
