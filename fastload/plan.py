@@ -269,6 +269,7 @@ class ItemPlan:
         self.leaves = leaves
         self.rows = rows
         self.stack = stack
+        self.count = numobs(steps.data) if rows is not None else numobs(steps)
         self.fields = [leaf.core_field() for leaf in leaves]
         self.row_bytes = [leaf.row_bytes() for leaf in leaves]
         self.has_python = any(leaf.kind in ("into", "object") for leaf in leaves)
@@ -277,11 +278,12 @@ class ItemPlan:
 
     def positions(self, step):
         """The indices in ``base`` that ``step`` loads (a C-contiguous int64 array)."""
-        if self.rows is None:
-            idx = np.array([step], np.int64)
-        else:
-            idx = self.steps.batch_indices(step)
-        for m in self.maps:
+        start = step if self.rows is None else step * self.rows
+        stop = start + 1 if self.rows is None else min(start + self.rows, self.count)
+        if not self.maps:
+            return np.arange(start, stop, dtype=np.int64)
+        idx = self.maps[0][start:stop]          # a slice of the epoch's order: no copy
+        for m in self.maps[1:]:
             idx = m[idx]
         return np.ascontiguousarray(idx, dtype=np.int64)
 
