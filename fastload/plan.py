@@ -151,11 +151,12 @@ def _image_source(view):
     if not compose.decodes:
         pixels = _pixel_source(images)
         return None if pixels is None else source(_core.SOURCE_PIXELS, **pixels)
-    if hasattr(images, "buffers"):
-        if not getattr(images, "contiguous", True):
-            return None   # several files: read through Python, item by item
-        data, offsets = images.buffers()
+    if hasattr(images, "buffers") and images.contiguous:
+        data, offsets = images.buffers()      # one file: n + 1 offsets into its map
         return source(_core.SOURCE_OFFSETS, base=data, offsets=offsets)
+    if hasattr(images, "pointers"):
+        addresses, lengths = images.pointers()    # several files: an address per item
+        return source(_core.SOURCE_BUFFERS, ptrs=addresses, lens=lengths)
     if hasattr(images, "paths"):
         return source(_core.SOURCE_FILES, paths=list(images.paths))
     if isinstance(images, (list, tuple)) and all(isinstance(b, bytes) for b in images):

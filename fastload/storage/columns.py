@@ -96,6 +96,10 @@ class ItemBytes:
         """The column's ``buffers()``: these items, located in the mapped file."""
         return self._column.buffers()
 
+    def pointers(self):
+        """The column's ``pointers()``: these items, wherever they are mapped."""
+        return self._column.pointers()
+
 
 class EncodedColumn:
     """A binary-backed field (jpeg, qoi, smart, ndarray, bytes, str, ...): ``col[i]``
@@ -147,6 +151,14 @@ class EncodedColumn:
         if not self.contiguous:
             raise ValueError(f"column {self.name!r}: {self._offsets}")
         return self._bases[0], self._offsets
+
+    def pointers(self):
+        """(addresses, lengths): item i is ``lengths[i]`` bytes at the memory address
+        ``addresses[i]`` (uint64) in whichever mapped file holds it: the form of a column
+        that spans several files. Valid while the column lives."""
+        where = np.array([base.ctypes.data for base in self._bases], np.uint64)
+        first = where[0] if self._base_of_row is None else where[self._base_of_row]
+        return first + self._starts.astype(np.uint64), self._ends - self._starts
 
     def _global_offsets(self):
         """The n + 1 offsets, or a str saying why there are none."""
