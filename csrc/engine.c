@@ -56,6 +56,10 @@ void fl_group_cancel(fl_group *g) {
     __atomic_store_n(&g->cancel, 1, __ATOMIC_RELEASE);
 }
 
+int fl_group_cancelled(const fl_group *g) {
+    return __atomic_load_n(&g->cancel, __ATOMIC_ACQUIRE);
+}
+
 /* Record the first fatal error of a job, or (with skip_errors, unless `fatal`) mark an
  * item skipped and keep the first skip's message for the report. Called with the group's
  * lock held. */
@@ -80,7 +84,7 @@ static void run_items(fl_job *job, int64_t first, int64_t last, fl_scratch *scra
     char message[FL_MESSAGE_BYTES];
     for (int64_t k = first; k < last; k++) {
         if (__atomic_load_n(&job->failed, __ATOMIC_ACQUIRE)) return;
-        if (__atomic_load_n(&job->group->cancel, __ATOMIC_ACQUIRE)) {
+        if (fl_group_cancelled(job->group)) {
             /* The job will not be complete: it must never pass for a loaded batch. */
             pthread_mutex_lock(&job->group->lock);
             item_failed(job, k, -1, "loading was cancelled", 1);

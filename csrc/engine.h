@@ -95,6 +95,7 @@ void fl_group_destroy(fl_group *g);
  * threads, which do not exist here, so nothing of it may be waited for or locked. */
 int fl_group_orphaned(const fl_group *g);
 void fl_group_cancel(fl_group *g);
+int fl_group_cancelled(const fl_group *g);
 
 /* Reset `job` (whose inputs are set), queue it behind the group's other jobs, and make
  * sure up to `max_tasks` pool tasks work for the group. Returns 0, or -1 if no thread

@@ -73,6 +73,7 @@ cdef extern from "engine.h" nogil:
     int fl_group_init(fl_group *g)
     void fl_group_destroy(fl_group *g)
     void fl_group_cancel(fl_group *g)
+    int fl_group_cancelled(const fl_group *g)
     int fl_job_submit(fl_job *job, int max_tasks)
     int fl_wait_any(fl_group *g, fl_job **jobs, int njobs, double timeout_s)
     void fl_job_join(fl_job *job)
@@ -136,7 +137,7 @@ cdef void _write_message(char *message, exc) noexcept:
 cdef int _fill_python(const fl_field *field, fl_job *job, int64_t pos, int64_t index,
                       char *dst, fl_scratch *scratch, char *message) noexcept nogil:
     """A field loaded by Python code: takes the GIL for this item only."""
-    if job.group.cancel:
+    if fl_group_cancelled(job.group):
         return 0
     with gil:
         return (<Job>job.ctx)._fill(field.number, pos, index, message)
@@ -162,7 +163,7 @@ cdef class Group:
 
     @property
     def cancelled(self):
-        return bool(self.group.cancel)
+        return bool(fl_group_cancelled(&self.group))
 
 
 cdef class Plan:

@@ -9,6 +9,7 @@ Concurrency invariants (kept by ``Engine.iterate``, the only code touching a rin
 """
 import atexit
 import collections
+import threading
 import weakref
 from numbers import Integral
 
@@ -66,6 +67,7 @@ class Engine:
         self._ring = None
         self._ring_signature = None
         self._ring_busy = False
+        self._ring_lock = threading.Lock()   # guards _ring and _ring_busy
         self._groups = weakref.WeakSet()
 
     def _threads(self):
@@ -77,13 +79,14 @@ class Engine:
     def _slots(self, plan, count):
         """The ring for ``plan``: allocated once, reused while the plan's layout is the same.
         An iteration that starts while another still runs gets a ring of its own."""
-        if self._ring_busy:
-            return [plan.allocate(self.allocator) for _ in range(count)]
-        if self._ring is None or self._ring_signature != (plan.signature, count):
-            self._ring = [plan.allocate(self.allocator) for _ in range(count)]
-            self._ring_signature = (plan.signature, count)
-        self._ring_busy = True
-        return self._ring
+        with self._ring_lock:
+            if self._ring_busy:
+                return [plan.allocate(self.allocator) for _ in range(count)]
+            if self._ring is None or self._ring_signature != (plan.signature, count):
+                self._ring = [plan.allocate(self.allocator) for _ in range(count)]
+                self._ring_signature = (plan.signature, count)
+            self._ring_busy = True
+            return self._ring
 
     def iterate(self, steps, start=0, *, epoch=0, seed=0):
         """Yield ``getobs(steps, k)`` for k from ``start`` on, loaded in parallel."""
@@ -131,8 +134,9 @@ class Engine:
             for _, slot, _, _ in inflight:
                 jobs[slot].join()
             _live_groups.discard(group)
-            if ring is self._ring:
-                self._ring_busy = False
+            with self._ring_lock:
+                if ring is self._ring:
+                    self._ring_busy = False
 
     def _submit(self, plan, step, slot, ring, job, epoch, seed, threads, skip):
         idx = plan.positions(step)
@@ -186,8 +190,9 @@ class Engine:
         """Stop the running iterations, if any, and release the ring. Idempotent."""
         for group in list(self._groups):
             group.cancel()
-        self._ring = None
-        self._ring_busy = False
+        with self._ring_lock:
+            self._ring = None
+            self._ring_busy = False
 
 
 class _ParallelIterable:
