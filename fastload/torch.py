@@ -15,38 +15,30 @@ import warnings
 import numpy as np
 import torch
 
+from .obs import map_tree
+
 __all__ = ["TorchLoader", "to_device"]
 
 _warned_no_cuda = False
 
 
-def _tensors(batch):
-    """``batch`` with every numpy array made a tensor on the same memory (through tuples,
-    dicts and lists); anything else is kept as it is."""
-    if isinstance(batch, np.ndarray) and batch.dtype != object:
-        return torch.from_numpy(batch)
-    if isinstance(batch, dict):
-        return {k: _tensors(v) for k, v in batch.items()}
-    if isinstance(batch, tuple):
-        parts = [_tensors(v) for v in batch]
-        return type(batch)(*parts) if hasattr(batch, "_fields") else tuple(parts)
+def _walk(batch, f):
+    """``f`` applied to every leaf of ``batch``, through tuples, dicts and lists."""
     if isinstance(batch, list):
-        return [_tensors(v) for v in batch]
-    return batch
+        return [_walk(v, f) for v in batch]
+    return map_tree(lambda leaf: _walk(leaf, f) if isinstance(leaf, list) else f(leaf), batch)
+
+
+def _tensors(batch):
+    """``batch`` with every numpy array made a tensor on the same memory; anything else
+    is kept as it is."""
+    return _walk(batch, lambda x: torch.from_numpy(x)
+                 if isinstance(x, np.ndarray) and x.dtype != object else x)
 
 
 def _apply(batch, f):
-    """``f`` applied to every tensor of ``batch`` (through tuples, dicts and lists)."""
-    if isinstance(batch, torch.Tensor):
-        return f(batch)
-    if isinstance(batch, dict):
-        return {k: _apply(v, f) for k, v in batch.items()}
-    if isinstance(batch, tuple):
-        parts = [_apply(v, f) for v in batch]
-        return type(batch)(*parts) if hasattr(batch, "_fields") else tuple(parts)
-    if isinstance(batch, list):
-        return [_apply(v, f) for v in batch]
-    return batch
+    """``f`` applied to every tensor of ``batch``."""
+    return _walk(batch, lambda x: f(x) if isinstance(x, torch.Tensor) else x)
 
 
 def _pinned_empty(shape, dtype):

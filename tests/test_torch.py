@@ -91,7 +91,8 @@ def test_to_device_takes_a_plain_loader_and_tuples():
     assert torch.equal(batches[-1][0], torch.tensor([8.0, 9.0], dtype=torch.float64))
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-only path")
+@pytest.mark.skipif(torch.cuda.is_available(),
+                    reason="checks what pin_memory does without CUDA; this machine has CUDA")
 def test_pin_memory_without_cuda_warns_once_and_changes_nothing(monkeypatch):
     monkeypatch.setattr(fltorch, "_warned_no_cuda", False)
     loader = _loader()
@@ -111,7 +112,8 @@ def test_pin_memory_says_what_it_needs(kw, message):
         TorchLoader(_loader(**kw), pin_memory=True)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs a CUDA device: checks the pinned ring and side-stream copies")
 def test_pinned_ring_and_cuda_prefetch_match_the_cpu_batches():
     expected = [copy_tree(b) for b in _loader()]
     loader = TorchLoader(_loader(), pin_memory=True)
