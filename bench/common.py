@@ -24,10 +24,11 @@ def rate(run, items):
     return items / (time.perf_counter() - start)
 
 
-def compare(candidates, repeats, reference):
+def compare(candidates, repeats, reference, unit="items/s"):
     """Run each candidate ``repeats`` times, interleaved so that machine noise hits all
-    alike; print the median items/s and its ratio to ``reference``. ``candidates`` maps a
-    name to (run, items). Returns the medians."""
+    alike; print the median rate and its ratio to ``reference``. ``candidates`` maps a
+    name to (run, items), where items counts what ``unit`` names (e.g. batches for
+    "batches/s"). Returns the medians."""
     samples = {name: [] for name in candidates}
     for _ in range(repeats):
         for name, (run, items) in candidates.items():
@@ -36,5 +37,5 @@ def compare(candidates, repeats, reference):
     width = max(len(name) for name in medians)
     for name, value in medians.items():
         ratio = value / medians[reference]
-        print(f"  {name:<{width}}  {value:>12,.0f} items/s   {ratio:6.2f}x {reference}")
+        print(f"  {name:<{width}}  {value:>12,.0f} {unit}   {ratio:6.2f}x {reference}")
     return medians

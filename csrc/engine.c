@@ -1,4 +1,4 @@
-/* Batch jobs on the pool; see engine.h. */
+/* Runs of a schedule on the pool; see engine.h. */
 #include "engine.h"
 
 #include <errno.h>
@@ -9,6 +9,16 @@
 
 #include "pool.h"
 
+/* Steps one claim may span (claims of small steps take several at once). */
+#define MAX_CLAIM_STEPS 64
+
+typedef struct {
+    int64_t first, last;           /* items [first, last) of the schedule */
+    int nsteps;
+    int slots[MAX_CLAIM_STEPS];    /* the slot of each step the claim touches */
+    int64_t counts[MAX_CLAIM_STEPS];
+} claim;
+
 void *fl_scratch_reserve(fl_scratch *s, size_t bytes) {
     if (s->bytes >= bytes) return s->data;
     void *p = realloc(s->data, bytes);
@@ -18,171 +28,317 @@ void *fl_scratch_reserve(fl_scratch *s, size_t bytes) {
     return p;
 }
 
-int fl_group_init(fl_group *g) {
-    g->cancel = 0;
-    g->head = g->tail = NULL;
-    g->tasks = 0;
-    g->max_tasks = 1;
-    g->generation = fl_pool_generation();
-    if (pthread_mutex_init(&g->lock, NULL) != 0) return -1;
+static void scratch_free(fl_scratch *scratch) {
+    for (int r = 0; r < FL_SCRATCH_REGIONS; r++) {
+        free(scratch[r].data);
+        scratch[r].data = NULL;
+        scratch[r].bytes = 0;
+    }
+}
+
+static int orphaned(const fl_run *r) {
+    return r->generation != fl_pool_generation();
+}
+
+int fl_run_cancelled(const fl_run *r) {
+    return __atomic_load_n(&r->cancel, __ATOMIC_ACQUIRE);
+}
+
+static int64_t step_rows(const fl_run *r, int64_t s) {
+    int64_t end = (s + 1) * r->rows;
+    return (end < r->end_item ? end : r->end_item) - s * r->rows;
+}
+
+static int init_sync(fl_run *r) {
+    if (pthread_mutex_init(&r->lock, NULL) != 0) return -1;
     /* Timed waits measure a monotonic clock: a step of the wall clock cannot stretch them. */
     pthread_condattr_t attr;
     int ok = pthread_condattr_init(&attr) == 0;
     ok = ok && pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) == 0;
-    ok = ok && pthread_cond_init(&g->done, &attr) == 0;
-    pthread_condattr_destroy(&attr);
-    if (!ok) {
-        pthread_mutex_destroy(&g->lock);
-        return -1;
+    int ready = ok && pthread_cond_init(&r->ready, &attr) == 0;
+    int idle = ready && pthread_cond_init(&r->idle, NULL) == 0;
+    if (ok) pthread_condattr_destroy(&attr);
+    if (idle) return 0;
+    if (ready) pthread_cond_destroy(&r->ready);
+    pthread_mutex_destroy(&r->lock);
+    return -1;
+}
+
+static void free_arrays(fl_run *r) {
+    if (r->slots) {
+        free(r->slots[0].dst);
+        free(r->slots[0].skipped_items);
     }
-    return 0;
+    free(r->slots);
+    free(r->free_slots);
+    free(r->ready_queue);
+    free(r->slot_of);
+    free(r);
 }
 
-int fl_group_orphaned(const fl_group *g) {
-    return g->generation != fl_pool_generation();
+fl_run *fl_run_create(const int64_t *order, int64_t end_item, int64_t rows,
+                      int64_t first_step, int64_t end_step, uint64_t seed, uint64_t epoch,
+                      const fl_field *fields, int nfields, char *const *dst, int nslots,
+                      int parallel, int64_t chunk, int ordered, int skip_errors, void *ctx) {
+    if (rows < 1 || nslots < 1 || nfields < 1 || first_step < 0) return NULL;
+    fl_run *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    if (end_item > end_step * rows) end_item = end_step * rows;
+    if (end_step > (end_item + rows - 1) / rows) end_step = (end_item + rows - 1) / rows;
+    if (first_step > end_step) first_step = end_step;
+    r->order = order;
+    r->end_item = end_item;
+    r->rows = rows;
+    r->first_step = first_step;
+    r->end_step = end_step;
+    r->seed = seed;
+    r->epoch = epoch;
+    r->fields = fields;
+    r->nfields = nfields;
+    r->nslots = nslots;
+    r->parallel = parallel > 0 ? parallel : 0;
+    /* Inline, one claim is one step; a claim never takes more than the slots it can use. */
+    r->chunk = r->parallel == 0 ? rows : (chunk > 0 ? chunk : 1);
+    r->refill = r->parallel == 0 ? 1 : (nslots - 1) / 2 > 0 ? (nslots - 1) / 2 : 1;
+    r->ordered = ordered;
+    r->skip_errors = skip_errors;
+    r->ctx = ctx;
+    r->generation = fl_pool_generation();
+    r->claim_item = first_step * rows;
+    r->claim_slot = -1;
+    r->next_step = first_step;
+    r->slots = calloc((size_t)nslots, sizeof *r->slots);
+    r->free_slots = calloc((size_t)nslots, sizeof(int));
+    r->ready_queue = calloc((size_t)nslots, sizeof(int));
+    r->slot_of = calloc((size_t)nslots, sizeof(int));
+    char **dsts = r->slots ? calloc((size_t)nslots * (size_t)nfields, sizeof(char *)) : NULL;
+    uint8_t *flags = r->slots && skip_errors ? calloc((size_t)nslots, (size_t)rows) : NULL;
+    if (r->slots) r->slots[0].dst = dsts;
+    if (r->slots) r->slots[0].skipped_items = flags;
+    if (!r->slots || !r->free_slots || !r->ready_queue || !r->slot_of || !dsts ||
+        (skip_errors && !flags) || init_sync(r) != 0) {
+        free_arrays(r);
+        return NULL;
+    }
+    for (int s = 0; s < nslots; s++) {
+        fl_slot *slot = &r->slots[s];
+        slot->dst = dsts + (size_t)s * (size_t)nfields;
+        memcpy(slot->dst, dst + (size_t)s * (size_t)nfields, (size_t)nfields * sizeof(char *));
+        slot->skipped_items = flags ? flags + (size_t)s * (size_t)rows : NULL;
+        slot->state = FL_SLOT_FREE;
+        slot->step = -1;
+        r->free_slots[nslots - 1 - s] = s;   /* slot 0 is taken first */
+    }
+    r->nfree = nslots;
+    return r;
 }
 
-void fl_group_destroy(fl_group *g) {
-    fl_group_cancel(g);
-    if (fl_group_orphaned(g)) return;   /* its lock may be held by a thread gone with the fork */
-    pthread_mutex_lock(&g->lock);
-    while (g->tasks > 0) pthread_cond_wait(&g->done, &g->lock);
-    pthread_mutex_unlock(&g->lock);
-    pthread_cond_destroy(&g->done);
-    pthread_mutex_destroy(&g->lock);
-}
-
-void fl_group_cancel(fl_group *g) {
-    __atomic_store_n(&g->cancel, 1, __ATOMIC_RELEASE);
-}
-
-int fl_group_cancelled(const fl_group *g) {
-    return __atomic_load_n(&g->cancel, __ATOMIC_ACQUIRE);
-}
-
-/* Record the first fatal error of a job, or (with skip_errors, unless `fatal`) mark an
- * item skipped and keep the first skip's message for the report. Called with the group's
- * lock held. */
-static void item_failed(fl_job *job, int64_t pos, int field, const char *message, int fatal) {
+/* Record the first fatal error of a slot's step, or (with skip_errors, unless `fatal`)
+ * mark an item skipped and keep the first skip's message for the report. Called with the
+ * run's lock held. */
+static void item_failed(fl_slot *slot, int skip_errors, int64_t pos, int field,
+                        const char *message, int fatal) {
     int first;
-    if (job->skip_errors && !fatal) {
-        job->failed_items[pos] = 1;
-        first = job->skipped++ == 0;
+    if (skip_errors && !fatal) {
+        slot->skipped_items[pos] = 1;
+        first = slot->skipped++ == 0;
     } else {
-        first = !job->failed;
-        __atomic_store_n(&job->failed, 1, __ATOMIC_RELEASE);
+        first = !slot->failed;
+        __atomic_store_n(&slot->failed, 1, __ATOMIC_RELEASE);
     }
     if (first) {
-        job->fail_pos = pos;
-        job->fail_field = field;
-        snprintf(job->message, sizeof job->message, "%s", message);
+        slot->fail_pos = pos;
+        slot->fail_field = field;
+        snprintf(slot->message, sizeof slot->message, "%s", message);
     }
 }
 
-/* Loads items [first, last) of `job`; returns after the first fatal failure. */
-static void run_items(fl_job *job, int64_t first, int64_t last, fl_scratch *scratch) {
+static void fail_item(fl_run *r, fl_slot *slot, int64_t pos, int field, const char *message,
+                      int fatal) {
+    pthread_mutex_lock(&r->lock);
+    item_failed(slot, r->skip_errors, pos, field, message, fatal);
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* A gather of rows in random order waits on memory, not on the copy: asking for the row
+ * a few items ahead lets those misses overlap (the hardware cannot guess the order). */
+#define PREFETCH_AHEAD 6
+#define PREFETCH_LINES 8
+
+static void prefetch_gathers(const fl_run *r, int64_t index) {
+    for (int f = 0; f < r->nfields; f++) {
+        const fl_field *field = &r->fields[f];
+        if (!field->src || !field->contiguous || index < 0 || index >= field->count) continue;
+        const char *row = field->src + index * field->strides[0];
+        int64_t lines = (field->row_bytes + 63) / 64;
+        if (lines > PREFETCH_LINES) lines = PREFETCH_LINES;
+        for (int64_t k = 0; k < lines; k++) __builtin_prefetch(row + 64 * k, 0, 0);
+    }
+}
+
+/* Loads positions [first, last) of the step in `slot_index`; returns after the first
+ * fatal failure of that step. */
+static void run_items(fl_run *r, int slot_index, int64_t first, int64_t last,
+                      fl_scratch *scratch) {
+    fl_slot *slot = &r->slots[slot_index];
+    const int64_t *order = r->order + slot->step * r->rows;
     char message[FL_MESSAGE_BYTES];
-    for (int64_t k = first; k < last; k++) {
-        if (__atomic_load_n(&job->failed, __ATOMIC_ACQUIRE)) return;
-        if (fl_group_cancelled(job->group)) {
-            /* The job will not be complete: it must never pass for a loaded batch. */
-            pthread_mutex_lock(&job->group->lock);
-            item_failed(job, k, -1, "loading was cancelled", 1);
-            pthread_mutex_unlock(&job->group->lock);
+    fl_item item = {r, slot_index, 0, 0};
+    for (int64_t pos = first; pos < last; pos++) {
+        if (pos + PREFETCH_AHEAD < last) prefetch_gathers(r, order[pos + PREFETCH_AHEAD]);
+        if (__atomic_load_n(&slot->failed, __ATOMIC_ACQUIRE)) return;
+        if (fl_run_cancelled(r)) {
+            /* The step will not be complete: it must never pass for a loaded one. */
+            fail_item(r, slot, pos, -1, "loading was cancelled", 1);
             return;
         }
-        for (int f = 0; f < job->nfields; f++) {
-            const fl_field *field = &job->fields[f];
+        item.pos = pos;
+        item.index = order[pos];
+        for (int f = 0; f < r->nfields; f++) {
+            const fl_field *field = &r->fields[f];
             message[0] = '\0';
-            char *dst = job->dst[f] + k * field->row_bytes;
-            if (field->fill(field, job, k, job->idx[k], dst, scratch, message) != 0) {
-                pthread_mutex_lock(&job->group->lock);
-                item_failed(job, k, f, message, 0);
-                pthread_mutex_unlock(&job->group->lock);
+            if (field->fill(field, &item, slot->dst[f] + pos * field->row_bytes, scratch,
+                            message) != 0) {
+                fail_item(r, slot, pos, f, message, 0);
                 break;
             }
         }
     }
 }
 
-/* A pool task working for a group: claims items of the oldest queued job until no job
- * has items left, then exits. */
-static void group_task(void *arg) {
-    fl_group *g = arg;
+/* Give the next step a free slot; -1 when none is free. Under the lock. */
+static int take_slot(fl_run *r, int64_t step) {
+    if (r->nfree == 0) return -1;
+    int s = r->free_slots[--r->nfree];
+    fl_slot *slot = &r->slots[s];
+    slot->state = FL_SLOT_LOADING;
+    slot->step = step;
+    slot->rows = step_rows(r, step);
+    slot->done = 0;
+    slot->failed = 0;
+    slot->fail_pos = -1;
+    slot->fail_field = -1;
+    slot->skipped = 0;
+    slot->message[0] = '\0';
+    if (slot->skipped_items) memset(slot->skipped_items, 0, (size_t)r->rows);
+    r->slot_of[step % r->nslots] = s;
+    return s;
+}
+
+/* Claim up to `chunk` items in schedule order, across steps while slots are free.
+ * Returns 0 when nothing can be claimed now. Under the lock. */
+static int take_claim(fl_run *r, claim *c) {
+    if (fl_run_cancelled(r)) return 0;
+    int64_t k = r->claim_item;
+    int64_t limit = k + r->chunk;
+    if (limit > r->end_item) limit = r->end_item;
+    c->first = k;
+    c->nsteps = 0;
+    while (k < limit && c->nsteps < MAX_CLAIM_STEPS) {
+        int64_t step = k / r->rows;
+        if (r->claim_slot < 0 && (r->claim_slot = take_slot(r, step)) < 0) break;
+        int64_t step_end = step * r->rows + r->slots[r->claim_slot].rows;
+        int64_t stop = limit < step_end ? limit : step_end;
+        c->slots[c->nsteps] = r->claim_slot;
+        c->counts[c->nsteps++] = stop - k;
+        k = stop;
+        if (k == step_end) r->claim_slot = -1;
+    }
+    c->last = r->claim_item = k;
+    return k > c->first;
+}
+
+static void run_claim(fl_run *r, const claim *c, fl_scratch *scratch) {
+    int64_t k = c->first;
+    for (int j = 0; j < c->nsteps; j++) {
+        int64_t start = r->slots[c->slots[j]].step * r->rows;
+        run_items(r, c->slots[j], k - start, k - start + c->counts[j], scratch);
+        k += c->counts[j];
+    }
+}
+
+/* Count a claim's items done; a step whose items are all done is ready. Under the lock. */
+static void finish_claim(fl_run *r, const claim *c) {
+    int wake = 0;
+    for (int j = 0; j < c->nsteps; j++) {
+        fl_slot *slot = &r->slots[c->slots[j]];
+        slot->done += c->counts[j];
+        if (slot->done == slot->rows) {
+            slot->state = FL_SLOT_READY;
+            if (!r->ordered)
+                r->ready_queue[(r->ready_head + r->ready_count++) % r->nslots] = c->slots[j];
+            wake = 1;
+        }
+    }
+    if (wake && r->waiting) pthread_cond_signal(&r->ready);
+}
+
+static void task(void *arg) {
+    fl_run *r = arg;
     fl_scratch scratch[FL_SCRATCH_REGIONS] = {{NULL, 0}};
-    pthread_mutex_lock(&g->lock);
-    for (fl_job *job; (job = g->head) != NULL;) {
-        int64_t first = job->next;
-        int64_t last = first + (job->chunk > 0 ? job->chunk : 1);
-        if (last >= job->n) {
-            last = job->n;
-            g->head = job->queued_next;         /* fully claimed: leaves the queue */
-            if (!g->head) g->tail = NULL;
-        }
-        job->next = last;
-        pthread_mutex_unlock(&g->lock);
-        run_items(job, first, last, scratch);
-        pthread_mutex_lock(&g->lock);
-        job->done += last - first;
-        if (job->done == job->n) {
-            job->finished = 1;
-            pthread_cond_broadcast(&g->done);
-        }
+    claim c;
+    pthread_mutex_lock(&r->lock);
+    while (take_claim(r, &c)) {
+        pthread_mutex_unlock(&r->lock);
+        run_claim(r, &c, scratch);
+        pthread_mutex_lock(&r->lock);
+        finish_claim(r, &c);
     }
-    g->tasks--;
-    pthread_cond_broadcast(&g->done);
-    pthread_mutex_unlock(&g->lock);
-    for (int r = 0; r < FL_SCRATCH_REGIONS; r++) free(scratch[r].data);
+    if (--r->tasks == 0) pthread_cond_broadcast(&r->idle);
+    pthread_mutex_unlock(&r->lock);
+    scratch_free(scratch);
 }
 
-int fl_job_submit(fl_job *job, int max_tasks) {
-    fl_group *g = job->group;
-    if (fl_group_orphaned(g)) {
-        job->failed = 1;
-        job->finished = 1;
-        snprintf(job->message, sizeof job->message,
-                 "a loader's iteration cannot go on in a forked child; start a new one");
-        return -1;
-    }
-    job->next = 0;
-    job->done = 0;
-    job->failed = 0;
-    job->fail_pos = -1;
-    job->fail_field = -1;
-    job->skipped = 0;
-    job->message[0] = '\0';
-    job->queued_next = NULL;
-    if (job->skip_errors) memset(job->failed_items, 0, (size_t)job->n);
-    pthread_mutex_lock(&g->lock);
-    job->finished = job->n == 0;
-    if (job->n > 0) {
-        if (g->tail) g->tail->queued_next = job; else g->head = job;
-        g->tail = job;
-    }
-    g->max_tasks = max_tasks > 0 ? max_tasks : 1;
-    while (g->tasks < g->max_tasks && g->head) {
-        if (fl_pool_submit(group_task, g) != 0) break;
-        g->tasks++;
-    }
-    int rc = 0;
-    if (g->tasks == 0 && g->head) {
-        /* No thread will ever claim the queued items: fail what is queued. */
-        for (fl_job *q = g->head; q; q = q->queued_next) {
-            q->failed = 1;
-            snprintf(q->message, sizeof q->message, "could not start native threads");
-            q->done = q->n;
-            q->finished = 1;
-        }
-        g->head = g->tail = NULL;
-        pthread_cond_broadcast(&g->done);
-        rc = -1;
-    }
-    pthread_mutex_unlock(&g->lock);
-    return rc;
+/* Items that could be claimed now. Under the lock. */
+static int64_t claimable(const fl_run *r) {
+    if (fl_run_cancelled(r)) return 0;
+    int64_t left = r->end_item - r->claim_item;
+    int64_t open = r->claim_slot >= 0 ? r->slots[r->claim_slot].rows -
+                   (r->claim_item - r->slots[r->claim_slot].step * r->rows) : 0;
+    open += (int64_t)r->nfree * r->rows;
+    return open < left ? open : left;
 }
 
-int fl_wait_any(fl_group *g, fl_job *const *jobs, int njobs, double timeout_s) {
-    if (fl_group_orphaned(g)) return -2;
+/* Start tasks for the claimable items, up to `parallel`. Returns -1 when none runs and
+ * none could start although there is work. Under the lock. */
+static int start_tasks(fl_run *r) {
+    int64_t work = claimable(r);
+    int64_t useful = (work + r->chunk - 1) / r->chunk;
+    while (r->tasks < r->parallel && r->tasks < useful) {
+        if (fl_pool_submit(task, r) != 0) break;
+        r->tasks++;
+    }
+    return r->tasks == 0 && work > 0 ? -1 : 0;
+}
+
+static void release_slot(fl_run *r, int s) {
+    if (s < 0 || s >= r->nslots || r->slots[s].state != FL_SLOT_HELD) return;
+    r->slots[s].state = FL_SLOT_FREE;
+    r->free_slots[r->nfree++] = s;
+    /* Idle tasks restart once enough slots are free to be worth the wake-up. */
+    if (r->parallel > 0 && r->tasks < r->parallel && r->nfree >= r->refill) start_tasks(r);
+}
+
+/* The slot of the next step to deliver if it is ready, else -1. Under the lock. */
+static int ready_slot(fl_run *r) {
+    int s;
+    if (r->ordered) {
+        if (r->next_step >= r->end_step || r->claim_item <= r->next_step * r->rows) return -1;
+        s = r->slot_of[r->next_step % r->nslots];
+        if (r->slots[s].state != FL_SLOT_READY) return -1;
+        r->next_step++;
+    } else {
+        if (r->ready_count == 0) return -1;
+        s = r->ready_queue[r->ready_head];
+        r->ready_head = (r->ready_head + 1) % r->nslots;
+        r->ready_count--;
+    }
+    r->slots[s].state = FL_SLOT_HELD;
+    r->delivered++;
+    return s;
+}
+
+static struct timespec deadline_after(double timeout_s) {
     if (!(timeout_s >= 0)) timeout_s = 0;   /* negative or NaN */
     if (timeout_s > 1e6) timeout_s = 1e6;
     struct timespec until;
@@ -191,25 +347,75 @@ int fl_wait_any(fl_group *g, fl_job *const *jobs, int njobs, double timeout_s) {
     long long ns = until.tv_nsec + (long long)((timeout_s - (double)whole) * 1e9);
     until.tv_sec += (time_t)(whole + ns / 1000000000LL);
     until.tv_nsec = (long)(ns % 1000000000LL);
-    int found = -1;
-    pthread_mutex_lock(&g->lock);
-    for (;;) {
-        for (int j = 0; j < njobs; j++) {
-            if (jobs[j]->finished) { found = j; break; }
-        }
-        if (found >= 0) break;
-        int rc = pthread_cond_timedwait(&g->done, &g->lock, &until);
-        if (rc != 0 && rc != EINTR) break;   /* timed out (or cannot wait at all) */
-    }
-    pthread_mutex_unlock(&g->lock);
-    return found;
+    return until;
 }
 
-void fl_job_join(fl_job *job) {
-    if (fl_group_orphaned(job->group)) return;
-    pthread_mutex_lock(&job->group->lock);
-    while (!job->finished) pthread_cond_wait(&job->group->done, &job->group->lock);
-    pthread_mutex_unlock(&job->group->lock);
+/* The inline run: the caller's thread loads the next step itself. */
+static int next_inline(fl_run *r, int release) {
+    claim c;
+    pthread_mutex_lock(&r->lock);
+    release_slot(r, release);
+    for (;;) {
+        int s = fl_run_cancelled(r) ? -3 : ready_slot(r);
+        if (s != -1 || r->delivered == r->end_step - r->first_step ||
+            !take_claim(r, &c)) {
+            pthread_mutex_unlock(&r->lock);
+            return s == -1 && r->delivered < r->end_step - r->first_step ? -3 : s;
+        }
+        pthread_mutex_unlock(&r->lock);
+        run_claim(r, &c, r->scratch);
+        pthread_mutex_lock(&r->lock);
+        finish_claim(r, &c);
+    }
+}
+
+int fl_run_next(fl_run *r, int release, double timeout_s) {
+    if (orphaned(r)) return -4;
+    if (r->parallel == 0) return next_inline(r, release);
+    struct timespec until = deadline_after(timeout_s);
+    int s = -1;
+    pthread_mutex_lock(&r->lock);
+    release_slot(r, release);
+    for (;;) {
+        if (fl_run_cancelled(r)) { s = -3; break; }
+        if ((s = ready_slot(r)) >= 0) break;
+        if (r->delivered == r->end_step - r->first_step) { s = -1; break; }
+        if (start_tasks(r) != 0) { s = -5; break; }
+        r->waiting = 1;
+        int rc = pthread_cond_timedwait(&r->ready, &r->lock, &until);
+        r->waiting = 0;
+        if (rc != 0 && rc != EINTR) { s = -2; break; }   /* timed out (or cannot wait) */
+    }
+    pthread_mutex_unlock(&r->lock);
+    return s;
+}
+
+void fl_run_cancel(fl_run *r) {
+    __atomic_store_n(&r->cancel, 1, __ATOMIC_RELEASE);
+    if (orphaned(r)) return;   /* its lock may be held by a thread gone with the fork */
+    pthread_mutex_lock(&r->lock);
+    pthread_cond_broadcast(&r->ready);
+    pthread_mutex_unlock(&r->lock);
+}
+
+void fl_run_join(fl_run *r) {
+    fl_run_cancel(r);
+    if (orphaned(r)) return;
+    pthread_mutex_lock(&r->lock);
+    while (r->tasks > 0) pthread_cond_wait(&r->idle, &r->lock);
+    pthread_mutex_unlock(&r->lock);
+}
+
+void fl_run_destroy(fl_run *r) {
+    if (!r) return;
+    fl_run_join(r);
+    if (!orphaned(r)) {
+        pthread_cond_destroy(&r->ready);
+        pthread_cond_destroy(&r->idle);
+        pthread_mutex_destroy(&r->lock);
+    }
+    scratch_free(r->scratch);
+    free_arrays(r);
 }
 
 /* Copy the strided n-d block at `src` (dims `shape`, byte strides `strides`) to `dst`,
@@ -236,9 +442,10 @@ static void copy_strided(char *dst, const char *src, int ndim, const int64_t *sh
                      itemsize);
 }
 
-int fl_fill_gather(const fl_field *field, fl_job *job, int64_t pos, int64_t index,
-                   char *dst, fl_scratch *scratch, char *message) {
-    (void)job; (void)pos; (void)scratch;
+int fl_fill_gather(const fl_field *field, const fl_item *item, char *dst,
+                   fl_scratch *scratch, char *message) {
+    (void)scratch;
+    int64_t index = item->index;
     if (index < 0 || index >= field->count) {
         snprintf(message, FL_MESSAGE_BYTES, "index %lld is out of range for %lld observations",
                  (long long)index, (long long)field->count);

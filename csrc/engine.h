@@ -1,11 +1,24 @@
-/* Batch jobs: fill the positions of one batch slot on the pool's threads.
+/* The engine's native half: one iteration ("run") of a schedule into a ring of slots.
  *
- * A job loads observation idx[k] into position k of each field's destination, for
- * k in [0, n). The jobs of one iterator share a group: a FIFO of submitted jobs, one lock
- * and condition, a cancel flag, and at most `max_tasks` pool tasks (the iterator's
- * threads). Each task claims items, `chunk` at a time, from the oldest job that has items
- * left, so one batch spreads over all the group's threads, the next batch starts as soon
- * as threads free up, and no more than `max_tasks` threads ever work for the group. */
+ * A schedule is an order of observation indices cut into steps of `rows` items (the last
+ * one may be shorter). A run loads steps [first_step, end_step) of it into `nslots`
+ * slots: the items of step s are order[s*rows + pos] for pos in [0, rows), and item pos
+ * of a step is written at dst[slot][field] + pos * row_bytes for each field.
+ *
+ *   consumer                        pool tasks (at most `parallel` at once)
+ *   --------                        ---------------------------------------
+ *   fl_run_next(release=held) ----> claim items in schedule order, `chunk` at a time;
+ *     frees the held slot            a step takes a free slot when its first item is
+ *     waits for the next step        claimed; the last item done makes the step ready
+ *     returns its slot     <-------- and wakes the consumer if it waits
+ *
+ * Slot life cycle: FREE -> LOADING (a step took it) -> READY (all its items done) ->
+ * HELD (handed to the consumer) -> FREE (released by the next fl_run_next). Only the
+ * tasks write into a LOADING slot; only the consumer reads a HELD one; a run is
+ * destroyed only after fl_run_join, so no task writes into memory the binding freed.
+ *
+ * With `parallel == 0` the run is inline: fl_run_next loads the next step in the
+ * caller's thread with the same claim and completion code, and nothing else runs. */
 #ifndef FASTLOAD_ENGINE_H
 #define FASTLOAD_ENGINE_H
 
@@ -27,13 +40,22 @@ typedef struct {
 /* Returns scratch memory of at least `bytes`, or NULL when out of memory. */
 void *fl_scratch_reserve(fl_scratch *s, size_t bytes);
 
-struct fl_job;
+struct fl_run;
 struct fl_field;
 
-/* Loads observation `index` of a field into `dst`. Returns 0, or nonzero after writing a
- * message into `message` (FL_MESSAGE_BYTES). Runs on a pool thread without the GIL. */
-typedef int (*fl_fill_fn)(const struct fl_field *field, struct fl_job *job, int64_t pos,
-                          int64_t index, char *dst, fl_scratch *scratch, char *message);
+/* The item being loaded: which run (for its seed and epoch), slot and position in the
+ * step, and the observation's index in the container. */
+typedef struct fl_item {
+    const struct fl_run *run;
+    int slot;
+    int64_t pos;
+    int64_t index;
+} fl_item;
+
+/* Loads observation item->index of a field into `dst`. Returns 0, or nonzero after
+ * writing a message into `message` (FL_MESSAGE_BYTES). Runs without the GIL. */
+typedef int (*fl_fill_fn)(const struct fl_field *field, const fl_item *item, char *dst,
+                          fl_scratch *scratch, char *message);
 
 /* One field of an observation: a member of a tuple/dict, or the whole observation. */
 typedef struct fl_field {
@@ -47,72 +69,89 @@ typedef struct fl_field {
     int64_t itemsize;
     int contiguous;                /* one observation is one C-contiguous block */
     int64_t count;                 /* observations in the source, for a final check */
-    /* Anything else: the kind's own state, and the binding's object for callbacks. */
+    /* Anything else: the kind's own state. */
     void *state;
-    void *ctx;
     int number;                    /* the field's position in the observation */
 } fl_field;
 
-typedef struct fl_group {
-    pthread_mutex_t lock;
-    pthread_cond_t done;           /* signalled when a job finishes or a task exits */
-    int cancel;                    /* set once: stop loading, skip what is left */
-    /* Under `lock`: */
-    struct fl_job *head, *tail;    /* jobs with items not yet claimed, oldest first */
-    int tasks;                     /* pool tasks running for this group */
-    int max_tasks;
-    unsigned long generation;      /* the pool's (fl_pool_generation) when made */
-} fl_group;
+enum { FL_SLOT_FREE, FL_SLOT_LOADING, FL_SLOT_READY, FL_SLOT_HELD };
 
-typedef struct fl_job {
-    fl_group *group;
-    const fl_field *fields;
-    int nfields;
-    char **dst;                    /* per field: the destination of position 0 */
-    const int64_t *idx;
-    int64_t n;
-    uint64_t seed, epoch;
-    int64_t chunk;                 /* items claimed at a time: >1 for cheap items */
-    int skip_errors;               /* failed items are marked in `failed_items`, not fatal */
-    uint8_t *failed_items;         /* n flags, when skip_errors */
-    void *ctx;                     /* the binding's object for this job */
-    /* Progress, under group->lock (`failed` is also read without it, atomically). */
-    struct fl_job *queued_next;
-    int64_t next;                  /* first item not yet claimed */
+typedef struct fl_slot {
+    char **dst;                    /* per field: position 0 of this slot */
+    uint8_t *skipped_items;        /* `rows` flags, when skip_errors */
+    /* Under the run's lock (`failed` is also read without it, atomically). */
+    int state;
+    int64_t step;
+    int64_t rows;                  /* items of its step */
     int64_t done;                  /* items processed (or skipped) */
-    int finished;
     int failed;                    /* a fatal error happened at `fail_pos` */
     int64_t fail_pos;
     int fail_field;
     int64_t skipped;
     char message[FL_MESSAGE_BYTES];
-} fl_job;
+} fl_slot;
 
-int fl_group_init(fl_group *g);
-/* Waits for the group's tasks to exit, then frees it. Call without the GIL. */
-void fl_group_destroy(fl_group *g);
-/* True in a forked child for a group made before the fork: its tasks ran on the parent's
- * threads, which do not exist here, so nothing of it may be waited for or locked. */
-int fl_group_orphaned(const fl_group *g);
-void fl_group_cancel(fl_group *g);
-int fl_group_cancelled(const fl_group *g);
+typedef struct fl_run {
+    /* The schedule, the fields and the options: set by fl_run_create, then read only. */
+    const int64_t *order;
+    int64_t rows, first_step, end_step, end_item;
+    uint64_t seed, epoch;
+    const fl_field *fields;
+    int nfields;
+    int nslots;
+    fl_slot *slots;
+    int parallel;                  /* most pool tasks at once; 0: inline */
+    int64_t chunk;                 /* items claimed at a time */
+    int refill;                    /* free slots that restart idle tasks */
+    int ordered;
+    int skip_errors;
+    void *ctx;                     /* the binding's object, for Python fields */
+    unsigned long generation;      /* the pool's (fl_pool_generation) when made */
+    pthread_mutex_t lock;
+    pthread_cond_t ready;          /* a step became ready, the run was cancelled */
+    pthread_cond_t idle;           /* the last task exited */
+    int cancel;                    /* set once: stop loading (atomic) */
+    fl_scratch scratch[FL_SCRATCH_REGIONS];   /* the inline run's */
+    /* Under `lock`: */
+    int64_t claim_item;            /* next item to claim */
+    int claim_slot;                /* the slot of claim_item's step, -1 before it has one */
+    int *free_slots, nfree;        /* a stack */
+    int *ready_queue;              /* completed steps' slots, oldest first (unordered) */
+    int ready_head, ready_count;
+    int *slot_of;                  /* slot of step s at s % nslots (ordered) */
+    int64_t next_step;             /* the next step to deliver (ordered) */
+    int64_t delivered;
+    int tasks;
+    int waiting;                   /* the consumer waits on `ready` */
+} fl_run;
 
-/* Reset `job` (whose inputs are set), queue it behind the group's other jobs, and make
- * sure up to `max_tasks` pool tasks work for the group. Returns 0, or -1 if no thread
- * could run it (the job is then finished and failed). */
-int fl_job_submit(fl_job *job, int max_tasks);
+/* A run of steps [first_step, end_step) of `order` (end_item items in all) into `nslots`
+ * slots whose destinations are dst[slot * nfields + field]. Returns NULL when out of
+ * memory. Nothing starts until the first fl_run_next. */
+fl_run *fl_run_create(const int64_t *order, int64_t end_item, int64_t rows,
+                      int64_t first_step, int64_t end_step, uint64_t seed, uint64_t epoch,
+                      const fl_field *fields, int nfields, char *const *dst, int nslots,
+                      int parallel, int64_t chunk, int ordered, int skip_errors, void *ctx);
 
-/* Wait up to `timeout_s` (clamped to [0, 1e6]) for any of `jobs` to finish. Returns the
- * index of the first finished one in `jobs`, -1 on timeout, or -2 when the group is
- * orphaned (see fl_group_orphaned). Call without the GIL. */
-int fl_wait_any(fl_group *g, fl_job *const *jobs, int njobs, double timeout_s);
+/* Release slot `release` (-1: none), then wait up to `timeout_s` for the next step to
+ * deliver (ordered: the next in order; else the first to finish). Returns its slot, now
+ * HELD; -1 when every step was delivered; -2 on timeout; -3 when the run was cancelled;
+ * -4 when the run was made before this process forked; -5 when no thread could start.
+ * Call without the GIL unless the run is inline with no Python field. */
+int fl_run_next(fl_run *run, int release, double timeout_s);
 
-/* Block until the job's tasks have all returned (after a cancel, promptly); returns at
- * once for an orphaned group. */
-void fl_job_join(fl_job *job);
+/* Stop loading: claimed items finish, nothing new is claimed; wakes a waiting consumer. */
+void fl_run_cancel(fl_run *run);
+int fl_run_cancelled(const fl_run *run);
+
+/* Cancel, then wait until every task of the run has exited. Call without the GIL. */
+void fl_run_join(fl_run *run);
+
+/* Join, then free the run. */
+void fl_run_destroy(fl_run *run);
 
 /* The gather kind: copies one observation of a strided array, byte for byte. */
-int fl_fill_gather(const fl_field *field, fl_job *job, int64_t pos, int64_t index,
-                   char *dst, fl_scratch *scratch, char *message);
+int fl_fill_gather(const fl_field *field, const fl_item *item, char *dst,
+                   fl_scratch *scratch, char *message);
 
 #endif

@@ -110,10 +110,11 @@ static int fail(char *message, const fl_image_source *src, int64_t index, const 
     return -1;
 }
 
-int fl_fill_image(const fl_field *field, fl_job *job, int64_t pos, int64_t index, char *dst,
-                  fl_scratch *scratch, char *message) {
-    (void)pos;
+int fl_fill_image(const fl_field *field, const fl_item *item, char *dst, fl_scratch *scratch,
+                  char *message) {
     const fl_image_source *src = field->state;
+    const int64_t index = item->index;
+    const uint64_t seed = item->run->seed, epoch = item->run->epoch;
     const fl_pipeline *p = src->pipeline;
     if (index < 0 || index >= src->count) {
         snprintf(message, FL_MESSAGE_BYTES, "index %lld is out of range for %lld images",
@@ -128,7 +129,7 @@ int fl_fill_image(const fl_field *field, fl_job *job, int64_t pos, int64_t index
         size_t need = fl_pipeline_scratch_bytes(p, img.h, img.w);
         void *work = fl_scratch_reserve(scratch, need);
         if (!work) return fail(message, src, index, "out of memory");
-        int rc = fl_pipeline_run(p, &img, 1, job->seed, job->epoch, (uint64_t)index, dst, work,
+        int rc = fl_pipeline_run(p, &img, 1, seed, epoch, (uint64_t)index, dst, work,
                                  need);
         return rc == 0 ? 0 : fail(message, src, index, "the pipeline does not fit this image");
     }
@@ -172,7 +173,7 @@ int fl_fill_image(const fl_field *field, fl_job *job, int64_t pos, int64_t index
         goto done;
     }
     fl_plan_rect crop;
-    if (fl_pipeline_prepare(p, h, w, job->seed, job->epoch, (uint64_t)index, &crop, &denom) != 0) {
+    if (fl_pipeline_prepare(p, h, w, seed, epoch, (uint64_t)index, &crop, &denom) != 0) {
         fail(message, src, index, "the pipeline does not fit this image");
         goto done;
     }
@@ -198,10 +199,10 @@ int fl_fill_image(const fl_field *field, fl_job *job, int64_t pos, int64_t index
     }
     fl_image img = {pixels, dh, dw, decoded_c, (ptrdiff_t)dw * decoded_c};
     if (denom == 1)
-        rc = fl_pipeline_run(p, &img, 1, job->seed, job->epoch, (uint64_t)index, dst,
+        rc = fl_pipeline_run(p, &img, 1, seed, epoch, (uint64_t)index, dst,
                              pixels + image_bytes, work_bytes);
     else
-        rc = fl_pipeline_run_scaled(p, &img, h, w, denom, job->seed, job->epoch,
+        rc = fl_pipeline_run_scaled(p, &img, h, w, denom, seed, epoch,
                                     (uint64_t)index, dst, pixels + image_bytes, work_bytes);
     if (rc != 0) {
         message[0] = '\0';

@@ -48,7 +48,7 @@ typedef struct {
 int fl_jpeg_size(const uint8_t *data, size_t n, int *h, int *w);
 
 /* The fill function of an image field; field->state is an fl_image_source. */
-int fl_fill_image(const fl_field *field, fl_job *job, int64_t pos, int64_t index, char *dst,
-                  fl_scratch *scratch, char *message);
+int fl_fill_image(const fl_field *field, const fl_item *item, char *dst, fl_scratch *scratch,
+                  char *message);
 
 #endif

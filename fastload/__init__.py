@@ -4,9 +4,8 @@ A data-container protocol (``numobs``, ``getobs``, ``getobs_into``), lazy views,
 ``DataLoader`` that loads in parallel on a native thread pool into reused batch buffers.
 """
 from .errors import LoadError
-from .loader import DataLoader, eachobs
+from .loader import DataLoader, eachobs, eachobs_parallel
 from .obs import getobs, getobs_into, numobs
-from .parallel import eachobs_parallel
 from .storage import open, write
 from .views import batchview, joinobs, kfolds, mapobs, obsview, randobs, shuffleobs, splitobs
 

@@ -1,8 +1,11 @@
 # cython: language_level=3
-"""Thin binding of the native engine: the pool, batch jobs, per-item randomness."""
+"""Thin binding of the native engine: the pool, runs of a schedule and the delivery loop,
+per-item randomness, native image sources."""
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport strncpy
+from cpython.exc cimport PyErr_CheckSignals
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 import os
 
@@ -33,12 +36,26 @@ cdef extern from "engine.h" nogil:
     enum: FL_MESSAGE_BYTES
     ctypedef struct fl_scratch:
         pass
-    ctypedef struct fl_group:
-        int cancel
-    ctypedef struct fl_job
+    ctypedef struct fl_slot:
+        int64_t step
+        int64_t rows
+        int failed
+        int64_t fail_pos
+        int fail_field
+        int64_t skipped
+        uint8_t *skipped_items
+        char message[FL_MESSAGE_BYTES]
+    ctypedef struct fl_run:
+        fl_slot *slots
+        void *ctx
+    ctypedef struct fl_item:
+        const fl_run *run
+        int slot
+        int64_t pos
+        int64_t index
     ctypedef struct fl_field
-    ctypedef int (*fl_fill_fn)(const fl_field *field, fl_job *job, int64_t pos,
-                               int64_t index, char *dst, fl_scratch *scratch, char *message)
+    ctypedef int (*fl_fill_fn)(const fl_field *field, const fl_item *item, char *dst,
+                               fl_scratch *scratch, char *message)
     ctypedef struct fl_field:
         fl_fill_fn fill
         int64_t row_bytes
@@ -50,35 +67,17 @@ cdef extern from "engine.h" nogil:
         int contiguous
         int64_t count
         void *state
-        void *ctx
         int number
-    ctypedef struct fl_job:
-        fl_group *group
-        const fl_field *fields
-        int nfields
-        char **dst
-        const int64_t *idx
-        int64_t n
-        uint64_t seed, epoch
-        int64_t chunk
-        int skip_errors
-        uint8_t *failed_items
-        void *ctx
-        int finished
-        int failed
-        int64_t fail_pos
-        int fail_field
-        int64_t skipped
-        char message[FL_MESSAGE_BYTES]
-    int fl_group_init(fl_group *g)
-    void fl_group_destroy(fl_group *g)
-    void fl_group_cancel(fl_group *g)
-    int fl_group_cancelled(const fl_group *g)
-    int fl_job_submit(fl_job *job, int max_tasks)
-    int fl_wait_any(fl_group *g, fl_job **jobs, int njobs, double timeout_s)
-    void fl_job_join(fl_job *job)
-    int fl_fill_gather(const fl_field *field, fl_job *job, int64_t pos, int64_t index,
-                       char *dst, fl_scratch *scratch, char *message)
+    fl_run *fl_run_create(const int64_t *order, int64_t end_item, int64_t rows,
+                          int64_t first_step, int64_t end_step, uint64_t seed, uint64_t epoch,
+                          const fl_field *fields, int nfields, char *const *dst, int nslots,
+                          int parallel, int64_t chunk, int ordered, int skip_errors, void *ctx)
+    int fl_run_next(fl_run *run, int release, double timeout_s)
+    void fl_run_cancel(fl_run *run)
+    void fl_run_join(fl_run *run)
+    void fl_run_destroy(fl_run *run)
+    int fl_fill_gather(const fl_field *field, const fl_item *item, char *dst,
+                       fl_scratch *scratch, char *message)
 
 
 def pool_size():
@@ -134,39 +133,15 @@ cdef void _write_message(char *message, exc) noexcept:
     message[FL_MESSAGE_BYTES - 1] = 0
 
 
-cdef int _fill_python(const fl_field *field, fl_job *job, int64_t pos, int64_t index,
-                      char *dst, fl_scratch *scratch, char *message) noexcept nogil:
+cdef int _fill_python(const fl_field *field, const fl_item *item, char *dst,
+                      fl_scratch *scratch, char *message) noexcept nogil:
     """A field loaded by Python code: takes the GIL for this item only."""
-    if fl_group_cancelled(job.group):
-        return 0
     with gil:
-        return (<Job>job.ctx)._fill(field.number, pos, index, message)
+        return (<Iteration>item.run.ctx)._fill(field.number, item.slot, item.pos, item.index,
+                                               message)
 
 
-cdef class Group:
-    """The jobs of one iteration: a completion signal and a cancel flag."""
-    cdef fl_group group
-    cdef object __weakref__
-
-    def __cinit__(self):
-        if fl_group_init(&self.group) != 0:
-            raise MemoryError("could not create a job group")
-
-    def __dealloc__(self):
-        # Its tasks may still be finishing a claim: wait for them without the GIL.
-        with nogil:
-            fl_group_destroy(&self.group)
-
-    def cancel(self):
-        """Stop loading: queued items of every job of the group are skipped."""
-        fl_group_cancel(&self.group)
-
-    @property
-    def cancelled(self):
-        return bool(fl_group_cancelled(&self.group))
-
-
-cdef class Plan:
+cdef class Fields:
     """How to load one observation, field by field: gathers from arrays run natively;
     other fields call back into Python with the GIL held for that item.
 
@@ -221,170 +196,283 @@ cdef class Plan:
         free(self.fields)
 
 
-cdef class Job:
-    """One batch (or one observation) in flight: loads ``idx[k]`` into position k of each
-    field's destination. A job object is reused; it must not be resubmitted or dropped
-    while running: ``join()`` first (``__dealloc__`` joins as a last resort)."""
-    cdef fl_job job
-    cdef Group group_obj
-    cdef Plan plan_obj
-    cdef char **dst
-    cdef object idx_array
-    cdef object failed_array
-    cdef readonly list destinations
-    cdef readonly object error          # (pos, exception) of the first Python failure
-    cdef public object filler           # filler(field, pos, index) for Python fields
-    cdef bint running
+cdef class Stats:
+    """What a loader's iterations counted: observations and steps delivered, observations
+    skipped, and the consumer's time (seconds) waiting in ``next()`` and between calls."""
+    cdef public int64_t items, batches, skipped
+    cdef public double wait_s, compute_s
 
-    def __cinit__(self, Group group, Plan plan):
-        self.group_obj = group
-        self.plan_obj = plan
-        self.dst = <char **>calloc(max(plan.nfields, 1), sizeof(char *))
-        if self.dst == NULL:
+
+cdef class Progress:
+    """The epoch an iteration loads and the steps of it delivered so far (a resumed
+    iteration starts at its first step)."""
+    cdef public int64_t epoch, step
+
+    def __init__(self, int64_t epoch=0, int64_t step=0):
+        self.epoch = epoch
+        self.step = step
+
+
+cdef inline double _now() noexcept nogil:
+    cdef timespec t
+    clock_gettime(CLOCK_MONOTONIC, &t)
+    return t.tv_sec + t.tv_nsec * 1e-9
+
+
+cdef object _owned(object value):
+    """``value`` with every array copied (the caller owns what it gets)."""
+    if isinstance(value, cnp.ndarray):
+        return cnp.PyArray_NewCopy(<cnp.ndarray>value, cnp.NPY_CORDER)
+    if isinstance(value, tuple):
+        parts = [_owned(v) for v in <tuple>value]
+        return type(value)(*parts) if hasattr(value, "_fields") else tuple(parts)
+    if isinstance(value, dict):
+        return {k: _owned(v) for k, v in (<dict>value).items()}
+    return value
+
+
+cdef int64_t _count_items(value):
+    """Observations in a batch a container formed itself: the length of its first leaf."""
+    while isinstance(value, (tuple, dict)) and len(value):
+        value = next(iter(value.values())) if isinstance(value, dict) else value[0]
+    if isinstance(value, cnp.ndarray):
+        return value.shape[0] if value.ndim else 1
+    return len(value) if hasattr(value, "__len__") else 1
+
+
+cdef double _WAIT_S = 0.1      # longest wait between two checks for Ctrl-C
+cdef object _END = object()
+
+_STOPPED = {
+    -3: "the loader was closed while this iteration ran",
+    -4: "this iteration was started before the process forked: it cannot go on in the "
+        "child; start a new one there",
+    -5: "could not start the native thread pool",
+}
+
+
+cdef class Iteration:
+    """One pass over a schedule's steps: the delivery loop shared by every transport.
+
+    Each ``next()`` releases the slot handed out before, waits for the next step's slot
+    (in order, or the first finished with ``ordered=False``) and returns its value: the
+    slot's cached arrays when the step is whole, else ``plan.assemble(...)``; a copy the
+    caller owns unless ``buffer``. A failed item raises ``plan.load_error(...)``; skipped
+    ones are counted. The steps come from a native run (``start_run``: inline or on the
+    pool) or from a transport object (``start_transport``: worker processes), whose
+    ``next(release)`` returns ``(slot, rows, failure, keep, objects)`` or None at the end.
+
+    Slots: ``ring[slot]`` is the list of a slot's destination arrays (None for fields with
+    no array); ``values[slot]`` its whole step's value (None: assemble every time);
+    ``objects[slot]`` the lists Python fields collect into. Only the running step's
+    tasks write into a slot, and a slot is reused only after the consumer released it.
+    """
+    cdef fl_run *run
+    cdef object transport
+    cdef Fields fields
+    cdef object order
+    cdef readonly object plan
+    cdef list ring, values, objects
+    cdef dict errors
+    cdef object filler, on_end
+    cdef bint buffer, release_gil, count_values
+    cdef readonly bint done
+    cdef int held
+    cdef int64_t rows
+    cdef Stats stats
+    cdef Progress progress
+    cdef double last
+    cdef object __weakref__
+
+    def __cinit__(self, plan, list ring, list values, list objects, int64_t rows, bint buffer,
+                  Stats stats, Progress progress, on_end=None, bint count_values=False):
+        if len(values) != len(ring) or len(objects) != len(ring) or not ring:
+            raise ValueError("a ring needs at least one slot, with a value and objects each")
+        self.plan = plan
+        self.ring, self.values, self.objects = ring, values, objects
+        self.rows = rows
+        self.buffer = buffer
+        self.stats, self.progress = stats, progress
+        self.on_end = on_end
+        self.count_values = count_values
+        self.errors = {}
+        self.held = -1
+
+    def start_run(self, Fields fields, cnp.ndarray order, int64_t first_step, int64_t end_step,
+                  uint64_t seed, uint64_t epoch, int parallel, int64_t chunk, bint ordered,
+                  bint skip_errors, bint release_gil, filler):
+        """Load steps [first_step, end_step) of ``order`` (int64, C-contiguous; ``rows``
+        items a step) natively: in the caller's thread when ``parallel`` is 0, else on up
+        to ``parallel`` pool threads claiming ``chunk`` items at a time. ``filler(slot,
+        field, pos, index)`` loads an item of a Python field (with the GIL)."""
+        if order.dtype != np.int64 or not order.flags.c_contiguous:
+            raise TypeError("a schedule's order must be a C-contiguous int64 array")
+        cdef int nslots = len(self.ring), f, s
+        cdef char **dst = <char **>calloc(nslots * max(fields.nfields, 1), sizeof(char *))
+        if dst == NULL:
             raise MemoryError()
-        self.job.group = &group.group
-        self.job.fields = plan.fields
-        self.job.nfields = plan.nfields
-        self.job.dst = self.dst
-        self.job.ctx = <void *>self
-        self.running = False
+        try:
+            for s in range(nslots):
+                if len(self.ring[s]) != fields.nfields:
+                    raise ValueError(f"{len(self.ring[s])} destinations for {fields.nfields} fields")
+                for f in range(fields.nfields):
+                    dst[s * fields.nfields + f] = self._destination(fields, f, self.ring[s][f])
+            self.fields, self.order, self.filler = fields, order, filler
+            self.release_gil = release_gil or parallel > 0
+            self.run = fl_run_create(<const int64_t *>cnp.PyArray_DATA(order), order.shape[0],
+                                     self.rows, first_step, end_step, seed, epoch,
+                                     fields.fields, fields.nfields, dst, nslots, parallel,
+                                     chunk, ordered, skip_errors, <void *>self)
+        finally:
+            free(dst)
+        if self.run == NULL:
+            raise MemoryError("could not set up a native run")
+
+    cdef char *_destination(self, Fields fields, int f, dest) except? NULL:
+        # Native fields write row_bytes per position: the array must hold exactly that.
+        if fields.kinds[f] == "python":
+            return NULL
+        if not isinstance(dest, np.ndarray):
+            raise TypeError(f"field {f} needs an array to write into")
+        cdef cnp.ndarray array = <cnp.ndarray>dest
+        if (array.ndim == 0 or array.shape[0] < self.rows or not array.flags.c_contiguous
+                or not array.flags.writeable or array.strides[0] != fields.fields[f].row_bytes):
+            raise ValueError(f"field {f}: a destination must be a writeable C-contiguous array "
+                             f"of {self.rows} rows of {fields.fields[f].row_bytes} bytes")
+        return <char *>cnp.PyArray_DATA(array)
+
+    def start_transport(self, transport):
+        """Deliver the steps that ``transport`` loads (see the class docstring)."""
+        self.transport = transport
+
+    def cancel(self):
+        """Stop loading; a consumer waiting in ``next()`` wakes and raises RuntimeError.
+        Safe from any thread."""
+        if self.run != NULL:
+            with nogil:
+                fl_run_cancel(self.run)
+
+    def close(self):
+        """Stop loading and wait until no thread works for this iteration. Idempotent."""
+        self._stop()
+
+    cdef void _stop(self):
+        self.done = True
+        if self.run != NULL:
+            with nogil:
+                fl_run_join(self.run)
+        elif self.transport is not None:
+            transport, self.transport = self.transport, None
+            transport.close()
 
     def __dealloc__(self):
-        if self.running:
+        # Pool threads may still be finishing a claim: wait for them without the GIL.
+        if self.run != NULL:
             with nogil:
-                fl_job_join(&self.job)
-        free(self.dst)
+                fl_run_destroy(self.run)
 
-    def submit(self, cnp.ndarray idx, list destinations, uint64_t seed, uint64_t epoch,
-               int ntasks, bint skip_errors=False, int64_t chunk=1):
-        """Start loading ``idx`` (int64, C-contiguous) into ``destinations`` (one array or
-        None per field, rows along axis 0), behind the group's earlier jobs, on at most
-        ``ntasks`` threads for the group, which claim ``chunk`` items at a time."""
-        if self.running:
-            raise RuntimeError("this job is still running")
-        if idx.dtype != np.int64 or not idx.flags.c_contiguous:
-            raise TypeError("job indices must be a C-contiguous int64 array")
-        cdef int f
-        cdef cnp.ndarray array
-        if len(destinations) != self.plan_obj.nfields:
-            raise ValueError(f"{len(destinations)} destinations for "
-                             f"{self.plan_obj.nfields} fields")
-        for f, dest in enumerate(destinations):
-            if self.plan_obj.kinds[f] == "python":
-                self.dst[f] = NULL
-                continue
-            # Native fields write row_bytes per index: the array must hold exactly that.
-            if not isinstance(dest, np.ndarray):
-                raise TypeError(f"field {f} needs an array to write into")
-            array = <cnp.ndarray>dest
-            if (array.ndim == 0 or array.shape[0] < idx.shape[0]
-                    or not array.flags.c_contiguous or not array.flags.writeable
-                    or array.strides[0] != self.plan_obj.fields[f].row_bytes):
-                raise ValueError(f"field {f}: a destination must be a writeable C-contiguous "
-                                 f"array with a row of {self.plan_obj.fields[f].row_bytes} "
-                                 f"bytes per index")
-            self.dst[f] = <char *>cnp.PyArray_DATA(array)
-        self.idx_array = idx
-        self.destinations = destinations
-        self.error = None
-        self.failed_array = np.zeros(idx.shape[0], np.uint8) if skip_errors else None
-        self.job.idx = <const int64_t *>cnp.PyArray_DATA(idx)
-        self.job.n = idx.shape[0]
-        self.job.seed = seed
-        self.job.epoch = epoch
-        self.job.chunk = chunk
-        self.job.skip_errors = skip_errors
-        self.job.failed_items = <uint8_t *>cnp.PyArray_DATA(self.failed_array) if skip_errors else NULL
-        self.running = True
-        cdef int rc
-        with nogil:
-            rc = fl_job_submit(&self.job, ntasks)
-        if rc != 0:
-            self.join()
-            raise RuntimeError("could not start the native thread pool")
+    def __iter__(self):
+        return self
 
-    cdef int _fill(self, int field, int64_t pos, int64_t index, char *message) noexcept:
-        # Runs on a pool thread with the GIL held. Whatever escapes the user's code, the
-        # item fails (never passes unfilled); the first error keeps its traceback.
+    def __next__(self):
+        cdef double start = _now(), end
+        if self.done:
+            raise StopIteration
+        if self.last > 0:
+            self.stats.compute_s += start - self.last
         try:
-            self.filler(field, pos, index)
+            value = self._next_native() if self.run != NULL else self._next_transport()
+        except BaseException:
+            self._stop()
+            raise
+        end = _now()
+        self.stats.wait_s += end - start
+        if value is _END:
+            self._stop()
+            if self.on_end is not None:
+                self.on_end()
+            raise StopIteration
+        self.last = end
+        self.stats.batches += 1
+        self.progress.step += 1
+        return value
+
+    cdef object _next_native(self):
+        cdef int slot, release = self.held
+        cdef fl_slot *s
+        self.held = -1
+        while True:
+            if self.release_gil:
+                with nogil:
+                    slot = fl_run_next(self.run, release, _WAIT_S)
+            else:
+                slot = fl_run_next(self.run, release, _WAIT_S)
+            release = -1
+            if slot != -2:
+                break
+            PyErr_CheckSignals()
+        if slot == -1:
+            return _END
+        if slot < 0:
+            raise RuntimeError(_STOPPED.get(slot, f"the native run stopped ({slot})"))
+        self.held = slot
+        s = &self.run.slots[slot]
+        value = self.values[slot] if s.rows == self.rows else None
+        if value is None or s.failed or s.skipped:
+            return self._deliver(slot, s.rows, self._failure(slot), self._kept(slot), None)
+        self.stats.items += s.rows
+        return value if self.buffer else _owned(value)
+
+    cdef object _next_transport(self):
+        release, self.held = self.held, -1
+        reply = self.transport.next(release)
+        if reply is None:
+            return _END
+        slot, rows, failure, keep, objects = reply
+        self.held = slot
+        return self._deliver(slot, rows, failure, keep, objects)
+
+    cdef object _deliver(self, int slot, int64_t rows, failure, keep, objects):
+        errors = self.errors.pop(slot, None)
+        if failure is not None:
+            raise self.plan.load_error(*failure)
+        if objects is None:
+            objects = self.objects[slot]
+        kept = rows if keep is None else int(keep.sum())
+        self.stats.skipped += rows - kept
+        value = self.values[slot] if keep is None and rows == self.rows else None
+        if value is None:
+            value = self.plan.assemble(self.ring[slot], objects, rows, keep)
+        self.stats.items += _count_items(value) if self.count_values else kept
+        return value if self.buffer else _owned(value)
+
+    cdef object _failure(self, int slot):
+        """(step, field, index, message, cause) of the slot's fatal failure, or None."""
+        cdef fl_slot *s = &self.run.slots[slot]
+        if not s.failed:
+            return None
+        cdef int64_t index = (<int64_t *>cnp.PyArray_DATA(self.order))[s.step * self.rows + s.fail_pos]
+        cause = self.errors.get(slot, {}).get(s.fail_pos)
+        field = s.fail_field if s.fail_field >= 0 else None
+        return s.step, field, index, s.message.decode("utf-8", "replace"), cause
+
+    cdef object _kept(self, int slot):
+        cdef fl_slot *s = &self.run.slots[slot]
+        if not s.skipped:
+            return None
+        flags = np.asarray(<uint8_t[:s.rows]>s.skipped_items)
+        return flags == 0
+
+    cdef int _fill(self, int field, int slot, int64_t pos, int64_t index, char *message) noexcept:
+        # Runs on a pool thread (or the consumer's) with the GIL held. Whatever escapes the
+        # user's code, the item fails (never passes unfilled), keeping its traceback.
+        try:
+            self.filler(slot, field, pos, index)
             return 0
         except BaseException as exc:
-            if self.error is None:
-                self.error = (pos, exc)
+            self.errors.setdefault(slot, {}).setdefault(pos, exc)
             _write_message(message, exc)
             return -1
-
-    def join(self):
-        """Wait until every task of the job has returned (promptly after a cancel)."""
-        if self.running:
-            with nogil:
-                fl_job_join(&self.job)
-            self.running = False
-
-    def wait(self, double timeout):
-        """True once the job finished, waiting up to ``timeout`` seconds without the GIL."""
-        cdef fl_job *ptr = &self.job
-        cdef int found
-        with nogil:
-            found = fl_wait_any(self.job.group, &ptr, 1, timeout)
-        _check_orphaned(found)
-        if found == 0:
-            self.running = False
-        return found == 0
-
-    @property
-    def finished(self):
-        return bool(self.job.finished)
-
-    @property
-    def n(self):
-        return self.job.n
-
-    @property
-    def indices(self):
-        return self.idx_array
-
-    @property
-    def failure(self):
-        """None, or (position, field, message) of the first item that failed."""
-        if not self.job.failed and not self.job.skipped:
-            return None
-        return (self.job.fail_pos, self.job.fail_field,
-                self.job.message.decode("utf-8", "replace"))
-
-    @property
-    def fatal(self):
-        return bool(self.job.failed)
-
-    @property
-    def failed_items(self):
-        """Per position, 1 where the item was skipped (with ``skip_errors``)."""
-        return self.failed_array
-
-
-cdef _check_orphaned(int found):
-    if found == -2:
-        raise RuntimeError("this iteration was started before the process forked: it cannot "
-                           "go on in the child; start a new one there")
-
-
-def wait_any(Group group, list jobs, double timeout):
-    """Index in ``jobs`` of one that has finished, waiting up to ``timeout`` seconds
-    without the GIL; -1 on timeout."""
-    cdef int n = len(jobs), k, found
-    cdef fl_job **ptrs = <fl_job **>calloc(max(n, 1), sizeof(fl_job *))
-    if ptrs == NULL:
-        raise MemoryError()
-    for k in range(n):
-        ptrs[k] = &(<Job>jobs[k]).job
-    with nogil:
-        found = fl_wait_any(&group.group, ptrs, n, timeout)
-    free(ptrs)
-    _check_orphaned(found)
-    if found >= 0:
-        (<Job>jobs[found]).running = False
-    return found
 
 
 cdef extern from "imageplan.h" nogil:
@@ -407,8 +495,8 @@ cdef extern from "imageplan.h" nogil:
         void *decode_ctx
         const char *name
     int fl_jpeg_size(const uint8_t *data, size_t n, int *h, int *w)
-    int fl_fill_image(const fl_field *field, fl_job *job, int64_t pos, int64_t index,
-                      char *dst, fl_scratch *scratch, char *message)
+    int fl_fill_image(const fl_field *field, const fl_item *item, char *dst,
+                      fl_scratch *scratch, char *message)
 
 
 cdef extern from "Python.h":

@@ -1,63 +1,39 @@
-"""``DataLoader`` and ``eachobs``: epochs, order, shuffling, resumable state, delivery.
+"""``DataLoader``, ``eachobs`` and ``eachobs_parallel``: epochs, order, state.
 
-A loader is a view plus an iteration strategy: each epoch it builds
-``batchview(obsview(data, order), ...)`` (or just the ordered view for ``eachobs``) and
-iterates it sequentially, or in parallel on the native pool (``parallel.py``).
+A loader composes, then hands over: each epoch it draws the order (shuffled from
+(seed, epoch), sharded), makes it a ``Schedule`` (``schedule.py``) and hands that with the
+container to its ``Engine`` (``engine.py``), which loads and delivers the steps. As in
+MLUtils, ``DataLoader(data, ...)`` is ``eachobs_parallel(batchview(data, ...))`` with
+epochs on top: ``eachobs_parallel`` loads any container, views included.
 """
-import os
 import secrets
-import time
 import warnings
 from numbers import Integral
 
 import numpy as np
 
-from .context import loading
-from .errors import LoadError
-from .obs import getobs, getobs_into, map_tree, numobs, tree_leaves
+from . import _core
+from .engine import Engine
+from .obs import numobs
 from .order import quasi_random_order
-from .parallel import Engine
-from .processes import ProcessEngine
+from .schedule import Schedule, schedule_of
 from .sharding import resolve_shard, shard_order, shard_size
-from .views import MappedObs, batchview, obsview
+from .views import MappedObs
 
-__all__ = ["DataLoader", "eachobs"]
+__all__ = ["DataLoader", "eachobs", "eachobs_parallel"]
 
 _SHUFFLES = (False, True, "quasi")
 
 
-def _empty_batch_like(batch, rows):
-    """A buffer for batches shaped like ``batch`` with ``rows`` rows (``rows=None``: the
-    shape of ``batch`` itself); None when ``batch`` is not arrays."""
-    if not all(isinstance(leaf, np.ndarray) for leaf in tree_leaves(batch)):
-        return None
-    return map_tree(lambda a: np.empty(a.shape if rows is None else (rows,) + a.shape[1:],
-                                       a.dtype), batch)
-
-
-class Stats:
-    """Throughput of a loader and where the consumer's time went, in seconds."""
-
-    def __init__(self):
-        self.items = 0
-        self.batches = 0
-        self.wait_s = 0.0      # consumer blocked in next(), waiting for data
-        self.compute_s = 0.0   # consumer busy between batches (the training step)
-        self.skipped = 0       # observations dropped by on_error="skip"
-
-    def as_dict(self):
-        total = self.wait_s + self.compute_s
-        return {"items": self.items, "batches": self.batches,
-                "items_per_s": self.items / total if total > 0 else 0.0,
-                "wait_s": self.wait_s, "compute_s": self.compute_s,
-                "wait_fraction": self.wait_s / total if total > 0 else 0.0,
-                "skipped": self.skipped}
-
-    def __repr__(self):
-        d = self.as_dict()
-        return (f"{d['items']} items in {d['batches']} batches, {d['items_per_s']:.0f} items/s; "
-                f"waited for data {d['wait_s']:.3f} s ({100 * d['wait_fraction']:.0f}%), "
-                f"between batches {d['compute_s']:.3f} s")
+def stats_dict(stats):
+    """Throughput of a loader and where the consumer's time went (``_core.Stats`` as a
+    dict; times in seconds)."""
+    total = stats.wait_s + stats.compute_s
+    return {"items": stats.items, "batches": stats.batches,
+            "items_per_s": stats.items / total if total > 0 else 0.0,
+            "wait_s": stats.wait_s, "compute_s": stats.compute_s,
+            "wait_fraction": stats.wait_s / total if total > 0 else 0.0,
+            "skipped": stats.skipped}
 
 
 def _chunk_bounds(data):
@@ -75,32 +51,28 @@ def _chunk_bounds(data):
 
 
 class _EpochLoader:
-    """What ``DataLoader`` and ``eachobs`` share: epochs, order, state and delivery."""
+    """What ``DataLoader`` and ``eachobs`` share: epochs, order, state, and the engine.
+    ``batch_size=None`` makes each step one observation."""
 
-    def __init__(self, data, *, shuffle, buffer, parallel, seed, ordered, prefetch,
-                 drop_last=False, shard=None, on_error="raise", backend="thread"):
+    def __init__(self, data, batch_size=None, *, shuffle=False, drop_last=False,
+                 collate=None, buffer=False, parallel=False, seed=None, ordered=True,
+                 prefetch=None, shard=None, on_error="raise", backend="thread"):
         if shuffle not in _SHUFFLES:
             raise ValueError(f"shuffle must be False, True or 'quasi', got {shuffle!r}")
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        if backend not in ("thread", "process"):
-            raise ValueError(f"backend must be 'thread' or 'process', got {backend!r}")
-        if backend == "process" and parallel is False:
-            raise ValueError("backend='process' needs parallel=True or a number of workers")
-        if parallel is not False and not (parallel is True or (
-                isinstance(parallel, Integral) and parallel >= 1)):
-            raise ValueError(f"parallel must be False, True or a number of threads >= 1, "
-                             f"got {parallel!r}")
         if seed is not None and not isinstance(seed, Integral):
             raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+        self._engine = Engine(parallel=parallel, buffer=bool(buffer), ordered=bool(ordered),
+                              prefetch=prefetch, on_error=on_error, backend=backend)
         self.data = data
+        self.batch_size = batch_size
         self.shuffle = shuffle
+        self.drop_last = bool(drop_last)
+        self.collate = collate
         self.buffer = bool(buffer)
         self.parallel = parallel
         self.seed = int(seed) if seed is not None else secrets.randbits(63)
         self.ordered = ordered
         self.on_error = on_error
-        self._drop_remainder = bool(drop_last)
         self.rank, self.world_size = resolve_shard(shard)
         self._n = numobs(data)
         self._per_rank = shard_size(self._n, self.world_size, drop_last)
@@ -110,20 +82,8 @@ class _EpochLoader:
                              "data has no chunks (use shuffle=True)")
         self._epoch = 0          # the epoch the next iter() starts
         self._resume_at = 0      # the step it starts at (after load_state_dict)
-        self._live = None        # [epoch, steps delivered] of the running iterator
-        self._buffer = None
-        self._stats = Stats()
-        self._engine = None
-        if parallel is not False:
-            workers = None if parallel is True else int(parallel)
-            if backend == "process":
-                self._engine = ProcessEngine(workers=workers or len(os.sched_getaffinity(0)),
-                                             buffered=self.buffer, ordered=ordered,
-                                             prefetch=prefetch, on_error=on_error)
-            else:
-                self._engine = Engine(buffered=self.buffer, ordered=ordered,
-                                      prefetch=prefetch, num_threads=workers,
-                                      on_error=on_error)
+        self._progress = None    # epoch and steps delivered of the latest iteration
+        self._stats = _core.Stats()
         self._warned_skips = False
 
     def order(self, epoch):
@@ -135,126 +95,44 @@ class _EpochLoader:
             order = quasi_random_order(self._n, self._chunk_bounds, self.seed, epoch)
         else:
             order = np.random.Generator(np.random.PCG64([self.seed, epoch])).permutation(self._n)
-        return shard_order(order, self.rank, self.world_size, self._drop_remainder)
+        return shard_order(order, self.rank, self.world_size, self.drop_last)
 
-    def _ordered_data(self, epoch):
-        if self.shuffle or self.world_size > 1:
-            return obsview(self.data, self.order(epoch))
-        return self.data
-
-    def _steps(self, epoch):
-        """The container whose observations are this loader's steps in ``epoch``."""
-        raise NotImplementedError
+    def schedule(self, epoch, start=0):
+        """The ``Schedule`` of ``epoch`` from step ``start``: what the engine loads."""
+        return Schedule(self.order(epoch), self.batch_size, drop_last=self.drop_last,
+                        collate=self.collate, seed=self.seed, epoch=epoch, start=start)
 
     def __len__(self):
-        raise NotImplementedError
+        n, size = self._per_rank, self.batch_size or 1
+        return n // size if self.drop_last else -(-n // size)
 
     def __iter__(self):
         epoch, start = self._epoch, self._resume_at
         self._epoch, self._resume_at = epoch + 1, 0
-        steps = self._steps(epoch)
-        live = self._live = [epoch, start]
-        if self._engine is not None:
-            source = self._engine.iterate(steps, start, epoch=epoch, seed=self.seed)
-        else:
-            source = self._sequential(steps, start, epoch)
-        return self._deliver(source, live)
-
-    def _deliver(self, source, live):
-        stats = self._stats
-        before = time.perf_counter()
-        try:
-            while True:
-                try:
-                    step = next(source)
-                except StopIteration:
-                    self._report_skips()
-                    return
-                got = time.perf_counter()
-                stats.wait_s += got - before
-                stats.batches += 1
-                stats.items += self._count(step)
-                live[1] += 1
-                yield step
-                before = time.perf_counter()
-                stats.compute_s += before - got
-        finally:
-            source.close()
-
-    def _count(self, step):
-        return 1
+        self._progress = _core.Progress(epoch, start)
+        return self._engine.iterate(self.data, self.schedule(epoch, start), stats=self._stats,
+                                    progress=self._progress, on_end=self._report_skips)
 
     def _report_skips(self):
-        if self._engine is not None:
-            self._stats.skipped = self._engine.skipped
         if self._stats.skipped and not self._warned_skips:
             self._warned_skips = True
             warnings.warn(f"skipped {self._stats.skipped} observations that failed to load "
                           f"(on_error='skip'); loader.stats()['skipped'] keeps the count",
-                          RuntimeWarning, stacklevel=3)
-
-    def _sequential(self, steps, start, epoch):
-        for k in range(start, numobs(steps)):
-            with loading(self.seed, epoch):
-                try:
-                    step = self._load(steps, k)
-                except Exception as error:
-                    if self.on_error == "skip":
-                        step = self._load_skipping(steps, k)
-                    elif isinstance(error, (LoadError, IndexError)):
-                        raise
-                    else:
-                        raise LoadError(f"could not load step {k}: "
-                                        f"{type(error).__name__}: {error}") from error
-            if step is not None:
-                yield step
-
-    def _load(self, steps, k):
-        if self.buffer and self._buffer is None and self._bufferable():
-            step = getobs(steps, k)
-            self._buffer = _empty_batch_like(step, self._rows())
-            return step
-        if self._buffer is not None:
-            return getobs_into(self._buffer, steps, k)
-        return getobs(steps, k)
-
-    def _load_skipping(self, steps, k):
-        """Step ``k`` without the observations that fail to load (None if none loads)."""
-        ordered = steps.data if hasattr(steps, "batch_indices") else steps
-        positions = steps.batch_indices(k) if hasattr(steps, "batch_indices") else [k]
-        kept = []
-        for p in positions:
-            try:
-                getobs(ordered, int(p))
-                kept.append(int(p))
-            except Exception:
-                self._stats.skipped += 1
-        if not kept:
-            return None
-        survivors = obsview(ordered, kept)
-        if hasattr(steps, "batch_indices"):
-            return getobs(batchview(survivors, len(kept), collate=steps.collate), 0)
-        return getobs(survivors, 0)
-    def _rows(self):
-        return None
-
-    def _bufferable(self):
-        """Whether steps are arrays that can be filled in place."""
-        return True
+                          RuntimeWarning, stacklevel=2)
 
     def stats(self):
         """Items/s and where the time went since the loader was made: a dict with
         ``items``, ``batches``, ``items_per_s``, ``wait_s`` (consumer waiting for data),
         ``compute_s`` (consumer busy between batches), ``wait_fraction`` and ``skipped``.
         A large ``wait_fraction`` means training is input-bound."""
-        return self._stats.as_dict()
+        return stats_dict(self._stats)
 
     def state_dict(self):
         """The position to resume from: restore it with ``load_state_dict`` on a loader
         built the same way, and iteration continues with the next step of that epoch."""
-        live = self._live
-        if live is not None and live[1] < len(self):
-            epoch, step = live
+        live = self._progress
+        if live is not None and live.step < len(self):
+            epoch, step = live.epoch, live.step
         else:
             epoch, step = self._epoch, self._resume_at
         return {"seed": self.seed, "epoch": epoch, "step": step, "steps": len(self),
@@ -279,12 +157,11 @@ class _EpochLoader:
         self.seed = int(state["seed"])
         self._epoch = int(state["epoch"])
         self._resume_at = int(state["step"])
-        self._live = None
+        self._progress = None
 
     def close(self):
         """Stop background work and release the batch buffers. Idempotent."""
-        if self._engine is not None:
-            self._engine.close()
+        self._engine.close()
 
 
 class DataLoader(_EpochLoader):
@@ -319,47 +196,16 @@ class DataLoader(_EpochLoader):
                  shard=None, on_error="raise", backend="thread"):
         if not isinstance(batch_size, Integral) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        self.batch_size = int(batch_size)
-        self.drop_last = bool(drop_last)
-        self.collate = collate
-        super().__init__(data, shuffle=shuffle, buffer=buffer, parallel=parallel, seed=seed,
-                         ordered=ordered, prefetch=prefetch, drop_last=drop_last, shard=shard,
-                         on_error=on_error, backend=backend)
-
-    def __len__(self):
-        n = self._per_rank
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
-
-    def _steps(self, epoch):
-        return batchview(self._ordered_data(epoch), self.batch_size, self.drop_last, self.collate)
-
-    def _rows(self):
-        return self.batch_size
-
-    def _bufferable(self):
-        # A collate function or collate=False builds values of its own choosing.
-        return self.collate is None or self.collate is True
-
-    def _count(self, batch):
-        while isinstance(batch, (tuple, dict)) and len(batch):
-            batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
-        if isinstance(batch, np.ndarray):
-            return batch.shape[0] if batch.ndim else 1
-        return len(batch) if hasattr(batch, "__len__") else 1
+        if not (collate is None or isinstance(collate, bool) or callable(collate)):
+            raise TypeError(f"collate must be None, True, False or a callable, got {collate!r}")
+        super().__init__(data, int(batch_size), shuffle=shuffle, drop_last=drop_last,
+                         collate=collate, buffer=buffer, parallel=parallel, seed=seed,
+                         ordered=ordered, prefetch=prefetch, shard=shard, on_error=on_error,
+                         backend=backend)
 
     def __repr__(self):
         return (f"DataLoader({self._n} observations, batch_size={self.batch_size}, "
                 f"shuffle={self.shuffle}, parallel={self.parallel}, {len(self)} batches)")
-
-
-class _ObsLoader(_EpochLoader):
-    """Single observations, epoch after epoch (see ``eachobs``)."""
-
-    def __len__(self):
-        return self._per_rank
-
-    def _steps(self, epoch):
-        return self._ordered_data(epoch)
 
 
 def eachobs(data, *, shuffle=False, buffer=False, parallel=False, seed=None, ordered=True,
@@ -367,6 +213,39 @@ def eachobs(data, *, shuffle=False, buffer=False, parallel=False, seed=None, ord
     """Iterates the observations of ``data`` one at a time, with the options of
     ``DataLoader`` (shuffling per epoch, buffers, parallel loading, sharding, resumable
     state)."""
-    return _ObsLoader(data, shuffle=shuffle, buffer=buffer, parallel=parallel, seed=seed,
-                      ordered=ordered, prefetch=prefetch, shard=shard, on_error=on_error,
-                      backend=backend)
+    return _EpochLoader(data, shuffle=shuffle, buffer=buffer, parallel=parallel, seed=seed,
+                        ordered=ordered, prefetch=prefetch, shard=shard, on_error=on_error,
+                        backend=backend)
+
+
+class _ParallelIterable:
+    """The observations of a container, loaded by one engine each time it is iterated."""
+
+    def __init__(self, data, engine):
+        self.data, self.schedule = schedule_of(data)
+        self.engine = engine
+
+    def __len__(self):
+        return self.schedule.steps
+
+    def __iter__(self):
+        return self.engine.iterate(self.data, self.schedule)
+
+
+def eachobs_parallel(data, *, buffer=True, parallel=True, ordered=True, prefetch=None):
+    """Iterate the observations of any container, loaded in parallel on the native pool.
+
+    Pass a ``batchview`` to iterate batches: ``eachobs_parallel(batchview(data, 64))``
+    is what ``DataLoader(data, 64, parallel=True, buffer=True)`` does each epoch.
+    ``parallel``: True (the pool's threads) or a number of threads. ``ordered=True``
+    yields in index order whatever finished first; ``ordered=False`` in completion order
+    (the same set). With ``buffer=True`` **each value is a view into a reused slot, valid
+    until the next value is requested**; with ``buffer=False`` the caller owns it.
+
+    Arrays (and tuples/dicts of them) load natively with no Python work per item. Any
+    other container is read by Python code that holds the GIL per item: it runs in
+    parallel only as far as that code releases the GIL (numpy, simplejpeg, PIL do).
+    Raises ``fastload.LoadError`` naming the index when an observation fails to load.
+    """
+    return _ParallelIterable(data, Engine(parallel=parallel, buffer=buffer, ordered=ordered,
+                                          prefetch=prefetch))

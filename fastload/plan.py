@@ -4,15 +4,15 @@ A plan splits an observation into leaves (the members of nested tuples/dicts) an
 per leaf, how to load one item into its place in a slot:
 
 - ``gather``: a numpy array, copied natively without the GIL;
-- ``native``: a container that offers a native fill (``__fastload_native__``), such as an
-  image pipeline over encoded images; also without the GIL;
+- ``native``: ``mapobs(Compose([...]), images)`` over images C can read (encoded bytes,
+  files, packed columns, decoded arrays): the fused image pipeline, also without the GIL;
 - ``into``: any other container whose observations are arrays: Python ``getobs_into`` into
   the slot row, holding the GIL for that item;
 - ``object``: observations that are not arrays, collected into a list.
 
-``ObsView`` layers around the data are folded into the indices, so a shuffled epoch loads
-from the underlying arrays. When a container defines its own batch semantics the plan
-falls back to loading whole steps with ``getobs`` on a worker thread.
+A plan is made from a container and a schedule (``schedule.py``); the order of the epoch
+comes from the schedule, never from views. When a container defines its own batch
+semantics the plan falls back to loading whole steps with ``getobs``.
 """
 import operator
 import weakref
@@ -21,9 +21,10 @@ import numpy as np
 import simplejpeg
 
 from . import _core
+from .errors import LoadError
 from .obs import getobs, getobs_into, map_tree, numobs
 from .transforms import _COLORSPACES, Compose
-from .views import BatchView, MappedObs, ObsView, _row, _slice_buffer, _stack
+from .views import MappedObs, _row, _slice_buffer, _stack, collate_batch, source_of
 
 __all__ = ["ItemPlan", "StepPlan", "make_plan"]
 
@@ -86,15 +87,6 @@ class Leaf:
         if self.kind == "native":
             return ("native", self.native)
         return ("python", None)
-
-
-def _unwrap(data):
-    """(base container, index maps from outer to inner) with ObsView layers peeled off."""
-    maps = []
-    while isinstance(data, ObsView):
-        maps.append(data.indices)
-        data = data.data
-    return data, maps
 
 
 def decode_jpeg_into(data, out, scale_denom, channels):
@@ -257,70 +249,61 @@ def _flatten(data):
 
 
 class ItemPlan:
-    """Loads a step item by item: a batch of ``rows`` observations, or one observation
-    when ``rows`` is None. Steps are positions of ``base`` after the index maps."""
+    """Loads a step item by item into a slot of ``rows`` positions: the observations of a
+    batch, or one observation when ``batch_size`` is None."""
 
     whole_steps = False
 
-    def __init__(self, steps, base, maps, layout, leaves, rows, stack):
-        self.steps = steps
-        self.base = base
-        self.maps = maps
+    def __init__(self, layout, leaves, batch_size, stack):
         self.layout = layout
         self.leaves = leaves
-        self.rows = rows
+        self.batch_size = batch_size
+        self.rows = batch_size or 1
         self.stack = stack
-        self.count = numobs(steps.data) if rows is not None else numobs(steps)
         self.fields = [leaf.core_field() for leaf in leaves]
         self.row_bytes = [leaf.row_bytes() for leaf in leaves]
         self.has_python = any(leaf.kind in ("into", "object") for leaf in leaves)
+        self.has_objects = any(leaf.kind == "object" for leaf in leaves)
         self.expensive = any(leaf.kind != "gather" for leaf in leaves)
-        self.signature = tuple((leaf.kind, repr(leaf.spec)) for leaf in leaves) + (rows,)
+        self.signature = tuple((leaf.kind, repr(leaf.spec)) for leaf in leaves) + (batch_size,)
 
-    def positions(self, step):
-        """The indices in ``base`` that ``step`` loads (a C-contiguous int64 array)."""
-        start = step if self.rows is None else step * self.rows
-        stop = start + 1 if self.rows is None else min(start + self.rows, self.count)
-        if not self.maps:
-            return np.arange(start, stop, dtype=np.int64)
-        idx = self.maps[0][start:stop]          # a slice of the epoch's order: no copy
-        for m in self.maps[1:]:
-            idx = m[idx]
-        return np.ascontiguousarray(idx, dtype=np.int64)
+    def order(self, schedule):
+        """The indices the native run loads, ``rows`` a step."""
+        return schedule.order
 
     def allocate(self, allocator=np.empty):
         """Fresh destinations for one slot: an array (or structure of arrays) per leaf,
         made by ``allocator(shape, dtype)``, None for leaves collected into lists."""
-        rows = self.rows or 1
-        return [_allocate(leaf.spec, rows, allocator) if leaf.kind != "object" else None
+        return [_allocate(leaf.spec, self.rows, allocator) if leaf.kind != "object" else None
                 for leaf in self.leaves]
 
-    def core_destinations(self, dests):
-        return [d if leaf.kind in ("gather", "native") else None
-                for leaf, d in zip(self.leaves, dests)]
+    def new_objects(self):
+        """The lists a slot's object leaves collect into (None for the other leaves)."""
+        return [[None] * self.rows if leaf.kind == "object" else None for leaf in self.leaves]
 
-    def filler(self, dests, objects):
-        """The Python callback for the ``into`` and ``object`` leaves of one job."""
-        leaves = self.leaves
+    def whole_value(self, dests):
+        """The value of a whole step in the slot ``dests`` (views of it), or None when it
+        must be assembled per step (lists of objects)."""
+        return None if self.has_objects else self.assemble(dests, None, self.rows)
 
-        def fill(field, pos, index):
-            leaf = leaves[field]
-            if leaf.kind == "object":
-                objects[field][pos] = getobs(leaf.container, index)
-            else:
-                getobs_into(_row(dests[field], pos), leaf.container, index)
-        return fill
+    def fill(self, dests, objects, field, pos, index):
+        """Load observation ``index`` of a Python leaf into position ``pos`` of a slot."""
+        leaf = self.leaves[field]
+        if leaf.kind == "object":
+            objects[field][pos] = getobs(leaf.container, index)
+        else:
+            getobs_into(_row(dests[field], pos), leaf.container, index)
 
     def assemble(self, dests, objects, n, keep=None):
         """The step's value from its slot: views of the first ``n`` rows (or row 0), with
         rows where ``keep`` is False dropped."""
         outputs = []
-        for leaf, dest, objs in zip(self.leaves, dests, objects):
+        for k, (leaf, dest) in enumerate(zip(self.leaves, dests)):
             if leaf.kind == "object":
-                value = objs[:n]
+                value = objects[k][:n]
                 if keep is not None:
-                    value = [v for v, k in zip(value, keep) if k]
-                if self.rows is None:
+                    value = [v for v, kept in zip(value, keep) if kept]
+                if self.batch_size is None:
                     value = value[0]
                 elif self.stack:
                     value = _stack(value) if value else value
@@ -328,10 +311,20 @@ class ItemPlan:
                 value = _slice_buffer(dest, n)
                 if keep is not None:
                     value = map_tree(lambda array: array[np.asarray(keep, bool)], value)
-                if self.rows is None:
+                if self.batch_size is None:
                     value = _row(value, 0)
             outputs.append(value)
         return _rebuild(self.layout, iter(outputs))
+
+    def load_error(self, step, field, index, message, cause):
+        """The exception for observation ``index`` that failed in ``field`` (None: unknown)."""
+        if isinstance(cause, LoadError):
+            return cause
+        source = None if field is None else source_of(self.leaves[field].container, index)
+        error = LoadError(f"could not load observation {index}: {message}", index=index,
+                          source=source)
+        error.__cause__ = cause
+        return error
 
 
 def _rebuild(layout, outputs):
@@ -346,65 +339,95 @@ def _rebuild(layout, outputs):
 
 
 class StepPlan:
-    """Loads each step whole with ``getobs(steps, step)`` on a worker thread: the fallback
-    for containers that define their own batches."""
+    """Loads each step whole with ``getobs`` (one native item per step): the fallback for
+    containers that define their own batches. With ``skip``, a step that fails is loaded
+    again observation by observation, without the ones that fail; ``stats`` counts them."""
 
-    rows = None
     whole_steps = True
     has_python = True
+    has_objects = True
     expensive = True
     fields = [("python", None)]
     row_bytes = [0]
+    rows = 1
     signature = ("step",)
 
-    def __init__(self, steps):
-        self.steps = steps
+    def __init__(self, data, schedule, skip=False, stats=None):
+        self.data = data
+        self.schedule = schedule
+        self.batch_size = schedule.batch_size
+        self.skip = skip
+        self.stats = stats
 
-    def positions(self, step):
-        return np.array([step], np.int64)
+    def order(self, schedule):
+        return np.arange(schedule.steps, dtype=np.int64)
 
     def allocate(self, allocator=np.empty):
         return [None]
 
-    def core_destinations(self, dests):
-        return [None]
+    def new_objects(self):
+        return [[None]]
 
-    def filler(self, dests, objects):
-        steps = self.steps
+    def whole_value(self, dests):
+        return None
 
-        def fill(field, pos, index):
-            objects[0][0] = getobs(steps, index)
-        return fill
+    def fill(self, dests, objects, field, pos, step):
+        positions = self.schedule.positions(step)
+        try:
+            objects[0][0] = self._load(positions)
+        except Exception:
+            if not self.skip:
+                raise
+            kept = [int(j) for j in positions if _loads(self.data, int(j))]
+            self.stats.skipped += len(positions) - len(kept)
+            if not kept:
+                raise
+            objects[0][0] = self._load(np.asarray(kept, np.int64))
+
+    def _load(self, positions):
+        if self.schedule.batch_size is None:
+            return getobs(self.data, int(positions[0]))
+        return collate_batch(self.data, positions, self.schedule.collate)
 
     def assemble(self, dests, objects, n, keep=None):
         return objects[0][0]
 
+    def load_error(self, step, field, index, message, cause):
+        if isinstance(cause, LoadError):
+            return cause
+        error = LoadError(f"could not load step {step}: {message}")
+        error.__cause__ = cause
+        return error
 
-def make_plan(steps):
-    """The plan for loading the observations ("steps") of ``steps``. A ``batchview``
-    with ``collate`` None or True is loaded item by item into batch slots."""
-    if numobs(steps) == 0:
-        return StepPlan(steps)
-    if isinstance(steps, BatchView):
-        if steps.collate is False or callable(steps.collate):
-            return _collated_plan(steps)
-        base, maps = _unwrap(steps.data)
-        rows, stack = steps.batch_size, steps.collate is True
-    else:
-        base, maps = _unwrap(steps)
-        rows, stack = None, True
-    layout, members = _flatten(base)
+
+def _loads(data, j):
+    try:
+        getobs(data, j)
+        return True
+    except Exception:
+        return False
+
+
+def make_plan(data, schedule, *, skip=False, stats=None):
+    """The plan for loading the steps of ``schedule`` from the container ``data``. Batches
+    with ``collate`` None or True, and single observations, load item by item into slots;
+    containers with batch semantics of their own load whole steps (``StepPlan``)."""
+    batch_size, collate = schedule.batch_size, schedule.collate
+    if len(schedule.order) == 0:
+        return StepPlan(data, schedule, skip, stats)
+    if batch_size is not None and (collate is False or callable(collate)):
+        return _collated_plan(data, batch_size, collate)
+    stack = batch_size is None or collate is True
+    layout, members = _flatten(data)
     leaves = [_leaf(member, stack) for member in members]
     if any(leaf is None for leaf in leaves):
-        return StepPlan(steps)
-    return ItemPlan(steps, base, maps, layout, leaves, rows, stack)
+        return StepPlan(data, schedule, skip, stats)
+    return ItemPlan(layout, leaves, batch_size, stack)
 
 
-def _collated_plan(steps):
+def _collated_plan(data, batch_size, collate):
     """collate=False or a callable: observations are collected whole, then collated."""
-    base, maps = _unwrap(steps.data)
-    plan = ItemPlan(steps, base, maps, None, [Leaf(base, "object")], steps.batch_size, False)
-    collate = steps.collate
+    plan = ItemPlan(None, [Leaf(data, "object")], batch_size, False)
     if callable(collate) and collate is not False:
         assemble = plan.assemble
         plan.assemble = lambda dests, objects, n, keep=None: collate(

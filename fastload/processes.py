@@ -1,20 +1,20 @@
-"""Loading in worker processes, for containers whose ``getobs`` is GIL-bound Python code.
+"""The process transport: steps loaded in worker processes, for GIL-bound Python containers.
 
-``ProcessEngine`` has the interface of ``parallel.Engine`` and yields the same steps in
-the same order. Workers are forked (the 'fork' start method, so lambdas and local
+``WorkerPool`` forks ``count`` workers (the 'fork' start method, so lambdas and local
 functions in a container work as written and the container is never pickled); each
 inherits the container and the ring once, when it starts, and keeps them across epochs.
-Per epoch a worker receives the index maps of the epoch's order, per job a step number
-and a slot. It fills the slot in place with the Python plan; only observations that are
-not arrays (a plan's "object" leaves) travel back pickled.
+Per epoch a worker receives the schedule (``workers.py`` builds the same plan from it),
+per job a step number and a slot. It fills the slot in place; only observations that are
+not arrays (a plan's "object" leaves) travel back pickled. The engine's delivery loop
+(``_core.Iteration``) calls ``next(release)`` of the per-iteration ``_Transport``.
 
 The ring is one anonymous shared mapping (``mmap`` MAP_SHARED) made before the fork: it
 never has a name in ``/dev/shm``, so nothing is left behind whatever ends the run (a
 SIGKILL included), and it is not bound by the size of ``/dev/shm`` (64 MB in Docker).
 
-Concurrency invariants (kept by the consumer, in ``ProcessEngine``):
+Concurrency invariants (kept by the consumer):
 - a slot is free, in a worker's job queue or being filled, or held by the consumer;
-- every job sent to a worker gets exactly one reply; ``_outstanding`` counts the replies
+- every job sent to a worker gets exactly one reply; ``outstanding`` counts the replies
   due per worker, and a slot is reused only once its job's reply arrived, so no worker
   writes into a slot the consumer reads;
 - the word at the head of the mapping holds the live generation: a worker abandons a
@@ -34,12 +34,9 @@ from numbers import Integral
 
 import numpy as np
 
-from .errors import LoadError
-from .obs import numobs
-from .plan import make_plan
-from .workers import Recipe, WorkerError, carve_ring, worker_main
+from .workers import WorkerError, carve_ring, worker_main
 
-__all__ = ["ProcessEngine"]
+__all__ = ["WorkerError", "WorkerPool"]
 
 _WAIT_S = 0.5          # one timed wait on the pipes and sentinels
 _STOP_S = 30.0         # most time to let workers abandon their jobs before killing them
@@ -75,101 +72,82 @@ def _death_message(proc):
     return f"fastload worker process {proc.pid} {how}"
 
 
-class ProcessEngine:
-    """Loads the steps of a container in ``workers`` forked processes into a ring of
-    shared-memory slots; the interface and output of ``parallel.Engine``.
-
-    ``buffered``: yield views into a ring slot (valid until the next ``next()``) instead of
-    arrays the caller owns (one copy out of the slot). ``ordered``: yield step ``k``
-    before ``k+1``. ``prefetch``: steps in flight (default twice the workers). ``on_error``:
-    "raise", or "skip" to drop failed observations from their batch.
+class WorkerPool:
+    """``count`` forked worker processes holding a container and a shared ring.
 
     The workers are forked at the first iteration and hold the container from then on:
     changes made to it later are not seen (``close()`` restarts them at the next
-    iteration). Needs the 'fork' start method (Linux). A worker that raises makes the
-    consumer raise ``fastload.LoadError`` naming the index; one that dies makes it raise
-    ``RuntimeError`` naming the process.
+    iteration). Needs the 'fork' start method (Linux). A worker that dies makes the
+    consumer raise ``RuntimeError`` naming the process.
     """
 
-    def __init__(self, *, workers, buffered=True, ordered=True, prefetch=None,
-                 on_error="raise"):
-        if not isinstance(workers, Integral) or workers < 1:
-            raise ValueError(f"workers must be a positive int, got {workers!r}")
-        if prefetch is not None and (not isinstance(prefetch, Integral) or prefetch < 1):
-            raise ValueError(f"prefetch must be a positive int or None, got {prefetch!r}")
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    def __init__(self, count):
+        if not isinstance(count, Integral) or count < 1:
+            raise ValueError(f"the process backend needs a positive number of workers, "
+                             f"got {count!r}")
         if "fork" not in multiprocessing.get_all_start_methods():
             raise RuntimeError("the process backend needs the 'fork' start method (Linux); "
                                "use the thread backend on this platform")
-        self.workers = int(workers)
-        self.buffered = buffered
-        self.ordered = ordered
-        self.prefetch = prefetch or 2 * self.workers
-        self.on_error = on_error
-        self.skipped = 0
-        self._gen = 0
-        self._procs = self._conns = self._ring = self._control = None
-        self._root = self._key = self._finalizer = None
-        self._outstanding = []
+        self.count = int(count)
+        self.gen = 0
+        self.procs = self.conns = self.slots = self.control = None
+        self.root = self.key = self._finalizer = None
+        self.outstanding = []
 
-    # -- workers and ring ----------------------------------------------------------------
-
-    def _start(self, plan, root):
-        """Fork the workers with the container ``root`` and a ring for ``plan``, unless
-        the running ones already hold both."""
-        key = (plan.signature, self.prefetch + 1)
-        if (self._procs is not None and self._root is root and self._key == key
-                and all(proc.is_alive() for proc in self._procs)):
-            return
-        self._stop(graceful=True)
-        _, size = carve_ring(None, plan, self.prefetch + 1)
+    def ring(self, data, plan, count):
+        """The ring of ``count`` slots for ``plan``, with workers that hold ``data``:
+        the running ones when they already hold both, else newly forked ones."""
+        key = (plan.signature, count)
+        if (self.procs is not None and self.root is data and self.key == key
+                and all(proc.is_alive() for proc in self.procs)):
+            return self.slots
+        self.drain()
+        self.stop(graceful=True)
+        _, size = carve_ring(None, plan, count)
         mapping = mmap.mmap(-1, size)     # anonymous, shared with the forked children
-        ring, _ = carve_ring(mapping, plan, self.prefetch + 1)
+        slots, _ = carve_ring(mapping, plan, count)
         control = np.frombuffer(mapping, np.int64, 1, 0)
         control[0] = 0
         context = multiprocessing.get_context("fork")
-        pipes = [context.Pipe() for _ in range(self.workers)]
+        pipes = [context.Pipe() for _ in range(self.count)]
         procs = []
         try:
             for k, (mine, theirs) in enumerate(pipes):
                 others = [end for pipe in pipes for end in pipe if end is not theirs]
                 proc = context.Process(target=worker_main, daemon=True,
                                        name=f"fastload-worker-{k}",
-                                       args=(theirs, root, ring, control,
-                                             self.on_error == "skip", others))
+                                       args=(theirs, data, slots, control, others))
                 proc.start()
                 procs.append(proc)
         finally:
             for _, theirs in pipes:
                 theirs.close()
-        self._procs = procs
-        self._conns = [mine for mine, _ in pipes]
-        self._finalizer = weakref.finalize(self, _shutdown, procs, self._conns, False)
-        self._outstanding = [0] * self.workers
-        self._root, self._key = root, key
-        self._ring, self._control = ring, control
+        self.procs = procs
+        self.conns = [mine for mine, _ in pipes]
+        self._finalizer = weakref.finalize(self, _shutdown, procs, self.conns, False)
+        self.outstanding = [0] * self.count
+        self.root, self.key = data, key
+        self.slots, self.control = slots, control
+        return slots
 
-    def _stop(self, graceful):
-        if self._procs is None:
+    def stop(self, graceful):
+        if self.procs is None:
             return
-        self._control[0] = 0
+        self.control[0] = 0
         self._finalizer.detach()
-        _shutdown(self._procs, self._conns, graceful)
-        self._procs = self._conns = self._ring = self._control = self._root = None
+        _shutdown(self.procs, self.conns, graceful)
+        self.procs = self.conns = self.slots = self.control = self.root = None
 
     def close(self):
         """Stop the workers and release the ring. Idempotent; the next iteration starts
         new workers."""
-        self._gen += 1
-        self._stop(graceful=True)
+        self.gen += 1
+        self.stop(graceful=True)
 
-    # -- messages -------------------------------------------------------------------------
-
-    def _receive(self):
+    def receive(self):
         """Replies that arrived within one timed wait, as (worker, message); raises
         RuntimeError when a worker died."""
-        procs, conns = self._procs, self._conns
+        procs, conns = self.procs, self.conns
         ready = multiprocessing.connection.wait(conns + [p.sentinel for p in procs], _WAIT_S)
         replies = []
         for k, conn in enumerate(conns):
@@ -177,131 +155,127 @@ class ProcessEngine:
                 try:
                     replies.append((k, conn.recv()))
                 except (EOFError, OSError):
-                    self._died(procs[k])
-                self._outstanding[k] -= 1
+                    self.died(procs[k])
+                self.outstanding[k] -= 1
         for proc in procs:
             if proc.sentinel in ready:
-                self._died(proc)
+                self.died(proc)
         return replies
 
-    def _died(self, proc):
+    def died(self, proc):
         proc.join(1.0)
         message = _death_message(proc)
-        self._stop(graceful=False)
+        self.stop(graceful=False)
         raise RuntimeError(f"{message}; the iteration cannot continue (a worker killed "
                            f"for memory is a common cause)")
 
-    def _drain(self):
+    def drain(self):
         """Cancel the live jobs and wait for their replies, so that no worker writes into
         the ring afterwards; stop the workers when that takes too long or fails."""
-        if self._procs is None:
+        if self.procs is None:
             return
-        self._control[0] = 0
+        self.control[0] = 0
         deadline = time.monotonic() + _STOP_S
         try:
-            while any(self._outstanding):
+            while any(self.outstanding):
                 if time.monotonic() > deadline:
-                    self._stop(graceful=False)
+                    self.stop(graceful=False)
                     return
-                self._receive()
+                self.receive()
         except BaseException:
-            self._stop(graceful=False)
+            self.stop(graceful=False)
             raise
 
-    # -- iteration ------------------------------------------------------------------------
-
-    def iterate(self, steps, start=0, *, epoch=0, seed=0):
-        """Yield ``getobs(steps, k)`` for k from ``start`` on, loaded in the worker
-        processes. Raises ``fastload.LoadError`` naming the index of an observation that
-        failed, ``RuntimeError`` when a worker process died."""
-        plan = make_plan(steps)
-        return self._run(plan, Recipe(steps), start, numobs(steps), epoch, seed)
-
-    def _begin(self, plan, recipe, epoch, seed):
-        self._drain()
-        self._start(plan, recipe.root())
-        self._gen += 1
-        gen = self._gen
-        self._control[0] = gen
-        for worker in range(self.workers):
-            self._send(worker, ("epoch", gen, seed, epoch, recipe, plan.signature))
-        return gen
-
-    def _send(self, worker, message):
+    def send(self, worker, message):
         try:
-            self._conns[worker].send(message)
+            self.conns[worker].send(message)
         except OSError:
-            self._died(self._procs[worker])
+            self.died(self.procs[worker])
 
-    def _run(self, plan, recipe, start, total, epoch, seed):
-        if start >= total:
-            return
-        gen = self._begin(plan, recipe, epoch, seed)
-        free = collections.deque(range(self.prefetch + 1))
-        inflight = {}          # step -> (slot, worker)
-        arrived = {}           # step -> reply, not yet delivered
-        next_step, expected, held = start, start, None
-        try:
-            while True:
-                if held is not None:
-                    free.append(held)
-                    held = None
-                while next_step < total and len(inflight) + len(arrived) < self.prefetch:
-                    worker = min(range(self.workers), key=self._outstanding.__getitem__)
-                    slot = free.popleft()
-                    self._send(worker, ("job", gen, next_step, slot))
-                    self._outstanding[worker] += 1
-                    inflight[next_step] = slot
-                    next_step += 1
-                if not inflight and not arrived:
-                    return
-                step = self._next(gen, inflight, arrived, expected)
-                reply = arrived.pop(step)
-                slot = inflight.pop(step)
-                value = self._finish(plan, slot, reply)
-                expected += 1
-                if self.buffered:
-                    held = slot
-                else:
-                    free.append(slot)
-                yield value
-        finally:
-            if self._gen == gen:
-                self._drain()
+    def begin(self, schedule, plan, ordered, skip, stats):
+        """Start an iteration over ``schedule`` on the workers (after ``ring``); any
+        earlier iteration of this pool stops. Returns its transport."""
+        self.drain()
+        self.gen += 1
+        self.control[0] = self.gen
+        collate = schedule.collate
+        # A callable collate runs in the consumer (in plan.assemble): workers collect lists.
+        collate = collate if collate is None or collate is True else False
+        for worker in range(self.count):
+            self.send(worker, ("epoch", self.gen, schedule.seed, schedule.epoch,
+                               schedule.order, schedule.batch_size, schedule.drop_last,
+                               collate, skip, plan.signature))
+        return _Transport(self, self.gen, schedule, plan, ordered, stats)
 
-    def _next(self, gen, inflight, arrived, expected):
+
+class _Transport:
+    """The steps of one iteration on a ``WorkerPool``: submits steps into free slots,
+    ``prefetch`` (the ring's slots) at most in flight, and hands over finished ones."""
+
+    def __init__(self, pool, gen, schedule, plan, ordered, stats):
+        self.pool, self.gen, self.plan = pool, gen, plan
+        self.ordered, self.stats = ordered, stats
+        self.free = collections.deque(range(len(pool.slots)))
+        self.inflight = {}          # step -> slot
+        self.arrived = {}           # step -> reply, not yet delivered
+        self.next_step = self.expected = schedule.start
+        self.total = schedule.steps
+
+    def next(self, release):
+        """``(slot, rows, failure, keep, objects)`` of the next step, None at the end."""
+        pool = self.pool
+        if release >= 0:
+            self.free.append(release)
+        self._check()
+        while self.next_step < self.total and self.free:
+            worker = min(range(pool.count), key=pool.outstanding.__getitem__)
+            slot = self.free.popleft()
+            pool.send(worker, ("job", self.gen, self.next_step, slot))
+            pool.outstanding[worker] += 1
+            self.inflight[self.next_step] = slot
+            self.next_step += 1
+        if not self.inflight:
+            return None
+        step = self._wait()
+        reply = self.arrived.pop(step)
+        slot = self.inflight.pop(step)
+        self.expected += 1
+        return (slot,) + self._unpack(step, reply)
+
+    def _check(self):
+        if self.pool.gen != self.gen:
+            raise RuntimeError("this iteration was stopped: a newer iteration of the same "
+                               "engine started, or the engine was closed")
+
+    def _wait(self):
         """The step to deliver next, once its reply arrived."""
         while True:
-            if self._gen != gen:
-                raise RuntimeError("this iteration was stopped: a newer iteration of the "
-                                   "same engine started, or the engine was closed")
-            if self.ordered and expected in arrived:
-                return expected
-            if not self.ordered and arrived:
-                return next(iter(arrived))
-            for _, reply in self._receive():
-                if reply[1] == gen and reply[2] in inflight:
-                    arrived[reply[2]] = reply
+            self._check()
+            if self.ordered and self.expected in self.arrived:
+                return self.expected
+            if not self.ordered and self.arrived:
+                return next(iter(self.arrived))
+            for _, reply in self.pool.receive():
+                if reply[1] == self.gen and reply[2] in self.inflight:
+                    self.arrived[reply[2]] = reply
 
-    def _finish(self, plan, slot, reply):
-        kind, _, step = reply[:3]
+    def _unpack(self, step, reply):
+        kind = reply[0]
         if kind == "error":
-            _, _, _, pos, index, message, text, blob = reply
-            if index is None:
-                raise RuntimeError(f"a worker could not plan the steps: {message}") \
-                    from _remote(text, blob)
+            _, _, _, pos, field, index, message, text, blob = reply
             cause = _remote(text, blob)
-            if isinstance(cause, LoadError):
-                raise cause       # it names its observation already
-            what = f"step {step}" if plan.whole_steps else f"observation {index}"
-            raise LoadError(f"could not load {what}: {message}", index=index) from cause
+            if index is None:
+                raise RuntimeError(f"a worker could not plan the steps: {message}") from cause
+            return 0, (step, field, index, message, cause), None, None
         if kind == "cancelled":
             raise RuntimeError(f"step {step} was cancelled")
-        n, objects, keep = reply[3:]
-        if keep is not None:
-            self.skipped += int(len(keep) - keep.sum())
-        value = plan.assemble(self._ring[slot], objects, n, keep)
-        return value if self.buffered else _owned(value)
+        rows, objects, keep, skipped = reply[3:]
+        self.stats.skipped += skipped
+        return rows, None, keep, objects
+
+    def close(self):
+        if self.pool.gen == self.gen:
+            self.pool.drain()
 
 
 def _remote(text, blob):
@@ -314,15 +288,3 @@ def _remote(text, blob):
         return WorkerError(text)
     exc.__cause__ = WorkerError(text)
     return exc
-
-
-def _owned(value):
-    """``value`` with every array copied out of the ring."""
-    if isinstance(value, dict):
-        return {k: _owned(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        parts = [_owned(v) for v in value]
-        return type(value)(*parts) if hasattr(value, "_fields") else tuple(parts)
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    return value

@@ -51,11 +51,8 @@ def _pin(loader):
     """Make the ring of ``loader``'s engine page-locked, so that copies to the GPU run
     asynchronously straight from the slots."""
     global _warned_no_cuda
-    engine = getattr(loader, "_engine", None)
-    if engine is None:
-        raise ValueError("pin_memory=True needs a parallel loader (parallel=True or a number "
-                         "of threads): the pinned memory is its ring of batch buffers")
-    if not hasattr(engine, "allocator"):
+    engine = loader._engine
+    if engine.backend == "process":
         raise ValueError("pin_memory=True needs the thread backend: the process backend's "
                          "ring is shared memory made before its workers start")
     if not loader.buffer:
@@ -74,7 +71,7 @@ class TorchLoader:
     """A fastload loader whose batches are torch tensors on the loader's own memory.
 
     ``pin_memory=True`` allocates the loader's ring in page-locked memory once (no copy
-    per batch); it needs a parallel loader with ``buffer=True``, and does nothing (with
+    per batch); it needs ``buffer=True`` and the thread backend, and does nothing (with
     one warning) when CUDA is not available. Raises ``ValueError`` when the loader
     cannot be pinned. ``len``, ``state_dict``, ``load_state_dict`` and ``stats`` are the
     loader's.

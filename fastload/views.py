@@ -9,7 +9,7 @@ from .errors import load_error
 from .obs import (copy_into, getobs, getobs_into, is_batch_index, map_tree, normalize_index,
                   numobs, tree_leaves)
 
-__all__ = ["BatchView", "JoinedObs", "MappedObs", "ObsView", "batchview", "joinobs",
+__all__ = ["BatchView", "JoinedObs", "MappedObs", "ObsView", "batchview", "collate_batch", "joinobs",
            "kfolds", "mapobs", "obsview", "randobs", "shuffleobs", "source_of", "splitobs"]
 
 
@@ -285,15 +285,7 @@ class BatchView(_View):
         return np.arange(start, min(start + self.batch_size, numobs(self.data)), dtype=np.int64)
 
     def _batch(self, b):
-        idx = self.batch_indices(b)
-        if self.collate is None:
-            return getobs(self.data, idx)
-        observations = [getobs(self.data, int(j)) for j in idx]
-        if self.collate is True:
-            return _stack(observations)
-        if self.collate is False:
-            return observations
-        return self.collate(observations)
+        return collate_batch(self.data, self.batch_indices(b), self.collate)
 
     def __getobs__(self, b):
         b = normalize_index(b, self._n)
@@ -318,6 +310,18 @@ class BatchView(_View):
     def __repr__(self):
         return (f"batchview({type(self.data).__name__}, batch_size={self.batch_size}, "
                 f"drop_last={self.drop_last}, {self._n} batches)")
+
+
+def collate_batch(data, indices, collate):
+    """The batch of ``data`` at ``indices`` formed as ``collate`` says (see ``batchview``)."""
+    if collate is None:
+        return getobs(data, indices)
+    observations = [getobs(data, int(j)) for j in indices]
+    if collate is True:
+        return _stack(observations)
+    if collate is False:
+        return observations
+    return collate(observations)
 
 
 def batchview(data, batch_size, drop_last=False, collate=None):

@@ -1,8 +1,8 @@
-"""The worker side of the process backend (``processes.py``): what a forked worker runs.
+"""The worker side of the process transport (``processes.py``): what a forked worker runs.
 
 A worker holds the container it inherited at the fork (the root) and the ring. Per epoch
-it gets a ``Recipe`` (the epoch's index maps and batch arguments) and builds the plan;
-per job it fills a slot of the ring in place and replies with what does not fit there.
+it gets the schedule's fields and builds the same plan as the consumer; per job it fills
+a slot of the ring in place and replies with what does not fit there.
 """
 import os
 import pickle
@@ -11,12 +11,13 @@ import traceback
 
 import numpy as np
 
+from . import _core
 from .context import loading
 from .obs import getobs_into
 from .plan import make_plan
-from .views import BatchView, ObsView, batchview
+from .schedule import Schedule
 
-__all__ = ["Recipe", "WorkerError", "carve_ring", "worker_main"]
+__all__ = ["WorkerError", "carve_ring", "worker_main"]
 
 _PARENT_CHECK_S = 1.0  # how often an idle worker checks that the consumer is alive
 _ALIGN = 64
@@ -25,39 +26,6 @@ _HEADER = _ALIGN       # the generation word, then the slots
 
 class WorkerError(Exception):
     """The traceback text of an exception raised in a worker process."""
-
-
-class Recipe:
-    """How to rebuild an epoch's steps on top of the container a worker holds (the root,
-    which never travels): the index maps of the ``ObsView`` layers (outermost first) and
-    the ``batchview`` arguments."""
-
-    def __init__(self, steps):
-        self.batch = None
-        data = steps
-        if isinstance(steps, BatchView):
-            collate = steps.collate
-            # A callable collate runs in the consumer (in plan.assemble): workers collect lists.
-            collate = collate if collate is None or collate is True else False
-            self.batch = (steps.batch_size, steps.drop_last, collate)
-            data = steps.data
-        self.maps = []
-        while isinstance(data, ObsView):
-            self.maps.append(data.indices)
-            data = data.data
-        self._root = data
-
-    def __getstate__(self):
-        return {"batch": self.batch, "maps": self.maps}
-
-    def root(self):
-        return self._root
-
-    def steps(self, root):
-        data = root
-        for indices in reversed(self.maps):
-            data = ObsView(data, indices)
-        return data if self.batch is None else batchview(data, *self.batch)
 
 
 def carve_ring(mapping, plan, slots):
@@ -92,12 +60,12 @@ def _describe(exc):
 class _Worker:
     """The loop of one worker process: epochs and jobs in, replies out."""
 
-    def __init__(self, conn, root, ring, control, skip):
+    def __init__(self, conn, root, ring, control):
         self.conn = conn
         self.root = root
         self.ring = ring
         self.control = control
-        self.skip = skip
+        self.skip = False
         self.gen = None
         self.plan = None
         self.setup_error = None
@@ -120,11 +88,16 @@ class _Worker:
             else:
                 self.conn.send(self._job(*message[1:]))
 
-    def _epoch(self, gen, seed, epoch, recipe, signature):
-        self.gen, self.seed, self.epoch = gen, seed, epoch
+    def _epoch(self, gen, seed, epoch, order, batch_size, drop_last, collate, skip,
+               signature):
+        self.gen, self.seed, self.epoch, self.skip = gen, seed, epoch, skip
         self.plan = self.setup_error = None
+        self.stats = _core.Stats()
         try:
-            plan = make_plan(recipe.steps(self.root))
+            schedule = Schedule(order, batch_size, drop_last=drop_last, collate=collate,
+                                seed=seed, epoch=epoch)
+            self.order = order
+            plan = make_plan(self.root, schedule, skip=skip, stats=self.stats)
             if plan.signature != signature:
                 raise RuntimeError(f"the worker planned {plan.signature}, the consumer "
                                    f"{signature}: the container changed after the fork")
@@ -136,14 +109,15 @@ class _Worker:
         if gen != self.gen or self.control[0] != gen:
             return ("cancelled", gen, step)
         if self.setup_error is not None:
-            return ("error", gen, step, None, None) + _describe(self.setup_error)
+            return ("error", gen, step, None, None, None) + _describe(self.setup_error)
         plan = self.plan
-        idx = plan.positions(step)
+        rows = plan.rows
+        idx = np.asarray([step]) if plan.whole_steps else self.order[step * rows:(step + 1) * rows]
         dests = self.ring[slot]
-        objects = [[None] * len(idx) if dest is None else None for dest in dests]
+        objects = plan.new_objects()
         failed = np.zeros(len(idx), bool)
         first = None
-        fill = plan.filler(dests, objects)
+        skipped_before = self.stats.skipped
         with loading(self.seed, self.epoch):
             for field, (kind, _) in enumerate(plan.fields):
                 if kind == "gather":
@@ -158,20 +132,20 @@ class _Worker:
                         if kind == "native":
                             getobs_into(dests[field][pos], plan.leaves[field].container, index)
                         else:
-                            fill(field, pos, index)
+                            plan.fill(dests, objects, field, pos, index)
                     except Exception as exc:
-                        if not self.skip:
-                            return ("error", gen, step, pos, index) + _describe(exc)
+                        if not self.skip or plan.whole_steps:
+                            return ("error", gen, step, pos, field, index) + _describe(exc)
                         failed[pos] = True
                         first = first or exc
         keep = ~failed if first is not None else None
-        return ("done", gen, step, len(idx), objects, keep)
+        return ("done", gen, step, len(idx), objects, keep, self.stats.skipped - skipped_before)
 
 
-def worker_main(conn, root, ring, control, skip, others):
+def worker_main(conn, root, ring, control, others):
     # Ctrl-C in a terminal reaches the whole process group: the consumer handles it and
     # stops the workers; a worker killed by it would only turn it into a second error.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for other in others:
         other.close()    # so that a worker sees EOF when the consumer's end closes
-    _Worker(conn, root, ring, control, skip).serve()
+    _Worker(conn, root, ring, control).serve()

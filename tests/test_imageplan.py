@@ -16,6 +16,7 @@ import fastload
 from fastload import DataLoader, LoadError, _core, _qoi, batchview, mapobs
 from fastload.imagefolder import ImageFolder
 from fastload.plan import make_plan
+from fastload.schedule import schedule_of
 from fastload.storage import JPEG, QOI
 from fastload.transforms import (IMAGENET_MEAN, IMAGENET_STD, CenterCrop, Compose, DecodeJPEG,
                                  Normalize, RandomCrop, RandomHorizontalFlip,
@@ -26,6 +27,11 @@ from test_image_kernels import natural_image
 N = 20          # images per source
 BS = 6          # batch size (the last batch of an epoch is partial)
 SEED = 1234
+
+
+def plan_of(view):
+    """The plan the engine makes for iterating ``view``."""
+    return make_plan(*schedule_of(view))
 
 
 def jpeg(img, quality=90):
@@ -171,7 +177,7 @@ def assert_same_batches(got, want):
 
 @pytest.mark.parametrize("kind", ENCODED + DECODED)
 def test_plan_is_native_for_every_image_source(sources, kind):
-    plan = make_plan(batchview(images_view(sources, kind, "rrc_flip"), BS))
+    plan = plan_of(batchview(images_view(sources, kind, "rrc_flip"), BS))
     assert plan.leaves[0].kind == "native"
     assert plan.leaves[1].kind == "gather"
     assert not plan.has_python
@@ -180,7 +186,7 @@ def test_plan_is_native_for_every_image_source(sources, kind):
 def test_plan_is_native_for_arrays_of_different_sizes_with_each_fixed_size_crop(pixels):
     for crop in (RandomCrop(40), CenterCrop(40), RandomResizedCrop(40)):
         view = mapobs(Compose([crop]), pixels)
-        plan = make_plan(batchview((view, np.arange(N)), BS))
+        plan = plan_of(batchview((view, np.arange(N)), BS))
         assert plan.leaves[0].kind == "native", crop
         assert plan.leaves[0].spec.shape == (40, 40, 3)
 
@@ -208,18 +214,18 @@ def fallbacks(jpegs):
 @pytest.mark.parametrize("kind", ["generic", "bytearrays"])
 def test_plan_falls_back_to_python_for_other_containers(fallbacks, kind):
     images, labels = fallbacks[kind]
-    plan = make_plan(batchview((mapobs(chain("rrc_flip", True), images), labels), BS))
+    plan = plan_of(batchview((mapobs(chain("rrc_flip", True), images), labels), BS))
     assert plan.leaves[0].kind == "into"
     assert plan.has_python
 
 
 def test_plan_falls_back_for_varying_output_size_or_strided_pixels(pixels, jpegs):
-    varying = make_plan(batchview((mapobs(Compose([DecodeJPEG(), Resize(32)]), jpegs),
+    varying = plan_of(batchview((mapobs(Compose([DecodeJPEG(), Resize(32)]), jpegs),
                                    np.arange(N)), BS))
     assert varying.leaves[0].kind != "native"
     strided = [p[:, ::2] for p in pixels]   # pixels not packed in their rows
     data = (mapobs(Compose([CenterCrop(20)]), strided), np.arange(N))
-    assert make_plan(batchview(data, BS)).leaves[0].kind == "into"
+    assert plan_of(batchview(data, BS)).leaves[0].kind == "into"
     assert_same_batches(run(data, parallel=2), run(data, parallel=False))
 
 
@@ -232,7 +238,7 @@ CASES = [(kind, name) for kind in ENCODED for name in CHAINS] + \
 @pytest.mark.parametrize("kind,chain_name", CASES)
 def test_native_parallel_output_equals_python_sequential_output(sources, kind, chain_name):
     data = images_view(sources, kind, chain_name)
-    assert make_plan(batchview(data, BS)).leaves[0].kind == "native"
+    assert plan_of(batchview(data, BS)).leaves[0].kind == "native"
     want = run(data, parallel=False)
     assert want[0][0].shape[0] == BS and want[-1][0].shape[0] == N % BS
     for parallel in (1, 2, 4):
@@ -277,13 +283,13 @@ def test_native_equals_python_for_jpeg_flavours_at_reduced_scale(flavour):
         denoms = {compose.pipeline.prepare(h, w, SEED, 0, k)[1] for k, (h, w) in enumerate(shapes)}
         assert denoms - {1}, compose
         data = (mapobs(compose, items), np.arange(len(items)))
-        assert make_plan(batchview(data, 4)).leaves[0].kind == "native"
+        assert plan_of(batchview(data, 4)).leaves[0].kind == "native"
         assert_same_batches(run(data, parallel=3), run(data, parallel=False))
 
 
 def test_eachobs_native_equals_python(sources):
     view = images_view(sources, "mixed", "normalize_chw")[0]
-    assert make_plan(view).leaves[0].kind == "native"
+    assert plan_of(view).leaves[0].kind == "native"
     want = [x.copy() for x in fastload.eachobs(view, shuffle=True, seed=SEED)]
     got = [x.copy() for x in fastload.eachobs(view, shuffle=True, seed=SEED, parallel=3)]
     assert len(got) == len(want) == N
@@ -330,7 +336,7 @@ def test_reduced_scale_decode_resize_center_crop_native_equals_python_and_pil(bi
     compose = Compose([DecodeJPEG(), Resize(72), CenterCrop(64)])
     assert compose.pipeline.prepare(*BIG, SEED, 0, 0)[1] > 1   # decoded at reduced scale
     data = (mapobs(compose, big_jpegs), np.arange(len(big_jpegs)))
-    assert make_plan(batchview(data, 2)).leaves[0].kind == "native"
+    assert plan_of(batchview(data, 2)).leaves[0].kind == "native"
     want = run(data, epochs=1, parallel=False)
     got = run(data, epochs=1, parallel=2)
     assert_same_batches(got, want)
@@ -417,7 +423,7 @@ def test_corrupt_qoi_raises_load_error(pixels, parallel):
     items = [_qoi.encode(p) for p in pixels]
     items[5] = items[5][: len(items[5]) // 3]
     data = (mapobs(chain("crop_resize", True), items), np.arange(N))
-    assert make_plan(batchview(data, BS)).leaves[0].kind == "native"
+    assert plan_of(batchview(data, BS)).leaves[0].kind == "native"
     with pytest.raises(LoadError) as info:
         run(data, parallel=parallel)
     assert info.value.index == 5
@@ -440,7 +446,7 @@ def test_image_smaller_than_random_crop_raises_load_error(pixels, parallel):
     items = list(pixels)
     items[9] = items[9][:20, :20]
     data = (mapobs(Compose([RandomCrop(40)]), items), np.arange(N))
-    assert make_plan(batchview(data, BS)).leaves[0].kind == "native"
+    assert plan_of(batchview(data, BS)).leaves[0].kind == "native"
     with pytest.raises(LoadError) as info:
         run(data, parallel=parallel)
     assert info.value.index == 9
@@ -511,7 +517,7 @@ def test_scratch_memory_is_bounded_by_the_largest_image_not_the_batch():
     items = [jpeg(base[:h, :w], quality=80) for h, w in sizes(200, 300, 1001, seed=9)]
     # No resize: every image is decoded at full size into its thread's scratch.
     data = (mapobs(Compose([DecodeJPEG(), RandomCrop(64)]), items), np.arange(len(items)))
-    assert make_plan(batchview(data, 32)).leaves[0].kind == "native"
+    assert plan_of(batchview(data, 32)).leaves[0].kind == "native"
     # Warm up the pool threads and the decoder on a few small items.
     run((mapobs(data[0].f, items[:8]), np.arange(8)), epochs=1, parallel=4)
     before = peak = rss_bytes()

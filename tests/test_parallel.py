@@ -1,4 +1,4 @@
-"""Parallel loading on the native pool (fastload.parallel, DataLoader(parallel=...)): the
+"""Parallel loading on the native pool (fastload.engine, DataLoader(parallel=...)): the
 same output as sequential loading for any thread count, errors, and clean-up (early
 break, Ctrl-C, fork, many loaders)."""
 import _thread
@@ -17,9 +17,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fastload import _core
 from fastload import (DataLoader, LoadError, batchview, eachobs, eachobs_parallel, mapobs,
                       numobs)
-from fastload.parallel import Engine
+from fastload.engine import Engine
+from fastload.schedule import schedule_of
 from helpers import assert_tree_equal, copy_tree, deadline, run_epochs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -176,13 +178,13 @@ def test_unordered_parallel_yields_the_same_multiset_of_batches(parallel):
             assert sorted(map(repr, got)) == sorted(map(repr, want))
 
 
-@pytest.mark.parametrize("buffered", [False, True])
-def test_eachobs_parallel_yields_every_observation_and_every_batch_in_order(buffered):
+@pytest.mark.parametrize("buffer", [False, True])
+def test_eachobs_parallel_yields_every_observation_and_every_batch_in_order(buffer):
     x, y = array(37, "float64", "fortran"), array(37, "int64", "vector")
-    observations = [copy_tree(o) for o in eachobs_parallel((x, y), buffered=buffered)]
+    observations = [copy_tree(o) for o in eachobs_parallel((x, y), buffer=buffer)]
     assert_tree_equal(observations, [(x[i], y[i]) for i in range(37)])
     view = batchview((x, y), 5)
-    batches = [copy_tree(b) for b in eachobs_parallel(view, buffered=buffered, num_threads=2)]
+    batches = [copy_tree(b) for b in eachobs_parallel(view, buffer=buffer, parallel=2)]
     assert_tree_equal(batches, [view[b] for b in range(numobs(view))])
     assert len(eachobs_parallel(view)) == numobs(view) == 8
 
@@ -405,20 +407,21 @@ def test_ctrl_c_reaches_the_consumer_promptly_and_a_new_loader_works_after():
     assert_tree_equal(got, run_epochs(DataLoader(data, 16, shuffle=True, seed=2), 1))
 
 
-@pytest.mark.parametrize("buffered", [False, True])
-def test_engine_on_error_skip_drops_the_failed_item_from_its_batch_and_counts_it(buffered):
+@pytest.mark.parametrize("buffer", [False, True])
+def test_engine_on_error_skip_drops_the_failed_item_from_its_batch_and_counts_it(buffer):
     data = np.arange(120).reshape(30, 4)
-    engine = Engine(on_error="skip", buffered=buffered, num_threads=2)
-    view = batchview(mapobs(failing_at_7(), data), 10)
+    engine = Engine(on_error="skip", buffer=buffer, parallel=2)
+    container, schedule = schedule_of(batchview(mapobs(failing_at_7(), data), 10))
+    stats = _core.Stats()
     with deadline(10):
-        batches = [copy_tree(b) for b in engine.iterate(view)]
+        batches = [copy_tree(b) for b in engine.iterate(container, schedule, stats=stats)]
     assert [len(b) for b in batches] == [9, 10, 10]
     assert_tree_equal(batches[0], np.delete(data[:10], 7, axis=0) * 2)
     assert_tree_equal(batches[1:], [data[10:20] * 2, data[20:] * 2])
-    assert engine.skipped == 1
+    assert (stats.skipped, stats.items) == (1, 29)
     with deadline(10):
-        list(engine.iterate(view))
-    assert engine.skipped == 2
+        list(engine.iterate(container, schedule, stats=stats))
+    assert stats.skipped == 2
 
 
 @pytest.mark.parametrize("parallel", [False, 2])
@@ -434,7 +437,8 @@ def test_loader_on_error_skip_gives_the_batches_of_the_engine_and_counts_the_ski
 
 
 def test_engine_rejects_bad_options_with_value_error():
-    for options in ({"on_error": "ignore"}, {"num_threads": 0}, {"prefetch": 0}):
+    for options in ({"on_error": "ignore"}, {"parallel": 0}, {"prefetch": 0},
+                    {"backend": "fibers"}, {"backend": "process", "parallel": False}):
         with pytest.raises(ValueError):
             Engine(**options)
 

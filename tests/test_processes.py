@@ -12,8 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastload import DataLoader, LoadError, batchview, getobs, mapobs, numobs, obsview
-from fastload.parallel import Engine
-from fastload.processes import ProcessEngine, WorkerError
+from fastload import _core
+from fastload.engine import Engine
+from fastload.processes import WorkerError
+from fastload.schedule import schedule_of
 from fastload.transforms import (IMAGENET_MEAN, IMAGENET_STD, Compose, DecodeJPEG, Normalize,
                                  RandomHorizontalFlip, RandomResizedCrop, ToCHW)
 
@@ -39,8 +41,21 @@ def _steps(data, n, batch_size=7, shuffle=True, drop_last=False, collate=None, s
     return batchview(obsview(data, order), batch_size, drop_last, collate)
 
 
+def process_engine(workers, buffer=True, **options):
+    return Engine(parallel=workers, backend="process", buffer=buffer, **options)
+
+
+def thread_engine(**options):
+    return Engine(parallel=True, buffer=True, **options)
+
+
+def _iterate(engine, steps, stats=None, **kw):
+    """``steps`` (a view) loaded by ``engine``; ``kw``: seed, epoch, start."""
+    return engine.iterate(*schedule_of(steps, **kw), stats=stats)
+
+
 def _run(engine, steps, **kw):
-    return [copy_tree(step) for step in engine.iterate(steps, **kw)]
+    return [copy_tree(step) for step in _iterate(engine, steps, **kw)]
 
 
 def _double(x):
@@ -89,12 +104,12 @@ CONFIGS = _configs()
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_same_steps_as_thread_engine_and_getobs(name, shm_clean):
     steps, kw = CONFIGS[name]
-    engine = ProcessEngine(workers=2)
+    engine = process_engine(2)
     try:
         got = _run(engine, steps, epoch=1, seed=5, **kw)
     finally:
         engine.close()
-    threads = _run(Engine(), steps, epoch=1, seed=5, **kw)
+    threads = _run(thread_engine(), steps, epoch=1, seed=5, **kw)
     plain = [getobs(steps, k) for k in range(kw.get("start", 0), numobs(steps))]
     assert_tree_equal(got, threads)
     assert_tree_equal(got, plain)
@@ -102,7 +117,7 @@ def test_same_steps_as_thread_engine_and_getobs(name, shm_clean):
 
 def test_scalar_observations_of_a_python_leaf():
     steps = _steps(mapobs(_double, np.arange(30)), 30)
-    engine = ProcessEngine(workers=2)
+    engine = process_engine(2)
     try:
         got = _run(engine, steps)
     finally:
@@ -112,9 +127,9 @@ def test_scalar_observations_of_a_python_leaf():
 
 def test_unbuffered_steps_are_owned_copies():
     steps = _steps(np.arange(40.0).reshape(20, 2), 20, batch_size=4)
-    engine = ProcessEngine(workers=2, buffered=False)
+    engine = process_engine(2, buffer=False)
     try:
-        kept = list(engine.iterate(steps))
+        kept = list(_iterate(engine, steps))
     finally:
         engine.close()
     assert_tree_equal(kept, [getobs(steps, k) for k in range(numobs(steps))])
@@ -122,7 +137,7 @@ def test_unbuffered_steps_are_owned_copies():
 
 def test_unordered_delivers_the_same_set_of_steps():
     steps = _steps(np.arange(50), 50, batch_size=5)
-    engine = ProcessEngine(workers=3, ordered=False)
+    engine = process_engine(3, ordered=False)
     try:
         got = sorted(tuple(b) for b in _run(engine, steps))
     finally:
@@ -136,7 +151,7 @@ def test_unordered_delivers_the_same_set_of_steps():
 def test_every_worker_count_gives_the_sequential_steps(n, batch_size, drop_last, workers, seed):
     data = (mapobs(lambda v: v * 3, np.arange(2 * n).reshape(n, 2)), np.arange(n) * 0.5)
     steps = _steps(data, n, batch_size, drop_last=drop_last, seed=seed)
-    engine = ProcessEngine(workers=workers, prefetch=2)
+    engine = process_engine(workers, prefetch=2)
     try:
         got = _run(engine, steps)
     finally:
@@ -154,22 +169,22 @@ def test_image_pipeline_matches_the_native_thread_engine():
     compose = Compose([DecodeJPEG(), RandomResizedCrop(32, scale=(0.5, 1)),
                        RandomHorizontalFlip(), Normalize(IMAGENET_MEAN, IMAGENET_STD), ToCHW()])
     steps = _steps((mapobs(compose, _jpegs(24)), np.arange(24)), 24, batch_size=8)
-    engine = ProcessEngine(workers=2)
+    engine = process_engine(2)
     try:
         got = _run(engine, steps, epoch=2, seed=11)
     finally:
         engine.close()
-    assert_tree_equal(got, _run(Engine(), steps, epoch=2, seed=11))
+    assert_tree_equal(got, _run(thread_engine(), steps, epoch=2, seed=11))
 
 
 def test_next_epoch_reuses_the_workers():
     steps = _steps(mapobs(lambda v: v + 1, np.arange(30)[:, None]), 30)
-    engine = ProcessEngine(workers=2)
+    engine = process_engine(2)
     try:
         first = _run(engine, steps, epoch=0)
-        pids = [p.pid for p in engine._procs]
-        second = _run(engine, _steps(engine._root, 30, seed=9), epoch=1)
-        assert [p.pid for p in engine._procs] == pids
+        pids = [p.pid for p in engine._workers.procs]
+        second = _run(engine, _steps(engine._workers.root, 30, seed=9), epoch=1)
+        assert [p.pid for p in engine._workers.procs] == pids
     finally:
         engine.close()
     assert_tree_equal(first, [getobs(steps, k) for k in range(numobs(steps))])
@@ -187,7 +202,7 @@ def _fails_at(bad):
 
 def test_a_worker_that_raises_names_the_index_with_its_traceback(shm_clean):
     data = mapobs(_fails_at(13), np.arange(40)[:, None])
-    engine = ProcessEngine(workers=2)
+    engine = process_engine(2)
     try:
         with deadline(30), pytest.raises(LoadError) as info:
             _run(engine, _steps(data, 40, shuffle=False, batch_size=4))
@@ -210,14 +225,15 @@ def test_a_worker_that_raises_names_the_index_with_its_traceback(shm_clean):
 def test_skip_drops_failed_observations_like_the_thread_engine():
     data = mapobs(_fails_at(5), np.arange(20)[:, None])
     steps = _steps(data, 20, batch_size=6)
-    engine = ProcessEngine(workers=2, on_error="skip")
+    engine = process_engine(2, on_error="skip")
+    stats, thread_stats = _core.Stats(), _core.Stats()
     try:
-        got = _run(engine, steps)
+        got = _run(engine, steps, stats=stats)
     finally:
         engine.close()
-    threads = Engine(on_error="skip")
-    assert_tree_equal(got, _run(threads, steps))
-    assert engine.skipped == threads.skipped == 1
+    assert_tree_equal(got, _run(thread_engine(on_error="skip"), steps, stats=thread_stats))
+    assert stats.skipped == thread_stats.skipped == 1
+    assert stats.items == thread_stats.items == 19
 
 
 def _slow(v):
@@ -226,16 +242,16 @@ def _slow(v):
 
 
 def test_killed_worker_raises_within_seconds(shm_clean):
-    engine = ProcessEngine(workers=2)
+    engine = process_engine(2)
     try:
-        it = engine.iterate(_steps(mapobs(_slow, np.arange(400)[:, None]), 400, batch_size=4))
+        it = _iterate(engine, _steps(mapobs(_slow, np.arange(400)[:, None]), 400, batch_size=4))
         next(it)
-        victim = engine._procs[0]
+        victim = engine._workers.procs[0]
         os.kill(victim.pid, signal.SIGKILL)
         with deadline(20), pytest.raises(RuntimeError, match="SIGKILL"):
             for _ in it:
                 pass
-        assert engine._procs is None
+        assert engine._workers.procs is None
         steps = _steps(np.arange(12), 12)
         assert_tree_equal(_run(engine, steps), [getobs(steps, k) for k in range(2)])
     finally:
@@ -244,10 +260,10 @@ def test_killed_worker_raises_within_seconds(shm_clean):
 
 def test_early_break_stops_jobs_and_the_next_epoch_is_exact(shm_clean):
     data = mapobs(_slow, np.arange(200)[:, None])
-    engine = ProcessEngine(workers=2)
+    engine = process_engine(2)
     try:
         with deadline(20):
-            for k, _ in enumerate(engine.iterate(_steps(data, 200, batch_size=4))):
+            for k, _ in enumerate(_iterate(engine, _steps(data, 200, batch_size=4))):
                 if k == 2:
                     break
         steps = _steps(data, 200, batch_size=4, seed=8)
@@ -258,15 +274,15 @@ def test_early_break_stops_jobs_and_the_next_epoch_is_exact(shm_clean):
 
 
 def test_ctrl_c_in_the_consumer_stops_cleanly(shm_clean):
-    engine = ProcessEngine(workers=2)
+    engine = process_engine(2)
     try:
-        it = engine.iterate(_steps(mapobs(_slow, np.arange(400)[:, None]), 400, batch_size=4))
+        it = _iterate(engine, _steps(mapobs(_slow, np.arange(400)[:, None]), 400, batch_size=4))
         next(it)
         with deadline(20), pytest.raises(KeyboardInterrupt):
             for k, _ in enumerate(it):
                 if k == 1:
                     os.kill(os.getpid(), signal.SIGINT)
-        assert all(p.is_alive() for p in engine._procs)
+        assert all(p.is_alive() for p in engine._workers.procs)
         steps = _steps(np.arange(12), 12)
         assert_tree_equal(_run(engine, steps), [getobs(steps, k) for k in range(2)])
     finally:
@@ -275,11 +291,11 @@ def test_ctrl_c_in_the_consumer_stops_cleanly(shm_clean):
 
 def test_ctrl_c_reaching_a_worker_is_ignored_by_it():
     steps = _steps(mapobs(_slow, np.arange(40)[:, None]), 40, batch_size=4)
-    engine = ProcessEngine(workers=2)
+    engine = process_engine(2)
     try:
-        it = engine.iterate(steps)
+        it = _iterate(engine, steps)
         got = [copy_tree(next(it))]
-        for proc in engine._procs:
+        for proc in engine._workers.procs:
             os.kill(proc.pid, signal.SIGINT)
         got += [copy_tree(b) for b in it]
     finally:
@@ -288,9 +304,9 @@ def test_ctrl_c_reaching_a_worker_is_ignored_by_it():
 
 
 def test_dropping_the_engine_stops_its_workers():
-    engine = ProcessEngine(workers=2)
+    engine = process_engine(2)
     _run(engine, _steps(np.arange(10), 10))
-    procs = list(engine._procs)
+    procs = list(engine._workers.procs)
     del engine
     gc.collect()
     for proc in procs:
@@ -299,7 +315,7 @@ def test_dropping_the_engine_stops_its_workers():
 
 
 def test_close_is_idempotent_and_the_next_iteration_restarts():
-    engine = ProcessEngine(workers=1)
+    engine = process_engine(1)
     steps = _steps(np.arange(10), 10)
     _run(engine, steps)
     engine.close()
@@ -308,11 +324,11 @@ def test_close_is_idempotent_and_the_next_iteration_restarts():
     engine.close()
 
 
-@pytest.mark.parametrize("bad", [{"workers": 0}, {"workers": 2, "prefetch": 0},
-                                 {"workers": 2, "on_error": "ignore"}])
+@pytest.mark.parametrize("bad", [{"parallel": 0}, {"parallel": 2, "prefetch": 0},
+                                 {"parallel": 2, "on_error": "ignore"}])
 def test_bad_options_raise_value_error(bad):
     with pytest.raises(ValueError):
-        ProcessEngine(**bad)
+        Engine(backend="process", **bad)
 
 
 def test_dataloader_process_backend_matches_threads():

@@ -85,14 +85,6 @@ def test_a_forked_child_can_drop_an_iteration_of_its_parent_and_load_anew():
         "print(sum(len(b) for b in batches), 'ok')\n")
 
 
-def test_a_wait_with_a_negative_or_huge_timeout_returns():
-    group = _core.Group()
-    job = _core.Job(group, _core.Plan([("python", None)], [0]))
-    with deadline(5):
-        assert job.wait(-0.5) is False
-        assert job.wait(float("nan")) is False
-
-
 def test_an_exception_whose_text_cannot_be_made_still_fails_its_item():
     class Unprintable(Exception):
         def __str__(self):

@@ -1,0 +1,206 @@
+"""The engine: loads the steps of a schedule into a ring of reused slots and delivers them.
+
+::
+
+    DataLoader / eachobs / eachobs_parallel          (loader.py: epochs, order, state)
+        | container + Schedule(order, batch_size, drop_last, collate, seed, epoch, start)
+        v
+    Engine.iterate                                   (this module: options, ring, transport)
+        | make_plan(container, schedule)             (plan.py: per leaf gather/native/into/object)
+        v
+    _core.Iteration.__next__                         (_core.pyx: the one delivery loop)
+        | native run: fl_run_next                    (csrc/engine.c: claim, fill, complete)
+        |   parallel=0: items load in the caller's thread
+        |   parallel=n: n pool threads claim items  (csrc/pool.c)
+        | or worker processes                        (processes.py, workers.py)
+        v
+    a filled slot -> its cached array views (buffer=True) or a copy (buffer=False)
+
+Slot invariants: a slot is free, loading (only the tasks of its step write into it),
+ready, or held by the consumer (its value was handed out and ``next()`` was not called
+again); a slot is reused only after the consumer released it, and an iteration waits for
+its tasks before its ring can be freed.
+"""
+import atexit
+import threading
+import weakref
+from numbers import Integral
+
+import numpy as np
+
+from . import _core
+from .context import loading
+from .plan import make_plan
+from .processes import WorkerPool
+
+__all__ = ["Engine"]
+
+_RING_BYTES = 32 << 20      # the most a ring of cheap (gathered) steps takes by default
+_live = weakref.WeakSet()   # iterations that may still have tasks running
+
+
+@atexit.register
+def _stop_all_at_exit():
+    """Cancel running iterations and join the pool while Python can still serve the GIL
+    to tasks that are inside a Python callback."""
+    for iteration in list(_live):
+        iteration.cancel()
+    _core.shutdown_pool()
+
+
+def _check_options(parallel, buffer, ordered, prefetch, on_error, backend):
+    if parallel is not False and not (parallel is True or (
+            isinstance(parallel, Integral) and not isinstance(parallel, bool) and parallel >= 1)):
+        raise ValueError(f"parallel must be False, True or a number of threads >= 1, "
+                         f"got {parallel!r}")
+    if prefetch is not None and (not isinstance(prefetch, Integral) or prefetch < 1):
+        raise ValueError(f"prefetch must be a positive int or None, got {prefetch!r}")
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if backend not in ("thread", "process"):
+        raise ValueError(f"backend must be 'thread' or 'process', got {backend!r}")
+    if backend == "process" and parallel is False:
+        raise ValueError("backend='process' needs parallel=True or a number of workers")
+    if not isinstance(buffer, bool) or not isinstance(ordered, bool):
+        raise TypeError(f"buffer and ordered must be True or False, got {buffer!r}, {ordered!r}")
+
+
+class Engine:
+    """Loads the steps of a schedule into a ring of reused slots and delivers them.
+
+    ``parallel``: False (the caller's thread), True (the pool's threads, or as many
+    worker processes as ``FASTLOAD_NUM_THREADS`` or the CPUs say) or a number of threads
+    (processes with ``backend="process"``). ``buffer``: yield views into a ring slot
+    (valid until the next ``next()``) instead of arrays the caller owns. ``ordered``:
+    yield step ``k`` before ``k+1``. ``prefetch``: steps in flight. ``on_error``:
+    "raise", or "skip" to drop failed observations from their batch.
+    ``allocator(shape, dtype)`` makes the ring's arrays (np.empty by default; an
+    integration may allocate pinned memory instead). Raises ``ValueError`` for an
+    unknown option value.
+    """
+
+    def __init__(self, *, parallel=False, buffer=False, ordered=True, prefetch=None,
+                 on_error="raise", backend="thread", allocator=np.empty):
+        _check_options(parallel, buffer, ordered, prefetch, on_error, backend)
+        self.parallel = parallel
+        self.buffer = buffer
+        self.ordered = ordered
+        self.prefetch = prefetch
+        self.on_error = on_error
+        self.backend = backend
+        self.allocator = allocator
+        self._ring = None            # (signature, slots, values) reused across iterations
+        self._ring_owner = None      # weakref to the iteration using the ring
+        self._lock = threading.Lock()
+        self._iterations = weakref.WeakSet()
+        self._workers = None
+        if backend == "process":
+            count = _core.default_pool_size() if parallel is True else int(parallel)
+            self._workers = WorkerPool(count)
+
+    @property
+    def ring(self):
+        """The slots of the ring kept across iterations (each a list of destination arrays
+        per leaf), or None before the first iteration and after ``close()``."""
+        return None if self._ring is None else self._ring[1]
+
+    def _threads(self):
+        """Pool threads that work for one iteration (0: the caller's thread)."""
+        if self.parallel is False:
+            return 0
+        if self.parallel is True:
+            return _core.pool_size()
+        _core.reserve_threads(self.parallel)
+        return int(self.parallel)
+
+    def _slots(self, plan, threads):
+        if self._workers is not None:
+            return self.prefetch or 2 * self._workers.count
+        if threads == 0:
+            return 1
+        if self.prefetch:
+            return self.prefetch + 1
+        if plan.expensive:
+            return 3 if plan.batch_size else 2 * threads + 1
+        # Cheap steps: enough of them in flight that a wake-up pays for many.
+        prefetch = max(2, min(128, -(-1024 // plan.rows)))
+        slot_bytes = max(1, sum(plan.row_bytes) * plan.rows)
+        while prefetch > 2 and (prefetch + 1) * slot_bytes > _RING_BYTES:
+            prefetch //= 2
+        return prefetch + 1
+
+    def _ring_for(self, plan, count):
+        """Slots for ``plan``: the engine's ring, made once and reused while its layout is
+        the same; an iteration that starts while another uses it gets a ring of its own."""
+        key = (plan.signature, count)
+        with self._lock:
+            owner = self._ring_owner() if self._ring_owner is not None else None
+            busy = owner is not None and not owner.done
+            if not busy and self._ring is not None and self._ring[0] == key:
+                return self._ring[1], self._ring[2], True
+        slots = [plan.allocate(self.allocator) for _ in range(count)]
+        values = [plan.whole_value(slot) for slot in slots]
+        if busy:
+            return slots, values, False
+        with self._lock:
+            self._ring = (key, slots, values)
+        return slots, values, True
+
+    def iterate(self, data, schedule, *, stats=None, progress=None, on_end=None):
+        """An iterator over the steps of ``schedule`` loaded from the container ``data``
+        (a ``_core.Iteration``). ``stats`` and ``progress`` (``_core.Stats``,
+        ``_core.Progress``) are updated as steps are delivered; ``on_end()`` is called
+        when the last one was. Raises ``fastload.LoadError`` naming the observation that
+        failed to load."""
+        stats = stats if stats is not None else _core.Stats()
+        progress = progress if progress is not None else _core.Progress(schedule.epoch,
+                                                                         schedule.start)
+        skip = self.on_error == "skip"
+        plan = make_plan(data, schedule, skip=skip, stats=stats)
+        threads = self._threads()
+        count = self._slots(plan, threads)
+        if self._workers is not None:
+            ring = self._workers.ring(data, plan, count)   # made before the workers fork
+            values, shared = [plan.whole_value(slot) for slot in ring], False
+        else:
+            ring, values, shared = self._ring_for(plan, count)
+        objects = [plan.new_objects() for _ in ring]
+        iteration = _core.Iteration(plan, ring, values, objects, plan.rows, self.buffer,
+                                    stats, progress, on_end,
+                                    plan.whole_steps and schedule.batch_size is not None)
+        if shared:
+            self._ring_owner = weakref.ref(iteration)
+        self._iterations.add(iteration)
+        if self._workers is not None:
+            iteration.start_transport(self._workers.begin(schedule, plan, self.ordered, skip,
+                                                          stats))
+            return iteration
+        filler = _filler(plan, ring, objects, schedule) if plan.has_python else None
+        # Cheap items are claimed in chunks so threads do not contend per item.
+        chunk = 1 if plan.expensive else max(16, -(-plan.rows // (4 * max(threads, 1))))
+        iteration.start_run(_core.Fields(plan.fields, plan.row_bytes), plan.order(schedule),
+                            schedule.start, schedule.steps, schedule.seed, schedule.epoch,
+                            threads, chunk, self.ordered, skip, plan.expensive, filler)
+        _live.add(iteration)
+        return iteration
+
+    def close(self):
+        """Stop the running iterations, if any, stop worker processes and release the
+        ring. Idempotent; the next iteration starts afresh."""
+        for iteration in list(self._iterations):
+            iteration.cancel()
+        if self._workers is not None:
+            self._workers.close()
+        with self._lock:
+            self._ring = self._ring_owner = None
+
+
+def _filler(plan, ring, objects, schedule):
+    """The callback that loads an item of a Python leaf: ``filler(slot, field, pos,
+    index)``, with ``context.current()`` giving the schedule's seed and epoch."""
+    seed, epoch = schedule.seed, schedule.epoch
+
+    def filler(slot, field, pos, index):
+        with loading(seed, epoch):
+            plan.fill(ring[slot], objects[slot], field, pos, index)
+    return filler

@@ -1,0 +1,82 @@
+"""The schedule: what the loader hands the engine for one epoch, as one plain value.
+
+A schedule says which observations of a container are loaded, in which order, and how
+they form steps: ``order`` (int64 positions in the container, already shuffled and
+sharded), ``batch_size`` (None: each step is one observation), ``drop_last``,
+``collate``, and the ``seed``, ``epoch`` and first step (``start``) the engine loads with.
+The engine never looks at views to learn this: ``schedule_of`` turns a view (a
+``batchview`` over ``obsview``/``shuffleobs`` layers) into a container and a schedule
+once, at the boundary, for ``eachobs_parallel``.
+"""
+from numbers import Integral
+
+import numpy as np
+
+from .obs import numobs
+from .views import BatchView, ObsView
+
+__all__ = ["Schedule", "schedule_of"]
+
+
+class Schedule:
+    """One epoch of loading (see the module docstring). Raises ``ValueError`` for a
+    ``batch_size`` below 1 or a ``start`` outside ``[0, steps]``."""
+
+    __slots__ = ("order", "batch_size", "drop_last", "collate", "seed", "epoch", "start")
+
+    def __init__(self, order, batch_size=None, *, drop_last=False, collate=None, seed=0,
+                 epoch=0, start=0):
+        order = np.ascontiguousarray(order, dtype=np.int64)
+        if order.ndim != 1:
+            raise ValueError(f"a schedule's order is 1-D, got shape {order.shape}")
+        if batch_size is not None and (not isinstance(batch_size, Integral) or batch_size < 1):
+            raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
+        self.order = order
+        self.batch_size = None if batch_size is None else int(batch_size)
+        self.drop_last = bool(drop_last)
+        self.collate = collate
+        self.seed = int(seed)
+        self.epoch = int(epoch)
+        self.start = int(start)
+        if not 0 <= self.start <= self.steps:
+            raise ValueError(f"start {start} is outside the {self.steps} steps of the schedule")
+
+    @property
+    def rows(self):
+        """Observations in a whole step (1 for single observations)."""
+        return self.batch_size or 1
+
+    @property
+    def steps(self):
+        """Steps in the epoch: batches (the last one partial unless ``drop_last``) or
+        observations."""
+        n, rows = len(self.order), self.rows
+        return n // rows if self.drop_last else -(-n // rows)
+
+    def positions(self, step):
+        """The container positions that ``step`` loads (a view of ``order``)."""
+        first = step * self.rows
+        return self.order[first:min(first + self.rows, len(self.order))]
+
+    def __repr__(self):
+        return (f"Schedule({len(self.order)} observations, batch_size={self.batch_size}, "
+                f"drop_last={self.drop_last}, seed={self.seed}, epoch={self.epoch}, "
+                f"start={self.start})")
+
+
+def schedule_of(data, *, seed=0, epoch=0, start=0):
+    """``(container, schedule)`` for iterating the observations of ``data``: a
+    ``batchview`` becomes batches of its container, and ``obsview`` layers under it (or
+    at the top) fold into the order."""
+    batch_size, drop_last, collate = None, False, None
+    if isinstance(data, BatchView):
+        batch_size, drop_last, collate = data.batch_size, data.drop_last, data.collate
+        data = data.data
+    order = None
+    while isinstance(data, ObsView):
+        order = data.indices if order is None else data.indices[order]
+        data = data.data
+    if order is None:
+        order = np.arange(numobs(data), dtype=np.int64)
+    return data, Schedule(order, batch_size, drop_last=drop_last, collate=collate, seed=seed,
+                          epoch=epoch, start=start)
