@@ -31,7 +31,9 @@ demo: build
 # Every benchmark, one after the other (a few minutes each on 2 cores).
 bench: build
 	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) bench/overhead.py
 	$(PY) bench/tensor.py
+	$(PY) bench/cifar.py
 	$(PY) bench/jpeg.py
 	$(PY) bench/storage.py
 	$(PY) bench/gil.py

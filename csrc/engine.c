@@ -197,9 +197,10 @@ static void run_items(fl_run *r, int slot_index, int64_t first, int64_t last,
         for (int f = 0; f < r->nfields; f++) {
             const fl_field *field = &r->fields[f];
             message[0] = '\0';
-            if (field->fill(field, &item, slot->dst[f] + pos * field->row_bytes, scratch,
-                            message) != 0) {
-                fail_item(r, slot, pos, f, message, 0);
+            int rc = field->fill(field, &item, slot->dst[f] + pos * field->row_bytes, scratch,
+                                 message);
+            if (rc != 0) {
+                fail_item(r, slot, pos, f, message, rc == FL_FILL_FATAL);
                 break;
             }
         }

@@ -53,7 +53,9 @@ typedef struct fl_item {
 } fl_item;
 
 /* Loads observation item->index of a field into `dst`. Returns 0, or nonzero after
- * writing a message into `message` (FL_MESSAGE_BYTES). Runs without the GIL. */
+ * writing a message into `message` (FL_MESSAGE_BYTES): FL_FILL_FATAL when the step must
+ * fail even where failed items are skipped (an interrupt). Runs without the GIL. */
+#define FL_FILL_FATAL (-2)
 typedef int (*fl_fill_fn)(const struct fl_field *field, const fl_item *item, char *dst,
                           fl_scratch *scratch, char *message);
 

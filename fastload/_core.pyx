@@ -34,6 +34,7 @@ cdef extern from "rng.h" nogil:
 cdef extern from "engine.h" nogil:
     enum: FL_MAX_DIMS
     enum: FL_MESSAGE_BYTES
+    enum: FL_FILL_FATAL
     ctypedef struct fl_scratch:
         pass
     ctypedef struct fl_slot:
@@ -272,10 +273,11 @@ cdef class Iteration:
     cdef Fields fields
     cdef object order
     cdef readonly object plan
-    cdef list ring, values, objects
+    cdef list ring, values
+    cdef readonly list objects
     cdef dict errors
     cdef object filler, on_end
-    cdef bint buffer, release_gil, count_values
+    cdef bint buffer, release_gil, count_values, busy
     cdef readonly bint done
     cdef int held
     cdef int64_t rows
@@ -378,13 +380,18 @@ cdef class Iteration:
         cdef double start = _now(), end
         if self.done:
             raise StopIteration
+        if self.busy:
+            raise ValueError("this iteration is already in next() on another thread")
         if self.last > 0:
             self.stats.compute_s += start - self.last
+        self.busy = True
         try:
             value = self._next_native() if self.run != NULL else self._next_transport()
         except BaseException:
             self._stop()
             raise
+        finally:
+            self.busy = False
         end = _now()
         self.stats.wait_s += end - start
         if value is _END:
@@ -433,8 +440,11 @@ cdef class Iteration:
         return self._deliver(slot, rows, failure, keep, objects)
 
     cdef object _deliver(self, int slot, int64_t rows, failure, keep, objects):
-        errors = self.errors.pop(slot, None)
+        self.errors.pop(slot, None)
         if failure is not None:
+            cause = failure[4]
+            if cause is not None and not isinstance(cause, Exception):
+                raise cause        # an interrupt is not a failed observation
             raise self.plan.load_error(*failure)
         if objects is None:
             objects = self.objects[slot]
@@ -472,7 +482,8 @@ cdef class Iteration:
         except BaseException as exc:
             self.errors.setdefault(slot, {}).setdefault(pos, exc)
             _write_message(message, exc)
-            return -1
+            # Ctrl-C (or SystemExit) in the user's code stops the step, skip or not.
+            return -1 if isinstance(exc, Exception) else FL_FILL_FATAL
 
 
 cdef extern from "imageplan.h" nogil:

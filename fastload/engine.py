@@ -39,6 +39,15 @@ _RING_BYTES = 32 << 20      # the most a ring of cheap (gathered) steps takes by
 _live = weakref.WeakSet()   # iterations that may still have tasks running
 
 
+class _Claimed:
+    done = False
+
+
+def _claimed():
+    """The ring's owner while the iteration that took it is being made."""
+    return _Claimed
+
+
 @atexit.register
 def _stop_all_at_exit():
     """Cancel running iterations and join the pool while Python can still serve the GIL
@@ -104,7 +113,7 @@ class Engine:
         per leaf), or None before the first iteration and after ``close()``."""
         return None if self._ring is None else self._ring[1]
 
-    def _threads(self):
+    def _parallel(self):
         """Pool threads that work for one iteration (0: the caller's thread)."""
         if self.parallel is False:
             return 0
@@ -113,15 +122,16 @@ class Engine:
         _core.reserve_threads(self.parallel)
         return int(self.parallel)
 
-    def _slots(self, plan, threads):
+    def _slots(self, plan, parallel):
+        """Slots of the ring: ``prefetch`` steps in flight and one held by the consumer."""
         if self._workers is not None:
-            return self.prefetch or 2 * self._workers.count
-        if threads == 0:
+            return (self.prefetch or 2 * self._workers.count) + 1
+        if parallel == 0:
             return 1
         if self.prefetch:
             return self.prefetch + 1
         if plan.expensive:
-            return 3 if plan.batch_size else 2 * threads + 1
+            return 3 if plan.batch_size else 2 * parallel + 1
         # Cheap steps: enough of them in flight that a wake-up pays for many.
         prefetch = max(2, min(128, -(-1024 // plan.rows)))
         slot_bytes = max(1, sum(plan.row_bytes) * plan.rows)
@@ -136,15 +146,15 @@ class Engine:
         with self._lock:
             owner = self._ring_owner() if self._ring_owner is not None else None
             busy = owner is not None and not owner.done
-            if not busy and self._ring is not None and self._ring[0] == key:
-                return self._ring[1], self._ring[2], True
+            if not busy:
+                self._ring_owner = _claimed    # until the iteration that uses it exists
+                if self._ring is not None and self._ring[0] == key:
+                    return self._ring[1], self._ring[2], True
         slots = [plan.allocate(self.allocator) for _ in range(count)]
         values = [plan.whole_value(slot) for slot in slots]
-        if busy:
-            return slots, values, False
-        with self._lock:
+        if not busy:
             self._ring = (key, slots, values)
-        return slots, values, True
+        return slots, values, not busy
 
     def iterate(self, data, schedule, *, stats=None, progress=None, on_end=None):
         """An iterator over the steps of ``schedule`` loaded from the container ``data``
@@ -157,17 +167,21 @@ class Engine:
                                                                          schedule.start)
         skip = self.on_error == "skip"
         plan = make_plan(data, schedule, skip=skip, stats=stats)
-        threads = self._threads()
-        count = self._slots(plan, threads)
+        parallel = self._parallel()
+        count = self._slots(plan, parallel)
         if self._workers is not None:
             ring = self._workers.ring(data, plan, count)   # made before the workers fork
             values, shared = [plan.whole_value(slot) for slot in ring], False
         else:
             ring, values, shared = self._ring_for(plan, count)
-        objects = [plan.new_objects() for _ in ring]
-        iteration = _core.Iteration(plan, ring, values, objects, plan.rows, self.buffer,
-                                    stats, progress, on_end,
-                                    plan.whole_steps and schedule.batch_size is not None)
+        try:
+            iteration = _core.Iteration(plan, ring, values, [plan.new_objects() for _ in ring],
+                                        plan.rows, self.buffer, stats, progress, on_end,
+                                        plan.whole_steps and schedule.batch_size is not None)
+        except BaseException:
+            if shared:
+                self._ring_owner = None
+            raise
         if shared:
             self._ring_owner = weakref.ref(iteration)
         self._iterations.add(iteration)
@@ -175,12 +189,12 @@ class Engine:
             iteration.start_transport(self._workers.begin(schedule, plan, self.ordered, skip,
                                                           stats))
             return iteration
-        filler = _filler(plan, ring, objects, schedule) if plan.has_python else None
+        filler = _filler(plan, ring, iteration.objects, schedule) if plan.has_python else None
         # Cheap items are claimed in chunks so threads do not contend per item.
-        chunk = 1 if plan.expensive else max(16, -(-plan.rows // (4 * max(threads, 1))))
+        chunk = 1 if plan.expensive else max(16, -(-plan.rows // (4 * max(parallel, 1))))
         iteration.start_run(_core.Fields(plan.fields, plan.row_bytes), plan.order(schedule),
                             schedule.start, schedule.steps, schedule.seed, schedule.epoch,
-                            threads, chunk, self.ordered, skip, plan.expensive, filler)
+                            parallel, chunk, self.ordered, skip, plan.expensive, filler)
         _live.add(iteration)
         return iteration
 

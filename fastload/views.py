@@ -9,8 +9,9 @@ from .errors import load_error
 from .obs import (copy_into, getobs, getobs_into, is_batch_index, map_tree, normalize_index,
                   numobs, tree_leaves)
 
-__all__ = ["BatchView", "JoinedObs", "MappedObs", "ObsView", "batchview", "collate_batch", "joinobs",
-           "kfolds", "mapobs", "obsview", "randobs", "shuffleobs", "source_of", "splitobs"]
+__all__ = ["BatchView", "JoinedObs", "MappedObs", "ObsView", "batchview", "collate_batch",
+           "joinobs", "kfolds", "mapobs", "obsview", "randobs", "shuffleobs", "source_of",
+           "splitobs"]
 
 
 def _rng(seed):

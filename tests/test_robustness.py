@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import simplejpeg
 
-from fastload import DataLoader, LoadError, _core, mapobs
+from fastload import DataLoader, LoadError, mapobs
 from fastload.imagefolder import ImageFolder
 from fastload.transforms import CenterCrop, Compose, DecodeJPEG, Resize
 

@@ -1,0 +1,214 @@
+"""The engine and its boundary (fastload.engine, fastload.schedule): schedules made once
+from views, rings that fill up and drain, small steps claimed across step boundaries,
+whole-step containers, and no view built per batch."""
+import multiprocessing
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from fastload import (DataLoader, LoadError, _core, batchview, eachobs, eachobs_parallel,
+                      obsview, shuffleobs)
+from fastload import views
+from fastload.engine import Engine
+from fastload.schedule import Schedule, schedule_of
+from helpers import assert_tree_equal, copy_tree, deadline, run_epochs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _arrays(n):
+    return np.arange(n * 3, dtype=np.float32).reshape(n, 3), np.arange(n, dtype=np.int64)
+
+
+def test_schedule_counts_steps_and_slices_positions():
+    s = Schedule(np.arange(10)[::-1], 4)
+    assert (s.steps, s.rows) == (3, 4)
+    assert s.positions(2).tolist() == [1, 0]
+    assert Schedule(np.arange(10), 4, drop_last=True).steps == 2
+    assert Schedule(np.arange(10)).steps == 10
+    with pytest.raises(ValueError, match="outside"):
+        Schedule(np.arange(10), 4, start=4)
+    with pytest.raises(ValueError, match="batch_size"):
+        Schedule(np.arange(10), 0)
+
+
+def test_schedule_of_folds_obsview_layers_into_one_order():
+    x = np.arange(20) * 10
+    a, b = np.random.default_rng(0).permutation(20), np.arange(12)[::-1]
+    container, schedule = schedule_of(batchview(obsview(obsview(x, a), b), 5, drop_last=True),
+                                      seed=3, epoch=2)
+    assert container is x
+    assert schedule.order.tolist() == a[b].tolist()
+    assert (schedule.batch_size, schedule.drop_last, schedule.steps) == (5, True, 2)
+    assert (schedule.seed, schedule.epoch) == (3, 2)
+    got = [copy_tree(v) for v in Engine().iterate(container, schedule)]
+    assert_tree_equal(got, [x[a[b]][:5], x[a[b]][5:10]])
+
+
+@pytest.mark.parametrize("parallel", [1, 2, 4])
+@pytest.mark.parametrize("prefetch", [None, 1, 3])
+@pytest.mark.parametrize("ordered", [True, False])
+def test_small_steps_through_a_ring_that_fills_and_drains(parallel, prefetch, ordered):
+    # Thousands of steps through a ring of a few slots (or the deep default one): the
+    # tasks stop when every slot is taken and start again as the consumer frees them.
+    data = _arrays(2500)
+    for batch_size in (1, 3):
+        kw = dict(batch_size=batch_size, shuffle=True, seed=7)
+        loader = DataLoader(data, parallel=parallel, prefetch=prefetch, ordered=ordered,
+                            buffer=True, **kw)
+        with deadline(60):
+            got = run_epochs(loader, 2)
+        expected = run_epochs(DataLoader(data, **kw), 2)
+        if ordered:
+            assert_tree_equal(got, expected)
+        else:
+            for g, e in zip(got, expected):
+                assert sorted(b[1].tolist() for b in g) == sorted(b[1].tolist() for b in e)
+
+
+def test_a_slow_consumer_gets_every_step_in_order():
+    data = _arrays(600)
+    loader = DataLoader(data, 2, shuffle=True, seed=1, parallel=2, buffer=True)
+    got = []
+    for k, batch in enumerate(loader):
+        got.append(copy_tree(batch))
+        if k % 50 == 0:
+            threading.Event().wait(0.01)   # the ring fills and the tasks exit meanwhile
+    assert_tree_equal(got, run_epochs(DataLoader(data, 2, shuffle=True, seed=1), 1)[0])
+
+
+@pytest.mark.parametrize("parallel", [False, 2])
+def test_a_loader_over_arrays_builds_no_view_per_batch(parallel, monkeypatch):
+    made = []
+    for cls in (views.ObsView, views.BatchView):
+        original = cls.__init__
+
+        def counting(self, *args, _original=original, **kwargs):
+            made.append(type(self).__name__)
+            _original(self, *args, **kwargs)
+        monkeypatch.setattr(cls, "__init__", counting)
+    loader = DataLoader(_arrays(100), 4, shuffle=True, seed=0, parallel=parallel)
+    assert len(run_epochs(loader, 2)[1]) == 25
+    assert made == []
+
+
+class Batched:
+    """A container with batches of its own (the engine loads whole steps); observation 5
+    cannot be loaded."""
+
+    def __numobs__(self):
+        return 12
+
+    def __getobs__(self, i):
+        i = np.asarray(i)
+        if np.any(i == 5):
+            raise KeyError("observation 5 is missing")
+        return {"i": i * 10}
+
+
+@pytest.mark.parametrize("parallel", [False, 2])
+def test_whole_step_containers_count_observations_and_skip_the_bad_one(parallel):
+    loader = DataLoader(Batched(), 4, parallel=parallel, on_error="skip")
+    with pytest.warns(RuntimeWarning, match="skipped 1"):
+        batches = run_epochs(loader, 1)[0]
+    assert [b["i"].tolist() for b in batches] == [[0, 10, 20, 30], [40, 60, 70],
+                                                  [80, 90, 100, 110]]
+    assert (loader.stats()["items"], loader.stats()["skipped"]) == (11, 1)
+    with pytest.raises(LoadError, match="could not load step 1"):
+        list(DataLoader(Batched(), 4, parallel=parallel))
+
+
+def test_eachobs_parallel_takes_any_view_and_loads_it_like_getobs():
+    x, y = _arrays(30)
+    view = batchview(shuffleobs((x, y), seed=2), 7)
+    got = [copy_tree(b) for b in eachobs_parallel(view, parallel=2)]
+    assert_tree_equal(got, [view[k] for k in range(len(view))])
+    single = [copy_tree(o) for o in eachobs_parallel(obsview((x, y), np.arange(29, -1, -1)))]
+    assert_tree_equal(single, [(x[i], y[i]) for i in range(29, -1, -1)])
+
+
+def test_next_from_two_threads_at_once_is_refused():
+    release = threading.Event()
+
+    def slow(i):
+        if i > 0:      # the plan reads observation 0 to learn its shape
+            release.wait(10)
+        return np.zeros(2)
+    it = iter(eachobs(views.mapobs(slow, np.arange(4)), parallel=1))
+    first = threading.Thread(target=lambda: [next(it), next(it)])   # waits in the second
+    first.start()
+    threading.Event().wait(0.3)
+    with deadline(10), pytest.raises(ValueError, match="already in next()"):
+        next(it)
+    release.set()
+    first.join(10)
+    assert not first.is_alive()
+
+
+def test_close_wakes_a_consumer_waiting_in_another_thread():
+    release = threading.Event()
+
+    def slow(x):
+        if x >= 8:     # the plan reads observation 0 to learn its shape
+            release.wait(10)
+        return x
+    loader = DataLoader(views.mapobs(slow, np.arange(40.0)), 4, parallel=2)
+    raised = []
+
+    def consume():
+        try:
+            list(loader)
+        except RuntimeError as error:
+            raised.append(error)
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    threading.Event().wait(0.2)
+    loader.close()
+    release.set()
+    consumer.join(10)
+    assert not consumer.is_alive()
+    assert raised and "closed" in str(raised[0])
+
+
+def test_stats_and_progress_are_updated_by_the_delivery_loop():
+    stats, progress = _core.Stats(), _core.Progress(0, 2)
+    container, schedule = schedule_of(batchview(_arrays(10), 3), start=2)
+    got = list(Engine(parallel=2).iterate(container, schedule, stats=stats,
+                                          progress=progress))
+    assert [b[1].tolist() for b in got] == [[6, 7, 8], [9]]
+    assert (stats.items, stats.batches, progress.step) == (4, 2, 4)
+
+
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(),
+                    reason="the process backend forks its workers")
+def test_the_process_backend_takes_its_worker_count_from_fastload_num_threads():
+    code = ("import multiprocessing, numpy as np\n"
+            "from fastload import DataLoader, mapobs\n"
+            "loader = DataLoader(mapobs(lambda v: v + 1, np.arange(12.0)), 4, parallel=True,\n"
+            "                    backend='process')\n"
+            "it = iter(loader); next(it)\n"
+            "print(len(multiprocessing.active_children()))\n"
+            "loader.close()\n")
+    env = {**os.environ, "FASTLOAD_NUM_THREADS": "3", "PYTHONPATH": ROOT}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    assert out.strip() == "3"
+
+
+@pytest.mark.parametrize("parallel", [False, 2])
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_an_interrupt_inside_user_code_stops_the_loop_as_an_interrupt(parallel, on_error):
+    def interrupted_at_5(x):
+        if x == 5:
+            raise KeyboardInterrupt
+        return x
+    loader = DataLoader(views.mapobs(interrupted_at_5, np.arange(20.0)), 4,
+                        parallel=parallel, on_error=on_error)
+    with deadline(10), pytest.raises(KeyboardInterrupt):
+        list(loader)
+    assert [b.tolist() for b in DataLoader(np.arange(8.0), 4, parallel=parallel)] == \
+        [[0, 1, 2, 3], [4, 5, 6, 7]]
