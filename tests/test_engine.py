@@ -212,3 +212,18 @@ def test_an_interrupt_inside_user_code_stops_the_loop_as_an_interrupt(parallel, 
         list(loader)
     assert [b.tolist() for b in DataLoader(np.arange(8.0), 4, parallel=parallel)] == \
         [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+@pytest.mark.parametrize("parallel", [False, 2])
+def test_orders_drawn_ahead_are_the_orders_of_their_epochs(parallel):
+    n = 70_000          # large enough that the next epoch's order is drawn ahead
+    data = np.arange(n)
+    loader = DataLoader(data, 10_000, shuffle=True, seed=5, parallel=parallel)
+    for epoch in range(3):
+        got = np.concatenate([b.copy() for b in loader])
+        assert got.tolist() == loader.order(epoch).tolist()
+    # A state from another seed makes the order drawn ahead useless: it is not used.
+    other = DataLoader(data, 10_000, shuffle=True, seed=9)
+    state = other.state_dict()
+    loader.load_state_dict(state)
+    assert np.concatenate([b.copy() for b in loader]).tolist() == other.order(0).tolist()
