@@ -160,20 +160,25 @@ static void fail_item(fl_run *r, fl_slot *slot, int64_t pos, int field, const ch
     pthread_mutex_unlock(&r->lock);
 }
 
-/* A gather of rows in random order waits on memory, not on the copy: asking for the row
- * a few items ahead lets those misses overlap (the hardware cannot guess the order). */
+/* Items in random order wait on memory, not on the copy: asking for an item's memory a
+ * few items ahead lets those misses overlap (the hardware cannot guess the order). */
 #define PREFETCH_AHEAD 6
 #define PREFETCH_LINES 8
 
-static void prefetch_gathers(const fl_run *r, int64_t index) {
-    for (int f = 0; f < r->nfields; f++) {
-        const fl_field *field = &r->fields[f];
-        if (!field->src || !field->contiguous || index < 0 || index >= field->count) continue;
-        const char *row = field->src + index * field->strides[0];
-        int64_t lines = (field->row_bytes + 63) / 64;
-        if (lines > PREFETCH_LINES) lines = PREFETCH_LINES;
-        for (int64_t k = 0; k < lines; k++) __builtin_prefetch(row + 64 * k, 0, 0);
-    }
+void fl_prefetch_lines(const void *p, int64_t bytes) {
+    int64_t lines = (bytes + 63) / 64;
+    if (lines > PREFETCH_LINES) lines = PREFETCH_LINES;
+    for (int64_t k = 0; k < lines; k++) __builtin_prefetch((const char *)p + 64 * k, 0, 0);
+}
+
+void fl_prefetch_gather(const fl_field *field, int64_t index) {
+    if (field->contiguous && index >= 0 && index < field->count)
+        fl_prefetch_lines(field->src + index * field->strides[0], field->row_bytes);
+}
+
+static void prefetch_item(const fl_run *r, int64_t index) {
+    for (int f = 0; f < r->nfields; f++)
+        if (r->fields[f].prefetch) r->fields[f].prefetch(&r->fields[f], index);
 }
 
 /* Loads positions [first, last) of the step in `slot_index`; returns after the first
@@ -185,7 +190,7 @@ static void run_items(fl_run *r, int slot_index, int64_t first, int64_t last,
     char message[FL_MESSAGE_BYTES];
     fl_item item = {r, slot_index, 0, 0};
     for (int64_t pos = first; pos < last; pos++) {
-        if (pos + PREFETCH_AHEAD < last) prefetch_gathers(r, order[pos + PREFETCH_AHEAD]);
+        if (pos + PREFETCH_AHEAD < last) prefetch_item(r, order[pos + PREFETCH_AHEAD]);
         if (__atomic_load_n(&slot->failed, __ATOMIC_ACQUIRE)) return;
         if (fl_run_cancelled(r)) {
             /* The step will not be complete: it must never pass for a loaded one. */
@@ -231,19 +236,24 @@ static int take_slot(fl_run *r, int64_t step) {
 static int take_claim(fl_run *r, claim *c) {
     if (fl_run_cancelled(r)) return 0;
     int64_t k = r->claim_item;
-    int64_t limit = k + r->chunk;
+    /* Guided: a claim takes a share of what is left of the step (at least `chunk`), so
+     * a batch costs a few claims, and its last items still spread over the threads. */
+    int64_t step_end = (k / r->rows + 1) * r->rows;
+    int64_t left = (step_end < r->end_item ? step_end : r->end_item) - k;
+    int64_t share = r->parallel > 0 ? left / (2 * r->parallel) : left;
+    int64_t limit = k + (share > r->chunk ? share : r->chunk);
     if (limit > r->end_item) limit = r->end_item;
     c->first = k;
     c->nsteps = 0;
     while (k < limit && c->nsteps < MAX_CLAIM_STEPS) {
         int64_t step = k / r->rows;
         if (r->claim_slot < 0 && (r->claim_slot = take_slot(r, step)) < 0) break;
-        int64_t step_end = step * r->rows + r->slots[r->claim_slot].rows;
-        int64_t stop = limit < step_end ? limit : step_end;
+        int64_t end = step * r->rows + r->slots[r->claim_slot].rows;
+        int64_t stop = limit < end ? limit : end;
         c->slots[c->nsteps] = r->claim_slot;
         c->counts[c->nsteps++] = stop - k;
         k = stop;
-        if (k == step_end) r->claim_slot = -1;
+        if (k == end) r->claim_slot = -1;
     }
     c->last = r->claim_item = k;
     return k > c->first;

@@ -59,9 +59,14 @@ typedef struct fl_item {
 typedef int (*fl_fill_fn)(const struct fl_field *field, const fl_item *item, char *dst,
                           fl_scratch *scratch, char *message);
 
+/* Asks for the memory that loading observation `index` will read, a few items ahead of
+ * loading it (a hint: it neither blocks nor faults). */
+typedef void (*fl_prefetch_fn)(const struct fl_field *field, int64_t index);
+
 /* One field of an observation: a member of a tuple/dict, or the whole observation. */
 typedef struct fl_field {
     fl_fill_fn fill;
+    fl_prefetch_fn prefetch;       /* or NULL */
     int64_t row_bytes;             /* bytes between positions in the destination */
     /* Gather from an array: observation `index` is at src + index*strides[0]. */
     const char *src;
@@ -155,5 +160,9 @@ void fl_run_destroy(fl_run *run);
 /* The gather kind: copies one observation of a strided array, byte for byte. */
 int fl_fill_gather(const fl_field *field, const fl_item *item, char *dst,
                    fl_scratch *scratch, char *message);
+void fl_prefetch_gather(const fl_field *field, int64_t index);
+
+/* Prefetches the first `bytes` (at most 8 cache lines) at `p`. */
+void fl_prefetch_lines(const void *p, int64_t bytes);
 
 #endif

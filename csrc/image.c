@@ -186,16 +186,26 @@ int fl_resize(const fl_image *src, fl_image *dst, void *scratch, size_t scratch_
 
 /* ---- pixel kernels ----------------------------------------------------------------- */
 
+/* One row mirrored in place; inlined with a constant `c` per channel count below, so the
+ * pixel swap compiles to a few moves instead of a loop over channels. */
+static inline void flip_row(uint8_t *row, int w, const int c) {
+    for (int a = 0, b = w - 1; a < b; a++, b--)
+        for (int ch = 0; ch < c; ch++) {
+            uint8_t t = row[a * c + ch];
+            row[a * c + ch] = row[b * c + ch];
+            row[b * c + ch] = t;
+        }
+}
+
 void fl_flip_horizontal(fl_image *img) {
-    int c = img->c;
     for (int y = 0; y < img->h; y++) {
         uint8_t *row = img->data + y * img->stride;
-        for (int a = 0, b = img->w - 1; a < b; a++, b--)
-            for (int ch = 0; ch < c; ch++) {
-                uint8_t t = row[a * c + ch];
-                row[a * c + ch] = row[b * c + ch];
-                row[b * c + ch] = t;
-            }
+        switch (img->c) {
+        case 1: flip_row(row, img->w, 1); break;
+        case 3: flip_row(row, img->w, 3); break;
+        case 4: flip_row(row, img->w, 4); break;
+        default: flip_row(row, img->w, img->c); break;
+        }
     }
 }
 
@@ -474,16 +484,49 @@ size_t fl_pipeline_scratch_bytes(const fl_pipeline *p, int h, int w) {
     return pipeline_layout(p, &g, h, w).total;
 }
 
-/* Copies the part of src under the window (y, x, dst size) into dst; the rest is zero. */
-static void copy_window(const fl_image *src, int y, int x, fl_image *dst) {
+/* n pixels of s written mirrored into d; inlined with a constant `c` below. */
+static inline void mirror_pixels(uint8_t *restrict d, const uint8_t *restrict s, int n,
+                                 const int c) {
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++) d[(size_t)(n - 1 - i) * c + ch] = s[(size_t)i * c + ch];
+}
+
+static void mirror_copy(uint8_t *d, const uint8_t *s, int n, int c) {
+    switch (c) {
+    case 1: mirror_pixels(d, s, n, 1); break;
+    case 3: mirror_pixels(d, s, n, 3); break;
+    case 4: mirror_pixels(d, s, n, 4); break;
+    default: mirror_pixels(d, s, n, c); break;
+    }
+}
+
+/* Copies the part of src under the window (y, x, dst size) into dst, mirrored left-right
+ * when `flip`; the rest is zero. Each output byte is written once. */
+static void copy_window(const fl_image *src, int y, int x, fl_image *dst, int flip) {
     int y0 = imax(y, 0), y1 = imin(y + dst->h, src->h);
     int x0 = imax(x, 0), x1 = imin(x + dst->w, src->w);
-    size_t c = (size_t)src->c;
-    for (int r = 0; r < dst->h; r++) memset(dst->data + r * dst->stride, 0, (size_t)dst->w * c);
-    if (x1 <= x0) return;
-    for (int r = y0; r < y1; r++)
-        memcpy(dst->data + (r - y) * dst->stride + (x0 - x) * c,
-               src->data + r * src->stride + x0 * c, (size_t)(x1 - x0) * c);
+    size_t c = (size_t)src->c, row = (size_t)dst->w * c;
+    size_t inside = x1 > x0 ? (size_t)(x1 - x0) * c : 0;
+    size_t before = x1 > x0 ? (size_t)(x0 - x) * c : 0, after = row - before - inside;
+    if (flip) {   /* mirrored, the zeros after the window come first */
+        size_t t = before;
+        before = after;
+        after = t;
+    }
+    for (int r = 0; r < dst->h; r++) {
+        uint8_t *d = dst->data + r * dst->stride;
+        if (y + r < y0 || y + r >= y1 || !inside) {
+            memset(d, 0, row);
+            continue;
+        }
+        const uint8_t *s = src->data + (y + r) * src->stride + (size_t)x0 * c;
+        memset(d, 0, before);
+        if (flip)
+            mirror_copy(d + before, s, x1 - x0, (int)c);
+        else
+            memcpy(d + before, s, inside);
+        memset(d + before + inside, 0, after);
+    }
 }
 
 /* Resamples the virtual image's window of g into dst (dst size = window size). */
@@ -492,13 +535,13 @@ static int render(const geometry *g, const fl_image *src, int src_h, int src_w, 
     fl_image s = *src;
     resample_job j;
     int wy = 0, wx = 0;
-    if (!g->resize) {
-        copy_window(src, g->rect.y, g->rect.x, dst);
+    if (!g->resize) {   /* a crop alone: the flip is done in the same pass */
+        copy_window(src, g->rect.y, g->rect.x, dst, g->flip);
         return FL_OK;
     }
     if (g->pad_first) {
         fl_image padded = {pad_buf, g->rect.h, g->rect.w, src->c, (ptrdiff_t)g->rect.w * src->c};
-        copy_window(src, g->rect.y, g->rect.x, &padded);
+        copy_window(src, g->rect.y, g->rect.x, &padded, 0);
         s = padded;
         j = whole_image_job(s.h, s.w, g->vh, g->vw);
     } else {
@@ -529,6 +572,31 @@ static int render(const geometry *g, const fl_image *src, int src_h, int src_w, 
     return resample(&s, &j, &sub, scratch, bytes);
 }
 
+/* The rest of a run once the geometry is drawn and the scratch is known to suffice. */
+static int run_planned(const fl_pipeline *p, const geometry *g, const run_layout *L,
+                       const fl_image *decoded, int src_h, int src_w, int d, void *out,
+                       void *scratch, size_t scratch_bytes) {
+    int c = p->channels ? p->channels : decoded->c, oh, ow, err;
+    geometry_output(g, &oh, &ow);
+    uint8_t *base = aligned(scratch);
+    size_t rest = scratch_bytes - (size_t)(base - (uint8_t *)scratch) - L->resample;
+
+    fl_image src = *decoded;
+    if (src.c != c) {
+        fl_image conv_img = {base + L->conv, src.h, src.w, c, (ptrdiff_t)src.w * c};
+        if ((err = fl_convert_channels(&src, &conv_img))) return err;
+        src = conv_img;
+    }
+    int direct = !p->normalize && !p->chw;  /* uint8 HWC goes straight into out */
+    fl_image img = {direct ? (uint8_t *)out : base + L->tmp, oh, ow, c, (ptrdiff_t)ow * c};
+    err = render(g, &src, src_h, src_w, d, &img, base + L->pad, base + L->resample, rest);
+    if (err) return err;
+    if (g->flip && g->resize) fl_flip_horizontal(&img);   /* render flipped a plain crop */
+    if (p->normalize) fl_normalize_u8(&img, (float *)out, p->mean, p->std, p->chw);
+    else if (p->chw) to_chw_u8(&img, (uint8_t *)out);
+    return FL_OK;
+}
+
 int fl_pipeline_run_scaled(const fl_pipeline *p, const fl_image *decoded, int src_h,
                            int src_w, int scale_denom, uint64_t seed, uint64_t epoch,
                            uint64_t index, void *out, void *scratch, size_t scratch_bytes) {
@@ -542,25 +610,27 @@ int fl_pipeline_run_scaled(const fl_pipeline *p, const fl_image *decoded, int sr
     if (d != 1 && (!g.resize || g.pad_first)) return FL_EINVAL;
     run_layout L = pipeline_layout(p, &g, src_h, src_w);
     if (!scratch || scratch_bytes < L.total) return FL_ESCRATCH;
-    int c = p->channels ? p->channels : decoded->c, oh, ow;
-    geometry_output(&g, &oh, &ow);
-    uint8_t *base = aligned(scratch);
-    size_t rest = scratch_bytes - (size_t)(base - (uint8_t *)scratch) - L.resample;
+    return run_planned(p, &g, &L, decoded, src_h, src_w, d, out, scratch, scratch_bytes);
+}
 
-    fl_image src = *decoded;
-    if (src.c != c) {
-        fl_image conv_img = {base + L.conv, src.h, src.w, c, (ptrdiff_t)src.w * c};
-        if ((err = fl_convert_channels(&src, &conv_img))) return err;
-        src = conv_img;
-    }
-    int direct = !p->normalize && !p->chw;  /* uint8 HWC goes straight into out */
-    fl_image img = {direct ? (uint8_t *)out : base + L.tmp, oh, ow, c, (ptrdiff_t)ow * c};
-    err = render(&g, &src, src_h, src_w, d, &img, base + L.pad, base + L.resample, rest);
+int fl_pipeline_run_into(const fl_pipeline *p, const fl_image *decoded, uint64_t seed,
+                         uint64_t epoch, uint64_t index, void *out, size_t out_bytes,
+                         void *scratch, size_t scratch_bytes, size_t *need) {
+    if (!image_ok(decoded) || decoded->c == 2 || !out) return FL_EINVAL;
+    geometry g;
+    int err = plan_geometry(p, decoded->h, decoded->w, seed, epoch, index, &g);
     if (err) return err;
-    if (g.flip) fl_flip_horizontal(&img);
-    if (p->normalize) fl_normalize_u8(&img, (float *)out, p->mean, p->std, p->chw);
-    else if (p->chw) to_chw_u8(&img, (uint8_t *)out);
-    return FL_OK;
+    int oh, ow, oc = p->channels ? p->channels : decoded->c;
+    geometry_output(&g, &oh, &ow);
+    if ((size_t)oh * ow * oc * (p->out_dtype == FL_DTYPE_FLOAT32 ? 4 : 1) != out_bytes)
+        return FL_ESHAPE;
+    run_layout L = pipeline_layout(p, &g, decoded->h, decoded->w);
+    if (!scratch || scratch_bytes < L.total) {
+        *need = L.total;
+        return FL_ESCRATCH;
+    }
+    return run_planned(p, &g, &L, decoded, decoded->h, decoded->w, 1, out, scratch,
+                       scratch_bytes);
 }
 
 int fl_pipeline_run(const fl_pipeline *p, const fl_image *decoded, int scale_denom,

@@ -24,7 +24,8 @@ enum {
     FL_OK = 0,
     FL_EINVAL = -1,    /* bad argument: null pointer, non-positive size, bad channel count */
     FL_ESCRATCH = -2,  /* scratch buffer smaller than the matching *_scratch_bytes() */
-    FL_ETOOSMALL = -3  /* RandomCrop: the (padded) image is smaller than the crop */
+    FL_ETOOSMALL = -3, /* RandomCrop: the (padded) image is smaller than the crop */
+    FL_ESHAPE = -4     /* the output would not be the size of the destination */
 };
 
 /* ---- kernels ---------------------------------------------------------------------- */
@@ -115,5 +116,12 @@ int fl_pipeline_run(const fl_pipeline *p, const fl_image *decoded, int scale_den
 int fl_pipeline_run_scaled(const fl_pipeline *p, const fl_image *decoded, int src_h,
                            int src_w, int scale_denom, uint64_t seed, uint64_t epoch,
                            uint64_t index, void *out, void *scratch, size_t scratch_bytes);
+
+/* As fl_pipeline_run at full scale, drawing the geometry once: checks that the output is
+ * exactly `out_bytes` (FL_ESHAPE otherwise, before anything is written), and when the
+ * scratch is smaller than the item needs returns FL_ESCRATCH with the size in *need. */
+int fl_pipeline_run_into(const fl_pipeline *p, const fl_image *decoded, uint64_t seed,
+                         uint64_t epoch, uint64_t index, void *out, size_t out_bytes,
+                         void *scratch, size_t scratch_bytes, size_t *need);
 
 #endif

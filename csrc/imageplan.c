@@ -110,6 +110,18 @@ static int fail(char *message, const fl_image_source *src, int64_t index, const 
     return -1;
 }
 
+void fl_prefetch_image(const fl_field *field, int64_t index) {
+    const fl_image_source *src = field->state;
+    if (index < 0 || index >= src->count) return;
+    if (src->kind == FL_SOURCE_PIXELS)
+        fl_prefetch_lines(src->ptrs[index], src->row_strides[index] * src->dims[3 * index]);
+    else if (src->kind == FL_SOURCE_BUFFERS)
+        fl_prefetch_lines(src->ptrs[index], src->lens[index]);
+    else if (src->kind == FL_SOURCE_OFFSETS)
+        fl_prefetch_lines(src->base + src->offsets[index],
+                          src->offsets[index + 1] - src->offsets[index]);
+}
+
 int fl_fill_image(const fl_field *field, const fl_item *item, char *dst, fl_scratch *scratch,
                   char *message) {
     const fl_image_source *src = field->state;
@@ -124,14 +136,21 @@ int fl_fill_image(const fl_field *field, const fl_item *item, char *dst, fl_scra
     if (src->kind == FL_SOURCE_PIXELS) {
         const int32_t *d = src->dims + 3 * index;
         fl_image img = {(uint8_t *)src->ptrs[index], d[0], d[1], d[2], src->row_strides[index]};
-        if (!fits_row(field, p, img.h, img.w, img.c, message))
-            return fail(message, src, index, "");
-        size_t need = fl_pipeline_scratch_bytes(p, img.h, img.w);
-        void *work = fl_scratch_reserve(scratch, need);
-        if (!work) return fail(message, src, index, "out of memory");
-        int rc = fl_pipeline_run(p, &img, 1, seed, epoch, (uint64_t)index, dst, work,
-                                 need);
-        return rc == 0 ? 0 : fail(message, src, index, "the pipeline does not fit this image");
+        /* One geometry per item: the run checks the output size against the row and
+         * says how much scratch it needs, which grows once to the largest image. */
+        size_t need = 0;
+        int rc = fl_pipeline_run_into(p, &img, seed, epoch, (uint64_t)index, dst,
+                                      (size_t)field->row_bytes, scratch->data, scratch->bytes,
+                                      &need);
+        if (rc == FL_ESCRATCH) {
+            if (!fl_scratch_reserve(scratch, need)) return fail(message, src, index, "out of memory");
+            rc = fl_pipeline_run_into(p, &img, seed, epoch, (uint64_t)index, dst,
+                                      (size_t)field->row_bytes, scratch->data, scratch->bytes,
+                                      &need);
+        }
+        if (rc != FL_OK && !fits_row(field, p, img.h, img.w, img.c, message))
+            return fail(message, src, index, "");   /* says how the size differs */
+        return rc == FL_OK ? 0 : fail(message, src, index, "the pipeline does not fit this image");
     }
 
     /* Region 0 holds [decoded image | pipeline scratch], region 1 a file's bytes, so that

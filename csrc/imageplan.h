@@ -47,6 +47,9 @@ typedef struct {
  * well-formed JPEG up to its frame header. */
 int fl_jpeg_size(const uint8_t *data, size_t n, int *h, int *w);
 
+/* Prefetches the start of an image's bytes or pixels (see fl_prefetch_fn). */
+void fl_prefetch_image(const fl_field *field, int64_t index);
+
 /* The fill function of an image field; field->state is an fl_image_source. */
 int fl_fill_image(const fl_field *field, const fl_item *item, char *dst, fl_scratch *scratch,
                   char *message);

@@ -57,8 +57,10 @@ cdef extern from "engine.h" nogil:
     ctypedef struct fl_field
     ctypedef int (*fl_fill_fn)(const fl_field *field, const fl_item *item, char *dst,
                                fl_scratch *scratch, char *message)
+    ctypedef void (*fl_prefetch_fn)(const fl_field *field, int64_t index)
     ctypedef struct fl_field:
         fl_fill_fn fill
+        fl_prefetch_fn prefetch
         int64_t row_bytes
         const char *src
         int ndim
@@ -79,6 +81,7 @@ cdef extern from "engine.h" nogil:
     void fl_run_destroy(fl_run *run)
     int fl_fill_gather(const fl_field *field, const fl_item *item, char *dst,
                        fl_scratch *scratch, char *message)
+    void fl_prefetch_gather(const fl_field *field, int64_t index)
 
 
 def pool_size():
@@ -147,7 +150,7 @@ cdef class Fields:
     other fields call back into Python with the GIL held for that item.
 
     ``fields`` is a list of ``("gather", array)``, ``("python", None)`` or
-    ``("native", (fill_address, state_address, owner))``; row_bytes gives each field's
+    ``("native", (fill_address, prefetch_address, state_address, owner))``; row_bytes gives each field's
     bytes per position in its destination (0 for fields with no destination array)."""
     cdef fl_field *fields
     cdef readonly int nfields
@@ -174,6 +177,7 @@ cdef class Fields:
                     raise ValueError(f"arrays of more than {FL_MAX_DIMS + 1} dimensions are not supported")
                 self.owners.append(array)
                 self.fields[f].fill = fl_fill_gather
+                self.fields[f].prefetch = fl_prefetch_gather
                 self.fields[f].src = <const char *>cnp.PyArray_DATA(array)
                 self.fields[f].ndim = array.ndim - 1
                 self.fields[f].itemsize = array.itemsize
@@ -186,9 +190,10 @@ cdef class Fields:
             elif kind == "python":
                 self.fields[f].fill = _fill_python
             elif kind == "native":
-                fill_address, state_address, owner = value
+                fill_address, prefetch_address, state_address, owner = value
                 self.owners.append(owner)
                 self.fields[f].fill = <fl_fill_fn><size_t>fill_address
+                self.fields[f].prefetch = <fl_prefetch_fn><size_t>prefetch_address
                 self.fields[f].state = <void *><size_t>state_address
             else:
                 raise ValueError(f"unknown field kind {kind!r}")
@@ -508,6 +513,7 @@ cdef extern from "imageplan.h" nogil:
     int fl_jpeg_size(const uint8_t *data, size_t n, int *h, int *w)
     int fl_fill_image(const fl_field *field, const fl_item *item, char *dst,
                       fl_scratch *scratch, char *message)
+    void fl_prefetch_image(const fl_field *field, int64_t index)
 
 
 cdef extern from "Python.h":
@@ -598,6 +604,10 @@ cdef class ImageSource:
     @property
     def fill_address(self):
         return <size_t>fl_fill_image
+
+    @property
+    def prefetch_address(self):
+        return <size_t>fl_prefetch_image
 
     @property
     def state_address(self):

@@ -74,7 +74,7 @@ class Leaf:
         self.container = container
         self.kind = kind          # "gather", "native", "into" or "object"
         self.spec = spec          # a Spec, or a tuple/dict of them for "into"
-        self.native = native      # (fill_address, state_address, owner) for "native"
+        self.native = native      # (fill, prefetch, state addresses, owner) for "native"
 
     def row_bytes(self):
         if self.kind not in ("gather", "native"):
@@ -216,7 +216,7 @@ def _native_image_leaf(view):
     if source is None:
         return None
     return Leaf(view, "native", _output_spec(view),
-                (source.fill_address, source.state_address, source))
+                (source.fill_address, source.prefetch_address, source.state_address, source))
 
 
 def _leaf(container, stack):
