@@ -248,6 +248,7 @@ cdef int64_t _count_items(value):
 
 cdef double _WAIT_S = 0.1      # longest wait between two checks for Ctrl-C
 cdef object _END = object()
+cdef object _EMPTY = object()   # a step none of whose observations loaded
 
 _STOPPED = {
     -3: "the loader was closed while this iteration ran",
@@ -264,7 +265,7 @@ cdef class Iteration:
     (in order, or the first finished with ``ordered=False``) and returns its value: the
     slot's cached arrays when the step is whole, else ``plan.assemble(...)``; a copy the
     caller owns unless ``buffer``. A failed item raises ``plan.load_error(...)``; skipped
-    ones are counted. The steps come from a native run (``start_run``: inline or on the
+    ones are counted, and a step none of whose observations loaded is passed over. The steps come from a native run (``start_run``: inline or on the
     pool) or from a transport object (``start_transport``: worker processes), whose
     ``next(release)`` returns ``(slot, rows, failure, keep, objects)`` or None at the end.
 
@@ -392,6 +393,9 @@ cdef class Iteration:
         self.busy = True
         try:
             value = self._next_native() if self.run != NULL else self._next_transport()
+            while value is _EMPTY:      # every observation of the step was skipped
+                self.progress.step += 1
+                value = self._next_native() if self.run != NULL else self._next_transport()
         except BaseException:
             self._stop()
             raise
@@ -455,6 +459,8 @@ cdef class Iteration:
             objects = self.objects[slot]
         kept = rows if keep is None else int(keep.sum())
         self.stats.skipped += rows - kept
+        if kept == 0:
+            return _EMPTY
         value = self.values[slot] if keep is None and rows == self.rows else None
         if value is None:
             value = self.plan.assemble(self.ring[slot], objects, rows, keep)

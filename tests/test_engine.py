@@ -227,3 +227,21 @@ def test_orders_drawn_ahead_are_the_orders_of_their_epochs(parallel):
     state = other.state_dict()
     loader.load_state_dict(state)
     assert np.concatenate([b.copy() for b in loader]).tolist() == other.order(0).tolist()
+
+
+@pytest.mark.parametrize("parallel", [False, 2])
+def test_a_step_whose_every_observation_is_skipped_is_passed_over(parallel):
+    def fails_at_2(x):
+        if x[0] == 2:
+            raise KeyError("no record 2")
+        return x
+    data = views.mapobs(fails_at_2, np.arange(10).reshape(5, 2))
+    single = eachobs(data, parallel=parallel, on_error="skip")
+    with pytest.warns(RuntimeWarning, match="skipped 1"):
+        assert [o.tolist() for o in single] == [[0, 1], [4, 5], [6, 7], [8, 9]]
+    assert (single.stats()["items"], single.stats()["skipped"]) == (4, 1)
+    batches = DataLoader(data, 1, parallel=parallel, on_error="skip")
+    it = iter(batches)
+    assert next(it).tolist() == [[0, 1]]
+    assert next(it).tolist() == [[4, 5]]        # step 1 had nothing left
+    assert batches.state_dict()["step"] == 3    # a resume starts after the skipped step
