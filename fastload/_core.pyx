@@ -265,9 +265,10 @@ cdef class Iteration:
     (in order, or the first finished with ``ordered=False``) and returns its value: the
     slot's cached arrays when the step is whole, else ``plan.assemble(...)``; a copy the
     caller owns unless ``buffer``. A failed item raises ``plan.load_error(...)``; skipped
-    ones are counted, and a step none of whose observations loaded is passed over. The steps come from a native run (``start_run``: inline or on the
-    pool) or from a transport object (``start_transport``: worker processes), whose
-    ``next(release)`` returns ``(slot, rows, failure, keep, objects)`` or None at the end.
+    ones are counted, and a step none of whose observations loaded is passed over. The
+    steps come from a native run (``start_run``: inline or on the pool) or from a
+    transport object (``start_transport``: worker processes), whose ``next(release)``
+    returns ``(slot, rows, failure, keep, objects)`` or None at the end.
 
     Slots: ``ring[slot]`` is the list of a slot's destination arrays (None for fields with
     no array); ``values[slot]`` its whole step's value (None: assemble every time);
@@ -313,6 +314,8 @@ cdef class Iteration:
         items a step) natively: in the caller's thread when ``parallel`` is 0, else on up
         to ``parallel`` pool threads claiming ``chunk`` items at a time. ``filler(slot,
         field, pos, index)`` loads an item of a Python field (with the GIL)."""
+        if self.run != NULL or self.transport is not None:
+            raise RuntimeError("this iteration was started already")
         if order.dtype != np.int64 or not order.flags.c_contiguous:
             raise TypeError("a schedule's order must be a C-contiguous int64 array")
         cdef int nslots = len(self.ring), f, s
@@ -351,6 +354,8 @@ cdef class Iteration:
 
     def start_transport(self, transport):
         """Deliver the steps that ``transport`` loads (see the class docstring)."""
+        if self.run != NULL or self.transport is not None:
+            raise RuntimeError("this iteration was started already")
         self.transport = transport
 
     def cancel(self):
