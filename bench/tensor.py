@@ -92,7 +92,8 @@ def main():
     print(f"  memory: {with_data:.0f} MB resident with the data ({data_mb:.0f} MB) loaded; "
           f"peak {fastload_peak:.0f} MB over an epoch of each fastload loader "
           f"(+{fastload_peak - with_data:.0f} MB; the ring is {ring_mb:.1f} MB, an epoch's "
-          f"permutation {n * 8 / 2**20:.0f} MB)")
+          f"permutation {n * 8 / 2**20:.0f} MB, and each loader draws the next epoch's "
+          f"while it loads one)")
 
 
 if __name__ == "__main__":
