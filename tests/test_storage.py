@@ -462,3 +462,17 @@ def test_quasi_order_rejects_bad_chunks():
         quasi_random_order(10, [3, 3], seed=0, epoch=0)
     with pytest.raises(ValueError, match="window"):
         quasi_random_order(6, [3, 3], seed=0, epoch=0, window=0)
+
+
+def test_quasi_order_over_columns_reads_the_datasets_chunks(written):
+    from fastload import DataLoader, mapobs
+    from fastload.transforms import CenterCrop, Compose, DecodeJPEG
+    path, rows = written
+    ds = open(path)
+    assert len(ds.chunk_bounds) > 2          # several chunks, so the order is quasi-random
+    images = mapobs(Compose([DecodeJPEG(), CenterCrop(8)]), ds["jpeg"].encoded)
+    loader = DataLoader((images, ds["label"]), 4, shuffle="quasi", seed=3, parallel=2)
+    for epoch in range(2):
+        labels = np.concatenate([b[1].copy() for b in loader])
+        assert labels.tolist() == quasi_random_order(len(ds), ds.chunk_bounds, 3,
+                                                     epoch).tolist()

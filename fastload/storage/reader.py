@@ -147,6 +147,8 @@ class Dataset:
             raise
         except Exception as exc:  # inconsistent buffers that Arrow's validation let by
             raise LoadError(f"{first.path}: corrupt dataset: {exc}", source=first.path) from exc
+        for column in self._columns.values():
+            _mark_chunks(column, self.chunk_bounds)
 
     def _chunk_bounds(self):
         """Row boundaries of the chunks over all files: a file's chunk metadata, else its
@@ -247,6 +249,15 @@ class Dataset:
 
     def __getobs__(self, i):
         return self[i]
+
+
+def _mark_chunks(column, bounds):
+    """A column, and its stored bytes, know the dataset's chunks: a loader over columns
+    (``mapobs(f, ds["image"].encoded)``, ``ds["label"]``) can read chunk by chunk
+    (``shuffle="quasi"``) as it can over the dataset."""
+    for part in (column, getattr(column, "encoded", None)):
+        if part is not None:
+            part.chunk_bounds = bounds
 
 
 def _plain(value):
