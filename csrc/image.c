@@ -279,10 +279,12 @@ int fl_rrc_params(fl_rng *rng, int h, int w, double scale_lo, double scale_hi,
             return FL_OK;
         }
     }
+    /* torchvision's fallback: the whole image, cut to the nearest allowed aspect ratio.
+     * A crop is at least 1 x 1 (an extreme ratio would round a side to 0 pixels). */
     double in_ratio = (double)w / h;
     int th = h, tw = w;
-    if (in_ratio < ratio_lo) th = (int)rint(w / ratio_lo);
-    else if (in_ratio > ratio_hi) tw = (int)rint(h * ratio_hi);
+    if (in_ratio < ratio_lo) th = imax(1, (int)rint(w / ratio_lo));
+    else if (in_ratio > ratio_hi) tw = imax(1, (int)rint(h * ratio_hi));
     *y = (h - th) / 2;
     *x = (w - tw) / 2;
     *ch = th;

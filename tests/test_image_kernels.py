@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from fastload import _image
+from fastload.transforms import Compose, RandomResizedCrop
 
 MASK = (1 << 64) - 1
 
@@ -174,6 +175,26 @@ def test_rrc_params_fall_back_to_a_central_crop():
     # No crop of aspect 10..20 fits a 100 x 50 image: all tries fail, the fallback clamps.
     assert _image.rrc_params(100, 50, (0.5, 1.0), (10.0, 20.0)) == (47, 0, 5, 50)
     assert _image.rrc_params(50, 100, (0.5, 1.0), (0.01, 0.02)) == (0, 49, 50, 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(h=st.integers(1, 60), w=st.integers(1, 60), index=st.integers(0, 2**63),
+       lo=st.floats(1e-6, 1.0), log_ratio=st.floats(-8.0, 8.0), span=st.floats(0.0, 3.0))
+def test_rrc_params_give_at_least_one_pixel_for_extreme_ratios_and_tiny_images(
+        h, w, index, lo, log_ratio, span):
+    ratio = (float(np.exp(log_ratio)), float(np.exp(log_ratio + span)))
+    y, x, ch, cw = _image.rrc_params(h, w, (lo, 1.0), ratio, index=index)
+    assert ch >= 1 and cw >= 1 and 0 <= y <= h - ch and 0 <= x <= w - cw
+
+
+@pytest.mark.parametrize("shape, ratio", [((1, 50, 3), (500, 1000)),
+                                          ((50, 1, 3), (0.001, 0.002)),
+                                          ((1, 1, 3), (1e-4, 1e4))])
+def test_an_extreme_ratio_crop_reads_only_the_image(shape, ratio):
+    image = np.full(shape, 7, np.uint8)
+    for index in range(20):
+        out = Compose([RandomResizedCrop((8, 8), ratio=ratio)])(image, index=index)
+        assert out.shape == (8, 8, 3) and np.all(out == 7)
 
 
 def test_center_crop_params_follow_torchvision():
