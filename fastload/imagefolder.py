@@ -1,5 +1,6 @@
 """ImageFolder: a directory of class subfolders as an (images, labels) container."""
 import os
+import stat
 
 import numpy as np
 
@@ -18,21 +19,33 @@ class FileBytes:
         return len(self.paths)
 
     def __getitem__(self, i):
-        with open(self.paths[i], "rb") as f:
-            return f.read()
+        return read_file(self.paths[i])
 
     def __repr__(self):
         return f"FileBytes({len(self.paths)} files)"
+
+
+def read_file(path):
+    """The bytes of the regular file at ``path``. Raises ``OSError`` for anything else: a
+    FIFO or a device would block or never end (the same rule as the native reader)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        return f.read()
 
 
 class ImageFolder:
     """`root/<class>/<file>` with classes in sorted order, labels 0..n-1 (int64).
 
     Files are listed recursively under each class folder, sorted, matched on `extensions`
-    (case-insensitive). `images[i]` is the encoded bytes of file i (decode them with a
-    transform such as `Compose([DecodeJPEG(), ...])`), `labels[i]` its class index, and
-    `classes[labels[i]]` its class name. Raises FileNotFoundError when root is missing and
-    ValueError when it holds no class folder or no matching file.
+    (case-insensitive); hidden files and folders (a name starting with ".", such as
+    `.ipynb_checkpoints`) are left out. `images[i]` is the encoded bytes of file i
+    (decode them with a transform such as `Compose([DecodeJPEG(), ...])`), `labels[i]`
+    its class index, and `classes[labels[i]]` its class name. Raises FileNotFoundError
+    when root is missing and ValueError when it holds no class folder, or a class folder
+    holds no matching file (naming it: a class without images would shift no label, but
+    is most likely a mistake).
     """
 
     def __init__(self, root, extensions=IMAGE_EXTENSIONS):
@@ -40,17 +53,18 @@ class ImageFolder:
         if not os.path.isdir(self.root):
             raise FileNotFoundError(f"ImageFolder: no such directory: {self.root!r}")
         extensions = tuple(e.lower() for e in extensions)
-        self.classes = sorted(e.name for e in os.scandir(self.root) if e.is_dir())
+        self.classes = sorted(e.name for e in os.scandir(self.root)
+                              if e.is_dir() and not e.name.startswith("."))
         if not self.classes:
             raise ValueError(f"ImageFolder: no class subfolders in {self.root!r}")
         paths, labels = [], []
         for label, name in enumerate(self.classes):
-            for path in _files_under(os.path.join(self.root, name), extensions):
-                paths.append(path)
-                labels.append(label)
-        if not paths:
-            raise ValueError(f"ImageFolder: no files with extensions {extensions} under "
-                             f"{self.root!r}")
+            found = _files_under(os.path.join(self.root, name), extensions)
+            if not found:
+                raise ValueError(f"ImageFolder: class folder {os.path.join(self.root, name)!r}"
+                                 f" holds no files with extensions {extensions}")
+            paths.extend(found)
+            labels.extend([label] * len(found))
         self.images = FileBytes(paths)
         self.labels = np.asarray(labels, dtype=np.int64)
 
@@ -69,7 +83,7 @@ class ImageFolder:
 def _files_under(folder, extensions):
     found = []
     for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames.sort()
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         found.extend(os.path.join(dirpath, f) for f in filenames
-                     if f.lower().endswith(extensions))
+                     if f.lower().endswith(extensions) and not f.startswith("."))
     return sorted(found)

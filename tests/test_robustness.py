@@ -115,6 +115,24 @@ def test_a_fifo_among_image_files_fails_its_item_instead_of_blocking(tmp_path):
     assert info.value.index == 2
 
 
+@pytest.mark.parametrize("mode", ["jpeg", "raw"])
+def test_write_and_convert_refuse_a_fifo_named_like_an_image_instead_of_blocking(tmp_path,
+                                                                              mode):
+    from fastload.storage import JPEG, write
+    from fastload.storage.convert import convert
+    jpeg = simplejpeg.encode_jpeg(np.zeros((16, 16, 3), np.uint8))
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    for k in range(3):
+        (tmp_path / "src" / "a" / f"{k}.jpg").write_bytes(jpeg)
+    os.mkfifo(tmp_path / "src" / "a" / "3.jpg")
+    with deadline(20), pytest.raises(LoadError, match="3.jpg: not a regular file"):
+        convert(tmp_path / "src", tmp_path / f"{mode}.arrow", mode=mode, progress=False)
+    with deadline(20), pytest.raises(LoadError, match="not a regular file"):
+        write(tmp_path / "w.arrow", ImageFolder(tmp_path / "src"),
+              {"image": JPEG(), "label": "int64"}, progress=False)
+    assert not os.path.exists(tmp_path / f"{mode}.arrow")
+
+
 def test_a_forged_qoi_header_is_refused_before_memory_is_set_aside():
     huge = b"qoif" + struct.pack(">II", 10_000_000, 1) + bytes([3, 0]) + bytes(100) + \
         bytes(7) + b"\x01"

@@ -260,5 +260,19 @@ def test_imagefolder_errors(tmp_path):
     with pytest.raises(ValueError, match="no class subfolders"):
         ImageFolder(tmp_path)
     (tmp_path / "a").mkdir()
-    with pytest.raises(ValueError, match="no files"):
+    with pytest.raises(ValueError, match="/a' holds no files"):
+        ImageFolder(tmp_path)
+
+
+def test_imagefolder_leaves_out_hidden_folders_and_files_and_names_an_empty_class(tmp_path):
+    for name in ("cat", "dog", ".ipynb_checkpoints"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "0.jpg").write_bytes(jpeg(natural_image(8, 8)))
+    (tmp_path / "dog" / ".1.jpg").write_bytes(jpeg(natural_image(8, 8)))
+    (tmp_path / "dog" / ".cache").mkdir()
+    (tmp_path / "dog" / ".cache" / "2.jpg").write_bytes(jpeg(natural_image(8, 8)))
+    folder = ImageFolder(tmp_path)
+    assert folder.classes == ["cat", "dog"] and folder.labels.tolist() == [0, 1]
+    (tmp_path / "bird").mkdir()
+    with pytest.raises(ValueError, match="bird"):
         ImageFolder(tmp_path)
