@@ -262,8 +262,8 @@ class _Transport:
     def _unpack(self, step, reply):
         kind = reply[0]
         if kind == "error":
-            _, _, _, pos, field, index, message, text, blob = reply
-            cause = _remote(text, blob)
+            _, _, _, pos, field, index, message, text, chain = reply
+            cause = _remote(text, chain)
             if index is None:
                 raise RuntimeError(f"a worker could not plan the steps: {message}") from cause
             return 0, (step, field, index, message, cause), None, None
@@ -278,13 +278,20 @@ class _Transport:
             self.pool.drain()
 
 
-def _remote(text, blob):
-    """The worker's exception (when it unpickles) with its traceback text as its cause."""
-    try:
-        exc = pickle.loads(blob) if blob is not None else None
-    except Exception:
-        exc = None
-    if not isinstance(exc, BaseException):
-        return WorkerError(text)
-    exc.__cause__ = WorkerError(text)
-    return exc
+def _remote(text, chain):
+    """The worker's exception and its causes, as far as they unpickle, linked again as
+    they were; the last has the worker's traceback text (a ``WorkerError``) as its cause.
+    Only that text when the exception itself does not unpickle."""
+    remote = WorkerError(text)
+    exceptions = []
+    for blob in chain or []:
+        try:
+            exc = pickle.loads(blob) if blob is not None else None
+        except Exception:
+            exc = None
+        if not isinstance(exc, BaseException):
+            break
+        exceptions.append(exc)
+    for exc, cause in zip(exceptions, exceptions[1:] + [remote]):
+        exc.__cause__ = cause
+    return exceptions[0] if exceptions else remote

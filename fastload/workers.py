@@ -47,14 +47,23 @@ def carve_ring(mapping, plan, slots):
     return ring, offset
 
 
+_CHAIN = 8   # most exceptions of a __cause__ chain sent to the consumer
+
+
 def _describe(exc):
-    """(message, traceback text, pickled exception or None) of ``exc``, for the consumer."""
+    """(message, traceback text, pickled exceptions) of ``exc``, for the consumer: the
+    exception and its ``__cause__`` chain, each pickled on its own (None where it does not
+    pickle), since pickling an exception drops its cause."""
+    message = f"{type(exc).__name__}: {exc}"
     text = "".join(traceback.format_exception(exc))
-    try:
-        blob = pickle.dumps(exc)
-    except Exception:
-        blob = None
-    return f"{type(exc).__name__}: {exc}", text, blob
+    chain = []
+    while exc is not None and len(chain) < _CHAIN:
+        try:
+            chain.append(pickle.dumps(exc))
+        except Exception:
+            chain.append(None)
+        exc = exc.__cause__
+    return message, text, chain
 
 
 class _Worker:
@@ -85,8 +94,12 @@ class _Worker:
                 return
             if message[0] == "epoch":
                 self._epoch(*message[1:])
-            else:
-                self.conn.send(self._job(*message[1:]))
+                continue
+            reply = self._job(*message[1:])
+            try:
+                self.conn.send(reply)
+            except (BrokenPipeError, ConnectionResetError):
+                return       # the consumer is gone: nobody wants the reply
 
     def _epoch(self, gen, seed, epoch, order, batch_size, drop_last, collate, skip,
                signature):

@@ -3,6 +3,8 @@ dead workers reach the consumer, and nothing is left in /dev/shm."""
 import gc
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -214,6 +216,8 @@ def test_a_worker_that_raises_names_the_index_with_its_traceback(shm_clean):
             error = error.__cause__
         remote = [e for e in chain if isinstance(e, WorkerError)]
         assert remote, f"no worker traceback in {chain!r}"
+        original = [e for e in chain if type(e) is KeyError]   # as the thread backend gives
+        assert original and original[0].args == ("no record 13",), chain
         assert "KeyError: 'no record 13'" in str(remote[0]) and "in load" in str(remote[0])
         # The workers survive an error: the next epoch runs on them.
         steps = _steps(np.arange(10), 10)
@@ -341,3 +345,21 @@ def test_dataloader_process_backend_matches_threads():
             assert_tree_equal([copy_tree(b) for b in procs], [copy_tree(b) for b in threads])
     finally:
         procs.close()
+
+
+def test_workers_exit_quietly_when_the_consumer_dies():
+    code = ("import os, time, numpy as np\n"
+            "from fastload import DataLoader, mapobs\n"
+            "def slow(v):\n"
+            "    time.sleep(0.01)\n"
+            "    return v\n"
+            "loader = DataLoader(mapobs(slow, np.arange(400.0)), 4, parallel=2,\n"
+            "                    backend='process')\n"
+            "it = iter(loader)\n"
+            "next(it)\n"
+            "os._exit(0)   # dies with jobs in flight: the workers' replies have no reader\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60, env={**os.environ, "PYTHONPATH": root})
+    assert result.returncode == 0
+    assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr
