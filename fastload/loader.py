@@ -46,15 +46,23 @@ class _Ahead:
         return self.box[0] if self.box else None
 
 
-def stats_dict(stats):
-    """Throughput of a loader and where the consumer's time went (``_core.Stats`` as a
-    dict; times in seconds)."""
-    total = stats.wait_s + stats.compute_s
-    return {"items": stats.items, "batches": stats.batches,
-            "items_per_s": stats.items / total if total > 0 else 0.0,
-            "wait_s": stats.wait_s, "compute_s": stats.compute_s,
-            "wait_fraction": stats.wait_s / total if total > 0 else 0.0,
-            "skipped": stats.skipped}
+class StatsReport(dict):
+    """Throughput of a loader and where the consumer's time went, as a dict (times in
+    seconds) that prints as one short line."""
+
+    def __init__(self, stats):
+        total = stats.wait_s + stats.compute_s
+        super().__init__(items=stats.items, batches=stats.batches,
+                         items_per_s=stats.items / total if total > 0 else 0.0,
+                         wait_s=stats.wait_s, compute_s=stats.compute_s,
+                         wait_fraction=stats.wait_s / total if total > 0 else 0.0,
+                         skipped=stats.skipped)
+
+    def __str__(self):
+        skipped = f", {self['skipped']:,} skipped" if self["skipped"] else ""
+        return (f"{self['items']:,} items in {self['batches']:,} batches{skipped}: "
+                f"{self['items_per_s']:,.0f} items/s, waited for data "
+                f"{100 * self['wait_fraction']:.0f}% of the time")
 
 
 def _chunk_bounds(data):
@@ -162,8 +170,11 @@ class _EpochLoader:
         """Items/s and where the time went since the loader was made: a dict with
         ``items``, ``batches``, ``items_per_s``, ``wait_s`` (consumer waiting for data),
         ``compute_s`` (consumer busy between batches), ``wait_fraction`` and ``skipped``.
-        A large ``wait_fraction`` means training is input-bound."""
-        return stats_dict(self._stats)
+        A large ``wait_fraction`` means training is input-bound. It prints as one line::
+
+            12,800 items in 50 batches: 9,850 items/s, waited for data 3% of the time
+        """
+        return StatsReport(self._stats)
 
     def state_dict(self):
         """The position to resume from: restore it with ``load_state_dict`` on a loader
@@ -200,6 +211,13 @@ class _EpochLoader:
     def close(self):
         """Stop background work and release the batch buffers. Idempotent."""
         self._engine.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        """``with DataLoader(...) as loader:`` closes the loader at the end of the block."""
+        self.close()
 
 
 class DataLoader(_EpochLoader):

@@ -234,3 +234,23 @@ def test_stats_count_a_collate_result_whose_first_member_is_a_0d_array():
     batches = run_epochs(loader, 1)[0]
     assert [len(b["batch"]) for b in batches] == [4, 4, 2]
     assert loader.stats()["batches"] == 3
+
+
+def test_stats_print_as_one_short_line():
+    loader = DataLoader(X, 4)
+    run_epochs(loader, 1)
+    line = str(loader.stats())
+    assert "\n" not in line
+    assert line.startswith("10 items in 3 batches: ") and "items/s" in line
+    assert "waited for data" in line and "skipped" not in line
+
+
+@pytest.mark.parametrize("parallel", [False, 2])
+def test_a_loader_used_in_a_with_block_is_closed_at_its_end(parallel):
+    with DataLoader(X, 4, parallel=parallel) as loader:
+        it = iter(loader)
+        first = next(it).copy()
+    assert first.tolist() == X[:4].tolist()
+    with pytest.raises(RuntimeError, match="closed"):
+        next(it)
+    assert [b.tolist() for b in loader] == [X[:4].tolist(), X[4:8].tolist(), X[8:].tolist()]
