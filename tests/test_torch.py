@@ -131,4 +131,4 @@ def test_the_training_example_runs_and_its_loss_decreases():
     losses = [float(v) for v in re.findall(r"loss (\d+\.\d+)", result.stdout)]
     assert len(losses) >= 4
     assert np.mean(losses[-2:]) < np.mean(losses[:2])
-    assert "accuracy" in result.stdout and "items_per_s" in result.stdout
+    assert "accuracy" in result.stdout and "items/s, waited for data" in result.stdout
