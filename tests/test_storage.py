@@ -476,3 +476,35 @@ def test_quasi_order_over_columns_reads_the_datasets_chunks(written):
         labels = np.concatenate([b[1].copy() for b in loader])
         assert labels.tolist() == quasi_random_order(len(ds), ds.chunk_bounds, 3,
                                                      epoch).tolist()
+
+
+class _Tagged(pa.ExtensionType):
+    """An extension type of the kind fastload must refuse (a plain int64 underneath)."""
+
+    def __init__(self):
+        super().__init__(pa.int64(), "example.tagged")
+
+    def __arrow_ext_serialize__(self):
+        return b""
+
+    @classmethod
+    def __arrow_ext_deserialize__(cls, storage_type, serialized):
+        return cls()
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_file_with_an_extension_type_is_refused_registered_or_not(tmp_path, nested):
+    values = pa.ExtensionArray.from_storage(_Tagged(), pa.array([1, 2, 3], pa.int64()))
+    column = pa.StructArray.from_arrays([values], ["inner"]) if nested else values
+    table = pa.table({"label": pa.array([0, 1, 2]), "tagged": column})
+    path = str(tmp_path / "tagged.arrow")
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    pa.register_extension_type(_Tagged())
+    try:
+        with pytest.raises(LoadError, match="'tagged.*' has the Arrow extension type"):
+            open(path)
+    finally:
+        pa.unregister_extension_type("example.tagged")
+    with pytest.raises(LoadError, match="example.tagged"):
+        open(path)

@@ -93,7 +93,29 @@ def _read_file(path, cache):
     except Exception as exc:  # pyarrow reports bad bytes with several exception types
         raise LoadError(f"{path}: not a readable Arrow IPC file (truncated or corrupt?): "
                         f"{exc}", source=path) from exc
+    for field in schema:
+        _refuse_extension_types(pa, field, path)
     return _Shard(path, np.frombuffer(buf, np.uint8), schema, batches)
+
+
+def _refuse_extension_types(pa, field, path, where=""):
+    """Raise LoadError for an Arrow extension type anywhere in ``field``, registered or not:
+    fastload reads plain Arrow types only, and an extension type's deserializer may run
+    code (pyarrow's pickle-based ``arrow.py_extension_type`` did before 14.0.1)."""
+    where = f"{where}.{field.name}" if where else field.name
+    name = (field.metadata or {}).get(b"ARROW:extension:name")
+    if isinstance(field.type, pa.BaseExtensionType) or name is not None:
+        kind = name.decode("utf-8", "replace") if name is not None else field.type
+        raise LoadError(f"{path}: field {where!r} has the Arrow extension type {kind}; "
+                        f"fastload reads plain Arrow types only", source=path)
+    t = field.type
+    children = [t.field(k) for k in range(t.num_fields)] if pa.types.is_struct(t) else []
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        children = [t.value_field]
+    if pa.types.is_map(t):
+        children = [t.key_field, t.item_field]
+    for child in children:
+        _refuse_extension_types(pa, child, path, where)
 
 
 def _parse_ipc(pa, buf):
