@@ -65,7 +65,8 @@ def _add_bench_args(p):
 def _run_bench(args):
     r = bench_file(args.path, batches=args.batches, batch_size=args.batch_size, size=args.size)
     print(f"{r['field']} ({r['encoding']}): RandomResizedCrop({args.size}) + flip, batch "
-          f"{args.batch_size}: {r['images_per_s']:,.0f} images/s over {r['batches']} batches; "
+          f"{args.batch_size}: {r['images_per_s']:,.0f} images/s over {r['batches']} batches "
+          f"({r['images']:,} images, first batch included); "
           f"first batch after {r['first_batch_s']:.2f} s (open included)")
     return 0
 

@@ -113,3 +113,16 @@ def test_demo_measures_fastload_against_a_plain_loop(capsys):
     assert len(tensors) == 3 and len(images) == 2
     assert all(rate > 0 for rate in [*tensors.values(), *images.values()])
     assert "items/s" in capsys.readouterr().out
+
+
+def test_bench_counts_the_images_it_loaded_partial_last_batch_included(image_folder,
+                                                                       tmp_path):
+    from fastload import open
+    from fastload.storage.bench import bench_file
+    src, _ = image_folder
+    dst = tmp_path / "b.arrow"
+    assert main(["convert", str(src), str(dst), "--no-progress"]) == 0
+    n = len(open(str(dst)))                     # 6 images in batches of 4: 4 + 2
+    result = bench_file(str(dst), batches=100, batch_size=4, size=16)
+    assert (result["batches"], result["images"]) == (2, n)
+    assert bench_file(str(dst), batches=1, batch_size=4, size=16)["images"] == 4
