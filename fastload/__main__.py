@@ -34,15 +34,24 @@ def _add_convert_args(p):
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="encoder threads; default: one per CPU")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--on-error", choices=("raise", "skip"), default="raise",
+                   help="a file that cannot be read or encoded stops the conversion "
+                        "(raise) or is left out and listed at the end (skip); "
+                        "default: %(default)s")
 
 
 def _run_convert(args):
-    n = convert(args.src, args.dst, mode=args.mode, quality=args.quality,
-                max_side=args.max_side,
-                threshold_bytes=args.threshold if args.threshold is not None
-                else DEFAULT_SMART_THRESHOLD,
-                num_threads=args.threads, progress=not args.no_progress)
+    n, skipped = convert(args.src, args.dst, mode=args.mode, quality=args.quality,
+                         max_side=args.max_side,
+                         threshold_bytes=args.threshold if args.threshold is not None
+                         else DEFAULT_SMART_THRESHOLD,
+                         num_threads=args.threads, progress=not args.no_progress,
+                         on_error=args.on_error)
     print(f"wrote {n} images to {args.dst}")
+    if skipped:
+        print(f"skipped {len(skipped)} files that could not be read or encoded:")
+        for error in skipped:
+            print(f"  {error}")
     return 0
 
 

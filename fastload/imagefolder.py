@@ -71,6 +71,11 @@ class ImageFolder:
     def __len__(self):
         return len(self.labels)
 
+    @property
+    def paths(self):
+        """The path of each image, in order (what errors name)."""
+        return self.images.paths
+
     def __getitem__(self, i):
         """(bytes, label) of file i."""
         return self.images[i], self.labels[i]

@@ -126,3 +126,19 @@ def test_bench_counts_the_images_it_loaded_partial_last_batch_included(image_fol
     result = bench_file(str(dst), batches=100, batch_size=4, size=16)
     assert (result["batches"], result["images"]) == (2, n)
     assert bench_file(str(dst), batches=1, batch_size=4, size=16)["images"] == 4
+
+
+def test_convert_names_a_bad_file_and_skips_it_on_request(image_folder, tmp_path, capsys):
+    src, _ = image_folder
+    (src / "dog" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    dst = tmp_path / "out.arrow"
+    assert main(["convert", str(src), str(dst), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "broken.jpg" in err and "BytesIO" not in err
+    assert not dst.exists()
+    assert main(["convert", str(src), str(dst), "--no-progress", "--on-error", "skip"]) == 0
+    out = capsys.readouterr().out
+    assert "wrote 6 images" in out and "skipped 1 files" in out and "broken.jpg" in out
+    from fastload import open
+    ds = open(str(dst))
+    assert len(ds) == 6 and sorted(ds["label"].tolist()) == [0, 0, 0, 1, 1, 1]

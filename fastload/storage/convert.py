@@ -31,6 +31,7 @@ class _DecodedImages:
 
     def __init__(self, folder, max_side):
         self.folder, self.max_side = folder, max_side
+        self.paths = folder.paths
 
     def __len__(self):
         return len(self.folder)
@@ -44,13 +45,15 @@ class _DecodedImages:
 
 def convert(src, dst, *, mode="jpeg", quality=90, max_side=None,
             threshold_bytes=DEFAULT_SMART_THRESHOLD, num_threads=None, progress=True,
-            chunk_bytes=64 << 20):
+            chunk_bytes=64 << 20, on_error="raise"):
     """Packs ``src/<class>/<image files>`` into the file ``dst`` with fields ``image``
     (encoded per ``mode``) and ``label`` (int64, classes in sorted name order; the class
-    names are kept in ``Dataset.metadata["classes"]``). Returns the number of images.
+    names are kept in ``Dataset.metadata["classes"]``). Returns ``(written, skipped)``:
+    the number of images written and the ``LoadError`` of each file left out.
 
     Raises FileNotFoundError for a missing ``src`` or ``dst`` directory, ValueError for a
-    folder without images or a bad option, LoadError naming the file that fails.
+    folder without images or a bad option, LoadError naming the file that fails (with
+    ``on_error="skip"``: files that fail are left out and returned instead).
     """
     encoding = image_encoding(mode, quality, max_side, threshold_bytes)
     folder = ImageFolder(src)
@@ -58,7 +61,8 @@ def convert(src, dst, *, mode="jpeg", quality=90, max_side=None,
     if not os.path.isdir(dst_dir):
         raise FileNotFoundError(f"output directory {dst_dir!r} does not exist")
     data = _DecodedImages(folder, max_side) if mode == "raw" else folder
-    write(dst, data, {"image": encoding, "label": "int64"}, chunk_bytes=chunk_bytes,
-          num_threads=num_threads, progress=progress,
-          metadata={"classes": folder.classes, "source": os.path.abspath(folder.root)})
-    return len(folder)
+    skipped = write(dst, data, {"image": encoding, "label": "int64"}, chunk_bytes=chunk_bytes,
+                    num_threads=num_threads, progress=progress, on_error=on_error,
+                    metadata={"classes": folder.classes,
+                              "source": os.path.abspath(folder.root)})
+    return len(folder) - len(skipped), skipped

@@ -16,6 +16,7 @@ from contextlib import ExitStack, closing
 
 from fastload.errors import LoadError
 from fastload.obs import getobs, numobs
+from fastload.views import source_of
 from fastload.storage.arrow_types import arrow_type, import_pyarrow
 from fastload.storage.fields import as_encoding
 from fastload.storage.meta import (FORMAT_VERSION, META_CHUNKS, META_FIELDS, META_FORMAT,
@@ -28,7 +29,7 @@ DEFAULT_CHUNK_BYTES = 64 << 20
 
 
 def write(path, data, fields, *, chunk_bytes=DEFAULT_CHUNK_BYTES, num_threads=None,
-          progress=True, metadata=None):
+          progress=True, metadata=None, on_error="raise"):
     """Encode every observation of ``data`` and write them to the packed file ``path``.
 
     ``data`` is a container (``numobs``/``getobs``) whose observations are dicts holding
@@ -42,28 +43,32 @@ def write(path, data, fields, *, chunk_bytes=DEFAULT_CHUNK_BYTES, num_threads=No
     JSON-serializable dict kept in the file (``Dataset.metadata``), e.g. class names.
 
     Raises ValueError/TypeError for bad arguments, FileNotFoundError for a missing
-    directory, and ``LoadError`` naming the row when an observation cannot be read or
-    encoded. Example::
+    directory, and ``LoadError`` naming the row (and its file, when the container has
+    ``paths``) when an observation cannot be read or encoded. With ``on_error="skip"``
+    such rows are left out instead; the returned list holds their ``LoadError``s (empty
+    when every row was written). Example::
 
         write("train.arrow", {"image": images, "label": labels},
               {"image": JPEG(quality=90), "label": "int64"})
     """
     path = os.fspath(path)
     encodings, threads = _check_args(path, fields, chunk_bytes, num_threads)
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     user_meta = json.dumps({} if metadata is None else metadata).encode()
     n = numobs(data)
     if n < 1:
         raise ValueError("cannot write a dataset with no observations")
     pa = import_pyarrow()
-    names = list(encodings)
-    first = _observation(data, 0, names)
-    encodings = {k: _at_row(0, k, lambda: enc.bind(first[k])) for k, enc in encodings.items()}
+    encodings = _bound(data, n, encodings, on_error == "skip")
+    skipped = []
     tmp = _temp_name(path)
     try:
         with ExitStack() as stack:
             spills = _spills(stack, tmp, encodings)
-            rows = stack.enter_context(closing(_encoded_rows(data, n, encodings, threads)))
-            bounds = _spill_rows(rows, spills, chunk_bytes, n, progress)
+            rows = stack.enter_context(closing(
+                _encoded_rows(data, n, encodings, threads, on_error == "skip")))
+            bounds = _spill_rows(rows, spills, chunk_bytes, n, progress, skipped)
             schema = _schema(pa, encodings, user_meta, bounds)
             batch = pa.RecordBatch.from_arrays([s.to_arrow(pa) for s in spills], schema=schema)
             with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as out:
@@ -74,6 +79,20 @@ def write(path, data, fields, *, chunk_bytes=DEFAULT_CHUNK_BYTES, num_threads=No
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+    return skipped
+
+
+def _bound(data, n, encodings, skip):
+    """The encodings bound to the first row that loads (the first row, unless ``skip``)."""
+    names = list(encodings)
+    for i in range(n):
+        try:
+            first = _observation(data, i, names)
+            return {k: _at_row(i, k, lambda: enc.bind(first[k]), data)
+                    for k, enc in encodings.items()}
+        except LoadError:
+            if not skip or i == n - 1:
+                raise
 
 
 def _check_args(path, fields, chunk_bytes, num_threads):
@@ -125,22 +144,25 @@ def _schema(pa, encodings, user_meta, bounds):
                                      META_USER: user_meta})
 
 
-def _at_row(i, field, fn):
-    """``fn()``, with any exception re-raised as a LoadError naming row ``i``."""
+def _at_row(i, field, fn, data):
+    """``fn()``, with any exception re-raised as a LoadError naming row ``i`` (and the
+    file it comes from, when ``data`` says)."""
     try:
         return fn()
     except LoadError as exc:
         if exc.index == i:
             raise  # getobs already named the row
-        raise _row_error(i, field, exc) from exc
+        raise _row_error(i, field, exc, data) from exc
     except Exception as exc:
-        raise _row_error(i, field, exc) from exc
+        raise _row_error(i, field, exc, data) from exc
 
 
-def _row_error(i, field, exc):
-    where = f"row {i}" + (f", field {field!r}" if field else "")
+def _row_error(i, field, exc, data):
+    source = source_of(data, i)
+    where = f"row {i}" + (f" ({source})" if source else "") + \
+        (f", field {field!r}" if field else "")
     return LoadError(f"cannot write {where}: {type(exc).__name__}: {exc}",
-                     index=i, source=field)
+                     index=i, source=source or field)
 
 
 def _observation(data, i, names):
@@ -158,25 +180,33 @@ def _observation(data, i, names):
                                  f"for {len(names)} fields {names}")
             return dict(zip(names, obs))
         raise TypeError(f"an observation must be a dict or tuple, got {type(obs).__name__}")
-    return _at_row(i, None, get)
+    return _at_row(i, None, get, data)
 
 
-def _encode_row(data, i, encodings):
-    obs = _observation(data, i, list(encodings))
-    return [_at_row(i, k, lambda: enc.encode(obs[k])) for k, enc in encodings.items()]
+def _encode_row(data, i, encodings, skip=False):
+    """Row ``i`` encoded, field by field; with ``skip``, its LoadError instead of raising."""
+    try:
+        obs = _observation(data, i, list(encodings))
+        return [_at_row(i, k, lambda: enc.encode(obs[k]), data)
+                for k, enc in encodings.items()]
+    except LoadError as exc:
+        if not skip:
+            raise
+        return exc
 
 
-def _encoded_rows(data, n, encodings, threads):
-    """Encoded rows in order, at most 4 * threads in flight (bounded memory)."""
+def _encoded_rows(data, n, encodings, threads, skip):
+    """Encoded rows in order (a LoadError for a row skipped), at most 4 * threads in
+    flight (bounded memory)."""
     if threads == 1:
         for i in range(n):
-            yield _encode_row(data, i, encodings)
+            yield _encode_row(data, i, encodings, skip)
         return
     pool = ThreadPoolExecutor(threads, thread_name_prefix="fastload-write")
     pending = deque()
     try:
         for i in range(n):
-            pending.append(pool.submit(_encode_row, data, i, encodings))
+            pending.append(pool.submit(_encode_row, data, i, encodings, skip))
             if len(pending) >= 4 * threads:
                 yield pending.popleft().result()
         while pending:
@@ -186,19 +216,24 @@ def _encoded_rows(data, n, encodings, threads):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _spill_rows(rows, spills, chunk_bytes, n, progress):
-    """Appends every row to the spills; returns the chunk boundaries [0, ..., n]."""
+def _spill_rows(rows, spills, chunk_bytes, n, progress, skipped):
+    """Appends every row to the spills (a skipped row's LoadError to ``skipped``);
+    returns the chunk boundaries [0, ..., rows written]."""
     bar = _progress_bar(n, progress)
     bounds, size, i = [0], 0, 0
     try:
-        for i, row in enumerate(rows, start=1):
+        for row in rows:
+            if bar is not None:
+                bar.update(1)
+            if isinstance(row, LoadError):
+                skipped.append(row)
+                continue
+            i += 1
             for spill, value in zip(spills, (v for parts in row for v in parts)):
                 size += spill.append(value)
             if size >= chunk_bytes:
                 bounds.append(i)
                 size = 0
-            if bar is not None:
-                bar.update(1)
     finally:
         if bar is not None:
             bar.close()
