@@ -291,8 +291,16 @@ class ItemPlan:
         leaf = self.leaves[field]
         if leaf.kind == "object":
             objects[field][pos] = getobs(leaf.container, index)
-        else:
+            return
+        try:
             getobs_into(_row(dests[field], pos), leaf.container, index)
+        except ValueError as error:
+            if "does not fit" not in str(error):
+                raise
+            raise ValueError(f"{error}. The batch buffers take the shape of observation 0, "
+                             f"and one batch holds one shape: make every observation that "
+                             f"shape (for images, a crop after Resize, e.g. CenterCrop), or "
+                             f"use collate=False to get lists") from None
 
     def assemble(self, dests, objects, n, keep=None):
         """The step's value from its slot: views of the first ``n`` rows (or row 0), with

@@ -13,6 +13,8 @@ threads or order.
 """
 import numbers
 
+import warnings
+
 import numpy as np
 import simplejpeg
 
@@ -137,6 +139,11 @@ class Normalize(Transform):
         if np.dtype(dtype) != np.float32:
             raise ValueError(f"Normalize: only dtype float32 is supported, got {dtype!r}")
         self.dtype = "float32"
+        if max(self.mean) > 1 or max(self.std) > 1:
+            warnings.warn(f"Normalize(mean={self.mean}, std={self.std}): values above 1 look "
+                          f"like the 0..255 scale; pixels are divided by 255 first "
+                          f"(torchvision's convention), so mean and std are on the 0..1 scale, "
+                          f"as IMAGENET_MEAN and IMAGENET_STD", UserWarning, stacklevel=2)
 
 
 class ToCHW(Transform):
@@ -148,7 +155,9 @@ def _validate(ops):
     seen = []
     for k, op in enumerate(ops):
         if not isinstance(op, Transform) or op.kind is None:
-            raise ValueError(f"Compose: op {k} ({op!r}) is not a fastload transform")
+            raise ValueError(f"Compose: op {k} ({op!r}) is not a fastload transform; Compose "
+                             f"runs fastload's image transforms natively. Apply a function of "
+                             f"your own with mapobs: mapobs(f, mapobs(Compose([...]), images))")
         if op.kind == "decode" and k != 0:
             raise ValueError(f"Compose: {op!r} (op {k}) must be the first op")
         if seen and seen[-1] == "layout":
@@ -256,28 +265,49 @@ class Compose:
         """The transformed item: x is JPEG bytes when the chain starts with DecodeJPEG, else
         a uint8 HWC or HW array. Raises ValueError for a corrupt or truncated JPEG."""
         if self.decodes:
+            if isinstance(x, np.ndarray) and x.dtype == np.uint8 and x.ndim in (2, 3):
+                raise ValueError(f"DecodeJPEG() got a decoded {x.shape} uint8 image, not the "
+                                 f"bytes of an encoded one: drop DecodeJPEG() from the chain, "
+                                 f"or pass the encoded bytes (of a packed dataset's column: "
+                                 f"ds['image'].encoded)")
             return self._run_jpeg(x, index, seed, epoch)
+        if isinstance(x, (bytes, bytearray, memoryview, np.bytes_)):
+            raise ValueError("the chain got the bytes of an encoded image: start it with "
+                             "DecodeJPEG(), which decodes JPEG and QOI")
         img = _image.as_image(x)
         normalize = self._find(Normalize)
         if normalize is not None and len(normalize.mean) not in (1, img.shape[2]):
             raise ValueError(f"{normalize!r} has {len(normalize.mean)} values for an image "
                              f"with {img.shape[2]} channels")
         h, w = img.shape[:2]
-        return self.pipeline.run(img, h, w, 1, seed, epoch, index)
+        return self._run(img, h, w, 1, seed, epoch, index)
+
+    def _run(self, img, h, w, denom, seed, epoch, index):
+        """The pipeline on a decoded image of an h x w source; a crop larger than the
+        image says which op and what to do."""
+        try:
+            return self.pipeline.run(img, h, w, denom, seed, epoch, index)
+        except ValueError as error:
+            if "smaller than the crop" not in str(error):
+                raise
+            crop = self._find(RandomCrop) or self._find(CenterCrop)
+            raise ValueError(f"{crop!r} is larger than the {h}x{w} image: give the crop "
+                             f"padding (RandomCrop(..., padding=...)), or Resize first so "
+                             f"that every image covers the crop") from None
 
     def _run_jpeg(self, data, index, seed, epoch):
         if bytes(data[:4]) == b"qoif":   # lossless images from a packed dataset
             img = _qoi.decode(data, channels=4 if self.channels == 4 else 3)
             if self.channels == 1:
                 img = _image.convert_channels(img, 1)
-            return self.pipeline.run(img, img.shape[0], img.shape[1], 1, seed, epoch, index)
+            return self._run(img, img.shape[0], img.shape[1], 1, seed, epoch, index)
         h, w = decode_jpeg_header(data)
         _, denom = self.pipeline.prepare(h, w, seed, epoch, index)
         min_h, min_w = -(-h // denom), -(-w // denom)
         img = _decode(data, self.channels, min_h if denom > 1 else 0, min_w if denom > 1 else 0)
         if img.shape[:2] != (min_h, min_w):  # the decoder picked another scale: use full size
             img, denom = _decode(data, self.channels, 0, 0), 1
-        return self.pipeline.run(img, h, w, denom, seed, epoch, index)
+        return self._run(img, h, w, denom, seed, epoch, index)
 
     def __repr__(self):
         inner = ",\n    ".join(repr(op) for op in self.ops)

@@ -1,5 +1,6 @@
 """Compose chains (fastload.transforms) and ImageFolder against numpy/PIL references."""
 import io
+import warnings
 
 import numpy as np
 import pytest
@@ -276,3 +277,30 @@ def test_imagefolder_leaves_out_hidden_folders_and_files_and_names_an_empty_clas
     (tmp_path / "bird").mkdir()
     with pytest.raises(ValueError, match="bird"):
         ImageFolder(tmp_path)
+
+
+def test_misuse_of_a_chain_gets_a_message_that_says_what_to_do():
+    image = natural_image(40, 50)
+    with pytest.raises(ValueError, match="start it with DecodeJPEG"):
+        Compose([RandomResizedCrop(32)])(jpeg(image))
+    with pytest.raises(ValueError, match=r"drop DecodeJPEG\(\).*\.encoded"):
+        Compose([DecodeJPEG(), CenterCrop(16)])(image)
+    with pytest.raises(ValueError, match="larger than the 40x50 image: give the crop padding"):
+        Compose([RandomCrop(1000)])(image)
+    with pytest.raises(ValueError, match="Apply a function of your own with mapobs"):
+        Compose([lambda x: x, CenterCrop(3)])
+
+
+def test_a_ragged_batch_says_how_to_give_it_one_shape():
+    from fastload import DataLoader, LoadError, mapobs
+    images = [natural_image(40, 50), natural_image(60, 50)]
+    with pytest.raises(LoadError, match="CenterCrop.*collate=False"):
+        list(DataLoader(mapobs(Compose([Resize(32)]), images), 2))
+
+
+def test_normalize_with_values_on_the_0_255_scale_warns():
+    with pytest.warns(UserWarning, match="0..1 scale"):
+        Normalize((123.7, 116.3, 103.5), (58.4, 57.1, 57.4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Normalize(IMAGENET_MEAN, IMAGENET_STD)
