@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -508,3 +509,40 @@ def test_a_file_with_an_extension_type_is_refused_registered_or_not(tmp_path, ne
         pa.unregister_extension_type("example.tagged")
     with pytest.raises(LoadError, match="example.tagged"):
         open(path)
+
+
+def test_the_next_write_removes_what_a_killed_or_interrupted_write_left(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    stale = [tmp_path / f".out.arrow.{dead}-12345.tmp",                    # a killed process
+             tmp_path / f".out.arrow.{os.getpid()}-{threading.get_ident()}.tmp"]  # this thread
+    for folder in stale:
+        folder.mkdir()
+        (folder / "column.0").write_bytes(b"x" * 1000)
+    other = tmp_path / ".other.arrow.1-1.tmp"     # another destination's: not ours to touch
+    other.mkdir()
+    write(tmp_path / "out.arrow", [{"y": 1}, {"y": 2}], {"y": "int64"}, progress=False)
+    assert leftovers(tmp_path) == [".other.arrow.1-1.tmp", "out.arrow"]
+
+
+def test_a_write_killed_midway_leaves_only_its_work_directory(tmp_path):
+    code = ("import numpy as np, sys\n"
+            "sys.path.insert(0, sys.argv[2])\n"
+            "from fastload.storage import Raw, write\n"
+            "class Slow:\n"
+            "    def __len__(self):\n"
+            "        return 10**6\n"
+            "    def __getitem__(self, i):\n"
+            "        if i == 2000:\n"
+            "            print('writing', flush=True)\n"
+            "        return {'x': np.full((32, 32), i % 256, np.uint8)}\n"
+            "write(sys.argv[1], Slow(), {'x': Raw()}, progress=False, num_threads=1)\n")
+    out = tmp_path / "big.arrow"
+    child = subprocess.Popen([sys.executable, "-c", code, str(out), os.path.dirname(
+        os.path.dirname(os.path.abspath(__file__)))], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "writing"
+    child.kill()
+    child.wait(30)
+    assert [p.endswith(".tmp") for p in leftovers(tmp_path)] == [True]
+    write(out, [{"y": 1}], {"y": "int64"}, progress=False)
+    assert leftovers(tmp_path) == ["big.arrow"]

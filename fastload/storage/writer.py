@@ -9,6 +9,7 @@ final name.
 """
 import json
 import os
+import shutil
 import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +36,8 @@ def write(path, data, fields, *, chunk_bytes=DEFAULT_CHUNK_BYTES, num_threads=No
     ``data`` is a container (``numobs``/``getobs``) whose observations are dicts holding
     the fields, or tuples with the fields in the order of ``fields``. ``fields`` maps each
     field name to an encoding (``Raw()``, ``JPEG(quality=90)``, ``"int64"``, ...).
-    Encoded rows are spilled to temporary files next to ``path`` as they come, so memory
+    Encoded rows are spilled to files in a temporary directory next to ``path`` as they
+    come (removed at the end, or by the next write after a kill), so memory
     stays bounded (disk needs about twice the dataset's size while writing). Rows are cut
     into chunks of about ``chunk_bytes`` encoded bytes, the unit of the quasi-random
     order. ``num_threads`` encoder threads (default: one per CPU) run at once;
@@ -62,24 +64,72 @@ def write(path, data, fields, *, chunk_bytes=DEFAULT_CHUNK_BYTES, num_threads=No
     pa = import_pyarrow()
     encodings = _bound(data, n, encodings, on_error == "skip")
     skipped = []
-    tmp = _temp_name(path)
+    _remove_stale(path)
+    work = _work_dir(path)
     try:
+        os.mkdir(work)
         with ExitStack() as stack:
-            spills = _spills(stack, tmp, encodings)
+            spills = _spills(stack, os.path.join(work, "column"), encodings)
             rows = stack.enter_context(closing(
                 _encoded_rows(data, n, encodings, threads, on_error == "skip")))
             bounds = _spill_rows(rows, spills, chunk_bytes, n, progress, skipped)
             schema = _schema(pa, encodings, user_meta, bounds)
             batch = pa.RecordBatch.from_arrays([s.to_arrow(pa) for s in spills], schema=schema)
+            tmp = os.path.join(work, "dataset.arrow")
             with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as out:
                 out.write_batch(batch)
             del batch
+        _fsync(tmp)
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+        _fsync(os.path.dirname(os.path.abspath(path)))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return skipped
+
+
+def _work_dir(path):
+    """The temporary directory of one write: spill files and the file before its rename,
+    named after the destination, the process and the thread."""
+    head, tail = os.path.split(os.path.abspath(path))
+    return os.path.join(head, f".{tail}.{os.getpid()}-{threading.get_ident()}.tmp")
+
+
+def _remove_stale(path):
+    """Remove the temporary directories that earlier writes of ``path`` left behind: those
+    of a process that is gone (killed), or of a thread of this one that is no longer
+    running (an interrupt that came too late for the clean-up)."""
+    head, tail = os.path.split(os.path.abspath(path))
+    prefix = f".{tail}."
+    for entry in os.scandir(head):
+        name = entry.name
+        if not (name.startswith(prefix) and name.endswith(".tmp") and entry.is_dir()):
+            continue
+        pid, _, tid = name[len(prefix):-len(".tmp")].partition("-")
+        if pid.isdigit() and tid.isdigit() and not _writing(int(pid), int(tid)):
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _writing(pid, tid):
+    if pid == os.getpid():   # this thread is about to write: its old directory is stale
+        return tid != threading.get_ident() and any(t.ident == tid
+                                                     for t in threading.enumerate())
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True      # another user's process: leave its files alone
+    return True
+
+
+def _fsync(path):
+    """Flush a file, or a directory's entries, to the disk: the renamed file survives a
+    power loss."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _bound(data, n, encodings, skip):
@@ -116,11 +166,6 @@ def _check_args(path, fields, chunk_bytes, num_threads):
     if os.path.isdir(path):
         raise IsADirectoryError(f"cannot write {path!r}: it is a directory")
     return encodings, num_threads
-
-
-def _temp_name(path):
-    head, tail = os.path.split(os.path.abspath(path))
-    return os.path.join(head, f".{tail}.{os.getpid()}.{threading.get_ident()}.tmp")
 
 
 def _spills(stack, tmp, encodings):
