@@ -4,6 +4,7 @@ A data-container protocol (``numobs``, ``getobs``, ``getobs_into``), lazy views,
 ``DataLoader`` that loads in parallel on a native thread pool into reused batch buffers.
 """
 from .errors import LoadError
+from .imagefolder import files
 from .loader import DataLoader, eachobs, eachobs_parallel
 from .obs import getobs, getobs_into, numobs
 from .storage import open, write
@@ -17,6 +18,7 @@ __all__ = [
     "batchview",
     "eachobs",
     "eachobs_parallel",
+    "files",
     "getobs",
     "getobs_into",
     "joinobs",

@@ -4,7 +4,7 @@ import stat
 
 import numpy as np
 
-__all__ = ["ImageFolder"]
+__all__ = ["ImageFolder", "files"]
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".webp", ".qoi")
 
@@ -13,7 +13,7 @@ class FileBytes:
     """The files at `paths` as a container: `len()`, and `[i]` reads file i's bytes."""
 
     def __init__(self, paths):
-        self.paths = list(paths)
+        self.paths = [os.fspath(p) for p in paths]
 
     def __len__(self):
         return len(self.paths)
@@ -23,6 +23,20 @@ class FileBytes:
 
     def __repr__(self):
         return f"FileBytes({len(self.paths)} files)"
+
+
+def files(paths):
+    """The files at ``paths`` (str or ``os.PathLike``) as a container whose observation
+    ``i`` is the bytes of file ``i``: what ``mapobs(Compose([DecodeJPEG(), ...]), ...)``
+    decodes, reading each file natively in a loader; errors name the file. Nothing is
+    read before an observation is asked for. Example, from a CSV of paths and labels::
+
+        rows = list(csv.reader(open("train.csv")))
+        images = fastload.files([path for path, _ in rows])
+        labels = np.array([int(label) for _, label in rows])
+        loader = DataLoader((mapobs(train, images), labels), 64, shuffle=True)
+    """
+    return FileBytes(paths)
 
 
 def read_file(path):

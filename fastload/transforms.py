@@ -12,7 +12,7 @@ threads or order.
     ((3, 224, 224), dtype('float32'))
 """
 import numbers
-
+import os
 import warnings
 
 import numpy as np
@@ -296,6 +296,10 @@ class Compose:
                              f"that every image covers the crop") from None
 
     def _run_jpeg(self, data, index, seed, epoch):
+        if isinstance(data, (str, os.PathLike)):
+            raise ValueError(f"DecodeJPEG() got a path ({os.fspath(data)!r}), not the bytes "
+                             f"of an image: give the loader fastload.files(paths), whose "
+                             f"observations are the files' bytes")
         if bytes(data[:4]) == b"qoif":   # lossless images from a packed dataset
             img = _qoi.decode(data, channels=4 if self.channels == 4 else 3)
             if self.channels == 1:

@@ -43,13 +43,19 @@ def python_blocks(page):
 
 
 def _image_folder(root, classes=("cat", "dog"), per_class=6):
+    """Generated JPEGs in class folders, and ``train.csv`` beside ``root`` listing them."""
     rng = np.random.default_rng(1)
-    for name in classes:
+    rows = []
+    for label, name in enumerate(classes):
         os.makedirs(os.path.join(root, name))
         for k in range(per_class):
             image = rng.integers(0, 255, (48 + 8 * k, 64, 3), np.uint8)
-            with open(os.path.join(root, name, f"{k}.jpg"), "wb") as f:
+            path = os.path.join(root, name, f"{k}.jpg")
+            with open(path, "wb") as f:
                 f.write(simplejpeg.encode_jpeg(image, quality=85))
+            rows.append(f"{path},{label}\n")
+    with open(os.path.join(os.path.dirname(os.path.dirname(root)), "train.csv"), "w") as f:
+        f.writelines(rows)
 
 
 def test_the_pages_have_python_blocks_to_run():

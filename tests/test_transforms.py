@@ -304,3 +304,28 @@ def test_normalize_with_values_on_the_0_255_scale_warns():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         Normalize(IMAGENET_MEAN, IMAGENET_STD)
+
+
+@pytest.mark.parametrize("parallel", [False, 2])
+def test_files_loads_images_listed_by_path_and_names_a_bad_one(tmp_path, parallel):
+    import fastload
+    from fastload import DataLoader, LoadError, mapobs
+    paths = []
+    for k in range(5):
+        path = tmp_path / f"{k}.jpg"
+        path.write_bytes(jpeg(natural_image(30 + k, 40, seed=k)))
+        paths.append(path if k % 2 else str(path))       # str or os.PathLike
+    images = fastload.files(paths)
+    chain = Compose([DecodeJPEG(), CenterCrop(24)])
+    batches = [b.copy() for b in DataLoader(mapobs(chain, images), 5, parallel=parallel)]
+    expected = np.stack([chain(images[k], index=k) for k in range(5)])
+    assert np.array_equal(batches[0], expected)
+    (tmp_path / "3.jpg").write_bytes(b"\xff\xd8 truncated")
+    with pytest.raises(LoadError, match="3.jpg") as info:
+        list(DataLoader(mapobs(chain, images), 5, parallel=parallel))
+    assert info.value.index == 3 and info.value.source.endswith("3.jpg")
+
+
+def test_a_path_given_to_decodejpeg_points_to_files():
+    with pytest.raises(ValueError, match=r"fastload.files\(paths\)"):
+        Compose([DecodeJPEG(), CenterCrop(8)])("images/0.jpg")
