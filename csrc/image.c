@@ -466,24 +466,26 @@ static run_layout run_layout_for(size_t conv, size_t pad, size_t tmp, size_t res
     return L;
 }
 
-/* The scratch of one run; every bound holds for any draw (random crops stay within the
- * padded source and the crop size), and for any decode scale. */
-static run_layout pipeline_layout(const fl_pipeline *p, const geometry *g, int h, int w) {
+/* The scratch of one run on a decoded image of `decoded_c` channels; every bound holds
+ * for any draw (random crops stay within the padded source and the crop size), and for
+ * any decode scale. A channel conversion buffer only when the channels differ. */
+static run_layout pipeline_layout(const fl_pipeline *p, const geometry *g, int h, int w,
+                                  int decoded_c) {
     int oh, ow, c = p->channels ? p->channels : 4;
     geometry_output(g, &oh, &ow);
     int eh = imax(h, p->crop_h) + 2 * p->crop_padding;
     int ew = imax(w, p->crop_w) + 2 * p->crop_padding;
-    size_t conv = p->channels ? (size_t)h * w * p->channels : 0;
+    size_t conv = p->channels && p->channels != decoded_c ? (size_t)h * w * p->channels : 0;
     size_t pad = g->crop_first && p->crop_kind != FL_CROP_RANDOM_RESIZED ? (size_t)eh * ew * c : 0;
     size_t rs = g->resize
         ? layout_for(oh, ow, axis_taps(ew, g->vw), axis_taps(eh, g->vh), ew, c).total : 0;
     return run_layout_for(conv, pad, (size_t)oh * ow * c, rs);
 }
 
-size_t fl_pipeline_scratch_bytes(const fl_pipeline *p, int h, int w) {
+size_t fl_pipeline_scratch_bytes(const fl_pipeline *p, int h, int w, int c) {
     geometry g;
     if (plan_geometry(p, h, w, 0, 0, 0, &g)) return 0;
-    return pipeline_layout(p, &g, h, w).total;
+    return pipeline_layout(p, &g, h, w, c).total;
 }
 
 /* n pixels of s written mirrored into d; inlined with a constant `c` below. */
@@ -610,7 +612,7 @@ int fl_pipeline_run_scaled(const fl_pipeline *p, const fl_image *decoded, int sr
     int err = plan_geometry(p, src_h, src_w, seed, epoch, index, &g);
     if (err) return err;
     if (d != 1 && (!g.resize || g.pad_first)) return FL_EINVAL;
-    run_layout L = pipeline_layout(p, &g, src_h, src_w);
+    run_layout L = pipeline_layout(p, &g, src_h, src_w, decoded->c);
     if (!scratch || scratch_bytes < L.total) return FL_ESCRATCH;
     return run_planned(p, &g, &L, decoded, src_h, src_w, d, out, scratch, scratch_bytes);
 }
@@ -626,7 +628,7 @@ int fl_pipeline_run_into(const fl_pipeline *p, const fl_image *decoded, uint64_t
     geometry_output(&g, &oh, &ow);
     if ((size_t)oh * ow * oc * (p->out_dtype == FL_DTYPE_FLOAT32 ? 4 : 1) != out_bytes)
         return FL_ESHAPE;
-    run_layout L = pipeline_layout(p, &g, decoded->h, decoded->w);
+    run_layout L = pipeline_layout(p, &g, decoded->h, decoded->w, decoded->c);
     if (!scratch || scratch_bytes < L.total) {
         *need = L.total;
         return FL_ESCRATCH;

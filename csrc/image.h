@@ -100,8 +100,9 @@ int fl_pipeline_output_shape(const fl_pipeline *p, int h, int w, int c,
 int fl_pipeline_prepare(const fl_pipeline *p, int h, int w, uint64_t seed, uint64_t epoch,
                         uint64_t index, fl_plan_rect *crop, int *scale_denom);
 
-/* Bytes of scratch that fl_pipeline_run(_scaled) needs for a source of h x w (any scale). */
-size_t fl_pipeline_scratch_bytes(const fl_pipeline *p, int h, int w);
+/* Bytes of scratch that fl_pipeline_run(_scaled) needs for a source of h x w (any scale)
+ * decoded to c channels. */
+size_t fl_pipeline_scratch_bytes(const fl_pipeline *p, int h, int w, int c);
 
 /* Runs the chain on a full-size decoded image (scale_denom must be 1: a reduced decode has
  * lost the exact source size that the draws depend on; use fl_pipeline_run_scaled) and

@@ -36,19 +36,36 @@ int fl_jpeg_size(const uint8_t *data, size_t n, int *h, int *w) {
     return -1;
 }
 
+/* Whether the first bytes of a file can start a JPEG or a QOI image. */
+static int image_magic(const uint8_t *head, size_t n) {
+    return (n >= 2 && head[0] == 0xFF && head[1] == 0xD8) ||
+           (n >= 4 && memcmp(head, "qoif", 4) == 0);
+}
+
 /* Reads the file at `path` into scratch memory; returns its bytes or NULL with a message.
- * Only regular files: opening a FIFO or device must not block a pool thread. */
-static const uint8_t *read_file(const char *path, size_t *n, fl_scratch *scratch,
-                                char *message) {
+ * Only regular files (opening a FIFO or device must not block a pool thread), at most
+ * `max_bytes` of them, and only after their first bytes show a JPEG or QOI image: a huge
+ * file of anything else costs no memory. */
+static const uint8_t *read_file(const char *path, int64_t max_bytes, size_t *n,
+                                fl_scratch *scratch, char *message) {
     int fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0) {
         snprintf(message, FL_MESSAGE_BYTES, "cannot open %s", path);
         return NULL;
     }
     struct stat st;
+    uint8_t head[4];
     uint8_t *buf = NULL;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    int regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    ssize_t head_n = regular && st.st_size <= max_bytes ? pread(fd, head, sizeof head, 0) : -1;
+    if (!regular) {
         snprintf(message, FL_MESSAGE_BYTES, "%s is not a regular file", path);
+    } else if (st.st_size > max_bytes) {
+        snprintf(message, FL_MESSAGE_BYTES, "%s: a file of %lld bytes is over the limit of "
+                 "%lld bytes (fastload.limits.MAX_FILE_BYTES)", path, (long long)st.st_size,
+                 (long long)max_bytes);
+    } else if (head_n < 2 || !image_magic(head, (size_t)head_n)) {
+        snprintf(message, FL_MESSAGE_BYTES, "%s: not a JPEG or QOI image", path);
     } else if (!(buf = fl_scratch_reserve(scratch, (size_t)st.st_size + 1))) {
         snprintf(message, FL_MESSAGE_BYTES, "out of memory reading %s", path);
     } else {
@@ -75,7 +92,7 @@ static const uint8_t *encoded_item(const fl_image_source *src, int64_t index, si
         *n = (size_t)(src->offsets[index + 1] - src->offsets[index]);
         return src->base + src->offsets[index];
     case FL_SOURCE_FILES:
-        return read_file(src->paths[index], n, file_scratch, message);
+        return read_file(src->paths[index], src->max_file_bytes, n, file_scratch, message);
     }
     return NULL;
 }
@@ -180,9 +197,9 @@ int fl_fill_image(const fl_field *field, const fl_item *item, char *dst, fl_scra
              ? "truncated or corrupt JPEG header" : "not a JPEG or QOI image");
         goto done;
     }
-    if ((int64_t)h * w > FL_MAX_PIXELS) {
-        snprintf(message, FL_MESSAGE_BYTES, "a %dx%d image is over the limit of %lld pixels",
-                 h, w, (long long)FL_MAX_PIXELS);
+    if ((int64_t)h * w > src->max_pixels) {
+        snprintf(message, FL_MESSAGE_BYTES, "a %dx%d image is over the limit of %lld pixels "
+                 "(fastload.limits.MAX_IMAGE_PIXELS)", h, w, (long long)src->max_pixels);
         fail(message, src, index, "");
         goto done;
     }
@@ -200,7 +217,7 @@ int fl_fill_image(const fl_field *field, const fl_item *item, char *dst, fl_scra
     int ch = src->channels, dh = (h + denom - 1) / denom, dw = (w + denom - 1) / denom;
     int decoded_c = is_qoi ? (ch == 4 ? 4 : 3) : ch;
     size_t image_bytes = (size_t)dh * dw * decoded_c;
-    size_t work_bytes = fl_pipeline_scratch_bytes(p, h, w);
+    size_t work_bytes = fl_pipeline_scratch_bytes(p, h, w, decoded_c);
     uint8_t *pixels = fl_scratch_reserve(&scratch[0], image_bytes + work_bytes);
     if (!pixels) {
         fail(message, src, index, "out of memory");

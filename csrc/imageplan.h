@@ -17,9 +17,6 @@ enum {
     FL_SOURCE_PIXELS        /* item i is a decoded uint8 image: ptrs[i], dims[3i..3i+2], row strides */
 };
 
-/* Encoded images larger than this many pixels are refused (a forged header must not make a
- * thread set aside gigabytes). */
-#define FL_MAX_PIXELS (1LL << 28)
 
 /* Decodes a JPEG at 1/scale_denom into out (ceil(h/d) x ceil(w/d) x channels, rows packed).
  * Returns 0, or nonzero after writing a message. */
@@ -41,6 +38,10 @@ typedef struct {
     fl_decode_fn decode_jpeg;
     void *decode_ctx;
     const char *name;              /* what to call the source in messages */
+    /* Refused before memory is set aside (fastload.limits): a forged header must not
+     * make a thread reserve gigabytes, nor a huge file be read whole. */
+    int64_t max_pixels;
+    int64_t max_file_bytes;
 } fl_image_source;
 
 /* Height and width from a JPEG's frame header. Returns 0, or -1 when the bytes are not a

@@ -521,6 +521,8 @@ cdef extern from "imageplan.h" nogil:
         fl_decode_fn decode_jpeg
         void *decode_ctx
         const char *name
+        int64_t max_pixels
+        int64_t max_file_bytes
     int fl_jpeg_size(const uint8_t *data, size_t n, int *h, int *w)
     int fl_fill_image(const fl_field *field, const fl_item *item, char *dst,
                       fl_scratch *scratch, char *message)
@@ -572,8 +574,9 @@ cdef class ImageSource:
     cdef bytes name_bytes
 
     def __cinit__(self, size_t pipeline_address, pipeline_owner, int kind, int64_t count,
-                  int channels, str name, decode_jpeg, keep=None, ptrs=None, lens=None,
-                  base=None, offsets=None, paths=None, dims=None, row_strides=None):
+                  int channels, str name, decode_jpeg, int64_t max_pixels,
+                  int64_t max_file_bytes, keep=None, ptrs=None, lens=None, base=None,
+                  offsets=None, paths=None, dims=None, row_strides=None):
         self.owners = [pipeline_owner, decode_jpeg, keep]
         self.name_bytes = name.encode("utf-8", "replace")
         self.source.pipeline = <const fl_pipeline *>pipeline_address
@@ -583,6 +586,8 @@ cdef class ImageSource:
         self.source.decode_jpeg = _decode_jpeg
         self.source.decode_ctx = <void *>decode_jpeg
         self.source.name = self.name_bytes
+        self.source.max_pixels = max_pixels
+        self.source.max_file_bytes = max_file_bytes
         if ptrs is not None:
             self.source.ptrs = <const uint8_t *const *><size_t>self._keep(ptrs, np.uintp, count)
         if lens is not None:

@@ -58,7 +58,7 @@ cdef extern from "image.h" nogil:
     int fl_pipeline_prepare(const fl_pipeline *p, int h, int w, uint64_t seed,
                             uint64_t epoch, uint64_t index, fl_plan_rect *crop,
                             int *scale_denom)
-    size_t fl_pipeline_scratch_bytes(const fl_pipeline *p, int h, int w)
+    size_t fl_pipeline_scratch_bytes(const fl_pipeline *p, int h, int w, int c)
     int fl_pipeline_run_scaled(const fl_pipeline *p, const fl_image *decoded, int src_h,
                                int src_w, int scale_denom, uint64_t seed, uint64_t epoch,
                                uint64_t index, void *out, void *scratch,
@@ -251,7 +251,7 @@ cdef class Pipeline:
         _check(fl_pipeline_output_shape(&self.p, src_h, src_w, im.c, &oh, &ow, &oc), "run")
         shape = (oc, oh, ow) if self.p.chw else (oh, ow, oc)
         cdef cnp.ndarray out = np.empty(shape, np.float32 if self.p.normalize else np.uint8)
-        cdef size_t n = fl_pipeline_scratch_bytes(&self.p, src_h, src_w)
+        cdef size_t n = fl_pipeline_scratch_bytes(&self.p, src_h, src_w, im.c)
         cdef cnp.ndarray scratch = np.empty(n, np.uint8)
         cdef void *sp = cnp.PyArray_DATA(scratch)
         cdef void *op = cnp.PyArray_DATA(out)

@@ -4,6 +4,8 @@ import stat
 
 import numpy as np
 
+from . import limits
+
 __all__ = ["ImageFolder", "files"]
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".webp", ".qoi")
@@ -40,12 +42,15 @@ def files(paths):
 
 
 def read_file(path):
-    """The bytes of the regular file at ``path``. Raises ``OSError`` for anything else: a
-    FIFO or a device would block or never end (the same rule as the native reader)."""
+    """The bytes of the regular file at ``path``. Raises ``OSError`` for anything else (a
+    FIFO or a device would block or never end: the same rule as the native reader), and
+    ``ValueError`` for a file over ``fastload.limits.MAX_FILE_BYTES``."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise OSError(f"{path}: not a regular file")
+        limits.check_file_bytes(info.st_size, path)
         return f.read()
 
 

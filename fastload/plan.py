@@ -20,7 +20,7 @@ import weakref
 import numpy as np
 import simplejpeg
 
-from . import _core
+from . import _core, limits
 from .errors import LoadError
 from .obs import getobs, getobs_into, map_tree, numobs
 from .transforms import _COLORSPACES, Compose
@@ -137,9 +137,11 @@ def _image_source(view):
         return None
 
     def source(kind, **where):
+        keep = list(images) if isinstance(images, (list, tuple)) else images
         return _core.ImageSource(compose.pipeline.address, compose.pipeline, kind,
                                  numobs(images), compose.channels or 3, type(images).__name__,
-                                 decode_jpeg_into, keep=list(images) if isinstance(images, (list, tuple)) else images, **where)
+                                 decode_jpeg_into, limits.MAX_IMAGE_PIXELS,
+                                 limits.MAX_FILE_BYTES, keep=keep, **where)
     if not compose.decodes:
         pixels = _pixel_source(images)
         return None if pixels is None else source(_core.SOURCE_PIXELS, **pixels)
@@ -191,12 +193,14 @@ def _snapshot(view):
         items = list(images.paths)
     else:
         items = None
-    return view.f, images, items
+    return view.f, images, items, (limits.MAX_IMAGE_PIXELS, limits.MAX_FILE_BYTES)
 
 
 def _still_holds(snapshot, view):
-    f, images, items = snapshot
+    f, images, items, bounds = snapshot
     if view.f is not f or view.data is not images:
+        return False
+    if bounds != (limits.MAX_IMAGE_PIXELS, limits.MAX_FILE_BYTES):
         return False
     if items is None:
         return True

@@ -18,7 +18,7 @@ import warnings
 import numpy as np
 import simplejpeg
 
-from fastload import _image, _qoi
+from . import _image, _qoi, limits
 
 __all__ = ["CenterCrop", "Compose", "DecodeJPEG", "IMAGENET_MEAN", "IMAGENET_STD",
            "Normalize", "RandomCrop", "RandomHorizontalFlip", "RandomResizedCrop", "Resize",
@@ -301,11 +301,13 @@ class Compose:
                              f"of an image: give the loader fastload.files(paths), whose "
                              f"observations are the files' bytes")
         if bytes(data[:4]) == b"qoif":   # lossless images from a packed dataset
+            limits.check_pixels(*_qoi.header(data)[:2])
             img = _qoi.decode(data, channels=4 if self.channels == 4 else 3)
             if self.channels == 1:
                 img = _image.convert_channels(img, 1)
             return self._run(img, img.shape[0], img.shape[1], 1, seed, epoch, index)
         h, w = decode_jpeg_header(data)
+        limits.check_pixels(h, w)
         _, denom = self.pipeline.prepare(h, w, seed, epoch, index)
         min_h, min_w = -(-h // denom), -(-w // denom)
         img = _decode(data, self.channels, min_h if denom > 1 else 0, min_w if denom > 1 else 0)

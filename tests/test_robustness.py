@@ -139,3 +139,56 @@ def test_a_forged_qoi_header_is_refused_before_memory_is_set_aside():
     data = mapobs(Compose([DecodeJPEG(), Resize(16), CenterCrop(16)]), [huge, huge])
     with deadline(10), pytest.raises(LoadError, match="truncated QOI"):
         list(DataLoader(data, 2, parallel=2))
+
+
+def _forged_jpeg(h, w):
+    """A small valid JPEG whose frame header (SOF0) declares h x w."""
+    data = bytearray(simplejpeg.encode_jpeg(np.zeros((8, 8, 3), np.uint8)))
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5:sof + 9] = struct.pack(">HH", h, w)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("parallel", [False, 2])
+def test_a_forged_jpeg_header_is_refused_before_memory_is_set_aside(parallel):
+    forged = _forged_jpeg(16384, 16384)
+    assert len(forged) < 1000
+    data = mapobs(Compose([DecodeJPEG(), Resize(16), CenterCrop(16)]), [forged, forged])
+    with deadline(10), pytest.raises(LoadError, match="over the limit.*MAX_IMAGE_PIXELS"):
+        list(DataLoader(data, 2, parallel=parallel))
+    with pytest.raises(ValueError, match="over the limit"):
+        Compose([DecodeJPEG(), Resize(16), CenterCrop(16)])(forged)
+
+
+@pytest.mark.parametrize("parallel", [False, 2])
+def test_the_limits_are_settable_and_every_path_follows_them(tmp_path, monkeypatch, parallel):
+    from fastload import files, limits
+    image = simplejpeg.encode_jpeg(np.zeros((20, 20, 3), np.uint8))
+    path = tmp_path / "a.jpg"
+    path.write_bytes(image)
+    chain = Compose([DecodeJPEG(), CenterCrop(8)])
+    assert len(list(DataLoader(mapobs(chain, files([path])), 1, parallel=parallel))) == 1
+    monkeypatch.setattr(limits, "MAX_IMAGE_PIXELS", 399)
+    for source in ([image], files([path])):
+        with pytest.raises(LoadError, match="20x20 image is over the limit of 399"):
+            list(DataLoader(mapobs(chain, source), 1, parallel=parallel))
+    monkeypatch.setattr(limits, "MAX_IMAGE_PIXELS", 10**9)
+    monkeypatch.setattr(limits, "MAX_FILE_BYTES", len(image) - 1)
+    with pytest.raises(LoadError, match="over the limit of .* bytes.*MAX_FILE_BYTES"):
+        list(DataLoader(mapobs(chain, files([path])), 1, parallel=parallel))
+
+
+def test_a_huge_file_that_is_no_image_is_refused_without_reading_it(tmp_path):
+    from fastload import files
+    big = tmp_path / "zeros.jpg"
+    with open(big, "wb") as f:
+        f.truncate(200 << 20)          # sparse: 200 MB of zeros, no image header
+    chain = Compose([DecodeJPEG(), CenterCrop(8)])
+    with deadline(10), pytest.raises(LoadError, match="not a JPEG or QOI image"):
+        list(DataLoader(mapobs(chain, files([big])), 1, parallel=2))
+    huge = tmp_path / "huge.jpg"
+    with open(huge, "wb") as f:
+        f.write(_forged_jpeg(64, 64))
+        f.truncate(2 << 30)            # sparse 2 GB behind a JPEG header
+    with deadline(10), pytest.raises(LoadError, match="MAX_FILE_BYTES"):
+        list(DataLoader(mapobs(chain, files([huge])), 1, parallel=2))

@@ -13,6 +13,7 @@ import numbers
 
 import numpy as np
 
+from fastload import limits
 from fastload.storage import images
 
 __all__ = ["Bytes", "Encoding", "JPEG", "NDArray", "QOI", "Raw", "Scalar", "Smart", "Str",
@@ -251,6 +252,8 @@ def _encode_jpeg(img, quality):
 
 def _decode_jpeg(data):
     import simplejpeg
+    h, w, _, _ = simplejpeg.decode_jpeg_header(data)
+    limits.check_pixels(h, w)
     return simplejpeg.decode_jpeg(data, colorspace="RGB")
 
 
@@ -297,6 +300,7 @@ class QOI(_Image):
 
     def decode(self, data, h, w):
         from fastload import _qoi
+        limits.check_pixels(*_qoi.header(data)[:2])
         return _check_shape(_qoi.decode(data), h, w)
 
     def params(self):

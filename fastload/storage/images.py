@@ -6,6 +6,8 @@ are met.
 """
 import numpy as np
 
+from fastload import limits
+
 JPEG_MAGIC = b"\xff\xd8\xff"
 QOI_MAGIC = b"qoif"
 
@@ -63,10 +65,12 @@ def decode_image_bytes(data, min_size=None):
     data = bytes(data)
     if is_jpeg(data):
         import simplejpeg
+        limits.check_pixels(*image_size(data))
         mh, mw = min_size or (0, 0)
         return simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=mh, min_width=mw)
     if is_qoi(data):
         from fastload import _qoi
+        limits.check_pixels(*_qoi.header(data)[:2])
         return _qoi.decode(data)
     return _decode_with_pillow(data)
 
@@ -80,9 +84,12 @@ def _decode_with_pillow(data):
     import io
     try:
         with Image.open(io.BytesIO(data)) as img:
+            limits.check_pixels(img.height, img.width)   # the header only, before decoding
             mode = "RGBA" if img.mode in ("RGBA", "LA", "PA") or "transparency" in img.info \
                 else "RGB"
             return np.asarray(img.convert(mode))
+    except ValueError:
+        raise
     except Exception as exc:  # Pillow raises many kinds for bad input
         raise ValueError(f"cannot decode image bytes: {exc}") from exc
 
