@@ -80,6 +80,20 @@ def _run_bench(args):
     return 0
 
 
+def _add_verify_args(p):
+    p.add_argument("path", help="a dataset file, a directory of shard files, or a glob")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _run_verify(args):
+    result = open_dataset(args.path).verify(progress=not args.no_progress)
+    print(f"{args.path}: {result['chunks']} chunks of {result['files']} file(s) match "
+          f"their checksums")
+    for path in result["unverified"]:
+        print(f"  {path}: no checksums (written by an older fastload): not verified")
+    return 0
+
+
 def _add_demo_args(p):
     pass
 
@@ -98,6 +112,8 @@ COMMANDS = {
              _add_info_args, _run_info),
     "bench": ("images/s of the standard training pipeline (RandomResizedCrop + flip) on a "
               "dataset", _add_bench_args, _run_bench),
+    "verify": ("check every chunk of a dataset against the checksums its writer stored",
+               _add_verify_args, _run_verify),
     "demo": ("load generated tensors and images, and print items/s against a plain loop",
              _add_demo_args, _run_demo),
 }

@@ -1,5 +1,6 @@
 """Packed datasets (fastload.storage): encodings round-trip, files are plain Arrow, shards,
 zero-copy buffers, safe writes, corrupt files, quasi-random order."""
+import builtins
 import ctypes
 import json
 import os
@@ -546,3 +547,55 @@ def test_a_write_killed_midway_leaves_only_its_work_directory(tmp_path):
     assert [p.endswith(".tmp") for p in leftovers(tmp_path)] == [True]
     write(out, [{"y": 1}], {"y": "int64"}, progress=False)
     assert leftovers(tmp_path) == ["big.arrow"]
+
+
+def _rewrite(src, dst, *, metadata=None, batch_rows=None):
+    """A copy of the Arrow file ``src`` with other schema metadata or batches."""
+    table = pa.ipc.open_file(src).read_all()
+    if metadata is not None:
+        table = table.replace_schema_metadata(metadata)
+    with pa.OSFile(str(dst), "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
+        for batch in table.to_batches(max_chunksize=batch_rows):
+            out.write_batch(batch)
+
+
+def test_every_chunk_is_checksummed_and_a_flipped_byte_is_found(written, tmp_path, capsys):
+    from fastload.__main__ import main
+    path, rows = written
+    result = open(path, verify="open").verify()
+    assert result["files"] == 1 and result["chunks"] == len(open(path).chunk_bounds) - 1 > 2
+    assert main(["verify", path, "--no-progress"]) == 0
+    data = bytearray(builtins.open(path, "rb").read())
+    at = data.index(rows[39]["blob"])               # 39 random bytes: one place in the file
+    data[at] ^= 0xFF
+    bad = tmp_path / "flipped.arrow"
+    bad.write_bytes(bytes(data))
+    assert open(bad)["blob"][39] != rows[39]["blob"]   # opens unverified, data differs
+    with pytest.raises(LoadError, match=r"chunk \d+ \(rows \d+\.\.\d+\) does not match"):
+        open(bad, verify="open")
+    assert main(["verify", str(bad), "--no-progress"]) == 2
+    assert "does not match its checksum" in capsys.readouterr().err
+
+
+def test_a_metadata_edit_is_found_and_rebatching_keeps_the_checksums(written, tmp_path):
+    path, _ = written
+    meta = dict(pa.ipc.open_file(path).schema.metadata)
+    rebatched = tmp_path / "rebatched.arrow"
+    _rewrite(path, rebatched, batch_rows=7)
+    assert open(rebatched, verify="open").verify()["files"] == 1
+    edited = tmp_path / "edited.arrow"
+    _rewrite(path, edited, metadata={**meta, b"fastload.user": b'{"classes": ["x"]}'})
+    with pytest.raises(LoadError, match="metadata does not match"):
+        open(edited, verify="open")
+
+
+def test_a_file_without_checksums_opens_and_says_it_was_not_verified(written, tmp_path):
+    path, rows = written
+    meta = {k: v for k, v in pa.ipc.open_file(path).schema.metadata.items()
+            if k != b"fastload.checksums"}
+    old = tmp_path / "old.arrow"
+    _rewrite(path, old, metadata=meta)
+    assert open(old)["label"].tolist() == [r["label"] for r in rows]
+    with pytest.warns(UserWarning, match="no checksums"):
+        ds = open(old, verify="open")
+    assert ds.verify() == {"files": 0, "chunks": 0, "unverified": [str(old)]}

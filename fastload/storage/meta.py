@@ -5,6 +5,7 @@ Keys of the Arrow schema metadata:
 - ``fastload.fields``: JSON, field name -> {"encoding", "columns", parameters}.
 - ``fastload.chunks``: JSON, the row boundaries [0, ..., rows] of the file's chunks.
 - ``fastload.user``: JSON, the ``metadata`` dict given to ``write`` (class names, ...).
+- ``fastload.checksums``: JSON, CRC-32s of the chunks and the metadata (``checksums.py``).
 
 Version rule: a reader opens files of its version or older and rejects newer ones.
 Additions that older readers may ignore (a new metadata key, a new parameter with a

@@ -19,6 +19,7 @@ from fastload.errors import LoadError
 from fastload.obs import getobs, numobs
 from fastload.views import source_of
 from fastload.storage.arrow_types import arrow_type, import_pyarrow
+from fastload.storage.checksums import META_CHECKSUMS, chunk_checksums, metadata_checksum
 from fastload.storage.fields import as_encoding
 from fastload.storage.meta import (FORMAT_VERSION, META_CHUNKS, META_FIELDS, META_FORMAT,
                                    META_USER)
@@ -73,8 +74,10 @@ def write(path, data, fields, *, chunk_bytes=DEFAULT_CHUNK_BYTES, num_threads=No
             rows = stack.enter_context(closing(
                 _encoded_rows(data, n, encodings, threads, on_error == "skip")))
             bounds = _spill_rows(rows, spills, chunk_bytes, n, progress, skipped)
-            schema = _schema(pa, encodings, user_meta, bounds)
-            batch = pa.RecordBatch.from_arrays([s.to_arrow(pa) for s in spills], schema=schema)
+            arrays = [s.to_arrow(pa) for s in spills]
+            schema = _schema(pa, encodings, user_meta, bounds, arrays)
+            batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+            del arrays
             tmp = os.path.join(work, "dataset.arrow")
             with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as out:
                 out.write_batch(batch)
@@ -179,14 +182,18 @@ def _spills(stack, tmp, encodings):
     return spills
 
 
-def _schema(pa, encodings, user_meta, bounds):
+def _schema(pa, encodings, user_meta, bounds, arrays):
+    """The file's schema, with the fastload metadata and the checksums of ``arrays``."""
     cols = [pa.field(col, arrow_type(pa, kind), nullable=False)
             for name, enc in encodings.items() for col, kind in enc.columns(name)]
-    meta = {name: enc.to_meta(name) for name, enc in encodings.items()}
+    fields = json.dumps({name: enc.to_meta(name) for name, enc in encodings.items()}).encode()
+    chunks = json.dumps(bounds).encode()
+    sums = {"crc32": chunk_checksums(pa, arrays, bounds),
+            "metadata": metadata_checksum(fields, chunks, user_meta)}
     return pa.schema(cols, metadata={META_FORMAT: str(FORMAT_VERSION).encode(),
-                                     META_FIELDS: json.dumps(meta).encode(),
-                                     META_CHUNKS: json.dumps(bounds).encode(),
-                                     META_USER: user_meta})
+                                     META_FIELDS: fields, META_CHUNKS: chunks,
+                                     META_USER: user_meta,
+                                     META_CHECKSUMS: json.dumps(sums).encode()})
 
 
 def _at_row(i, field, fn, data):
