@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install build test demo bench clean
+.PHONY: install build test demo bench stress clean
 
 # The optional integrations (torch, jax: CPU builds) are installed too, so that their tests
 # run; without them those tests are skipped.
@@ -27,6 +27,11 @@ test: build
 
 demo: build
 	$(PY) -m fastload demo
+
+# The failure audit, bounded (a few minutes): mutated images, corrupted packed files,
+# killed workers, interrupted writes, a full disk (as root).
+stress: build
+	$(PY) -m pytest -q -m stress tests/test_stress.py
 
 # Every benchmark, one after the other (a few minutes each on 2 cores).
 bench: build

@@ -214,7 +214,7 @@ def test_pyarrow_and_pandas_read_the_file(written):
     assert table.num_rows == len(rows)
     assert table.column("label").to_pylist() == list(range(len(rows)))
     meta = table.schema.metadata
-    assert meta[META_FORMAT] == b"1"
+    assert meta[META_FORMAT] == b"2"
     assert json.loads(meta[b"fastload.fields"])["qoi"]["encoding"] == "qoi"
     import pandas as pd
     df = pd.read_feather(path)
@@ -593,8 +593,12 @@ def test_a_file_without_checksums_opens_and_says_it_was_not_verified(written, tm
     path, rows = written
     meta = {k: v for k, v in pa.ipc.open_file(path).schema.metadata.items()
             if k != b"fastload.checksums"}
-    old = tmp_path / "old.arrow"
-    _rewrite(path, old, metadata=meta)
+    damaged = tmp_path / "damaged.arrow"       # version 2 must have them
+    _rewrite(path, damaged, metadata=meta)
+    with pytest.raises(LoadError, match="without its checksums"):
+        open(damaged)
+    old = tmp_path / "old.arrow"               # version 1 had none
+    _rewrite(path, old, metadata={**meta, META_FORMAT: b"1"})
     assert open(old)["label"].tolist() == [r["label"] for r in rows]
     with pytest.warns(UserWarning, match="no checksums"):
         ds = open(old, verify="open")

@@ -8,6 +8,8 @@ Keys of the Arrow schema metadata:
 - ``fastload.checksums``: JSON, CRC-32s of the chunks and the metadata (``checksums.py``).
 
 Version rule: a reader opens files of its version or older and rejects newer ones.
+Version 2 added ``fastload.checksums``; a version-2 file without it is corrupt (the key
+was damaged), where a version-1 file is merely older.
 Additions that older readers may ignore (a new metadata key, a new parameter with a
 default) keep the version; anything that changes how existing columns are read bumps it.
 """
@@ -17,7 +19,7 @@ import numpy as np
 
 from fastload.storage.fields import from_meta
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2     # 2: chunk checksums, which a version-2 file must have
 META_FORMAT = b"fastload.format"
 META_FIELDS = b"fastload.fields"
 META_USER = b"fastload.user"

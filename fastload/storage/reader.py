@@ -13,7 +13,7 @@ import numpy as np
 from fastload.errors import LoadError
 from fastload.obs import is_batch_index, normalize_index
 from fastload.storage.arrow_types import arrow_type, import_pyarrow
-from fastload.storage.checksums import verify_shard
+from fastload.storage.checksums import META_CHECKSUMS, verify_shard
 from fastload.storage.columns import (EncodedColumn, Piece, RawArray, RawColumn,
                                       ScalarArray, shape_list)
 from fastload.storage.fields import Bytes, Raw, Scalar, Str
@@ -112,6 +112,10 @@ def _read_file(path, cache):
                         f"{exc}", source=path) from exc
     for field in schema:
         _refuse_extension_types(pa, field, path)
+    meta = schema.metadata or {}
+    if meta.get(META_FORMAT) == b"2" and META_CHECKSUMS not in meta:
+        raise LoadError(f"{path}: a fastload file of format version 2 without its "
+                        f"checksums: the file is corrupt", source=path)
     return _Shard(path, np.frombuffer(buf, np.uint8), schema, batches)
 
 
