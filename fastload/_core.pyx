@@ -268,7 +268,9 @@ cdef class Iteration:
     ones are counted, and a step none of whose observations loaded is passed over. The
     steps come from a native run (``start_run``: inline or on the pool) or from a
     transport object (``start_transport``: worker processes), whose ``next(release)``
-    returns ``(slot, rows, failure, keep, objects)`` or None at the end.
+    returns ``(slot, step, rows, failure, keep, objects)`` or None at the end.
+    ``check(step)``, when given, runs before a step's value is handed out (a packed
+    dataset's checksums, with ``verify="read"``); what it raises ends the iteration.
 
     Slots: ``ring[slot]`` is the list of a slot's destination arrays (None for fields with
     no array); ``values[slot]`` its whole step's value (None: assemble every time);
@@ -283,7 +285,7 @@ cdef class Iteration:
     cdef list ring, values
     cdef readonly list objects
     cdef dict errors
-    cdef object filler, on_end
+    cdef object filler, on_end, check
     cdef bint buffer, release_gil, count_values, busy
     cdef readonly bint done
     cdef int held
@@ -294,7 +296,8 @@ cdef class Iteration:
     cdef object __weakref__
 
     def __cinit__(self, plan, list ring, list values, list objects, int64_t rows, bint buffer,
-                  Stats stats, Progress progress, on_end=None, bint count_values=False):
+                  Stats stats, Progress progress, on_end=None, bint count_values=False,
+                  check=None):
         if len(values) != len(ring) or len(objects) != len(ring) or not ring:
             raise ValueError("a ring needs at least one slot, with a value and objects each")
         self.plan = plan
@@ -303,6 +306,7 @@ cdef class Iteration:
         self.buffer = buffer
         self.stats, self.progress = stats, progress
         self.on_end = on_end
+        self.check = check
         self.count_values = count_values
         self.errors = {}
         self.held = -1
@@ -438,6 +442,8 @@ cdef class Iteration:
             raise RuntimeError(_STOPPED.get(slot, f"the native run stopped ({slot})"))
         self.held = slot
         s = &self.run.slots[slot]
+        if self.check is not None:
+            self.check(s.step)
         value = self.values[slot] if s.rows == self.rows else None
         if value is None or s.failed or s.skipped:
             return self._deliver(slot, s.rows, self._failure(slot), self._kept(slot), None)
@@ -449,8 +455,10 @@ cdef class Iteration:
         reply = self.transport.next(release)
         if reply is None:
             return _END
-        slot, rows, failure, keep, objects = reply
+        slot, step, rows, failure, keep, objects = reply
         self.held = slot
+        if self.check is not None:
+            self.check(step)
         return self._deliver(slot, rows, failure, keep, objects)
 
     cdef object _deliver(self, int slot, int64_t rows, failure, keep, objects):

@@ -156,12 +156,14 @@ class Engine:
             self._ring = (key, slots, values)
         return slots, values, not busy
 
-    def iterate(self, data, schedule, *, stats=None, progress=None, on_end=None):
+    def iterate(self, data, schedule, *, stats=None, progress=None, on_end=None,
+                verify_rows=()):
         """An iterator over the steps of ``schedule`` loaded from the container ``data``
         (a ``_core.Iteration``). ``stats`` and ``progress`` (``_core.Stats``,
         ``_core.Progress``) are updated as steps are delivered; ``on_end()`` is called
-        when the last one was. Raises ``fastload.LoadError`` naming the observation that
-        failed to load."""
+        when the last one was; each of ``verify_rows(positions)`` checks a step's rows
+        before it is handed out. Raises ``fastload.LoadError`` naming the observation
+        that failed to load."""
         stats = stats if stats is not None else _core.Stats()
         progress = progress if progress is not None else _core.Progress(schedule.epoch,
                                                                          schedule.start)
@@ -177,7 +179,8 @@ class Engine:
         try:
             iteration = _core.Iteration(plan, ring, values, [plan.new_objects() for _ in ring],
                                         plan.rows, self.buffer, stats, progress, on_end,
-                                        plan.whole_steps and schedule.batch_size is not None)
+                                        plan.whole_steps and schedule.batch_size is not None,
+                                        _checker(schedule, verify_rows))
         except BaseException:
             if shared:
                 self._ring_owner = None
@@ -207,6 +210,18 @@ class Engine:
             self._workers.close()
         with self._lock:
             self._ring = self._ring_owner = None
+
+
+def _checker(schedule, verify_rows):
+    """``check(step)`` running each of ``verify_rows`` on the step's positions, or None."""
+    if not verify_rows:
+        return None
+
+    def check(step):
+        positions = schedule.positions(step)
+        for verify in verify_rows:
+            verify(positions)
+    return check
 
 
 def _filler(plan, ring, objects, schedule):

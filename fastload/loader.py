@@ -79,6 +79,20 @@ def _chunk_bounds(data):
     return None
 
 
+def _verifiers(data):
+    """The ``verify_rows`` of the packed datasets under ``data`` opened with
+    ``verify="read"``: they check a step's chunks before the loader hands it out."""
+    found = getattr(data, "verify_rows", None)
+    if found is not None:
+        return [found]
+    if isinstance(data, (tuple, dict)):
+        members = data.values() if isinstance(data, dict) else data
+        return [v for member in members for v in _verifiers(member)]
+    if isinstance(data, MappedObs):
+        return _verifiers(data.data)
+    return []
+
+
 class _EpochLoader:
     """What ``DataLoader`` and ``eachobs`` share: epochs, order, state, and the engine.
     ``batch_size=None`` makes each step one observation."""
@@ -153,7 +167,8 @@ class _EpochLoader:
         self._epoch, self._resume_at = epoch + 1, 0
         self._progress = _core.Progress(epoch, start)
         return self._engine.iterate(self.data, self.schedule(epoch, start), stats=self._stats,
-                                    progress=self._progress, on_end=self._epoch_done)
+                                    progress=self._progress, on_end=self._epoch_done,
+                                    verify_rows=_verifiers(self.data))
 
     def _epoch_done(self):
         # The next epoch's order is finished within this epoch: no thread of the loader
@@ -285,7 +300,7 @@ class _ParallelIterable:
         return self.schedule.steps
 
     def __iter__(self):
-        return self.engine.iterate(self.data, self.schedule)
+        return self.engine.iterate(self.data, self.schedule, verify_rows=_verifiers(self.data))
 
 
 def eachobs_parallel(data, *, buffer=True, parallel=True, ordered=True, prefetch=None):

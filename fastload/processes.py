@@ -222,7 +222,7 @@ class _Transport:
         self.total = schedule.steps
 
     def next(self, release):
-        """``(slot, rows, failure, keep, objects)`` of the next step, None at the end."""
+        """``(slot, step, rows, failure, keep, objects)`` of the next step, None at the end."""
         pool = self.pool
         if release >= 0:
             self.free.append(release)
@@ -240,7 +240,7 @@ class _Transport:
         reply = self.arrived.pop(step)
         slot = self.inflight.pop(step)
         self.expected += 1
-        return (slot,) + self._unpack(step, reply)
+        return (slot, step) + self._unpack(step, reply)
 
     def _check(self):
         if self.pool.gen != self.gen:

@@ -603,3 +603,24 @@ def test_a_file_without_checksums_opens_and_says_it_was_not_verified(written, tm
     with pytest.warns(UserWarning, match="no checksums"):
         ds = open(old, verify="open")
     assert ds.verify() == {"files": 0, "chunks": 0, "unverified": [str(old)]}
+
+
+@pytest.mark.parametrize("options", [{}, {"parallel": 2}, {"parallel": 2, "backend": "process"}])
+def test_verify_read_checks_a_chunk_before_any_of_its_rows_is_read(written, tmp_path, options):
+    from fastload import DataLoader
+    path, rows = written
+    data = bytearray(builtins.open(path, "rb").read())
+    data[data.index(rows[39]["raw"].tobytes())] ^= 0xFF     # a raw (numpy-read) value
+    bad = tmp_path / "flipped.arrow"
+    bad.write_bytes(bytes(data))
+    ds = open(bad, verify="read")
+    assert ds[0]["label"] == 0 and ds["blob"][1] == rows[1]["blob"]   # other chunks: fine
+    loader = DataLoader((ds["raw"], ds["label"]), 4, **options)
+    delivered = []
+    with pytest.raises(LoadError, match=r"chunk \d+ \(rows \d+\.\.39\) does not match"):
+        for _, labels in loader:
+            delivered.extend(labels.tolist())
+    assert 0 < len(delivered) < 39 and 39 not in delivered
+    with pytest.raises(LoadError, match="does not match"):
+        ds[39]
+    assert open(path, verify="read")[39]["label"] == 39      # the intact file reads

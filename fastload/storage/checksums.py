@@ -18,7 +18,8 @@ import numpy as np
 from fastload.errors import LoadError
 from fastload.storage.meta import META_CHUNKS, META_FIELDS, META_USER, read_chunks
 
-__all__ = ["META_CHECKSUMS", "chunk_checksums", "metadata_checksum", "verify_shard"]
+__all__ = ["META_CHECKSUMS", "ShardChecksums", "chunk_checksums", "metadata_checksum",
+           "shard_checksums"]
 
 META_CHECKSUMS = b"fastload.checksums"
 
@@ -70,35 +71,46 @@ def _row_bytes(pa, array, first, n):
         raise ValueError(f"no checksum for Arrow type {t}")
 
 
-def verify_shard(pa, path, schema, batches, rows, progress=None):
-    """Check the chunks of one file against its checksums. Returns the number of chunks
-    verified, or None when the file has no checksums. Raises ``LoadError`` naming the file
-    and the first chunk (with its rows) whose bytes do not match."""
-    meta = schema.metadata or {}
-    raw = meta.get(META_CHECKSUMS)
-    if raw is None:
+class ShardChecksums:
+    """The checksums stored in one file, to check its chunks one by one. Raises
+    ``LoadError`` at construction when the checksum metadata is unreadable, does not
+    describe the file's chunks, or the metadata does not match its own checksum."""
+
+    def __init__(self, pa, path, schema, batches, rows):
+        meta = schema.metadata or {}
+        try:
+            stored = json.loads(meta[META_CHECKSUMS].decode("utf-8"))
+            self.sums, meta_sum = list(stored["crc32"]), stored["metadata"]
+        except (UnicodeDecodeError, ValueError, TypeError, KeyError):
+            raise LoadError(f"{path}: bad checksum metadata", source=path) from None
+        if metadata_checksum(meta.get(META_FIELDS), meta.get(META_CHUNKS),
+                             meta.get(META_USER)) != meta_sum:
+            raise LoadError(f"{path}: the metadata does not match its checksum: the file "
+                            f"is corrupt", source=path)
+        try:
+            self.bounds = read_chunks(meta, rows)
+        except ValueError as exc:
+            raise LoadError(f"{path}: {exc}", source=path) from exc
+        if self.bounds is None or len(self.sums) != len(self.bounds) - 1:
+            raise LoadError(f"{path}: {len(self.sums)} checksums for the file's chunks",
+                            source=path)
+        self.pa, self.path = pa, path
+        self._batches, self._ncolumns, self._columns = batches, len(schema), None
+
+    def check(self, k):
+        """Raise ``LoadError`` unless chunk ``k`` matches its checksum."""
+        if self._columns is None:   # one array per column (several batches: joined once)
+            self._columns = [self.pa.concat_arrays([b.column(c) for b in self._batches])
+                             if len(self._batches) > 1 else self._batches[0].column(c)
+                             for c in range(self._ncolumns)]
+        a, b = int(self.bounds[k]), int(self.bounds[k + 1])
+        if chunk_checksums(self.pa, self._columns, [a, b])[0] != self.sums[k]:
+            raise LoadError(f"{self.path}: chunk {k} (rows {a}..{b - 1}) does not match its "
+                            f"checksum: the file is corrupt", source=self.path)
+
+
+def shard_checksums(pa, path, schema, batches, rows):
+    """The ``ShardChecksums`` of a file, or None when it has none (an older file)."""
+    if META_CHECKSUMS not in (schema.metadata or {}):
         return None
-    try:
-        stored = json.loads(raw.decode("utf-8"))
-        sums, meta_sum = stored["crc32"], stored["metadata"]
-    except (UnicodeDecodeError, ValueError, TypeError, KeyError):
-        raise LoadError(f"{path}: bad checksum metadata", source=path) from None
-    if metadata_checksum(meta.get(META_FIELDS), meta.get(META_CHUNKS),
-                         meta.get(META_USER)) != meta_sum:
-        raise LoadError(f"{path}: the metadata does not match its checksum: the file is "
-                        f"corrupt", source=path)
-    try:
-        bounds = read_chunks(meta, rows)
-    except ValueError as exc:
-        raise LoadError(f"{path}: {exc}", source=path) from exc
-    if bounds is None or len(sums) != len(bounds) - 1:
-        raise LoadError(f"{path}: {len(sums)} checksums for the file's chunks", source=path)
-    columns = [pa.concat_arrays([b.column(k) for b in batches]) if len(batches) > 1
-               else batches[0].column(k) for k in range(len(schema))]
-    for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
-        if chunk_checksums(pa, columns, [a, b])[0] != sums[k]:
-            raise LoadError(f"{path}: chunk {k} (rows {a}..{b - 1}) does not match its "
-                            f"checksum: the file is corrupt", source=path)
-        if progress is not None:
-            progress.update(1)
-    return len(sums)
+    return ShardChecksums(pa, path, schema, batches, rows)

@@ -70,6 +70,13 @@ def _large_ids():
     return {pa.large_binary().id, pa.large_string().id}
 
 
+def _check_rows(column, rows):
+    """With ``open(..., verify="read")``: check the chunks of ``rows`` before they are read."""
+    verify_rows = getattr(column, "verify_rows", None)
+    if verify_rows is not None:
+        verify_rows(rows)
+
+
 class ItemBytes:
     """The encoded bytes of a column's items: ``column.encoded[i]`` is a zero-copy,
     read-only memoryview into the file. A container of bytes with ``buffers()``, the
@@ -84,6 +91,7 @@ class ItemBytes:
 
     def __getitem__(self, i):
         i = normalize_index(i, len(self._column))
+        _check_rows(self, i)
         if is_batch_index(i):
             return [self._column._view(int(j)) for j in i]
         return self._column._view(i)
@@ -187,6 +195,7 @@ class EncodedColumn:
 
     def __getitem__(self, i):
         i = normalize_index(i, len(self))
+        _check_rows(self, i)
         if is_batch_index(i):
             return [self._decode(int(j)) for j in i]
         return self._decode(i)
@@ -263,6 +272,7 @@ class RawColumn:
 
     def __getitem__(self, i):
         i = normalize_index(i, len(self))
+        _check_rows(self, i)
         if is_batch_index(i):
             out = np.empty((len(i),) + self.codec.shape, self.dtype)
             for k, j in enumerate(i):

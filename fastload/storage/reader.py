@@ -6,6 +6,7 @@ then read through numpy views of the mapped file.
 import builtins
 import glob
 import os
+import threading
 import warnings
 
 import numpy as np
@@ -13,7 +14,7 @@ import numpy as np
 from fastload.errors import LoadError
 from fastload.obs import is_batch_index, normalize_index
 from fastload.storage.arrow_types import arrow_type, import_pyarrow
-from fastload.storage.checksums import META_CHECKSUMS, verify_shard
+from fastload.storage.checksums import META_CHECKSUMS, shard_checksums
 from fastload.storage.columns import (EncodedColumn, Piece, RawArray, RawColumn,
                                       ScalarArray, shape_list)
 from fastload.storage.fields import Bytes, Raw, Scalar, Str
@@ -36,9 +37,11 @@ def open(path, *, cache="os", verify=None):
     numbers as arrays.
 
     ``verify="open"`` checks every chunk against the checksums the writer stored (a full
-    read of the files, at about 3 GB/s of CRC-32 plus the disk's time; files written
-    before checksums existed open unverified, with a warning); ``verify=None`` checks
-    nothing (``Dataset.verify()`` and ``python -m fastload verify`` check later).
+    read of the files, at about 3 GB/s of CRC-32 plus the disk's time); ``verify="read"``
+    checks each chunk the first time one of its rows is read (by ``ds[i]``, a column's
+    items, or a loader before it hands out a batch); ``verify=None`` checks nothing
+    (``Dataset.verify()`` and ``python -m fastload verify`` check later). Files written
+    before checksums existed open unverified, with a warning.
 
     Raises FileNotFoundError for a missing path, ``LoadError`` (a ValueError) for a file
     that is truncated, corrupt (with ``verify="open"``: any chunk whose bytes differ from
@@ -51,16 +54,19 @@ def open(path, *, cache="os", verify=None):
     """
     if cache not in CACHES:
         raise ValueError(f"cache must be one of {CACHES}, got {cache!r}")
-    if verify not in (None, "open"):
-        raise ValueError(f"verify must be None or 'open', got {verify!r}")
+    if verify not in (None, "open", "read"):
+        raise ValueError(f"verify must be None, 'open' or 'read', got {verify!r}")
     files = resolve_files(path)
-    dataset = Dataset([_read_file(f, cache) for f in files])
+    dataset = Dataset([_read_file(f, cache) for f in files], verify_reads=verify == "read")
+    unverified = []
     if verify == "open":
         unverified = dataset.verify()["unverified"]
-        if unverified:
-            warnings.warn(f"{len(unverified)} file(s) have no checksums (written by an "
-                          f"older fastload) and were not verified: {unverified[:3]}",
-                          UserWarning, stacklevel=2)
+    elif verify == "read":
+        unverified = dataset._checks.unverified
+    if unverified:
+        warnings.warn(f"{len(unverified)} file(s) have no checksums (written by an older "
+                      f"fastload) and are not verified: {unverified[:3]}", UserWarning,
+                      stacklevel=2)
     return dataset
 
 
@@ -164,7 +170,7 @@ class Dataset:
     fields an ``EncodedColumn``. Every column has ``.encoding``.
     """
 
-    def __init__(self, shards):
+    def __init__(self, shards, verify_reads=False):
         self._shards = shards
         first = shards[0]
         _check_same_schema(shards)
@@ -190,21 +196,18 @@ class Dataset:
             raise
         except Exception as exc:  # inconsistent buffers that Arrow's validation let by
             raise LoadError(f"{first.path}: corrupt dataset: {exc}", source=first.path) from exc
+        self._checks = _ChunkChecks(self) if verify_reads else None
+        if self._checks is not None:
+            self.verify_rows = self._checks.rows
         for column in self._columns.values():
-            _mark_chunks(column, self.chunk_bounds)
+            _mark_chunks(column, self.chunk_bounds, self._checks)
 
     def _chunk_bounds(self):
         """Row boundaries of the chunks over all files: a file's chunk metadata, else its
         record batches."""
         bounds = [np.zeros(1, np.int64)]
         for s, start in zip(self._shards, self.shard_bounds):
-            try:
-                own = read_chunks(s.schema.metadata, s.rows)
-            except ValueError as exc:
-                raise LoadError(f"{s.path}: {exc}", source=s.path) from exc
-            if own is None:
-                own = _bounds([b.num_rows for b in s.batches])
-            bounds.append(own[1:] + start)
+            bounds.append(_own_chunks(s)[1:] + start)
         return np.concatenate(bounds)
 
     def _column(self, name, enc, cols, pieces, piece_bounds):
@@ -262,11 +265,15 @@ class Dataset:
         checked, chunks, unverified = 0, 0, []
         try:
             for s in self._shards:
-                done = verify_shard(pa, s.path, s.schema, s.batches, s.rows, bar)
-                if done is None:
+                sums = shard_checksums(pa, s.path, s.schema, s.batches, s.rows)
+                if sums is None:
                     unverified.append(s.path)
-                else:
-                    checked, chunks = checked + 1, chunks + done
+                    continue
+                for k in range(len(sums.sums)):
+                    sums.check(k)
+                    if bar is not None:
+                        bar.update(1)
+                checked, chunks = checked + 1, chunks + len(sums.sums)
         finally:
             if bar is not None:
                 bar.close()
@@ -309,10 +316,21 @@ class Dataset:
             except KeyError:
                 raise KeyError(f"no field {key!r}; fields are {self.keys()}") from None
         i = normalize_index(key, len(self))
+        if self._checks is not None:
+            self._checks.rows(i)
         return {k: _plain(col[i]) for k, col in self._columns.items()}
 
     def __getobs__(self, i):
         return self[i]
+
+
+def _own_chunks(shard):
+    """The chunk boundaries of one file: its chunk metadata, else its record batches."""
+    try:
+        own = read_chunks(shard.schema.metadata, shard.rows)
+    except ValueError as exc:
+        raise LoadError(f"{shard.path}: {exc}", source=shard.path) from exc
+    return own if own is not None else _bounds([b.num_rows for b in shard.batches])
 
 
 def _progress(total, progress):
@@ -325,13 +343,49 @@ def _progress(total, progress):
     return tqdm(total=total, unit="chunk", desc="verifying")
 
 
-def _mark_chunks(column, bounds):
+def _mark_chunks(column, bounds, checks):
     """A column, and its stored bytes, know the dataset's chunks: a loader over columns
     (``mapobs(f, ds["image"].encoded)``, ``ds["label"]``) can read chunk by chunk
-    (``shuffle="quasi"``) as it can over the dataset."""
+    (``shuffle="quasi"``) as it can over the dataset; with ``verify="read"`` they also
+    carry ``verify_rows``, which checks the chunks of the rows about to be read."""
     for part in (column, getattr(column, "encoded", None)):
         if part is not None:
             part.chunk_bounds = bounds
+            if checks is not None:
+                part.verify_rows = checks.rows
+
+
+class _ChunkChecks:
+    """``verify="read"``: each chunk is checked against its checksum the first time one of
+    its rows is read, once (under a lock, so threads reading one chunk check it once)."""
+
+    def __init__(self, dataset):
+        pa = import_pyarrow()
+        self.bounds = dataset.chunk_bounds
+        self.done = np.zeros(len(self.bounds) - 1, bool)
+        self.owner = []          # per chunk: (the file's ShardChecksums or None, its index)
+        self.unverified = []
+        for s in dataset._shards:
+            sums = shard_checksums(pa, s.path, s.schema, s.batches, s.rows)
+            count = len(sums.sums) if sums is not None else \
+                len(_own_chunks(s)) - 1
+            if sums is None:
+                self.unverified.append(s.path)
+            self.owner.extend((sums, k) for k in range(count))
+        self._lock = threading.Lock()
+
+    def rows(self, rows):
+        """Check the chunks of ``rows`` (a row index, or an array of them) not checked yet;
+        raises ``LoadError`` naming the file and chunk that does not match."""
+        chunks = np.searchsorted(self.bounds, np.atleast_1d(rows), side="right") - 1
+        for k in np.unique(chunks[~self.done[chunks]]):
+            with self._lock:
+                if self.done[k]:
+                    continue
+                sums, local = self.owner[k]
+                if sums is not None:
+                    sums.check(local)
+                self.done[k] = True
 
 
 def _plain(value):
