@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import simplejpeg
 
-from fastload import DataLoader, LoadError, mapobs, open, write
+from fastload import DataLoader, mapobs, open, write
 from fastload.storage import JPEG, QOI, Bytes, Raw, Str
-from fastload.transforms import CenterCrop, Compose, DecodeJPEG, RandomResizedCrop
+from fastload.transforms import Compose, DecodeJPEG, RandomResizedCrop
 from helpers import deadline
 
 pytestmark = pytest.mark.stress
