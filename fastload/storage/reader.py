@@ -18,6 +18,7 @@ from fastload.storage.checksums import META_CHECKSUMS, shard_checksums
 from fastload.storage.columns import (EncodedColumn, Piece, RawArray, RawColumn,
                                       ScalarArray, shape_list)
 from fastload.storage.fields import Bytes, Raw, Scalar, Str
+from fastload.storage.progress import progress_bar
 from fastload.storage.meta import (META_FIELDS, META_FORMAT, read_chunks, read_fields,
                                    read_user)
 
@@ -261,7 +262,7 @@ class Dataset:
         a tqdm bar over the chunks. Raises ``LoadError`` naming the file and the chunk
         (and its rows) that does not match."""
         pa = import_pyarrow()
-        bar = _progress(len(self.chunk_bounds) - 1, progress)
+        bar = progress_bar(len(self.chunk_bounds) - 1, progress, "chunk", "verifying")
         checked, chunks, unverified = 0, 0, []
         try:
             for s in self._shards:
@@ -331,16 +332,6 @@ def _own_chunks(shard):
     except ValueError as exc:
         raise LoadError(f"{shard.path}: {exc}", source=shard.path) from exc
     return own if own is not None else _bounds([b.num_rows for b in shard.batches])
-
-
-def _progress(total, progress):
-    if not progress:
-        return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, unit="chunk", desc="verifying")
 
 
 def _mark_chunks(column, bounds, checks):

@@ -21,6 +21,7 @@ from fastload.views import source_of
 from fastload.storage.arrow_types import arrow_type, import_pyarrow
 from fastload.storage.checksums import META_CHECKSUMS, chunk_checksums, metadata_checksum
 from fastload.storage.fields import as_encoding
+from fastload.storage.progress import progress_bar
 from fastload.storage.meta import (FORMAT_VERSION, META_CHUNKS, META_FIELDS, META_FORMAT,
                                    META_USER)
 from fastload.storage.spill import ColumnSpill
@@ -271,7 +272,7 @@ def _encoded_rows(data, n, encodings, threads, skip):
 def _spill_rows(rows, spills, chunk_bytes, n, progress, skipped):
     """Appends every row to the spills (a skipped row's LoadError to ``skipped``);
     returns the chunk boundaries [0, ..., rows written]."""
-    bar = _progress_bar(n, progress)
+    bar = progress_bar(n, progress, "obs", "writing")
     bounds, size, i = [0], 0, 0
     try:
         for row in rows:
@@ -292,13 +293,3 @@ def _spill_rows(rows, spills, chunk_bytes, n, progress, skipped):
     if bounds[-1] != i:
         bounds.append(i)
     return bounds
-
-
-def _progress_bar(n, progress):
-    if not progress:
-        return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=n, unit="obs", desc="writing")
