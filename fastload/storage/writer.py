@@ -17,14 +17,14 @@ from contextlib import ExitStack, closing
 
 from fastload.errors import LoadError
 from fastload.obs import getobs, numobs
-from fastload.views import source_of
 from fastload.storage.arrow_types import arrow_type, import_pyarrow
 from fastload.storage.checksums import META_CHECKSUMS, chunk_checksums, metadata_checksum
 from fastload.storage.fields import as_encoding
-from fastload.storage.progress import progress_bar
 from fastload.storage.meta import (FORMAT_VERSION, META_CHUNKS, META_FIELDS, META_FORMAT,
                                    META_USER)
+from fastload.storage.progress import progress_bar
 from fastload.storage.spill import ColumnSpill
+from fastload.views import source_of
 
 __all__ = ["write"]
 
