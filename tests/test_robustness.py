@@ -182,10 +182,27 @@ def test_a_huge_file_that_is_no_image_is_refused_without_reading_it(tmp_path):
     from fastload import files
     big = tmp_path / "zeros.jpg"
     with open(big, "wb") as f:
-        f.truncate(200 << 20)          # sparse: 200 MB of zeros, no image header
+        f.truncate(250 << 20)          # sparse: 250 MB of zeros, no image header
+    # In a child, so that its peak memory is its own: reading the file would add 250 MB.
+    code = ("import resource, sys\n"
+            "import numpy as np\n"
+            "from fastload import DataLoader, LoadError, files, mapobs\n"
+            "from fastload.transforms import CenterCrop, Compose, DecodeJPEG\n"
+            "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "loader = DataLoader(mapobs(Compose([DecodeJPEG(), CenterCrop(8)]),\n"
+            "                           files([sys.argv[1]])), 1, parallel=2)\n"
+            "try:\n"
+            "    list(loader)\n"
+            "except LoadError as error:\n"
+            "    print(error)\n"
+            "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n")
+    child = subprocess.run([sys.executable, "-c", code, str(big)], capture_output=True,
+                           text=True, timeout=60, env={**os.environ, "PYTHONPATH": ROOT})
+    assert child.returncode == 0, child.stderr[-3000:]
+    out = child.stdout.splitlines()
+    assert "not a JPEG or QOI image" in out[0]
+    assert int(out[-1]) < 100, f"peak memory grew by {out[-1]} MB"
     chain = Compose([DecodeJPEG(), CenterCrop(8)])
-    with deadline(10), pytest.raises(LoadError, match="not a JPEG or QOI image"):
-        list(DataLoader(mapobs(chain, files([big])), 1, parallel=2))
     huge = tmp_path / "huge.jpg"
     with open(huge, "wb") as f:
         f.write(_forged_jpeg(64, 64))
