@@ -9,8 +9,8 @@ CFLAGS = ["-O3", "-std=c99", "-pthread", "-Wall", "-Wno-unused-function", "-Wno-
 # Each binding module and the C units it links; a C unit may be linked into more than one.
 MODULES = {
     "fastload._core": ["csrc/pool.c", "csrc/engine.c", "csrc/imageplan.c", "csrc/image.c",
-                       "csrc/qoi.c"],
-    "fastload._image": ["csrc/image.c"],
+                       "csrc/qoi.c", "csrc/augment.c"],
+    "fastload._image": ["csrc/image.c", "csrc/augment.c"],
     "fastload._qoi": ["csrc/qoi.c"],
 }
 

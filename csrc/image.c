@@ -1,6 +1,8 @@
 /* Image kernels and the fused per-item pipeline; see image.h. */
 #include "image.h"
 
+#include "augment.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -322,6 +324,7 @@ typedef struct {
     int vh, vw;          /* virtual image: after the resize (source size when none) */
     fl_plan_rect rect;   /* crop_first: in source pixels; else: window on the virtual image */
     int flip;
+    uint64_t seed, epoch, index;  /* the key, for the draws of the colour ops and erasing */
 } geometry;
 
 static void resize_target(const fl_pipeline *p, int h, int w, int *th, int *tw) {
@@ -370,6 +373,8 @@ static int pipeline_ok(const fl_pipeline *p) {
     if (p->resize_kind != FL_RESIZE_NONE && p->resize_h <= 0) return 0;
     if (p->resize_kind == FL_RESIZE_EXACT && p->resize_w <= 0) return 0;
     if (p->crop_kind == FL_CROP_RANDOM_RESIZED && p->resize_kind != FL_RESIZE_NONE) return 0;
+    if (!fl_pixel_ops_ok(p->pixel_ops, p->n_pixel_ops)) return 0;
+    if (p->erase && !fl_erasing_ok(&p->erasing)) return 0;
     return p->out_dtype == (p->normalize ? FL_DTYPE_FLOAT32 : FL_DTYPE_UINT8);
 }
 
@@ -379,6 +384,9 @@ static int plan_geometry(const fl_pipeline *p, int h, int w, uint64_t seed, uint
     fl_rng rng = fl_rng_for(seed, epoch, index, (uint64_t)p->crop_op);
     int err;
     memset(g, 0, sizeof *g);
+    g->seed = seed;
+    g->epoch = epoch;
+    g->index = index;
     if (p->crop_kind == FL_CROP_RANDOM_RESIZED) {
         g->resize = g->crop_first = 1;
         g->vh = p->crop_h;
@@ -479,7 +487,9 @@ static run_layout pipeline_layout(const fl_pipeline *p, const geometry *g, int h
     size_t pad = g->crop_first && p->crop_kind != FL_CROP_RANDOM_RESIZED ? (size_t)eh * ew * c : 0;
     size_t rs = g->resize
         ? layout_for(oh, ow, axis_taps(ew, g->vw), axis_taps(eh, g->vh), ew, c).total : 0;
-    return run_layout_for(conv, pad, (size_t)oh * ow * c, rs);
+    /* The colour ops run after the resample is done with its scratch: they share it. */
+    size_t px = fl_pixel_ops_scratch_bytes(p->pixel_ops, p->n_pixel_ops, ow, c);
+    return run_layout_for(conv, pad, (size_t)oh * ow * c, rs > px ? rs : px);
 }
 
 size_t fl_pipeline_scratch_bytes(const fl_pipeline *p, int h, int w, int c) {
@@ -596,8 +606,14 @@ static int run_planned(const fl_pipeline *p, const geometry *g, const run_layout
     err = render(g, &src, src_h, src_w, d, &img, base + L->pad, base + L->resample, rest);
     if (err) return err;
     if (g->flip && g->resize) fl_flip_horizontal(&img);   /* render flipped a plain crop */
+    err = fl_pixel_ops_run(p->pixel_ops, p->n_pixel_ops, &img, g->seed, g->epoch, g->index,
+                           base + L->resample, rest);
+    if (err) return err;
     if (p->normalize) fl_normalize_u8(&img, (float *)out, p->mean, p->std, p->chw);
     else if (p->chw) to_chw_u8(&img, (uint8_t *)out);
+    if (p->erase)
+        fl_erasing_run(&p->erasing, out, p->out_dtype, oh, ow, c, p->chw, g->seed, g->epoch,
+                       g->index);
     return FL_OK;
 }
 

@@ -68,9 +68,34 @@ enum { FL_CROP_NONE = 0, FL_CROP_CENTER, FL_CROP_RANDOM, FL_CROP_RANDOM_RESIZED 
 enum { FL_RESIZE_NONE = 0, FL_RESIZE_SHORTER, FL_RESIZE_EXACT };
 enum { FL_DTYPE_UINT8 = 0, FL_DTYPE_FLOAT32 = 1 };
 
+/* Colour ops: they run on the uint8 HWC image once its geometry is done (augment.h). */
+#define FL_MAX_PIXEL_OPS 8
+enum { FL_PIXEL_JITTER = 1, FL_PIXEL_GRAYSCALE, FL_PIXEL_BLUR };
+enum { FL_JITTER_BRIGHTNESS = 0, FL_JITTER_CONTRAST, FL_JITTER_SATURATION, FL_JITTER_HUE };
+
+typedef struct {
+    int kind;                  /* FL_PIXEL_* */
+    int op;                    /* position in the chain: the op of its RNG key */
+    int present;               /* JITTER: bit k set when adjustment k (FL_JITTER_*) is on */
+    double lo[4], hi[4];       /* JITTER: factor ranges; hue: shift range in turns */
+    double p;                  /* GRAYSCALE: probability */
+    int kh, kw;                /* BLUR: kernel height and width, odd */
+    double sigma_lo, sigma_hi; /* BLUR: sigma range in pixels, 0 < lo <= hi */
+} fl_pixel_op;
+
+/* RandomErasing on the final output (float32 or uint8, HWC or CHW). */
+typedef struct {
+    int op;                    /* position in the chain: the op of its RNG key */
+    double p, scale_lo, scale_hi, ratio_lo, ratio_hi;
+    int random;                /* values drawn per element, not `value` */
+    int n_values;              /* 1 (every channel) or the channel count */
+    float value[4];
+} fl_erasing;
+
 /* One transform chain, in the fixed order it runs: crop (before or after the resize),
- * resize, horizontal flip, normalize, layout. `*_op` is the op's position in the user's
- * chain, the `op` of its RNG key. Filled by the Python layer (fastload.transforms). */
+ * resize, horizontal flip, colour ops, normalize, layout, erasing. `*_op` is the op's
+ * position in the user's chain, the `op` of its RNG key. Filled by the Python layer
+ * (fastload.transforms). */
 typedef struct {
     int channels;            /* 1, 3 or 4; 0: same as the input */
     int crop_kind;           /* FL_CROP_* */
@@ -87,6 +112,10 @@ typedef struct {
     float mean[4], std[4];
     int chw;                 /* output channels first */
     int out_dtype;           /* FL_DTYPE_*; float32 iff normalize */
+    int n_pixel_ops;         /* colour ops, run in order on the uint8 image after the flip */
+    fl_pixel_op pixel_ops[FL_MAX_PIXEL_OPS];
+    int erase;               /* apply `erasing` to the output, last */
+    fl_erasing erasing;
 } fl_pipeline;
 
 /* Output size for a source of h x w x c. Returns FL_OK or FL_EINVAL. */

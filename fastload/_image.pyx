@@ -42,6 +42,20 @@ cdef extern from "image.h" nogil:
     int fl_random_crop_params(fl_rng *rng, int h, int w, int th, int tw, int padding,
                               int *y, int *x)
 
+    int FL_MAX_PIXEL_OPS, FL_PIXEL_JITTER, FL_PIXEL_GRAYSCALE, FL_PIXEL_BLUR
+    ctypedef struct fl_pixel_op:
+        int kind, op, present
+        double lo[4]
+        double hi[4]
+        double p
+        int kh, kw
+        double sigma_lo, sigma_hi
+    ctypedef struct fl_erasing:
+        int op
+        double p, scale_lo, scale_hi, ratio_lo, ratio_hi
+        int random, n_values
+        float value[4]
+
     ctypedef struct fl_pipeline:
         int channels
         int crop_kind, crop_op, crop_after_resize, crop_h, crop_w, crop_padding
@@ -53,6 +67,10 @@ cdef extern from "image.h" nogil:
         float mean[4]
         float std[4]
         int chw, out_dtype
+        int n_pixel_ops
+        fl_pixel_op pixel_ops[8]    # FL_MAX_PIXEL_OPS
+        int erase
+        fl_erasing erasing
     int fl_pipeline_output_shape(const fl_pipeline *p, int h, int w, int c,
                                  int *oh, int *ow, int *oc)
     int fl_pipeline_prepare(const fl_pipeline *p, int h, int w, uint64_t seed,
@@ -63,6 +81,24 @@ cdef extern from "image.h" nogil:
                                int src_w, int scale_denom, uint64_t seed, uint64_t epoch,
                                uint64_t index, void *out, void *scratch,
                                size_t scratch_bytes)
+
+
+cdef extern from "augment.h" nogil:
+    void fl_color_jitter(fl_image *img, const double factor[4], int present, const int order[4])
+    void fl_grayscale(fl_image *img)
+    size_t fl_gaussian_blur_scratch_bytes(int w, int c, int kh, int kw)
+    int fl_gaussian_blur(fl_image *img, int kh, int kw, double sigma_y, double sigma_x,
+                         void *scratch, size_t scratch_bytes)
+    int fl_erasing_params(const fl_erasing *e, fl_rng *rng, int h, int w, fl_plan_rect *box)
+    double fl_rng_normal(fl_rng *r)
+    double fl_rng_beta(fl_rng *r, double a, double b)
+    double fl_mixup_lambda(double alpha, uint64_t seed, uint64_t epoch, uint64_t step)
+    double fl_cutmix_params(double alpha, uint64_t seed, uint64_t epoch, uint64_t step, int h,
+                            int w, fl_plan_rect *box)
+    double fl_cutmix_box(double lam, int cy, int cx, int h, int w, fl_plan_rect *box)
+    int fl_mixup(void *batch, int dtype, int n, size_t item_elems, double lam, void *scratch)
+    int fl_cutmix(void *batch, int dtype, int n, int h, int w, int c, int chw,
+                  const fl_plan_rect *box, void *scratch)
 
 
 CROP_KINDS = {None: FL_CROP_NONE, "center": FL_CROP_CENTER, "random": FL_CROP_RANDOM,
@@ -193,6 +229,182 @@ def random_crop_params(int h, int w, int th, int tw, int padding=0, uint64_t see
     return y, x
 
 
+def color_jitter(img, factors, order=(0, 1, 2, 3)):
+    """A copy of img (uint8 HWC) with ColorJitter's adjustments applied in `order`:
+    factors is (brightness, contrast, saturation, hue), None where an adjustment is off."""
+    cdef cnp.ndarray out = np.array(as_image(img), copy=True)
+    cdef fl_image im = _view(out)
+    cdef double f[4]
+    cdef int o[4]
+    cdef int present = 0
+    if len(factors) != 4 or sorted(order) != [0, 1, 2, 3]:
+        raise ValueError("color_jitter: 4 factors and a permutation of 0..3 as the order")
+    for k in range(4):
+        f[k] = 0.0 if factors[k] is None else factors[k]
+        present |= (factors[k] is not None) << k
+        o[k] = order[k]
+    with nogil:
+        fl_color_jitter(&im, f, present, o)
+    return out
+
+
+def grayscale(img):
+    """A copy of img (uint8 HWC) with every pixel's colour channels set to its luma."""
+    cdef cnp.ndarray out = np.array(as_image(img), copy=True)
+    cdef fl_image im = _view(out)
+    with nogil:
+        fl_grayscale(&im)
+    return out
+
+
+def gaussian_blur(img, int kh, int kw, double sigma_y, double sigma_x):
+    """A copy of img (uint8 HWC) blurred by a kh x kw Gaussian (reflected edges)."""
+    cdef cnp.ndarray out = np.array(as_image(img), copy=True)
+    cdef fl_image im = _view(out)
+    cdef size_t n = fl_gaussian_blur_scratch_bytes(im.w, im.c, kh, kw)
+    cdef cnp.ndarray scratch = np.empty(max(<Py_ssize_t>n, 1), np.uint8)
+    cdef void *sp = cnp.PyArray_DATA(scratch)
+    cdef int err
+    with nogil:
+        err = fl_gaussian_blur(&im, kh, kw, sigma_y, sigma_x, sp, n)
+    _check(err, "gaussian_blur")
+    return out
+
+
+def erasing_params(int h, int w, double p, scale, ratio, uint64_t seed=0, uint64_t epoch=0,
+                   uint64_t index=0, uint64_t op=0):
+    """RandomErasing's (y, x, h, w) box for an h x w output from the given key, or None."""
+    cdef fl_erasing e
+    memset(&e, 0, sizeof(fl_erasing))
+    e.p = p
+    e.scale_lo, e.scale_hi = scale
+    e.ratio_lo, e.ratio_hi = ratio
+    cdef fl_rng rng = fl_rng_for(seed, epoch, index, op)
+    cdef fl_plan_rect b
+    if not fl_erasing_params(&e, &rng, h, w, &b):
+        return None
+    return b.y, b.x, b.h, b.w
+
+
+def normal_draws(Py_ssize_t n, uint64_t seed=0):
+    """n standard normal draws of one stream (the sampler RandomErasing uses)."""
+    cdef fl_rng rng = fl_rng_for(seed, 0, 0, 0)
+    cdef cnp.ndarray out = np.empty(n, np.float64)
+    cdef double[::1] o = out
+    for i in range(n):
+        o[i] = fl_rng_normal(&rng)
+    return out
+
+
+def beta_draws(double a, double b, Py_ssize_t n, uint64_t seed=0):
+    """n Beta(a, b) draws of one stream (the sampler MixUp and CutMix use)."""
+    if not (a > 0 and b > 0):
+        raise ValueError(f"beta_draws: a and b must be > 0, got {a}, {b}")
+    cdef fl_rng rng = fl_rng_for(seed, 0, 0, 0)
+    cdef cnp.ndarray out = np.empty(n, np.float64)
+    cdef double[::1] o = out
+    for i in range(n):
+        o[i] = fl_rng_beta(&rng, a, b)
+    return out
+
+
+def mixup_lambda(double alpha, uint64_t seed, uint64_t epoch, uint64_t step):
+    """MixUp's lambda ~ Beta(alpha, alpha) for the batch of (seed, epoch, step)."""
+    return fl_mixup_lambda(alpha, seed, epoch, step)
+
+
+def cutmix_params(double alpha, uint64_t seed, uint64_t epoch, uint64_t step, int h, int w):
+    """CutMix's (lambda corrected to the box, (y, x, h, w) box) for h x w images."""
+    cdef fl_plan_rect b
+    cdef double lam = fl_cutmix_params(alpha, seed, epoch, step, h, w, &b)
+    return lam, (b.y, b.x, b.h, b.w)
+
+
+def cutmix_box(double lam, int cy, int cx, int h, int w):
+    """CutMix's (corrected lambda, (y, x, h, w) box) for a drawn lambda and centre."""
+    cdef fl_plan_rect b
+    cdef double adjusted = fl_cutmix_box(lam, cy, cx, h, w, &b)
+    return adjusted, (b.y, b.x, b.h, b.w)
+
+
+cdef int _batch_dtype(cnp.ndarray a) except -1:
+    if not a.flags.c_contiguous or not a.flags.writeable:
+        raise ValueError("the batch must be a writable C-contiguous array: it is mixed in "
+                         "place (np.ascontiguousarray(batch) makes one)")
+    if a.dtype == np.float32:
+        return FL_DTYPE_FLOAT32
+    if a.dtype == np.uint8:
+        return FL_DTYPE_UINT8
+    raise ValueError(f"the batch must be float32 or uint8, got {a.dtype}")
+
+
+def mixup_(cnp.ndarray batch, double lam):
+    """Mixes batch (n items, float32 or uint8, C-contiguous) in place with itself rolled
+    by one: x[i] = lam * x[i] + (1 - lam) * x[i - 1]. Returns batch."""
+    cdef int dtype = _batch_dtype(batch)
+    cdef int n = <int>batch.shape[0]
+    if n == 0:
+        return batch
+    cdef size_t elems = <size_t>(batch.size // n)
+    cdef cnp.ndarray scratch = np.empty(max(batch.nbytes // n, 1), np.uint8)
+    cdef void *bp = cnp.PyArray_DATA(batch)
+    cdef void *sp = cnp.PyArray_DATA(scratch)
+    cdef int err
+    with nogil:
+        err = fl_mixup(bp, dtype, n, elems, lam, sp)
+    _check(err, "mixup")
+    return batch
+
+
+def cutmix_(cnp.ndarray batch, box, bint chw):
+    """Pastes the (y, x, h, w) box of item i - 1 into item i of batch (NCHW when chw, else
+    NHWC; float32 or uint8, C-contiguous), in place; item 0 takes item n - 1."""
+    cdef int dtype = _batch_dtype(batch)
+    if batch.ndim != 4:
+        raise ValueError(f"cutmix: the batch must be 4-D (NCHW or NHWC), got {batch.ndim}-D")
+    cdef int n = <int>batch.shape[0]
+    cdef int c = <int>batch.shape[1 if chw else 3]
+    cdef int h = <int>batch.shape[2 if chw else 1]
+    cdef int w = <int>batch.shape[3 if chw else 2]
+    if n == 0:
+        return batch
+    cdef fl_plan_rect b
+    b.y, b.x, b.h, b.w = box
+    cdef cnp.ndarray scratch = np.empty(max(batch.nbytes // n, 1), np.uint8)
+    cdef void *bp = cnp.PyArray_DATA(batch)
+    cdef void *sp = cnp.PyArray_DATA(scratch)
+    cdef int err
+    with nogil:
+        err = fl_cutmix(bp, dtype, n, h, w, c, chw, &b, sp)
+    _check(err, "cutmix")
+    return batch
+
+
+MAX_PIXEL_OPS = FL_MAX_PIXEL_OPS
+PIXEL_KINDS = {"jitter": FL_PIXEL_JITTER, "grayscale": FL_PIXEL_GRAYSCALE,
+               "blur": FL_PIXEL_BLUR}
+
+
+cdef fl_pixel_op _pixel_op(dict spec) except *:
+    """A C pixel op from {"kind", "op"} and the kind's parameters: jitter `ranges` (4 pairs,
+    None where off), grayscale `p`, blur `kernel` (kh, kw) and `sigma` (lo, hi)."""
+    cdef fl_pixel_op o
+    memset(&o, 0, sizeof(fl_pixel_op))
+    o.kind = PIXEL_KINDS[spec["kind"]]
+    o.op = spec["op"]
+    if spec["kind"] == "jitter":
+        for k, pair in enumerate(spec["ranges"]):
+            if pair is not None:
+                o.present |= 1 << k
+                o.lo[k], o.hi[k] = pair
+    elif spec["kind"] == "grayscale":
+        o.p = spec["p"]
+    else:
+        o.kh, o.kw = spec["kernel"]
+        o.sigma_lo, o.sigma_hi = spec["sigma"]
+    return o
+
+
 cdef class Pipeline:
     """A compiled transform chain: an fl_pipeline struct that C code can use directly.
 
@@ -203,7 +415,8 @@ cdef class Pipeline:
     def __init__(self, *, int channels=0, crop=None, int crop_op=0,
                  bint crop_after_resize=False, crop_size=(0, 0), int padding=0,
                  scale=(0.0, 0.0), ratio=(0.0, 0.0), resize=None, resize_size=(0, 0),
-                 double flip_p=0.0, int flip_op=0, mean=None, std=None, bint chw=False):
+                 double flip_p=0.0, int flip_op=0, pixel_ops=(), mean=None, std=None,
+                 bint chw=False, erasing=None):
         memset(&self.p, 0, sizeof(fl_pipeline))
         self.p.channels = channels
         self.p.crop_kind = CROP_KINDS[crop]
@@ -224,6 +437,31 @@ cdef class Pipeline:
                 self.p.std[i] = std[i % len(std)]
         self.p.chw = chw
         self.p.out_dtype = FL_DTYPE_FLOAT32 if mean is not None else FL_DTYPE_UINT8
+        if len(pixel_ops) > FL_MAX_PIXEL_OPS:
+            raise ValueError(f"at most {FL_MAX_PIXEL_OPS} colour ops in one pipeline, "
+                             f"got {len(pixel_ops)}")
+        self.p.n_pixel_ops = len(pixel_ops)
+        for k, spec in enumerate(pixel_ops):
+            self.p.pixel_ops[k] = _pixel_op(spec)
+        if erasing is not None:
+            self._set_erasing(erasing)
+
+    cdef _set_erasing(self, dict spec):
+        """RandomErasing from {"op", "p", "scale", "ratio", "value"}: value "random" or a
+        tuple of 1 or channels numbers."""
+        self.p.erase = 1
+        self.p.erasing.op = spec["op"]
+        self.p.erasing.p = spec["p"]
+        self.p.erasing.scale_lo, self.p.erasing.scale_hi = spec["scale"]
+        self.p.erasing.ratio_lo, self.p.erasing.ratio_hi = spec["ratio"]
+        value = spec["value"]
+        self.p.erasing.random = value == "random"
+        values = (0.0,) if value == "random" else tuple(value)
+        if not 1 <= len(values) <= 4:
+            raise ValueError(f"erasing: 1 to 4 values, got {len(values)}")
+        self.p.erasing.n_values = len(values)
+        for i, v in enumerate(values):
+            self.p.erasing.value[i] = v
 
     @property
     def address(self):
@@ -249,6 +487,9 @@ cdef class Pipeline:
         cdef fl_image im = _view(a)
         cdef int oh, ow, oc
         _check(fl_pipeline_output_shape(&self.p, src_h, src_w, im.c, &oh, &ow, &oc), "run")
+        if self.p.erase and self.p.erasing.n_values not in (1, oc):
+            raise ValueError(f"RandomErasing: value has {self.p.erasing.n_values} entries for "
+                             f"an image with {oc} channels: give one value, or one per channel")
         shape = (oc, oh, ow) if self.p.chw else (oh, ow, oc)
         cdef cnp.ndarray out = np.empty(shape, np.float32 if self.p.normalize else np.uint8)
         cdef size_t n = fl_pipeline_scratch_bytes(&self.p, src_h, src_w, im.c)

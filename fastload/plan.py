@@ -210,8 +210,9 @@ def _still_holds(snapshot, view):
 
 def _native_image_leaf(view):
     """A native Leaf for ``mapobs(Compose([...]), images)``, or None. The native source is
-    built once per view and rebuilt when the list (or file list) under it changed."""
-    if not isinstance(view.f, Compose):
+    built once per view and rebuilt when the list (or file list) under it changed. A chain
+    with a Lambda is not native: it loads item by item through Compose.__call__."""
+    if not isinstance(view.f, Compose) or not view.f.native:
         return None
     cached = _image_sources.get(view)
     if cached is None or not _still_holds(cached[0], view):

@@ -1,8 +1,8 @@
 """Image transforms as specs: parameters and declared output shape; pixels are touched in C.
 
 A `Compose` validates its chain once and compiles it into one fused native pipeline
-(crop, resize, flip, normalize, layout in a single pass per item), the same code the
-parallel engine runs without the GIL. Random draws are keyed by (seed, epoch, index, op),
+(crop, resize, flip, colour ops, normalize, layout, erasing: one pass per item), the same
+code the parallel engine runs without the GIL. Random draws are keyed by (seed, epoch, index, op),
 where op is the transform's position in the chain, so an item's output never depends on
 threads or order.
 
@@ -11,6 +11,7 @@ threads or order.
     >>> train.output_shape, train.output_dtype
     ((3, 224, 224), dtype('float32'))
 """
+import inspect
 import numbers
 import os
 import warnings
@@ -19,10 +20,12 @@ import numpy as np
 import simplejpeg
 
 from . import _image, _qoi, limits
+from .mixing import CutMix, MixUp
 
-__all__ = ["CenterCrop", "Compose", "DecodeJPEG", "IMAGENET_MEAN", "IMAGENET_STD",
-           "Normalize", "RandomCrop", "RandomHorizontalFlip", "RandomResizedCrop", "Resize",
-           "ToCHW", "decode_jpeg_header"]
+__all__ = ["CenterCrop", "ColorJitter", "Compose", "CutMix", "DecodeJPEG", "GaussianBlur",
+           "IMAGENET_MEAN", "IMAGENET_STD", "Lambda", "MixUp", "Normalize", "RandomCrop",
+           "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip", "RandomResizedCrop",
+           "Resize", "ToCHW", "decode_jpeg_header"]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -147,8 +150,204 @@ class Normalize(Transform):
 
 
 class ToCHW(Transform):
-    """Channels-first output (C, H, W). Must come last."""
+    """Channels-first output (C, H, W). Must come last (RandomErasing may follow it)."""
     kind = "layout"
+
+
+def _jitter_range(value, name, center, bound):
+    """torchvision's ColorJitter range: a number v means [center - v, center + v] (the low
+    end clipped at 0 for the factors), a (min, max) pair is taken as is; None when the
+    range is the single point `center` (the adjustment is off)."""
+    if value is None:
+        return None
+    if isinstance(value, numbers.Real):
+        if value < 0:
+            raise ValueError(f"ColorJitter: {name} as one number must be >= 0, got {value}")
+        lo, hi = center - float(value), center + float(value)
+        if center == 1.0:
+            lo = max(lo, 0.0)
+    elif isinstance(value, (tuple, list)) and len(value) == 2:
+        lo, hi = float(value[0]), float(value[1])
+    else:
+        raise ValueError(f"ColorJitter: {name} must be a number or a (min, max) pair, "
+                         f"got {value!r}")
+    if not bound[0] <= lo <= hi <= bound[1]:
+        raise ValueError(f"ColorJitter: {name} must give min <= max within [{bound[0]}, "
+                         f"{bound[1]}], got ({lo}, {hi})")
+    return None if lo == hi == center else (lo, hi)
+
+
+class ColorJitter(Transform):
+    """torchvision's ColorJitter on the uint8 image: brightness, contrast, saturation and
+    hue adjusted in a random order drawn per item, each factor uniform in its range.
+
+    A number b gives factors in [max(0, 1 - b), 1 + b] (hue h: shifts in [-h, h] turns,
+    h <= 0.5); a (min, max) pair is taken as is (hue within [-0.5, 0.5]); 0 or None turns
+    the adjustment off. With x a channel value and results rounded half up (floor(v + 0.5),
+    clamped to 0..255), each step computes in double:
+    brightness round(f x); contrast round(f x + (1 - f) m), m the mean luma (ITU-R 601,
+    (19595 r + 38470 g + 7471 b + 32768) >> 16) of the image; saturation
+    round(f x + (1 - f) l), l the pixel's luma; hue: H + h (mod 1) in HSV, the middle
+    channel rounded. One-channel images get brightness and contrast only (as torchvision);
+    an alpha channel is left as it is.
+    """
+    kind = "colour"
+
+    def __init__(self, brightness=0, contrast=0, saturation=0, hue=0):
+        self.brightness = _jitter_range(brightness, "brightness", 1.0, (0.0, float("inf")))
+        self.contrast = _jitter_range(contrast, "contrast", 1.0, (0.0, float("inf")))
+        self.saturation = _jitter_range(saturation, "saturation", 1.0, (0.0, float("inf")))
+        self.hue = _jitter_range(hue, "hue", 0.0, (-0.5, 0.5))
+
+    def _pixel_op(self, op):
+        return {"kind": "jitter", "op": op,
+                "ranges": (self.brightness, self.contrast, self.saturation, self.hue)}
+
+
+class RandomGrayscale(Transform):
+    """With probability p, each pixel's colour becomes its luma (ITU-R 601, rounded), the
+    channel count kept (alpha left as it is; a one-channel image is unchanged)."""
+    kind = "colour"
+
+    def __init__(self, p=0.1):
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"RandomGrayscale: p must be in [0, 1], got {p!r}")
+        self.p = float(p)
+
+    def _pixel_op(self, op):
+        return {"kind": "grayscale", "op": op, "p": self.p}
+
+
+class GaussianBlur(Transform):
+    """torchvision's GaussianBlur: a kernel_size Gaussian with sigma uniform in
+    `sigma` (one draw per item, both axes).
+
+    kernel_size is an odd positive int or a (kx, ky) pair, width first as torchvision's;
+    sigma a number > 0 or a (min, max) range with 0 < min <= max. Taps at
+    x = -(k-1)/2 .. (k-1)/2 weigh exp(-x^2 / (2 sigma^2)), normalized; edges are mirrored
+    without repeating the edge pixel (torch's "reflect", repeated when the kernel is wider
+    than the image, where torch raises); float32 sums, rounded half up to uint8.
+    """
+    kind = "colour"
+
+    def __init__(self, kernel_size, sigma=(0.1, 2.0)):
+        ks = kernel_size
+        if isinstance(ks, numbers.Integral):
+            ks = (ks, ks)
+        ks = tuple(ks) if isinstance(ks, (tuple, list)) else ()
+        if len(ks) != 2 or not all(isinstance(k, numbers.Integral) and k > 0 and k % 2 == 1
+                                   for k in ks):
+            raise ValueError(f"GaussianBlur: kernel_size must be an odd positive int or a "
+                             f"(kx, ky) pair of them, got {kernel_size!r}")
+        self.kernel_size = (int(ks[0]), int(ks[1]))
+        if isinstance(sigma, numbers.Real):
+            sigma = (sigma, sigma)
+        lo, hi = (float(s) for s in sigma)
+        if not 0 < lo <= hi:
+            raise ValueError(f"GaussianBlur: sigma must be > 0, or (min, max) with "
+                             f"0 < min <= max, got {sigma!r}")
+        self.sigma = (lo, hi)
+
+    def _pixel_op(self, op):
+        kx, ky = self.kernel_size
+        return {"kind": "blur", "op": op, "kernel": (ky, kx), "sigma": self.sigma}
+
+
+class RandomErasing(Transform):
+    """torchvision's RandomErasing, on the final output (after Normalize and ToCHW, in
+    its units and layout). Must be the last op.
+
+    With probability p: up to 10 tries of an area fraction uniform in `scale` and an
+    aspect ratio log-uniform in `ratio`, h = round(sqrt(area * ratio)),
+    w = round(sqrt(area / ratio)), kept when smaller than the image, at a uniform offset;
+    nothing is erased when no try fits. `value` is a number, one per channel, or "random":
+    a standard normal draw per erased element (float32 output) or uniform 0..255 (uint8).
+    On uint8 output the values must be whole numbers in 0..255.
+    """
+    kind = "erase"
+
+    def __init__(self, p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0):
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"RandomErasing: p must be in [0, 1], got {p!r}")
+        self.p = float(p)
+        lo, hi = (float(s) for s in scale)
+        if not 0.0 <= lo <= hi <= 1.0:
+            raise ValueError(f"RandomErasing: scale must be (min, max) within [0, 1], "
+                             f"got {scale!r}")
+        self.scale = (lo, hi)
+        self.ratio = _range2(ratio, "RandomErasing", "ratio")
+        self.value = self._values(value)
+
+    @staticmethod
+    def _values(value):
+        if isinstance(value, str):
+            if value != "random":
+                raise ValueError(f"RandomErasing: value must be a number, a tuple of them "
+                                 f"or 'random', got {value!r}")
+            return value
+        values = (value,) if isinstance(value, numbers.Real) else tuple(value)
+        if not 1 <= len(values) <= 4 or not all(isinstance(v, numbers.Real) for v in values):
+            raise ValueError(f"RandomErasing: value must be a number, a tuple of 1 to 4 "
+                             f"numbers or 'random', got {value!r}")
+        return tuple(float(v) for v in values)
+
+    def _spec(self, op):
+        return {"op": op, "p": self.p, "scale": self.scale, "ratio": self.ratio,
+                "value": self.value}
+
+
+def _takes_rng(f):
+    try:
+        parameters = inspect.signature(f).parameters
+    except (TypeError, ValueError):   # a builtin without a signature
+        return False
+    rng = parameters.get("rng")
+    return rng is not None and rng.kind in (rng.POSITIONAL_OR_KEYWORD, rng.KEYWORD_ONLY)
+
+
+class Lambda(Transform):
+    """A Python function of your own in a chain, among the colour ops: f(image) -> image,
+    a uint8 HWC array in and one of the same shape out.
+
+    When f takes a keyword `rng`, it gets a numpy.random.Generator seeded from the item's
+    key (seed, epoch, index, op), so its draws are as reproducible as the native ones.
+    A chain with a Lambda runs its native parts in C and f with the GIL, between them; the
+    loader runs such a chain item by item through Python (see docs/images.md for the cost).
+
+        >>> def posterize(image, rng):
+        ...     return image & np.uint8(0xF0 if rng.random() < 0.5 else 0xFF)
+        >>> chain = Compose([RandomResizedCrop(64), Lambda(posterize), Normalize(0.5, 0.5)])
+    """
+    kind = "lambda"
+
+    def __init__(self, f):
+        if not callable(f):
+            raise ValueError(f"Lambda: f must be callable, got {f!r}")
+        self.f = f
+        self.wants_rng = _takes_rng(f)
+
+    def __call__(self, image, *, seed=0, epoch=0, index=0, op=0):
+        """f(image), with a Generator keyed by (seed, epoch, index, op) when f takes `rng`;
+        ValueError unless it returns a uint8 image of the input's shape."""
+        if self.wants_rng:
+            out = self.f(image, rng=np.random.default_rng([seed, epoch, index, op]))
+        else:
+            out = self.f(image)
+        out = np.asarray(out)
+        if out.ndim == 2 and image.shape[2] == 1:
+            out = out[:, :, None]
+        if out.dtype != np.uint8 or out.shape != image.shape:
+            raise ValueError(f"{self!r} returned {out.dtype} of shape {out.shape} for a uint8 "
+                             f"image of shape {image.shape}: a Lambda must return a uint8 "
+                             f"image of the same shape (it runs among the colour ops)")
+        return out
+
+    def __repr__(self):
+        return f"Lambda({getattr(self.f, '__qualname__', self.f)!r})"
+
+
+# Colour ops and Lambdas run on the uint8 image between the geometry and Normalize.
+_PIXEL_KINDS = ("colour", "lambda")
 
 
 def _validate(ops):
@@ -157,25 +356,44 @@ def _validate(ops):
         if not isinstance(op, Transform) or op.kind is None:
             raise ValueError(f"Compose: op {k} ({op!r}) is not a fastload transform; Compose "
                              f"runs fastload's image transforms natively. Apply a function of "
-                             f"your own with mapobs: mapobs(f, mapobs(Compose([...]), images))")
-        if op.kind == "decode" and k != 0:
-            raise ValueError(f"Compose: {op!r} (op {k}) must be the first op")
-        if seen and seen[-1] == "layout":
-            raise ValueError(f"Compose: {op!r} (op {k}) comes after ToCHW, which must be last")
-        if op.kind == "crop" and "crop" in seen:
-            raise ValueError(f"Compose: {op!r} (op {k}) is a second crop; use one crop")
-        if op.kind == "resize" and "resize" in seen:
-            raise ValueError(f"Compose: {op!r} (op {k}) is a second Resize")
-        rrc = any(isinstance(o, RandomResizedCrop) for o in ops[:k])
-        if op.kind == "resize" and rrc or isinstance(op, RandomResizedCrop) and "resize" in seen:
-            raise ValueError(f"Compose: {op!r} (op {k}): RandomResizedCrop already resizes; "
-                             "drop the Resize")
-        if op.kind in ("flip", "normalize") and op.kind in seen:
-            raise ValueError(f"Compose: {op!r} (op {k}) repeats an earlier op")
-        late = [type(o).__name__ for o in ops[:k] if o.kind in ("flip", "normalize")]
-        if op.kind in ("crop", "resize", "flip") and late:
-            raise ValueError(f"Compose: {op!r} (op {k}) must come before {' and '.join(late)}")
+                             f"your own with mapobs: mapobs(f, mapobs(Compose([...]), images)), "
+                             f"or in the chain as Lambda(f) (it runs with the GIL)")
+        _check_place(ops, k, op, seen)
         seen.append(op.kind)
+    colour = [k for k, op in enumerate(ops) if op.kind == "colour"]
+    if len(colour) > _image.MAX_PIXEL_OPS:
+        k = colour[_image.MAX_PIXEL_OPS]
+        raise ValueError(f"Compose: {ops[k]!r} (op {k}) is one colour op too many: a chain "
+                         f"holds at most {_image.MAX_PIXEL_OPS} ColorJitter, RandomGrayscale "
+                         f"and GaussianBlur ops; merge some (one ColorJitter does brightness, "
+                         f"contrast, saturation and hue)")
+
+
+def _check_place(ops, k, op, seen):
+    """Raises ValueError when op k of the chain may not follow the kinds in `seen`."""
+    where = f"Compose: {op!r} (op {k})"
+    if op.kind == "decode" and k != 0:
+        raise ValueError(f"{where} must be the first op")
+    if "erase" in seen:
+        raise ValueError(f"{where} comes after RandomErasing, which must be last")
+    if "layout" in seen and op.kind != "erase":
+        raise ValueError(f"{where} comes after ToCHW, which must be last (only RandomErasing "
+                         f"may follow it)")
+    if op.kind == "crop" and "crop" in seen:
+        raise ValueError(f"{where} is a second crop; use one crop")
+    if op.kind == "resize" and "resize" in seen:
+        raise ValueError(f"{where} is a second Resize")
+    rrc = any(isinstance(o, RandomResizedCrop) for o in ops[:k])
+    if op.kind == "resize" and rrc or isinstance(op, RandomResizedCrop) and "resize" in seen:
+        raise ValueError(f"{where}: RandomResizedCrop already resizes; drop the Resize")
+    if op.kind in ("flip", "normalize") and op.kind in seen:
+        raise ValueError(f"{where} repeats an earlier op")
+    late = dict.fromkeys(type(o).__name__ for o in ops[:k]
+                         if o.kind in ("flip", "normalize") + _PIXEL_KINDS)
+    if op.kind in ("crop", "resize", "flip") and late:
+        raise ValueError(f"{where} must come before {' and '.join(late)}")
+    if op.kind in _PIXEL_KINDS and ("normalize" in seen or "layout" in seen):
+        raise ValueError(f"{where} works on uint8 pixels: put it before Normalize and ToCHW")
 
 
 class Compose:
@@ -183,17 +401,30 @@ class Compose:
 
     The chain may start with DecodeJPEG (input: JPEG bytes), else the input is a uint8 HWC
     (or HW) array; then at most one crop and one Resize (in either order; RandomResizedCrop
-    counts as both), RandomHorizontalFlip, Normalize and ToCHW, in that order.
+    counts as both) and RandomHorizontalFlip; then colour ops (ColorJitter, RandomGrayscale,
+    GaussianBlur, Lambda) in any order, each as often as wanted (at most 8 that are not
+    Lambdas); then Normalize and ToCHW; RandomErasing last.
     Raises ValueError naming the offending op when the chain does not fit.
 
     `output_shape` is the shape of every output, or None when it varies with the input
     (a Resize of the shorter side last, no resize at all, or array input of unknown channels);
     `output_shape_for(shape)` gives it for an input of a given shape. `pipeline` is the
     compiled `fastload._image.Pipeline`; its `address` points to the C `fl_pipeline`.
+    A chain with a Lambda has no single pipeline (`pipeline` is None, `native` False): it
+    runs in native parts with the Lambdas between them, item by item through Python.
     """
 
     # Called as f(x, index=..., seed=..., epoch=...) by mapobs, so draws follow the loader.
     wants_index = True
+    # The whole chain is one native pipeline, which the loader runs without the GIL.
+    native = True
+
+    def __new__(cls, ops=()):
+        # A chain with a Lambda is a _StagedCompose, as pathlib.Path makes a PosixPath.
+        if cls is Compose and isinstance(ops, (list, tuple)) and \
+                any(isinstance(op, Lambda) for op in ops):
+            cls = _StagedCompose
+        return super().__new__(cls)
 
     def __init__(self, ops):
         self.ops = tuple(ops)
@@ -202,22 +433,39 @@ class Compose:
         self.channels = self.ops[0].channels if self.decodes else None
         normalize = self._find(Normalize)
         self.output_dtype = np.dtype(np.float32 if normalize else np.uint8)
-        self.pipeline = _image.Pipeline(**self._pipeline_args())
+        self.pipeline = self._compile()
         self.output_shape = self._fixed_shape()
+
+    def _compile(self):
+        """The chain's native pipeline."""
+        if self._find(Lambda):   # only a one-shot iterable of ops gets here
+            raise ValueError("Compose: give a chain with a Lambda as a list of ops")
+        return _image.Pipeline(**self._pipeline_args(range(len(self.ops))))
 
     def _find(self, cls):
         return next((op for op in self.ops if isinstance(op, cls)), None)
 
-    def _index(self, kind):
-        return next((k for k, op in enumerate(self.ops) if op.kind == kind), None)
+    def _pipeline_args(self, span):
+        """The Pipeline arguments of the ops at positions `span` (a range) of the chain;
+        each random op keeps its position in the whole chain as the op of its RNG key."""
+        part = {k: self.ops[k] for k in span}
+        args = {"channels": (self.channels or 0) if span.start == 0 else 0}
+        args.update(self._geometry_args(part))
+        args["pixel_ops"] = [op._pixel_op(k) for k, op in part.items() if op.kind == "colour"]
+        args.update(self._output_args(part))
+        return args
 
-    def _pipeline_args(self):
-        args = {"channels": self.channels or 0}
-        crop, resize = self._find_kind("crop"), self._find(Resize)
+    @staticmethod
+    def _geometry_args(part):
+        """Crop, resize and flip arguments for `part` ({position: op})."""
+        first = {}
+        for k, op in part.items():
+            first.setdefault(op.kind, k)
+        crop, resize, flip = (part.get(first.get(kind)) for kind in ("crop", "resize", "flip"))
+        args = {}
         if crop is not None:
-            args.update(crop_op=self._index("crop"), crop_size=crop.size,
-                        crop_after_resize=resize is not None and
-                        self._index("resize") < self._index("crop"))
+            args.update(crop_op=first["crop"], crop_size=crop.size,
+                        crop_after_resize=resize is not None and first["resize"] < first["crop"])
         if isinstance(crop, RandomResizedCrop):
             args.update(crop="random_resized", scale=crop.scale, ratio=crop.ratio)
         elif isinstance(crop, RandomCrop):
@@ -228,17 +476,35 @@ class Compose:
             exact = isinstance(resize.size, tuple)
             args.update(resize="exact" if exact else "shorter",
                         resize_size=resize.size if exact else (resize.size, 0))
-        flip = self._find(RandomHorizontalFlip)
         if flip is not None:
-            args.update(flip_p=flip.p, flip_op=self._index("flip"))
-        normalize = self._find(Normalize)
-        if normalize is not None:
-            if self.channels and len(normalize.mean) not in (1, self.channels):
-                raise ValueError(f"Compose: {normalize!r} has {len(normalize.mean)} values "
-                                 f"for {self.channels} channels")
-            args.update(mean=normalize.mean, std=normalize.std)
-        args["chw"] = self._find(ToCHW) is not None
+            args.update(flip_p=flip.p, flip_op=first["flip"])
         return args
+
+    def _output_args(self, part):
+        """Normalize, layout and erasing arguments for `part` ({position: op})."""
+        args = {"chw": any(op.kind == "layout" for op in part.values())}
+        for k, op in part.items():
+            if isinstance(op, Normalize):
+                if self.channels and len(op.mean) not in (1, self.channels):
+                    raise ValueError(f"Compose: {op!r} has {len(op.mean)} values for "
+                                     f"{self.channels} channels")
+                args.update(mean=op.mean, std=op.std)
+            elif isinstance(op, RandomErasing):
+                self._check_erasing(op)
+                args["erasing"] = op._spec(k)
+        return args
+
+    def _check_erasing(self, erasing):
+        values = erasing.value
+        if values == "random":
+            return
+        if self.channels and len(values) not in (1, self.channels):
+            raise ValueError(f"Compose: {erasing!r} has {len(values)} values for "
+                             f"{self.channels} channels: give one value, or one per channel")
+        if self.output_dtype == np.uint8 and not all(v.is_integer() and 0 <= v <= 255
+                                                     for v in values):
+            raise ValueError(f"Compose: {erasing!r} erases a uint8 output: give whole numbers "
+                             f"in 0..255, or put Normalize before it for float values")
 
     def _find_kind(self, kind):
         return next((op for op in self.ops if op.kind == kind), None)
@@ -318,6 +584,46 @@ class Compose:
     def __repr__(self):
         inner = ",\n    ".join(repr(op) for op in self.ops)
         return f"Compose([\n    {inner}])"
+
+
+class _StagedCompose(Compose):
+    """A chain with Lambdas, run in parts. The ops before the first Lambda (decode,
+    geometry, colour ops) are a Compose of their own; each Lambda then runs with the GIL,
+    followed by a native pipeline of the ops up to the next Lambda (the last one ends with
+    Normalize, ToCHW and RandomErasing). Every op keeps its position in the whole chain as
+    the op of its RNG key, so the draws are those of the same ops in a chain without the
+    Lambda."""
+    native = False
+
+    def _compile(self):
+        cuts = [k for k, op in enumerate(self.ops) if isinstance(op, Lambda)]
+        self.head = Compose(self.ops[:cuts[0]])
+        self.parts = []   # (position, Lambda) and (first position, native Pipeline)
+        for k, stop in zip(cuts, cuts[1:] + [len(self.ops)]):
+            self.parts.append((k, self.ops[k]))
+            if stop > k + 1:
+                args = self._pipeline_args(range(k + 1, stop))
+                self.parts.append((k + 1, _image.Pipeline(**args)))
+        return None
+
+    def output_shape_for(self, shape):
+        """The output shape for an input image of `shape` (HW or HWC)."""
+        oh, ow, oc = self.head.output_shape_for(shape)   # HWC: ToCHW comes after a Lambda
+        return (oc, oh, ow) if self._find(ToCHW) else (oh, ow, oc)
+
+    def __call__(self, x, *, index=0, seed=0, epoch=0):
+        """The transformed item, as Compose.__call__."""
+        image = self.head(x, index=index, seed=seed, epoch=epoch)
+        normalize = self._find(Normalize)
+        if normalize is not None and len(normalize.mean) not in (1, image.shape[2]):
+            raise ValueError(f"{normalize!r} has {len(normalize.mean)} values for an image "
+                             f"with {image.shape[2]} channels")
+        for k, part in self.parts:
+            if isinstance(part, Lambda):
+                image = part(image, seed=seed, epoch=epoch, index=index, op=k)
+            else:
+                image = part.run(image, image.shape[0], image.shape[1], 1, seed, epoch, index)
+        return image
 
 
 def decode_jpeg_header(data):
