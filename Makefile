@@ -3,11 +3,12 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install build test demo bench stress clean
+.PHONY: install libjpeg build test demo bench stress clean
 
 # The optional integrations (torch, jax: CPU builds) are installed too, so that their tests
 # run; without them those tests are skipped.
 $(VENV)/.deps: pyproject.toml
+	@$(MAKE) --no-print-directory libjpeg
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "setuptools>=77" wheel "Cython>=3.0" "numpy>=1.25"
@@ -17,6 +18,17 @@ $(VENV)/.deps: pyproject.toml
 	touch $@
 
 install: $(VENV)/.deps
+
+# JPEG decodes in C (only the crop, without the GIL) when libjpeg's headers are there at
+# build time; as root with apt, they are installed here. Without them everything works,
+# slower: JPEG decodes through simplejpeg (`python -m fastload info` says which).
+libjpeg:
+	@printf '#include <stdio.h>\n#include <jpeglib.h>\n' | $${CC:-cc} -x c -E - >/dev/null 2>&1 \
+	|| { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	     && echo "installing libjpeg-turbo's headers (apt-get install libjpeg-dev)" \
+	     && { apt-get install -y -q libjpeg-dev >/dev/null 2>&1 \
+	          || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q libjpeg-dev >/dev/null 2>&1; }; }; } \
+	|| echo "libjpeg headers not found and not installable here: JPEG will decode through simplejpeg"
 
 # Incremental: recompiles only the native units that changed since the last build.
 build: install

@@ -1,4 +1,17 @@
-"""Builds the native core of fastload: plain C99 in csrc/, bound by thin Cython modules."""
+"""Builds the native core of fastload: C in csrc/, bound by thin Cython modules.
+
+JPEG decoding in C (only the crop, without the GIL) needs libjpeg(-turbo)'s headers and
+library (Debian/Ubuntu: libjpeg62-turbo-dev or libjpeg-turbo8-dev; `make` installs it when
+it can). Without them the build still succeeds and JPEGs decode through simplejpeg;
+``python -m fastload info`` says which decoder a build has. FASTLOAD_LIBJPEG=0 builds
+without it; FASTLOAD_LIBJPEG=1 fails the build when it is missing.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
@@ -9,10 +22,44 @@ CFLAGS = ["-O3", "-std=c99", "-pthread", "-Wall", "-Wno-unused-function", "-Wno-
 # Each binding module and the C units it links; a C unit may be linked into more than one.
 MODULES = {
     "fastload._core": ["csrc/pool.c", "csrc/engine.c", "csrc/imageplan.c", "csrc/image.c",
-                       "csrc/qoi.c", "csrc/augment.c"],
+                       "csrc/qoi.c", "csrc/jpeg.c", "csrc/augment.c"],
     "fastload._image": ["csrc/image.c", "csrc/augment.c"],
     "fastload._qoi": ["csrc/qoi.c"],
 }
+
+
+def libjpeg_found():
+    """Whether a test program including jpeglib.h links with -ljpeg here."""
+    compiler = os.environ.get("CC", "cc").split()[0]
+    if not shutil.which(compiler):
+        return False
+    program = ('#include <stdio.h>\n#include <jpeglib.h>\n'
+               'int main(void) { struct jpeg_decompress_struct c; jpeg_crop_scanline(&c, 0, 0);'
+               ' return 0; }\n')
+    with tempfile.TemporaryDirectory() as tmp:
+        source = os.path.join(tmp, "probe.c")
+        with open(source, "w") as f:
+            f.write(program)
+        result = subprocess.run([compiler, source, "-o", os.path.join(tmp, "probe"), "-ljpeg"],
+                                capture_output=True)
+    return result.returncode == 0
+
+
+def use_libjpeg():
+    wanted = os.environ.get("FASTLOAD_LIBJPEG", "auto")
+    if wanted == "0":
+        return False
+    found = libjpeg_found()
+    if wanted == "1" and not found:
+        sys.exit("FASTLOAD_LIBJPEG=1 but jpeglib.h or libjpeg was not found: install "
+                 "libjpeg62-turbo-dev (Debian) or libjpeg-turbo8-dev (Ubuntu)")
+    if not found:
+        print("fastload: libjpeg headers not found; JPEG decodes through simplejpeg "
+              "(install libjpeg62-turbo-dev for the faster native path)", file=sys.stderr)
+    return found
+
+
+LIBJPEG = use_libjpeg()
 
 
 def extension(name, c_sources):
@@ -21,8 +68,9 @@ def extension(name, c_sources):
         name,
         [pyx, *c_sources],
         include_dirs=["csrc", numpy.get_include()],
-        extra_compile_args=CFLAGS,
+        extra_compile_args=CFLAGS + (["-DFL_HAVE_LIBJPEG"] if LIBJPEG else []),
         extra_link_args=["-pthread"],
+        libraries=["jpeg"] if LIBJPEG and "csrc/jpeg.c" in c_sources else [],
     )
 
 

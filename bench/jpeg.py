@@ -1,15 +1,21 @@
-"""JPEG image pipeline: batch 256 at 224x224, RandomResizedCrop + horizontal flip, uint8 HWC.
+"""JPEG image pipeline: batch 256 at 224x224, RandomResizedCrop + horizontal flip, uint8 HWC
+(with --jitter: + ColorJitter(0.4, 0.4, 0.4) + Normalize + ToCHW, float32 CHW).
 
 Over a synthetic ImageNet-like ImageFolder (`images.py`: 4,000 JPEGs, shorter side 300-500
 px, ~90 KB), compares side by side in one run (medians of interleaved epochs):
-- fastload: DataLoader((mapobs(Compose([DecodeJPEG(), RandomResizedCrop(224),
+- fastload: DataLoader((mapobs(Compose([DecodeImage(), RandomResizedCrop(224),
   RandomHorizontalFlip()]), folder.images), folder.labels), 256, shuffle=True,
   parallel=True, buffer=True);
 - the reference a user could write: simplejpeg decode at full size, torchvision's
   RandomResizedCrop parameters in Python, PIL crop + resize(BILINEAR), numpy flip, on a
   ThreadPoolExecutor as large as fastload's pool, into a reused (256, 224, 224, 3) batch;
 - PyTorch's DataLoader (as many workers, persistent) over a PIL Dataset written as
-  torchvision's transforms do it (open, convert, crop, resize, transpose), when installed.
+  torchvision's transforms do it (open, convert, crop, resize, transpose; with --jitter
+  also ImageEnhance brightness/contrast/saturation in a random order, then ToTensor and
+  Normalize as torch ops), when installed.
+
+Then, on one core: ms per image of fastload's pipeline split into decode (the crop region
+only), resize and the rest, beside a full-image decode (simplejpeg).
 
 First-batch latency (from building the dataset and loader to holding the first batch)
 and peak memory are measured per candidate in a fresh child process that imports only
@@ -17,7 +23,7 @@ what that candidate needs and loads one epoch: peak memory is the sum of the RSS
 process and its children (torch's workers), sampled every 10 ms by a thread (psutil).
 Worker RSS counts pages shared with the parent once per process, so it overstates torch.
 
-Usage: python bench/jpeg.py [--n 4000] [--repeats 3] [--batches 0] [--root DIR]
+Usage: python bench/jpeg.py [--n 4000] [--repeats 3] [--batches 0] [--root DIR] [--jitter]
 (--batches 0: whole epochs; k: the first k batches of each epoch)
 """
 import argparse
@@ -41,8 +47,9 @@ from images import DEFAULT_ROOT, generate  # noqa: E402
 
 import fastload  # noqa: E402
 from fastload.imagefolder import ImageFolder  # noqa: E402
-from fastload.transforms import (Compose, DecodeJPEG, RandomHorizontalFlip,  # noqa: E402
-                                 RandomResizedCrop)
+from fastload.transforms import (IMAGENET_MEAN, IMAGENET_STD, ColorJitter,  # noqa: E402
+                                 Compose, DecodeImage, Normalize, RandomHorizontalFlip,
+                                 RandomResizedCrop, ToCHW)
 
 BATCH = 256
 SIZE = 224
@@ -72,9 +79,30 @@ def rrc_params(rng, h, w, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
     return (h - ch) // 2, (w - cw) // 2, ch, cw
 
 
-def make_fastload(root):
+JITTER = 0.4
+
+
+def train_ops(jitter):
+    ops = [DecodeImage(), RandomResizedCrop(SIZE), RandomHorizontalFlip()]
+    if jitter:
+        ops += [ColorJitter(JITTER, JITTER, JITTER), Normalize(IMAGENET_MEAN, IMAGENET_STD),
+                ToCHW()]
+    return ops
+
+
+def pil_jitter(img, rng, enhance):
+    """torchvision's ColorJitter on a PIL image: factors uniform in [1 - j, 1 + j], the
+    three ops in a random order (ImageEnhance, as torchvision's PIL path)."""
+    ops = [enhance.Brightness, enhance.Contrast, enhance.Color]
+    factors = [rng.uniform(1 - JITTER, 1 + JITTER) for _ in ops]
+    for k in rng.sample(range(len(ops)), len(ops)):
+        img = ops[k](img).enhance(factors[k])
+    return img
+
+
+def make_fastload(root, jitter):
     folder = ImageFolder(root)
-    train = Compose([DecodeJPEG(), RandomResizedCrop(SIZE), RandomHorizontalFlip()])
+    train = Compose(train_ops(jitter))
     return fastload.DataLoader((fastload.mapobs(train, folder.images), folder.labels), BATCH,
                                shuffle=True, parallel=True, buffer=True)
 
@@ -82,13 +110,16 @@ def make_fastload(root):
 class ThreadPoolLoader:
     """The reference loop: one thread-pool map per batch into a reused batch buffer."""
 
-    def __init__(self, root, threads):
-        from PIL import Image   # imported here so that the fastload probe stays PIL-free
-        self.image = Image
+    def __init__(self, root, threads, jitter):
+        from PIL import Image, ImageEnhance   # here, so that the fastload probe stays PIL-free
+        self.image, self.enhance, self.jitter = Image, ImageEnhance, jitter
         folder = ImageFolder(root)
         self.paths, self.labels = folder.images.paths, folder.labels
         self.pool = concurrent.futures.ThreadPoolExecutor(threads)
-        self.out = np.empty((BATCH, SIZE, SIZE, 3), np.uint8)
+        shape = (BATCH, 3, SIZE, SIZE) if jitter else (BATCH, SIZE, SIZE, 3)
+        self.out = np.empty(shape, np.float32 if jitter else np.uint8)
+        self.mean = np.array(IMAGENET_MEAN, np.float32)[:, None, None]
+        self.std = np.array(IMAGENET_STD, np.float32)[:, None, None]
         self.rng = np.random.default_rng(0)
         self.epoch = 0
 
@@ -98,8 +129,14 @@ class ThreadPoolLoader:
             pixels = simplejpeg.decode_jpeg(f.read(), colorspace="RGB")
         y, x, h, w = rrc_params(rng, *pixels.shape[:2])
         crop = self.image.fromarray(pixels).crop((x, y, x + w, y + h))
-        resized = np.asarray(crop.resize((SIZE, SIZE), self.image.BILINEAR))
-        self.out[slot] = resized[:, ::-1] if rng.random() < 0.5 else resized
+        resized = crop.resize((SIZE, SIZE), self.image.BILINEAR)
+        if rng.random() < 0.5:
+            resized = resized.transpose(self.image.FLIP_LEFT_RIGHT)
+        if not self.jitter:
+            self.out[slot] = np.asarray(resized)
+            return
+        chw = np.asarray(pil_jitter(resized, rng, self.enhance)).transpose(2, 0, 1)
+        self.out[slot] = (chw / np.float32(255) - self.mean) / self.std
 
     def __iter__(self):
         order = self.rng.permutation(len(self.paths))
@@ -111,10 +148,13 @@ class ThreadPoolLoader:
             yield self.out[:len(idx)], self.labels[idx]
 
 
-def make_torch(root, workers, persistent, batches=0):
+def make_torch(root, workers, persistent, jitter, batches=0):
     import torch
     import torch.utils.data as tud
-    from PIL import Image
+    from PIL import Image, ImageEnhance
+
+    mean = torch.tensor(IMAGENET_MEAN).view(3, 1, 1)
+    std = torch.tensor(IMAGENET_STD).view(3, 1, 1)
 
     class PILFolder(tud.Dataset):
         def __init__(self):
@@ -131,7 +171,11 @@ def make_torch(root, workers, persistent, batches=0):
             img = img.crop((left, top, left + w, top + h)).resize((SIZE, SIZE), Image.BILINEAR)
             if random.random() < 0.5:
                 img = img.transpose(Image.FLIP_LEFT_RIGHT)
-            return torch.from_numpy(np.array(img)), int(self.labels[i])
+            if not jitter:
+                return torch.from_numpy(np.array(img)), int(self.labels[i])
+            img = pil_jitter(img, random, ImageEnhance)
+            x = torch.from_numpy(np.array(img)).permute(2, 0, 1).float().div_(255)
+            return x.sub_(mean).div_(std), int(self.labels[i])
 
     data = PILFolder()
     # A short epoch rather than a break: after a break, persistent workers would go on
@@ -141,12 +185,12 @@ def make_torch(root, workers, persistent, batches=0):
                           persistent_workers=persistent)
 
 
-def make(name, root, workers, persistent=True, batches=0):
+def make(name, root, workers, jitter, persistent=True, batches=0):
     if name == FASTLOAD:
-        return make_fastload(root)
+        return make_fastload(root, jitter)
     if name == THREADS:
-        return ThreadPoolLoader(root, workers)
-    return make_torch(root, workers, persistent, batches)
+        return ThreadPoolLoader(root, workers, jitter)
+    return make_torch(root, workers, persistent, jitter, batches)
 
 
 class TreeRSS:
@@ -183,11 +227,11 @@ class TreeRSS:
         self._sample()
 
 
-def probe(name, root, workers):
+def probe(name, root, workers, jitter):
     """In a fresh process: first-batch latency and peak tree memory over one epoch."""
     with TreeRSS() as rss:
         start = time.perf_counter()
-        loader = make(name, root, workers, persistent=False)
+        loader = make(name, root, workers, jitter, persistent=False)
         it = iter(loader)
         next(it)
         first = time.perf_counter() - start
@@ -196,9 +240,9 @@ def probe(name, root, workers):
     print(json.dumps({"first_s": first, "peak_mb": rss.peak / 2**20}))
 
 
-def run_probe(name, root, workers):
+def run_probe(name, root, workers, jitter):
     cmd = [sys.executable, os.path.abspath(__file__), "--probe", name, "--root", root,
-           "--workers", str(workers)]
+           "--workers", str(workers)] + (["--jitter"] if jitter else [])
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -219,18 +263,23 @@ def main():
                         help="batches per timed run (0: whole epochs)")
     parser.add_argument("--root", default=None,
                         help=f"dataset folder (default {DEFAULT_ROOT}, n={{n}} images)")
+    parser.add_argument("--jitter", action="store_true",
+                        help="add ColorJitter(0.4, 0.4, 0.4) + Normalize + ToCHW")
     parser.add_argument("--probe", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.probe:
-        return probe(args.probe, args.root, args.workers)
+        return probe(args.probe, args.root, args.workers, args.jitter)
     root = generate(args.root or DEFAULT_ROOT, args.n)
     n = len(ImageFolder(root))
     workers = fastload._core.pool_size()
     batches = args.batches or -(-n // BATCH)
     items = min(n, batches * BATCH)
-    print(f"{n:,} JPEGs in {root}, batch {BATCH} at {SIZE}x{SIZE} uint8, RandomResizedCrop + "
-          f"flip, {batches} batches per run; {os.cpu_count()} CPUs, pool of {workers} threads")
+    what = ("RandomResizedCrop + flip + ColorJitter + Normalize + ToCHW, float32" if args.jitter
+            else "RandomResizedCrop + flip, uint8")
+    print(f"{n:,} JPEGs in {root}, batch {BATCH} at {SIZE}x{SIZE}, {what}, {batches} batches "
+          f"per run; {os.cpu_count()} CPUs, pool of {workers} threads; JPEG decoder: "
+          f"{fastload.codecs.decoder_name()}")
 
     names = [FASTLOAD, THREADS]
     try:
@@ -240,7 +289,7 @@ def main():
         print("  (torch not installed: PyTorch's DataLoader skipped)")
     candidates = {}
     for name in names:
-        loader = make(name, root, workers, batches=args.batches)
+        loader = make(name, root, workers, args.jitter, batches=args.batches)
         drain(loader, batches)()   # untimed: starts pools and workers, warms the page cache
         candidates[name] = (drain(loader, batches), items)
     medians = compare(candidates, args.repeats, THREADS)
@@ -249,9 +298,51 @@ def main():
             print(f"  {name} / {TORCH}: {medians[name] / medians[TORCH]:.2f}x")
     print("  fresh process per candidate, one epoch: first batch, peak RSS of process tree")
     for name in names:
-        p = run_probe(name, root, workers)
+        p = run_probe(name, root, workers, args.jitter)
         print(f"  {name:<{max(map(len, names))}}  first batch {p['first_s']:6.3f} s   "
               f"peak {p['peak_mb']:6.0f} MB")
+    one_core_split(root, args.jitter)
+
+
+def per_image_ms(f, items):
+    start = time.perf_counter()
+    for i, item in enumerate(items):
+        f(i, item)
+    return (time.perf_counter() - start) / len(items) * 1e3
+
+
+def one_core_split(root, jitter, n=500, repeats=3):
+    """ms per image on one core (this thread): the pipeline, its decode (the crop region
+    only), the resize of the crop, and the rest; a full-image decode beside them."""
+    paths = ImageFolder(root).images.paths[:n]
+    datas = []
+    for path in paths:
+        with open(path, "rb") as f:
+            datas.append(f.read())
+    chain = Compose(train_ops(jitter))
+    source = fastload._core.ImageSource(
+        chain.pipeline.address, chain.pipeline, fastload._core.SOURCE_BUFFERS, 0, 3, "bytes",
+        fastload.codecs, fastload.limits.MAX_IMAGE_PIXELS, fastload.limits.MAX_FILE_BYTES)
+    wholes = [simplejpeg.decode_jpeg(d) for d in datas]
+    crops = []
+    for i, img in enumerate(wholes):
+        (y, x, h, w), _ = chain.pipeline.prepare(img.shape[0], img.shape[1], 0, 0, i)
+        crops.append(img[y:y + h, x:x + w])
+    runs = {
+        "pipeline": lambda i, d: chain(d, index=i),
+        "decode (crop region)": lambda i, d: source.decode(d, 0, 0, i),
+        "resize (crop to 224)": lambda i, c: fastload._image.resize(c, SIZE, SIZE),
+        "full decode (simplejpeg)": lambda i, d: simplejpeg.decode_jpeg(d),
+    }
+    inputs = {"resize (crop to 224)": crops}
+    ms = {name: sorted(per_image_ms(f, inputs.get(name, datas)) for _ in range(repeats))
+          [repeats // 2] for name, f in runs.items()}
+    rest = ms["pipeline"] - ms["decode (crop region)"] - ms["resize (crop to 224)"]
+    print(f"  one core, ms per image (median of {repeats} passes over {len(datas)} images):")
+    for name in ("pipeline", "decode (crop region)", "resize (crop to 224)"):
+        print(f"    {name:<26} {ms[name]:6.3f}")
+    print(f"    {'the rest':<26} {rest:6.3f}")
+    print(f"    {'full decode (simplejpeg)':<26} {ms['full decode (simplejpeg)']:6.3f}")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ import fastload  # noqa: E402
 from fastload.imagefolder import ImageFolder  # noqa: E402
 from fastload.storage import Raw  # noqa: E402
 from fastload.storage.convert import convert  # noqa: E402
-from fastload.transforms import (Compose, DecodeJPEG, RandomCrop,  # noqa: E402
+from fastload.transforms import (Compose, DecodeImage, RandomCrop,  # noqa: E402
                                  RandomHorizontalFlip, RandomResizedCrop)
 
 CORES = 2
@@ -112,7 +112,7 @@ def bench_convert(root, out, repeats):
 # 2. RandomResizedCrop pipeline: packed file vs individual files
 
 def rrc():
-    return Compose([DecodeJPEG(), RandomResizedCrop(SIZE), RandomHorizontalFlip()])
+    return Compose([DecodeImage(), RandomResizedCrop(SIZE), RandomHorizontalFlip()])
 
 
 def rrc_loader(images, labels):

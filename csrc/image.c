@@ -660,3 +660,63 @@ int fl_pipeline_run(const fl_pipeline *p, const fl_image *decoded, int scale_den
     return fl_pipeline_run_scaled(p, decoded, decoded->h, decoded->w, 1, seed, epoch, index,
                                   out, scratch, scratch_bytes);
 }
+
+/* ---- running on a decoded region ------------------------------------------------------ */
+
+/* The pixels of the image at 1/d scale that a run with geometry g reads: the crop's rows and
+ * columns when the crop is taken from the source (resampled or copied), else all of it. */
+static fl_plan_rect read_region(const geometry *g, int h, int w, int d) {
+    int dh = (h + d - 1) / d, dw = (w + d - 1) / d;
+    int y0 = 0, x0 = 0, y1 = dh, x1 = dw;
+    if (g->crop_first || !g->resize) {
+        y0 = imax((int)floor((double)g->rect.y / d), 0);
+        x0 = imax((int)floor((double)g->rect.x / d), 0);
+        y1 = imin((int)ceil((double)(g->rect.y + g->rect.h) / d), dh);
+        x1 = imin((int)ceil((double)(g->rect.x + g->rect.w) / d), dw);
+        if (y1 <= y0 || x1 <= x0) {   /* the crop lies in the padding: no pixel is read */
+            y0 = x0 = 0;
+            y1 = dh;
+            x1 = dw;
+        }
+    }
+    fl_plan_rect r = {y0, x0, y1 - y0, x1 - x0};
+    return r;
+}
+
+int fl_pipeline_region(const fl_pipeline *p, int h, int w, int exact, uint64_t seed,
+                       uint64_t epoch, uint64_t index, int *scale_denom, fl_plan_rect *region) {
+    fl_plan_rect crop;
+    geometry g;
+    int err = fl_pipeline_prepare(p, h, w, seed, epoch, index, &crop, scale_denom);
+    if (!err) err = plan_geometry(p, h, w, seed, epoch, index, &g);
+    if (err) return err;
+    if (exact) *scale_denom = 1;
+    *region = read_region(&g, h, w, *scale_denom);
+    return FL_OK;
+}
+
+int fl_pipeline_run_region(const fl_pipeline *p, const fl_image *part, int part_y, int part_x,
+                           int src_h, int src_w, int scale_denom, uint64_t seed,
+                           uint64_t epoch, uint64_t index, void *out, void *scratch,
+                           size_t scratch_bytes) {
+    int d = scale_denom;
+    if (!image_ok(part) || part->c == 2 || !out || (d != 1 && d != 2 && d != 4 && d != 8))
+        return FL_EINVAL;
+    geometry g;
+    int err = plan_geometry(p, src_h, src_w, seed, epoch, index, &g);
+    if (err) return err;
+    if (d != 1 && (!g.resize || g.pad_first)) return FL_EINVAL;
+    /* The part must lie in the scaled image and hold every pixel the run reads. */
+    fl_plan_rect need = read_region(&g, src_h, src_w, d);
+    int dh = (src_h + d - 1) / d, dw = (src_w + d - 1) / d;
+    if (part_y < 0 || part_x < 0 || part_y + part->h > dh || part_x + part->w > dw ||
+        need.y < part_y || need.x < part_x || need.y + need.h > part_y + part->h ||
+        need.x + need.w > part_x + part->w)
+        return FL_EINVAL;
+    /* Shifting the crop by whole scaled pixels moves no sample: the same pixels are read. */
+    g.rect.y -= part_y * d;
+    g.rect.x -= part_x * d;
+    run_layout L = pipeline_layout(p, &g, src_h, src_w, part->c);
+    if (!scratch || scratch_bytes < L.total) return FL_ESCRATCH;
+    return run_planned(p, &g, &L, part, src_h, src_w, d, out, scratch, scratch_bytes);
+}

@@ -154,4 +154,19 @@ int fl_pipeline_run_into(const fl_pipeline *p, const fl_image *decoded, uint64_t
                          uint64_t epoch, uint64_t index, void *out, size_t out_bytes,
                          void *scratch, size_t scratch_bytes, size_t *need);
 
+/* The DCT scale to decode an h x w source at (1 when `exact`) and the region of the image
+ * at that scale that a run with this key reads: the crop's rows and columns when the crop
+ * is taken from the source, else the whole image. Decoding only the region and passing it
+ * to fl_pipeline_run_region gives the pixels of a run on the whole decoded image. */
+int fl_pipeline_region(const fl_pipeline *p, int h, int w, int exact, uint64_t seed,
+                       uint64_t epoch, uint64_t index, int *scale_denom, fl_plan_rect *region);
+
+/* As fl_pipeline_run_scaled, on `part`: the pixels of the image decoded at 1/scale_denom
+ * whose first pixel sits at (part_y, part_x). FL_EINVAL unless the part holds the region
+ * that fl_pipeline_region gives for the same key. */
+int fl_pipeline_run_region(const fl_pipeline *p, const fl_image *part, int part_y, int part_x,
+                           int src_h, int src_w, int scale_denom, uint64_t seed,
+                           uint64_t epoch, uint64_t index, void *out, void *scratch,
+                           size_t scratch_bytes);
+
 #endif

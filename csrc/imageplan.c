@@ -1,6 +1,7 @@
 /* The native image field; see imageplan.h. */
 #include "imageplan.h"
 
+#include <ctype.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "jpeg.h"
 #include "qoi.h"
 
 int fl_jpeg_size(const uint8_t *data, size_t n, int *h, int *w) {
@@ -36,38 +38,49 @@ int fl_jpeg_size(const uint8_t *data, size_t n, int *h, int *w) {
     return -1;
 }
 
-/* Whether the first bytes of a file can start a JPEG or a QOI image. */
-static int image_magic(const uint8_t *head, size_t n) {
-    return (n >= 2 && head[0] == 0xFF && head[1] == 0xD8) ||
-           (n >= 4 && memcmp(head, "qoif", 4) == 0);
+/* The format of encoded bytes, from their first bytes. */
+enum { FORMAT_JPEG, FORMAT_QOI, FORMAT_OTHER, FORMAT_UNKNOWN };
+
+static int format_of(const uint8_t *d, size_t n) {
+    if (n >= 2 && d[0] == 0xFF && d[1] == 0xD8) return FORMAT_JPEG;
+    if (n >= 4 && memcmp(d, "qoif", 4) == 0) return FORMAT_QOI;
+    if ((n >= 8 && memcmp(d, "\x89PNG\r\n\x1a\n", 8) == 0) ||
+        (n >= 2 && memcmp(d, "BM", 2) == 0) ||
+        (n >= 4 && memcmp(d, "GIF8", 4) == 0) ||
+        (n >= 12 && memcmp(d, "RIFF", 4) == 0 && memcmp(d + 8, "WEBP", 4) == 0) ||
+        (n >= 4 && (memcmp(d, "II*\0", 4) == 0 || memcmp(d, "MM\0*", 4) == 0)) ||
+        (n >= 3 && d[0] == 'P' && d[1] >= '1' && d[1] <= '6' && isspace(d[2])))  /* PNM */
+        return FORMAT_OTHER;
+    return FORMAT_UNKNOWN;
 }
 
 /* Reads the file at `path` into scratch memory; returns its bytes or NULL with a message.
  * Only regular files (opening a FIFO or device must not block a pool thread), at most
- * `max_bytes` of them, and only after their first bytes show a JPEG or QOI image: a huge
- * file of anything else costs no memory. */
+ * `max_bytes` of them, and only after their first bytes show an image format fastload
+ * reads: a huge file of anything else costs no memory. */
 static const uint8_t *read_file(const char *path, int64_t max_bytes, size_t *n,
                                 fl_scratch *scratch, char *message) {
     int fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0) {
-        snprintf(message, FL_MESSAGE_BYTES, "cannot open %s", path);
+        snprintf(message, FL_MESSAGE_BYTES, "cannot open the file");
         return NULL;
     }
     struct stat st;
-    uint8_t head[4];
+    uint8_t head[12];
     uint8_t *buf = NULL;
     int regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
     ssize_t head_n = regular && st.st_size <= max_bytes ? pread(fd, head, sizeof head, 0) : -1;
     if (!regular) {
-        snprintf(message, FL_MESSAGE_BYTES, "%s is not a regular file", path);
+        snprintf(message, FL_MESSAGE_BYTES, "not a regular file");
     } else if (st.st_size > max_bytes) {
-        snprintf(message, FL_MESSAGE_BYTES, "%s: a file of %lld bytes is over the limit of "
-                 "%lld bytes (fastload.limits.MAX_FILE_BYTES)", path, (long long)st.st_size,
+        snprintf(message, FL_MESSAGE_BYTES, "a file of %lld bytes is over the limit of "
+                 "%lld bytes (fastload.limits.MAX_FILE_BYTES)", (long long)st.st_size,
                  (long long)max_bytes);
-    } else if (head_n < 2 || !image_magic(head, (size_t)head_n)) {
-        snprintf(message, FL_MESSAGE_BYTES, "%s: not a JPEG or QOI image", path);
+    } else if (head_n < 2 || format_of(head, (size_t)head_n) == FORMAT_UNKNOWN) {
+        snprintf(message, FL_MESSAGE_BYTES, "not an image file fastload reads (JPEG, PNG, "
+                 "BMP, GIF, WebP, TIFF, PNM or QOI)");
     } else if (!(buf = fl_scratch_reserve(scratch, (size_t)st.st_size + 1))) {
-        snprintf(message, FL_MESSAGE_BYTES, "out of memory reading %s", path);
+        snprintf(message, FL_MESSAGE_BYTES, "out of memory reading the file");
     } else {
         size_t got = 0;
         while (got < (size_t)st.st_size) {
@@ -99,7 +112,7 @@ static const uint8_t *encoded_item(const fl_image_source *src, int64_t index, si
 
 /* Whether the pipeline's output for an h x w x c source is exactly the slot's row; an
  * image that would give another size must never be written there. */
-static int fits_row(const fl_field *field, const fl_pipeline *p, int h, int w, int c,
+static int fits_row(int64_t row_bytes, const fl_pipeline *p, int h, int w, int c,
                     char *message) {
     int oh, ow, oc;
     if (fl_pipeline_output_shape(p, h, w, c, &oh, &ow, &oc) != FL_OK) {
@@ -107,7 +120,7 @@ static int fits_row(const fl_field *field, const fl_pipeline *p, int h, int w, i
         return 0;
     }
     int64_t bytes = (int64_t)oh * ow * oc * (p->out_dtype == FL_DTYPE_FLOAT32 ? 4 : 1);
-    if (bytes != field->row_bytes) {
+    if (bytes != row_bytes) {
         snprintf(message, FL_MESSAGE_BYTES, "a %dx%dx%d image gives a %dx%dx%d output, not the "
                  "size of the others", h, w, c, oh, ow, oc);
         return 0;
@@ -139,6 +152,151 @@ void fl_prefetch_image(const fl_field *field, int64_t index) {
                           src->offsets[index + 1] - src->offsets[index]);
 }
 
+static void *reserve(void *scratch, size_t bytes) {
+    return fl_scratch_reserve((fl_scratch *)scratch, bytes);
+}
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* The size of an encoded JPEG or QOI image from its header; -1 with a message when the
+ * header is unreadable, the image over the pixel limit, or (QOI) the stream too short. */
+static int encoded_size(const fl_image_source *src, const uint8_t *data, size_t n, int format,
+                        int *h, int *w, char *message) {
+    int stored;
+    if (format == FORMAT_QOI) {
+        if (fl_qoi_header(data, n, w, h, &stored) != FL_QOI_OK) {
+            snprintf(message, FL_MESSAGE_BYTES, "corrupt QOI header");
+            return -1;
+        }
+        /* A QOI op codes at most 62 pixels per byte: a stream too short for its header's
+         * size is truncated, found out before any memory is set aside for it. */
+        if ((double)(n - FL_QOI_HEADER_SIZE) * 62 < (double)*w * *h) {
+            snprintf(message, FL_MESSAGE_BYTES, "truncated QOI stream");
+            return -1;
+        }
+    } else if (fl_jpeg_size(data, n, h, w) != 0) {
+        snprintf(message, FL_MESSAGE_BYTES, "truncated or corrupt JPEG header");
+        return -1;
+    }
+    if ((int64_t)*h * *w > src->max_pixels) {
+        snprintf(message, FL_MESSAGE_BYTES, "a %dx%d image is over the limit of %lld pixels "
+                 "(fastload.limits.MAX_IMAGE_PIXELS)", *h, *w, (long long)src->max_pixels);
+        return -1;
+    }
+    return 0;
+}
+
+/* Decodes a JPEG: the region the run reads, in C, or (a build without libjpeg, or a CMYK
+ * image) the whole image at the same scale through src->decode_jpeg. */
+static int decode_jpeg(const fl_image_source *src, const uint8_t *data, size_t n, int h,
+                       int w, int denom, const fl_plan_rect *region, fl_scratch *scratch,
+                       fl_image *img, int *img_y, int *img_x, char *message) {
+    int rc = fl_jpeg_decode(data, n, src->channels, denom, region, reserve, scratch, img,
+                            img_y, img_x, message, FL_MESSAGE_BYTES);
+    if (rc != FL_JPEG_FALLBACK) return rc == FL_JPEG_OK ? 0 : -1;
+    int dh = (h + denom - 1) / denom, dw = (w + denom - 1) / denom, c = src->channels;
+    uint8_t *pixels = fl_scratch_reserve(scratch, (size_t)dh * dw * c);
+    if (!pixels) {
+        snprintf(message, FL_MESSAGE_BYTES, "out of memory");
+        return -1;
+    }
+    message[0] = '\0';
+    if (src->decode_jpeg(src->decode_ctx, data, n, denom, c, h, w, pixels, message)) return -1;
+    fl_image whole = {pixels, dh, dw, c, (ptrdiff_t)dw * c};
+    *img = whole;
+    *img_y = *img_x = 0;
+    return 0;
+}
+
+int fl_decode_for_run(const fl_image_source *src, const uint8_t *data, size_t n,
+                      uint64_t seed, uint64_t epoch, uint64_t index, int64_t dst_bytes,
+                      fl_scratch *scratch, fl_decoded *out, char *message) {
+    const fl_pipeline *p = src->pipeline;
+    int format = format_of(data, n), h = 0, w = 0, denom = 1, img_y = 0, img_x = 0;
+    fl_image img;
+    message[0] = '\0';
+    if (n == 0) {
+        snprintf(message, FL_MESSAGE_BYTES, "empty image");
+        return -1;
+    }
+    if (format == FORMAT_UNKNOWN) {
+        snprintf(message, FL_MESSAGE_BYTES, "not an image file fastload reads (JPEG, PNG, "
+                 "BMP, GIF, WebP, TIFF, PNM or QOI)");
+        return -1;
+    }
+    if (format == FORMAT_OTHER) {
+        /* Decoded whole (with the GIL) by src->decode_other, which checks the pixel limit
+         * from the file's header before decoding. */
+        if (src->decode_other(src->decode_ctx, data, n, src->channels, src->max_pixels,
+                              reserve, scratch, &img, message))
+            return -1;
+        h = img.h;
+        w = img.w;
+    } else if (encoded_size(src, data, n, format, &h, &w, message)) {
+        return -1;
+    }
+    int decoded_c = format == FORMAT_QOI ? (src->channels == 4 ? 4 : 3) : src->channels;
+    if (dst_bytes >= 0 && !fits_row(dst_bytes, p, h, w, decoded_c, message)) return -1;
+    fl_plan_rect region;
+    if (fl_pipeline_region(p, h, w, src->exact || format != FORMAT_JPEG, seed, epoch, index,
+                           &denom, &region) != 0) {
+        snprintf(message, FL_MESSAGE_BYTES, "the pipeline does not fit a %dx%d image", h, w);
+        return -1;
+    }
+    if (format == FORMAT_QOI) {
+        uint8_t *pixels = fl_scratch_reserve(scratch, (size_t)h * w * decoded_c);
+        if (!pixels) {
+            snprintf(message, FL_MESSAGE_BYTES, "out of memory");
+            return -1;
+        }
+        int err = fl_qoi_decode(data, n, pixels, w, h, decoded_c);
+        if (err != FL_QOI_OK) {
+            snprintf(message, FL_MESSAGE_BYTES, "%s", fl_qoi_strerror(err));
+            return -1;
+        }
+        fl_image whole = {pixels, h, w, decoded_c, (ptrdiff_t)w * decoded_c};
+        img = whole;
+    } else if (format == FORMAT_JPEG &&
+               decode_jpeg(src, data, n, h, w, denom, &region, scratch, &img, &img_y, &img_x,
+                           message)) {
+        if (!message[0]) snprintf(message, FL_MESSAGE_BYTES, "corrupt JPEG");
+        return -1;
+    }
+    out->part = img;
+    out->y = img_y;
+    out->x = img_x;
+    out->src_h = h;
+    out->src_w = w;
+    out->denom = denom;
+    return 0;
+}
+
+int fl_run_encoded(const fl_image_source *src, const uint8_t *data, size_t n, uint64_t seed,
+                   uint64_t epoch, uint64_t index, char *dst, int64_t dst_bytes,
+                   fl_scratch *scratch, char *message) {
+    fl_decoded d;
+    if (fl_decode_for_run(src, data, n, seed, epoch, index, dst_bytes, scratch, &d, message))
+        return -1;
+    /* The pipeline's scratch goes after the pixels, in the same region: growing it keeps
+     * the pixels (realloc). */
+    const fl_pipeline *p = src->pipeline;
+    size_t image_bytes = align64((size_t)d.part.stride * d.part.h);
+    size_t work_bytes = fl_pipeline_scratch_bytes(p, d.src_h, d.src_w, d.part.c);
+    uint8_t *base = fl_scratch_reserve(scratch, image_bytes + work_bytes);
+    if (!base) {
+        snprintf(message, FL_MESSAGE_BYTES, "out of memory");
+        return -1;
+    }
+    d.part.data = base;
+    if (fl_pipeline_run_region(p, &d.part, d.y, d.x, d.src_h, d.src_w, d.denom, seed, epoch,
+                               index, dst, base + image_bytes, work_bytes) != FL_OK) {
+        snprintf(message, FL_MESSAGE_BYTES, "the pipeline does not fit a %dx%d image",
+                 d.src_h, d.src_w);
+        return -1;
+    }
+    return 0;
+}
+
 int fl_fill_image(const fl_field *field, const fl_item *item, char *dst, fl_scratch *scratch,
                   char *message) {
     const fl_image_source *src = field->state;
@@ -165,86 +323,17 @@ int fl_fill_image(const fl_field *field, const fl_item *item, char *dst, fl_scra
                                       (size_t)field->row_bytes, scratch->data, scratch->bytes,
                                       &need);
         }
-        if (rc != FL_OK && !fits_row(field, p, img.h, img.w, img.c, message))
+        if (rc != FL_OK && !fits_row(field->row_bytes, p, img.h, img.w, img.c, message))
             return fail(message, src, index, "");   /* says how the size differs */
         return rc == FL_OK ? 0 : fail(message, src, index, "the pipeline does not fit this image");
     }
 
-    /* Region 0 holds [decoded image | pipeline scratch], region 1 a file's bytes, so that
-     * growing one never moves the other. */
     size_t n = 0;
+    message[0] = '\0';
     const uint8_t *data = encoded_item(src, index, &n, &scratch[1], message);
-    int rc = -1;
-    if (!data || n == 0) {
-        fail(message, src, index, "empty image");
-        goto done;
-    }
-
-    int h, w, stored, denom = 1, is_qoi = n >= 4 && memcmp(data, "qoif", 4) == 0;
-    if (is_qoi) {
-        if (fl_qoi_header(data, n, &w, &h, &stored) != FL_QOI_OK) {
-            fail(message, src, index, "corrupt QOI header");
-            goto done;
-        }
-        /* A QOI op codes at most 62 pixels per byte: a stream too short for its header's
-         * size is truncated, found out before any memory is set aside for it. */
-        if ((double)(n - FL_QOI_HEADER_SIZE) * 62 < (double)w * h) {
-            fail(message, src, index, "truncated QOI stream");
-            goto done;
-        }
-    } else if (fl_jpeg_size(data, n, &h, &w) != 0) {
-        fail(message, src, index, n >= 2 && data[0] == 0xFF && data[1] == 0xD8
-             ? "truncated or corrupt JPEG header" : "not a JPEG or QOI image");
-        goto done;
-    }
-    if ((int64_t)h * w > src->max_pixels) {
-        snprintf(message, FL_MESSAGE_BYTES, "a %dx%d image is over the limit of %lld pixels "
-                 "(fastload.limits.MAX_IMAGE_PIXELS)", h, w, (long long)src->max_pixels);
-        fail(message, src, index, "");
-        goto done;
-    }
-    if (!fits_row(field, p, h, w, is_qoi ? (src->channels == 4 ? 4 : 3) : src->channels,
-                  message)) {
-        fail(message, src, index, "");
-        goto done;
-    }
-    fl_plan_rect crop;
-    if (fl_pipeline_prepare(p, h, w, seed, epoch, (uint64_t)index, &crop, &denom) != 0) {
-        fail(message, src, index, "the pipeline does not fit this image");
-        goto done;
-    }
-    if (is_qoi) denom = 1;
-    int ch = src->channels, dh = (h + denom - 1) / denom, dw = (w + denom - 1) / denom;
-    int decoded_c = is_qoi ? (ch == 4 ? 4 : 3) : ch;
-    size_t image_bytes = (size_t)dh * dw * decoded_c;
-    size_t work_bytes = fl_pipeline_scratch_bytes(p, h, w, decoded_c);
-    uint8_t *pixels = fl_scratch_reserve(&scratch[0], image_bytes + work_bytes);
-    if (!pixels) {
-        fail(message, src, index, "out of memory");
-        goto done;
-    }
-    if (is_qoi) {
-        int err = fl_qoi_decode(data, n, pixels, w, h, decoded_c);
-        if (err != FL_QOI_OK) {
-            fail(message, src, index, fl_qoi_strerror(err));
-            goto done;
-        }
-    } else if (src->decode_jpeg(src->decode_ctx, data, n, denom, ch, h, w, pixels, message)) {
-        fail(message, src, index, "corrupt JPEG");
-        goto done;
-    }
-    fl_image img = {pixels, dh, dw, decoded_c, (ptrdiff_t)dw * decoded_c};
-    if (denom == 1)
-        rc = fl_pipeline_run(p, &img, 1, seed, epoch, (uint64_t)index, dst,
-                             pixels + image_bytes, work_bytes);
-    else
-        rc = fl_pipeline_run_scaled(p, &img, h, w, denom, seed, epoch,
-                                    (uint64_t)index, dst, pixels + image_bytes, work_bytes);
-    if (rc != 0) {
-        message[0] = '\0';
-        fail(message, src, index, "the pipeline does not fit this image");
-        rc = -1;
-    }
-done:
-    return rc;
+    if (!data && message[0]) return fail(message, src, index, "");
+    if (fl_run_encoded(src, data, n, seed, epoch, (uint64_t)index, dst, field->row_bytes,
+                       &scratch[0], message) != 0)
+        return fail(message, src, index, "");
+    return 0;
 }

@@ -16,7 +16,7 @@ from torch import nn
 
 from fastload import DataLoader, mapobs
 from fastload.torch import TorchLoader
-from fastload.transforms import (IMAGENET_MEAN, IMAGENET_STD, CenterCrop, Compose, DecodeJPEG,
+from fastload.transforms import (IMAGENET_MEAN, IMAGENET_STD, CenterCrop, Compose, DecodeImage,
                                  Normalize, RandomHorizontalFlip, RandomResizedCrop, ToCHW)
 
 COLOURS = np.array([[230, 25, 75], [60, 180, 75], [255, 225, 25], [0, 130, 200],
@@ -60,7 +60,7 @@ def main():
     images, labels = make_images(args.images, seed=0)
     test_images, test_labels = make_images(400, seed=1)
 
-    train = Compose([DecodeJPEG(), RandomResizedCrop(32, scale=(0.5, 1)), RandomHorizontalFlip(),
+    train = Compose([DecodeImage(), RandomResizedCrop(32, scale=(0.5, 1)), RandomHorizontalFlip(),
                      Normalize(IMAGENET_MEAN, IMAGENET_STD), ToCHW()])
     loader = DataLoader((mapobs(train, images), labels), batch_size=64, shuffle=True,
                         parallel=True, buffer=True, seed=0)
@@ -78,7 +78,7 @@ def main():
         if step % args.log_every == 0 or step == len(batches) - 1:
             print(f"step {step:3d}  loss {loss.item():.4f}", flush=True)
 
-    evaluate = Compose([DecodeJPEG(), CenterCrop(32), Normalize(IMAGENET_MEAN, IMAGENET_STD),
+    evaluate = Compose([DecodeImage(), CenterCrop(32), Normalize(IMAGENET_MEAN, IMAGENET_STD),
                         ToCHW()])
     test = TorchLoader(DataLoader((mapobs(evaluate, test_images), test_labels),
                                   batch_size=100, parallel=True, buffer=True))

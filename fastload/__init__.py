@@ -3,6 +3,7 @@
 A data-container protocol (``numobs``, ``getobs``, ``getobs_into``), lazy views, and a
 ``DataLoader`` that loads in parallel on a native thread pool into reused batch buffers.
 """
+from .codecs import build_info
 from .errors import LoadError
 from .imagefolder import files
 from .loader import DataLoader, eachobs, eachobs_parallel
@@ -16,6 +17,7 @@ __all__ = [
     "DataLoader",
     "LoadError",
     "batchview",
+    "build_info",
     "eachobs",
     "eachobs_parallel",
     "files",

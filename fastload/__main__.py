@@ -8,6 +8,7 @@ exits with status 2.
 import argparse
 import sys
 
+from fastload.codecs import build_info
 from fastload.demo import run_image_demo, run_tensor_demo
 from fastload.errors import LoadError
 from fastload.storage.bench import bench_file
@@ -56,10 +57,15 @@ def _run_convert(args):
 
 
 def _add_info_args(p):
-    p.add_argument("path", help="a dataset file, a directory of shard files, or a glob")
+    p.add_argument("path", nargs="?", help="a dataset file, a directory of shard files, or a "
+                                           "glob; without it: what this build decodes with")
 
 
 def _run_info(args):
+    if args.path is None:
+        for key, value in build_info().items():
+            print(f"{key}: {value}")
+        return 0
     print("\n".join(describe(open_dataset(args.path))))
     return 0
 
@@ -108,7 +114,8 @@ def _run_demo(args):
 COMMANDS = {
     "convert": ("pack a folder of class subfolders of images into a dataset file",
                 _add_convert_args, _run_convert),
-    "info": ("show the fields, encodings, rows, chunks and sizes of a dataset",
+    "info": ("show the fields, encodings, rows, chunks and sizes of a dataset, or without "
+             "one, what this build of fastload decodes with",
              _add_info_args, _run_info),
     "bench": ("images/s of the standard training pipeline (RandomResizedCrop + flip) on a "
               "dataset", _add_bench_args, _run_bench),

@@ -3,7 +3,7 @@
 per-item randomness, native image sources."""
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport calloc, free
-from libc.string cimport strncpy
+from libc.string cimport memcpy, strncpy
 from cpython.exc cimport PyErr_CheckSignals
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
@@ -36,7 +36,8 @@ cdef extern from "engine.h" nogil:
     enum: FL_MESSAGE_BYTES
     enum: FL_FILL_FATAL
     ctypedef struct fl_scratch:
-        pass
+        void *data
+        size_t bytes
     ctypedef struct fl_slot:
         int64_t step
         int64_t rows
@@ -514,6 +515,14 @@ cdef extern from "imageplan.h" nogil:
     ctypedef struct fl_pipeline
     ctypedef int (*fl_decode_fn)(void *ctx, const uint8_t *data, size_t n, int scale_denom,
                                  int channels, int h, int w, uint8_t *out, char *message)
+    ctypedef void *(*fl_alloc_fn)(void *ctx, size_t bytes)
+    ctypedef struct fl_image:
+        uint8_t *data
+        int h, w, c
+        Py_ssize_t stride
+    ctypedef int (*fl_decode_other_fn)(void *ctx, const uint8_t *data, size_t n, int channels,
+                                       int64_t max_pixels, fl_alloc_fn alloc, void *alloc_ctx,
+                                       fl_image *out, char *message)
     ctypedef struct fl_image_source:
         const fl_pipeline *pipeline
         int kind
@@ -526,7 +535,9 @@ cdef extern from "imageplan.h" nogil:
         const int *dims
         const int64_t *row_strides
         int channels
+        int exact
         fl_decode_fn decode_jpeg
+        fl_decode_other_fn decode_other
         void *decode_ctx
         const char *name
         int64_t max_pixels
@@ -535,6 +546,16 @@ cdef extern from "imageplan.h" nogil:
     int fl_fill_image(const fl_field *field, const fl_item *item, char *dst,
                       fl_scratch *scratch, char *message)
     void fl_prefetch_image(const fl_field *field, int64_t index)
+    ctypedef struct fl_decoded:
+        fl_image part
+        int y, x, src_h, src_w, denom
+    int fl_decode_for_run(const fl_image_source *src, const uint8_t *data, size_t n,
+                          uint64_t seed, uint64_t epoch, uint64_t index, int64_t dst_bytes,
+                          fl_scratch *scratch, fl_decoded *out, char *message)
+    int fl_run_encoded(const fl_image_source *src, const uint8_t *data, size_t n,
+                       uint64_t seed, uint64_t epoch, uint64_t index, char *dst,
+                       int64_t dst_bytes, fl_scratch *scratch, char *message)
+    int fl_jpeg_library_version()
 
 
 cdef extern from "Python.h":
@@ -545,8 +566,9 @@ cdef extern from "Python.h":
 cdef int _decode_jpeg(void *ctx, const uint8_t *data, size_t n, int scale_denom,
                       int channels, int h, int w, uint8_t *out,
                       char *message) noexcept nogil:
-    """Calls the Python JPEG decoder (simplejpeg) on bytes owned by C, into C memory.
-    The GIL is held around the call only; the decoder releases it while it decodes."""
+    """Decodes a JPEG through simplejpeg (``ctx``: the module ``fastload.codecs``) on
+    bytes owned by C, into C memory. The GIL is held around the call only; simplejpeg
+    releases it while it decodes."""
     cdef cnp.npy_intp dims[3]
     dims[0] = (h + scale_denom - 1) // scale_denom
     dims[1] = (w + scale_denom - 1) // scale_denom
@@ -555,11 +577,43 @@ cdef int _decode_jpeg(void *ctx, const uint8_t *data, size_t n, int scale_denom,
         try:
             view = PyMemoryView_FromMemory(<char *>data, n, PyBUF_READ)
             target = cnp.PyArray_SimpleNewFromData(3, dims, cnp.NPY_UINT8, out)
-            (<object>ctx)(view, target, scale_denom, channels)
+            (<object>ctx).decode_jpeg_into(view, target, scale_denom, channels)
             return 0
         except BaseException as exc:
             _write_message(message, exc)
             return -1
+
+
+cdef int _decode_other(void *ctx, const uint8_t *data, size_t n, int channels,
+                       int64_t max_pixels, fl_alloc_fn alloc, void *alloc_ctx, fl_image *out,
+                       char *message) noexcept nogil:
+    """Decodes an image of another format (PNG, BMP, ...) through Pillow, with the GIL,
+    into C memory from ``alloc``."""
+    cdef uint8_t *pixels
+    cdef const uint8_t[:, :, ::1] decoded
+    with gil:
+        try:
+            view = PyMemoryView_FromMemory(<char *>data, n, PyBUF_READ)
+            decoded = (<object>ctx).decode_pillow(view, channels, max_pixels)
+            pixels = <uint8_t *>alloc(alloc_ctx, decoded.shape[0] * decoded.shape[1] * channels)
+            if pixels == NULL:
+                raise MemoryError("out of memory")
+            memcpy(pixels, &decoded[0, 0, 0], decoded.shape[0] * decoded.shape[1] * channels)
+            out.data = pixels
+            out.h = <int>decoded.shape[0]
+            out.w = <int>decoded.shape[1]
+            out.c = channels
+            out.stride = decoded.shape[1] * channels
+            return 0
+        except BaseException as exc:
+            _write_message(message, exc)
+            return -1
+
+
+def jpeg_library_version():
+    """The libjpeg-turbo version number the JPEG decoder in C links (e.g. 2001005), or 0
+    when this build decodes JPEG through simplejpeg."""
+    return fl_jpeg_library_version()
 
 
 def jpeg_size(data):
@@ -582,17 +636,19 @@ cdef class ImageSource:
     cdef bytes name_bytes
 
     def __cinit__(self, size_t pipeline_address, pipeline_owner, int kind, int64_t count,
-                  int channels, str name, decode_jpeg, int64_t max_pixels,
-                  int64_t max_file_bytes, keep=None, ptrs=None, lens=None, base=None,
-                  offsets=None, paths=None, dims=None, row_strides=None):
-        self.owners = [pipeline_owner, decode_jpeg, keep]
+                  int channels, str name, decoder, int64_t max_pixels,
+                  int64_t max_file_bytes, bint exact=False, keep=None, ptrs=None, lens=None,
+                  base=None, offsets=None, paths=None, dims=None, row_strides=None):
+        self.owners = [pipeline_owner, decoder, keep]
         self.name_bytes = name.encode("utf-8", "replace")
         self.source.pipeline = <const fl_pipeline *>pipeline_address
         self.source.kind = kind
         self.source.count = count
         self.source.channels = channels
+        self.source.exact = exact
         self.source.decode_jpeg = _decode_jpeg
-        self.source.decode_ctx = <void *>decode_jpeg
+        self.source.decode_other = _decode_other
+        self.source.decode_ctx = <void *>decoder
         self.source.name = self.name_bytes
         self.source.max_pixels = max_pixels
         self.source.max_file_bytes = max_file_bytes
@@ -624,6 +680,58 @@ cdef class ImageSource:
             array = np.zeros(1, dtype)
         self.owners.append(array)
         return <size_t>cnp.PyArray_DATA(array)
+
+    def run(self, data, out, uint64_t seed=0, uint64_t epoch=0, uint64_t index=0):
+        """Decodes the encoded image ``data`` and runs the pipeline on it into ``out`` (a
+        writable C-contiguous array sized for this image), as a loader does for item
+        ``index``. Raises ValueError naming what is wrong with the image."""
+        cdef const uint8_t[::1] src = memoryview(data).cast("B")
+        cdef uint8_t[::1] dst = out.reshape(-1).view(np.uint8)
+        cdef fl_scratch scratch
+        cdef char message[FL_MESSAGE_BYTES]
+        cdef int rc
+        cdef const uint8_t *p = &src[0] if src.shape[0] else NULL
+        scratch.data = NULL
+        scratch.bytes = 0
+        message[0] = 0
+        try:
+            with nogil:
+                rc = fl_run_encoded(&self.source, p, src.shape[0], seed, epoch, index,
+                                    <char *>&dst[0], dst.shape[0], &scratch, message)
+        finally:
+            free(scratch.data)
+        if rc != 0:
+            raise ValueError(message.decode("utf-8", "replace"))
+        return out
+
+    def decode(self, data, uint64_t seed=0, uint64_t epoch=0, uint64_t index=0):
+        """What the loader decodes of ``data`` for item ``index``, without running the rest
+        of the pipeline: ``(pixels, (y, x), scale_denom)``, the part of the image at
+        1/scale_denom (only the crop's region for a JPEG) and where it sits in it."""
+        cdef const uint8_t[::1] src = memoryview(data).cast("B")
+        cdef fl_scratch scratch
+        cdef fl_decoded d
+        cdef uint8_t *dst
+        cdef Py_ssize_t row, row_bytes
+        cdef char message[FL_MESSAGE_BYTES]
+        cdef int rc
+        cdef const uint8_t *p = &src[0] if src.shape[0] else NULL
+        scratch.data = NULL
+        scratch.bytes = 0
+        try:
+            with nogil:
+                rc = fl_decode_for_run(&self.source, p, src.shape[0], seed, epoch, index, -1,
+                                       &scratch, &d, message)
+            if rc != 0:
+                raise ValueError(message.decode("utf-8", "replace"))
+            pixels = np.empty((d.part.h, d.part.w, d.part.c), np.uint8)
+            row_bytes = d.part.w * d.part.c
+            dst = <uint8_t *>cnp.PyArray_DATA(pixels)
+            for row in range(d.part.h):
+                memcpy(dst + row * row_bytes, d.part.data + row * d.part.stride, row_bytes)
+        finally:
+            free(scratch.data)
+        return pixels, (d.y, d.x), d.denom
 
     @property
     def fill_address(self):

@@ -8,8 +8,9 @@ import time
 import numpy as np
 import simplejpeg
 
+from .codecs import decoder_name
 from .loader import DataLoader
-from .transforms import Compose, DecodeJPEG, RandomHorizontalFlip, RandomResizedCrop
+from .transforms import Compose, DecodeImage, RandomHorizontalFlip, RandomResizedCrop
 from .views import mapobs
 
 
@@ -72,9 +73,9 @@ def run_image_demo(n=512, batch_size=64):
     calling it per image against fastload's parallel loader, on generated JPEGs."""
     images = generate_jpegs(n)
     labels = np.arange(n) % 10
-    pipeline = Compose([DecodeJPEG(), RandomResizedCrop(224), RandomHorizontalFlip()])
+    pipeline = Compose([DecodeImage(), RandomResizedCrop(224), RandomHorizontalFlip()])
     print(f"generated {n} JPEGs of 300-500 px a side; RandomResizedCrop(224) + flip, "
-          f"batch {batch_size}, uint8")
+          f"batch {batch_size}, uint8; JPEG decoder: {decoder_name()}")
 
     def python_loop():
         order = np.random.default_rng(0).permutation(n)

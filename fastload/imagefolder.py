@@ -8,7 +8,9 @@ from . import limits
 
 __all__ = ["ImageFolder", "files"]
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".webp", ".qoi")
+# Exactly the files DecodeImage decodes: JPEG and QOI in C, the others through Pillow.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff",
+                    ".ppm", ".pgm", ".pbm", ".qoi")
 
 
 class FileBytes:
@@ -29,7 +31,7 @@ class FileBytes:
 
 def files(paths):
     """The files at ``paths`` (str or ``os.PathLike``) as a container whose observation
-    ``i`` is the bytes of file ``i``: what ``mapobs(Compose([DecodeJPEG(), ...]), ...)``
+    ``i`` is the bytes of file ``i``: what ``mapobs(Compose([DecodeImage(), ...]), ...)``
     decodes, reading each file natively in a loader; errors name the file. Nothing is
     read before an observation is asked for. Example, from a CSV of paths and labels::
 
@@ -60,7 +62,7 @@ class ImageFolder:
     Files are listed recursively under each class folder, sorted, matched on `extensions`
     (case-insensitive); hidden files and folders (a name starting with ".", such as
     `.ipynb_checkpoints`) are left out. `images[i]` is the encoded bytes of file i
-    (decode them with a transform such as `Compose([DecodeJPEG(), ...])`), `labels[i]`
+    (decode them with a transform such as `Compose([DecodeImage(), ...])`), `labels[i]`
     its class index, and `classes[labels[i]]` its class name. Raises FileNotFoundError
     when root is missing and ValueError when it holds no class folder, or a class folder
     holds no matching file (naming it: a class without images would shift no label, but

@@ -18,12 +18,11 @@ import operator
 import weakref
 
 import numpy as np
-import simplejpeg
 
-from . import _core, limits
+from . import _core, codecs, limits
 from .errors import LoadError
 from .obs import getobs, getobs_into, map_tree, numobs
-from .transforms import _COLORSPACES, Compose
+from .transforms import Compose
 from .views import MappedObs, _row, _slice_buffer, _stack, collate_batch, source_of
 
 __all__ = ["ItemPlan", "StepPlan", "make_plan"]
@@ -89,23 +88,6 @@ class Leaf:
         return ("python", None)
 
 
-def decode_jpeg_into(data, out, scale_denom, channels):
-    """Decode JPEG ``data`` at 1/``scale_denom`` into ``out`` (h, w, channels uint8)."""
-    h, w = out.shape[:2]
-    shrink = scale_denom > 1
-    try:
-        image = simplejpeg.decode_jpeg(data, colorspace=_COLORSPACES[channels],
-                                       min_height=h if shrink else 0,
-                                       min_width=w if shrink else 0,
-                                       min_factor=scale_denom, buffer=out)
-    except ValueError as error:
-        raise ValueError(f"corrupt or truncated JPEG: {error}") from None
-    if image.shape[:2] != (h, w):
-        raise ValueError(f"the decoder gave {image.shape[:2]} for a {h}x{w} decode")
-    if image.ctypes.data != out.ctypes.data:
-        out[...] = image.reshape(out.shape)
-
-
 _image_sources = weakref.WeakKeyDictionary()
 
 
@@ -140,8 +122,8 @@ def _image_source(view):
         keep = list(images) if isinstance(images, (list, tuple)) else images
         return _core.ImageSource(compose.pipeline.address, compose.pipeline, kind,
                                  numobs(images), compose.channels or 3, type(images).__name__,
-                                 decode_jpeg_into, limits.MAX_IMAGE_PIXELS,
-                                 limits.MAX_FILE_BYTES, keep=keep, **where)
+                                 codecs, limits.MAX_IMAGE_PIXELS, limits.MAX_FILE_BYTES,
+                                 exact=compose.exact_decode, keep=keep, **where)
     if not compose.decodes:
         pixels = _pixel_source(images)
         return None if pixels is None else source(_core.SOURCE_PIXELS, **pixels)

@@ -6,7 +6,7 @@ code the parallel engine runs without the GIL. Random draws are keyed by (seed, 
 where op is the transform's position in the chain, so an item's output never depends on
 threads or order.
 
-    >>> train = Compose([DecodeJPEG(), RandomResizedCrop(224), RandomHorizontalFlip(),
+    >>> train = Compose([DecodeImage(), RandomResizedCrop(224), RandomHorizontalFlip(),
     ...                  Normalize(IMAGENET_MEAN, IMAGENET_STD), ToCHW()])
     >>> train.output_shape, train.output_dtype
     ((3, 224, 224), dtype('float32'))
@@ -17,15 +17,14 @@ import os
 import warnings
 
 import numpy as np
-import simplejpeg
 
-from . import _image, _qoi, limits
+from . import _core, _image, codecs, limits
 from .mixing import CutMix, MixUp
 
-__all__ = ["CenterCrop", "ColorJitter", "Compose", "CutMix", "DecodeJPEG", "GaussianBlur",
-           "IMAGENET_MEAN", "IMAGENET_STD", "Lambda", "MixUp", "Normalize", "RandomCrop",
-           "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip", "RandomResizedCrop",
-           "Resize", "ToCHW", "decode_jpeg_header"]
+__all__ = ["CenterCrop", "ColorJitter", "Compose", "CutMix", "DecodeImage", "DecodeJPEG",
+           "GaussianBlur", "IMAGENET_MEAN", "IMAGENET_STD", "Lambda", "MixUp", "Normalize",
+           "RandomCrop", "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip",
+           "RandomResizedCrop", "Resize", "ToCHW", "decode_jpeg_header"]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -59,16 +58,33 @@ class Transform:
         return f"{type(self).__name__}({args})"
 
 
-class DecodeJPEG(Transform):
-    """Decodes JPEG bytes to uint8 HWC with `channels` channels (1 gray, 3 RGB, 4 RGBA),
-    at a reduced DCT scale when a later resize allows. Must come first. QOI bytes (the
-    lossless encoding of packed datasets) are decoded too."""
+class DecodeImage(Transform):
+    """Decodes image file bytes to uint8 HWC with `channels` channels (1 gray, 3 RGB,
+    4 RGBA). Must come first.
+
+    JPEG decodes in C without the GIL: only the rows and columns the crop reads, and at a
+    reduced DCT scale (1/2, 1/4, 1/8) when a later resize shrinks by at least that much.
+    `exact=True` turns the reduced scale off, for evaluation where the output must match a
+    full-size decode (PIL's) within one gray level. QOI (the lossless encoding of packed
+    datasets) decodes in C; PNG, BMP, GIF (first frame), WebP and TIFF through Pillow, with
+    the GIL (see docs/images.md for their speed)."""
     kind = "decode"
 
-    def __init__(self, channels=3):
+    def __init__(self, channels=3, exact=False):
         if channels not in _COLORSPACES:
-            raise ValueError(f"DecodeJPEG: channels must be 1, 3 or 4, got {channels!r}")
+            raise ValueError(f"DecodeImage: channels must be 1, 3 or 4, got {channels!r}")
         self.channels = channels
+        self.exact = bool(exact)
+
+
+class DecodeJPEG(DecodeImage):
+    """The former name of DecodeImage, which decodes every format: use DecodeImage."""
+
+    def __init__(self, channels=3, exact=False):
+        warnings.warn("DecodeJPEG is now DecodeImage (it decodes PNG, BMP, GIF, WebP and "
+                      "TIFF too): use fastload.transforms.DecodeImage", DeprecationWarning,
+                      stacklevel=2)
+        super().__init__(channels, exact)
 
 
 class RandomResizedCrop(Transform):
@@ -399,7 +415,7 @@ def _check_place(ops, k, op, seen):
 class Compose:
     """A validated chain of transforms, compiled to one native pipeline.
 
-    The chain may start with DecodeJPEG (input: JPEG bytes), else the input is a uint8 HWC
+    The chain may start with DecodeImage (input: JPEG bytes), else the input is a uint8 HWC
     (or HW) array; then at most one crop and one Resize (in either order; RandomResizedCrop
     counts as both) and RandomHorizontalFlip; then colour ops (ColorJitter, RandomGrayscale,
     GaussianBlur, Lambda) in any order, each as often as wanted (at most 8 that are not
@@ -429,7 +445,7 @@ class Compose:
     def __init__(self, ops):
         self.ops = tuple(ops)
         _validate(self.ops)
-        self.decodes = bool(self.ops) and isinstance(self.ops[0], DecodeJPEG)
+        self.decodes = bool(self.ops) and isinstance(self.ops[0], DecodeImage)
         self.channels = self.ops[0].channels if self.decodes else None
         normalize = self._find(Normalize)
         self.output_dtype = np.dtype(np.float32 if normalize else np.uint8)
@@ -528,18 +544,19 @@ class Compose:
         return (oc, oh, ow) if self._find(ToCHW) else (oh, ow, oc)
 
     def __call__(self, x, *, index=0, seed=0, epoch=0):
-        """The transformed item: x is JPEG bytes when the chain starts with DecodeJPEG, else
-        a uint8 HWC or HW array. Raises ValueError for a corrupt or truncated JPEG."""
+        """The transformed item: x is the bytes of an image file when the chain starts with
+        DecodeImage, else a uint8 HWC or HW array. Raises ValueError for a corrupt or
+        truncated image."""
         if self.decodes:
             if isinstance(x, np.ndarray) and x.dtype == np.uint8 and x.ndim in (2, 3):
-                raise ValueError(f"DecodeJPEG() got a decoded {x.shape} uint8 image, not the "
-                                 f"bytes of an encoded one: drop DecodeJPEG() from the chain, "
+                raise ValueError(f"DecodeImage() got a decoded {x.shape} uint8 image, not the "
+                                 f"bytes of an encoded one: drop DecodeImage() from the chain, "
                                  f"or pass the encoded bytes (of a packed dataset's column: "
                                  f"ds['image'].encoded)")
-            return self._run_jpeg(x, index, seed, epoch)
+            return self._run_encoded(x, index, seed, epoch)
         if isinstance(x, (bytes, bytearray, memoryview, np.bytes_)):
             raise ValueError("the chain got the bytes of an encoded image: start it with "
-                             "DecodeJPEG(), which decodes JPEG and QOI")
+                             "DecodeImage()")
         img = _image.as_image(x)
         normalize = self._find(Normalize)
         if normalize is not None and len(normalize.mean) not in (1, img.shape[2]):
@@ -554,32 +571,39 @@ class Compose:
         try:
             return self.pipeline.run(img, h, w, denom, seed, epoch, index)
         except ValueError as error:
-            if "smaller than the crop" not in str(error):
-                raise
-            crop = self._find(RandomCrop) or self._find(CenterCrop)
-            raise ValueError(f"{crop!r} is larger than the {h}x{w} image: give the crop "
-                             f"padding (RandomCrop(..., padding=...)), or Resize first so "
-                             f"that every image covers the crop") from None
+            raise self._explain(error, h, w) from None
 
-    def _run_jpeg(self, data, index, seed, epoch):
+    def _explain(self, error, h, w):
+        """The error to raise for `error` of the pipeline on an h x w image."""
+        if "smaller than the crop" not in str(error):
+            return error
+        crop = self._find(RandomCrop) or self._find(CenterCrop)
+        return ValueError(f"{crop!r} is larger than the {h}x{w} image: give the crop "
+                          f"padding (RandomCrop(..., padding=...)), or Resize first so "
+                          f"that every image covers the crop")
+
+    def _run_encoded(self, data, index, seed, epoch):
+        """The chain on encoded image bytes, decoded by the code a loader runs (in C, only
+        the part the crop reads), so that both give the same pixels."""
         if isinstance(data, (str, os.PathLike)):
-            raise ValueError(f"DecodeJPEG() got a path ({os.fspath(data)!r}), not the bytes "
+            raise ValueError(f"DecodeImage() got a path ({os.fspath(data)!r}), not the bytes "
                              f"of an image: give the loader fastload.files(paths), whose "
                              f"observations are the files' bytes")
-        if bytes(data[:4]) == b"qoif":   # lossless images from a packed dataset
-            limits.check_pixels(*_qoi.header(data)[:2])
-            img = _qoi.decode(data, channels=4 if self.channels == 4 else 3)
-            if self.channels == 1:
-                img = _image.convert_channels(img, 1)
-            return self._run(img, img.shape[0], img.shape[1], 1, seed, epoch, index)
-        h, w = decode_jpeg_header(data)
+        h, w = codecs.image_size(data)
         limits.check_pixels(h, w)
-        _, denom = self.pipeline.prepare(h, w, seed, epoch, index)
-        min_h, min_w = -(-h // denom), -(-w // denom)
-        img = _decode(data, self.channels, min_h if denom > 1 else 0, min_w if denom > 1 else 0)
-        if img.shape[:2] != (min_h, min_w):  # the decoder picked another scale: use full size
-            img, denom = _decode(data, self.channels, 0, 0), 1
-        return self._run(img, h, w, denom, seed, epoch, index)
+        try:
+            out = np.empty(self.output_shape_for((h, w, self.channels)), self.output_dtype)
+        except ValueError as error:
+            raise self._explain(error, h, w) from None
+        source = _core.ImageSource(self.pipeline.address, self.pipeline, _core.SOURCE_BUFFERS,
+                                   0, self.channels, "bytes", codecs, limits.MAX_IMAGE_PIXELS,
+                                   limits.MAX_FILE_BYTES, exact=self.exact_decode)
+        return source.run(data, out, seed, epoch, index)
+
+    @property
+    def exact_decode(self):
+        """Whether the chain decodes at full scale (DecodeImage(exact=True))."""
+        return self.decodes and self.ops[0].exact
 
     def __repr__(self):
         inner = ",\n    ".join(repr(op) for op in self.ops)
@@ -629,16 +653,6 @@ class _StagedCompose(Compose):
 def decode_jpeg_header(data):
     """(height, width) of JPEG bytes; ValueError when they are not a readable JPEG."""
     try:
-        h, w, _, _ = simplejpeg.decode_jpeg_header(data)
+        return _core.jpeg_size(data)
     except ValueError as e:
         raise ValueError(f"corrupt or unsupported JPEG: {e}") from None
-    return h, w
-
-
-def _decode(data, channels, min_height, min_width):
-    try:
-        img = simplejpeg.decode_jpeg(data, colorspace=_COLORSPACES[channels],
-                                     min_height=min_height, min_width=min_width)
-    except ValueError as e:
-        raise ValueError(f"corrupt or truncated JPEG: {e}") from None
-    return img

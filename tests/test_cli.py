@@ -8,6 +8,7 @@ import pytest
 
 from PIL import Image  # noqa: E402
 
+import fastload.codecs  # noqa: E402
 from fastload.__main__ import main  # noqa: E402
 from fastload.demo import run_image_demo, run_tensor_demo  # noqa: E402
 from fastload.storage import open as open_dataset  # noqa: E402
@@ -142,3 +143,10 @@ def test_convert_names_a_bad_file_and_skips_it_on_request(image_folder, tmp_path
     from fastload import open
     ds = open(str(dst))
     assert len(ds) == 6 and sorted(ds["label"].tolist()) == [0, 0, 0, 1, 1, 1]
+
+
+def test_info_without_a_path_says_what_this_build_decodes_with(capsys):
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert f"jpeg_decoder: {fastload.codecs.decoder_name()}" in out
+    assert "other_formats: Pillow" in out

@@ -18,7 +18,7 @@ from fastload import _core
 from fastload.engine import Engine
 from fastload.processes import WorkerError
 from fastload.schedule import schedule_of
-from fastload.transforms import (IMAGENET_MEAN, IMAGENET_STD, Compose, DecodeJPEG, Normalize,
+from fastload.transforms import (IMAGENET_MEAN, IMAGENET_STD, Compose, DecodeImage, Normalize,
                                  RandomHorizontalFlip, RandomResizedCrop, ToCHW)
 
 from helpers import assert_tree_equal, copy_tree, deadline
@@ -168,7 +168,7 @@ def _jpegs(n):
 
 
 def test_image_pipeline_matches_the_native_thread_engine():
-    compose = Compose([DecodeJPEG(), RandomResizedCrop(32, scale=(0.5, 1)),
+    compose = Compose([DecodeImage(), RandomResizedCrop(32, scale=(0.5, 1)),
                        RandomHorizontalFlip(), Normalize(IMAGENET_MEAN, IMAGENET_STD), ToCHW()])
     steps = _steps((mapobs(compose, _jpegs(24)), np.arange(24)), 24, batch_size=8)
     engine = process_engine(2)

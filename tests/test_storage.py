@@ -468,11 +468,11 @@ def test_quasi_order_rejects_bad_chunks():
 
 def test_quasi_order_over_columns_reads_the_datasets_chunks(written):
     from fastload import DataLoader, mapobs
-    from fastload.transforms import CenterCrop, Compose, DecodeJPEG
+    from fastload.transforms import CenterCrop, Compose, DecodeImage
     path, rows = written
     ds = open(path)
     assert len(ds.chunk_bounds) > 2          # several chunks, so the order is quasi-random
-    images = mapobs(Compose([DecodeJPEG(), CenterCrop(8)]), ds["jpeg"].encoded)
+    images = mapobs(Compose([DecodeImage(), CenterCrop(8)]), ds["jpeg"].encoded)
     loader = DataLoader((images, ds["label"]), 4, shuffle="quasi", seed=3, parallel=2)
     for epoch in range(2):
         labels = np.concatenate([b[1].copy() for b in loader])

@@ -16,7 +16,7 @@ import simplejpeg
 
 from fastload import DataLoader, mapobs, open, write
 from fastload.storage import JPEG, QOI, Bytes, Raw, Str
-from fastload.transforms import Compose, DecodeJPEG, RandomResizedCrop
+from fastload.transforms import Compose, DecodeImage, RandomResizedCrop
 from helpers import deadline
 
 pytestmark = pytest.mark.stress
@@ -46,7 +46,7 @@ def test_mutated_jpeg_and_qoi_images_load_or_fail_cleanly():
     image = rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)
     sources = [simplejpeg.encode_jpeg(image, quality=90), _qoi.encode(image)]
     mutated = [m for k, src in enumerate(sources) for m in _mutations(src, 4000, k)]
-    chain = Compose([DecodeJPEG(), RandomResizedCrop(24)])
+    chain = Compose([DecodeImage(), RandomResizedCrop(24)])
     loader = DataLoader(mapobs(chain, mutated), 64, parallel=2, on_error="skip", seed=0)
     with deadline(300), pytest.warns(RuntimeWarning, match="skipped"):
         loaded = sum(len(batch) for batch in loader)

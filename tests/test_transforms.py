@@ -8,7 +8,7 @@ import simplejpeg
 from PIL import Image
 
 from fastload.imagefolder import ImageFolder
-from fastload.transforms import (IMAGENET_MEAN, IMAGENET_STD, CenterCrop, Compose, DecodeJPEG,
+from fastload.transforms import (IMAGENET_MEAN, IMAGENET_STD, CenterCrop, Compose, DecodeImage,
                                  Normalize, RandomCrop, RandomHorizontalFlip,
                                  RandomResizedCrop, Resize, ToCHW, decode_jpeg_header)
 from test_image_kernels import ModelRng, assert_close_pixels, natural_image, pil_resize
@@ -76,7 +76,7 @@ def test_crop_then_resize_matches_pil():
 
 def test_random_resized_crop_pipeline_matches_pil_and_flip():
     img = natural_image(375, 500, seed=4)
-    t = Compose([DecodeJPEG(), RandomResizedCrop(224), RandomHorizontalFlip()])
+    t = Compose([DecodeImage(), RandomResizedCrop(224), RandomHorizontalFlip()])
     data = jpeg(img)
     full = simplejpeg.decode_jpeg(data)
     for index in range(8):
@@ -99,8 +99,8 @@ def smooth_image(h, w):
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-REDUCED_CHAINS = [Compose([DecodeJPEG(), RandomResizedCrop(128, scale=(0.3, 1.0))]),
-                  Compose([DecodeJPEG(), Resize(150), CenterCrop(128)])]
+REDUCED_CHAINS = [Compose([DecodeImage(), RandomResizedCrop(128, scale=(0.3, 1.0))]),
+                  Compose([DecodeImage(), Resize(150), CenterCrop(128)])]
 
 
 @pytest.mark.parametrize("t", REDUCED_CHAINS)
@@ -128,7 +128,7 @@ def test_reduced_scale_decode_differs_only_at_hard_edges(t):
 
 
 def test_scale_denom_keeps_the_crop_at_least_the_output_size():
-    t = Compose([DecodeJPEG(), RandomResizedCrop(224)])
+    t = Compose([DecodeImage(), RandomResizedCrop(224)])
     for index in range(200):
         (y, x, ch, cw), denom = t.pipeline.prepare(1000, 1500, 3, 0, index)
         assert denom in (1, 2, 4, 8)
@@ -154,7 +154,7 @@ def test_uint8_chw_without_normalize():
 
 def test_same_key_same_output_and_indices_differ():
     data = jpeg(natural_image(300, 400, seed=6))
-    t = Compose([DecodeJPEG(), RandomResizedCrop(96), RandomHorizontalFlip(),
+    t = Compose([DecodeImage(), RandomResizedCrop(96), RandomHorizontalFlip(),
                  Normalize(IMAGENET_MEAN, IMAGENET_STD)])
     a = t(data, index=5, seed=11, epoch=2)
     assert np.array_equal(a, t(data, index=5, seed=11, epoch=2))
@@ -164,32 +164,32 @@ def test_same_key_same_output_and_indices_differ():
 
 
 def test_output_shape_and_dtype_are_declared():
-    t = Compose([DecodeJPEG(), RandomResizedCrop((200, 100)), Normalize(0.5, 0.25), ToCHW()])
+    t = Compose([DecodeImage(), RandomResizedCrop((200, 100)), Normalize(0.5, 0.25), ToCHW()])
     assert t.decodes and t.output_shape == (3, 200, 100) and t.output_dtype == np.float32
-    assert Compose([DecodeJPEG(1), Resize(64)]).output_shape is None
-    assert Compose([DecodeJPEG(1), Resize((64, 64))]).output_shape == (64, 64, 1)
-    assert Compose([DecodeJPEG(), CenterCrop(100), Resize(50)]).output_shape == (50, 50, 3)
+    assert Compose([DecodeImage(1), Resize(64)]).output_shape is None
+    assert Compose([DecodeImage(1), Resize((64, 64))]).output_shape == (64, 64, 1)
+    assert Compose([DecodeImage(), CenterCrop(100), Resize(50)]).output_shape == (50, 50, 3)
     arrays = Compose([RandomCrop(32, padding=4)])
     assert not arrays.decodes and arrays.output_shape is None
     assert arrays.output_shape_for((32, 32, 3)) == (32, 32, 3)
     data = jpeg(natural_image(123, 77))
-    out = Compose([DecodeJPEG(), Resize(64)])(data)
+    out = Compose([DecodeImage(), Resize(64)])(data)
     assert out.shape == (102, 64, 3) and out.dtype == np.uint8
 
 
 def test_grayscale_rgba_and_cmyk_jpegs_give_the_requested_channels():
     rgb = natural_image(90, 120)
     gray_jpeg = jpeg(natural_image(90, 120, channels=1))
-    out = Compose([DecodeJPEG(3)])(gray_jpeg)
+    out = Compose([DecodeImage(3)])(gray_jpeg)
     assert out.shape == (90, 120, 3)
     assert np.array_equal(out[:, :, 0], out[:, :, 1]) and np.array_equal(out[:, :, 1], out[:, :, 2])
-    assert Compose([DecodeJPEG(1), CenterCrop(64)])(jpeg(rgb)).shape == (64, 64, 1)
-    rgba = Compose([DecodeJPEG(4)])(jpeg(rgb))
+    assert Compose([DecodeImage(1), CenterCrop(64)])(jpeg(rgb)).shape == (64, 64, 1)
+    rgba = Compose([DecodeImage(4)])(jpeg(rgb))
     assert np.all(rgba[:, :, 3] == 255)
-    assert np.array_equal(rgba[:, :, :3], Compose([DecodeJPEG(3)])(jpeg(rgb)))
+    assert np.array_equal(rgba[:, :, :3], Compose([DecodeImage(3)])(jpeg(rgb)))
     buf = io.BytesIO()
     Image.fromarray(rgb).convert("CMYK").save(buf, "JPEG", quality=95)
-    out = Compose([DecodeJPEG(3)])(buf.getvalue())
+    out = Compose([DecodeImage(3)])(buf.getvalue())
     ref = np.asarray(Image.open(io.BytesIO(buf.getvalue())).convert("RGB"))
     assert_close_pixels(out, ref, mae=1.0, max_err=4)
 
@@ -211,9 +211,9 @@ def test_grayscale_and_rgba_arrays_keep_their_channels():
     ([RandomResizedCrop(10), Resize(8)], "already resizes"),
     ([Resize(8), Resize(9)], "second Resize"),
     ([ToCHW(), Normalize(0.5, 0.5)], "ToCHW"),
-    ([CenterCrop(10), DecodeJPEG()], "first"),
+    ([CenterCrop(10), DecodeImage()], "first"),
     ([CenterCrop(10), "flip"], "not a fastload transform"),
-    ([DecodeJPEG(1), Normalize(IMAGENET_MEAN, IMAGENET_STD)], "3 values for 1 channels"),
+    ([DecodeImage(1), Normalize(IMAGENET_MEAN, IMAGENET_STD)], "3 values for 1 channels"),
 ])
 def test_compose_rejects_chains_that_do_not_fit(ops, message):
     with pytest.raises(ValueError, match=message):
@@ -223,8 +223,8 @@ def test_compose_rejects_chains_that_do_not_fit(ops, message):
 def test_transform_arguments_are_validated():
     with pytest.raises(ValueError, match="RandomResizedCrop"):
         RandomResizedCrop(10, scale=(0.5, 0.1))
-    with pytest.raises(ValueError, match="DecodeJPEG"):
-        DecodeJPEG(2)
+    with pytest.raises(ValueError, match="DecodeImage"):
+        DecodeImage(2)
     with pytest.raises(ValueError, match="float32"):
         Normalize(0.5, 0.5, dtype="float64")
 
@@ -234,7 +234,7 @@ def test_transform_arguments_are_validated():
 def test_corrupt_or_truncated_jpeg_raises_value_error(damage):
     data = damage(jpeg(natural_image(64, 64)))
     with pytest.raises(ValueError, match="JPEG"):
-        Compose([DecodeJPEG(), CenterCrop(32)])(data)
+        Compose([DecodeImage(), CenterCrop(32)])(data)
 
 
 def test_decode_jpeg_header():
@@ -281,10 +281,10 @@ def test_imagefolder_leaves_out_hidden_folders_and_files_and_names_an_empty_clas
 
 def test_misuse_of_a_chain_gets_a_message_that_says_what_to_do():
     image = natural_image(40, 50)
-    with pytest.raises(ValueError, match="start it with DecodeJPEG"):
+    with pytest.raises(ValueError, match="start it with DecodeImage"):
         Compose([RandomResizedCrop(32)])(jpeg(image))
-    with pytest.raises(ValueError, match=r"drop DecodeJPEG\(\).*\.encoded"):
-        Compose([DecodeJPEG(), CenterCrop(16)])(image)
+    with pytest.raises(ValueError, match=r"drop DecodeImage\(\).*\.encoded"):
+        Compose([DecodeImage(), CenterCrop(16)])(image)
     with pytest.raises(ValueError, match="larger than the 40x50 image: give the crop padding"):
         Compose([RandomCrop(1000)])(image)
     with pytest.raises(ValueError, match="Apply a function of your own with mapobs"):
@@ -316,7 +316,7 @@ def test_files_loads_images_listed_by_path_and_names_a_bad_one(tmp_path, paralle
         path.write_bytes(jpeg(natural_image(30 + k, 40, seed=k)))
         paths.append(path if k % 2 else str(path))       # str or os.PathLike
     images = fastload.files(paths)
-    chain = Compose([DecodeJPEG(), CenterCrop(24)])
+    chain = Compose([DecodeImage(), CenterCrop(24)])
     batches = [b.copy() for b in DataLoader(mapobs(chain, images), 5, parallel=parallel)]
     expected = np.stack([chain(images[k], index=k) for k in range(5)])
     assert np.array_equal(batches[0], expected)
@@ -328,4 +328,4 @@ def test_files_loads_images_listed_by_path_and_names_a_bad_one(tmp_path, paralle
 
 def test_a_path_given_to_decodejpeg_points_to_files():
     with pytest.raises(ValueError, match=r"fastload.files\(paths\)"):
-        Compose([DecodeJPEG(), CenterCrop(8)])("images/0.jpg")
+        Compose([DecodeImage(), CenterCrop(8)])("images/0.jpg")

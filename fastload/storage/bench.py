@@ -3,7 +3,7 @@ import time
 
 from fastload.loader import DataLoader
 from fastload.storage.reader import open as open_dataset
-from fastload.transforms import Compose, DecodeJPEG, RandomHorizontalFlip, RandomResizedCrop
+from fastload.transforms import Compose, DecodeImage, RandomHorizontalFlip, RandomResizedCrop
 from fastload.views import mapobs
 
 __all__ = ["bench_file"]
@@ -36,7 +36,7 @@ def bench_file(path, *, batches=20, batch_size=256, size=224, parallel=True):
     image, label = _image_and_label(ds)
     column = ds[image]
     if column.encoding in ENCODED:
-        source, ops = column.encoded, [DecodeJPEG()]
+        source, ops = column.encoded, [DecodeImage()]
     else:
         source, ops = column, []
     pipeline = Compose(ops + [RandomResizedCrop(size), RandomHorizontalFlip()])

@@ -80,7 +80,7 @@ def _check_rows(column, rows):
 class ItemBytes:
     """The encoded bytes of a column's items: ``column.encoded[i]`` is a zero-copy,
     read-only memoryview into the file. A container of bytes with ``buffers()``, the
-    input a native decoding pipeline takes (``mapobs(Compose([DecodeJPEG(), ...]),
+    input a native decoding pipeline takes (``mapobs(Compose([DecodeImage(), ...]),
     ds["image"].encoded)``)."""
 
     def __init__(self, column):

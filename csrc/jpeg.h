@@ -1,0 +1,38 @@
+/* JPEG decoding in C through libjpeg(-turbo)'s 6.2 API, when the build found it: only the
+ * rows and columns a crop needs, at a reduced DCT scale, on any thread, without the GIL.
+ *
+ * Built without libjpeg (FL_HAVE_LIBJPEG undefined), every call answers FL_JPEG_FALLBACK
+ * and the caller decodes another way. */
+#ifndef FASTLOAD_JPEG_H
+#define FASTLOAD_JPEG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "image.h"
+
+enum {
+    FL_JPEG_OK = 0,
+    FL_JPEG_ERROR = -1,     /* corrupt, truncated or unsupported: the message says which */
+    FL_JPEG_FALLBACK = -2   /* not decoded here (no libjpeg in this build, or CMYK/YCCK) */
+};
+
+/* The libjpeg-turbo version number this build links (e.g. 2001005), 0 when none. */
+int fl_jpeg_library_version(void);
+
+/* Returns memory of at least `bytes` for the decoded pixels, or NULL. */
+typedef void *(*fl_alloc_fn)(void *ctx, size_t bytes);
+
+/* Decodes JPEG bytes at 1/denom scale (1, 2, 4 or 8; the scaled image is ceil(h/denom) x
+ * ceil(w/denom)) to `channels` (1 gray, 3 RGB, 4 RGBA), only the part under `want` (in
+ * scaled pixels; NULL: the whole image): exactly its rows, and its columns widened to
+ * whole iMCUs, as libjpeg crops. The pixels go into memory from `alloc`, rows packed;
+ * *out describes them and (*out_y, *out_x) is where their first pixel sits in the scaled
+ * image. Warnings of corrupt data are errors. Rows below `want` are not decoded, so damage
+ * there goes unnoticed; a stream that does not end in an EOI marker is decoded whole, so
+ * that a truncated file is always reported. */
+int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom,
+                   const fl_plan_rect *want, fl_alloc_fn alloc, void *alloc_ctx,
+                   fl_image *out, int *out_y, int *out_x, char *message, size_t message_bytes);
+
+#endif
