@@ -87,21 +87,32 @@ FL_HOT static void weighted_rows(const uint8_t *rows, size_t stride, int first, 
     }
 }
 
-/* d[p * step + ch] = acc[p * C + ch] >> FL_BITS for pixels p < n; C constant per caller. */
-static inline void store_pixels(const int32_t *restrict acc, int n, const int C,
-                                uint8_t *restrict d, size_t step) {
+/* Rows b < nb of acc (`len` apart; each n pixels of C channels, fixed point) stored
+ * transposed: pixel p of row b goes to d + p * step + col(b) * C, col(b) = b, or nb - 1 - b
+ * when mirrored. A block of rows at once writes nb pixels side by side, so each cache line
+ * of the transposed image is touched once per block rather than once per row. */
+static inline void store_pixels(const int32_t *restrict acc, size_t len, int nb, int n,
+                                const int C, uint8_t *restrict d, size_t step, int mirror) {
     for (int p = 0; p < n; p++, d += step)
-        for (int ch = 0; ch < C; ch++) d[ch] = (uint8_t)(acc[p * C + ch] >> FL_BITS);
+        for (int b = 0; b < nb; b++) {
+            const int32_t *a = acc + (size_t)b * len + (size_t)p * C;
+            uint8_t *o = d + (size_t)(mirror ? nb - 1 - b : b) * C;
+            for (int ch = 0; ch < C; ch++) o[ch] = (uint8_t)(a[ch] >> FL_BITS);
+        }
 }
 
-static void store_transposed(const int32_t *acc, int n, int c, uint8_t *d, size_t step) {
+static void store_transposed(const int32_t *acc, size_t len, int nb, int n, int c, uint8_t *d,
+                             size_t step, int mirror) {
     switch (c) {
-    case 1: store_pixels(acc, n, 1, d, step); break;
-    case 2: store_pixels(acc, n, 2, d, step); break;
-    case 3: store_pixels(acc, n, 3, d, step); break;
-    default: store_pixels(acc, n, 4, d, step); break;
+    case 1: store_pixels(acc, len, nb, n, 1, d, step, mirror); break;
+    case 2: store_pixels(acc, len, nb, n, 2, d, step, mirror); break;
+    case 3: store_pixels(acc, len, nb, n, 3, d, step, mirror); break;
+    default: store_pixels(acc, len, nb, n, 4, d, step, mirror); break;
     }
 }
+
+/* Rows resampled per block of the two passes (see store_pixels). */
+#define FL_BLOCK 8
 
 /* A resampling job: box [x0,x1)x[y0,y1) of src (clamped to pixels [rx0,rx1)x[ry0,ry1))
  * to a virtual vh x vw image, of which the window at (wy, wx) of dst's size is written. */
@@ -121,7 +132,7 @@ static resample_layout layout_for(int oh, int ow, int kx, int ky, int cols, int 
     L.ys = off; off += align_up(sizeof(int32_t) * 2 * (size_t)oh);
     L.yc = off; off += align_up(sizeof(int16_t) * (size_t)oh * ky);
     L.tmp = off; off += align_up((size_t)cols * oh * c);
-    L.acc = off; off += align_up(sizeof(int32_t) * (size_t)imax(cols, oh) * c);
+    L.acc = off; off += align_up(sizeof(int32_t) * (size_t)imax(cols, oh) * c * FL_BLOCK);
     L.total = off + FL_ALIGN;  /* room to align the scratch pointer itself */
     return L;
 }
@@ -136,7 +147,7 @@ static size_t resample_bytes(const resample_job *j, int oh, int ow, int c) {
     return layout_for(oh, ow, kx, ky, j->rx1 - j->rx0, c).total;
 }
 
-static int resample(const fl_image *src, const resample_job *j, fl_image *dst,
+static int resample(const fl_image *src, const resample_job *j, fl_image *dst, int mirror,
                     void *scratch, size_t scratch_bytes) {
     int oh = dst->h, ow = dst->w, c = src->c;
     int kx = axis_taps(j->x1 - j->x0, j->vw), ky = axis_taps(j->y1 - j->y0, j->vh);
@@ -156,15 +167,24 @@ static int resample(const fl_image *src, const resample_job *j, fl_image *dst,
     size_t tstride = (size_t)oh * c;
     uint8_t *tmp = base + L.tmp;
     int32_t *acc = (int32_t *)(base + L.acc);
-    for (int i = 0; i < oh; i++) {
-        weighted_rows(src->data + (size_t)col_lo * c, (size_t)src->stride, ty.start[i],
-                      ty.count[i], ty.coef + (size_t)i * ky, (size_t)cols * c, acc);
-        store_transposed(acc, cols, c, tmp + (size_t)i * c, tstride);
+    size_t vlen = (size_t)cols * c;
+    for (int i = 0; i < oh; i += FL_BLOCK) {
+        int nb = imin(FL_BLOCK, oh - i);
+        for (int b = 0; b < nb; b++)
+            weighted_rows(src->data + (size_t)col_lo * c, (size_t)src->stride, ty.start[i + b],
+                          ty.count[i + b], ty.coef + (size_t)(i + b) * ky, vlen,
+                          acc + b * vlen);
+        store_transposed(acc, vlen, nb, cols, c, tmp + (size_t)i * c, tstride, 0);
     }
-    for (int i = 0; i < ow; i++) {
-        weighted_rows(tmp, tstride, tx.start[i] - col_lo, tx.count[i],
-                      tx.coef + (size_t)i * kx, tstride, acc);
-        store_transposed(acc, oh, c, dst->data + (size_t)i * c, (size_t)dst->stride);
+    /* Output column i goes to column ow - 1 - i when mirrored: the flip costs nothing. */
+    for (int i = 0; i < ow; i += FL_BLOCK) {
+        int nb = imin(FL_BLOCK, ow - i);
+        for (int b = 0; b < nb; b++)
+            weighted_rows(tmp, tstride, tx.start[i + b] - col_lo, tx.count[i + b],
+                          tx.coef + (size_t)(i + b) * kx, tstride, acc + b * tstride);
+        int first = mirror ? ow - i - nb : i;
+        store_transposed(acc, tstride, nb, oh, c, dst->data + (size_t)first * c,
+                         (size_t)dst->stride, mirror);
     }
     return FL_OK;
 }
@@ -183,7 +203,7 @@ size_t fl_resize_scratch_bytes(int sh, int sw, int dh, int dw, int c) {
 int fl_resize(const fl_image *src, fl_image *dst, void *scratch, size_t scratch_bytes) {
     if (!image_ok(src) || !image_ok(dst) || src->c != dst->c) return FL_EINVAL;
     resample_job j = whole_image_job(src->h, src->w, dst->h, dst->w);
-    return resample(src, &j, dst, scratch, scratch_bytes);
+    return resample(src, &j, dst, 0, scratch, scratch_bytes);
 }
 
 /* ---- pixel kernels ----------------------------------------------------------------- */
@@ -543,13 +563,14 @@ static void copy_window(const fl_image *src, int y, int x, fl_image *dst, int fl
     }
 }
 
-/* Resamples the virtual image's window of g into dst (dst size = window size). */
+/* Resamples the virtual image's window of g into dst (dst size = window size), mirrored
+ * left-right when g->flip. */
 static int render(const geometry *g, const fl_image *src, int src_h, int src_w, int d,
                   fl_image *dst, uint8_t *pad_buf, void *scratch, size_t bytes) {
     fl_image s = *src;
     resample_job j;
     int wy = 0, wx = 0;
-    if (!g->resize) {   /* a crop alone: the flip is done in the same pass */
+    if (!g->resize) {   /* a crop alone: a copy, mirrored in the same pass */
         copy_window(src, g->rect.y, g->rect.x, dst, g->flip);
         return FL_OK;
     }
@@ -581,9 +602,12 @@ static int render(const geometry *g, const fl_image *src, int src_h, int src_w, 
     if (y1 <= y0 || x1 <= x0) return FL_OK;
     j.wy = y0;
     j.wx = x0;
-    fl_image sub = {dst->data + (y0 - wy) * dst->stride + (size_t)(x0 - wx) * dst->c,
+    /* Flipped, the resampled part lands mirrored, at the mirrored place in dst. */
+    int left = x0 - wx;
+    if (g->flip) left = dst->w - left - (x1 - x0);
+    fl_image sub = {dst->data + (y0 - wy) * dst->stride + (size_t)left * dst->c,
                     y1 - y0, x1 - x0, dst->c, dst->stride};
-    return resample(&s, &j, &sub, scratch, bytes);
+    return resample(&s, &j, &sub, g->flip, scratch, bytes);
 }
 
 /* The rest of a run once the geometry is drawn and the scratch is known to suffice. */
@@ -605,7 +629,6 @@ static int run_planned(const fl_pipeline *p, const geometry *g, const run_layout
     fl_image img = {direct ? (uint8_t *)out : base + L->tmp, oh, ow, c, (ptrdiff_t)ow * c};
     err = render(g, &src, src_h, src_w, d, &img, base + L->pad, base + L->resample, rest);
     if (err) return err;
-    if (g->flip && g->resize) fl_flip_horizontal(&img);   /* render flipped a plain crop */
     err = fl_pixel_ops_run(p->pixel_ops, p->n_pixel_ops, &img, g->seed, g->epoch, g->index,
                            base + L->resample, rest);
     if (err) return err;

@@ -329,3 +329,17 @@ def test_files_loads_images_listed_by_path_and_names_a_bad_one(tmp_path, paralle
 def test_a_path_given_to_decodejpeg_points_to_files():
     with pytest.raises(ValueError, match=r"fastload.files\(paths\)"):
         Compose([DecodeImage(), CenterCrop(8)])("images/0.jpg")
+
+
+@pytest.mark.parametrize("ops", [[Resize(20), CenterCrop((30, 44))],
+                                 [Resize((25, 31)), CenterCrop((20, 40))],
+                                 [RandomResizedCrop(17)], [CenterCrop(20), Resize(9)],
+                                 [RandomCrop(50, padding=9), Resize(13)], [CenterCrop(70)]])
+def test_a_flip_mirrors_the_output_whatever_the_geometry(ops):
+    """The flip is fused into the resampling (or the copy), also for a window reaching
+    outside the image (zero padding): it must equal the unflipped output mirrored."""
+    img = natural_image(37, 53, seed=1)
+    for index in range(4):
+        flipped = Compose(ops + [RandomHorizontalFlip(1.0)])(img, index=index)
+        plain = Compose(ops + [RandomHorizontalFlip(0.0)])(img, index=index)
+        assert np.array_equal(flipped, plain[:, ::-1])
