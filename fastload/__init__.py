@@ -1,6 +1,7 @@
 """fastload: keeps a training loop fed.
 
-A data-container protocol (``numobs``, ``getobs``, ``getobs_into``), lazy views, and a
+A data-container protocol (``numobs``, ``getobs``, ``getobs_into``) over arrays, tensors,
+tables and any sequence, lazy views and subsets after MLUtils.jl, and a
 ``DataLoader`` that loads in parallel on a native thread pool into reused batch buffers.
 """
 from .codecs import build_info
@@ -9,7 +10,10 @@ from .imagefolder import files
 from .loader import DataLoader, eachobs, eachobs_parallel
 from .obs import getobs, getobs_into, numobs
 from .storage import open, write
-from .views import batchview, joinobs, kfolds, mapobs, obsview, randobs, shuffleobs, splitobs
+from .subsets import (chunk, filterobs, group_counts, groupobs, kfolds, leavepout, oversample,
+                      splitobs, undersample)
+from .views import (batchview, joinobs, mapobs, obsview, randobs, shuffleobs,
+                    slidingwindow)
 
 __version__ = "0.1.0"
 
@@ -18,20 +22,28 @@ __all__ = [
     "LoadError",
     "batchview",
     "build_info",
+    "chunk",
     "eachobs",
     "eachobs_parallel",
     "files",
+    "filterobs",
     "getobs",
     "getobs_into",
+    "group_counts",
+    "groupobs",
     "joinobs",
     "kfolds",
+    "leavepout",
     "mapobs",
     "numobs",
     "obsview",
     "open",
+    "oversample",
     "randobs",
     "shuffleobs",
+    "slidingwindow",
     "splitobs",
+    "undersample",
     "write",
 ]
 assert __all__ == sorted(__all__)

@@ -1,10 +1,11 @@
 """The data-container protocol: ``numobs``, ``getobs`` and ``getobs_into``.
 
 A container is anything with a number of observations that can be indexed by position:
-numpy arrays (observations along axis 0), tuples and dicts of containers (members indexed
-alike), lists and any object with ``__len__`` and ``__getitem__``. A type opts in with
-``__numobs__``, ``__getobs__`` and ``__getobs_into__``, or by registering implementations
-with ``numobs.register``, ``getobs.register`` and ``getobs_into.register``.
+numpy arrays and torch tensors (observations along axis 0), tuples and dicts of
+containers (members indexed alike), tables (rows; see ``tables.py``), lists and any object
+with ``__len__`` and ``__getitem__``. A type opts in with ``__numobs__``, ``__getobs__``
+and ``__getobs_into__``, or by registering implementations with ``numobs.register``,
+``getobs.register`` and ``getobs_into.register``.
 
 An index is an int (one observation) or a 1-D integer array, list, range or slice (several).
 """
@@ -13,6 +14,8 @@ from numbers import Integral
 
 import numpy as np
 
+from . import tables, tensors
+from .collate import collate
 from .errors import load_error
 
 __all__ = ["copy_into", "getobs", "getobs_into", "is_batch_index", "map_tree", "normalize_index",
@@ -85,6 +88,12 @@ def numobs(data):
     """The number of observations in ``data``. Raises ``TypeError`` for a non-container."""
     if hasattr(data, "__numobs__"):
         return int(data.__numobs__())
+    if tensors.is_tensor(data):
+        if data.dim() == 0:
+            raise TypeError("a 0-d tensor is not a data container")
+        return int(data.shape[0])
+    if tables.is_table(data):
+        return tables.table_numobs(data)
     if hasattr(data, "__len__") and hasattr(data, "__getitem__"):
         return len(data)
     raise TypeError(f"{type(data).__name__} is not a data container: it has no "
@@ -112,20 +121,39 @@ numobs.register(tuple, _numobs_members)
 numobs.register(dict, _numobs_members)
 
 
-@singledispatch
-def getobs(data, i):
-    """Observation ``i`` of ``data``, or the observations at the positions ``i``.
+def getobs(data, i=None):
+    """Observation ``i`` of ``data``, the observations at the positions ``i``, or all of
+    them as one batch when ``i`` is None.
 
-    For arrays several observations come back as one array (one gather); for tuples and
-    dicts as a container of the same kind; for lists and other sequences as a list.
-    Raises ``IndexError`` naming the index and the length when ``i`` is out of range.
+    For arrays and tensors several observations come back as one array or tensor (one
+    gather); for tuples and dicts as a container of the same kind; for tables as a dict of
+    columns; for lists and other sequences collated (``collate.py``: arrays and numbers
+    stacked, through tuples and dicts; anything else as a list). Raises ``IndexError``
+    naming the index and the length when ``i`` is out of range.
+
+    ``getobs.register(MyType, f)`` (or as a decorator) registers an implementation
+    ``f(data, i)`` for containers of ``MyType``.
     """
+    return _getobs(data, slice(None) if i is None else i)
+
+
+@singledispatch
+def _getobs(data, i):
     if hasattr(data, "__getobs__"):
         return data.__getobs__(normalize_index(i, numobs(data)))
     i = normalize_index(i, numobs(data))
+    if tensors.is_tensor(data):
+        return tensors.take(data, i)
+    if tables.is_table(data):
+        return tables.table_getobs(data, i)
     if is_batch_index(i):
-        return [_item(data, int(j)) for j in i]
+        return collate([_item(data, int(j)) for j in i])
     return _item(data, i)
+
+
+getobs.register = _getobs.register
+getobs.dispatch = _getobs.dispatch
+getobs.registry = _getobs.registry
 
 
 def _item(data, j):
@@ -136,7 +164,7 @@ def _item(data, j):
         raise load_error(j, error) from error
 
 
-@getobs.register
+@_getobs.register
 def _(data: np.ndarray, i):
     i = normalize_index(i, numobs(data))
     return data[i]
@@ -147,14 +175,20 @@ def _getobs_members(data, i):
     return _rebuild(data, [getobs(member, i) for _, member in _members(data)])
 
 
-getobs.register(tuple, _getobs_members)
-getobs.register(dict, _getobs_members)
+_getobs.register(tuple, _getobs_members)
+_getobs.register(dict, _getobs_members)
 
 
 @singledispatch
 def _getobs_into(data, buffer, i):
     if hasattr(data, "__getobs_into__"):
         return data.__getobs_into__(buffer, normalize_index(i, numobs(data)))
+    if tensors.is_tensor(data):
+        view = tensors.numpy_view(data)
+        target = tensors.numpy_view(buffer) if tensors.is_tensor(buffer) else buffer
+        if view is not None and isinstance(target, np.ndarray):
+            getobs_into(target, view, i)     # the gather of arrays, on the same memory
+            return buffer
     return copy_into(buffer, getobs(data, i))
 
 
@@ -186,7 +220,11 @@ getobs_into.register = _register_into
 def _(data: np.ndarray, buffer, i):
     i = normalize_index(i, numobs(data))
     if not isinstance(buffer, np.ndarray):
-        return getobs(data, i)
+        view = tensors.numpy_view(buffer) if tensors.is_tensor(buffer) else None
+        if view is None:
+            return getobs(data, i)
+        getobs_into(view, data, i)
+        return buffer
     expected = (len(i),) + data.shape[1:] if is_batch_index(i) else data.shape[1:]
     if buffer.shape != expected:
         raise ValueError(f"buffer of shape {buffer.shape} does not fit observations of "
@@ -212,14 +250,32 @@ _getobs_into.register(tuple, _getobs_into_members)
 _getobs_into.register(dict, _getobs_into_members)
 
 
+def _fits(dtype, buffer_dtype):
+    """True when values of ``dtype`` go into a buffer of ``buffer_dtype`` without a change
+    of kind (int to float is fine, float to int is not) or a truncated string."""
+    if dtype.kind in "USV" or buffer_dtype.kind in "USV":
+        return dtype.kind == buffer_dtype.kind and dtype.itemsize <= buffer_dtype.itemsize
+    return np.can_cast(dtype, buffer_dtype, "same_kind")
+
+
 def copy_into(buffer, value):
     """Copy ``value`` into ``buffer`` (an array, or a tuple/dict of them) and return the
-    filled buffer; a buffer of any other kind cannot be filled and ``value`` is returned."""
+    filled buffer; a buffer of any other kind cannot be filled and ``value`` is returned.
+    Raises ``ValueError`` when the value's shape differs, or when its dtype would lose
+    information in the buffer's (a float into an int buffer, a longer string)."""
+    if tensors.is_tensor(buffer) and tensors.numpy_view(buffer) is not None:
+        copy_into(tensors.numpy_view(buffer), value)
+        return buffer
     if isinstance(buffer, np.ndarray):
+        if tensors.is_tensor(value):
+            value = value.detach().cpu().numpy()
         value = np.asarray(value)
         if value.shape != buffer.shape:
             raise ValueError(f"buffer of shape {buffer.shape} does not fit an observation"
                              f" of shape {value.shape}")
+        if not _fits(value.dtype, buffer.dtype):
+            raise ValueError(f"buffer of dtype {buffer.dtype} does not fit an observation"
+                             f" of dtype {value.dtype}")
         buffer[...] = value
         return buffer
     if isinstance(buffer, (tuple, dict)) and isinstance(value, (tuple, dict)):

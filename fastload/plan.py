@@ -8,7 +8,11 @@ per leaf, how to load one item into its place in a slot:
   files, packed columns, decoded arrays): the fused image pipeline, also without the GIL;
 - ``into``: any other container whose observations are arrays: Python ``getobs_into`` into
   the slot row, holding the GIL for that item;
-- ``object``: observations that are not arrays, collected into a list.
+- ``object``: observations that are not arrays, collected into a list, then collated.
+
+Containers from other libraries are loaded as what they hold: a table as the dict of its
+columns (``tables.columns``), a CPU tensor as its numpy view (its batches are made tensors
+again), and a ``slidingwindow`` over arrays as its strided windows.
 
 A plan is made from a container and a schedule (``schedule.py``); the order of the epoch
 comes from the schedule, never from views. When a container defines its own batch
@@ -19,11 +23,12 @@ import weakref
 
 import numpy as np
 
-from . import _core, codecs, limits
+from . import _core, codecs, limits, tables, tensors
+from .collate import collate, stack
 from .errors import LoadError
-from .obs import getobs, getobs_into, map_tree, numobs
+from .obs import getobs, getobs_into, map_tree, numobs, tree_leaves
 from .transforms import Compose
-from .views import MappedObs, _row, _slice_buffer, _stack, collate_batch, source_of
+from .views import MappedObs, SlidingWindow, _row, _slice_buffer, collate_batch, source_of
 
 __all__ = ["ItemPlan", "StepPlan", "make_plan"]
 
@@ -33,23 +38,33 @@ def _custom_getobs(data):
     return hasattr(data, "__getobs__") or getobs.dispatch(type(data)) is not getobs.dispatch(object)
 
 
-class Spec:
-    """Shape and dtype of one observation of a leaf."""
-    __slots__ = ("shape", "dtype")
+def _per_item(data):
+    """True for ``mapobs`` with a function of one observation."""
+    return isinstance(data, MappedObs) and not data.batched
 
-    def __init__(self, shape, dtype):
+
+class Spec:
+    """Shape and dtype of one observation of a leaf; ``tensor``: it is a torch tensor."""
+    __slots__ = ("shape", "dtype", "tensor")
+
+    def __init__(self, shape, dtype, tensor=False):
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
+        self.tensor = tensor
 
     def __repr__(self):
-        return f"Spec({self.shape}, {self.dtype})"
+        return f"Spec({self.shape}, {self.dtype}{', tensor' if self.tensor else ''})"
 
 
 def _spec_of(value):
-    """The Spec of an array-like observation, a tuple/dict of Specs, or None."""
+    """The Spec of an array-like observation (numbers, dates and times: strings are
+    collected as objects), a tuple/dict of Specs, or None."""
+    if tensors.is_tensor(value):
+        view = tensors.numpy_view(value)
+        return None if view is None else Spec(view.shape, view.dtype, tensor=True)
     if isinstance(value, (np.ndarray, np.generic, bool, int, float)):
         array = np.asarray(value)
-        return None if array.dtype == object else Spec(array.shape, array.dtype)
+        return Spec(array.shape, array.dtype) if array.dtype.kind in "biufcmM" else None
     if isinstance(value, (tuple, dict)) and len(value):
         items = value.items() if isinstance(value, dict) else enumerate(value)
         specs = {k: _spec_of(v) for k, v in items}
@@ -64,6 +79,21 @@ def _spec_of(value):
 
 def _allocate(spec, rows, allocator):
     return map_tree(lambda leaf: allocator((rows,) + leaf.shape, leaf.dtype), spec)
+
+
+def _has_tensors(spec):
+    return any(leaf.tensor for leaf in tree_leaves(spec)) if spec is not None else False
+
+
+def _as_tensors(value, spec):
+    """``value`` (views of a slot) with the members ``spec`` marks as tensors made tensors
+    that own their memory: the slot is reused after the step is handed out."""
+    if isinstance(spec, Spec):
+        return tensors.as_tensor(value) if spec.tensor else value
+    if isinstance(spec, dict):
+        return {key: _as_tensors(value[key], part) for key, part in spec.items()}
+    parts = [_as_tensors(v, part) for v, part in zip(value, spec)]
+    return type(value)(*parts) if hasattr(value, "_fields") else tuple(parts)
 
 
 class Leaf:
@@ -194,7 +224,7 @@ def _native_image_leaf(view):
     """A native Leaf for ``mapobs(Compose([...]), images)``, or None. The native source is
     built once per view and rebuilt when the list (or file list) under it changed. A chain
     with a Lambda is not native: it loads item by item through Compose.__call__."""
-    if not isinstance(view.f, Compose) or not view.f.native:
+    if not isinstance(view.f, Compose) or not view.f.native or view.batched:
         return None
     cached = _image_sources.get(view)
     if cached is None or not _still_holds(cached[0], view):
@@ -206,25 +236,45 @@ def _native_image_leaf(view):
                 (source.fill_address, source.prefetch_address, source.state_address, source))
 
 
-def _leaf(container, stack):
-    """How to load ``container`` item by item, or None when only whole steps will do."""
+def _leaf(container, stacks):
+    """How to load ``container`` item by item, or None when only whole steps will do;
+    ``stacks``: every observation goes into the step's arrays (single observations, or
+    ``collate=True``), so even a container with batches of its own loads item by item."""
+    if tensors.is_tensor(container) and container.dim() >= 1:
+        view = tensors.numpy_view(container)
+        if view is not None and not view.dtype.hasobject:
+            return Leaf(view, "gather", Spec(view.shape[1:], view.dtype, tensor=True))
     if isinstance(container, np.ndarray) and container.dtype.hasobject:
         return None   # references must be counted: Python loads whole steps
     if isinstance(container, np.ndarray) and container.ndim >= 1:
         return Leaf(container, "gather", Spec(container.shape[1:], container.dtype))
-    if isinstance(container, MappedObs):
+    if _per_item(container):
         leaf = _native_image_leaf(container)
         if leaf is not None:
             return leaf
-    if not stack and _custom_getobs(container) and not isinstance(container, MappedObs):
+    if not stacks and _custom_getobs(container) and not _per_item(container):
         return None
-    stacks = stack or isinstance(container, MappedObs)
-    spec = _spec_of(getobs(container, 0)) if stacks else None
+    # Observations of one spec fill the slot's arrays; others are collected, then collated.
+    try:
+        spec = _spec_of(getobs(container, 0))
+    except Exception:
+        spec = None     # observation 0 fails: it fails again when loaded (or is skipped)
     return Leaf(container, "into", spec) if spec is not None else Leaf(container, "object")
+
+
+def _lowered(data):
+    """What the engine loads for ``data``: a table's columns, a slidingwindow's windows,
+    else ``data`` itself."""
+    if tables.is_table(data):
+        return tables.columns(data)
+    if isinstance(data, SlidingWindow) and data.windows is not None:
+        return data.windows
+    return data
 
 
 def _flatten(data):
     """(structure, leaves): the nested tuple/dict layout of ``data`` and its leaves."""
+    data = _lowered(data)
     if isinstance(data, (tuple, dict)):
         items = data.items() if isinstance(data, dict) else enumerate(data)
         leaves, layout = [], {}
@@ -241,12 +291,14 @@ class ItemPlan:
 
     whole_steps = False
 
-    def __init__(self, layout, leaves, batch_size, stack):
+    def __init__(self, layout, leaves, batch_size, collate_mode):
         self.layout = layout
         self.leaves = leaves
         self.batch_size = batch_size
         self.rows = batch_size or 1
-        self.stack = stack
+        self.collate = collate_mode       # object leaves: None collate, True stack, False list
+        self.tensors = [_has_tensors(leaf.spec) if leaf.kind != "object" else False
+                        for leaf in leaves]
         self.fields = [leaf.core_field() for leaf in leaves]
         self.row_bytes = [leaf.row_bytes() for leaf in leaves]
         self.has_python = any(leaf.kind in ("into", "object") for leaf in leaves)
@@ -271,7 +323,9 @@ class ItemPlan:
     def whole_value(self, dests):
         """The value of a whole step in the slot ``dests`` (views of it), or None when it
         must be assembled per step (lists of objects)."""
-        return None if self.has_objects else self.assemble(dests, None, self.rows)
+        if self.has_objects or any(self.tensors):
+            return None
+        return self.assemble(dests, None, self.rows)
 
     def fill(self, dests, objects, field, pos, index):
         """Load observation ``index`` of a Python leaf into position ``pos`` of a slot."""
@@ -284,10 +338,11 @@ class ItemPlan:
         except ValueError as error:
             if "does not fit" not in str(error):
                 raise
-            raise ValueError(f"{error}. The batch buffers take the shape of observation 0, "
-                             f"and one batch holds one shape: make every observation that "
-                             f"shape (for images, a crop after Resize, e.g. CenterCrop), or "
-                             f"use collate=False to get lists") from None
+            raise ValueError(f"{error}. The batch buffers take the shape and dtype of "
+                             f"observation 0, and one batch holds one shape: make every "
+                             f"observation that shape and dtype (for images, a crop after "
+                             f"Resize, e.g. CenterCrop), or use collate=False to get "
+                             f"lists") from None
 
     def assemble(self, dests, objects, n, keep=None):
         """The step's value from its slot: views of the first ``n`` rows (or row 0), with
@@ -300,14 +355,18 @@ class ItemPlan:
                     value = [v for v, kept in zip(value, keep) if kept]
                 if self.batch_size is None:
                     value = value[0]
-                elif self.stack:
-                    value = _stack(value) if value else value
+                elif self.collate is True:
+                    value = stack(value) if value else value
+                elif self.collate is None:
+                    value = collate(value)
             else:
                 value = _slice_buffer(dest, n)
                 if keep is not None:
                     value = map_tree(lambda array: array[np.asarray(keep, bool)], value)
                 if self.batch_size is None:
                     value = _row(value, 0)
+                if self.tensors[k]:
+                    value = _as_tensors(value, leaf.spec)
             outputs.append(value)
         return _rebuild(self.layout, iter(outputs))
 
@@ -412,19 +471,19 @@ def make_plan(data, schedule, *, skip=False, stats=None):
         return StepPlan(data, schedule, skip, stats)
     if batch_size is not None and (collate is False or callable(collate)):
         return _collated_plan(data, batch_size, collate)
-    stack = batch_size is None or collate is True
+    stacks = batch_size is None or collate is True
     layout, members = _flatten(data)
-    leaves = [_leaf(member, stack) for member in members]
+    leaves = [_leaf(member, stacks) for member in members]
     if any(leaf is None for leaf in leaves):
         return StepPlan(data, schedule, skip, stats)
-    return ItemPlan(layout, leaves, batch_size, stack)
+    return ItemPlan(layout, leaves, batch_size, collate)
 
 
-def _collated_plan(data, batch_size, collate):
+def _collated_plan(data, batch_size, collate_fn):
     """collate=False or a callable: observations are collected whole, then collated."""
     plan = ItemPlan(None, [Leaf(data, "object")], batch_size, False)
-    if callable(collate) and collate is not False:
+    if callable(collate_fn) and collate_fn is not False:
         assemble = plan.assemble
-        plan.assemble = lambda dests, objects, n, keep=None: collate(
+        plan.assemble = lambda dests, objects, n, keep=None: collate_fn(
             assemble(dests, objects, n, keep))
     return plan

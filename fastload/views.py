@@ -1,22 +1,26 @@
 """Lazy views of data containers. Views copy nothing, compose, and pass ``getobs_into``
-buffers through to the container underneath."""
-from numbers import Integral, Real
+buffers through to the container underneath. Subsets (splits, folds, filters, resampling)
+are ``obsview``s: see ``subsets.py``."""
+from numbers import Integral
 
 import numpy as np
 
+from .collate import collate, stack
 from .context import current
 from .errors import load_error
 from .obs import (copy_into, getobs, getobs_into, is_batch_index, map_tree, normalize_index,
                   numobs, tree_leaves)
 
-__all__ = ["BatchView", "JoinedObs", "MappedObs", "ObsView", "batchview", "collate_batch",
-           "joinobs", "kfolds", "mapobs", "obsview", "randobs", "shuffleobs", "source_of",
-           "splitobs"]
+__all__ = ["BatchView", "JoinedObs", "MappedObs", "ObsView", "SlidingWindow", "batchview",
+           "collate_batch", "joinobs", "mapobs", "obsview", "randobs", "shuffleobs",
+           "slidingwindow", "source_of"]
 
 
-def _rng(seed):
-    """A numpy Generator for ``seed``; ``None`` draws fresh entropy from the OS."""
-    return np.random.Generator(np.random.PCG64(seed))
+def rng(seed):
+    """A numpy Generator on the counter-based Philox, keyed by ``seed`` alone (never by
+    global state): its draws are a pure function of the seed. ``None`` draws fresh entropy
+    from the OS."""
+    return np.random.Generator(np.random.Philox(seed))
 
 
 class _View:
@@ -64,66 +68,42 @@ def obsview(data, indices=None):
 
 def shuffleobs(data, seed=None):
     """A lazy view of ``data`` in a random order drawn from ``seed`` (fresh when None)."""
-    return ObsView(data, _rng(seed).permutation(numobs(data)))
+    return ObsView(data, rng(seed).permutation(numobs(data)))
 
 
-def randobs(data, seed=None):
-    """One observation of ``data`` drawn at random from ``seed`` (fresh when None).
-    Raises ``ValueError`` for an empty container."""
-    n = numobs(data)
-    if n == 0:
+def randobs(data, n=None, *, seed=None):
+    """One observation of ``data`` drawn at random from ``seed`` (fresh when None), or a
+    batch of ``n`` drawn with replacement. Raises ``ValueError`` for an empty container."""
+    count = numobs(data)
+    if count == 0:
         raise ValueError("randobs needs a container with at least one observation")
-    return getobs(data, int(_rng(seed).integers(n)))
-
-
-def splitobs(data, at=0.8, shuffle=False, seed=None):
-    """Split ``data`` into consecutive views: ``at`` is a fraction (two views) or a tuple
-    of fractions (one view more than fractions), each the share of observations of the
-    view it opens. With ``shuffle=True`` the observations are permuted first (``seed``).
-
-    >>> train, test = splitobs(np.arange(10), at=0.8)
-    >>> numobs(train), numobs(test)
-    (8, 2)
-    """
-    fractions = (at,) if isinstance(at, Real) else tuple(at)
-    if not fractions or any(not 0 < f < 1 for f in fractions) or sum(fractions) > 1 + 1e-9:
-        raise ValueError(f"splitobs needs fractions in (0, 1) that sum to at most 1, got {at!r}")
-    n = numobs(data)
-    order = _rng(seed).permutation(n) if shuffle else np.arange(n)
-    ends = [int(round(n * f)) for f in np.cumsum(fractions)] + [n]
-    starts = [0] + ends[:-1]
-    return tuple(ObsView(data, order[s:e]) for s, e in zip(starts, ends))
-
-
-def kfolds(data, k=5):
-    """``k`` pairs ``(train, validation)`` of views: fold ``j`` validates on the j-th of
-    ``k`` consecutive, nearly equal parts and trains on the rest. Raises ``ValueError``
-    unless ``2 <= k <= numobs(data)``."""
-    n = numobs(data)
-    if not isinstance(k, Integral) or not 2 <= k <= n:
-        raise ValueError(f"kfolds needs 2 <= k <= {n} (the number of observations), got {k!r}")
-    bounds = np.linspace(0, n, k + 1).round().astype(np.int64)
-    everything = np.arange(n)
-    return [(ObsView(data, np.concatenate([everything[:lo], everything[hi:]])),
-             ObsView(data, everything[lo:hi]))
-            for lo, hi in zip(bounds[:-1], bounds[1:])]
+    if n is None:
+        return getobs(data, int(rng(seed).integers(count)))
+    if not isinstance(n, Integral) or n < 0:
+        raise ValueError(f"randobs needs a number of observations n >= 0, got {n!r}")
+    return getobs(data, rng(seed).integers(count, size=int(n)))
 
 
 class MappedObs(_View):
-    """``f`` applied to each observation of ``data`` on access (see ``mapobs``).
+    """``f`` applied to the observations of ``data`` on access (see ``mapobs``).
 
     A random transform (one with ``wants_index = True``, like ``transforms.Compose``) is
     called as ``f(x, index=i, seed=seed, epoch=epoch)`` so that its draws depend only on
     those; the seed and epoch are the loader's (0 and 0 outside a loader).
 
-    Several observations come back stacked into arrays when ``f`` returns arrays or
-    numbers (or tuples/dicts of them) of one shape, and as a list otherwise."""
+    Several observations come back collated (``collate.py``): stacked into arrays when
+    ``f`` returns arrays or numbers (or tuples/dicts of them) of one shape. With
+    ``batched=True``, ``f`` takes and returns a whole batch instead."""
 
-    def __init__(self, f, data):
+    def __init__(self, f, data, batched=False):
         if not callable(f):
             raise TypeError(f"mapobs needs a callable, got {type(f).__name__}")
+        if batched and getattr(f, "wants_index", False):
+            raise TypeError("a random transform draws per observation: use it with "
+                            "batched=False")
         self.f = f
         self.data = data
+        self.batched = bool(batched)
 
     def __numobs__(self):
         return numobs(self.data)
@@ -136,18 +116,22 @@ class MappedObs(_View):
                 return self.f(x, index=i, seed=seed, epoch=epoch)
             return self.f(x)
         except Exception as error:
-            raise load_error(i, error, source_of(self.data, i)) from error
+            first = int(i[0]) if is_batch_index(i) and len(i) else i
+            raise load_error(first, error, source_of(self.data, first)) from error
 
     def __getobs__(self, i):
         i = normalize_index(i, numobs(self.data))
+        if self.batched:
+            return self._apply(i) if is_batch_index(i) else \
+                getobs(self._apply(np.array([i], np.int64)), 0)
         if is_batch_index(i):
-            return stack_if_arrays([self._apply(int(j)) for j in i])
+            return collate([self._apply(int(j)) for j in i])
         return self._apply(i)
 
     def __getobs_into__(self, buffer, i):
         i = normalize_index(i, numobs(self.data))
-        if not is_batch_index(i):
-            return copy_into(buffer, self._apply(i))
+        if self.batched or not is_batch_index(i):
+            return copy_into(buffer, self.__getobs__(i))
         if not _is_buffer(buffer):
             return self.__getobs__(i)
         for k, j in enumerate(i):
@@ -155,7 +139,9 @@ class MappedObs(_View):
         return buffer
 
     def __repr__(self):
-        return f"mapobs({getattr(self.f, '__name__', type(self.f).__name__)}, {type(self.data).__name__})"
+        name = getattr(self.f, "__name__", type(self.f).__name__)
+        batched = ", batched=True" if self.batched else ""
+        return f"mapobs({name}, {type(self.data).__name__}{batched})"
 
 
 def source_of(data, i):
@@ -167,14 +153,29 @@ def source_of(data, i):
     return None if paths is None else str(paths[i])
 
 
-def mapobs(f, data):
-    """A lazy view of ``data`` with ``f`` applied to each observation when it is read."""
-    return MappedObs(f, data)
+def mapobs(f, data, *, batched=False):
+    """A lazy view of ``data`` with ``f`` applied to each observation when it is read.
+
+    ``f`` may also be a tuple of functions (a tuple of views, one per function) or a dict
+    of them (a dict of views: each observation is ``{name: f(x)}`` and ``view[name]`` is
+    one of them). With ``batched=True``, ``f`` is vectorised: it is called once on each
+    batch ``getobs(data, indices)`` and returns the batch (a single observation is row 0
+    of the batch of one). Raises ``TypeError`` when ``f`` is not callable.
+
+    >>> features = mapobs({"x": np.sqrt, "y": np.log}, np.arange(1.0, 11.0))
+    >>> sorted(getobs(features, 9)), float(getobs(features["x"], 3))
+    (['x', 'y'], 2.0)
+    """
+    if isinstance(f, tuple):
+        return tuple(MappedObs(g, data, batched) for g in f)
+    if isinstance(f, dict):
+        return {name: MappedObs(g, data, batched) for name, g in f.items()}
+    return MappedObs(f, data, batched)
 
 
 class JoinedObs(_View):
     """The concatenation of several containers (see ``joinobs``). Several observations
-    come back stacked like those of ``mapobs``."""
+    come back collated like those of ``mapobs``."""
 
     def __init__(self, *datas):
         if not datas:
@@ -194,7 +195,7 @@ class JoinedObs(_View):
         if not is_batch_index(i):
             part, j = self._locate(i)
             return getobs(self.datas[part], j)
-        return stack_if_arrays([self.__getobs__(int(j)) for j in i])
+        return collate([self.__getobs__(int(j)) for j in i])
 
     def __getobs_into__(self, buffer, i):
         i = normalize_index(i, len(self))
@@ -213,36 +214,75 @@ def joinobs(*datas):
     return JoinedObs(*datas)
 
 
-def _stack(observations):
-    """Stack observations into arrays with a new leading axis, through tuples and dicts."""
-    first = observations[0]
-    if isinstance(first, dict):
-        return {key: _stack([o[key] for o in observations]) for key in first}
-    if isinstance(first, tuple):
-        stacked = [_stack([o[j] for o in observations]) for j in range(len(first))]
-        return type(first)(*stacked) if hasattr(first, "_fields") else tuple(stacked)
-    return np.stack([np.asarray(o) for o in observations])
+class SlidingWindow(_View):
+    """Windows of ``size`` consecutive observations of ``data``, ``stride`` apart (see
+    ``slidingwindow``). Over arrays (and tuples/dicts of them) the windows are one strided
+    numpy view, ``windows``, which the engine gathers natively; else None."""
+
+    def __init__(self, data, size, stride=1):
+        n = numobs(data)
+        for name, value in (("size", size), ("stride", stride)):
+            if not isinstance(value, Integral) or value < 1:
+                raise ValueError(f"slidingwindow needs a positive int {name}, got {value!r}")
+        if size > n:
+            raise ValueError(f"a window of {size} observations does not fit in {n}")
+        self.data, self.size, self.stride = data, int(size), int(stride)
+        self._n = (n - self.size) // self.stride + 1
+        self.windows = _strided_windows(data, self.size, self.stride)
+
+    def __numobs__(self):
+        return self._n
+
+    def _positions(self, w):
+        start = w * self.stride
+        return np.arange(start, start + self.size, dtype=np.int64)
+
+    def __getobs__(self, i):
+        i = normalize_index(i, self._n)
+        if self.windows is not None:
+            return getobs(self.windows, i)
+        if is_batch_index(i):
+            return collate([getobs(self.data, self._positions(int(w))) for w in i])
+        return getobs(self.data, self._positions(i))
+
+    def __getobs_into__(self, buffer, i):
+        i = normalize_index(i, self._n)
+        if self.windows is not None:
+            return getobs_into(buffer, self.windows, i)
+        if not is_batch_index(i):
+            return getobs_into(buffer, self.data, self._positions(i))
+        if not _is_buffer(buffer):
+            return self.__getobs__(i)
+        for k, w in enumerate(i):
+            self.__getobs_into__(_row(buffer, k), int(w))
+        return buffer
+
+    def __repr__(self):
+        return (f"slidingwindow({type(self.data).__name__}, size={self.size}, "
+                f"stride={self.stride}, {self._n} windows)")
 
 
-def _is_stackable(obs):
-    if isinstance(obs, (np.ndarray, np.generic, int, float, bool)):
-        return True
-    if isinstance(obs, (tuple, dict)):
-        return all(_is_stackable(v) for v in (obs.values() if isinstance(obs, dict) else obs))
-    return False
+def _strided_windows(data, size, stride):
+    """The windows of an array (or tuple/dict of arrays) as a read-only strided view
+    ``(windows, size, ...)``, or None for other containers."""
+    if isinstance(data, np.ndarray) and data.ndim >= 1:
+        view = np.lib.stride_tricks.sliding_window_view(data, size, axis=0)
+        return np.moveaxis(view, -1, 1)[::stride]
+    if isinstance(data, (tuple, dict)) and len(data):
+        parts = map_tree(lambda member: _strided_windows(member, size, stride), data)
+        return None if any(part is None for part in tree_leaves(parts)) else parts
+    return None
 
 
-def stack_if_arrays(observations):
-    """The observations stacked like ``_stack`` when they are arrays or numbers (through
-    tuples and dicts); the list itself otherwise. Raises ``ValueError`` when they are
-    arrays of different shapes (collect those with ``collate=False``)."""
-    if not observations or not all(_is_stackable(o) for o in observations):
-        return observations
-    try:
-        return _stack(observations)
-    except ValueError as error:
-        raise ValueError(f"observations of different shapes cannot form one batch ({error});"
-                         f" use collate=False to get them as a list") from None
+def slidingwindow(data, size, stride=1):
+    """A lazy container whose observation ``i`` is the window of ``size`` consecutive
+    observations of ``data`` starting at ``i * stride``; only whole windows are included.
+    Raises ``ValueError`` for a size or stride below 1, or a size above ``numobs(data)``.
+
+    >>> [w.tolist() for w in slidingwindow(np.arange(11, 31), size=6, stride=3)][:2]
+    [[11, 12, 13, 14, 15, 16], [14, 15, 16, 17, 18, 19]]
+    """
+    return SlidingWindow(data, size, stride)
 
 
 def _is_buffer(buffer):
@@ -313,25 +353,28 @@ class BatchView(_View):
                 f"drop_last={self.drop_last}, {self._n} batches)")
 
 
-def collate_batch(data, indices, collate):
-    """The batch of ``data`` at ``indices`` formed as ``collate`` says (see ``batchview``)."""
-    if collate is None:
+def collate_batch(data, indices, collate_fn):
+    """The batch of ``data`` at ``indices`` formed as ``collate_fn`` says (see
+    ``batchview``)."""
+    if collate_fn is None:
         return getobs(data, indices)
     observations = [getobs(data, int(j)) for j in indices]
-    if collate is True:
-        return _stack(observations)
-    if collate is False:
+    if collate_fn is True:
+        return stack(observations)
+    if collate_fn is False:
         return observations
-    return collate(observations)
+    return collate_fn(observations)
 
 
 def batchview(data, batch_size, drop_last=False, collate=None):
     """A lazy container whose observations are batches of ``batch_size`` observations of
     ``data``; the last one is partial unless ``drop_last``.
 
-    ``collate`` says how a batch is formed: ``None`` gathers with ``getobs(data, indices)``
-    (one gather for arrays), ``True`` stacks the observations into arrays with a new
-    leading axis (through tuples and dicts), ``False`` gives the list of observations, and
-    a callable is applied to that list. Raises ``ValueError`` for ``batch_size < 1``.
+    ``collate`` says how a batch is formed: ``None`` is ``getobs(data, indices)`` (one
+    gather for arrays, tensors and tables; for other containers the observations
+    collated: arrays and numbers stacked, through tuples and dicts, strings and other
+    values as lists), ``True`` stacks every leaf into arrays with a new leading axis,
+    ``False`` gives the list of observations, and a callable is applied to that list.
+    Raises ``ValueError`` for ``batch_size < 1``.
     """
     return BatchView(data, batch_size, drop_last, collate)

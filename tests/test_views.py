@@ -135,8 +135,8 @@ def test_splitobs_with_shuffle_is_a_seeded_partition():
     assert values.tolist() == again.tolist()
 
 
-@pytest.mark.parametrize("at", [0, 1, 1.5, -0.2, (0.6, 0.6), (), (0.5, 0.0)])
-def test_splitobs_with_bad_fractions_raises_value_error(at):
+@pytest.mark.parametrize("at", [11, -1, True, 1.5, -0.2, (0.6, 0.6), (), (0.5, 2), (6, 5)])
+def test_splitobs_with_bad_fractions_or_counts_raises_value_error(at):
     with pytest.raises(ValueError):
         splitobs(np.arange(10), at=at)
 

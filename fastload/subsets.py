@@ -1,0 +1,275 @@
+"""Subsets of a container, after MLUtils: splits, folds, chunks, filters, groups and
+resampling.
+
+Every subset is an ``obsview`` (positions into the container), so subsets compose with the
+other views and a loader folds them into its order: over arrays they still load natively.
+Random ones draw from ``seed=`` alone (``views.rng``), never from global state.
+
+Labels (``classes=``, ``stratified=``) are a container with one label per observation (an
+array, a list, a pandas Series, a tuple member...); groups keep the order in which their
+label first appears.
+"""
+from numbers import Integral, Real
+
+import numpy as np
+
+from .obs import getobs, numobs
+from .views import ObsView, rng
+
+__all__ = ["chunk", "filterobs", "group_counts", "groupobs", "kfolds", "leavepout",
+           "oversample", "splitobs", "undersample"]
+
+
+def _hashable(x):
+    """``x`` as a value a dict can be keyed by: numpy scalars as Python scalars, arrays and
+    lists as tuples."""
+    if isinstance(x, np.ndarray):
+        x = x.tolist()
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, (list, tuple)):
+        return tuple(_hashable(v) for v in x)
+    return x
+
+
+def _label_values(labels, n=None):
+    """The labels of ``labels`` (a container) as a list of hashable values; ``n``, when
+    given, is the number of observations they must label."""
+    count = numobs(labels)
+    if n is not None and count != n:
+        raise ValueError(f"the labels hold {count} values for {n} observations")
+    values = getobs(labels)
+    if hasattr(values, "detach"):           # a tensor
+        values = values.detach().cpu().numpy()
+    return [_hashable(v) for v in (values.tolist() if isinstance(values, np.ndarray)
+                                   else values)]
+
+
+def _groups(values):
+    """``{label: int64 positions}``, in the order labels first appear."""
+    groups = {}
+    for position, value in enumerate(values):
+        groups.setdefault(value, []).append(position)
+    return {label: np.asarray(p, np.int64) for label, p in groups.items()}
+
+
+def group_counts(x):
+    """``{value: count}`` of the observations of ``x`` (a container), in the order values
+    first appear.
+
+    >>> group_counts(["a", "b", "b"])
+    {'a': 1, 'b': 2}
+    """
+    return {label: len(p) for label, p in _groups(_label_values(x)).items()}
+
+
+def filterobs(f, data):
+    """A view of the observations ``x`` of ``data`` for which ``f(x)`` is true. ``f`` is
+    called on every observation once, here."""
+    keep = [i for i in range(numobs(data)) if f(getobs(data, i))]
+    return ObsView(data, np.asarray(keep, np.int64))
+
+
+def groupobs(f, data):
+    """``{f(x): view}``: the observations of ``data`` grouped by the value of ``f`` on them
+    (numpy scalars as Python scalars), groups in the order they first appear."""
+    keys = [_hashable(f(getobs(data, i))) for i in range(numobs(data))]
+    return {key: ObsView(data, positions) for key, positions in _groups(keys).items()}
+
+
+def _parts(at, n):
+    """``at`` as a tuple of fractions or of counts; raises ``ValueError`` otherwise."""
+    parts = tuple(at) if isinstance(at, (tuple, list)) else (at,)
+    counts = all(isinstance(p, Integral) and not isinstance(p, bool) for p in parts)
+    fractions = all(isinstance(p, Real) and not isinstance(p, (bool, Integral)) for p in parts)
+    if parts and counts and all(p >= 0 for p in parts) and sum(parts) <= n:
+        return parts
+    if parts and fractions and all(0 <= p <= 1 for p in parts) and sum(parts) <= 1 + 1e-9:
+        return tuple(float(p) for p in parts)
+    raise ValueError(f"splitobs needs at: a fraction in [0, 1], a count of observations in "
+                     f"[0, {n}], or a non-empty tuple of either (fractions summing to at "
+                     f"most 1, counts to at most {n}), got {at!r}")
+
+
+def _split_sizes(n, parts):
+    """The sizes of the ``len(parts) + 1`` subsets of ``n`` observations. Counts are taken
+    as they are; fractions are rounded as MLUtils does: the first subset has
+    ``round(at[0] * n)`` observations (half to even), and the remaining fractions apply,
+    rescaled, to what is left."""
+    if isinstance(parts[0], Integral):
+        return list(parts) + [n - sum(parts)]
+    sizes, fractions = [], list(parts)
+    while fractions:
+        first = min(max(round(fractions[0] * n), 0), n)
+        sizes.append(first)
+        rest = n - first
+        fractions = [f * n / rest if rest else 0.0 for f in fractions[1:]]
+        n = rest
+    return sizes + [n]
+
+
+def splitobs(data, at=0.8, shuffle=False, seed=None, *, stratified=None):
+    """Split ``data`` into ``len(at) + 1`` consecutive views (two for a single ``at``).
+
+    ``at`` is a fraction (the share of the first view), an int (its number of
+    observations) or a tuple of either, one per view but the last, which holds the rest.
+    Fractions round as in MLUtils (``splitobs`` of 15 observations at ``(0.2, 0.3)`` gives
+    3, 4 and 8). With ``shuffle=True`` the observations are permuted first (``seed``).
+    ``stratified=labels`` splits each label's observations alike, so every view keeps the
+    label proportions; each view keeps the order of the data. Raises ``ValueError`` for
+    a bad ``at``.
+
+    >>> train, test = splitobs(np.arange(10), at=0.8)
+    >>> numobs(train), numobs(test)
+    (8, 2)
+    """
+    n = numobs(data)
+    parts = _parts(at, n)
+    order = rng(seed).permutation(n) if shuffle else np.arange(n, dtype=np.int64)
+    if stratified is None:
+        bounds = np.cumsum([0] + _split_sizes(n, parts))
+        return tuple(ObsView(data, order[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:]))
+    labels = _label_values(stratified, n)
+    fractions = tuple(p / n for p in parts) if isinstance(parts[0], Integral) and n else parts
+    pieces = [[] for _ in range(len(parts) + 1)]
+    for positions in _groups([labels[j] for j in order]).values():
+        bounds = np.cumsum([0] + _split_sizes(len(positions), fractions))
+        for piece, lo, hi in zip(pieces, bounds[:-1], bounds[1:]):
+            piece.append(positions[lo:hi])
+    return tuple(ObsView(data, order[_sorted_union(piece)]) for piece in pieces)
+
+
+def _sorted_union(arrays):
+    """The positions of ``arrays`` (disjoint int64 arrays) in increasing order."""
+    return np.sort(np.concatenate(arrays)) if arrays else np.zeros(0, np.int64)
+
+
+def _fold_bounds(n, k):
+    """Bounds of ``k`` consecutive folds of ``n``: the first ``n % k`` one larger."""
+    sizes = [n // k + 1] * (n % k) + [n // k] * (k - n % k)
+    return np.cumsum([0] + sizes)
+
+
+def kfolds(data, k=5, *, shuffle=False, seed=None, stratified=None):
+    """``k`` pairs ``(train, validation)`` of views: fold ``j`` validates on the j-th of
+    ``k`` consecutive parts (the first ``n % k`` one observation larger) and trains on the
+    rest, in the order of the data. ``shuffle=True`` permutes the observations first
+    (``seed``); ``stratified=labels`` makes the folds of each label separately, so every
+    validation view keeps the label proportions (each label needs ``k`` observations).
+    Raises ``ValueError`` unless ``2 <= k <= numobs(data)``."""
+    n = numobs(data)
+    if not isinstance(k, Integral) or isinstance(k, bool) or not 2 <= k <= n:
+        raise ValueError(f"kfolds needs 2 <= k <= {n} (the number of observations), got {k!r}")
+    order = rng(seed).permutation(n) if shuffle else np.arange(n, dtype=np.int64)
+    if stratified is None:
+        bounds = _fold_bounds(n, k)
+        validations = [np.arange(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    else:
+        labels = _label_values(stratified, n)
+        validations = [[] for _ in range(k)]
+        for label, positions in _groups([labels[j] for j in order]).items():
+            if len(positions) < k:
+                raise ValueError(f"stratified kfolds needs k={k} observations of each "
+                                 f"label; label {label!r} has {len(positions)}")
+            bounds = _fold_bounds(len(positions), k)
+            for fold, lo, hi in zip(validations, bounds[:-1], bounds[1:]):
+                fold.append(positions[lo:hi])
+        validations = [_sorted_union(fold) for fold in validations]
+    everything = np.arange(n)
+    return [(ObsView(data, order[np.setdiff1d(everything, v)]), ObsView(data, order[v]))
+            for v in validations]
+
+
+def leavepout(data, p=1):
+    """``kfolds(data, numobs(data) // p)``: folds whose validation views hold ``p``
+    observations (a few ``p + 1`` when ``p`` does not divide the number). ``p=1`` is
+    leave-one-out. Raises ``ValueError`` unless ``1 <= p <= numobs(data) // 2``."""
+    n = numobs(data)
+    if not isinstance(p, Integral) or isinstance(p, bool) or not 1 <= p <= n // 2:
+        raise ValueError(f"leavepout needs 1 <= p <= {n // 2} (half the observations), "
+                         f"got {p!r}")
+    return kfolds(data, n // p)
+
+
+def chunk(data, n=None, *, size=None):
+    """Consecutive views of ``data``: ``n`` parts of ``ceil(numobs / n)`` observations
+    (the last one smaller, and fewer parts when they run out, as in MLUtils), parts of
+    ``size`` observations, or parts of the sizes in the sequence ``size`` (summing to
+    ``numobs(data)``). Raises ``ValueError`` for anything else.
+
+    >>> [getobs(part).tolist() for part in chunk(np.arange(1, 11), 3)]
+    [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10]]
+    """
+    total = numobs(data)
+    if (n is None) == (size is None):
+        raise ValueError("chunk needs either a number of parts n or a size")
+    if n is not None:
+        if not isinstance(n, Integral) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"chunk needs a positive number of parts, got {n!r}")
+        size = -(-total // n)
+    if isinstance(size, Integral) and not isinstance(size, bool):
+        if size < 1:
+            raise ValueError(f"chunk needs a positive size, got {size!r}")
+        sizes = [min(size, total - start) for start in range(0, total, size)]
+    else:
+        sizes = list(size)
+        if (any(not isinstance(s, Integral) or s < 0 for s in sizes)
+                or sum(sizes) != total):
+            raise ValueError(f"chunk sizes must be counts summing to {total}, got {size!r}")
+    bounds = np.cumsum([0] + sizes)
+    return [ObsView(data, np.arange(lo, hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+def _last_member(data):
+    """The last member of a tuple container, through ``obsview``s of it; else None."""
+    if isinstance(data, tuple):
+        return data[-1]
+    if isinstance(data, ObsView):
+        inner = _last_member(data.data)
+        return None if inner is None else ObsView(inner, data.indices)
+    return None
+
+
+def _classes(data, classes, name):
+    """``{label: positions}`` of ``classes``, or of the labels ``data`` carries last."""
+    if classes is None:
+        classes = _last_member(data)
+        if classes is None:
+            raise ValueError(f"{name} needs classes=, or a tuple of containers (or a view of "
+                             f"one) whose last holds the labels")
+    return _groups(_label_values(classes, numobs(data)))
+
+
+def oversample(data, classes=None, *, fraction=1, shuffle=True, seed=None):
+    """A view of ``data`` in which every class has at least ``round(fraction * m)``
+    observations, ``m`` being the size of the largest class: a smaller class is repeated
+    whole as often as fits, then topped up with a random sample of it without
+    replacement. ``classes`` holds a label per observation; without it, ``data`` is a
+    tuple (or a view of one) whose last member holds them. Unshuffled, the added
+    observations follow the original ones, class by class. Raises ``ValueError`` without
+    labels."""
+    groups = _classes(data, classes, "oversample")
+    draw = rng(seed)
+    target = round(fraction * max((len(g) for g in groups.values()), default=0))
+    indices = [np.arange(numobs(data), dtype=np.int64)]
+    for positions in groups.values():
+        needed = target - len(positions)
+        while needed > len(positions):
+            indices.append(positions)
+            needed -= len(positions)
+        if needed > 0:
+            indices.append(draw.choice(positions, needed, replace=False))
+    indices = np.concatenate(indices)
+    return ObsView(data, draw.permutation(indices) if shuffle else indices)
+
+
+def undersample(data, classes=None, *, shuffle=True, seed=None):
+    """A view of ``data`` with as many observations of every class as the smallest class
+    has, drawn at random without replacement. ``classes`` as for ``oversample``.
+    Unshuffled, the observations keep their order in ``data``."""
+    groups = _classes(data, classes, "undersample")
+    draw = rng(seed)
+    smallest = min((len(g) for g in groups.values()), default=0)
+    kept = [draw.choice(positions, smallest, replace=False) for positions in groups.values()]
+    indices = _sorted_union(kept)
+    return ObsView(data, draw.permutation(indices) if shuffle else indices)

@@ -1,0 +1,278 @@
+"""Tables as containers of rows: pandas, pyarrow and Hugging Face ``datasets``.
+
+A table's observations are its rows, as a Tables.jl table's are in MLUtils:
+``getobs(table, i)`` is a dict of the row's values (``{column: value}``), several rows a
+dict of column batches. A column (pandas ``Series``, pyarrow ``ChunkedArray`` or
+``Array``) is a container of its values. The position is what counts: a pandas index is
+not used.
+
+Each column converts by its type, never silently losing information:
+
+- numbers, booleans, dates, datetimes and durations: a numpy array (for pyarrow, a view of
+  the Arrow buffer when the column is one chunk without nulls; for pandas, of its numpy
+  values); Arrow fixed-size lists of numbers: an array of shape ``(rows, size, ...)``;
+- strings, bytes, variable-size lists, structs, maps, decimals, times of day and Python
+  objects: a list of Python values;
+- missing values: NaN in float columns, NaT in date and time columns, None in lists; an
+  integer or boolean column with missing values raises ``ValueError`` naming it (numpy
+  has no missing integer: fill them first);
+- anything else (an extension type, a time zone numpy would drop, an interval or a
+  sparse pandas column) raises ``TypeError`` naming the column and its type.
+
+The engine loads a table as the dict of those columns (``columns(table)``): its numpy
+columns gather natively. A ``datasets.Dataset`` is read through its Arrow data (the
+columns of its format); one whose format has a transform (``set_transform``) is read row
+by row through ``__getitem__`` instead, like any sequence.
+
+None of these libraries is imported by ``import fastload``: a table is recognised by the
+module and name of its type, and the library is imported where one is met.
+"""
+import weakref
+
+import numpy as np
+
+__all__ = ["columns", "is_table", "table_getobs", "table_numobs"]
+
+_KINDS = {("pandas", "DataFrame"): "pandas", ("pandas", "Series"): "pandas-column",
+          ("pyarrow", "Table"): "arrow", ("pyarrow", "RecordBatch"): "arrow",
+          ("pyarrow", "ChunkedArray"): "arrow-column", ("pyarrow", "Array"): "arrow-column",
+          ("datasets", "Dataset"): "datasets"}
+_kind_of_type = {}
+# id(table) -> (weak reference, key, columns) for the tables that do not change in place;
+# the entry goes when the table does (pyarrow objects cannot be dict keys).
+_converted = {}
+
+
+def _kind(data):
+    """"pandas", "pandas-column", "arrow", "arrow-column", "datasets" or None."""
+    cls = type(data)
+    kind = _kind_of_type.get(cls, False)
+    if kind is False:
+        kind = next((_KINDS[c.__module__.split(".")[0], c.__name__] for c in cls.__mro__
+                     if (c.__module__.split(".")[0], c.__name__) in _KINDS), None)
+        _kind_of_type[cls] = kind
+    if kind == "datasets" and data.format.get("type") == "custom":
+        return None     # a transform only __getitem__ applies: read it as a sequence
+    return kind
+
+
+def is_table(data):
+    """True for a table or a column of one of the supported libraries."""
+    return _kind(data) is not None
+
+
+def table_numobs(data):
+    """The rows of a table, or the values of a column."""
+    return data.num_rows if _kind(data) == "arrow" else len(data)
+
+
+def columns(data):
+    """A table as a dict ``{name: numpy array or list}`` of its whole columns, or a column
+    as one array or list (converted as the module docstring says). Raises ``TypeError``
+    or ``ValueError`` naming a column that cannot convert."""
+    kind = _kind(data)
+    if kind in ("pandas", "pandas-column"):
+        return _convert(data, kind, None)     # mutable: converted each time (views mostly)
+    key = _format_key(data) if kind == "datasets" else None
+    cached = _converted.get(id(data))
+    if cached is not None and cached[0]() is data and cached[1] == key:
+        return cached[2]
+    values = _convert(data, kind, None)
+    _converted[id(data)] = (weakref.ref(data, _forget(id(data))), key, values)
+    return values
+
+
+def _forget(key):
+    """The callback that drops the entry ``key`` of ``_converted`` when its table goes."""
+    return lambda _: _converted.pop(key, None)
+
+
+def table_getobs(data, i):
+    """Row ``i`` (an int) as a dict of values, or rows ``i`` (an int64 array) as a dict of
+    column batches; for a column, one value or a batch. ``i`` is already checked."""
+    kind = _kind(data)
+    positions = np.array([i], np.int64) if isinstance(i, int) else i
+    values = _convert(data, kind, positions)
+    if not isinstance(i, int):
+        return values
+    if isinstance(values, dict):
+        return {name: column[0] for name, column in values.items()}
+    return values[0]
+
+
+def _convert(data, kind, positions):
+    """The columns of ``data`` (all rows, or those at ``positions``), converted."""
+    if kind == "pandas":
+        _check_names(list(data.columns))
+        return {name: _pandas_values(data.iloc[:, k], name, positions)
+                for k, name in enumerate(data.columns)}
+    if kind == "pandas-column":
+        return _pandas_values(data, data.name, positions)
+    if kind == "datasets":
+        data = _datasets_rows(data, positions)
+        positions = None
+    if kind == "arrow-column":
+        return _arrow_values(data, None, positions)
+    names = data.schema.names
+    _check_names(names)
+    return {name: _arrow_values(data.column(k), name, positions)
+            for k, name in enumerate(names)}
+
+
+def _check_names(names):
+    seen = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"the table has two columns named {name!r}: its rows cannot "
+                             f"be dicts; rename one")
+        seen.add(name)
+
+
+def _format_key(dataset):
+    """What a ``datasets.Dataset``'s columns depend on that can change in place."""
+    fmt = dataset.format
+    return repr(fmt.get("columns")), bool(fmt.get("output_all_columns")), len(dataset)
+
+
+def _datasets_rows(dataset, positions):
+    """The rows of a ``datasets.Dataset`` (all, or at ``positions``) as a pyarrow Table
+    with the columns of its format."""
+    fmt = dataset.format
+    rows = dataset.with_format("arrow", columns=fmt.get("columns"),
+                               output_all_columns=bool(fmt.get("output_all_columns")))
+    return rows[slice(None) if positions is None else positions.tolist()]
+
+
+def _label(name):
+    return "the column" if name is None else f"column {name!r}"
+
+
+def _missing(name, count):
+    return ValueError(f"{_label(name)} has {count} missing value(s), which an integer or "
+                      f"boolean numpy array cannot hold: fill them first (pandas: fillna; "
+                      f"pyarrow: pyarrow.compute.fill_null) or make the column float")
+
+
+def _unsupported(name, dtype, why="numpy has no such type"):
+    return TypeError(f"{_label(name)} has type {dtype}, which fastload does not convert "
+                     f"({why}); convert the column first")
+
+
+# pyarrow ------------------------------------------------------------------------------
+
+def _take(column, positions):
+    """The rows of a pyarrow column at ``positions`` (all when None), as one Array."""
+    if positions is not None:
+        column = column.take(positions)
+    if hasattr(column, "num_chunks"):
+        return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    return column
+
+
+def _arrow_kind(typ, name):
+    """How a pyarrow column of type ``typ`` converts: "exact" (numpy, no missing values
+    allowed), "numpy" (numpy, missing values as NaN or NaT), "fixed" (fixed-size lists)
+    or "list". Raises ``TypeError`` for a type that does not convert."""
+    import pyarrow as pa
+    t = pa.types
+    if t.is_dictionary(typ):
+        return _arrow_kind(typ.value_type, name)
+    if isinstance(typ, pa.BaseExtensionType):
+        raise _unsupported(name, typ, "an extension type")
+    if t.is_integer(typ) or t.is_boolean(typ):
+        return "exact"
+    if t.is_timestamp(typ) and typ.tz is not None:
+        raise _unsupported(name, typ, "its time zone would be lost in numpy")
+    if t.is_floating(typ) or t.is_timestamp(typ) or t.is_date(typ) or t.is_duration(typ):
+        return "numpy"
+    if t.is_fixed_size_list(typ):
+        return "fixed"
+    if (t.is_string(typ) or t.is_large_string(typ) or t.is_binary(typ)
+            or t.is_large_binary(typ) or t.is_fixed_size_binary(typ) or t.is_list(typ)
+            or t.is_large_list(typ) or t.is_struct(typ) or t.is_map(typ)
+            or t.is_decimal(typ) or t.is_time(typ) or t.is_null(typ)
+            or _is_view(t, typ)):
+        return "list"
+    raise _unsupported(name, typ)
+
+
+def _arrow_values(column, name, positions=None):
+    """A pyarrow column (an Array or ChunkedArray; its rows at ``positions``, all when
+    None) as a numpy array or a list (see the module docstring)."""
+    kind = _arrow_kind(column.type, name)
+    array = _take(column, positions)
+    if hasattr(array, "dictionary_decode"):
+        array = array.dictionary_decode()
+    if kind == "exact" and array.null_count:
+        raise _missing(name, array.null_count)
+    if kind in ("exact", "numpy"):
+        return array.to_numpy(zero_copy_only=False)
+    if kind == "fixed":
+        values = _fixed_size_values(array, name)
+        if values is not None:
+            return values
+    return array.to_pylist()
+
+
+def _is_view(t, typ):
+    """True for the string, binary and list view types of newer pyarrow versions."""
+    return any(getattr(t, check, lambda _: False)(typ)
+               for check in ("is_string_view", "is_binary_view", "is_list_view",
+                             "is_large_list_view"))
+
+
+def _fixed_size_values(array, name):
+    """A fixed-size list column of numbers without nulls as an array ``(rows, size, ...)``,
+    or None when it holds something else."""
+    import pyarrow as pa
+    t = pa.types
+    value_type = array.type.value_type
+    if array.null_count or not (t.is_integer(value_type) or t.is_floating(value_type)
+                                or t.is_boolean(value_type) or t.is_fixed_size_list(value_type)):
+        return None
+    flat = array.flatten()
+    values = (_fixed_size_values(flat, name) if t.is_fixed_size_list(value_type)
+              else None if flat.null_count else flat.to_numpy(zero_copy_only=False))
+    if values is None:
+        return None
+    return values.reshape((len(array), array.type.list_size) + values.shape[1:])
+
+
+# pandas -------------------------------------------------------------------------------
+
+def _pandas_values(series, name, positions):
+    """A pandas Series (the rows at ``positions``, all when None) as a numpy array or a
+    list (see the module docstring)."""
+    import pandas as pd
+    dtype = series.dtype
+    if isinstance(dtype, np.dtype):
+        values = series.to_numpy()
+        if positions is not None:
+            values = values[positions]
+        if dtype.kind in "biufcmM":
+            return values
+        if dtype.kind == "O":
+            return values.tolist()
+        raise _unsupported(name, dtype)
+    if positions is not None:
+        series = series.iloc[positions]
+    if isinstance(dtype, pd.CategoricalDtype):
+        category = dtype.categories.dtype
+        if series.hasnans and isinstance(category, np.dtype) and category.kind in "biu":
+            raise _missing(name, int(series.isna().sum()))
+        return _pandas_values(series.astype(category), name, None)
+    if isinstance(dtype, pd.StringDtype):
+        return series.tolist()
+    if type(dtype).__name__ == "ArrowDtype":
+        import pyarrow as pa
+        return _arrow_values(pa.array(series.array), name)
+    if isinstance(dtype, pd.DatetimeTZDtype):
+        raise _unsupported(name, dtype, "its time zone would be lost in numpy")
+    numpy_dtype = getattr(dtype, "numpy_dtype", None)
+    if numpy_dtype is not None and numpy_dtype.kind in "biuf":   # Int64, Float32, boolean
+        if series.hasnans and numpy_dtype.kind != "f":
+            raise _missing(name, int(series.isna().sum()))
+        if series.hasnans:
+            return series.to_numpy(dtype=numpy_dtype, na_value=np.nan)
+        return series.to_numpy(dtype=numpy_dtype)
+    raise _unsupported(name, dtype)
