@@ -157,13 +157,13 @@ class Engine:
         return slots, values, not busy
 
     def iterate(self, data, schedule, *, stats=None, progress=None, on_end=None,
-                verify_rows=()):
+                verify_rows=(), delivered=None):
         """An iterator over the steps of ``schedule`` loaded from the container ``data``
         (a ``_core.Iteration``). ``stats`` and ``progress`` (``_core.Stats``,
         ``_core.Progress``) are updated as steps are delivered; ``on_end()`` is called
         when the last one was; each of ``verify_rows(positions)`` checks a step's rows
-        before it is handed out. Raises ``fastload.LoadError`` naming the observation
-        that failed to load."""
+        before it is handed out, and then ``delivered(step)`` is told that it is. Raises
+        ``fastload.LoadError`` naming the observation that failed to load."""
         stats = stats if stats is not None else _core.Stats()
         progress = progress if progress is not None else _core.Progress(schedule.epoch,
                                                                          schedule.start)
@@ -180,7 +180,7 @@ class Engine:
             iteration = _core.Iteration(plan, ring, values, [plan.new_objects() for _ in ring],
                                         plan.rows, self.buffer, stats, progress, on_end,
                                         plan.whole_steps and schedule.batch_size is not None,
-                                        _checker(schedule, verify_rows))
+                                        _checker(schedule, verify_rows, delivered))
         except BaseException:
             if shared:
                 self._ring_owner = None
@@ -212,15 +212,18 @@ class Engine:
             self._ring = self._ring_owner = None
 
 
-def _checker(schedule, verify_rows):
-    """``check(step)`` running each of ``verify_rows`` on the step's positions, or None."""
+def _checker(schedule, verify_rows, delivered):
+    """``check(step)`` running each of ``verify_rows`` on the step's positions, then
+    ``delivered(step)``; or None when there is neither."""
     if not verify_rows:
-        return None
+        return delivered
 
     def check(step):
         positions = schedule.positions(step)
         for verify in verify_rows:
             verify(positions)
+        if delivered is not None:
+            delivered(step)
     return check
 
 

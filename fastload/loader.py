@@ -9,6 +9,7 @@ epochs on top: ``eachobs_parallel`` loads any container, views included.
 import secrets
 import threading
 import warnings
+import weakref
 from numbers import Integral
 
 import numpy as np
@@ -65,32 +66,54 @@ class StatsReport(dict):
                 f"{100 * self['wait_fraction']:.0f}% of the time")
 
 
+def _found(data, name):
+    """The attribute ``name`` (when not None) of ``data``, else of the containers under it
+    (through tuples, dicts and ``mapobs``), in order: how the loader finds what a packed
+    dataset offers (its chunks, checksums, file pages) under columns and views of it."""
+    found = getattr(data, name, None)
+    if found is not None:
+        return [found]
+    if isinstance(data, (tuple, dict)):
+        members = data.values() if isinstance(data, dict) else data
+        return [v for member in members for v in _found(member, name)]
+    if isinstance(data, MappedObs):
+        return _found(data.data, name)
+    return []
+
+
 def _chunk_bounds(data):
     """Chunk boundaries of the packed dataset under ``data``, or None."""
-    if hasattr(data, "chunk_bounds"):
-        return data.chunk_bounds
-    if isinstance(data, (tuple, dict)):
-        for member in (data.values() if isinstance(data, dict) else data):
-            bounds = _chunk_bounds(member)
-            if bounds is not None:
-                return bounds
-    if isinstance(data, MappedObs):
-        return _chunk_bounds(data.data)
-    return None
+    found = _found(data, "chunk_bounds")
+    return found[0] if found else None
 
 
 def _verifiers(data):
     """The ``verify_rows`` of the packed datasets under ``data`` opened with
     ``verify="read"``: they check a step's chunks before the loader hands it out."""
-    found = getattr(data, "verify_rows", None)
-    if found is not None:
-        return [found]
-    if isinstance(data, (tuple, dict)):
-        members = data.values() if isinstance(data, dict) else data
-        return [v for member in members for v in _verifiers(member)]
-    if isinstance(data, MappedObs):
-        return _verifiers(data.data)
-    return []
+    return _found(data, "verify_rows")
+
+
+def _file_pages(data):
+    """The ``FilePages`` of the memory-mapped packed datasets under ``data``, each once."""
+    found = {}
+    for pages in _found(data, "file_pages"):
+        found.setdefault(id(pages), pages)
+    return list(found.values())
+
+
+def _warn_random_reads(pages):
+    """Warn when a packed dataset read in random order does not fit in memory."""
+    for p in pages:
+        if not p.fits_in_memory():
+            warnings.warn(f"shuffle=True reads a packed dataset of {p.nbytes / 2**30:.1f} GiB "
+                          f"in random order, but it is larger than the memory this process "
+                          f"may use (its memory cgroup's limit, or the RAM): the page cache "
+                          f"cannot hold it, so each epoch reads the files at random from "
+                          f"disk, hundreds of times slower than in order. Use "
+                          f"shuffle='quasi' (chunks in random order, shuffled a window at a "
+                          f"time), which reads at about the disk's sequential rate",
+                          UserWarning, stacklevel=4)
+            return
 
 
 class _EpochLoader:
@@ -123,6 +146,12 @@ class _EpochLoader:
         if shuffle == "quasi" and self._chunk_bounds is None:
             raise ValueError("shuffle='quasi' reads a packed dataset chunk by chunk; this "
                              "data has no chunks (use shuffle=True)")
+        pages = _file_pages(data)
+        if shuffle is True:
+            _warn_random_reads(pages)
+        # Read ahead in the quasi-random order: the pages of the dataset it follows.
+        self._pages = next((p for p in pages if p.chunk_bounds is self._chunk_bounds), None)
+        self._read_ahead = None
         self._epoch = 0          # the epoch the next iter() starts
         self._resume_at = 0      # the step it starts at (after load_state_dict)
         self._progress = None    # epoch and steps delivered of the latest iteration
@@ -166,11 +195,30 @@ class _EpochLoader:
         epoch, start = self._epoch, self._resume_at
         self._epoch, self._resume_at = epoch + 1, 0
         self._progress = _core.Progress(epoch, start)
-        return self._engine.iterate(self.data, self.schedule(epoch, start), stats=self._stats,
-                                    progress=self._progress, on_end=self._epoch_done,
-                                    verify_rows=_verifiers(self.data))
+        schedule = self.schedule(epoch, start)
+        self._stop_read_ahead()
+        if self._pages is not None:
+            self._read_ahead = self._pages.read_ahead(schedule.order, schedule.rows,
+                                                      schedule.start)
+        reading = self._read_ahead
+        iteration = self._engine.iterate(self.data, schedule, stats=self._stats,
+                                         progress=self._progress, on_end=self._epoch_done,
+                                         verify_rows=_verifiers(self.data),
+                                         delivered=reading and reading.delivered)
+        if reading is not None:
+            # Started once the engine runs (worker processes are forked by then); stopped
+            # at the end of the epoch, by the next one, or when the iteration is dropped.
+            reading.start()
+            weakref.finalize(iteration, reading.close)
+        return iteration
+
+    def _stop_read_ahead(self):
+        ahead, self._read_ahead = self._read_ahead, None
+        if ahead is not None:
+            ahead.close()
 
     def _epoch_done(self):
+        self._stop_read_ahead()
         # The next epoch's order is finished within this epoch: no thread of the loader
         # works on between epochs (its time counts in this epoch's, where it belongs).
         if self._ahead is not None:
@@ -225,6 +273,7 @@ class _EpochLoader:
 
     def close(self):
         """Stop background work and release the batch buffers. Idempotent."""
+        self._stop_read_ahead()
         self._engine.close()
 
     def __enter__(self):
@@ -242,7 +291,9 @@ class DataLoader(_EpochLoader):
       ``drop_last``. ``len(loader)`` is the number of batches per epoch.
     - ``shuffle=True`` draws a new order every epoch from (``seed``, epoch) alone;
       ``seed=None`` draws a seed once, at construction. ``shuffle="quasi"`` reads packed
-      datasets larger than RAM chunk by chunk (see ``fastload.storage``).
+      datasets larger than RAM chunk by chunk, reading the coming chunks ahead (see
+      ``fastload.storage.readahead``); ``shuffle=True`` over a memory-mapped packed
+      dataset larger than the memory this process may use warns (UserWarning) once.
     - ``collate``: as in ``batchview`` (None: ``getobs(data, indices)``; True: stack;
       False: list of observations; a callable: applied to that list).
     - ``buffer=True`` fills preallocated buffers in place and yields them: **a yielded

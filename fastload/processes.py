@@ -36,13 +36,13 @@ import numpy as np
 
 from .workers import WorkerError, carve_ring, worker_main
 
-__all__ = ["WorkerError", "WorkerPool"]
+__all__ = ["WorkerError", "WorkerPool", "death_message", "remote_error", "shutdown_workers"]
 
 _WAIT_S = 0.5          # one timed wait on the pipes and sentinels
 _STOP_S = 30.0         # most time to let workers abandon their jobs before killing them
 
 
-def _shutdown(procs, conns, graceful):
+def shutdown_workers(procs, conns, graceful):
     """Stop worker processes: ask them to (``graceful``), then kill what is left."""
     if graceful:
         for conn in conns:
@@ -60,7 +60,7 @@ def _shutdown(procs, conns, graceful):
         conn.close()
 
 
-def _death_message(proc):
+def death_message(proc):
     code = proc.exitcode
     if code is not None and code < 0:
         try:
@@ -124,7 +124,7 @@ class WorkerPool:
                 theirs.close()
         self.procs = procs
         self.conns = [mine for mine, _ in pipes]
-        self._finalizer = weakref.finalize(self, _shutdown, procs, self.conns, False)
+        self._finalizer = weakref.finalize(self, shutdown_workers, procs, self.conns, False)
         self.outstanding = [0] * self.count
         self.root, self.key = data, key
         self.slots, self.control = slots, control
@@ -135,7 +135,7 @@ class WorkerPool:
             return
         self.control[0] = 0
         self._finalizer.detach()
-        _shutdown(self.procs, self.conns, graceful)
+        shutdown_workers(self.procs, self.conns, graceful)
         self.procs = self.conns = self.slots = self.control = self.root = None
 
     def close(self):
@@ -164,7 +164,7 @@ class WorkerPool:
 
     def died(self, proc):
         proc.join(1.0)
-        message = _death_message(proc)
+        message = death_message(proc)
         self.stop(graceful=False)
         raise RuntimeError(f"{message}; the iteration cannot continue (a worker killed "
                            f"for memory is a common cause)")
@@ -263,7 +263,7 @@ class _Transport:
         kind = reply[0]
         if kind == "error":
             _, _, _, pos, field, index, message, text, chain = reply
-            cause = _remote(text, chain)
+            cause = remote_error(text, chain)
             if index is None:
                 raise RuntimeError(f"a worker could not plan the steps: {message}") from cause
             return 0, (step, field, index, message, cause), None, None
@@ -278,7 +278,7 @@ class _Transport:
             self.pool.drain()
 
 
-def _remote(text, chain):
+def remote_error(text, chain):
     """The worker's exception and its causes, as far as they unpickle, linked again as
     they were; the last has the worker's traceback text (a ``WorkerError``) as its cause.
     Only that text when the exception itself does not unpickle."""

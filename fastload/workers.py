@@ -17,7 +17,7 @@ from .obs import getobs_into
 from .plan import make_plan
 from .schedule import Schedule
 
-__all__ = ["WorkerError", "carve_ring", "worker_main"]
+__all__ = ["WorkerError", "carve_ring", "describe_error", "worker_main"]
 
 _PARENT_CHECK_S = 1.0  # how often an idle worker checks that the consumer is alive
 _ALIGN = 64
@@ -50,7 +50,7 @@ def carve_ring(mapping, plan, slots):
 _CHAIN = 8   # most exceptions of a __cause__ chain sent to the consumer
 
 
-def _describe(exc):
+def describe_error(exc):
     """(message, traceback text, pickled exceptions) of ``exc``, for the consumer: the
     exception and its ``__cause__`` chain, each pickled on its own (None where it does not
     pickle), since pickling an exception drops its cause."""
@@ -122,7 +122,7 @@ class _Worker:
         if gen != self.gen or self.control[0] != gen:
             return ("cancelled", gen, step)
         if self.setup_error is not None:
-            return ("error", gen, step, None, None, None) + _describe(self.setup_error)
+            return ("error", gen, step, None, None, None) + describe_error(self.setup_error)
         plan = self.plan
         rows = plan.rows
         idx = np.asarray([step]) if plan.whole_steps else self.order[step * rows:(step + 1) * rows]
@@ -148,7 +148,7 @@ class _Worker:
                             plan.fill(dests, objects, field, pos, index)
                     except Exception as exc:
                         if not self.skip or plan.whole_steps:
-                            return ("error", gen, step, pos, field, index) + _describe(exc)
+                            return ("error", gen, step, pos, field, index) + describe_error(exc)
                         failed[pos] = True
                         first = first or exc
         keep = ~failed if first is not None else None

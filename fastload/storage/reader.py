@@ -5,6 +5,7 @@ then read through numpy views of the mapped file.
 """
 import builtins
 import glob
+import mmap
 import os
 import threading
 import warnings
@@ -18,6 +19,7 @@ from fastload.storage.checksums import META_CHECKSUMS, shard_checksums
 from fastload.storage.columns import (EncodedColumn, Piece, RawArray, RawColumn,
                                       ScalarArray, shape_list)
 from fastload.storage.fields import Bytes, Raw, Scalar, Str
+from fastload.storage.filepages import FilePages
 from fastload.storage.progress import progress_bar
 from fastload.storage.meta import (META_FIELDS, META_FORMAT, read_chunks, read_fields,
                                    read_user)
@@ -93,20 +95,24 @@ def resolve_files(path):
 
 
 class _Shard:
-    """One opened file: its mapped bytes and its record batches."""
+    """One opened file: its bytes (``mapping``: the mmap, None when read into memory),
+    and its record batches."""
 
-    def __init__(self, path, base, schema, batches):
-        self.path, self.base, self.schema, self.batches = path, base, schema, batches
+    def __init__(self, path, mapping, base, schema, batches):
+        self.path, self.mapping, self.base = path, mapping, base
+        self.schema, self.batches = schema, batches
         self.rows = sum(b.num_rows for b in batches)
 
 
 def _read_file(path, cache):
     pa = import_pyarrow()
+    mapping = None
     try:
-        if cache == "os":
-            buf = pa.memory_map(path, "r").read_buffer()
-        else:
-            with builtins.open(path, "rb") as f:
+        with builtins.open(path, "rb") as f:
+            if cache == "os" and os.fstat(f.fileno()).st_size > 0:
+                mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                buf = pa.py_buffer(mapping)
+            else:
                 buf = pa.py_buffer(f.read())
     except OSError as exc:
         raise LoadError(f"{path}: cannot read: {exc}", source=path) from exc
@@ -123,7 +129,7 @@ def _read_file(path, cache):
     if meta.get(META_FORMAT) == b"2" and META_CHECKSUMS not in meta:
         raise LoadError(f"{path}: a fastload file of format version 2 without its "
                         f"checksums: the file is corrupt", source=path)
-    return _Shard(path, np.frombuffer(buf, np.uint8), schema, batches)
+    return _Shard(path, mapping, np.frombuffer(buf, np.uint8), schema, batches)
 
 
 def _refuse_extension_types(pa, field, path, where=""):
@@ -200,8 +206,10 @@ class Dataset:
         self._checks = _ChunkChecks(self) if verify_reads else None
         if self._checks is not None:
             self.verify_rows = self._checks.rows
+        mapped = all(s.mapping is not None for s in shards)
+        self.file_pages = FilePages(shards, self.chunk_bounds) if mapped else None
         for column in self._columns.values():
-            _mark_chunks(column, self.chunk_bounds, self._checks)
+            _mark_chunks(column, self.chunk_bounds, self._checks, self.file_pages)
 
     def _chunk_bounds(self):
         """Row boundaries of the chunks over all files: a file's chunk metadata, else its
@@ -334,14 +342,16 @@ def _own_chunks(shard):
     return own if own is not None else _bounds([b.num_rows for b in shard.batches])
 
 
-def _mark_chunks(column, bounds, checks):
-    """A column, and its stored bytes, know the dataset's chunks: a loader over columns
-    (``mapobs(f, ds["image"].encoded)``, ``ds["label"]``) can read chunk by chunk
-    (``shuffle="quasi"``) as it can over the dataset; with ``verify="read"`` they also
-    carry ``verify_rows``, which checks the chunks of the rows about to be read."""
+def _mark_chunks(column, bounds, checks, pages):
+    """A column, and its stored bytes, know the dataset's chunks and where they lie in the
+    files (``file_pages``): a loader over columns (``mapobs(f, ds["image"].encoded)``,
+    ``ds["label"]``) can read chunk by chunk (``shuffle="quasi"``), reading ahead, as it
+    can over the dataset; with ``verify="read"`` they also carry ``verify_rows``, which
+    checks the chunks of the rows about to be read."""
     for part in (column, getattr(column, "encoded", None)):
         if part is not None:
             part.chunk_bounds = bounds
+            part.file_pages = pages
             if checks is not None:
                 part.verify_rows = checks.rows
 

@@ -1,5 +1,5 @@
-"""Column spill files: the writer appends each column's encoded values to disk as rows
-arrive, then maps the files back as the buffers of one Arrow record batch.
+"""Column spill files: the writer appends each column's encoded values to disk as blocks
+of rows arrive, then maps the files back as the buffers of one Arrow record batch.
 
 One record batch per file keeps every column contiguous in the file: a Raw column reads
 as one (n, *shape) array and a binary column as one data buffer with n + 1 offsets.
@@ -8,7 +8,6 @@ row) and NDArray shapes stay in RAM until the end.
 """
 import builtins
 import os
-from array import array
 
 import numpy as np
 
@@ -20,29 +19,34 @@ BYTE_KINDS = ("binary", "string")
 
 
 class ColumnSpill:
-    """One column being written: ``append`` each row's value, then ``to_arrow``."""
+    """One column being written: ``extend`` it with each block's values, then
+    ``to_arrow``. A byte column's bytes go to a spill file at ``path``, or straight into
+    the file being written when ``into`` (an ``ipcfile.InPlaceFile``) is given."""
 
-    def __init__(self, path, kind):
-        self.path, self.kind = path, kind
+    def __init__(self, path, kind, into=None):
+        self.path, self.kind, self.into = path, kind, into
         self.rows = 0
         self._file = None
+        self._values = []        # numbers: one array per block; shapes: one list per row
         if kind in BYTE_KINDS or kind.startswith("fixed:"):
-            self._file = builtins.open(path, "wb")
-            self._offsets = array("q", [0])
-        else:
-            self._values = []
+            self._file = into if into is not None else builtins.open(path, "wb")
+            self._lengths = []   # one int64 array per block
 
-    def append(self, value):
-        """Adds one row; returns the number of bytes it takes."""
-        self.rows += 1
-        if self._file is None:
-            self._values.append(value)
-            return 8 * (len(value) if isinstance(value, list) else 1)
-        data = value.encode("utf-8") if isinstance(value, str) else value
-        self._file.write(data)
-        if self.kind in BYTE_KINDS:
-            self._offsets.append(self._offsets[-1] + len(data))
-        return len(data)
+    def extend(self, values):
+        """Adds a block's values: a ``ByteValues`` for a byte column, an array of numbers,
+        or a list of shapes. Returns the bytes each row takes (int64): stored bytes, or 8
+        per number."""
+        if self._file is not None:
+            self._file.write(values.data)
+            self._lengths.append(values.lengths)
+            self.rows += len(values.lengths)
+            return values.lengths
+        self.rows += len(values)
+        if self.kind == "shape":
+            self._values.extend(values)
+            return np.fromiter((8 * len(v) for v in values), np.int64, len(values))
+        self._values.append(values)
+        return np.full(len(values), 8, np.int64)
 
     def to_arrow(self, pa):
         """The column as one Arrow array; byte data is a read-only map of the spill file."""
@@ -50,17 +54,24 @@ class ColumnSpill:
         if self._file is None:
             if self.kind == "shape":
                 return pa.array(self._values, typ)
-            return pa.array(np.asarray(self._values, dtype=np.dtype(self.kind)), typ)
-        self._file.close()
-        data = _map(pa, self.path)
+            values = np.concatenate(self._values) if self._values else \
+                np.zeros(0, np.dtype(self.kind))
+            return pa.array(values, typ)
+        if self.into is not None:
+            data = self.into.data(pa)
+        else:
+            self._file.close()
+            data = _map(pa, self.path)
         if self.kind.startswith("fixed:"):
             return pa.Array.from_buffers(typ, self.rows, [None, data])
-        offsets = pa.py_buffer(np.frombuffer(self._offsets, np.int64))
-        return pa.Array.from_buffers(typ, self.rows, [None, offsets, data])
+        offsets = np.zeros(self.rows + 1, np.int64)
+        if self.rows:
+            np.cumsum(np.concatenate(self._lengths), out=offsets[1:])
+        return pa.Array.from_buffers(typ, self.rows, [None, pa.py_buffer(offsets), data])
 
     def close(self):
         """Closes and deletes the spill file (idempotent)."""
-        if self._file is not None:
+        if self._file is not None and self.into is None:
             self._file.close()
             if os.path.exists(self.path):
                 os.remove(self.path)

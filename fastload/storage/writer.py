@@ -1,30 +1,34 @@
-"""Writing packed datasets: observations encoded in parallel, spilled column by column,
-written as one Arrow IPC file.
+"""Writing packed datasets: observations encoded in parallel (``encoders.py``,
+``encoder_processes.py``), written as one Arrow IPC file.
 
-Each file holds one record batch, so every column is contiguous in the file (see
-``spill.py``); the ``chunk_bytes`` chunks used for sample order are row ranges kept in
-the metadata. The file is written under a temporary name in the destination's directory
-and renamed when complete, so an error or Ctrl-C never leaves a partial file under the
-final name.
+Each file holds one record batch, so every column is contiguous in the file: the first
+column's bytes are written into the file as rows come (``ipcfile.py``), the other columns
+are spilled (``spill.py``) and copied in at the end. The ``chunk_bytes`` chunks used for
+sample order are row ranges kept in the metadata. The file is written under a temporary
+name in the destination's directory and renamed when complete, so an error or Ctrl-C
+never leaves a partial file under the final name.
 """
 import json
 import os
 import shutil
 import threading
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, closing
 
+import numpy as np
+
 from fastload.errors import LoadError
-from fastload.obs import getobs, numobs
+from fastload.obs import numobs
 from fastload.storage.arrow_types import arrow_type, import_pyarrow
 from fastload.storage.checksums import META_CHECKSUMS, chunk_checksums, metadata_checksum
+from fastload.storage.encoder_processes import SLOT_BYTES, process_blocks
+from fastload.storage.encoders import (at_row, encode_row, is_byte_kind, observation,
+                                       thread_blocks)
 from fastload.storage.fields import as_encoding
+from fastload.storage.ipcfile import InPlaceFile, body_lead
 from fastload.storage.meta import (FORMAT_VERSION, META_CHUNKS, META_FIELDS, META_FORMAT,
                                    META_USER)
 from fastload.storage.progress import progress_bar
 from fastload.storage.spill import ColumnSpill
-from fastload.views import source_of
 
 __all__ = ["write"]
 
@@ -32,31 +36,35 @@ DEFAULT_CHUNK_BYTES = 64 << 20
 
 
 def write(path, data, fields, *, chunk_bytes=DEFAULT_CHUNK_BYTES, num_threads=None,
-          progress=True, metadata=None, on_error="raise"):
+          backend="thread", progress=True, metadata=None, on_error="raise"):
     """Encode every observation of ``data`` and write them to the packed file ``path``.
 
     ``data`` is a container (``numobs``/``getobs``) whose observations are dicts holding
     the fields, or tuples with the fields in the order of ``fields``. ``fields`` maps each
     field name to an encoding (``Raw()``, ``JPEG(quality=90)``, ``"int64"``, ...).
-    Encoded rows are spilled to files in a temporary directory next to ``path`` as they
-    come (removed at the end, or by the next write after a kill), so memory
-    stays bounded (disk needs about twice the dataset's size while writing). Rows are cut
-    into chunks of about ``chunk_bytes`` encoded bytes, the unit of the quasi-random
-    order. ``num_threads`` encoder threads (default: one per CPU) run at once;
-    ``progress`` shows a tqdm bar when tqdm is installed. ``metadata`` is an optional
-    JSON-serializable dict kept in the file (``Dataset.metadata``), e.g. class names.
+    Encoded rows are written as they come, in a temporary directory next to ``path``
+    (removed at the end, or by the next write after a kill), so memory stays bounded: the
+    first field's bytes straight into the file, the other columns to spill files copied in
+    at the end. Rows are cut into chunks of about ``chunk_bytes`` encoded bytes, the unit
+    of the quasi-random order. ``num_threads`` encoders (default: one per CPU) run at
+    once: threads, or with ``backend="process"`` forked worker processes, for containers
+    whose Python code holds the GIL (as ``DataLoader(..., backend="process")`` loads them;
+    the container is not pickled; Linux). Either way the file is the same. ``progress``
+    shows a tqdm bar when tqdm is installed. ``metadata`` is an optional JSON-serializable
+    dict kept in the file (``Dataset.metadata``), e.g. class names.
 
     Raises ValueError/TypeError for bad arguments, FileNotFoundError for a missing
-    directory, and ``LoadError`` naming the row (and its file, when the container has
-    ``paths``) when an observation cannot be read or encoded. With ``on_error="skip"``
-    such rows are left out instead; the returned list holds their ``LoadError``s (empty
-    when every row was written). Example::
+    directory, ``LoadError`` naming the row (and its file, when the container has
+    ``paths``) when an observation cannot be read or encoded, and ``RuntimeError`` when a
+    worker process dies. With ``on_error="skip"`` such rows are left out instead; the
+    returned list holds their ``LoadError``s (empty when every row was written).
+    Example::
 
         write("train.arrow", {"image": images, "label": labels},
               {"image": JPEG(quality=90), "label": "int64"})
     """
     path = os.fspath(path)
-    encodings, threads = _check_args(path, fields, chunk_bytes, num_threads)
+    encodings, threads = _check_args(path, fields, chunk_bytes, num_threads, backend)
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     user_meta = json.dumps({} if metadata is None else metadata).encode()
@@ -64,24 +72,37 @@ def write(path, data, fields, *, chunk_bytes=DEFAULT_CHUNK_BYTES, num_threads=No
     if n < 1:
         raise ValueError("cannot write a dataset with no observations")
     pa = import_pyarrow()
-    encodings = _bound(data, n, encodings, on_error == "skip")
+    skip = on_error == "skip"
+    encodings, first = _bound(data, n, encodings, skip)
+    kinds = [kind for name, enc in encodings.items() for _, kind in enc.columns(name)]
+    row_bytes = _row_bytes(data, first, encodings)
     skipped = []
     _remove_stale(path)
     work = _work_dir(path)
     try:
         os.mkdir(work)
+        tmp = os.path.join(work, "dataset.arrow")
         with ExitStack() as stack:
-            spills = _spills(stack, os.path.join(work, "column"), encodings)
-            rows = stack.enter_context(closing(
-                _encoded_rows(data, n, encodings, threads, on_error == "skip")))
-            bounds = _spill_rows(rows, spills, chunk_bytes, n, progress, skipped)
+            # The first column's bytes go straight into the file (ipcfile.py), the others
+            # to spill files.
+            out = InPlaceFile(tmp, _header_bytes(pa, encodings, user_meta, n, row_bytes,
+                                                 chunk_bytes),
+                              body_lead(kinds[0], n) if is_byte_kind(kinds[0]) else None)
+            stack.callback(out.close)
+            spills = _spills(stack, os.path.join(work, "column"), kinds, out)
+            blocks = stack.enter_context(closing(
+                _blocks(data, n, encodings, kinds, threads, backend, skip, row_bytes)))
+            bounds = _spill_blocks(blocks, spills, chunk_bytes, n, progress, skipped)
             arrays = [s.to_arrow(pa) for s in spills]
-            schema = _schema(pa, encodings, user_meta, bounds, arrays)
+            schema = _schema(pa, encodings, user_meta, bounds,
+                             chunk_checksums(pa, arrays, bounds))
             batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
             del arrays
-            tmp = os.path.join(work, "dataset.arrow")
-            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as out:
-                out.write_batch(batch)
+            if not out.finish(pa, batch):
+                # More chunks than the header was made for: pyarrow writes the file anew.
+                tmp = os.path.join(work, "copy.arrow")
+                with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as copy:
+                    copy.write_batch(batch)
             del batch
         _fsync(tmp)
         os.replace(tmp, path)
@@ -89,6 +110,42 @@ def write(path, data, fields, *, chunk_bytes=DEFAULT_CHUNK_BYTES, num_threads=No
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return skipped
+
+
+def _blocks(data, n, encodings, kinds, count, backend, skip, row_bytes):
+    """The encoded blocks of rows, in order: about 1 MiB each on threads, half a worker's
+    slot in processes."""
+    if backend == "process":
+        return process_blocks(data, n, encodings, kinds, count, skip,
+                              _rows_for(SLOT_BYTES // 2, row_bytes))
+    return thread_blocks(data, n, encodings, kinds, count, skip, _rows_for(1 << 20, row_bytes))
+
+
+def _rows_for(target, row_bytes):
+    return max(1, min(4096, target // max(row_bytes, 1)))
+
+
+def _row_bytes(data, i, encodings):
+    """The bytes row ``i`` takes, as chunks count them (8 per number)."""
+    size = 0
+    for parts in encode_row(data, i, encodings):
+        for value in parts:
+            if isinstance(value, str):
+                value = value.encode("utf-8")
+            size += 8 * len(value) if isinstance(value, list) else \
+                len(value) if isinstance(value, bytes) else 8
+    return size
+
+
+def _header_bytes(pa, encodings, user_meta, n, row_bytes, chunk_bytes):
+    """Bytes reserved before the body for the schema and record batch metadata: enough
+    for four times the chunks that the first row's size predicts (a chunk has a row at
+    least), rounded up to 64 KiB."""
+    chunks = min(n, 4 * (n * max(row_bytes, 1) // chunk_bytes + 1) + 16)
+    schema = _schema(pa, encodings, user_meta, [n] * (chunks + 1), [2**32 - 1] * chunks)
+    columns = sum(len(enc.columns(name)) for name, enc in encodings.items())
+    size = 8 + schema.serialize().size + 1024 + 64 * columns
+    return -(-size // (64 << 10)) * (64 << 10)
 
 
 def _work_dir(path):
@@ -137,19 +194,20 @@ def _fsync(path):
 
 
 def _bound(data, n, encodings, skip):
-    """The encodings bound to the first row that loads (the first row, unless ``skip``)."""
+    """(the encodings bound to the first row that loads, that row): the first row, unless
+    ``skip``."""
     names = list(encodings)
     for i in range(n):
         try:
-            first = _observation(data, i, names)
-            return {k: _at_row(i, k, lambda: enc.bind(first[k]), data)
-                    for k, enc in encodings.items()}
+            first = observation(data, i, names)
+            return {k: at_row(i, k, lambda: enc.bind(first[k]), data)
+                    for k, enc in encodings.items()}, i
         except LoadError:
             if not skip or i == n - 1:
                 raise
 
 
-def _check_args(path, fields, chunk_bytes, num_threads):
+def _check_args(path, fields, chunk_bytes, num_threads, backend):
     if not isinstance(fields, dict) or not fields:
         raise TypeError("fields must be a non-empty dict: field name -> encoding")
     encodings = {}
@@ -164,6 +222,8 @@ def _check_args(path, fields, chunk_bytes, num_threads):
             else (os.cpu_count() or 1)
     if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
         raise ValueError(f"num_threads must be a positive int or None, got {num_threads!r}")
+    if backend not in ("thread", "process"):
+        raise ValueError(f"backend must be 'thread' or 'process', got {backend!r}")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise FileNotFoundError(f"cannot write {path!r}: directory {parent!r} does not exist")
@@ -172,124 +232,61 @@ def _check_args(path, fields, chunk_bytes, num_threads):
     return encodings, num_threads
 
 
-def _spills(stack, tmp, encodings):
-    """One ColumnSpill per column, each deleted when ``stack`` closes."""
+def _spills(stack, tmp, kinds, out):
+    """One ColumnSpill per column, each deleted when ``stack`` closes; the first column's
+    bytes go into ``out`` when they can."""
     spills = []
-    kinds = [kind for name, enc in encodings.items() for _, kind in enc.columns(name)]
     for k, kind in enumerate(kinds):
-        spill = ColumnSpill(f"{tmp}.{k}", kind)
+        spill = ColumnSpill(f"{tmp}.{k}", kind, out if k == 0 and out.lead is not None
+                            else None)
         stack.callback(spill.close)
         spills.append(spill)
     return spills
 
 
-def _schema(pa, encodings, user_meta, bounds, arrays):
-    """The file's schema, with the fastload metadata and the checksums of ``arrays``."""
+def _schema(pa, encodings, user_meta, bounds, sums):
+    """The file's schema, with the fastload metadata and the chunks' checksums ``sums``."""
     cols = [pa.field(col, arrow_type(pa, kind), nullable=False)
             for name, enc in encodings.items() for col, kind in enc.columns(name)]
     fields = json.dumps({name: enc.to_meta(name) for name, enc in encodings.items()}).encode()
     chunks = json.dumps(bounds).encode()
-    sums = {"crc32": chunk_checksums(pa, arrays, bounds),
-            "metadata": metadata_checksum(fields, chunks, user_meta)}
+    sums = {"crc32": sums, "metadata": metadata_checksum(fields, chunks, user_meta)}
     return pa.schema(cols, metadata={META_FORMAT: str(FORMAT_VERSION).encode(),
                                      META_FIELDS: fields, META_CHUNKS: chunks,
                                      META_USER: user_meta,
                                      META_CHECKSUMS: json.dumps(sums).encode()})
 
 
-def _at_row(i, field, fn, data):
-    """``fn()``, with any exception re-raised as a LoadError naming row ``i`` (and the
-    file it comes from, when ``data`` says)."""
-    try:
-        return fn()
-    except LoadError as exc:
-        if exc.index == i:
-            raise  # getobs already named the row
-        raise _row_error(i, field, exc, data) from exc
-    except Exception as exc:
-        raise _row_error(i, field, exc, data) from exc
-
-
-def _row_error(i, field, exc, data):
-    source = source_of(data, i)
-    where = f"row {i}" + (f" ({source})" if source else "") + \
-        (f", field {field!r}" if field else "")
-    return LoadError(f"cannot write {where}: {type(exc).__name__}: {exc}",
-                     index=i, source=source or field)
-
-
-def _observation(data, i, names):
-    """Observation ``i`` as a dict with the ``names`` fields."""
-    def get():
-        obs = getobs(data, i)
-        if isinstance(obs, dict):
-            missing = [k for k in names if k not in obs]
-            if missing:
-                raise KeyError(f"observation has no field(s) {missing}; it has {list(obs)}")
-            return obs
-        if isinstance(obs, (tuple, list)):
-            if len(obs) != len(names):
-                raise ValueError(f"observation is a {type(obs).__name__} of {len(obs)} values "
-                                 f"for {len(names)} fields {names}")
-            return dict(zip(names, obs))
-        raise TypeError(f"an observation must be a dict or tuple, got {type(obs).__name__}")
-    return _at_row(i, None, get, data)
-
-
-def _encode_row(data, i, encodings, skip=False):
-    """Row ``i`` encoded, field by field; with ``skip``, its LoadError instead of raising."""
-    try:
-        obs = _observation(data, i, list(encodings))
-        return [_at_row(i, k, lambda: enc.encode(obs[k]), data)
-                for k, enc in encodings.items()]
-    except LoadError as exc:
-        if not skip:
-            raise
-        return exc
-
-
-def _encoded_rows(data, n, encodings, threads, skip):
-    """Encoded rows in order (a LoadError for a row skipped), at most 4 * threads in
-    flight (bounded memory)."""
-    if threads == 1:
-        for i in range(n):
-            yield _encode_row(data, i, encodings, skip)
-        return
-    pool = ThreadPoolExecutor(threads, thread_name_prefix="fastload-write")
-    pending = deque()
-    try:
-        for i in range(n):
-            pending.append(pool.submit(_encode_row, data, i, encodings, skip))
-            if len(pending) >= 4 * threads:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-    finally:
-        # On an error or Ctrl-C: drop queued rows, wait only for the running ones.
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _spill_rows(rows, spills, chunk_bytes, n, progress, skipped):
-    """Appends every row to the spills (a skipped row's LoadError to ``skipped``);
-    returns the chunk boundaries [0, ..., rows written]."""
+def _spill_blocks(blocks, spills, chunk_bytes, n, progress, skipped):
+    """Appends every block to the spills (the LoadErrors of skipped rows to ``skipped``);
+    returns the chunk boundaries [0, ..., rows written]: a chunk ends after the row that
+    brings it to ``chunk_bytes`` or more."""
     bar = progress_bar(n, progress, "obs", "writing")
     bounds, size, i = [0], 0, 0
     try:
-        for row in rows:
+        for block in blocks:
             if bar is not None:
-                bar.update(1)
-            if isinstance(row, LoadError):
-                skipped.append(row)
-                continue
-            i += 1
-            for spill, value in zip(spills, (v for parts in row for v in parts)):
-                size += spill.append(value)
-            if size >= chunk_bytes:
-                bounds.append(i)
-                size = 0
+                bar.update(block.stop - block.first)
+            skipped.extend(block.errors)
+            sizes = sum(spill.extend(values) for spill, values in zip(spills, block.columns))
+            size = _cut(np.cumsum(sizes) if len(spills) else np.zeros(0, np.int64),
+                        size, i, chunk_bytes, bounds)
+            i += block.stop - block.first - len(block.errors)
     finally:
         if bar is not None:
             bar.close()
     if bounds[-1] != i:
         bounds.append(i)
     return bounds
+
+
+def _cut(cumulative, size, i, chunk_bytes, bounds):
+    """Chunk ends among rows i, i + 1, ... whose sizes sum to ``cumulative``, after
+    ``size`` bytes of the current chunk; returns the bytes of the chunk left open."""
+    used = 0
+    while True:
+        k = int(np.searchsorted(cumulative, used + chunk_bytes - size, side="left"))
+        if k >= len(cumulative):
+            return size + int(cumulative[-1] - used) if len(cumulative) else size
+        bounds.append(i + k + 1)
+        used, size = int(cumulative[k]), 0

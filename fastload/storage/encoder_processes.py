@@ -1,0 +1,196 @@
+"""Encoding rows for the writer in forked worker processes (``backend="process"``), for
+containers whose Python code holds the GIL.
+
+The workers hold the container (inherited at the fork, never pickled, as with the
+loader's process backend). A worker encodes a job's rows (``encoders.encode_rows``),
+writes their bytes into a slot of one anonymous shared mapping made before the fork and
+replies with their lengths: the bytes cross to the writer once, from the mapping into
+the file. A block larger than its slot travels in the reply instead.
+
+::
+
+    writer thread                       worker k (forked)
+      ("job", first, stop, slot) ---->    encode rows [first, stop) -> slot bytes
+      <---- ("done", first, stop, lengths, numbers, skipped)  or  ("error", first, ...)
+      yield Block (views of the slot); the slot is free again when the next is asked for
+
+Concurrency invariants (kept by the writer's thread): a slot is free, or holds the job of
+one worker, or holds the block handed out last (reused only once the consumer asks for the
+next one); blocks are handed out in row order; every job gets one reply; every wait is a
+timed wait on the pipes and the workers' sentinels, so a worker that dies raises at once.
+"""
+import collections
+import mmap
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+
+import numpy as np
+
+from fastload.processes import death_message, remote_error, shutdown_workers
+from fastload.storage.encoders import (Block, ByteValues, as_bytes, column_values,
+                                       encode_rows, is_byte_kind)
+from fastload.workers import describe_error
+
+__all__ = ["SLOT_BYTES", "process_blocks"]
+
+SLOT_BYTES = 8 << 20      # a worker's slot; jobs aim at half of it
+_WAIT_S = 0.5             # one timed wait on the pipes and sentinels
+_PARENT_CHECK_S = 1.0     # how often an idle worker checks that the writer is alive
+
+
+def process_blocks(data, n, encodings, kinds, count, skip, block_rows):
+    """The blocks of rows [0, n) in order, encoded by ``count`` forked worker processes,
+    3 jobs per worker at most in flight. Raises the first failed row's ``LoadError`` (its
+    cause and the worker's traceback chained) unless ``skip``, and ``RuntimeError`` when a
+    worker dies or fork is not available."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        raise RuntimeError("backend='process' needs the 'fork' start method (Linux); use "
+                           "backend='thread' on this platform")
+    nslots = 3 * count
+    mapping = mmap.mmap(-1, nslots * SLOT_BYTES)    # anonymous, shared with the children
+    context = multiprocessing.get_context("fork")
+    pipes = [context.Pipe() for _ in range(count)]
+    procs = []
+    try:
+        for k, (mine, theirs) in enumerate(pipes):
+            others = [end for pipe in pipes for end in pipe if end is not theirs]
+            proc = context.Process(target=_worker_main, daemon=True,
+                                   name=f"fastload-write-{k}",
+                                   args=(theirs, data, encodings, kinds, skip, mapping, others))
+            proc.start()
+            procs.append(proc)
+    finally:
+        for _, theirs in pipes:
+            theirs.close()
+    conns = [mine for mine, _ in pipes]
+    try:
+        yield from _Jobs(procs, conns, mapping, nslots).blocks(n, block_rows)
+    finally:
+        shutdown_workers(procs, conns, graceful=True)
+
+
+class _Jobs:
+    """The writer's side of the workers: jobs out, blocks back in row order."""
+
+    def __init__(self, procs, conns, mapping, nslots):
+        self.procs, self.conns = procs, conns
+        self.view = memoryview(mapping)
+        self.free = collections.deque(range(nslots))
+        self.outstanding = [0] * len(procs)
+        self.arrived = {}        # first row -> reply
+        self.slot_of = {}        # first row -> slot
+
+    def blocks(self, n, block_rows):
+        next_row = expected = 0
+        while expected < n:
+            while self.free and next_row < n:
+                stop = min(n, next_row + block_rows)
+                worker = min(range(len(self.procs)), key=self.outstanding.__getitem__)
+                slot = self.free.popleft()
+                self._send(worker, ("job", next_row, stop, slot))
+                self.outstanding[worker] += 1
+                self.slot_of[next_row] = slot
+                next_row = stop
+            while expected not in self.arrived:
+                self._receive()
+            reply = self.arrived.pop(expected)
+            slot = self.slot_of.pop(expected)
+            block = self._block(reply, slot)
+            yield block
+            del block
+            self.free.append(slot)
+            expected = reply[2]
+
+    def _block(self, reply, slot):
+        if reply[0] == "error":
+            raise remote_error(*reply[3:])
+        _, first, stop, columns, errors = reply
+        at = slot * SLOT_BYTES
+        for k, column in enumerate(columns):
+            if isinstance(column, tuple):      # (offset in the slot, lengths)
+                offset, lengths = column
+                size = int(lengths.sum())
+                columns[k] = ByteValues(self.view[at + offset:at + offset + size], lengths)
+        return Block(first, stop, columns, [remote_error(*e[1:]) for e in errors])
+
+    def _send(self, worker, message):
+        try:
+            self.conns[worker].send(message)
+        except OSError:
+            self._died(self.procs[worker])
+
+    def _receive(self):
+        ready = multiprocessing.connection.wait(
+            self.conns + [p.sentinel for p in self.procs], _WAIT_S)
+        for k, conn in enumerate(self.conns):
+            if conn in ready:
+                try:
+                    reply = conn.recv()
+                except (EOFError, OSError):
+                    self._died(self.procs[k])
+                self.outstanding[k] -= 1
+                self.arrived[reply[1]] = reply
+        for proc in self.procs:
+            if proc.sentinel in ready:
+                self._died(proc)
+
+    def _died(self, proc):
+        proc.join(1.0)
+        raise RuntimeError(f"{death_message(proc)}; the write cannot continue (a worker "
+                           f"killed for memory is a common cause)")
+
+
+def _worker_main(conn, data, encodings, kinds, skip, mapping, others):
+    # Ctrl-C reaches the whole process group: the writer handles it and stops the workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for other in others:
+        other.close()    # so that a worker sees EOF when the writer's end closes
+    parent = os.getppid()
+    view = memoryview(mapping)
+    while True:
+        if not conn.poll(_PARENT_CHECK_S):
+            if os.getppid() != parent:
+                return       # the writer died
+            continue
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message[0] == "stop":
+            return
+        _, first, stop, slot = message
+        try:
+            columns, errors = encode_rows(data, first, stop, encodings, skip)
+            reply = ("done", first, stop, _into_slot(columns, kinds, view, slot),
+                     [describe_error(e) for e in errors])
+        except BaseException as exc:     # raised in the writer, as a thread's would be
+            reply = ("error", first) + describe_error(exc)
+        try:
+            conn.send(reply)
+        except (BrokenPipeError, ConnectionResetError):
+            return       # the writer is gone
+
+
+def _into_slot(columns, kinds, view, slot):
+    """The block's columns for the reply: byte columns copied into the slot, value by
+    value, as (offset, lengths) while they fit; the rest as ``Block`` columns."""
+    at, used, out = slot * SLOT_BYTES, 0, []
+    for values, kind in zip(columns or [[] for _ in kinds], kinds):
+        if not is_byte_kind(kind):
+            out.append(column_values(values, kind))
+            continue
+        data = [as_bytes(v) for v in values]
+        lengths = np.fromiter(map(len, data), np.int64, len(data))
+        size = int(lengths.sum())
+        if used + size > SLOT_BYTES:
+            out.append(ByteValues(b"".join(data), lengths))
+            continue
+        start = at + used
+        for value in data:
+            view[start:start + len(value)] = value
+            start += len(value)
+        out.append((used, lengths))
+        used += size
+    return out

@@ -1,0 +1,242 @@
+"""Where the chunks of a packed dataset lie in its memory-mapped files, and what the
+kernel is told about them: read this chunk now, let go of that one.
+
+A chunk's rows take one byte range in each column's buffers (a few ranges per record
+batch it overlaps). ``load`` reads a piece of it into the page cache without copying it
+into the process (``sendfile`` to ``/dev/null``: sequential, at the disk's rate, and
+blocking only the caller, without the GIL); ``drop`` unmaps it from this process
+(``madvise(MADV_DONTNEED)``, so it leaves the resident memory) and drops it from the page
+cache (``posix_fadvise(DONTNEED)``; pages another process maps stay). Both are hints: a
+page let go is read again at its next access, so what is read never depends on them.
+
+A page at the border of two chunks belongs to both: it is read with either and let go
+with neither, since a page let go too early is read again with the kernel's read-around
+(``read_ahead_kb``, up to megabytes) around it.
+"""
+import mmap
+import os
+import threading
+
+import numpy as np
+
+from fastload.storage.arrow_types import import_pyarrow
+from fastload.storage.memory import memory_limit
+from fastload.storage.readahead import ReadAhead
+
+__all__ = ["FilePages"]
+
+_PAGE = mmap.PAGESIZE
+_PIECE = 8 << 20
+
+
+class FilePages:
+    """The chunks of a dataset in its files. ``shards``: the opened files (each with
+    ``path``, ``mapping``: its mmap, ``base``: a uint8 numpy view of it, ``batches``);
+    ``chunk_bounds``: the dataset's chunk boundaries (rows). ``nbytes``: the files' size."""
+
+    def __init__(self, shards, chunk_bounds):
+        self._shards = shards
+        self.chunk_bounds = chunk_bounds
+        self.nbytes = sum(s.base.size for s in shards)
+        # Record batches as (first row, shard, batch), to find a row's batch.
+        starts, self._pieces = [], []
+        row = 0
+        for k, shard in enumerate(shards):
+            for batch in shard.batches:
+                starts.append(row)
+                self._pieces.append((row, k, batch))
+                row += batch.num_rows
+        self._piece_starts = np.asarray(starts, np.int64)
+        self._spans = None       # per chunk: [(shard, start, stop)], sorted, merged
+        self._lock = threading.Lock()
+
+    def fits_in_memory(self):
+        """False when the files are larger than the memory this process may use."""
+        limit = memory_limit()
+        return limit is None or self.nbytes <= limit
+
+    def spans(self):
+        """Per chunk, the byte ranges ``(shard, start, stop)`` its rows take in the files
+        (every column; computed once)."""
+        with self._lock:
+            if self._spans is None:
+                bounds = self.chunk_bounds
+                self._spans = [_merged(self._rows_spans(int(bounds[c]), int(bounds[c + 1])))
+                               for c in range(len(bounds) - 1)]
+            return self._spans
+
+    def chunk_nbytes(self):
+        """The bytes each chunk takes in the files (int64, one per chunk)."""
+        return np.array([sum(stop - start for _, start, stop in spans)
+                         for spans in self.spans()], np.int64)
+
+    def pieces(self, chunk):
+        """The page-aligned ranges ``(shard, start, stop)`` that ``load`` reads for
+        ``chunk``, at most 8 MiB each (a reader can attend to other work between two)."""
+        return [(shard, at, min(at + _PIECE, stop))
+                for shard, start, stop in _pages(self.spans()[chunk], outward=True)
+                for at in range(start, stop, _PIECE)]
+
+    def load(self, piece):
+        """Read ``piece`` (one of ``pieces``) into the page cache; returns when it is
+        read. Where ``sendfile`` is not available, the kernel is asked to read it
+        (``posix_fadvise(WILLNEED)``) and the call returns at once."""
+        shard, start, stop = piece
+        fd = os.open(self._shards[shard].path, os.O_RDONLY)
+        try:
+            if not _read_through(fd, start, stop):
+                _fadvise(fd, start, stop - start, "POSIX_FADV_WILLNEED")
+        finally:
+            os.close(fd)
+
+    def drop(self, chunk, keep=()):
+        """Let go of ``chunk`` but the pages of the rows ``keep``."""
+        pages = _pages(self.spans()[chunk], outward=False)
+        if len(keep):
+            pages = _subtract(pages, _pages(self._row_spans(keep), outward=True))
+        self._let_go(pages)
+
+    def drop_rows(self, chunk, rows):
+        """Let go of the pages of ``rows`` (rows of ``chunk``) that lie inside the chunk."""
+        self._let_go(_intersect(_pages(self._row_spans(rows), outward=True),
+                                _pages(self.spans()[chunk], outward=False)))
+
+    def read_ahead(self, order, rows, start=0):
+        """A ``ReadAhead`` (not started) for loading ``order`` (rows of the dataset,
+        ``rows`` a step) from step ``start``, within the memory this process may use."""
+        return ReadAhead(self, order, rows, start, memory_limit())
+
+    def _let_go(self, pages):
+        for shard in sorted({p[0] for p in pages}):
+            mapping = self._shards[shard].mapping
+            fd = os.open(self._shards[shard].path, os.O_RDONLY)
+            try:
+                for _, start, stop in (p for p in pages if p[0] == shard):
+                    if hasattr(mmap, "MADV_DONTNEED"):
+                        mapping.madvise(mmap.MADV_DONTNEED, start, stop - start)
+                    _fadvise(fd, start, stop - start, "POSIX_FADV_DONTNEED")
+            finally:
+                os.close(fd)
+
+    def _row_spans(self, rows):
+        """The byte ranges of the single ``rows`` (global), sorted and merged."""
+        return _merged([span for row in np.unique(rows)
+                        for span in self._rows_spans(int(row), int(row) + 1)])
+
+    def _rows_spans(self, lo, hi):
+        """The byte ranges ``(shard, start, stop)`` of rows [lo, hi) in every column of the
+        record batches they lie in (unsorted)."""
+        pa = import_pyarrow()
+        found = []
+        k = max(int(np.searchsorted(self._piece_starts, lo, side="right")) - 1, 0)
+        for first, shard, batch in self._pieces[k:]:
+            if first >= hi:
+                break
+            a, b = max(lo, first), min(hi, first + batch.num_rows)
+            if a >= b:
+                continue
+            mapped = self._shards[shard].base
+            for column in batch.columns:
+                for address, size in _column_spans(pa, column, a - first, b - a):
+                    at = address - mapped.ctypes.data
+                    if size > 0 and 0 <= at and at + size <= mapped.size:
+                        found.append((shard, at, at + size))
+        return found
+
+
+def _read_through(fd, start, stop):
+    """Read bytes [start, stop) of ``fd`` into the page cache and discard them (``sendfile``
+    to ``/dev/null``); False where that is not available."""
+    if not hasattr(os, "sendfile"):
+        return False
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return False
+    try:
+        while start < stop:
+            sent = os.sendfile(null, fd, start, min(stop - start, 1 << 30))
+            if sent <= 0:
+                break
+            start += sent
+    except OSError:
+        return False
+    finally:
+        os.close(null)
+    return True
+
+
+def _fadvise(fd, start, length, advice):
+    if hasattr(os, "posix_fadvise") and length > 0:
+        os.posix_fadvise(fd, start, length, getattr(os, advice))
+
+
+def _column_spans(pa, array, first, n):
+    """(address, bytes) of the buffers that rows [first, first + n) of ``array`` take (as
+    ``checksums._row_bytes`` reads them)."""
+    t, start, buffers = array.type, array.offset + first, array.buffers()
+    if pa.types.is_fixed_size_binary(t) or pa.types.is_integer(t) or \
+            pa.types.is_floating(t):
+        yield buffers[1].address + start * t.byte_width, n * t.byte_width
+    elif pa.types.is_boolean(t):
+        yield buffers[1].address + start // 8, -(-(start + n) // 8) - start // 8
+    elif pa.types.is_binary(t) or pa.types.is_string(t) or pa.types.is_large_binary(t) \
+            or pa.types.is_large_string(t) or pa.types.is_list(t) or \
+            pa.types.is_large_list(t):
+        large = pa.types.is_large_binary(t) or pa.types.is_large_string(t) or \
+            pa.types.is_large_list(t)
+        width = 8 if large else 4
+        offsets = np.frombuffer(buffers[1], np.int64 if large else np.int32)
+        lo, hi = int(offsets[start]), int(offsets[start + n])
+        yield buffers[1].address + start * width, (n + 1) * width
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            yield from _column_spans(pa, array.values, lo, hi - lo)
+        else:
+            yield buffers[2].address + lo, hi - lo
+
+
+def _merged(spans):
+    """Sorted, with overlapping or touching ranges joined."""
+    out = []
+    for shard, start, stop in sorted(spans):
+        if out and out[-1][0] == shard and start <= out[-1][2]:
+            out[-1] = (shard, out[-1][1], max(out[-1][2], stop))
+        else:
+            out.append((shard, start, stop))
+    return out
+
+
+def _pages(spans, outward):
+    """Byte ranges aligned to pages: every page they touch (``outward``), or only the
+    pages they cover entirely; merged."""
+    out = []
+    for shard, start, stop in spans:
+        if outward:
+            start, stop = start // _PAGE * _PAGE, -(-stop // _PAGE) * _PAGE
+        else:
+            start, stop = -(-start // _PAGE) * _PAGE, stop // _PAGE * _PAGE
+        if stop > start:
+            out.append((shard, start, stop))
+    return _merged(out)
+
+
+def _subtract(ranges, holes):
+    """``ranges`` less ``holes`` (both sorted and merged)."""
+    out = []
+    for shard, start, stop in ranges:
+        for h_shard, h_start, h_stop in holes:
+            if h_shard != shard or h_stop <= start or h_start >= stop:
+                continue
+            if h_start > start:
+                out.append((shard, start, h_start))
+            start = max(start, h_stop)
+        if stop > start:
+            out.append((shard, start, stop))
+    return out
+
+
+def _intersect(ranges, other):
+    """The parts of ``ranges`` inside ``other`` (both sorted and merged)."""
+    return [(shard, max(start, o_start), min(stop, o_stop))
+            for shard, start, stop in ranges for o_shard, o_start, o_stop in other
+            if o_shard == shard and max(start, o_start) < min(stop, o_stop)]

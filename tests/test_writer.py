@@ -1,0 +1,158 @@
+"""The writer's encoders (``fastload.storage.encoders``) and the file it lays out in place
+(``ipcfile``): worker processes (``backend="process"``) write the same file as threads,
+byte for byte, and report failed and skipped rows the same way; the file is a plain Arrow
+IPC file whatever its first column; a header that outgrows its reserve still gives one;
+a worker that dies ends the write with no file left."""
+import filecmp
+import os
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+import simplejpeg
+
+import fastload
+from fastload import LoadError
+from fastload.storage import JPEG, Bytes, NDArray, Raw, Str, ipcfile, write
+
+
+class Source:
+    """Rows made in Python (``__getitem__``), some of them failing."""
+
+    def __init__(self, n, bad=()):
+        self.n, self.bad = n, set(bad)
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i in self.bad:
+            raise ValueError(f"row {i} is broken")
+        rng = np.random.default_rng(i)
+        pixels = rng.integers(0, 256, (6 + i % 5, 10, 3), dtype=np.uint8)
+        return {"jpeg": simplejpeg.encode_jpeg(pixels, quality=90), "label": i,
+                "raw": rng.integers(-9, 9, 4).astype(np.int16), "text": "é" * (i % 4) + str(i),
+                "nd": rng.integers(0, 9, (i % 3, 2)), "blob": bytes(i % 13)}
+
+
+ENCODINGS = {"jpeg": JPEG(), "label": "int64", "raw": Raw(), "text": Str(), "nd": NDArray(),
+             "blob": Bytes()}
+ORDERS = [("jpeg", "label", "raw"), ("text", "nd", "label"), ("label", "blob", "raw"),
+          ("nd", "jpeg"), ("raw", "text")]
+
+
+def write_both(tmp_path, data, names, **options):
+    """The file and the result of a write with threads, and of one with processes."""
+    fields = {name: ENCODINGS[name] for name in names}
+    out = []
+    for backend in ("thread", "process"):
+        path = str(tmp_path / f"{backend}.arrow")
+        out.append((path, write(path, data, fields, backend=backend, num_threads=2,
+                                chunk_bytes=400, progress=False, **options)))
+    return out
+
+
+def check_readable(path, source, skipped=()):
+    ds = fastload.open(path, verify="open")
+    ds.verify()
+    pa.ipc.open_file(path).get_batch(0).validate(full=True)
+    assert len(pd.read_feather(path)) == len(ds)
+    expected = [i for i in range(len(source)) if i not in set(skipped)]
+    for k, i in enumerate(expected):
+        row, want = ds[k], source[i]
+        for name in row:
+            if name == "jpeg":
+                assert row[name].shape[:2] == (6 + i % 5, 10)
+            elif name == "text":
+                assert row[name] == want[name]
+            else:
+                assert np.array_equal(np.asarray(row[name]), np.asarray(want[name]))
+
+
+@pytest.mark.parametrize("names", ORDERS)
+def test_processes_write_the_same_file_as_threads(tmp_path, names):
+    source = Source(60)
+    (threads, none), (processes, none_too) = write_both(tmp_path, source, names)
+    assert none == none_too == []
+    assert filecmp.cmp(threads, processes, shallow=False)
+    check_readable(processes, source)
+    assert fastload.open(processes).num_chunks > 1
+
+
+@pytest.mark.parametrize("names", ORDERS[:3])
+def test_processes_skip_and_report_rows_as_threads_do(tmp_path, names):
+    source = Source(60, bad=(0, 17, 18, 59))
+    (threads, by_threads), (processes, by_processes) = write_both(tmp_path, source, names,
+                                                                  on_error="skip")
+    assert filecmp.cmp(threads, processes, shallow=False)
+    assert [e.index for e in by_processes] == [e.index for e in by_threads] == [0, 17, 18, 59]
+    assert [str(e) for e in by_processes] == [str(e) for e in by_threads]
+    for error in by_processes:
+        assert isinstance(error, LoadError) and isinstance(error.__cause__, ValueError)
+    check_readable(processes, source, skipped=(0, 17, 18, 59))
+
+
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_the_first_failed_row_is_raised_and_no_file_is_left(tmp_path, backend):
+    with pytest.raises(LoadError, match="row 33") as info:
+        write(str(tmp_path / "out.arrow"), Source(300, bad=(33, 250)), {"jpeg": JPEG()},
+              backend=backend, num_threads=2, chunk_bytes=400, progress=False)
+    assert info.value.index == 33
+    assert isinstance(info.value.__cause__, ValueError)
+    assert "row 33 is broken" in str(info.value.__cause__)
+    assert os.listdir(tmp_path) == []
+
+
+class DiesInAWorker:
+    def __init__(self, parent):
+        self.parent = parent
+
+    def __len__(self):
+        return 400
+
+    def __getitem__(self, i):
+        if i == 300 and os.getpid() != self.parent:
+            os._exit(3)
+        return {"x": np.full(16, i % 256, np.uint8)}
+
+
+def test_a_worker_that_dies_ends_the_write_with_no_file_left(tmp_path):
+    with pytest.raises(RuntimeError, match="worker process .* exited with code 3"):
+        write(str(tmp_path / "out.arrow"), DiesInAWorker(os.getpid()), {"x": Raw()},
+              backend="process", num_threads=2, progress=False)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_header_that_outgrows_its_reserve_is_written_by_pyarrow(tmp_path, monkeypatch):
+    finished = []
+    real = ipcfile.InPlaceFile.finish
+    monkeypatch.setattr(ipcfile.InPlaceFile, "finish",
+                        lambda self, *args: finished.append(real(self, *args)) or finished[-1])
+    rows = [{"b": b"x"}] + [{"b": bytes([i % 256]) * 100} for i in range(6000)]
+    path = str(tmp_path / "many.arrow")
+    write(path, rows, {"b": Bytes()}, chunk_bytes=100, progress=False)
+    assert finished == [False]            # 6000 chunks: far more than the first row said
+    ds = fastload.open(path, verify="open")
+    assert ds.num_chunks == 6000 and ds[4]["b"] == bytes([3]) * 100
+    pa.ipc.open_file(path).get_batch(0).validate(full=True)
+
+
+def test_write_refuses_an_unknown_backend(tmp_path):
+    with pytest.raises(ValueError, match="backend"):
+        write(str(tmp_path / "x.arrow"), [{"y": 1}], {"y": "int64"}, backend="gpu")
+
+
+class Interrupted(Source):
+    def __getitem__(self, i):
+        if i == 150:
+            raise KeyboardInterrupt
+        return super().__getitem__(i)
+
+
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_an_interrupt_in_a_row_is_raised_as_it_is_and_leaves_no_file(tmp_path, backend):
+    with pytest.raises(KeyboardInterrupt):
+        write(str(tmp_path / "out.arrow"), Interrupted(300), {"raw": Raw()}, backend=backend,
+              num_threads=2, progress=False)
+    assert os.listdir(tmp_path) == []
