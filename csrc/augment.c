@@ -40,43 +40,46 @@ static void apply_lut(fl_image *img, const uint8_t lut[256]) {
     int c = img->c, cc = colour_channels(img);
     for (int y = 0; y < img->h; y++) {
         uint8_t *px = img->data + y * img->stride;
+        if (cc == c) {   /* every byte of the row is a colour value */
+            for (size_t i = 0, n = (size_t)img->w * c; i < n; i++) px[i] = lut[px[i]];
+            continue;
+        }
         for (int x = 0; x < img->w; x++, px += c)
             for (int ch = 0; ch < cc; ch++) px[ch] = lut[px[ch]];
     }
 }
 
-static double mean_luma(const fl_image *img) {
+/* The mean luma of the image as it would be with `lut` applied to its colour values. */
+static double mean_luma(const fl_image *img, const uint8_t lut[256]) {
     uint64_t sum = 0;
     int c = img->c;
     for (int y = 0; y < img->h; y++) {
         const uint8_t *px = img->data + y * img->stride;
         for (int x = 0; x < img->w; x++, px += c)
-            sum += c >= 3 ? (uint64_t)luma(px[0], px[1], px[2]) : px[0];
+            sum += c >= 3 ? (uint64_t)luma(lut[px[0]], lut[px[1]], lut[px[2]]) : lut[px[0]];
     }
     return (double)sum / ((double)img->h * img->w);
 }
 
-/* Blend with a constant: round(f x + (1 - f) m) for every x, as a table. */
-static void blend_constant(fl_image *img, double f, double m) {
-    uint8_t lut[256];
-    for (int v = 0; v < 256; v++) lut[v] = round_u8(f * v + (1.0 - f) * m);
-    apply_lut(img, lut);
+/* lut := (blend with the constant m: round(f v + (1 - f) m)) after lut. */
+static void blend_constant(uint8_t lut[256], double f, double m) {
+    for (int v = 0; v < 256; v++) lut[v] = round_u8(f * lut[v] + (1.0 - f) * m);
 }
 
-/* Blend with the pixel's luma; the two products come from tables, so each output is the
- * double f x + (1 - f) l exactly as written. */
+/* Blend with the pixel's luma l: f x + (1 - f) l = l + f (x - l), and as l is a whole
+ * number, rounding it half up is l + round(f (x - l)), a table over x - l (-255..255). */
 static void saturate(fl_image *img, double f) {
-    double a[256], b[256];
-    for (int v = 0; v < 256; v++) {
-        a[v] = f * v;
-        b[v] = (1.0 - f) * v;
-    }
+    int16_t turn[511];
+    for (int d = -255; d <= 255; d++) turn[d + 255] = (int16_t)floor(f * d + 0.5);
     int c = img->c;
     for (int y = 0; y < img->h; y++) {
         uint8_t *px = img->data + y * img->stride;
         for (int x = 0; x < img->w; x++, px += c) {
-            double g = b[luma(px[0], px[1], px[2])];
-            for (int ch = 0; ch < 3; ch++) px[ch] = round_u8(a[px[ch]] + g);
+            int l = luma(px[0], px[1], px[2]);
+            for (int ch = 0; ch < 3; ch++) {
+                int v = l + turn[px[ch] - l + 255];
+                px[ch] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+            }
         }
     }
 }
@@ -119,16 +122,30 @@ static void shift_hue(fl_image *img, double turns) {
 }
 
 void fl_color_jitter(fl_image *img, const double factor[4], int present, const int order[4]) {
+    /* Brightness and contrast are tables of the value; those in a row compose into one
+     * table, applied once (contrast's mean is taken through the table so far). */
+    uint8_t lut[256];
+    int pending = 0;
+    for (int v = 0; v < 256; v++) lut[v] = (uint8_t)v;
     for (int k = 0; k < 4; k++) {
         int which = order[k];
         if (which < 0 || which > 3 || !(present >> which & 1)) continue;
         double f = factor[which];
-        if (which == FL_JITTER_BRIGHTNESS) blend_constant(img, f, 0.0);
-        else if (which == FL_JITTER_CONTRAST) blend_constant(img, f, mean_luma(img));
-        else if (img->c < 3) continue;   /* saturation and hue need colour */
-        else if (which == FL_JITTER_SATURATION) saturate(img, f);
+        if (which == FL_JITTER_BRIGHTNESS || which == FL_JITTER_CONTRAST) {
+            blend_constant(lut, f, which == FL_JITTER_CONTRAST ? mean_luma(img, lut) : 0.0);
+            pending = 1;
+            continue;
+        }
+        if (img->c < 3) continue;   /* saturation and hue need colour */
+        if (pending) {
+            apply_lut(img, lut);
+            for (int v = 0; v < 256; v++) lut[v] = (uint8_t)v;
+            pending = 0;
+        }
+        if (which == FL_JITTER_SATURATION) saturate(img, f);
         else shift_hue(img, f);
     }
+    if (pending) apply_lut(img, lut);
 }
 
 void fl_grayscale(fl_image *img) {

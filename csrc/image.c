@@ -239,14 +239,23 @@ void fl_normalize_u8(const fl_image *src, float *dst, const float *mean, const f
     for (int ch = 0; ch < c; ch++)
         for (int v = 0; v < 256; v++)
             lut[ch][v] = (float)((v / 255.0 - (double)mean[ch]) / (double)std[ch]);
-    size_t plane = (size_t)h * w;
-    for (int y = 0; y < h; y++) {
-        const uint8_t *row = src->data + y * src->stride;
-        for (int x = 0; x < w; x++)
-            for (int ch = 0; ch < c; ch++) {
-                size_t o = chw ? ch * plane + (size_t)y * w + x : ((size_t)y * w + x) * c + ch;
-                dst[o] = lut[ch][row[x * c + ch]];
-            }
+    if (!chw) {
+        for (int y = 0; y < h; y++) {
+            const uint8_t *row = src->data + y * src->stride;
+            float *o = dst + (size_t)y * w * c;
+            for (int x = 0; x < w; x++)
+                for (int ch = 0; ch < c; ch++) o[x * c + ch] = lut[ch][row[x * c + ch]];
+        }
+        return;
+    }
+    /* Channels first: one plane at a time, so that the writes are sequential. */
+    for (int ch = 0; ch < c; ch++) {
+        const float *t = lut[ch];
+        float *o = dst + (size_t)ch * h * w;
+        for (int y = 0; y < h; y++, o += w) {
+            const uint8_t *row = src->data + y * src->stride + ch;
+            for (int x = 0; x < w; x++) o[x] = t[row[x * c]];
+        }
     }
 }
 
