@@ -70,6 +70,39 @@ def image_size(data):
             from None
 
 
+def decode(data, channels=None, min_size=None):
+    """Image file bytes (JPEG, QOI, or any format Pillow reads) decoded whole to a uint8
+    (h, w, channels) array, after checking the header's size against
+    ``fastload.limits.MAX_IMAGE_PIXELS``. ``channels`` None: 3, or 4 when the file has an
+    alpha channel (QOI's stored channels). ``min_size`` = (h, w) lets a JPEG decode at a
+    reduced DCT scale no smaller than that. ValueError when the bytes are not a readable
+    image. (A loader decodes in C; this is the one decoder the Python side uses.)"""
+    from . import limits
+    data = bytes(data)
+    h, w = image_size(data)
+    limits.check_pixels(h, w)
+    head = data[:4]
+    if head[:2] == b"\xff\xd8":
+        mh, mw = min_size or (0, 0)
+        try:
+            return simplejpeg.decode_jpeg(data, colorspace=COLORSPACES[channels or 3],
+                                          min_height=mh, min_width=mw)
+        except ValueError as error:
+            raise ValueError(f"corrupt or truncated JPEG: {error}") from None
+    if head == b"qoif":
+        from . import _qoi
+        return _qoi.decode(data, channels=channels)
+    return decode_pillow(data, channels or _pillow_channels(data), limits.MAX_IMAGE_PIXELS)
+
+
+def _pillow_channels(data):
+    """4 when the image has an alpha channel or a transparent colour, else 3."""
+    from PIL import Image
+    with Image.open(io.BytesIO(data)) as img:
+        alpha = img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info
+    return 4 if alpha else 3
+
+
 def decode_jpeg_into(data, out, scale_denom, channels):
     """Decodes JPEG ``data`` at 1/``scale_denom`` into ``out`` (h, w, channels uint8)
     through simplejpeg. Raises ValueError for a corrupt or truncated JPEG."""

@@ -13,7 +13,7 @@ import numbers
 
 import numpy as np
 
-from fastload import limits
+from fastload import codecs
 from fastload.storage import images
 
 __all__ = ["Bytes", "Encoding", "JPEG", "NDArray", "QOI", "Raw", "Scalar", "Smart", "Str",
@@ -251,10 +251,7 @@ def _encode_jpeg(img, quality):
 
 
 def _decode_jpeg(data):
-    import simplejpeg
-    h, w, _, _ = simplejpeg.decode_jpeg_header(data)
-    limits.check_pixels(h, w)
-    return simplejpeg.decode_jpeg(data, colorspace="RGB")
+    return codecs.decode(data, channels=3)
 
 
 class JPEG(_Image):
@@ -299,9 +296,7 @@ class QOI(_Image):
         return _qoi.encode(img), img.shape[0], img.shape[1]
 
     def decode(self, data, h, w):
-        from fastload import _qoi
-        limits.check_pixels(*_qoi.header(data)[:2])
-        return _check_shape(_qoi.decode(data), h, w)
+        return _check_shape(codecs.decode(data), h, w)
 
     def params(self):
         return {"max_side": self.max_side}

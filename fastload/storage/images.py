@@ -1,12 +1,11 @@
 """Image helpers for the storage encodings: sniffing, decoding file bytes, area resize.
 
-Pixels are uint8 arrays of shape (height, width, channels), RGB or RGBA. JPEG goes through
-simplejpeg; other file formats (PNG, BMP, ...) need Pillow, imported only when such bytes
-are met.
+Pixels are uint8 arrays of shape (height, width, channels), RGB or RGBA. Decoding is
+``fastload.codecs.decode``'s (simplejpeg for JPEG, C for QOI, Pillow for the rest).
 """
 import numpy as np
 
-from fastload import limits
+from fastload import codecs
 
 JPEG_MAGIC = b"\xff\xd8\xff"
 QOI_MAGIC = b"qoif"
@@ -45,53 +44,17 @@ def as_pixels(value):
 
 
 def image_size(value):
-    """(height, width) of an array or of encoded image bytes, reading only the header
-    where the format allows."""
+    """(height, width) of an array or of encoded image bytes, from the header alone."""
     if isinstance(value, (bytes, bytearray, memoryview)):
-        if is_jpeg(value):
-            import simplejpeg
-            h, w, _, _ = simplejpeg.decode_jpeg_header(bytes(value))
-            return h, w
-        return as_pixels(value).shape[:2]
+        return codecs.image_size(value)
     return np.shape(value)[:2]
 
 
 def decode_image_bytes(data, min_size=None):
-    """Decodes JPEG, QOI or (through Pillow) any other image file bytes to RGB(A).
-
-    ``min_size`` = (h, w) lets JPEG decode at a reduced scale no smaller than that.
-    Raises ValueError when the bytes are not a readable image.
-    """
-    data = bytes(data)
-    if is_jpeg(data):
-        import simplejpeg
-        limits.check_pixels(*image_size(data))
-        mh, mw = min_size or (0, 0)
-        return simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=mh, min_width=mw)
-    if is_qoi(data):
-        from fastload import _qoi
-        limits.check_pixels(*_qoi.header(data)[:2])
-        return _qoi.decode(data)
-    return _decode_with_pillow(data)
-
-
-def _decode_with_pillow(data):
-    try:
-        from PIL import Image
-    except ImportError:
-        raise ValueError("these image bytes are not JPEG or QOI; reading other formats "
-                         "(PNG, BMP, ...) needs Pillow: pip install pillow") from None
-    import io
-    try:
-        with Image.open(io.BytesIO(data)) as img:
-            limits.check_pixels(img.height, img.width)   # the header only, before decoding
-            mode = "RGBA" if img.mode in ("RGBA", "LA", "PA") or "transparency" in img.info \
-                else "RGB"
-            return np.asarray(img.convert(mode))
-    except ValueError:
-        raise
-    except Exception as exc:  # Pillow raises many kinds for bad input
-        raise ValueError(f"cannot decode image bytes: {exc}") from exc
+    """Decodes JPEG, QOI or (through Pillow) any other image file bytes to RGB(A)
+    (``fastload.codecs.decode``). ``min_size`` = (h, w) lets JPEG decode at a reduced
+    scale no smaller than that. Raises ValueError when the bytes are not a readable image."""
+    return codecs.decode(data, min_size=min_size)
 
 
 def fit_size(h, w, max_side):
