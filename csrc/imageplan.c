@@ -168,9 +168,7 @@ static int encoded_size(const fl_image_source *src, const uint8_t *data, size_t 
             snprintf(message, FL_MESSAGE_BYTES, "corrupt QOI header");
             return -1;
         }
-        /* A QOI op codes at most 62 pixels per byte: a stream too short for its header's
-         * size is truncated, found out before any memory is set aside for it. */
-        if ((double)(n - FL_QOI_HEADER_SIZE) * 62 < (double)*w * *h) {
+        if (!fl_qoi_plausible(n, *w, *h)) {
             snprintf(message, FL_MESSAGE_BYTES, "truncated QOI stream");
             return -1;
         }

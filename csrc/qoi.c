@@ -175,6 +175,11 @@ static inline void put_px(uint8_t *o, px_t px, int out_channels) {
     if (out_channels == 4) o[3] = px.a;
 }
 
+int fl_qoi_plausible(size_t n, int w, int h) {
+    if (w < 1 || h < 1 || n < FL_QOI_HEADER_SIZE + FL_QOI_END_SIZE) return 0;
+    return (n - FL_QOI_HEADER_SIZE - FL_QOI_END_SIZE) * (size_t)RUN_MAX >= (size_t)w * (size_t)h;
+}
+
 int fl_qoi_decode(const uint8_t *buf, size_t n, uint8_t *out, int w, int h, int out_channels) {
     int hw, hh, hc;
     if (out == NULL || (out_channels != 3 && out_channels != 4))
@@ -184,9 +189,8 @@ int fl_qoi_decode(const uint8_t *buf, size_t n, uint8_t *out, int w, int h, int 
         return err;
     if (hw != w || hh != h)
         return FL_QOI_E_SIZE;
-    if (n < FL_QOI_HEADER_SIZE + FL_QOI_END_SIZE ||
-        (n - FL_QOI_HEADER_SIZE - FL_QOI_END_SIZE) * (size_t)RUN_MAX < (size_t)w * (size_t)h)
-        return FL_QOI_E_TRUNCATED; /* one chunk byte gives at most RUN_MAX pixels */
+    if (!fl_qoi_plausible(n, w, h))
+        return FL_QOI_E_TRUNCATED;
 
     /* Invariant: chunk bytes are read only from buf[p .. end), end = n - 8, so every read
      * stays in bounds and the end marker's bytes are never taken for chunk data. */

@@ -38,6 +38,11 @@ const char *fl_qoi_strerror(int code);
  * (any pointer may be NULL) and returns FL_QOI_OK; else a negative error code. */
 int fl_qoi_header(const uint8_t *buf, size_t n, int *w, int *h, int *channels);
 
+/* Whether a stream of n bytes (header and end marker included) is long enough for w * h
+ * pixels: one chunk byte gives at most 62 of them. Checked before any memory is set aside
+ * for the pixels, so that a forged header cannot make a reader reserve gigabytes. */
+int fl_qoi_plausible(size_t n, int w, int h);
+
 /* Worst-case encoded size of a w x h image with 3 or 4 channels, in bytes; 0 when the
  * arguments are invalid or the image is over FL_QOI_PIXELS_MAX. */
 size_t fl_qoi_max_size(int w, int h, int channels);

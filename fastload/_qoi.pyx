@@ -11,6 +11,7 @@ cdef extern from "qoi.h" nogil:
     enum: FL_QOI_E_TRUNCATED
     const char *fl_qoi_strerror(int code)
     int fl_qoi_header(const uint8_t *buf, size_t n, int *w, int *h, int *channels)
+    int fl_qoi_plausible(size_t n, int w, int h)
     size_t fl_qoi_max_size(int w, int h, int channels)
     long fl_qoi_encode(const uint8_t *pixels, int w, int h, int channels,
                        uint8_t *out, size_t cap)
@@ -75,9 +76,9 @@ def decode(data, channels=None, out=None):
     cdef int err = fl_qoi_header(&buf[0] if buf.shape[0] else NULL, buf.shape[0], &w, &h, &c)
     if err:
         raise _error(err, "QOI decode")
-    if (buf.shape[0] - 22) * 62 < <long long>w * h:
-        # Too short for that many pixels (a chunk byte gives at most 62): fail before
-        # allocating what a hostile header asks for.
+    if not fl_qoi_plausible(buf.shape[0], w, h):
+        # Too short for that many pixels: fail before allocating what a hostile header
+        # asks for.
         raise _error(FL_QOI_E_TRUNCATED, "QOI decode")
     if channels is not None:
         if channels not in (3, 4):
