@@ -119,7 +119,7 @@ def test_demo_measures_fastload_against_a_plain_loop(capsys):
 def test_bench_counts_the_images_it_loaded_partial_last_batch_included(image_folder,
                                                                        tmp_path):
     from fastload import open
-    from fastload.storage.bench import bench_file
+    from fastload.__main__ import bench_file
     src, _ = image_folder
     dst = tmp_path / "b.arrow"
     assert main(["convert", str(src), str(dst), "--no-progress"]) == 0
