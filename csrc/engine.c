@@ -44,9 +44,25 @@ int fl_run_cancelled(const fl_run *r) {
     return __atomic_load_n(&r->cancel, __ATOMIC_ACQUIRE);
 }
 
+/* The first item of step s. */
+static inline int64_t step_first(const fl_run *r, int64_t s) {
+    return r->bounds ? r->bounds[s] : s * r->rows;
+}
+
 static int64_t step_rows(const fl_run *r, int64_t s) {
+    if (r->bounds) return r->bounds[s + 1] - r->bounds[s];
     int64_t end = (s + 1) * r->rows;
     return (end < r->end_item ? end : r->end_item) - s * r->rows;
+}
+
+/* Whether `bounds` cuts items [bounds[0], bounds[steps]) into steps of 1 to `rows` items. */
+static int bounds_fit(const int64_t *bounds, int64_t steps, int64_t rows) {
+    if (bounds[0] < 0) return 0;
+    for (int64_t s = 0; s < steps; s++) {
+        int64_t n = bounds[s + 1] - bounds[s];
+        if (n < 1 || n > rows) return 0;
+    }
+    return 1;
 }
 
 static int init_sync(fl_run *r) {
@@ -76,17 +92,24 @@ static void free_arrays(fl_run *r) {
     free(r);
 }
 
-fl_run *fl_run_create(const int64_t *order, int64_t end_item, int64_t rows,
-                      int64_t first_step, int64_t end_step, uint64_t seed, uint64_t epoch,
-                      const fl_field *fields, int nfields, char *const *dst, int nslots,
-                      int parallel, int64_t chunk, int ordered, int skip_errors, void *ctx) {
-    if (rows < 1 || nslots < 1 || nfields < 1 || first_step < 0) return NULL;
+fl_run *fl_run_create(const int64_t *order, const int64_t *bounds, int64_t end_item,
+                      int64_t rows, int64_t first_step, int64_t end_step, uint64_t seed,
+                      uint64_t epoch, const fl_field *fields, int nfields, char *const *dst,
+                      int nslots, int parallel, int64_t chunk, int ordered, int skip_errors,
+                      void *ctx) {
+    if (rows < 1 || nslots < 1 || nfields < 1 || first_step < 0 || end_step < 0) return NULL;
+    if (bounds) {
+        if (bounds[end_step] > end_item || !bounds_fit(bounds, end_step, rows)) return NULL;
+        end_item = bounds[end_step];
+    } else {
+        if (end_item > end_step * rows) end_item = end_step * rows;
+        if (end_step > (end_item + rows - 1) / rows) end_step = (end_item + rows - 1) / rows;
+    }
     fl_run *r = calloc(1, sizeof *r);
     if (!r) return NULL;
-    if (end_item > end_step * rows) end_item = end_step * rows;
-    if (end_step > (end_item + rows - 1) / rows) end_step = (end_item + rows - 1) / rows;
     if (first_step > end_step) first_step = end_step;
     r->order = order;
+    r->bounds = bounds;
     r->end_item = end_item;
     r->rows = rows;
     r->first_step = first_step;
@@ -104,7 +127,8 @@ fl_run *fl_run_create(const int64_t *order, int64_t end_item, int64_t rows,
     r->skip_errors = skip_errors;
     r->ctx = ctx;
     r->generation = fl_pool_generation();
-    r->claim_item = first_step * rows;
+    r->claim_step = first_step;
+    r->claim_item = step_first(r, first_step);
     r->claim_slot = -1;
     r->next_step = first_step;
     r->slots = calloc((size_t)nslots, sizeof *r->slots);
@@ -186,7 +210,7 @@ static void prefetch_item(const fl_run *r, int64_t index) {
 static void run_items(fl_run *r, int slot_index, int64_t first, int64_t last,
                       fl_scratch *scratch) {
     fl_slot *slot = &r->slots[slot_index];
-    const int64_t *order = r->order + slot->step * r->rows;
+    const int64_t *order = r->order + step_first(r, slot->step);
     char message[FL_MESSAGE_BYTES];
     fl_item item = {r, slot_index, 0, 0};
     for (int64_t pos = first; pos < last; pos++) {
@@ -236,24 +260,31 @@ static int take_slot(fl_run *r, int64_t step) {
 static int take_claim(fl_run *r, claim *c) {
     if (fl_run_cancelled(r)) return 0;
     int64_t k = r->claim_item;
-    /* Guided: a claim takes a share of what is left of the step (at least `chunk`), so
-     * a batch costs a few claims, and its last items still spread over the threads. */
-    int64_t step_end = (k / r->rows + 1) * r->rows;
-    int64_t left = (step_end < r->end_item ? step_end : r->end_item) - k;
-    int64_t share = r->parallel > 0 ? left / (2 * r->parallel) : left;
-    int64_t limit = k + (share > r->chunk ? share : r->chunk);
-    if (limit > r->end_item) limit = r->end_item;
     c->first = k;
     c->nsteps = 0;
+    if (k >= r->end_item) {
+        c->last = k;
+        return 0;
+    }
+    /* Guided: a claim takes a share of what is left of the step (at least `chunk`), so
+     * a batch costs a few claims, and its last items still spread over the threads. */
+    int64_t left = step_first(r, r->claim_step) + step_rows(r, r->claim_step) - k;
+    int64_t share = r->parallel > 0 ? left / (2 * r->parallel) : left;
+    /* Inline, a claim is the rest of one step. */
+    int64_t limit = k + (r->parallel == 0 ? left : share > r->chunk ? share : r->chunk);
+    if (limit > r->end_item) limit = r->end_item;
     while (k < limit && c->nsteps < MAX_CLAIM_STEPS) {
-        int64_t step = k / r->rows;
+        int64_t step = r->claim_step;
         if (r->claim_slot < 0 && (r->claim_slot = take_slot(r, step)) < 0) break;
-        int64_t end = step * r->rows + r->slots[r->claim_slot].rows;
+        int64_t end = step_first(r, step) + r->slots[r->claim_slot].rows;
         int64_t stop = limit < end ? limit : end;
         c->slots[c->nsteps] = r->claim_slot;
         c->counts[c->nsteps++] = stop - k;
         k = stop;
-        if (k == end) r->claim_slot = -1;
+        if (k == end) {
+            r->claim_slot = -1;
+            r->claim_step++;
+        }
     }
     c->last = r->claim_item = k;
     return k > c->first;
@@ -262,7 +293,7 @@ static int take_claim(fl_run *r, claim *c) {
 static void run_claim(fl_run *r, const claim *c, fl_scratch *scratch) {
     int64_t k = c->first;
     for (int j = 0; j < c->nsteps; j++) {
-        int64_t start = r->slots[c->slots[j]].step * r->rows;
+        int64_t start = step_first(r, r->slots[c->slots[j]].step);
         run_items(r, c->slots[j], k - start, k - start + c->counts[j], scratch);
         k += c->counts[j];
     }
@@ -305,7 +336,7 @@ static int64_t claimable(const fl_run *r) {
     if (fl_run_cancelled(r)) return 0;
     int64_t left = r->end_item - r->claim_item;
     int64_t open = r->claim_slot >= 0 ? r->slots[r->claim_slot].rows -
-                   (r->claim_item - r->slots[r->claim_slot].step * r->rows) : 0;
+                   (r->claim_item - step_first(r, r->slots[r->claim_slot].step)) : 0;
     open += (int64_t)r->nfree * r->rows;
     return open < left ? open : left;
 }
@@ -334,7 +365,8 @@ static void release_slot(fl_run *r, int s) {
 static int ready_slot(fl_run *r) {
     int s;
     if (r->ordered) {
-        if (r->next_step >= r->end_step || r->claim_item <= r->next_step * r->rows) return -1;
+        if (r->next_step >= r->end_step || r->claim_item <= step_first(r, r->next_step))
+            return -1;
         s = r->slot_of[r->next_step % r->nslots];
         if (r->slots[s].state != FL_SLOT_READY) return -1;
         r->next_step++;
@@ -399,6 +431,14 @@ int fl_run_next(fl_run *r, int release, double timeout_s) {
     }
     pthread_mutex_unlock(&r->lock);
     return s;
+}
+
+int fl_run_start(fl_run *r) {
+    if (orphaned(r) || r->parallel == 0) return 0;
+    pthread_mutex_lock(&r->lock);
+    int rc = fl_run_cancelled(r) ? 0 : start_tasks(r);
+    pthread_mutex_unlock(&r->lock);
+    return rc != 0 ? -5 : 0;
 }
 
 void fl_run_cancel(fl_run *r) {

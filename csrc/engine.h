@@ -1,9 +1,11 @@
 /* The engine's native half: one iteration ("run") of a schedule into a ring of slots.
  *
- * A schedule is an order of observation indices cut into steps of `rows` items (the last
- * one may be shorter). A run loads steps [first_step, end_step) of it into `nslots`
- * slots: the items of step s are order[s*rows + pos] for pos in [0, rows), and item pos
- * of a step is written at dst[slot][field] + pos * row_bytes for each field.
+ * A schedule is an order of observation indices cut into steps: of `rows` items each (the
+ * last one may be shorter), or at the offsets `bounds` (step s is items [bounds[s],
+ * bounds[s+1]), at most `rows` of them: batches of different sizes). A run loads steps
+ * [first_step, end_step) of it into `nslots` slots of `rows` positions: the items of
+ * step s are order[first(s) + pos], and item pos of a step is written at
+ * dst[slot][field] + pos * row_bytes for each field.
  *
  *   consumer                        pool tasks (at most `parallel` at once)
  *   --------                        ---------------------------------------
@@ -101,6 +103,7 @@ typedef struct fl_slot {
 typedef struct fl_run {
     /* The schedule, the fields and the options: set by fl_run_create, then read only. */
     const int64_t *order;
+    const int64_t *bounds;         /* the first item of each step (and the end), or NULL */
     int64_t rows, first_step, end_step, end_item;
     uint64_t seed, epoch;
     const fl_field *fields;
@@ -121,6 +124,7 @@ typedef struct fl_run {
     fl_scratch scratch[FL_SCRATCH_REGIONS];   /* the inline run's */
     /* Under `lock`: */
     int64_t claim_item;            /* next item to claim */
+    int64_t claim_step;            /* the step of claim_item */
     int claim_slot;                /* the slot of claim_item's step, -1 before it has one */
     int *free_slots, nfree;        /* a stack */
     int *ready_queue;              /* completed steps' slots, oldest first (unordered) */
@@ -133,10 +137,13 @@ typedef struct fl_run {
 } fl_run;
 
 /* A run of steps [first_step, end_step) of `order` (end_item items in all) into `nslots`
- * slots whose destinations are dst[slot * nfields + field]. Returns NULL when out of
- * memory. Nothing starts until the first fl_run_next. */
-fl_run *fl_run_create(const int64_t *order, int64_t end_item, int64_t rows,
-                      int64_t first_step, int64_t end_step, uint64_t seed, uint64_t epoch,
+ * slots whose destinations are dst[slot * nfields + field]. `bounds` (NULL: steps of
+ * `rows` items) holds end_step + 1 offsets into `order`, each step 1 to `rows` items.
+ * Returns NULL when out of memory or for bounds that do not fit. Nothing starts until
+ * the first fl_run_next. */
+fl_run *fl_run_create(const int64_t *order, const int64_t *bounds, int64_t end_item,
+                      int64_t rows, int64_t first_step, int64_t end_step, uint64_t seed,
+                      uint64_t epoch,
                       const fl_field *fields, int nfields, char *const *dst, int nslots,
                       int parallel, int64_t chunk, int ordered, int skip_errors, void *ctx);
 
@@ -146,6 +153,10 @@ fl_run *fl_run_create(const int64_t *order, int64_t end_item, int64_t rows,
  * -4 when the run was made before this process forked; -5 when no thread could start.
  * Call without the GIL unless the run is inline with no Python field. */
 int fl_run_next(fl_run *run, int release, double timeout_s);
+
+/* Start loading on the pool now, without waiting (the first fl_run_next starts it
+ * otherwise). Returns -5 when no thread could start, else 0; does nothing inline. */
+int fl_run_start(fl_run *run);
 
 /* Stop loading: claimed items finish, nothing new is claimed; wakes a waiting consumer. */
 void fl_run_cancel(fl_run *run);

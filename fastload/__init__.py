@@ -9,7 +9,9 @@ from .errors import LoadError
 from .imagefolder import files
 from .loader import DataLoader, eachobs, eachobs_parallel
 from .obs import getobs, getobs_into, numobs
+from .samplers import BucketBatchSampler, WeightedSampler
 from .storage import open, write
+from .streams import Shards
 from .subsets import (chunk, filterobs, group_counts, groupobs, kfolds, leavepout, oversample,
                       splitobs, undersample)
 from .views import (batchview, joinobs, mapobs, obsview, randobs, shuffleobs,
@@ -18,8 +20,11 @@ from .views import (batchview, joinobs, mapobs, obsview, randobs, shuffleobs,
 __version__ = "0.1.0"
 
 __all__ = [
+    "BucketBatchSampler",
     "DataLoader",
     "LoadError",
+    "Shards",
+    "WeightedSampler",
     "batchview",
     "build_info",
     "chunk",

@@ -72,11 +72,13 @@ cdef extern from "engine.h" nogil:
         int64_t count
         void *state
         int number
-    fl_run *fl_run_create(const int64_t *order, int64_t end_item, int64_t rows,
-                          int64_t first_step, int64_t end_step, uint64_t seed, uint64_t epoch,
-                          const fl_field *fields, int nfields, char *const *dst, int nslots,
-                          int parallel, int64_t chunk, int ordered, int skip_errors, void *ctx)
+    fl_run *fl_run_create(const int64_t *order, const int64_t *bounds, int64_t end_item,
+                          int64_t rows, int64_t first_step, int64_t end_step, uint64_t seed,
+                          uint64_t epoch, const fl_field *fields, int nfields,
+                          char *const *dst, int nslots, int parallel, int64_t chunk,
+                          int ordered, int skip_errors, void *ctx)
     int fl_run_next(fl_run *run, int release, double timeout_s)
+    int fl_run_start(fl_run *run)
     void fl_run_cancel(fl_run *run)
     void fl_run_join(fl_run *run)
     void fl_run_destroy(fl_run *run)
@@ -281,7 +283,7 @@ cdef class Iteration:
     cdef fl_run *run
     cdef object transport
     cdef Fields fields
-    cdef object order
+    cdef object order, bounds
     cdef readonly object plan
     cdef list ring, values
     cdef readonly list objects
@@ -312,17 +314,26 @@ cdef class Iteration:
         self.errors = {}
         self.held = -1
 
-    def start_run(self, Fields fields, cnp.ndarray order, int64_t first_step, int64_t end_step,
-                  uint64_t seed, uint64_t epoch, int parallel, int64_t chunk, bint ordered,
-                  bint skip_errors, bint release_gil, filler):
-        """Load steps [first_step, end_step) of ``order`` (int64, C-contiguous; ``rows``
-        items a step) natively: in the caller's thread when ``parallel`` is 0, else on up
-        to ``parallel`` pool threads claiming ``chunk`` items at a time. ``filler(slot,
-        field, pos, index)`` loads an item of a Python field (with the GIL)."""
+    def start_run(self, Fields fields, cnp.ndarray order, bounds, int64_t first_step,
+                  int64_t end_step, uint64_t seed, uint64_t epoch, int parallel, int64_t chunk,
+                  bint ordered, bint skip_errors, bint release_gil, filler):
+        """Load steps [first_step, end_step) of ``order`` (int64, C-contiguous) natively:
+        ``rows`` items a step, or at the offsets ``bounds`` (int64, ``end_step + 1`` of
+        them, each step 1 to ``rows`` items). In the caller's thread when ``parallel`` is
+        0, else on up to ``parallel`` pool threads claiming ``chunk`` items at a time.
+        ``filler(slot, field, pos, index)`` loads an item of a Python field (with the
+        GIL). Raises ValueError for bounds that do not fit."""
         if self.run != NULL or self.transport is not None:
             raise RuntimeError("this iteration was started already")
         if order.dtype != np.int64 or not order.flags.c_contiguous:
             raise TypeError("a schedule's order must be a C-contiguous int64 array")
+        cdef const int64_t *bounds_data = NULL
+        if bounds is not None:
+            if (not isinstance(bounds, np.ndarray) or bounds.dtype != np.int64
+                    or not bounds.flags.c_contiguous or bounds.shape[0] < end_step + 1):
+                raise TypeError("a schedule's bounds must be a C-contiguous int64 array of "
+                                "steps + 1 offsets")
+            bounds_data = <const int64_t *>cnp.PyArray_DATA(<cnp.ndarray>bounds)
         cdef int nslots = len(self.ring), f, s
         cdef char **dst = <char **>calloc(nslots * max(fields.nfields, 1), sizeof(char *))
         if dst == NULL:
@@ -333,16 +344,30 @@ cdef class Iteration:
                     raise ValueError(f"{len(self.ring[s])} destinations for {fields.nfields} fields")
                 for f in range(fields.nfields):
                     dst[s * fields.nfields + f] = self._destination(fields, f, self.ring[s][f])
-            self.fields, self.order, self.filler = fields, order, filler
+            self.fields, self.order, self.bounds, self.filler = fields, order, bounds, filler
             self.release_gil = release_gil or parallel > 0
-            self.run = fl_run_create(<const int64_t *>cnp.PyArray_DATA(order), order.shape[0],
-                                     self.rows, first_step, end_step, seed, epoch,
-                                     fields.fields, fields.nfields, dst, nslots, parallel,
-                                     chunk, ordered, skip_errors, <void *>self)
+            self.run = fl_run_create(<const int64_t *>cnp.PyArray_DATA(order), bounds_data,
+                                     order.shape[0], self.rows, first_step, end_step, seed,
+                                     epoch, fields.fields, fields.nfields, dst, nslots,
+                                     parallel, chunk, ordered, skip_errors, <void *>self)
         finally:
             free(dst)
         if self.run == NULL:
+            if bounds is not None:
+                raise ValueError(f"the schedule's bounds must cut the order into steps of 1 "
+                                 f"to {self.rows} observations")
             raise MemoryError("could not set up a native run")
+
+    def begin(self):
+        """Start loading on the pool now, without waiting for a step (the first ``next()``
+        starts it otherwise): an iteration begun while another one is being consumed
+        loads ahead of it. Does nothing for an inline run."""
+        cdef int rc = 0
+        if self.run != NULL and not self.done:
+            with nogil:
+                rc = fl_run_start(self.run)
+        if rc != 0:
+            raise RuntimeError(_STOPPED.get(rc))
 
     cdef char *_destination(self, Fields fields, int f, dest) except? NULL:
         # Native fields write row_bytes per position: the array must hold exactly that.
@@ -486,7 +511,8 @@ cdef class Iteration:
         cdef fl_slot *s = &self.run.slots[slot]
         if not s.failed:
             return None
-        cdef int64_t index = (<int64_t *>cnp.PyArray_DATA(self.order))[s.step * self.rows + s.fail_pos]
+        cdef int64_t first = s.step * self.rows if self.bounds is None else self.bounds[s.step]
+        cdef int64_t index = (<int64_t *>cnp.PyArray_DATA(self.order))[first + s.fail_pos]
         cause = self.errors.get(slot, {}).get(s.fail_pos)
         field = s.fail_field if s.fail_field >= 0 else None
         return s.step, field, index, s.message.decode("utf-8", "replace"), cause

@@ -3,7 +3,8 @@
 ::
 
     DataLoader / eachobs / eachobs_parallel          (loader.py: epochs, order, state)
-        | container + Schedule(order, batch_size, drop_last, collate, seed, epoch, start)
+        | container + Schedule(order, batch_size, drop_last, collate, seed, epoch, start,
+        |                       bounds: the steps' offsets when batches differ in size)
         v
     Engine.iterate                                   (this module: options, ring, transport)
         | make_plan(container, schedule)             (plan.py: per leaf gather/native/into/object)
@@ -195,9 +196,12 @@ class Engine:
         filler = _filler(plan, ring, iteration.objects, schedule) if plan.has_python else None
         # Cheap items are claimed in chunks so threads do not contend per item.
         chunk = 1 if plan.expensive else max(16, -(-plan.rows // (4 * max(parallel, 1))))
+        # A whole-step plan loads step s as its item s: one row a step, whatever the bounds.
+        bounds = None if plan.whole_steps else schedule.bounds
         iteration.start_run(_core.Fields(plan.fields, plan.row_bytes), plan.order(schedule),
-                            schedule.start, schedule.steps, schedule.seed, schedule.epoch,
-                            parallel, chunk, self.ordered, skip, plan.expensive, filler)
+                            bounds, schedule.start, schedule.steps, schedule.seed,
+                            schedule.epoch, parallel, chunk, self.ordered, skip, plan.expensive,
+                            filler)
         _live.add(iteration)
         return iteration
 

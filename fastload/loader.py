@@ -1,13 +1,13 @@
 """``DataLoader``, ``eachobs`` and ``eachobs_parallel``: epochs, order, state.
 
 A loader composes, then hands over: each epoch it draws the order (shuffled from
-(seed, epoch), sharded), makes it a ``Schedule`` (``schedule.py``) and hands that with the
-container to its ``Engine`` (``engine.py``), which loads and delivers the steps. As in
-MLUtils, ``DataLoader(data, ...)`` is ``eachobs_parallel(batchview(data, ...))`` with
-epochs on top: ``eachobs_parallel`` loads any container, views included.
+(seed, epoch), or from a sampler; sharded) and makes it a ``Schedule`` (``epochs.py``,
+``schedule.py``), which it hands with the container to its ``Engine`` (``engine.py``)
+to load and deliver the steps. As in MLUtils, ``DataLoader(data, ...)`` is
+``eachobs_parallel(batchview(data, ...))`` with epochs on top: ``eachobs_parallel`` loads
+any container, views included. A stream (no length, no positions) is read a window of
+records at a time, each window loaded by the engine as a container (``windows.py``).
 """
-import secrets
-import threading
 import warnings
 import weakref
 from numbers import Integral
@@ -16,35 +16,18 @@ import numpy as np
 
 from . import _core
 from .engine import Engine
+from .epochs import Epochs
+from .keywords import refuse_unknown_keywords
 from .obs import numobs
-from .order import quasi_random_order
-from .schedule import Schedule, schedule_of
-from .sharding import resolve_shard, shard_order, shard_size
+from .schedule import schedule_of
+from .sharding import default_seed, resolve_shard
+from .streams import stream_source
 from .views import MappedObs
+from .windows import DEFAULT_BUFFER, StreamEpochs
 
 __all__ = ["DataLoader", "eachobs", "eachobs_parallel"]
 
 _SHUFFLES = (False, True, "quasi")
-_DRAW_AHEAD_FROM = 1 << 16   # observations from which the next epoch's order is drawn ahead
-
-
-class _Ahead:
-    """``order(epoch)`` drawn on a thread of its own, for the loader's next epoch."""
-
-    def __init__(self, order, seed, epoch):
-        self.key = (seed, epoch)
-        self.box = []
-        self.thread = threading.Thread(target=lambda: self.box.append(order(epoch)),
-                                       name="fastload-order-ahead", daemon=True)
-        self.thread.start()
-
-    def result(self, seed, epoch):
-        """The order, or None when it was drawn for another (seed, epoch) or did not
-        finish (a forked child does not have the thread)."""
-        if self.key != (seed, epoch):
-            return None
-        self.thread.join()
-        return self.box[0] if self.box else None
 
 
 class StatsReport(dict):
@@ -116,85 +99,133 @@ def _warn_random_reads(pages):
             return
 
 
+def _check_samplers(shuffle, batch_size, sampler, batch_sampler, drop_last):
+    if sampler is not None and shuffle:
+        raise ValueError("sampler= gives the order: leave shuffle=False (the sampler draws "
+                         "from the loader's seed and the epoch)")
+    if batch_sampler is not None and (sampler is not None or shuffle or drop_last
+                                      or batch_size not in (None, 1)):
+        raise ValueError("batch_sampler= forms the batches: it excludes batch_size, "
+                         "shuffle, sampler and drop_last")
+
+
+def _check_stream(shuffle, sampler, batch_sampler, backend):
+    if not (shuffle is False or shuffle is True or (
+            isinstance(shuffle, Integral) and not isinstance(shuffle, bool) and shuffle > 0)):
+        raise ValueError(f"shuffle for a stream must be False, True or the records in its "
+                         f"shuffle buffer (an int > 0), got {shuffle!r}")
+    if sampler is not None or batch_sampler is not None:
+        raise ValueError("a stream has no positions to sample: sampler= and batch_sampler= "
+                         "need a container")
+    if backend == "process":
+        raise ValueError("backend='process' loads containers; a stream loads on threads")
+
+
 class _EpochLoader:
     """What ``DataLoader`` and ``eachobs`` share: epochs, order, state, and the engine.
     ``batch_size=None`` makes each step one observation."""
 
-    def __init__(self, data, batch_size=None, *, shuffle=False, drop_last=False,
-                 collate=None, buffer=False, parallel=False, seed=None, ordered=True,
-                 prefetch=None, shard=None, on_error="raise", backend="thread"):
-        if shuffle not in _SHUFFLES:
-            raise ValueError(f"shuffle must be False, True or 'quasi', got {shuffle!r}")
+    def __init__(self, data, batch_size=None, *, shuffle=False, sampler=None,
+                 batch_sampler=None, drop_last=False, collate=None, buffer=False,
+                 parallel=False, seed=None, ordered=True, prefetch=None, shard=None,
+                 on_error="raise", backend="thread"):
+        source = stream_source(data)
+        if source is not None:
+            _check_stream(shuffle, sampler, batch_sampler, backend)
+        elif shuffle not in _SHUFFLES:
+            raise ValueError(f"shuffle must be False, True or 'quasi', got {shuffle!r} "
+                             f"(an int is a stream's shuffle buffer)")
+        _check_samplers(shuffle, batch_size, sampler, batch_sampler, drop_last)
         if seed is not None and not isinstance(seed, Integral):
             raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
-        self._engine = Engine(parallel=parallel, buffer=bool(buffer), ordered=bool(ordered),
-                              prefetch=prefetch, on_error=on_error, backend=backend)
+        options = dict(parallel=parallel, buffer=bool(buffer), ordered=bool(ordered),
+                       prefetch=prefetch, on_error=on_error, backend=backend)
+        self._engine = Engine(**options)
         self.data = data
         self.batch_size = batch_size
         self.shuffle = shuffle
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
         self.drop_last = bool(drop_last)
         self.collate = collate
         self.buffer = bool(buffer)
         self.parallel = parallel
-        self.seed = int(seed) if seed is not None else secrets.randbits(63)
         self.ordered = ordered
         self.on_error = on_error
         self.rank, self.world_size = resolve_shard(shard)
-        self._n = numobs(data)
-        self._per_rank = shard_size(self._n, self.world_size, drop_last)
-        self._chunk_bounds = _chunk_bounds(data) if shuffle == "quasi" else None
-        if shuffle == "quasi" and self._chunk_bounds is None:
-            raise ValueError("shuffle='quasi' reads a packed dataset chunk by chunk; this "
-                             "data has no chunks (use shuffle=True)")
-        pages = _file_pages(data)
-        if shuffle is True:
-            _warn_random_reads(pages)
-        # Read ahead in the quasi-random order: the pages of the dataset it follows.
-        self._pages = next((p for p in pages if p.chunk_bounds is self._chunk_bounds), None)
-        self._read_ahead = None
+        self.seed = default_seed(seed, self.world_size)
         self._epoch = 0          # the epoch the next iter() starts
         self._resume_at = 0      # the step it starts at (after load_state_dict)
         self._progress = None    # epoch and steps delivered of the latest iteration
         self._stats = _core.Stats()
         self._warned_skips = False
-        self._ahead = None       # the next epoch's order, being drawn
+        self._read_ahead = None
+        self._stream = self._epochs = self._pages = None
+        if source is not None:
+            self._open_stream(source, options)
+        else:
+            self._open_container(sampler, batch_sampler)
+
+    def _open_stream(self, source, options):
+        # Two engines: a window loads on one while the one before it is delivered.
+        engines = [self._engine] + ([Engine(**options)] if self.parallel is not False else [])
+        buffer = DEFAULT_BUFFER if self.shuffle is True else int(self.shuffle)
+        self._stream = StreamEpochs(self.data, source, engines, self.batch_size,
+                                    shuffle=buffer, drop_last=self.drop_last,
+                                    collate=self.collate, rank=self.rank,
+                                    world_size=self.world_size)
+
+    def _open_container(self, sampler, batch_sampler):
+        data, shuffle = self.data, self.shuffle
+        chunk_bounds = _chunk_bounds(data) if shuffle == "quasi" else None
+        if shuffle == "quasi" and chunk_bounds is None:
+            raise ValueError("shuffle='quasi' reads a packed dataset chunk by chunk; this "
+                             "data has no chunks (use shuffle=True)")
+        self._n = numobs(data)
+        self._epochs = Epochs(self._n, self.batch_size, shuffle=shuffle, sampler=sampler,
+                              batch_sampler=batch_sampler, drop_last=self.drop_last,
+                              collate=self.collate, rank=self.rank, world=self.world_size,
+                              chunk_bounds=chunk_bounds)
+        pages = _file_pages(data)
+        if shuffle is True:
+            _warn_random_reads(pages)
+        # Read ahead in the quasi-random order: the pages of the dataset it follows.
+        self._pages = next((p for p in pages if p.chunk_bounds is chunk_bounds), None)
 
     def order(self, epoch):
         """The observations this rank loads in ``epoch``, in order: an int64 array that
         depends only on (seed, epoch, rank, world_size)."""
-        if not self.shuffle:
-            order = np.arange(self._n, dtype=np.int64)
-        elif self.shuffle == "quasi":
-            order = quasi_random_order(self._n, self._chunk_bounds, self.seed, epoch)
-        else:
-            order = np.random.Generator(np.random.PCG64([self.seed, epoch])).permutation(self._n)
-        return shard_order(order, self.rank, self.world_size, self.drop_last)
+        if self._stream is not None:
+            raise TypeError("a stream has no order drawn up front")
+        return self._epochs.order(self.seed, epoch)
 
     def schedule(self, epoch, start=0):
         """The ``Schedule`` of ``epoch`` from step ``start``: what the engine loads."""
-        return Schedule(self._order_ahead(epoch), self.batch_size, drop_last=self.drop_last,
-                        collate=self.collate, seed=self.seed, epoch=epoch, start=start)
+        return self._epochs.schedule(self.seed, epoch, start)
 
-    def _order_ahead(self, epoch):
-        """``order(epoch)``, drawn ahead during the previous epoch when it was the next one.
-        A permutation of a million observations takes tens of milliseconds in one thread:
-        drawn ahead, it overlaps loading instead of delaying the epoch's first batch."""
-        ahead, self._ahead = self._ahead, None
-        order = ahead.result(self.seed, epoch) if ahead is not None else None
-        if order is None:
-            order = self.order(epoch)
-        if self.shuffle is True and self._n >= _DRAW_AHEAD_FROM:
-            self._ahead = _Ahead(self.order, self.seed, epoch + 1)
-        return order
+    def _steps(self, seed, epoch):
+        return self._epochs.steps(seed, epoch)
 
     def __len__(self):
-        n, size = self._per_rank, self.batch_size or 1
-        return n // size if self.drop_last else -(-n // size)
+        """Steps per epoch (of the epoch being iterated, else of the next one: a sampler's
+        epochs may differ). Raises ``TypeError`` for a stream, which has no length."""
+        if self._stream is not None:
+            raise TypeError("a stream has no length: its number of batches is known only "
+                            "once it was read")
+        live = self._live_position()
+        return self._steps(self.seed, live[0] if live else self._epoch)
+
+    def __bool__(self):
+        """True: a loader is one also when it has no length (a stream)."""
+        return True
 
     def __iter__(self):
         epoch, start = self._epoch, self._resume_at
         self._epoch, self._resume_at = epoch + 1, 0
         self._progress = _core.Progress(epoch, start)
+        if self._stream is not None:
+            return self._stream.iterate(self.seed, epoch, start, self._stats, self._progress,
+                                        self._epoch_done)
         schedule = self.schedule(epoch, start)
         self._stop_read_ahead()
         if self._pages is not None:
@@ -221,8 +252,8 @@ class _EpochLoader:
         self._stop_read_ahead()
         # The next epoch's order is finished within this epoch: no thread of the loader
         # works on between epochs (its time counts in this epoch's, where it belongs).
-        if self._ahead is not None:
-            self._ahead.thread.join()
+        if self._epochs is not None:
+            self._epochs.finish_ahead()
         if self._stats.skipped and not self._warned_skips:
             self._warned_skips = True
             warnings.warn(f"skipped {self._stats.skipped} observations that failed to load "
@@ -239,33 +270,57 @@ class _EpochLoader:
         """
         return StatsReport(self._stats)
 
+    def _live_position(self):
+        """(epoch, step) of the iteration in progress, or None when there is none or it
+        delivered its whole epoch."""
+        live = self._progress
+        if live is None or live.epoch >= self._epoch:
+            return None
+        if self._stream is not None:
+            iteration = self._stream.live()
+            finished = iteration is None or iteration.epoch != live.epoch or iteration.finished()
+        else:
+            finished = live.step >= self._steps(self.seed, live.epoch)
+        return None if finished else (live.epoch, live.step)
+
     def state_dict(self):
         """The position to resume from: restore it with ``load_state_dict`` on a loader
         built the same way, and iteration continues with the next step of that epoch."""
-        live = self._progress
-        if live is not None and live.step < len(self):
-            epoch, step = live.epoch, live.step
+        epoch, step = self._live_position() or (self._epoch, self._resume_at)
+        state = {"seed": self.seed, "epoch": epoch, "step": step,
+                 "rank": self.rank, "world_size": self.world_size}
+        if self._stream is not None:
+            state["window"] = self._stream.window
         else:
-            epoch, step = self._epoch, self._resume_at
-        return {"seed": self.seed, "epoch": epoch, "step": step, "steps": len(self),
-                "rank": self.rank, "world_size": self.world_size}
+            state["steps"] = self._steps(self.seed, epoch)
+        return state
 
     def load_state_dict(self, state):
         """Resume from ``state`` (from ``state_dict``): the next ``iter()`` continues at the
         saved step of the saved epoch. Raises ``ValueError`` if the state belongs to a
-        loader with a different number of steps per epoch."""
-        missing = {"seed", "epoch", "step", "steps"} - set(state)
+        loader with a different number of steps per epoch (or, for a stream, another
+        window of records), or to another rank."""
+        needed = {"seed", "epoch", "step"} | ({"window"} if self._stream else {"steps"})
+        missing = needed - set(state)
         if missing:
             raise ValueError(f"not a loader state: missing {sorted(missing)}")
         if state.get("world_size", 1) != self.world_size or state.get("rank", 0) != self.rank:
             raise ValueError(f"the state is for rank {state.get('rank', 0)} of "
                              f"{state.get('world_size', 1)}, this loader is rank {self.rank} "
                              f"of {self.world_size}")
-        if state["steps"] != len(self):
-            raise ValueError(f"the state is for a loader with {state['steps']} steps per "
-                             f"epoch, this one has {len(self)}")
-        if not 0 <= state["step"] <= len(self):
-            raise ValueError(f"step {state['step']} is out of range for {len(self)} steps")
+        if self._stream is not None:
+            if state["window"] != self._stream.window:
+                raise ValueError(f"the state is for a stream read {state['window']} records "
+                                 f"at a time, this loader reads {self._stream.window}")
+            if state["step"] < 0:
+                raise ValueError(f"step {state['step']} is out of range")
+        else:
+            steps = self._steps(int(state["seed"]), int(state["epoch"]))
+            if state["steps"] != steps:
+                raise ValueError(f"the state is for a loader with {state['steps']} steps per "
+                                 f"epoch, this one has {steps}")
+            if not 0 <= state["step"] <= steps:
+                raise ValueError(f"step {state['step']} is out of range for {steps} steps")
         self.seed = int(state["seed"])
         self._epoch = int(state["epoch"])
         self._resume_at = int(state["step"])
@@ -274,6 +329,10 @@ class _EpochLoader:
     def close(self):
         """Stop background work and release the batch buffers. Idempotent."""
         self._stop_read_ahead()
+        if self._stream is not None:
+            self._stream.stop()
+            for engine in self._stream.engines:
+                engine.close()
         self._engine.close()
 
     def __enter__(self):
@@ -287,10 +346,22 @@ class _EpochLoader:
 class DataLoader(_EpochLoader):
     """Iterates batches of ``data``, epoch after epoch.
 
+    ``data`` is a container, or a stream (an iterable without a length: a generator, a
+    PyTorch ``IterableDataset``, a Hugging Face streaming dataset, ``fastload.Shards``;
+    see ``fastload.windows``).
+
     - ``batch_size``: observations per batch; the last batch is partial unless
-      ``drop_last``. ``len(loader)`` is the number of batches per epoch.
+      ``drop_last``. ``len(loader)`` is the number of batches per epoch (a stream has no
+      length: ``TypeError``).
     - ``shuffle=True`` draws a new order every epoch from (``seed``, epoch) alone;
-      ``seed=None`` draws a seed once, at construction. ``shuffle="quasi"`` reads packed
+      ``seed=None`` draws a seed once, at construction (or takes 0 when sharded over
+      several ranks, which must agree). A stream is shuffled through a buffer of
+      ``shuffle`` records (an int; True: 1,024), and its files in a new order each epoch.
+    - ``sampler``: the positions to load each epoch instead of all of them in order,
+      ``sampler(epoch, seed) -> positions`` or an iterable of positions (see
+      ``fastload.samplers``: ``WeightedSampler``). ``batch_sampler``: the batches
+      themselves, of any sizes (``BucketBatchSampler``); it excludes ``batch_size``,
+      ``shuffle``, ``sampler`` and ``drop_last``. ``shuffle="quasi"`` reads packed
       datasets larger than RAM chunk by chunk, reading the coming chunks ahead (see
       ``fastload.storage.readahead``); ``shuffle=True`` over a memory-mapped packed
       dataset larger than the memory this process may use warns (UserWarning) once.
@@ -310,34 +381,47 @@ class DataLoader(_EpochLoader):
       is shorter), counts them in ``stats()["skipped"]`` and warns once; the default
       ``"raise"`` raises ``fastload.LoadError`` naming the index.
 
-    Raises ``ValueError`` for ``batch_size < 1`` or an unknown option value.
+    Raises ``ValueError`` for ``batch_size < 1`` or an unknown option value, and
+    ``TypeError`` for a keyword it does not take: for PyTorch's (``num_workers``,
+    ``collate_fn``, ``pin_memory``, ...) the message says what to write instead.
     """
 
-    def __init__(self, data, batch_size=1, *, shuffle=False, drop_last=False, collate=None,
-                 buffer=False, parallel=False, seed=None, ordered=True, prefetch=None,
-                 shard=None, on_error="raise", backend="thread"):
+    def __init__(self, data, batch_size=1, *, shuffle=False, sampler=None, batch_sampler=None,
+                 drop_last=False, collate=None, buffer=False, parallel=False, seed=None,
+                 ordered=True, prefetch=None, shard=None, on_error="raise", backend="thread",
+                 **unknown):
+        refuse_unknown_keywords("DataLoader", unknown)
+        if batch_size is None:
+            raise ValueError("batch_size must be a positive int, got None (single "
+                             "observations: use fastload.eachobs)")
         if not isinstance(batch_size, Integral) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if not (collate is None or isinstance(collate, bool) or callable(collate)):
             raise TypeError(f"collate must be None, True, False or a callable, got {collate!r}")
-        super().__init__(data, int(batch_size), shuffle=shuffle, drop_last=drop_last,
-                         collate=collate, buffer=buffer, parallel=parallel, seed=seed,
-                         ordered=ordered, prefetch=prefetch, shard=shard, on_error=on_error,
-                         backend=backend)
+        _check_samplers(shuffle, batch_size, sampler, batch_sampler, drop_last)
+        super().__init__(data, None if batch_sampler is not None else int(batch_size),
+                         shuffle=shuffle, sampler=sampler, batch_sampler=batch_sampler,
+                         drop_last=drop_last, collate=collate, buffer=buffer,
+                         parallel=parallel, seed=seed, ordered=ordered, prefetch=prefetch,
+                         shard=shard, on_error=on_error, backend=backend)
 
     def __repr__(self):
-        return (f"DataLoader({self._n} observations, batch_size={self.batch_size}, "
-                f"shuffle={self.shuffle}, parallel={self.parallel}, {len(self)} batches)")
+        size = "a stream" if self._stream is not None else f"{self._n} observations"
+        steps = "" if self._stream is not None else f", {len(self)} batches"
+        return (f"DataLoader({size}, batch_size={self.batch_size}, shuffle={self.shuffle}, "
+                f"parallel={self.parallel}{steps})")
 
 
-def eachobs(data, *, shuffle=False, buffer=False, parallel=False, seed=None, ordered=True,
-            prefetch=None, shard=None, on_error="raise", backend="thread"):
-    """Iterates the observations of ``data`` one at a time, with the options of
-    ``DataLoader`` (shuffling per epoch, buffers, parallel loading, sharding, resumable
-    state)."""
-    return _EpochLoader(data, shuffle=shuffle, buffer=buffer, parallel=parallel, seed=seed,
-                        ordered=ordered, prefetch=prefetch, shard=shard, on_error=on_error,
-                        backend=backend)
+def eachobs(data, *, shuffle=False, sampler=None, buffer=False, parallel=False, seed=None,
+            ordered=True, prefetch=None, shard=None, on_error="raise", backend="thread",
+            **unknown):
+    """Iterates the observations of ``data`` (a container or a stream) one at a time,
+    with the options of ``DataLoader`` (shuffling per epoch, a sampler, buffers, parallel
+    loading, sharding, resumable state)."""
+    refuse_unknown_keywords("eachobs", unknown)
+    return _EpochLoader(data, shuffle=shuffle, sampler=sampler, buffer=buffer,
+                        parallel=parallel, seed=seed, ordered=ordered, prefetch=prefetch,
+                        shard=shard, on_error=on_error, backend=backend)
 
 
 class _ParallelIterable:

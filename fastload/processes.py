@@ -204,7 +204,7 @@ class WorkerPool:
         for worker in range(self.count):
             self.send(worker, ("epoch", self.gen, schedule.seed, schedule.epoch,
                                schedule.order, schedule.batch_size, schedule.drop_last,
-                               collate, skip, plan.signature))
+                               collate, skip, plan.signature, schedule.bounds))
         return _Transport(self, self.gen, schedule, plan, ordered, stats)
 
 

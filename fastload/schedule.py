@@ -4,6 +4,9 @@ A schedule says which observations of a container are loaded, in which order, an
 they form steps: ``order`` (int64 positions in the container, already shuffled and
 sharded), ``batch_size`` (None: each step is one observation), ``drop_last``,
 ``collate``, and the ``seed``, ``epoch`` and first step (``start``) the engine loads with.
+Batches of different sizes (a batch sampler's) are steps cut at ``bounds``: offsets into
+the order, one per step and one for the end; ``batch_size`` is then the size of a slot,
+at least the largest step.
 The engine never looks at views to learn this: ``schedule_of`` turns a view (a
 ``batchview`` over ``obsview``/``shuffleobs`` layers) into a container and a schedule
 once, at the boundary, for ``eachobs_parallel``.
@@ -20,12 +23,14 @@ __all__ = ["Schedule", "schedule_of"]
 
 class Schedule:
     """One epoch of loading (see the module docstring). Raises ``ValueError`` for a
-    ``batch_size`` below 1 or a ``start`` outside ``[0, steps]``."""
+    ``batch_size`` below 1, ``bounds`` that do not cut the order into steps of 1 to
+    ``batch_size`` observations, or a ``start`` outside ``[0, steps]``."""
 
-    __slots__ = ("order", "batch_size", "drop_last", "collate", "seed", "epoch", "start")
+    __slots__ = ("order", "batch_size", "drop_last", "collate", "seed", "epoch", "start",
+                 "bounds")
 
     def __init__(self, order, batch_size=None, *, drop_last=False, collate=None, seed=0,
-                 epoch=0, start=0):
+                 epoch=0, start=0, bounds=None):
         order = np.ascontiguousarray(order, dtype=np.int64)
         if order.ndim != 1:
             raise ValueError(f"a schedule's order is 1-D, got shape {order.shape}")
@@ -34,6 +39,8 @@ class Schedule:
         self.order = order
         self.batch_size = None if batch_size is None else int(batch_size)
         self.drop_last = bool(drop_last)
+        self.bounds = None if bounds is None else _checked_bounds(bounds, len(order),
+                                                                  self.batch_size)
         self.collate = collate
         self.seed = int(seed)
         self.epoch = int(epoch)
@@ -43,25 +50,42 @@ class Schedule:
 
     @property
     def rows(self):
-        """Observations in a whole step (1 for single observations)."""
+        """Observations in a whole step, the size of a slot (1 for single observations)."""
         return self.batch_size or 1
 
     @property
     def steps(self):
         """Steps in the epoch: batches (the last one partial unless ``drop_last``) or
         observations."""
+        if self.bounds is not None:
+            return len(self.bounds) - 1
         n, rows = len(self.order), self.rows
         return n // rows if self.drop_last else -(-n // rows)
 
     def positions(self, step):
         """The container positions that ``step`` loads (a view of ``order``)."""
+        if self.bounds is not None:
+            return self.order[self.bounds[step]:self.bounds[step + 1]]
         first = step * self.rows
         return self.order[first:min(first + self.rows, len(self.order))]
 
     def __repr__(self):
-        return (f"Schedule({len(self.order)} observations, batch_size={self.batch_size}, "
-                f"drop_last={self.drop_last}, seed={self.seed}, epoch={self.epoch}, "
+        cut = "" if self.bounds is None else f", {self.steps} steps of different sizes"
+        return (f"Schedule({len(self.order)} observations, batch_size={self.batch_size}"
+                f"{cut}, drop_last={self.drop_last}, seed={self.seed}, epoch={self.epoch}, "
                 f"start={self.start})")
+
+
+def _checked_bounds(bounds, n, batch_size):
+    bounds = np.ascontiguousarray(bounds, dtype=np.int64)
+    if batch_size is None:
+        raise ValueError("steps of different sizes are batches: give the batch_size of a slot")
+    sizes = np.diff(bounds) if bounds.ndim == 1 else None
+    if (sizes is None or len(bounds) < 1 or bounds[0] != 0 or bounds[-1] != n
+            or (sizes < 1).any() or (sizes > batch_size).any()):
+        raise ValueError(f"bounds must go from 0 to {n} in steps of 1 to {batch_size} "
+                         f"observations")
+    return bounds
 
 
 def schedule_of(data, *, seed=0, epoch=0, start=0):

@@ -5,14 +5,24 @@ the ranks are disjoint and together cover the epoch, and a chunk-local order (qu
 reading of packed data) stays chunk-local on every rank. All ranks get the same number of
 observations: with ``drop_last`` the remainder of ``n / world_size`` is dropped, otherwise
 the order is padded by wrapping around to its start, as PyTorch's DistributedSampler pads.
+Batches from a batch sampler are shared out whole, the same way: a contiguous block of
+the epoch's batches per rank, padded by wrapping around.
+
+The ranks agree on the order only if they agree on the seed: a sharded loader given no
+seed takes ``DEFAULT_SEED`` (as DistributedSampler's default seed is 0), never a seed of
+its own that the other ranks could not know.
 """
 import os
+import secrets
 import sys
 from numbers import Integral
 
 import numpy as np
 
-__all__ = ["resolve_shard", "shard_order"]
+__all__ = ["DEFAULT_SEED", "default_seed", "resolve_shard", "shard_batches", "shard_order",
+           "shard_size"]
+
+DEFAULT_SEED = 0
 
 
 def _from_torch():
@@ -75,3 +85,29 @@ def shard_order(order, rank, world, drop_last):
     if not drop_last and per * world > n and n:
         order = np.resize(order, per * world)   # wraps around to the start
     return order[rank * per:(rank + 1) * per]
+
+
+def shard_batches(batches, rank, world):
+    """This rank's block of the epoch's ``batches`` (int64 arrays; every rank passes the
+    same ones), as ``(order, bounds)``: the positions one after the other and the offsets
+    where each batch starts, with the end. Every rank gets ``ceil(len(batches) / world)``
+    batches; the last ranks' blocks wrap around to the first batches."""
+    count = len(batches)
+    per = -(-count // world)
+    picked = np.resize(np.arange(count), per * world)[rank * per:(rank + 1) * per] \
+        if count else np.arange(0)
+    mine = [batches[k] for k in picked]
+    bounds = np.zeros(len(mine) + 1, np.int64)
+    np.cumsum([len(b) for b in mine], out=bounds[1:])
+    order = np.concatenate(mine).astype(np.int64) if mine else np.zeros(0, np.int64)
+    return order, bounds
+
+
+def default_seed(seed, world):
+    """The seed a loader uses: ``seed``, else ``DEFAULT_SEED`` when it is sharded over
+    several ranks (they must draw the same order), else a fresh one of 63 bits."""
+    if seed is not None:
+        return int(seed)
+    if world > 1:
+        return DEFAULT_SEED
+    return secrets.randbits(63)

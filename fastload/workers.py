@@ -102,14 +102,14 @@ class _Worker:
                 return       # the consumer is gone: nobody wants the reply
 
     def _epoch(self, gen, seed, epoch, order, batch_size, drop_last, collate, skip,
-               signature):
+               signature, bounds):
         self.gen, self.seed, self.epoch, self.skip = gen, seed, epoch, skip
         self.plan = self.setup_error = None
         self.stats = _core.Stats()
         try:
             schedule = Schedule(order, batch_size, drop_last=drop_last, collate=collate,
-                                seed=seed, epoch=epoch)
-            self.order = order
+                                seed=seed, epoch=epoch, bounds=bounds)
+            self.schedule = schedule
             plan = make_plan(self.root, schedule, skip=skip, stats=self.stats)
             if plan.signature != signature:
                 raise RuntimeError(f"the worker planned {plan.signature}, the consumer "
@@ -124,8 +124,7 @@ class _Worker:
         if self.setup_error is not None:
             return ("error", gen, step, None, None, None) + describe_error(self.setup_error)
         plan = self.plan
-        rows = plan.rows
-        idx = np.asarray([step]) if plan.whole_steps else self.order[step * rows:(step + 1) * rows]
+        idx = np.asarray([step]) if plan.whole_steps else self.schedule.positions(step)
         dests = self.ring[slot]
         objects = plan.new_objects()
         failed = np.zeros(len(idx), bool)

@@ -118,3 +118,39 @@ def test_auto_shard_reads_the_environment(monkeypatch):
 def test_bad_shards_are_refused(shard):
     with pytest.raises(ValueError, match="shard"):
         resolve_shard(shard)
+
+
+def test_sharded_loaders_without_a_seed_agree_on_the_order():
+    loaders = [DataLoader(np.arange(50), 5, shuffle=True, shard=(r, 2)) for r in range(2)]
+    assert loaders[0].seed == loaders[1].seed == 0
+    assert DataLoader(np.arange(50), 5, shuffle=True, shard=(0, 2), seed=9).seed == 9
+    parts = [epoch_indices(loader) for loader in loaders]
+    assert sorted(np.concatenate(parts).tolist()) == list(range(50))
+
+
+_RANK_SCRIPT = """
+import numpy as np
+from fastload import DataLoader
+loader = DataLoader(np.arange(305), 16, shuffle=True, shard="auto")
+print(",".join(str(int(i)) for batch in loader for i in batch))
+"""
+
+
+def test_two_rank_processes_without_a_seed_load_disjoint_blocks_of_one_order():
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    procs = [subprocess.Popen([sys.executable, "-c", _RANK_SCRIPT], stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "RANK": str(r), "WORLD_SIZE": "2",
+                                              "PYTHONPATH": root})
+             for r in range(2)]
+    parts = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0
+        parts.append([int(v) for v in out.strip().split(",")])
+    assert len(parts[0]) == len(parts[1]) == 153
+    together = parts[0] + parts[1]
+    assert set(together) == set(range(305))
+    assert len(together) - len(set(together)) == 1      # the one index padding repeats

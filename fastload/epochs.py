@@ -1,0 +1,139 @@
+"""What each epoch of a container loads on this rank, and in which steps.
+
+For (seed, epoch) the order is all positions in order, a permutation (``shuffle=True``),
+the quasi-random order of a packed dataset (``shuffle="quasi"``), or what a sampler
+draws; it is then sharded (``sharding.py``) and cut into steps: ``batch_size`` at a time,
+or a batch sampler's batches, of any sizes, cut at offsets (``Schedule.bounds``)::
+
+    (seed, epoch) -> order (shuffle / quasi / sampler)  -> this rank's block -> Schedule
+                  -> batches (batch sampler)             -> this rank's batches -> Schedule(bounds)
+
+Everything is a pure function of (seed, epoch, rank, world_size), so every rank draws
+alike and a restored loader draws what the interrupted one did.
+
+Batches of different sizes stay on the native path: the schedule carries the offsets
+where its steps start, the engine finds an item's step from them and sizes the slots to
+the largest batch. Single-observation steps regrouped in Python would add Python work per
+item; a schedule per batch would drain the pipeline at every batch.
+"""
+import threading
+
+import numpy as np
+
+from .order import quasi_random_order
+from .samplers import draw_batches, draw_order
+from .schedule import Schedule
+from .sharding import shard_batches, shard_order, shard_size
+
+__all__ = ["Epochs"]
+
+_DRAW_AHEAD_FROM = 1 << 16   # observations from which the next epoch's order is drawn ahead
+
+
+class _Ahead:
+    """``order(seed, epoch)`` drawn on a thread of its own, for the next epoch."""
+
+    def __init__(self, order, seed, epoch):
+        self.key = (seed, epoch)
+        self.box = []
+        self.thread = threading.Thread(target=lambda: self.box.append(order(seed, epoch)),
+                                       name="fastload-order-ahead", daemon=True)
+        self.thread.start()
+
+    def result(self, seed, epoch):
+        """The order, or None when it was drawn for another (seed, epoch) or did not
+        finish (a forked child does not have the thread)."""
+        if self.key != (seed, epoch):
+            return None
+        self.thread.join()
+        return self.box[0] if self.box else None
+
+
+class Epochs:
+    """The epochs of ``n`` observations for rank ``rank`` of ``world``: their order and
+    steps, as a loader's options say (``chunk_bounds``: a packed dataset's chunks, for
+    ``shuffle="quasi"``)."""
+
+    def __init__(self, n, batch_size, *, shuffle, sampler, batch_sampler, drop_last, collate,
+                 rank, world, chunk_bounds):
+        self.n, self.batch_size, self.shuffle = n, batch_size, shuffle
+        self.sampler, self.batch_sampler = sampler, batch_sampler
+        self.drop_last, self.collate = drop_last, collate
+        self.rank, self.world, self.chunk_bounds = rank, world, chunk_bounds
+        self.sampled = sampler is not None or batch_sampler is not None
+        self._per_rank = shard_size(n, world, drop_last)
+        self._ahead = None       # the next epoch's order, being drawn
+        self._drawn = {}         # (seed, epoch) -> (order, bounds) from the samplers
+        self._rows = 1           # slots for a batch sampler's batches: the largest so far
+
+    def order(self, seed, epoch):
+        """This rank's positions in ``epoch``, in order (int64)."""
+        if self.sampled:
+            return self._draw(seed, epoch)[0]
+        if not self.shuffle:
+            order = np.arange(self.n, dtype=np.int64)
+        elif self.shuffle == "quasi":
+            order = quasi_random_order(self.n, self.chunk_bounds, seed, epoch)
+        else:
+            order = np.random.Generator(np.random.PCG64([seed, epoch])).permutation(self.n)
+        return shard_order(order, self.rank, self.world, self.drop_last)
+
+    def _draw(self, seed, epoch):
+        """``(order, bounds)`` of ``epoch`` from the samplers: this rank's positions, and
+        where its batches start when a batch sampler forms them (else None). Kept for the
+        latest two epochs: ``len()``, the state and the iteration draw each once."""
+        key = (seed, epoch)
+        if key not in self._drawn:
+            if self.batch_sampler is not None:
+                batches = draw_batches(self.batch_sampler, self.n, seed, epoch)
+                drawn = shard_batches(batches, self.rank, self.world)
+            else:
+                order = draw_order(self.sampler, self.n, seed, epoch)
+                drawn = shard_order(order, self.rank, self.world, self.drop_last), None
+            while len(self._drawn) >= 2:
+                del self._drawn[next(iter(self._drawn))]
+            self._drawn[key] = drawn
+        return self._drawn[key]
+
+    def steps(self, seed, epoch):
+        """Steps of ``epoch`` on this rank."""
+        if self.batch_sampler is not None:
+            return len(self._draw(seed, epoch)[1]) - 1
+        n = len(self._draw(seed, epoch)[0]) if self.sampled else self._per_rank
+        size = self.batch_size or 1
+        return n // size if self.drop_last else -(-n // size)
+
+    def schedule(self, seed, epoch, start=0):
+        """The ``Schedule`` of ``epoch`` from step ``start``: what the engine loads."""
+        if not self.sampled:
+            return Schedule(self._order_ahead(seed, epoch), self.batch_size,
+                            drop_last=self.drop_last, collate=self.collate, seed=seed,
+                            epoch=epoch, start=start)
+        order, bounds = self._draw(seed, epoch)
+        if bounds is None:
+            return Schedule(order, self.batch_size, drop_last=self.drop_last,
+                            collate=self.collate, seed=seed, epoch=epoch, start=start)
+        # Slots hold the largest batch drawn so far: the ring grows, never shrinks, so an
+        # epoch of smaller batches reuses it.
+        self._rows = max(self._rows, int(np.diff(bounds).max(initial=1)))
+        return Schedule(order, self._rows, bounds=bounds, collate=self.collate, seed=seed,
+                        epoch=epoch, start=start)
+
+    def _order_ahead(self, seed, epoch):
+        """``order(seed, epoch)``, drawn ahead during the previous epoch when it was the
+        next one. A permutation of a million observations takes tens of milliseconds in
+        one thread: drawn ahead, it overlaps loading instead of delaying the epoch's first
+        batch."""
+        ahead, self._ahead = self._ahead, None
+        order = ahead.result(seed, epoch) if ahead is not None else None
+        if order is None:
+            order = self.order(seed, epoch)
+        if self.shuffle is True and self.n >= _DRAW_AHEAD_FROM:
+            self._ahead = _Ahead(self.order, seed, epoch + 1)
+        return order
+
+    def finish_ahead(self):
+        """Wait for the next epoch's order being drawn, if any: at the end of an epoch, so
+        that no thread of the loader works between epochs."""
+        if self._ahead is not None:
+            self._ahead.thread.join()

@@ -1,0 +1,210 @@
+"""Samplers: which observations each epoch loads (``sampler=``) and how they form batches
+(``batch_sampler=``).
+
+A sampler is a function ``sampler(epoch, seed)`` that returns the positions to load in
+that epoch, in order; a batch sampler ``batch_sampler(epoch, seed)`` returns the batches,
+each a sequence of positions, and batches may differ in size. The loader calls them with
+its own seed, so what they draw is a pure function of (seed, epoch): the same on every
+rank, after a restart, and for any number of threads. The loader then shards what they
+return (every rank calls them alike) and cuts it into steps.
+
+Instead of a function, ``sampler=`` also takes any iterable of positions (a list, an
+array, a range, a PyTorch sampler) and ``batch_sampler=`` any iterable of batches; they
+are iterated once per epoch (after ``set_epoch(epoch)`` when they have one), so they
+are deterministic, and a resumed run exact, only as far as iterating them is.
+"""
+from numbers import Integral, Real
+
+import numpy as np
+
+__all__ = ["BucketBatchSampler", "WeightedSampler", "draw_batches", "draw_order"]
+
+_POOL_BATCHES = 64   # batches' worth of observations that a BucketBatchSampler sorts at once
+
+
+def _rng(seed, epoch):
+    return np.random.Generator(np.random.PCG64([int(seed), int(epoch)]))
+
+
+class WeightedSampler:
+    """Draws ``num_samples`` positions an epoch (default: as many as there are weights),
+    observation ``i`` with probability ``weights[i] / sum(weights)``: with replacement
+    (by default), or without (each position at most once, in a weighted random order:
+    ``num_samples`` at most the count of nonzero weights). For class imbalance, give
+    each observation the inverse of its class's frequency::
+
+        counts = np.bincount(labels)
+        loader = DataLoader(data, 64, sampler=WeightedSampler(1.0 / counts[labels]))
+
+    Raises ``ValueError`` for weights that are not finite, negative, all zero, or too few
+    nonzero ones for ``num_samples`` without replacement.
+    """
+
+    def __init__(self, weights, num_samples=None, *, replacement=True):
+        w = np.asarray(weights, dtype=np.float64)
+        if w.ndim != 1 or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+            raise ValueError("weights must be a 1-D sequence of finite numbers >= 0, not all 0")
+        if num_samples is None:
+            num_samples = len(w)
+        if not isinstance(num_samples, Integral) or isinstance(num_samples, bool) \
+                or num_samples < 0:
+            raise ValueError(f"num_samples must be an int >= 0, got {num_samples!r}")
+        if not replacement and num_samples > np.count_nonzero(w):
+            raise ValueError(f"cannot draw {num_samples} observations without replacement "
+                             f"from {np.count_nonzero(w)} with a nonzero weight")
+        self.weights = w
+        self.num_samples = int(num_samples)
+        self.replacement = bool(replacement)
+        self._cdf = np.cumsum(w / w.sum())
+        self._last = int(np.flatnonzero(w)[-1])
+
+    def __call__(self, epoch, seed):
+        """The int64 positions of ``epoch``, drawn from (seed, epoch) alone."""
+        rng = _rng(seed, epoch)
+        if self.replacement:
+            u = rng.random(self.num_samples)
+            # The cdf ends at 1 up to rounding: a draw past its end is the last position
+            # with a nonzero weight.
+            return np.minimum(np.searchsorted(self._cdf, u, side="right"),
+                              self._last).astype(np.int64)
+        # Exponential keys E_i / w_i: sorting them gives a weighted random order without
+        # replacement (the first num_samples are a weighted sample).
+        with np.errstate(divide="ignore"):
+            keys = rng.exponential(size=len(self.weights)) / self.weights
+        return np.argsort(keys, kind="stable")[:self.num_samples].astype(np.int64)
+
+    def __repr__(self):
+        return (f"WeightedSampler({len(self.weights)} weights, num_samples={self.num_samples}, "
+                f"replacement={self.replacement})")
+
+
+class BucketBatchSampler:
+    """Batches of observations of similar length, so that padding each batch to its
+    longest observation wastes little.
+
+    Each epoch the positions are shuffled (from (seed, epoch); in order with
+    ``shuffle=False``), taken ``pool_size`` at a time, sorted by ``lengths`` within each
+    pool and cut into batches: ``batch_size`` observations each, or with ``max_tokens``
+    as many as fit ``count * longest <= max_tokens`` (an observation longer than that is
+    a batch of its own), so batches of short observations are larger. The batches are
+    then shuffled. ``pool_size`` defaults to 64 batches' worth. ``drop_last`` drops the
+    last batch of the epoch when it holds fewer than ``batch_size``.
+
+    Raises ``ValueError`` unless exactly one of ``batch_size`` and ``max_tokens`` is a
+    positive int, or for lengths that are not a 1-D sequence of numbers.
+    """
+
+    def __init__(self, lengths, batch_size=None, *, max_tokens=None, shuffle=True,
+                 pool_size=None, drop_last=False):
+        lengths = np.asarray(lengths)
+        if lengths.ndim != 1 or (lengths.size and lengths.dtype.kind not in "iuf"):
+            raise ValueError("lengths must be a 1-D sequence of numbers, one per observation")
+        if (batch_size is None) == (max_tokens is None):
+            raise ValueError("give one of batch_size and max_tokens")
+        for name, value in (("batch_size", batch_size), ("max_tokens", max_tokens),
+                            ("pool_size", pool_size)):
+            if value is not None and (not isinstance(value, Integral) or value < 1):
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if drop_last and batch_size is None:
+            raise ValueError("drop_last needs batch_size: batches cut by max_tokens have no "
+                             "full size")
+        self.lengths = lengths
+        self.batch_size = batch_size
+        self.max_tokens = max_tokens
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(drop_last)
+        if pool_size is None:
+            typical = max(1.0, float(np.median(lengths))) if lengths.size else 1.0
+            per_batch = batch_size or max(1, int(max_tokens // typical))
+            pool_size = _POOL_BATCHES * per_batch
+        elif batch_size is not None:
+            pool_size = -(-pool_size // batch_size) * batch_size   # whole batches a pool
+        self.pool_size = int(pool_size)
+
+    def __call__(self, epoch, seed):
+        """The batches of ``epoch``: a list of int64 arrays of positions."""
+        rng = _rng(seed, epoch)
+        n = len(self.lengths)
+        positions = rng.permutation(n) if self.shuffle else np.arange(n)
+        batches = []
+        for first in range(0, n, self.pool_size):
+            pool = positions[first:first + self.pool_size]
+            pool = pool[np.argsort(self.lengths[pool], kind="stable")]
+            batches.extend(self._cut(pool))
+        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+            batches.pop()
+        if self.shuffle:
+            batches = [batches[k] for k in rng.permutation(len(batches))]
+        return batches
+
+    def _cut(self, pool):
+        """Consecutive batches of ``pool`` (sorted by length)."""
+        if self.batch_size is not None:
+            return [pool[k:k + self.batch_size] for k in range(0, len(pool), self.batch_size)]
+        lengths = self.lengths[pool]
+        batches, first = [], 0
+        while first < len(pool):
+            # count * lengths[first + count - 1] grows with count: the largest count that
+            # fits is found by bisection.
+            low, high = 1, len(pool) - first
+            while low < high:
+                mid = (low + high + 1) // 2
+                if mid * lengths[first + mid - 1] <= self.max_tokens:
+                    low = mid
+                else:
+                    high = mid - 1
+            batches.append(pool[first:first + low])
+            first += low
+        return batches
+
+    def __repr__(self):
+        size = (f"batch_size={self.batch_size}" if self.batch_size is not None
+                else f"max_tokens={self.max_tokens}")
+        return f"BucketBatchSampler({len(self.lengths)} lengths, {size}, shuffle={self.shuffle})"
+
+
+def _set_epoch(sampler, epoch):
+    set_epoch = getattr(sampler, "set_epoch", None)
+    if callable(set_epoch):
+        set_epoch(epoch)
+
+
+def _positions(values, n, what):
+    """``values`` as int64 positions in ``range(n)``; IndexError naming the first outside."""
+    if isinstance(values, np.ndarray):
+        positions = values
+    elif hasattr(values, "numpy") and hasattr(values, "dim"):    # a tensor
+        positions = values.detach().cpu().numpy()
+    else:
+        positions = np.fromiter((int(v) for v in values), np.int64)
+    if positions.size and positions.dtype.kind not in "iu":
+        raise TypeError(f"{what} must give int positions, got {positions.dtype}")
+    positions = np.ascontiguousarray(positions, dtype=np.int64).reshape(-1)
+    bad = (positions < 0) | (positions >= n)
+    if bad.any():
+        raise IndexError(f"{what} gave position {positions[bad][0]}, outside the "
+                         f"{n} observations")
+    return positions
+
+
+def draw_order(sampler, n, seed, epoch):
+    """The int64 positions that ``sampler`` (a function of (epoch, seed) or an iterable)
+    gives for ``epoch``, checked against ``n`` observations."""
+    if callable(sampler):
+        return _positions(sampler(epoch, seed), n, "the sampler")
+    _set_epoch(sampler, epoch)
+    return _positions(sampler, n, "the sampler")
+
+
+def draw_batches(batch_sampler, n, seed, epoch):
+    """The batches that ``batch_sampler`` gives for ``epoch``, as a list of int64 arrays
+    of positions; ``ValueError`` for an empty batch."""
+    if callable(batch_sampler):
+        batches = batch_sampler(epoch, seed)
+    else:
+        _set_epoch(batch_sampler, epoch)
+        batches = batch_sampler
+    out = [_positions(batch, n, "the batch sampler") for batch in batches]
+    if any(len(batch) == 0 for batch in out):
+        raise ValueError("the batch sampler gave an empty batch")
+    return out

@@ -1,0 +1,336 @@
+"""Loading a stream with the engine, a window of records at a time, in bounded memory.
+
+A stream has no length and no positions, so the engine cannot claim its items in an order
+drawn up front. Instead a reader thread reads the rank's records (``streams.py``), passes
+them through a seeded shuffle buffer and cuts what comes out into windows of ``window``
+records (a whole number of batches). Each window is a list, that is a container: the
+loader's views of the stream (``mapobs``, tuples, dicts) are made views of the window, and
+the engine loads it as any container, per-item work on the pool::
+
+    reader thread                          consumer (next())
+    -------------                          -----------------
+    records -> shuffle buffer -> windows   window w:   Engine.iterate -> its batches
+       (queue of 2 windows ahead)          window w+1: started on a second engine
+                                                       while w is delivered
+
+Record ``k`` of the epoch (after the shuffle buffer) is item ``k % window`` of window
+``k // window``, loaded with the seed derived from (seed, window number): random
+transforms draw from (seed, epoch, k) alone. Memory: the shuffle buffer, two windows read
+ahead and two being loaded.
+
+State: a stream has no positions to seek to, so a loader resumes by replaying: the reader
+reads the epoch's records from the start again and passes them through the shuffle
+buffer (which draws the same), but nothing is loaded until the window of the saved step.
+"""
+import queue
+import threading
+import time
+import weakref
+
+import numpy as np
+
+from . import _core
+from .schedule import Schedule
+from .streams import Shards, is_one_shot, rank_records, substitute
+
+__all__ = ["ShuffleBuffer", "StreamEpochs", "window_size"]
+
+WINDOW_RECORDS = 1024   # records a window holds at least (a whole number of batches)
+DEFAULT_BUFFER = 1024   # records in the shuffle buffer for shuffle=True
+_AHEAD = 2              # windows the reader keeps ready
+_WAIT_S = 0.1           # longest wait between two checks that the other side is alive
+
+
+def window_size(batch_size):
+    """Records a window holds: ``WINDOW_RECORDS`` rounded up to whole batches."""
+    rows = batch_size or 1
+    return -(-WINDOW_RECORDS // rows) * rows
+
+
+def _window_seed(seed, window):
+    """The seed a window's items load with: a pure function of (seed, window number)."""
+    state = np.random.SeedSequence([int(seed), int(window)]).generate_state(2, np.uint32)
+    return (int(state[0]) << 31) ^ int(state[1])
+
+
+class ShuffleBuffer:
+    """A seeded shuffle of a stream through ``size`` records: once full, each record
+    that comes in takes the place of one drawn at random, which goes out; at the end the
+    rest goes out in a random order. What goes out depends only on the records, in the
+    order they came, the seed and the epoch (records are pushed in the same groups)."""
+
+    def __init__(self, size, seed, epoch):
+        self.size = size
+        self.records = []
+        self.rng = np.random.Generator(np.random.PCG64([int(seed), int(epoch), 1]))
+
+    def push(self, records):
+        """The records that go out as ``records`` come in."""
+        room = self.size - len(self.records)
+        self.records.extend(records[:room])
+        rest = records[room:]
+        if not rest:
+            return []
+        out = []
+        buffer = self.records
+        for record, j in zip(rest, self.rng.integers(0, self.size, len(rest)).tolist()):
+            out.append(buffer[j])
+            buffer[j] = record
+        return out
+
+    def drain(self):
+        """What is left, in a random order."""
+        records, self.records = self.records, []
+        return [records[k] for k in self.rng.permutation(len(records))]
+
+
+class _Reader:
+    """The thread that reads one epoch of a rank's records into windows (a queue of
+    ``("window", number, records)``, then ``("end",)`` or ``("error", exception)``).
+    Windows before ``first`` are read and shuffled but not queued (a replay).
+
+    Invariants: only the thread touches the records iterator and the shuffle buffer;
+    every wait on the queue, on either side, is timed and checks whether the other side
+    stopped, so that closing (or a reader that died) never leaves anyone waiting."""
+
+    def __init__(self, records, window, buffer, first):
+        self.records, self.window, self.buffer, self.first = records, window, buffer, first
+        self.queue = queue.Queue(maxsize=_AHEAD)
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="fastload-stream-reader",
+                                       daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            number, pending = 0, []
+            for chunk in self._chunks():
+                pending.extend(self.buffer.push(chunk) if self.buffer else chunk)
+                while len(pending) >= self.window and not self.stopped.is_set():
+                    number = self._emit(number, pending[:self.window])
+                    del pending[:self.window]
+            if self.buffer is not None:
+                pending.extend(self.buffer.drain())
+            for first in range(0, len(pending), self.window):
+                number = self._emit(number, pending[first:first + self.window])
+            self._put(("end",))
+        except BaseException as exc:    # the consumer raises it, with its traceback
+            self._put(("error", exc))
+
+    def _chunks(self):
+        records = iter(self.records)
+        while not self.stopped.is_set():
+            chunk = []
+            for record in records:
+                chunk.append(record)
+                if len(chunk) == self.window or self.stopped.is_set():
+                    break
+            if chunk:
+                yield chunk
+            if len(chunk) < self.window:
+                return
+
+    def _emit(self, number, records):
+        if number >= self.first:
+            self._put(("window", number, records))
+        return number + 1
+
+    def _put(self, item):
+        while not self.stopped.is_set():
+            try:
+                self.queue.put(item, timeout=_WAIT_S)
+                return
+            except queue.Full:
+                continue
+
+    def get(self, block=True):
+        """The next item, or None when ``block`` is False and none is ready."""
+        while True:
+            try:
+                return self.queue.get(block=block, timeout=_WAIT_S if block else None)
+            except queue.Empty:
+                if not block:
+                    return None
+                if not self.thread.is_alive() and self.queue.empty():
+                    raise RuntimeError("the stream's reader thread stopped") from None
+
+    def close(self):
+        """Stop reading (the thread exits after the record it is reading). Idempotent."""
+        self.stopped.set()
+
+
+class StreamEpochs:
+    """How a loader reads a stream: the epochs of ``data`` (views of the stream
+    ``source``), cut into steps of ``batch_size`` (None: single records), loaded by
+    ``engines`` (two to load a window ahead, or one). ``shuffle``: records in the shuffle
+    buffer (0: none)."""
+
+    def __init__(self, data, source, engines, batch_size, *, shuffle, drop_last, collate,
+                 rank, world_size):
+        self.data, self.source, self.engines = data, source, engines
+        self.batch_size, self.drop_last, self.collate = batch_size, drop_last, collate
+        self.shuffle = shuffle
+        self.rank, self.world_size = rank, world_size
+        if isinstance(source, Shards) and len(source.paths) < world_size:
+            raise ValueError(f"{len(source.paths)} files cannot be shared out over "
+                             f"{world_size} ranks: each rank reads whole files")
+        self.window = window_size(batch_size)
+        self._started = False
+        self._live = None
+
+    def iterate(self, seed, epoch, start, stats, progress, on_end):
+        """The iteration of ``epoch`` from step ``start``. Raises ``ValueError`` for a
+        second pass over a generator."""
+        if is_one_shot(self.source) and self._started:
+            raise ValueError("this stream is an iterator (a generator, say): it was read "
+                             "once and cannot start over for another epoch. Pass an "
+                             "iterable whose __iter__ starts again (a class with "
+                             "__iter__, or fastload.Shards)")
+        self._started = True
+        rows = self.batch_size or 1
+        records = rank_records(self.source, self.rank, self.world_size, seed, epoch,
+                               bool(self.shuffle))
+        buffer = ShuffleBuffer(self.shuffle, seed, epoch) if self.shuffle else None
+        reader = _Reader(records, self.window, buffer, start * rows // self.window)
+        iteration = _StreamIteration(self, reader, seed, epoch, start * rows % self.window // rows,
+                                     stats, progress, on_end)
+        self._live = weakref.ref(iteration)
+        return iteration
+
+    def live(self):
+        """The iteration of the latest epoch, while it exists."""
+        return self._live() if self._live is not None else None
+
+    def stop(self):
+        """Stop the epoch being read, if any: its next ``next()`` raises RuntimeError."""
+        live = self.live()
+        if live is not None:
+            live.cancel()
+
+    def load(self, engine, number, records, seed, epoch, start, stats, progress):
+        """``(iteration, steps)``: the engine's iteration over window ``number`` (its
+        ``records``) from step ``start``, and the steps it delivers; None when nothing of
+        it is loaded (dropped as a partial batch)."""
+        rows = self.batch_size or 1
+        if self.drop_last and self.batch_size and len(records) % rows:
+            records = records[:len(records) // rows * rows]
+        if not records:
+            return None
+        if engine.allocator is not self.engines[0].allocator:
+            # The loader's engine allocates the ring (pinned memory, say): the second one
+            # follows it.
+            engine.close()
+            engine.allocator = self.engines[0].allocator
+        schedule = Schedule(np.arange(len(records), dtype=np.int64), self.batch_size,
+                            collate=self.collate, seed=_window_seed(seed, number), epoch=epoch,
+                            start=start)
+        iteration = engine.iterate(substitute(self.data, self.source, records), schedule,
+                                   stats=stats, progress=progress)
+        iteration.begin()
+        return iteration, schedule.steps - start
+
+
+_END = object()
+
+
+class _StreamIteration:
+    """One epoch of a stream: the batches of its windows, one engine iteration each; with
+    two engines the next window starts on the other one as soon as the reader has it.
+    ``current`` and ``ahead`` are (iteration, the progress step at which it is spent)."""
+
+    def __init__(self, epochs, reader, seed, epoch, start, stats, progress, on_end):
+        self.epochs, self.reader = epochs, reader
+        self.seed, self.epoch, self.start = seed, epoch, start
+        self.stats, self.progress, self.on_end = stats, progress, on_end
+        self.current = self.ahead = None
+        self.turn = 0             # the engine the next window loads on
+        self.ended = False        # the reader said the epoch has no more windows
+        self.done = False
+        self.cancelled = False
+        self._planned = progress.step    # the progress step at which the windows so far end
+        self._finalizer = weakref.finalize(self, reader.close)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.cancelled:
+            raise RuntimeError("the loader was closed while this iteration ran")
+        if self.done:
+            raise StopIteration
+        try:
+            value = self._next()
+        except BaseException:
+            self.close()
+            raise
+        if value is _END:
+            self.close()
+            if self.on_end is not None:
+                self.on_end()
+            raise StopIteration
+        return value
+
+    def _next(self):
+        while True:
+            if self.current is None:
+                if self.ahead is None and not self._start(block=True):
+                    return _END
+                self.current, self.ahead = self.ahead, None
+            try:
+                value = next(self.current[0])
+            except StopIteration:
+                self.current = None
+                continue
+            if self.ahead is None and not self.ended and len(self.epochs.engines) > 1:
+                self._start(block=False)
+            return value
+
+    def _start(self, block):
+        """Start the next window as ``ahead``: True when it did, False at the end of the
+        epoch (or, without ``block``, when the reader has no window ready)."""
+        while not self.ended:
+            waited = time.perf_counter()
+            item = self.reader.get(block)
+            self.stats.wait_s += time.perf_counter() - waited
+            if item is None:
+                return False
+            if item[0] == "end":
+                self.ended = True
+                return False
+            if item[0] == "error":
+                raise item[1]
+            _, number, records = item
+            start, self.start = self.start, 0
+            engine = self.epochs.engines[self.turn]
+            loaded = self.epochs.load(engine, number, records, self.seed, self.epoch, start,
+                                      self.stats, self.progress)
+            if loaded is not None:
+                iteration, steps = loaded
+                self._planned += steps
+                self.ahead = (iteration, self._planned)
+                self.turn = (self.turn + 1) % len(self.epochs.engines)
+                return True
+        return False
+
+    def finished(self):
+        """Whether every step of the epoch was delivered (asking the reader whether
+        another window follows, when that is what decides it)."""
+        if self.done:
+            return True
+        if self.current is not None and self.progress.step < self.current[1]:
+            return False
+        return self.ahead is None and not self._start(block=True)
+
+    def cancel(self):
+        """Stop reading and loading; the next ``next()`` raises RuntimeError."""
+        self.cancelled = True
+        self.close()
+
+    def close(self):
+        """Stop reading and loading. Idempotent."""
+        self.done = True
+        self.reader.close()
+        for loaded in (self.current, self.ahead):
+            if loaded is not None:
+                loaded[0].close()
+        self.current = self.ahead = None

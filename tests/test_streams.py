@@ -1,0 +1,334 @@
+"""Streams (fastload.streams, fastload.windows): iterables without a length loaded by the
+engine a window at a time; the shuffle buffer, sharding by file, resume by replay, files
+over HTTP through fsspec, and clean-up."""
+import functools
+import http.server
+import io
+import json
+import tarfile
+import threading
+
+import numpy as np
+import pytest
+
+from fastload import DataLoader, LoadError, Shards, eachobs, mapobs
+from fastload.streams import rank_records, tar_samples
+from fastload.transforms import Compose, RandomCrop
+from fastload.windows import ShuffleBuffer, window_size
+
+from helpers import assert_tree_equal, copy_tree, deadline, run_epochs
+
+
+class Records:
+    """A stream of ``n`` records (dicts of an array and a label), read from the start
+    each time it is iterated; counts the passes."""
+
+    def __init__(self, n):
+        self.n = n
+        self.passes = 0
+
+    def __iter__(self):
+        self.passes += 1
+        for k in range(self.n):
+            yield {"x": np.full(3, k, np.float32), "label": k}
+
+
+def labels(batches):
+    return np.concatenate([np.asarray(b["label"]).reshape(-1) for b in batches]).tolist()
+
+
+@pytest.mark.parametrize("parallel", [False, 2])
+@pytest.mark.parametrize("buffer", [False, True])
+def test_a_stream_loads_in_order_in_batches_with_a_partial_last_one(parallel, buffer):
+    loader = DataLoader(Records(2500), 64, parallel=parallel, buffer=buffer)
+    batches = run_epochs(loader, 1)[0]
+    assert [len(b["label"]) for b in batches] == [64] * 39 + [4]
+    assert labels(batches) == list(range(2500))
+    assert_tree_equal(batches[3]["x"], np.repeat(np.arange(192, 256, dtype=np.float32), 3)
+                      .reshape(64, 3))
+    dropped = DataLoader(Records(2500), 64, drop_last=True, parallel=parallel)
+    assert labels(run_epochs(dropped, 1)[0]) == list(range(2496))
+
+
+def test_a_stream_has_no_length_and_every_epoch_reads_it_again():
+    source = Records(10)
+    loader = DataLoader(source, 4)
+    with pytest.raises(TypeError, match="no length"):
+        len(loader)
+    assert bool(loader)
+    assert [labels(e) for e in run_epochs(loader, 2)] == [list(range(10))] * 2
+    assert source.passes == 2
+
+
+def test_mapobs_of_a_stream_runs_on_the_pool_and_eachobs_yields_records():
+    doubled = mapobs(lambda r: (r["x"] * 2, r["label"]), Records(3000))
+    for parallel in (False, 3):
+        batches = list(DataLoader(doubled, 100, parallel=parallel))
+        assert np.concatenate([b[1] for b in batches]).tolist() == list(range(3000))
+        assert batches[5][0][0].tolist() == [1000.0] * 3
+    assert [int(r["label"]) for r in eachobs(Records(5))] == [0, 1, 2, 3, 4]
+
+
+def test_a_generator_loads_one_epoch_then_says_it_cannot_start_over():
+    loader = DataLoader((k for k in range(7)), 3)
+    assert [b.tolist() for b in loader] == [[0, 1, 2], [3, 4, 5], [6]]
+    with pytest.raises(ValueError, match="cannot start over"):
+        iter(loader)
+
+
+def test_the_shuffle_buffer_is_seeded_bounded_and_keeps_every_record():
+    n, size = 5000, 300
+    a = labels(DataLoader(Records(n), 50, shuffle=size, seed=1))
+    b = labels(DataLoader(Records(n), 50, shuffle=size, seed=1, parallel=2))
+    assert a == b
+    assert sorted(a) == list(range(n)) and a != list(range(n))
+    # A record comes out at most `size` places before it came in.
+    assert min(pos - record for pos, record in enumerate(a)) >= -size
+    loader = DataLoader(Records(n), 50, shuffle=size, seed=1)
+    first, second = (labels(e) for e in run_epochs(loader, 2))
+    assert first == a and second != first
+
+
+def test_shuffle_buffer_draws_the_same_for_the_same_groups():
+    out = []
+    for _ in range(2):
+        buffer = ShuffleBuffer(4, seed=3, epoch=0)
+        out.append(buffer.push(list(range(10))) + buffer.push(list(range(10, 12)))
+                   + buffer.drain())
+    assert out[0] == out[1] and sorted(out[0]) == list(range(12))
+
+
+def _resume_stream(make_loader, epochs=2):
+    """For every stop point of an ``epochs``-epoch run, a loader restored from the state
+    taken there yields the rest of the run."""
+    reference = [b for e in run_epochs(make_loader(), epochs) for b in e]
+    per_epoch = len(reference) // epochs
+    for k in list(range(0, per_epoch + 1, 3)) + [per_epoch - 1, per_epoch]:
+        loader = make_loader()
+        it = iter(loader)
+        for _ in range(k):
+            next(it)
+        state = loader.state_dict()
+        assert (state["epoch"], state["step"]) == ((0, k) if k < per_epoch else (1, 0))
+        restored = make_loader()
+        restored.load_state_dict(state)
+        rest = [b for e in run_epochs(restored, epochs - state["epoch"]) for b in e]
+        assert_tree_equal(rest, reference[k:], f"resumed at step {k}")
+
+
+@pytest.mark.parametrize("parallel", [False, 2])
+def test_a_stream_resumes_exactly_by_replaying_its_epoch(parallel):
+    _resume_stream(lambda: DataLoader(Records(700), 32, shuffle=100, seed=4,
+                                      parallel=parallel))
+
+
+def test_random_transforms_of_a_stream_draw_the_same_resumed_and_for_any_threads():
+    image = np.random.default_rng(0).integers(0, 255, (12, 12, 3), np.uint8)
+    images = [image] * 1500       # the same pixels: crops differ only by their draws
+
+    class Images:
+        def __iter__(self):
+            return iter(images)
+
+    def make(parallel=False):
+        return DataLoader(mapobs(Compose([RandomCrop(8)]), Images()), 100, seed=2,
+                          parallel=parallel)
+    one, three = run_epochs(make(), 1)[0], run_epochs(make(3), 1)[0]
+    assert_tree_equal(one, three)
+    windows = window_size(100)
+    crops = np.concatenate(one)
+    assert not np.array_equal(crops[0], crops[windows])   # windows draw apart
+    assert len({c.tobytes() for c in crops[:50]}) > 5
+    _resume_stream(make, epochs=1)
+
+
+class Sharded:
+    """A stream that can split itself, as a Hugging Face IterableDataset can."""
+
+    def __init__(self, n, num_shards, index=None, world=None):
+        self.n, self.num_shards, self.index, self.world = n, num_shards, index, world
+        self.epochs = []
+
+    def shard(self, num_shards, index):
+        return Sharded(self.n, self.num_shards, index, num_shards)
+
+    def set_epoch(self, epoch):
+        self.epochs.append(epoch)
+
+    def __iter__(self):
+        ks = range(self.n) if self.index is None else range(self.index, self.n, self.world)
+        return iter(list(ks))
+
+
+def test_ranks_read_their_own_files_or_shards_or_records():
+    paths = [f"f{k}" for k in range(6)]
+    files = Shards(paths, read=lambda f: [f])
+    files.records = lambda path: [path]           # no file system needed
+    parts = [list(rank_records(files, r, 3, seed=0, epoch=0, shuffle_files=False))
+             for r in range(3)]
+    assert parts == [["f0", "f3"], ["f1", "f4"], ["f2", "f5"]]
+    shuffled = [list(rank_records(files, r, 3, seed=0, epoch=1, shuffle_files=True))
+                for r in range(3)]
+    assert sorted(sum(shuffled, [])) == paths and shuffled != parts
+    source = Sharded(10, num_shards=4)
+    assert list(rank_records(source, 1, 2, 0, 5, False)) == [1, 3, 5, 7, 9]
+    assert source.epochs == [5]
+    assert list(rank_records(iter(range(10)), 2, 3, 0, 0, False)) == [2, 5, 8]
+    with pytest.raises(ValueError, match="files"):
+        list(rank_records(files, 0, 7, 0, 0, False))
+
+
+def test_sharded_stream_loaders_are_disjoint_and_cover_the_records():
+    parts = [labels(DataLoader(Records(103), 10, shuffle=20, shard=(r, 2), seed=3))
+             for r in range(2)]
+    assert sorted(parts[0] + parts[1]) == list(range(103))
+
+
+def _write_shards(folder, count, per):
+    paths = []
+    for s in range(count):
+        path = folder / f"part-{s}.jsonl"
+        path.write_text("".join(json.dumps({"id": s * per + k}) + "\n" for k in range(per)))
+        paths.append(path)
+    return paths
+
+
+def test_shards_are_read_one_after_the_other_and_shared_out_by_file(tmp_path):
+    paths = _write_shards(tmp_path, 4, 25)
+    stream = mapobs(lambda r: r["id"], Shards(paths, read=lambda f: map(json.loads, f)))
+    assert np.concatenate(list(DataLoader(stream, 10))).tolist() == list(range(100))
+    ranks = [np.concatenate(list(DataLoader(stream, 10, shard=(r, 2), shuffle=True)))
+             for r in range(2)]
+    assert sorted(np.concatenate(ranks).tolist()) == list(range(100))
+    assert {int(v) // 25 for v in ranks[0]}.isdisjoint({int(v) // 25 for v in ranks[1]})
+
+
+@pytest.fixture
+def http_folder(tmp_path):
+    """A folder served over HTTP on 127.0.0.1 by a thread of this process."""
+    handler = functools.partial(_QuietHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield tmp_path, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def test_shards_at_urls_are_read_through_fsspec(http_folder):
+    pytest.importorskip("fsspec")
+    pytest.importorskip("aiohttp")
+    folder, url = http_folder
+    _write_shards(folder, 3, 40)
+    urls = [f"{url}/part-{s}.jsonl" for s in range(3)]
+    stream = mapobs(lambda r: r["id"], Shards(urls, read=lambda f: map(json.loads, f)))
+    with deadline(60):
+        got = np.concatenate(list(DataLoader(stream, 16, parallel=2))).tolist()
+    assert got == list(range(120))
+
+
+def test_tar_samples_group_members_by_key():
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        for name, payload in [("a/0.jpg", b"J0"), ("a/0.cls", b"3"), ("a/1.jpg", b"J1"),
+                              ("a/1.cls", b"5"), ("a/1.meta.json", b"{}")]:
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    data.seek(0)
+    assert list(tar_samples(data)) == [
+        {"__key__": "a/0", "jpg": b"J0", "cls": b"3"},
+        {"__key__": "a/1", "jpg": b"J1", "cls": b"5", "meta.json": b"{}"}]
+
+
+def test_an_error_in_the_stream_or_in_an_item_reaches_the_consumer():
+    def broken():
+        yield from range(1500)
+        raise OSError("connection reset")
+
+    with pytest.raises(OSError, match="connection reset"):
+        list(DataLoader(broken(), 100, parallel=2))
+
+    def fail(record):
+        if record["label"] == 1234:
+            raise ValueError("bad record")
+        return record["x"]
+    with pytest.raises(LoadError, match="bad record"):
+        list(DataLoader(mapobs(fail, Records(2000)), 100, parallel=2))
+
+
+def test_breaking_out_of_a_stream_stops_its_reader():
+    before = {t.ident for t in threading.enumerate()}
+    loader = DataLoader(Records(10**6), 10, parallel=2, shuffle=True)
+    for k, _ in enumerate(loader):
+        if k == 3:
+            break
+    loader.close()
+    with deadline(10):
+        while any(t.name == "fastload-stream-reader" and t.ident not in before
+                  for t in threading.enumerate()):
+            threading.Event().wait(0.01)
+
+
+@pytest.mark.parametrize("kwargs", [dict(shuffle="quasi"), dict(shuffle=0),
+                                    dict(sampler=[0]), dict(parallel=2, backend="process")])
+def test_options_that_need_a_container_are_refused_for_a_stream(kwargs):
+    with pytest.raises(ValueError):
+        DataLoader(Records(3), 2, **kwargs)
+
+
+def test_an_int_shuffle_is_refused_for_a_container():
+    with pytest.raises(ValueError, match="stream"):
+        DataLoader(np.arange(3), 2, shuffle=10)
+
+
+def test_a_stream_beside_a_container_is_refused():
+    with pytest.raises(ValueError, match="one stream"):
+        DataLoader((Records(3), np.arange(3)), 2)
+
+
+def test_a_pytorch_iterable_dataset_is_a_stream():
+    torch = pytest.importorskip("torch")
+
+    class Numbers(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(25))
+
+    class Sized(Numbers):
+        def __len__(self):
+            return 25
+
+    for dataset in (Numbers(), Sized()):
+        loader = DataLoader(dataset, 10, parallel=2)
+        assert [b.tolist() for b in loader] == [list(range(10)), list(range(10, 20)),
+                                               list(range(20, 25))]
+
+
+def test_closing_the_loader_mid_stream_ends_the_iteration_with_an_error():
+    loader = DataLoader(Records(5000), 10, parallel=2)
+    it = iter(loader)
+    next(it)
+    loader.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        for _ in it:
+            pass
+
+
+def test_stream_stats_count_items_and_batches():
+    loader = DataLoader(Records(2100), 100, parallel=2)
+    for _ in loader:
+        pass
+    stats = loader.stats()
+    assert (stats["items"], stats["batches"]) == (2100, 21)
+
+
+def test_fewer_files_than_ranks_is_refused_at_construction():
+    with pytest.raises(ValueError, match="2 files"):
+        DataLoader(Shards(["a", "b"], read=list), 4, shard=(0, 3))
