@@ -18,16 +18,13 @@ a list of lists (PyTorch would transpose them).
 """
 import numpy as np
 
-from .tensors import is_tensor, stack as stack_tensors
+from .tensors import is_tensor
+from .tensors import stack as stack_tensors
+from .tree import rebuild
 
 __all__ = ["collate", "stack"]
 
 _NUMERIC_KINDS = frozenset("biufcmM")
-
-
-def _rebuild(first, parts):
-    """A tuple of the kind of ``first`` (a namedtuple keeps its type) holding ``parts``."""
-    return type(first)(*parts) if hasattr(first, "_fields") else tuple(parts)
 
 
 def _same_structure(observations):
@@ -72,7 +69,7 @@ def collate(observations):
             return observations
         if isinstance(first, dict):
             return {key: collate([o[key] for o in observations]) for key in first}
-        return _rebuild(first, [collate([o[j] for o in observations])
+        return rebuild(first, [collate([o[j] for o in observations])
                                 for j in range(len(first))])
     if is_tensor(first):
         if all(is_tensor(o) for o in observations):
@@ -91,7 +88,7 @@ def stack(observations):
     if isinstance(first, dict):
         return {key: stack([o[key] for o in observations]) for key in first}
     if isinstance(first, tuple):
-        return _rebuild(first, [stack([o[j] for o in observations]) for j in range(len(first))])
+        return rebuild(first, [stack([o[j] for o in observations]) for j in range(len(first))])
     if all(is_tensor(o) for o in observations):
         return stack_tensors(observations)
     return np.stack([np.asarray(o) for o in observations])

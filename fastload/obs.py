@@ -17,6 +17,7 @@ import numpy as np
 from . import tables, tensors
 from .collate import collate
 from .errors import load_error
+from .tree import map_tree, members, rebuild, tree_leaves
 
 __all__ = ["copy_into", "getobs", "getobs_into", "is_batch_index", "map_tree", "normalize_index",
            "numobs", "tree_leaves"]
@@ -56,33 +57,6 @@ def normalize_index(i, n):
     return idx
 
 
-def _members(data):
-    """The (key, member) pairs of a tuple or dict container."""
-    return data.items() if isinstance(data, dict) else enumerate(data)
-
-
-def _rebuild(data, values):
-    """A container of the same kind as the tuple or dict ``data`` holding ``values``."""
-    if isinstance(data, dict):
-        return dict(zip(data.keys(), values))
-    return type(data)(*values) if hasattr(data, "_fields") else tuple(values)
-
-
-def map_tree(f, tree):
-    """``f`` applied to every leaf of nested tuples (namedtuples too) and dicts, in a tree
-    of the same structure."""
-    if isinstance(tree, (tuple, dict)):
-        return _rebuild(tree, [map_tree(f, member) for _, member in _members(tree)])
-    return f(tree)
-
-
-def tree_leaves(tree):
-    """The leaves of nested tuples and dicts, in order."""
-    if isinstance(tree, (tuple, dict)):
-        return [leaf for _, member in _members(tree) for leaf in tree_leaves(member)]
-    return [tree]
-
-
 @singledispatch
 def numobs(data):
     """The number of observations in ``data``. Raises ``TypeError`` for a non-container."""
@@ -108,7 +82,7 @@ def _(data: np.ndarray):
 
 
 def _numobs_members(data):
-    sizes = {key: numobs(member) for key, member in _members(data)}
+    sizes = {key: numobs(member) for key, member in members(data)}
     if not sizes:
         raise ValueError(f"an empty {type(data).__name__} is not a data container")
     if len(set(sizes.values())) > 1:
@@ -172,7 +146,7 @@ def _(data: np.ndarray, i):
 
 def _getobs_members(data, i):
     i = normalize_index(i, numobs(data))
-    return _rebuild(data, [getobs(member, i) for _, member in _members(data)])
+    return rebuild(data, [getobs(member, i) for _, member in members(data)])
 
 
 _getobs.register(tuple, _getobs_members)
@@ -242,8 +216,8 @@ def _getobs_into_members(data, buffer, i):
     i = normalize_index(i, numobs(data))
     if not isinstance(buffer, type(data)) or len(buffer) != len(data):
         return copy_into(buffer, getobs(data, i))
-    return _rebuild(data, [getobs_into(buffer[key], member, i)
-                           for key, member in _members(data)])
+    return rebuild(data, [getobs_into(buffer[key], member, i)
+                           for key, member in members(data)])
 
 
 _getobs_into.register(tuple, _getobs_into_members)
@@ -282,6 +256,6 @@ def copy_into(buffer, value):
         if len(buffer) != len(value):
             raise ValueError(f"buffer with {len(buffer)} members does not fit an "
                              f"observation with {len(value)}")
-        return _rebuild(buffer, [copy_into(buffer[key], value[key])
-                                 for key, _ in _members(buffer)])
+        return rebuild(buffer, [copy_into(buffer[key], value[key])
+                                 for key, _ in members(buffer)])
     return value

@@ -26,9 +26,10 @@ import numpy as np
 from . import _core, codecs, limits, tables, tensors
 from .collate import collate, stack
 from .errors import LoadError
-from .obs import getobs, getobs_into, map_tree, numobs, tree_leaves
+from .obs import getobs, getobs_into, numobs
 from .transforms import Compose
-from .views import MappedObs, SlidingWindow, _row, _slice_buffer, collate_batch, source_of
+from .tree import head, map_tree, rebuild, row, tree_leaves
+from .views import MappedObs, SlidingWindow, collate_batch, source_of
 
 __all__ = ["ItemPlan", "StepPlan", "make_plan"]
 
@@ -72,8 +73,7 @@ def _spec_of(value):
             return None
         if isinstance(value, dict):
             return dict(specs)
-        parts = [specs[k] for k in range(len(value))]
-        return type(value)(*parts) if hasattr(value, "_fields") else tuple(parts)
+        return rebuild(value, [specs[k] for k in range(len(value))])
     return None
 
 
@@ -92,8 +92,7 @@ def _as_tensors(value, spec):
         return tensors.as_tensor(value) if spec.tensor else value
     if isinstance(spec, dict):
         return {key: _as_tensors(value[key], part) for key, part in spec.items()}
-    parts = [_as_tensors(v, part) for v, part in zip(value, spec)]
-    return type(value)(*parts) if hasattr(value, "_fields") else tuple(parts)
+    return rebuild(value, [_as_tensors(v, part) for v, part in zip(value, spec)])
 
 
 class Leaf:
@@ -334,7 +333,7 @@ class ItemPlan:
             objects[field][pos] = getobs(leaf.container, index)
             return
         try:
-            getobs_into(_row(dests[field], pos), leaf.container, index)
+            getobs_into(row(dests[field], pos), leaf.container, index)
         except ValueError as error:
             if "does not fit" not in str(error):
                 raise
@@ -360,11 +359,11 @@ class ItemPlan:
                 elif self.collate is None:
                     value = collate(value)
             else:
-                value = _slice_buffer(dest, n)
+                value = head(dest, n)
                 if keep is not None:
                     value = map_tree(lambda array: array[np.asarray(keep, bool)], value)
                 if self.batch_size is None:
-                    value = _row(value, 0)
+                    value = row(value, 0)
                 if self.tensors[k]:
                     value = _as_tensors(value, leaf.spec)
             outputs.append(value)

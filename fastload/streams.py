@@ -23,6 +23,7 @@ import tarfile
 import numpy as np
 
 from .obs import numobs
+from .tree import rebuild
 from .views import MappedObs
 
 __all__ = ["Shards", "open_shard", "rank_records", "stream_source", "tar_samples"]
@@ -159,8 +160,7 @@ def substitute(data, source, records):
         return MappedObs(data.f, substitute(data.data, source, records), data.batched)
     if isinstance(data, dict):
         return {k: substitute(v, source, records) for k, v in data.items()}
-    parts = [substitute(v, source, records) for v in data]
-    return type(data)(*parts) if hasattr(data, "_fields") else tuple(parts)
+    return rebuild(data, [substitute(v, source, records) for v in data])
 
 
 def is_one_shot(source):

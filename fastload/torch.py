@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 import torch
 
-from .obs import map_tree
+from .tree import map_tree
 
 __all__ = ["TorchLoader", "to_device"]
 

@@ -8,8 +8,8 @@ import numpy as np
 from .collate import collate, stack
 from .context import current
 from .errors import load_error
-from .obs import (copy_into, getobs, getobs_into, is_batch_index, map_tree, normalize_index,
-                  numobs, tree_leaves)
+from .obs import copy_into, getobs, getobs_into, is_batch_index, normalize_index, numobs
+from .tree import head, map_tree, row, tree_leaves
 
 __all__ = ["BatchView", "JoinedObs", "MappedObs", "ObsView", "SlidingWindow", "batchview",
            "collate_batch", "joinobs", "mapobs", "obsview", "randobs", "shuffleobs",
@@ -135,7 +135,7 @@ class MappedObs(_View):
         if not _is_buffer(buffer):
             return self.__getobs__(i)
         for k, j in enumerate(i):
-            copy_into(_row(buffer, k), self._apply(int(j)))
+            copy_into(row(buffer, k), self._apply(int(j)))
         return buffer
 
     def __repr__(self):
@@ -205,7 +205,7 @@ class JoinedObs(_View):
         if not _is_buffer(buffer):
             return self.__getobs__(i)
         for k, j in enumerate(i):
-            self.__getobs_into__(_row(buffer, k), int(j))
+            self.__getobs_into__(row(buffer, k), int(j))
         return buffer
 
 
@@ -254,7 +254,7 @@ class SlidingWindow(_View):
         if not _is_buffer(buffer):
             return self.__getobs__(i)
         for k, w in enumerate(i):
-            self.__getobs_into__(_row(buffer, k), int(w))
+            self.__getobs_into__(row(buffer, k), int(w))
         return buffer
 
     def __repr__(self):
@@ -289,17 +289,6 @@ def _is_buffer(buffer):
     """True for an array, or a tuple/dict of arrays: something rows can be filled into."""
     leaves = tree_leaves(buffer)
     return bool(leaves) and all(isinstance(leaf, np.ndarray) for leaf in leaves)
-
-
-def _slice_buffer(buffer, m):
-    """The first ``m`` rows of a batch buffer (an array, or a tuple/dict of them)."""
-    return map_tree(lambda array: array[:m], buffer)
-
-
-def _row(buffer, k):
-    """Row ``k`` of a batch buffer (an array, or a tuple/dict of them), as views: even for
-    1-D arrays, where ``array[k]`` would be a copy."""
-    return map_tree(lambda array: array[k, ...], buffer)
 
 
 class BatchView(_View):
@@ -340,11 +329,11 @@ class BatchView(_View):
             return self.__getobs__(b)
         idx = self.batch_indices(b)
         if self.collate is None:
-            return getobs_into(_slice_buffer(buffer, len(idx)), self.data, idx)
+            return getobs_into(head(buffer, len(idx)), self.data, idx)
         if self.collate is True:
-            part = _slice_buffer(buffer, len(idx))
+            part = head(buffer, len(idx))
             for k, j in enumerate(idx):
-                getobs_into(_row(part, k), self.data, int(j))
+                getobs_into(row(part, k), self.data, int(j))
             return part
         return copy_into(buffer, self._batch(b))
 
