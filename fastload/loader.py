@@ -128,7 +128,7 @@ class _EpochLoader:
     def __init__(self, data, batch_size=None, *, shuffle=False, sampler=None,
                  batch_sampler=None, drop_last=False, collate=None, buffer=False,
                  parallel=False, seed=None, ordered=True, prefetch=None, shard=None,
-                 on_error="raise", backend="thread"):
+                 on_error="raise", backend="thread", allocator=None):
         source = stream_source(data)
         if source is not None:
             _check_stream(shuffle, sampler, batch_sampler, backend)
@@ -140,7 +140,11 @@ class _EpochLoader:
             raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
         options = dict(parallel=parallel, buffer=bool(buffer), ordered=bool(ordered),
                        prefetch=prefetch, on_error=on_error, backend=backend)
+        if allocator is not None:
+            options["allocator"] = allocator
         self._engine = Engine(**options)
+        self._engines = [self._engine]
+        self.backend = backend
         self.data = data
         self.batch_size = batch_size
         self.shuffle = shuffle
@@ -169,6 +173,7 @@ class _EpochLoader:
     def _open_stream(self, source, options):
         # Two engines: a window loads on one while the one before it is delivered.
         engines = [self._engine] + ([Engine(**options)] if self.parallel is not False else [])
+        self._engines = engines
         buffer = DEFAULT_BUFFER if self.shuffle is True else int(self.shuffle)
         self._stream = StreamEpochs(self.data, source, engines, self.batch_size,
                                     shuffle=buffer, drop_last=self.drop_last,
@@ -191,6 +196,23 @@ class _EpochLoader:
             _warn_random_reads(pages)
         # Read ahead in the quasi-random order: the pages of the dataset it follows.
         self._pages = next((p for p in pages if p.chunk_bounds is chunk_bounds), None)
+
+    @property
+    def allocator(self):
+        """``allocator(shape, dtype) -> array``: how the batch buffers of the ring are made
+        (``numpy.empty`` by default; ``fastload.torch.TorchLoader(..., pin_memory=True)``
+        sets one that allocates page-locked memory). Setting it drops the current ring:
+        the next epoch allocates its buffers with it."""
+        return self._engine.allocator
+
+    @allocator.setter
+    def allocator(self, allocator):
+        if not callable(allocator):
+            raise TypeError(f"allocator must be callable as allocator(shape, dtype), got "
+                            f"{allocator!r}")
+        for engine in self._engines:
+            engine.close()
+            engine.allocator = allocator
 
     def order(self, epoch):
         """The observations this rank loads in ``epoch``, in order: an int64 array that
@@ -380,6 +402,9 @@ class DataLoader(_EpochLoader):
     - ``on_error="skip"`` drops observations that fail to load from their batch (the batch
       is shorter), counts them in ``stats()["skipped"]`` and warns once; the default
       ``"raise"`` raises ``fastload.LoadError`` naming the index.
+    - ``allocator(shape, dtype) -> array`` makes the batch buffers of the ring
+      (``numpy.empty`` by default); ``loader.allocator = f`` changes it for the next
+      epoch (``fastload.torch`` pins memory this way).
 
     Raises ``ValueError`` for ``batch_size < 1`` or an unknown option value, and
     ``TypeError`` for a keyword it does not take: for PyTorch's (``num_workers``,
@@ -389,7 +414,7 @@ class DataLoader(_EpochLoader):
     def __init__(self, data, batch_size=1, *, shuffle=False, sampler=None, batch_sampler=None,
                  drop_last=False, collate=None, buffer=False, parallel=False, seed=None,
                  ordered=True, prefetch=None, shard=None, on_error="raise", backend="thread",
-                 **unknown):
+                 allocator=None, **unknown):
         refuse_unknown_keywords("DataLoader", unknown)
         if batch_size is None:
             raise ValueError("batch_size must be a positive int, got None (single "
@@ -403,7 +428,7 @@ class DataLoader(_EpochLoader):
                          shuffle=shuffle, sampler=sampler, batch_sampler=batch_sampler,
                          drop_last=drop_last, collate=collate, buffer=buffer,
                          parallel=parallel, seed=seed, ordered=ordered, prefetch=prefetch,
-                         shard=shard, on_error=on_error, backend=backend)
+                         shard=shard, on_error=on_error, backend=backend, allocator=allocator)
 
     def __repr__(self):
         size = "a stream" if self._stream is not None else f"{self._n} observations"
@@ -414,14 +439,14 @@ class DataLoader(_EpochLoader):
 
 def eachobs(data, *, shuffle=False, sampler=None, buffer=False, parallel=False, seed=None,
             ordered=True, prefetch=None, shard=None, on_error="raise", backend="thread",
-            **unknown):
+            allocator=None, **unknown):
     """Iterates the observations of ``data`` (a container or a stream) one at a time,
     with the options of ``DataLoader`` (shuffling per epoch, a sampler, buffers, parallel
     loading, sharding, resumable state)."""
     refuse_unknown_keywords("eachobs", unknown)
     return _EpochLoader(data, shuffle=shuffle, sampler=sampler, buffer=buffer,
                         parallel=parallel, seed=seed, ordered=ordered, prefetch=prefetch,
-                        shard=shard, on_error=on_error, backend=backend)
+                        shard=shard, on_error=on_error, backend=backend, allocator=allocator)
 
 
 class _ParallelIterable:

@@ -51,8 +51,7 @@ def _pin(loader):
     """Make the ring of ``loader``'s engine page-locked, so that copies to the GPU run
     asynchronously straight from the slots."""
     global _warned_no_cuda
-    engine = loader._engine
-    if engine.backend == "process":
+    if loader.backend == "process":
         raise ValueError("pin_memory=True needs the thread backend: the process backend's "
                          "ring is shared memory made before its workers start")
     if not loader.buffer:
@@ -63,8 +62,7 @@ def _pin(loader):
             warnings.warn("pin_memory=True does nothing: CUDA is not available", stacklevel=3)
             _warned_no_cuda = True
         return
-    engine.close()        # a ring allocated before is dropped; the next epoch pins a new one
-    engine.allocator = _pinned_empty
+    loader.allocator = _pinned_empty   # drops a ring allocated before; the next epoch pins
 
 
 class TorchLoader:
