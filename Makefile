@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install libjpeg build test demo bench stress clean
+.PHONY: install libjpeg clang build test demo bench stress sanitize tsan fuzz docs clean
 
 # The optional integrations (torch, jax: CPU builds) are installed too, so that their tests
 # run; without them those tests are skipped.
@@ -44,6 +44,43 @@ demo: build
 # killed workers, interrupted writes, a full disk (as root).
 stress: build
 	$(PY) -m pytest -q -m stress tests/test_stress.py
+
+# The test suite on the core built with AddressSanitizer and UndefinedBehaviorSanitizer
+# (-O1, in a copy of the tree under build/: the in-place build stays as it is). Left out:
+# the test of memory after a thousand loaders, as ASan keeps freed memory in quarantine.
+sanitize: install
+	tools/sanitize.sh address --deselect \
+		tests/test_parallel.py::test_a_thousand_dropped_parallel_loaders_leave_no_threads_and_little_memory
+
+# The engine's tests and the stress runs on the core built with ThreadSanitizer. A child
+# forked from a process with threads cannot start threads of its own under TSan: that one
+# test is left out.
+tsan: install
+	tools/sanitize.sh thread -m "stress or not stress" \
+		tests/test_engine.py tests/test_parallel.py tests/test_stress.py \
+		--deselect tests/test_parallel.py::test_a_multiprocessing_fork_child_can_load_in_parallel
+
+# libFuzzer needs clang; as root with apt, it is installed here.
+clang:
+	@command -v clang >/dev/null \
+	|| { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	     && echo "installing clang (apt-get install clang) for the fuzz targets" \
+	     && { apt-get install -y -q clang >/dev/null 2>&1 \
+	          || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q clang >/dev/null 2>&1; }; }; } \
+	|| { echo "clang not found and not installable here: make fuzz needs it"; exit 1; }
+
+# Each fuzz target of fuzz/ for FUZZ_SECONDS (the packed-file target through atheris).
+FUZZ_SECONDS ?= 30
+fuzz: build clang
+	$(PY) -m pip install --quiet atheris \
+		|| echo "atheris could not be installed: the packed-file target searches at random"
+	fuzz/run.sh $(FUZZ_SECONDS)
+
+# The guides of docs/ and the API reference from the docstrings, warnings as errors.
+docs: build
+	$(PY) -m pip install --quiet "sphinx>=7" "myst-parser>=2"
+	$(PY) -m sphinx -E -W --keep-going -q -b html docs build/docs/html
+	@echo "documentation: build/docs/html/index.html"
 
 # Every benchmark, one after the other (a few minutes each on 2 cores).
 bench: build

@@ -5,6 +5,10 @@ library (Debian/Ubuntu: libjpeg62-turbo-dev or libjpeg-turbo8-dev; `make` instal
 it can). Without them the build still succeeds and JPEGs decode through simplejpeg;
 ``python -m fastload info`` says which decoder a build has. FASTLOAD_LIBJPEG=0 builds
 without it; FASTLOAD_LIBJPEG=1 fails the build when it is missing.
+
+FASTLOAD_OPT replaces the optimisation flags (default ``-O3``), which come after ``$CFLAGS``
+on the compiler's command line and so would win over any level given there: the sanitizer
+builds (``make sanitize``, ``make tsan``) pass ``FASTLOAD_OPT=-O1`` with their ``CFLAGS``.
 """
 import os
 import shutil
@@ -16,7 +20,8 @@ import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-CFLAGS = ["-O3", "-std=c99", "-pthread", "-Wall", "-Wno-unused-function", "-Wno-format-truncation",
+OPT = os.environ.get("FASTLOAD_OPT", "-O3").split()
+CFLAGS = [*OPT, "-std=c99", "-pthread", "-Wall", "-Wno-unused-function", "-Wno-format-truncation",
           "-D_GNU_SOURCE", "-DNPY_NO_DEPRECATED_API=NPY_1_7_API_VERSION"]
 
 # Each binding module and the C units it links; a C unit may be linked into more than one.

@@ -337,8 +337,10 @@ int fl_erasing_params(const fl_erasing *e, fl_rng *rng, int h, int w, fl_plan_re
     for (int attempt = 0; attempt < 10; attempt++) {
         double target = area * uniform_in(rng, e->scale_lo, e->scale_hi);
         double aspect = exp(uniform_in(rng, log_lo, log_hi));
-        int eh = (int)rint(sqrt(target * aspect)), ew = (int)rint(sqrt(target / aspect));
-        if (!(eh < h && ew < w)) continue;
+        /* Compared before the conversion: an extreme ratio gives sides beyond any int. */
+        double fh = rint(sqrt(target * aspect)), fw = rint(sqrt(target / aspect));
+        if (!(fh < h && fw < w)) continue;
+        int eh = (int)fh, ew = (int)fw;
         box->y = (int)fl_rng_below(rng, (uint64_t)(h - eh + 1));
         box->x = (int)fl_rng_below(rng, (uint64_t)(w - ew + 1));
         box->h = eh;

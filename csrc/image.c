@@ -301,8 +301,10 @@ int fl_rrc_params(fl_rng *rng, int h, int w, double scale_lo, double scale_hi,
     for (int attempt = 0; attempt < 10; attempt++) {
         double target = area * (scale_lo + (scale_hi - scale_lo) * fl_rng_uniform(rng));
         double aspect = exp(log_lo + (log_hi - log_lo) * fl_rng_uniform(rng));
-        int tw = (int)rint(sqrt(target * aspect)), th = (int)rint(sqrt(target / aspect));
-        if (tw > 0 && tw <= w && th > 0 && th <= h) {
+        /* Compared before the conversion: an extreme ratio gives sides beyond any int. */
+        double fw = rint(sqrt(target * aspect)), fh = rint(sqrt(target / aspect));
+        if (fw > 0 && fw <= w && fh > 0 && fh <= h) {
+            int th = (int)fh, tw = (int)fw;
             *y = (int)fl_rng_below(rng, (uint64_t)(h - th + 1));
             *x = (int)fl_rng_below(rng, (uint64_t)(w - tw + 1));
             *ch = th;

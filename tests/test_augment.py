@@ -281,6 +281,17 @@ def test_erasing_params_follow_torchvision_rules():
     assert 100 < found < 300
 
 
+@pytest.mark.parametrize("ratio", [(1e17, 1e18), (1e-18, 1e-17)])
+def test_erasing_with_a_ratio_whose_sides_overflow_an_int_erases_nothing(ratio):
+    img = natural_image(40, 50, seed=12)
+    box = _image.erasing_params(40, 50, 1.0, (0.3, 0.33), ratio, 0, 0, 0, 0)
+    assert box is None
+    assert box == torchvision_erasing_params(ModelRng(0, 0, 0, 0), 40, 50, 1.0, (0.3, 0.33),
+                                             ratio)
+    out = Compose([RandomErasing(p=1.0, scale=(0.3, 0.33), ratio=ratio, value=7)])(img)
+    assert np.array_equal(out, img)
+
+
 @pytest.mark.parametrize("chw", [False, True])
 def test_erasing_writes_its_value_into_the_final_output(chw):
     img = natural_image(48, 40, seed=8)

@@ -5,7 +5,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from fastload import _core
@@ -34,7 +34,6 @@ def reference_bits(seed, epoch, index, op, n):
     return out
 
 
-@settings(max_examples=200, deadline=None)
 @given(seed=U64, epoch=U64, index=U64, op=U64)
 def test_rng_bits_match_a_plain_python_splitmix_reference(seed, epoch, index, op):
     assert _core.rng_bits(seed, epoch, index, op, 4).tolist() == \
@@ -49,7 +48,6 @@ def test_rng_golden_values_are_pinned_across_versions():
         [(b >> 11) / 2.0**53 for b in reference_bits(1, 2, 3, 4, 2)], abs=0)
 
 
-@settings(max_examples=200, deadline=None)
 @given(key=st.tuples(U64, U64, U64, U64), position=st.integers(0, 3), delta=st.integers(1, 2**63))
 def test_rng_draws_are_a_pure_function_of_the_key_and_change_with_any_part(key, position, delta):
     first = _core.rng_bits(*key, 8)

@@ -63,6 +63,7 @@ def test_the_pages_have_python_blocks_to_run():
     assert all(python_blocks(page) for page in PAGES if page != "docs/architecture.md")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES)
 def test_every_python_block_of_the_page_runs(page, tmp_path):
     blocks = python_blocks(page)

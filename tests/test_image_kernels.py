@@ -3,7 +3,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
@@ -102,7 +102,6 @@ def test_resize_matches_pil_bilinear(src, dst, channels):
     assert_close_pixels(_image.resize(img, *dst), pil_resize(img, *dst))
 
 
-@settings(max_examples=60, deadline=None)
 @given(sh=st.integers(1, 200), sw=st.integers(1, 200), dh=st.integers(1, 200),
        dw=st.integers(1, 200))
 def test_resize_matches_pil_for_any_shapes(sh, sw, dh, dw):
@@ -151,7 +150,6 @@ def test_convert_channels():
     assert np.array_equal(_image.convert_channels(rgba, 3), rgb)
 
 
-@settings(max_examples=200, deadline=None)
 @given(h=st.integers(1, 2000), w=st.integers(1, 2000), index=st.integers(0, 2**63),
        lo=st.floats(0.01, 1.0), ratio_lo=st.floats(0.2, 1.0), ratio_hi=st.floats(1.0, 5.0))
 def test_rrc_params_follow_torchvision(h, w, index, lo, ratio_lo, ratio_hi):
@@ -177,9 +175,8 @@ def test_rrc_params_fall_back_to_a_central_crop():
     assert _image.rrc_params(50, 100, (0.5, 1.0), (0.01, 0.02)) == (0, 49, 50, 1)
 
 
-@settings(max_examples=300, deadline=None)
 @given(h=st.integers(1, 60), w=st.integers(1, 60), index=st.integers(0, 2**63),
-       lo=st.floats(1e-6, 1.0), log_ratio=st.floats(-8.0, 8.0), span=st.floats(0.0, 3.0))
+       lo=st.floats(1e-6, 1.0), log_ratio=st.floats(-120.0, 120.0), span=st.floats(0.0, 3.0))
 def test_rrc_params_give_at_least_one_pixel_for_extreme_ratios_and_tiny_images(
         h, w, index, lo, log_ratio, span):
     ratio = (float(np.exp(log_ratio)), float(np.exp(log_ratio + span)))

@@ -578,14 +578,13 @@ def check_jpeg_size(data):
     assert 0 < h < 65536 and 0 < w < 65536
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=300))
 def test_jpeg_size_never_crashes_on_random_bytes(data):
     check_jpeg_size(data)
     check_jpeg_size(b"\xff\xd8" + data)
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.integers(0, len(VALID)),
        st.lists(st.tuples(st.integers(0, len(VALID) - 1), st.integers(0, 255)), max_size=6))
 def test_jpeg_size_never_crashes_on_truncated_or_flipped_jpeg(cut, flips):

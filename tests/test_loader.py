@@ -4,7 +4,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from fastload import DataLoader, eachobs, mapobs
@@ -18,7 +18,6 @@ def indices_of(batches):
     return np.concatenate([np.asarray(b).reshape(-1) for b in batches] or [np.zeros(0)]).tolist()
 
 
-@settings(max_examples=250, deadline=None)
 @given(n=st.integers(0, 60), batch_size=st.integers(1, 16), drop_last=st.booleans(),
        shuffle=st.booleans(), seed=st.integers(0, 2**63 - 1))
 def test_every_index_once_per_epoch_and_drop_last_drops_only_the_tail(

@@ -3,7 +3,7 @@ docstring it names (MLUtils counts from 1, fastload from 0), then checks that th
 stay lazy index views that a loader gathers natively over arrays."""
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from fastload import (DataLoader, batchview, chunk, filterobs, getobs, group_counts,
@@ -199,7 +199,6 @@ def test_splitobs_shuffled_tuple_stays_aligned_and_stratified_keeps_proportions(
     assert values(train) == sorted(values(train))
 
 
-@settings(max_examples=60, deadline=None)
 @given(n=st.integers(0, 40), fractions=st.lists(st.floats(0, 0.5), min_size=1, max_size=3),
        classes=st.integers(1, 4), shuffle=st.booleans(), seed=st.integers(0, 3))
 def test_every_split_partitions_the_observations(n, fractions, classes, shuffle, seed):

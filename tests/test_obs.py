@@ -4,7 +4,7 @@ from collections import namedtuple
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from fastload import getobs, getobs_into, numobs
@@ -248,7 +248,6 @@ def indices(draw, n):
     return values if kind == "list" else np.array(values, np.int64)
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_getobs_into_equals_getobs_and_fills_the_buffer_for_any_container_and_index(data):
     container = data.draw(containers())

@@ -14,7 +14,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from fastload import _core
@@ -70,7 +70,6 @@ def sequential_and_parallel(data, parallel, **options):
 
 
 @pytest.mark.parametrize("parallel", [1, 2, 4])
-@settings(max_examples=150, deadline=None)
 @given(data=st.data(), n=st.integers(0, 40), batch_size=st.integers(1, 12), drop_last=st.booleans(),
        shuffle=st.booleans())
 def test_parallel_output_equals_sequential_for_arrays_of_any_dtype_and_layout(

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 import simplejpeg
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from fastload import DataLoader, LoadError, batchview, getobs, mapobs, numobs, obsview
@@ -147,7 +147,7 @@ def test_unordered_delivers_the_same_set_of_steps():
     assert got == sorted(tuple(getobs(steps, k)) for k in range(numobs(steps)))
 
 
-@settings(max_examples=10, deadline=None)
+@pytest.mark.slow
 @given(n=st.integers(1, 40), batch_size=st.integers(1, 9), drop_last=st.booleans(),
        workers=st.integers(1, 3), seed=st.integers(0, 100))
 def test_every_worker_count_gives_the_sequential_steps(n, batch_size, drop_last, workers, seed):
@@ -262,6 +262,7 @@ def test_killed_worker_raises_within_seconds(shm_clean):
         engine.close()
 
 
+@pytest.mark.slow
 def test_early_break_stops_jobs_and_the_next_epoch_is_exact(shm_clean):
     data = mapobs(_slow, np.arange(200)[:, None])
     engine = process_engine(2)

@@ -2,7 +2,7 @@
 package from PyPI, exact round trips, and safety on truncated or corrupted streams."""
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from fastload import _qoi  # noqa: E402
@@ -47,7 +47,6 @@ def images(draw):
     return img
 
 
-@settings(max_examples=300, deadline=None)
 @given(images())
 def test_encode_is_byte_identical_to_reference_and_round_trips(img):
     data = _qoi.encode(img)

@@ -10,7 +10,7 @@ import threading
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import pyarrow as pa  # noqa: E402
@@ -418,7 +418,6 @@ def check_permutation(order, n):
     assert np.array_equal(np.sort(order), np.arange(n))
 
 
-@settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(0, 40), min_size=1, max_size=30), st.integers(0, 2**32),
        st.integers(0, 100), st.integers(1, 6))
 def test_quasi_order_visits_every_index_once(sizes, seed, epoch, window):

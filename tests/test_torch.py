@@ -123,6 +123,7 @@ def test_pinned_ring_and_cuda_prefetch_match_the_cpu_batches():
                for leaf in map(torch.from_numpy, slot[:2]))
 
 
+@pytest.mark.slow
 def test_the_training_example_runs_and_its_loss_decreases():
     result = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "train_torch.py")],
                             capture_output=True, text=True, timeout=300, cwd=ROOT,

@@ -2,7 +2,7 @@
 protocol: numobs, getobs and getobs_into agree, and getobs_into fills the caller's buffer."""
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from fastload import (batchview, getobs, getobs_into, joinobs, kfolds, mapobs, numobs, obsview,
@@ -78,7 +78,6 @@ def view_index(draw, n):
 
 @pytest.mark.parametrize("data_kind", list(DATA))
 @pytest.mark.parametrize("view_name", list(VIEWS))
-@settings(max_examples=25, deadline=None)
 @given(st.data())
 def test_every_view_agrees_on_numobs_getobs_and_getobs_into_and_fills_the_buffer(
         view_name, data_kind, data):

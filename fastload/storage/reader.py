@@ -172,7 +172,7 @@ class Dataset:
     ``ds[idx]`` (index array or slice) a dict of batches (arrays for raw and scalar
     fields, lists for the others); ``ds["name"]`` a column.
 
-    Columns: scalar fields are 1-D arrays; Raw fields an (n, *shape) array (a
+    Columns: scalar fields are 1-D arrays; Raw fields an ``(n, *shape)`` array (a
     ``RawColumn`` holding one array per record batch when the file has several); other
     fields an ``EncodedColumn``. Every column has ``.encoding``.
     """

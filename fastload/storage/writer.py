@@ -57,7 +57,7 @@ def write(path, data, fields, *, chunk_bytes=DEFAULT_CHUNK_BYTES, num_threads=No
     directory, ``LoadError`` naming the row (and its file, when the container has
     ``paths``) when an observation cannot be read or encoded, and ``RuntimeError`` when a
     worker process dies. With ``on_error="skip"`` such rows are left out instead; the
-    returned list holds their ``LoadError``s (empty when every row was written).
+    returned list holds a ``LoadError`` for each (empty when every row was written).
     Example::
 
         write("train.arrow", {"image": images, "label": labels},
