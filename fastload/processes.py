@@ -36,10 +36,32 @@ import numpy as np
 
 from .workers import WorkerError, carve_ring, worker_main
 
-__all__ = ["WorkerError", "WorkerPool", "death_message", "remote_error", "shutdown_workers"]
+__all__ = ["WorkerError", "WorkerPool", "death_message", "fork_workers", "remote_error",
+           "shutdown_workers"]
 
 _WAIT_S = 0.5          # one timed wait on the pipes and sentinels
 _STOP_S = 30.0         # most time to let workers abandon their jobs before killing them
+
+
+def fork_workers(count, target, name, args_of):
+    """Forks ``count`` daemon processes running ``target(*args_of(theirs, others))``, each
+    with a pipe: ``theirs`` its end, ``others`` the ends it must close (its siblings'
+    and ours). Returns (processes, our ends of the pipes); the children's ends are closed
+    here, so that a dead worker is seen as the end of its pipe."""
+    context = multiprocessing.get_context("fork")
+    pipes = [context.Pipe() for _ in range(count)]
+    procs = []
+    try:
+        for k, (_, theirs) in enumerate(pipes):
+            others = [end for pipe in pipes for end in pipe if end is not theirs]
+            proc = context.Process(target=target, daemon=True, name=f"{name}-{k}",
+                                   args=args_of(theirs, others))
+            proc.start()
+            procs.append(proc)
+    finally:
+        for _, theirs in pipes:
+            theirs.close()
+    return procs, [mine for mine, _ in pipes]
 
 
 def shutdown_workers(procs, conns, graceful):
@@ -108,22 +130,10 @@ class WorkerPool:
         slots, _ = carve_ring(mapping, plan, count)
         control = np.frombuffer(mapping, np.int64, 1, 0)
         control[0] = 0
-        context = multiprocessing.get_context("fork")
-        pipes = [context.Pipe() for _ in range(self.count)]
-        procs = []
-        try:
-            for k, (mine, theirs) in enumerate(pipes):
-                others = [end for pipe in pipes for end in pipe if end is not theirs]
-                proc = context.Process(target=worker_main, daemon=True,
-                                       name=f"fastload-worker-{k}",
-                                       args=(theirs, data, slots, control, others))
-                proc.start()
-                procs.append(proc)
-        finally:
-            for _, theirs in pipes:
-                theirs.close()
-        self.procs = procs
-        self.conns = [mine for mine, _ in pipes]
+        procs, conns = fork_workers(self.count, worker_main, "fastload-worker",
+                                    lambda theirs, others: (theirs, data, slots, control,
+                                                            others))
+        self.procs, self.conns = procs, conns
         self._finalizer = weakref.finalize(self, shutdown_workers, procs, self.conns, False)
         self.outstanding = [0] * self.count
         self.root, self.key = data, key

@@ -28,9 +28,20 @@ import signal
 
 import numpy as np
 
-from fastload.processes import death_message, remote_error, shutdown_workers
-from fastload.storage.encoders import (Block, ByteValues, as_bytes, column_values,
-                                       encode_rows, is_byte_kind)
+from fastload.processes import (
+    death_message,
+    fork_workers,
+    remote_error,
+    shutdown_workers,
+)
+from fastload.storage.encoders import (
+    Block,
+    ByteValues,
+    as_bytes,
+    column_values,
+    encode_rows,
+    is_byte_kind,
+)
 from fastload.workers import describe_error
 
 __all__ = ["SLOT_BYTES", "process_blocks"]
@@ -50,21 +61,9 @@ def process_blocks(data, n, encodings, kinds, count, skip, block_rows):
                            "backend='thread' on this platform")
     nslots = 3 * count
     mapping = mmap.mmap(-1, nslots * SLOT_BYTES)    # anonymous, shared with the children
-    context = multiprocessing.get_context("fork")
-    pipes = [context.Pipe() for _ in range(count)]
-    procs = []
-    try:
-        for k, (mine, theirs) in enumerate(pipes):
-            others = [end for pipe in pipes for end in pipe if end is not theirs]
-            proc = context.Process(target=_worker_main, daemon=True,
-                                   name=f"fastload-write-{k}",
-                                   args=(theirs, data, encodings, kinds, skip, mapping, others))
-            proc.start()
-            procs.append(proc)
-    finally:
-        for _, theirs in pipes:
-            theirs.close()
-    conns = [mine for mine, _ in pipes]
+    procs, conns = fork_workers(count, _worker_main, "fastload-write",
+                                lambda theirs, others: (theirs, data, encodings, kinds, skip,
+                                                        mapping, others))
     try:
         yield from _Jobs(procs, conns, mapping, nslots).blocks(n, block_rows)
     finally:
