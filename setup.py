@@ -10,6 +10,7 @@ FASTLOAD_OPT replaces the optimisation flags (default ``-O3``), which come after
 on the compiler's command line and so would win over any level given there: the sanitizer
 builds (``make sanitize``, ``make tsan``) pass ``FASTLOAD_OPT=-O1`` with their ``CFLAGS``.
 """
+import glob
 import os
 import shutil
 import subprocess
@@ -24,13 +25,10 @@ OPT = os.environ.get("FASTLOAD_OPT", "-O3").split()
 CFLAGS = [*OPT, "-std=c99", "-pthread", "-Wall", "-Wno-unused-function", "-Wno-format-truncation",
           "-D_GNU_SOURCE", "-DNPY_NO_DEPRECATED_API=NPY_1_7_API_VERSION"]
 
-# Each binding module and the C units it links; a C unit may be linked into more than one.
-MODULES = {
-    "fastload._core": ["csrc/pool.c", "csrc/engine.c", "csrc/imageplan.c", "csrc/image.c",
-                       "csrc/qoi.c", "csrc/jpeg.c", "csrc/augment.c"],
-    "fastload._image": ["csrc/image.c", "csrc/augment.c"],
-    "fastload._qoi": ["csrc/qoi.c"],
-}
+# The C units of csrc/, each compiled once, into the one binding module fastload._core
+# (fastload/_core.pyx and its includes; the declarations are csrc/*.pxd).
+C_UNITS = ["csrc/status.c", "csrc/pool.c", "csrc/engine.c", "csrc/image.c", "csrc/augment.c",
+           "csrc/qoi.c", "csrc/jpeg.c", "csrc/imagesource.c"]
 
 
 def libjpeg_found():
@@ -67,21 +65,22 @@ def use_libjpeg():
 LIBJPEG = use_libjpeg()
 
 
-def extension(name, c_sources):
-    pyx = name.replace(".", "/") + ".pyx"
+def core_extension():
     return Extension(
-        name,
-        [pyx, *c_sources],
+        "fastload._core",
+        ["fastload/_core.pyx", *C_UNITS],
+        depends=sorted(glob.glob("csrc/*.h")),
         include_dirs=["csrc", numpy.get_include()],
         extra_compile_args=CFLAGS + (["-DFL_HAVE_LIBJPEG"] if LIBJPEG else []),
         extra_link_args=["-pthread"],
-        libraries=["jpeg"] if LIBJPEG and "csrc/jpeg.c" in c_sources else [],
+        libraries=["jpeg"] if LIBJPEG else [],
     )
 
 
 setup(
     ext_modules=cythonize(
-        [extension(name, sources) for name, sources in MODULES.items()],
+        [core_extension()],
+        include_path=["csrc"],
         language_level=3,
         compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True},
     ),

@@ -321,8 +321,8 @@ def one_core_split(root, jitter, n=500, repeats=3):
             datas.append(f.read())
     chain = Compose(train_ops(jitter))
     source = fastload._core.ImageSource(
-        chain.pipeline.address, chain.pipeline, fastload._core.SOURCE_BUFFERS, 0, 3, "bytes",
-        fastload.codecs, fastload.limits.MAX_IMAGE_PIXELS, fastload.limits.MAX_FILE_BYTES)
+        chain.pipeline, 3, "bytes", fastload.codecs, fastload.limits.MAX_IMAGE_PIXELS,
+        fastload.limits.MAX_FILE_BYTES, buffers=datas)
     wholes = [simplejpeg.decode_jpeg(d) for d in datas]
     crops = []
     for i, img in enumerate(wholes):
@@ -331,7 +331,7 @@ def one_core_split(root, jitter, n=500, repeats=3):
     runs = {
         "pipeline": lambda i, d: chain(d, index=i),
         "decode (crop region)": lambda i, d: source.decode(d, 0, 0, i),
-        "resize (crop to 224)": lambda i, c: fastload._image.resize(c, SIZE, SIZE),
+        "resize (crop to 224)": lambda i, c: fastload._core.resize(c, SIZE, SIZE),
         "full decode (simplejpeg)": lambda i, d: simplejpeg.decode_jpeg(d),
     }
     inputs = {"resize (crop to 224)": crops}

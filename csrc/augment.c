@@ -331,11 +331,12 @@ int fl_erasing_ok(const fl_erasing *e) {
            e->ratio_lo <= e->ratio_hi && e->n_values >= 1 && e->n_values <= 4;
 }
 
-int fl_erasing_params(const fl_erasing *e, fl_rng *rng, int h, int w, fl_plan_rect *box) {
-    if (!(fl_rng_uniform(rng) < e->p)) return 0;
-    double area = (double)h * w, log_lo = log(e->ratio_lo), log_hi = log(e->ratio_hi);
+int fl_erasing_params(fl_rng *rng, double prob, double scale_lo, double scale_hi,
+                      double ratio_lo, double ratio_hi, int h, int w, fl_rect *box) {
+    if (!(fl_rng_uniform(rng) < prob)) return 0;
+    double area = (double)h * w, log_lo = log(ratio_lo), log_hi = log(ratio_hi);
     for (int attempt = 0; attempt < 10; attempt++) {
-        double target = area * uniform_in(rng, e->scale_lo, e->scale_hi);
+        double target = area * uniform_in(rng, scale_lo, scale_hi);
         double aspect = exp(uniform_in(rng, log_lo, log_hi));
         /* Compared before the conversion: an extreme ratio gives sides beyond any int. */
         double fh = rint(sqrt(target * aspect)), fw = rint(sqrt(target / aspect));
@@ -353,8 +354,10 @@ int fl_erasing_params(const fl_erasing *e, fl_rng *rng, int h, int w, fl_plan_re
 void fl_erasing_run(const fl_erasing *e, void *out, int dtype, int h, int w, int c, int chw,
                     uint64_t seed, uint64_t epoch, uint64_t index) {
     fl_rng rng = fl_rng_for(seed, epoch, index, (uint64_t)e->op);
-    fl_plan_rect b;
-    if (!fl_erasing_params(e, &rng, h, w, &b)) return;
+    fl_rect b;
+    if (!fl_erasing_params(&rng, e->p, e->scale_lo, e->scale_hi, e->ratio_lo, e->ratio_hi, h, w,
+                           &b))
+        return;
     for (int ch = 0; ch < c; ch++) {
         float value = e->value[e->n_values == 1 ? 0 : ch];
         for (int y = b.y; y < b.y + b.h; y++)
@@ -410,14 +413,14 @@ double fl_mixup_lambda(double alpha, uint64_t seed, uint64_t epoch, uint64_t ste
 }
 
 double fl_cutmix_params(double alpha, uint64_t seed, uint64_t epoch, uint64_t step, int h,
-                        int w, fl_plan_rect *box) {
+                        int w, fl_rect *box) {
     fl_rng rng = fl_rng_for(seed, epoch, step, CUTMIX_OP);
     double lam = fl_rng_beta(&rng, alpha, alpha);
     int cx = (int)fl_rng_below(&rng, (uint64_t)w), cy = (int)fl_rng_below(&rng, (uint64_t)h);
     return fl_cutmix_box(lam, cy, cx, h, w, box);
 }
 
-double fl_cutmix_box(double lam, int cy, int cx, int h, int w, fl_plan_rect *box) {
+double fl_cutmix_box(double lam, int cy, int cx, int h, int w, fl_rect *box) {
     double r = 0.5 * sqrt(1.0 - lam);
     int half_w = (int)(r * w), half_h = (int)(r * h);
     int x0 = imax(cx - half_w, 0), y0 = imax(cy - half_h, 0);
@@ -466,7 +469,7 @@ int fl_mixup(void *batch, int dtype, int n, size_t item_elems, double lam, void 
 }
 
 static void copy_box(uint8_t *dst, const uint8_t *src, int h, int w, int c, int chw,
-                     const fl_plan_rect *box, size_t es) {
+                     const fl_rect *box, size_t es) {
     if (chw) {
         for (int ch = 0; ch < c; ch++)
             for (int y = box->y; y < box->y + box->h; y++) {
@@ -482,7 +485,7 @@ static void copy_box(uint8_t *dst, const uint8_t *src, int h, int w, int c, int 
 }
 
 int fl_cutmix(void *batch, int dtype, int n, int h, int w, int c, int chw,
-              const fl_plan_rect *box, void *scratch) {
+              const fl_rect *box, void *scratch) {
     if (!batch || !scratch || !box || n <= 0 || h <= 0 || w <= 0 || c <= 0 ||
         (dtype != FL_DTYPE_FLOAT32 && dtype != FL_DTYPE_UINT8) || box->y < 0 || box->x < 0 ||
         box->h < 0 || box->w < 0 || box->y + box->h > h || box->x + box->w > w)

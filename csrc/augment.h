@@ -1,7 +1,8 @@
 /* Augmentation kernels: colour jitter, grayscale, Gaussian blur, random erasing, and the
  * batch mixes MixUp and CutMix; plus the part of the fused pipeline that runs them.
  *
- * Plain C99, no global state, no allocation: every function is safe to call from any thread
+ * C99 plus GCC/Clang extensions (`target_clones`, as image.h). No global state, no
+ * allocation: every function is safe to call from any thread
  * at once, on distinct outputs. Images are 8-bit interleaved HWC (image.h's fl_image).
  *
  * Rounding: a uint8 result v is floor(v + 0.5) clamped to 0..255 (half up). Luma is
@@ -63,12 +64,13 @@ int fl_pixel_ops_run(const fl_pixel_op *ops, int n, fl_image *img, uint64_t seed
 
 int fl_erasing_ok(const fl_erasing *e);
 
-/* torchvision's RandomErasing draws for an h x w output: erase with probability p; then
+/* torchvision's RandomErasing draws for an h x w output: erase with probability prob; then
  * up to 10 tries of an area fraction uniform in [scale_lo, scale_hi) and a log-uniform
  * aspect ratio, eh = round(sqrt(area * ratio)), ew = round(sqrt(area / ratio)) (half to
  * even), kept when eh < h and ew < w, at a uniform offset. Returns 1 with *box, or 0 when
  * nothing is erased (no draw under p, or no try fits). */
-int fl_erasing_params(const fl_erasing *e, fl_rng *rng, int h, int w, fl_plan_rect *box);
+int fl_erasing_params(fl_rng *rng, double prob, double scale_lo, double scale_hi,
+                      double ratio_lo, double ratio_hi, int h, int w, fl_rect *box);
 
 /* Erases the drawn box of `out` (h x w x c, float32 or uint8 by `dtype`, CHW when chw):
  * with `value`, or with one draw per element in channel, row, column order, standard
@@ -95,10 +97,10 @@ double fl_mixup_lambda(double alpha, uint64_t seed, uint64_t epoch, uint64_t ste
  * (int)(sqrt(1 - lambda) / 2 * side), the box clamped to the image. Returns lambda
  * corrected to the box: 1 - box area / image area. */
 double fl_cutmix_params(double alpha, uint64_t seed, uint64_t epoch, uint64_t step, int h,
-                        int w, fl_plan_rect *box);
+                        int w, fl_rect *box);
 
 /* The box and corrected lambda of fl_cutmix_params for a drawn lambda and centre. */
-double fl_cutmix_box(double lam, int cy, int cx, int h, int w, fl_plan_rect *box);
+double fl_cutmix_box(double lam, int cy, int cx, int h, int w, fl_rect *box);
 
 /* Mixes a contiguous batch of n items of item_elems elements (float32 or uint8 by dtype)
  * in place with itself rolled by one: item i becomes lam * x[i] + (1 - lam) * x[i - 1],
@@ -109,6 +111,6 @@ int fl_mixup(void *batch, int dtype, int n, size_t item_elems, double lam, void 
 /* CutMix in place: the box of item i is replaced by the box of item i - 1 (item 0 takes
  * item n - 1). Items are h x w x c (CHW when chw). `scratch` holds one item. */
 int fl_cutmix(void *batch, int dtype, int n, int h, int w, int c, int chw,
-              const fl_plan_rect *box, void *scratch);
+              const fl_rect *box, void *scratch);
 
 #endif

@@ -229,7 +229,7 @@ static void run_items(fl_run *r, int slot_index, int64_t first, int64_t last,
             int rc = field->fill(field, &item, slot->dst[f] + pos * field->row_bytes, scratch,
                                  message);
             if (rc != 0) {
-                fail_item(r, slot, pos, f, message, rc == FL_FILL_FATAL);
+                fail_item(r, slot, pos, f, message, rc == FL_EINTERRUPT);
                 break;
             }
         }
@@ -399,11 +399,12 @@ static int next_inline(fl_run *r, int release) {
     pthread_mutex_lock(&r->lock);
     release_slot(r, release);
     for (;;) {
-        int s = fl_run_cancelled(r) ? -3 : ready_slot(r);
+        int s = fl_run_cancelled(r) ? FL_ECANCELLED : ready_slot(r);
         if (s != -1 || r->delivered == r->end_step - r->first_step ||
             !take_claim(r, &c)) {
             pthread_mutex_unlock(&r->lock);
-            return s == -1 && r->delivered < r->end_step - r->first_step ? -3 : s;
+            if (s != -1) return s;
+            return r->delivered < r->end_step - r->first_step ? FL_ECANCELLED : FL_DONE;
         }
         pthread_mutex_unlock(&r->lock);
         run_claim(r, &c, r->scratch);
@@ -413,32 +414,32 @@ static int next_inline(fl_run *r, int release) {
 }
 
 int fl_run_next(fl_run *r, int release, double timeout_s) {
-    if (orphaned(r)) return -4;
+    if (orphaned(r)) return FL_EFORKED;
     if (r->parallel == 0) return next_inline(r, release);
     struct timespec until = deadline_after(timeout_s);
     int s = -1;
     pthread_mutex_lock(&r->lock);
     release_slot(r, release);
     for (;;) {
-        if (fl_run_cancelled(r)) { s = -3; break; }
+        if (fl_run_cancelled(r)) { s = FL_ECANCELLED; break; }
         if ((s = ready_slot(r)) >= 0) break;
-        if (r->delivered == r->end_step - r->first_step) { s = -1; break; }
-        if (start_tasks(r) != 0) { s = -5; break; }
+        if (r->delivered == r->end_step - r->first_step) { s = FL_DONE; break; }
+        if (start_tasks(r) != 0) { s = FL_ETHREADS; break; }
         r->waiting = 1;
         int rc = pthread_cond_timedwait(&r->ready, &r->lock, &until);
         r->waiting = 0;
-        if (rc != 0 && rc != EINTR) { s = -2; break; }   /* timed out (or cannot wait) */
+        if (rc != 0 && rc != EINTR) { s = FL_ETIMEOUT; break; }   /* timed out (or cannot wait) */
     }
     pthread_mutex_unlock(&r->lock);
     return s;
 }
 
 int fl_run_start(fl_run *r) {
-    if (orphaned(r) || r->parallel == 0) return 0;
+    if (orphaned(r) || r->parallel == 0) return FL_OK;
     pthread_mutex_lock(&r->lock);
     int rc = fl_run_cancelled(r) ? 0 : start_tasks(r);
     pthread_mutex_unlock(&r->lock);
-    return rc != 0 ? -5 : 0;
+    return rc != 0 ? FL_ETHREADS : FL_OK;
 }
 
 void fl_run_cancel(fl_run *r) {
@@ -493,6 +494,61 @@ static void copy_strided(char *dst, const char *src, int ndim, const int64_t *sh
                      itemsize);
 }
 
+void fl_scratch_init(fl_scratch *s) {
+    s->data = NULL;
+    s->bytes = 0;
+}
+
+void fl_scratch_release(fl_scratch *s) {
+    free(s->data);
+    fl_scratch_init(s);
+}
+
+fl_field *fl_fields_create(int n) {
+    if (n < 1) return NULL;
+    fl_field *fields = calloc((size_t)n, sizeof *fields);
+    if (fields)
+        for (int f = 0; f < n; f++) fields[f].number = f;
+    return fields;
+}
+
+void fl_fields_destroy(fl_field *fields) { free(fields); }
+
+int fl_field_set_gather(fl_field *fields, int f, const char *src, int ndim,
+                        const int64_t *shape, const int64_t *strides, int64_t itemsize,
+                        int64_t count, int contiguous, int64_t row_bytes) {
+    if (ndim < 0 || ndim > FL_MAX_DIMS) return FL_EINVAL;
+    fl_field *field = &fields[f];
+    field->fill = fl_fill_gather;
+    field->prefetch = fl_prefetch_gather;
+    field->src = src;
+    field->ndim = ndim;
+    field->itemsize = itemsize;
+    field->count = count;
+    field->contiguous = contiguous != 0;
+    field->row_bytes = row_bytes;
+    field->strides[0] = strides[0];
+    for (int d = 0; d < ndim; d++) {
+        field->shape[d] = shape[d];
+        field->strides[d + 1] = strides[d + 1];
+    }
+    return FL_OK;
+}
+
+void fl_field_set_fill(fl_field *fields, int f, fl_fill_fn fill, fl_prefetch_fn prefetch,
+                       void *state, int64_t row_bytes) {
+    fields[f].fill = fill;
+    fields[f].prefetch = prefetch;
+    fields[f].state = state;
+    fields[f].row_bytes = row_bytes;
+}
+
+int fl_field_number(const fl_field *field) { return field->number; }
+
+const fl_slot *fl_run_slot(const fl_run *r, int slot) { return &r->slots[slot]; }
+
+void *fl_run_context(const fl_run *r) { return r->ctx; }
+
 int fl_fill_gather(const fl_field *field, const fl_item *item, char *dst,
                    fl_scratch *scratch, char *message) {
     (void)scratch;
@@ -500,12 +556,12 @@ int fl_fill_gather(const fl_field *field, const fl_item *item, char *dst,
     if (index < 0 || index >= field->count) {
         snprintf(message, FL_MESSAGE_BYTES, "index %lld is out of range for %lld observations",
                  (long long)index, (long long)field->count);
-        return -1;
+        return FL_EINVAL;
     }
     const char *src = field->src + index * field->strides[0];
     if (field->contiguous)
         memcpy(dst, src, (size_t)field->row_bytes);
     else
         copy_strided(dst, src, field->ndim, field->shape, field->strides + 1, field->itemsize);
-    return 0;
+    return FL_OK;
 }

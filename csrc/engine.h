@@ -19,6 +19,9 @@
  * tasks write into a LOADING slot; only the consumer reads a HELD one; a run is
  * destroyed only after fl_run_join, so no task writes into memory the binding freed.
  *
+ * Flags read without the lock (`cancel`, a slot's `failed`) use the GCC/Clang `__atomic`
+ * builtins, acquire/release.
+ *
  * With `parallel == 0` the run is inline: fl_run_next loads the next step in the
  * caller's thread with the same claim and completion code, and nothing else runs. */
 #ifndef FASTLOAD_ENGINE_H
@@ -28,8 +31,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "status.h"
+
 #define FL_MAX_DIMS 16
-#define FL_MESSAGE_BYTES 512
 
 /* Scratch memory owned by one task while it runs; grown on demand, freed at its end.
  * A fill function gets FL_SCRATCH_REGIONS of them, to grow independently. */
@@ -41,6 +45,10 @@ typedef struct {
 
 /* Returns scratch memory of at least `bytes`, or NULL when out of memory. */
 void *fl_scratch_reserve(fl_scratch *s, size_t bytes);
+
+/* An empty scratch; and freeing one's memory, leaving it empty. */
+void fl_scratch_init(fl_scratch *s);
+void fl_scratch_release(fl_scratch *s);
 
 struct fl_run;
 struct fl_field;
@@ -54,10 +62,9 @@ typedef struct fl_item {
     int64_t index;
 } fl_item;
 
-/* Loads observation item->index of a field into `dst`. Returns 0, or nonzero after
- * writing a message into `message` (FL_MESSAGE_BYTES): FL_FILL_FATAL when the step must
- * fail even where failed items are skipped (an interrupt). Runs without the GIL. */
-#define FL_FILL_FATAL (-2)
+/* Loads observation item->index of a field into `dst`. Returns FL_OK, or a negative code
+ * after writing a message into `message` (FL_MESSAGE_BYTES): FL_EINTERRUPT when the step
+ * must fail even where failed items are skipped. Runs without the GIL. */
 typedef int (*fl_fill_fn)(const struct fl_field *field, const fl_item *item, char *dst,
                           fl_scratch *scratch, char *message);
 
@@ -82,6 +89,26 @@ typedef struct fl_field {
     void *state;
     int number;                    /* the field's position in the observation */
 } fl_field;
+
+/* n fields, each loading nothing until one of the setters below makes it load; numbered
+ * 0 .. n - 1. NULL when out of memory. Free with fl_fields_destroy. */
+fl_field *fl_fields_create(int n);
+void fl_fields_destroy(fl_field *fields);
+
+/* Field f gathers from an array: observation i is at src + i * strides[0]; it has `ndim`
+ * dimensions `shape`, strides strides[1 .. ndim], and is one C-contiguous block when
+ * `contiguous`. The array holds `count` observations. FL_EINVAL for more than FL_MAX_DIMS
+ * dimensions. */
+int fl_field_set_gather(fl_field *fields, int f, const char *src, int ndim,
+                        const int64_t *shape, const int64_t *strides, int64_t itemsize,
+                        int64_t count, int contiguous, int64_t row_bytes);
+
+/* Field f loads through `fill` (and `prefetch`, or NULL), with `state` as its state. */
+void fl_field_set_fill(fl_field *fields, int f, fl_fill_fn fill, fl_prefetch_fn prefetch,
+                       void *state, int64_t row_bytes);
+
+/* The field's position in the observation. */
+int fl_field_number(const fl_field *field);
 
 enum { FL_SLOT_FREE, FL_SLOT_LOADING, FL_SLOT_READY, FL_SLOT_HELD };
 
@@ -149,13 +176,14 @@ fl_run *fl_run_create(const int64_t *order, const int64_t *bounds, int64_t end_i
 
 /* Release slot `release` (-1: none), then wait up to `timeout_s` for the next step to
  * deliver (ordered: the next in order; else the first to finish). Returns its slot, now
- * HELD; -1 when every step was delivered; -2 on timeout; -3 when the run was cancelled;
- * -4 when the run was made before this process forked; -5 when no thread could start.
- * Call without the GIL unless the run is inline with no Python field. */
+ * HELD; FL_DONE when every step was delivered; FL_ETIMEOUT; FL_ECANCELLED; FL_EFORKED
+ * when the run was made before this process forked; FL_ETHREADS when no thread could
+ * start. Call without the GIL unless the run is inline with no Python field. */
 int fl_run_next(fl_run *run, int release, double timeout_s);
 
 /* Start loading on the pool now, without waiting (the first fl_run_next starts it
- * otherwise). Returns -5 when no thread could start, else 0; does nothing inline. */
+ * otherwise). Returns FL_OK, or FL_ETHREADS when no thread could start; does nothing
+ * inline. */
 int fl_run_start(fl_run *run);
 
 /* Stop loading: claimed items finish, nothing new is claimed; wakes a waiting consumer. */
@@ -167,6 +195,12 @@ void fl_run_join(fl_run *run);
 
 /* Join, then free the run. */
 void fl_run_destroy(fl_run *run);
+
+/* A slot of the run, to read what its step loaded (HELD: handed to the consumer). */
+const fl_slot *fl_run_slot(const fl_run *run, int slot);
+
+/* The `ctx` the run was made with. */
+void *fl_run_context(const fl_run *run);
 
 /* The gather kind: copies one observation of a strided array, byte for byte. */
 int fl_fill_gather(const fl_field *field, const fl_item *item, char *dst,

@@ -4,6 +4,7 @@
 #include "augment.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define FL_BITS 14                    /* fixed-point fraction bits of the filter weights */
@@ -353,7 +354,7 @@ typedef struct {
     int crop_first;      /* the crop rect is in source pixels and is resampled */
     int pad_first;       /* ... and reaches outside the source: materialize it first */
     int vh, vw;          /* virtual image: after the resize (source size when none) */
-    fl_plan_rect rect;   /* crop_first: in source pixels; else: window on the virtual image */
+    fl_rect rect;   /* crop_first: in source pixels; else: window on the virtual image */
     int flip;
     uint64_t seed, epoch, index;  /* the key, for the draws of the colour ops and erasing */
 } geometry;
@@ -376,7 +377,7 @@ static void resize_target(const fl_pipeline *p, int h, int w, int *th, int *tw) 
     }
 }
 
-static int crop_rect(const fl_pipeline *p, int h, int w, fl_rng *rng, fl_plan_rect *r) {
+static int crop_rect(const fl_pipeline *p, int h, int w, fl_rng *rng, fl_rect *r) {
     r->h = p->crop_h;
     r->w = p->crop_w;
     switch (p->crop_kind) {
@@ -463,7 +464,7 @@ int fl_pipeline_output_shape(const fl_pipeline *p, int h, int w, int c,
 }
 
 int fl_pipeline_prepare(const fl_pipeline *p, int h, int w, uint64_t seed, uint64_t epoch,
-                        uint64_t index, fl_plan_rect *crop, int *scale_denom) {
+                        uint64_t index, fl_rect *crop, int *scale_denom) {
     geometry g;
     int err = plan_geometry(p, h, w, seed, epoch, index, &g);
     if (err) return err;
@@ -699,7 +700,7 @@ int fl_pipeline_run(const fl_pipeline *p, const fl_image *decoded, int scale_den
 
 /* The pixels of the image at 1/d scale that a run with geometry g reads: the crop's rows and
  * columns when the crop is taken from the source (resampled or copied), else all of it. */
-static fl_plan_rect read_region(const geometry *g, int h, int w, int d) {
+static fl_rect read_region(const geometry *g, int h, int w, int d) {
     int dh = (h + d - 1) / d, dw = (w + d - 1) / d;
     int y0 = 0, x0 = 0, y1 = dh, x1 = dw;
     if (g->crop_first || !g->resize) {
@@ -713,13 +714,13 @@ static fl_plan_rect read_region(const geometry *g, int h, int w, int d) {
             x1 = dw;
         }
     }
-    fl_plan_rect r = {y0, x0, y1 - y0, x1 - x0};
+    fl_rect r = {y0, x0, y1 - y0, x1 - x0};
     return r;
 }
 
 int fl_pipeline_region(const fl_pipeline *p, int h, int w, int exact, uint64_t seed,
-                       uint64_t epoch, uint64_t index, int *scale_denom, fl_plan_rect *region) {
-    fl_plan_rect crop;
+                       uint64_t epoch, uint64_t index, int *scale_denom, fl_rect *region) {
+    fl_rect crop;
     geometry g;
     int err = fl_pipeline_prepare(p, h, w, seed, epoch, index, &crop, scale_denom);
     if (!err) err = plan_geometry(p, h, w, seed, epoch, index, &g);
@@ -741,7 +742,7 @@ int fl_pipeline_run_region(const fl_pipeline *p, const fl_image *part, int part_
     if (err) return err;
     if (d != 1 && (!g.resize || g.pad_first)) return FL_EINVAL;
     /* The part must lie in the scaled image and hold every pixel the run reads. */
-    fl_plan_rect need = read_region(&g, src_h, src_w, d);
+    fl_rect need = read_region(&g, src_h, src_w, d);
     int dh = (src_h + d - 1) / d, dw = (src_w + d - 1) / d;
     if (part_y < 0 || part_x < 0 || part_y + part->h > dh || part_x + part->w > dw ||
         need.y < part_y || need.x < part_x || need.y + need.h > part_y + part->h ||
@@ -753,4 +754,125 @@ int fl_pipeline_run_region(const fl_pipeline *p, const fl_image *part, int part_
     run_layout L = pipeline_layout(p, &g, src_h, src_w, part->c);
     if (!scratch || scratch_bytes < L.total) return FL_ESCRATCH;
     return run_planned(p, &g, &L, part, src_h, src_w, d, out, scratch, scratch_bytes);
+}
+
+/* ---- building a pipeline ------------------------------------------------------------ */
+
+fl_pipeline *fl_pipeline_create(void) {
+    fl_pipeline *p = calloc(1, sizeof *p);
+    if (p) p->out_dtype = FL_DTYPE_UINT8;
+    return p;
+}
+
+void fl_pipeline_destroy(fl_pipeline *p) { free(p); }
+
+int fl_pipeline_set_channels(fl_pipeline *p, int channels) {
+    if (channels < 0 || channels > 4 || channels == 2) return FL_EINVAL;
+    p->channels = channels;
+    return FL_OK;
+}
+
+int fl_pipeline_set_crop(fl_pipeline *p, int kind, int op, int after_resize, int h, int w,
+                         int padding, double scale_lo, double scale_hi, double ratio_lo,
+                         double ratio_hi) {
+    if (kind < FL_CROP_NONE || kind > FL_CROP_RANDOM_RESIZED || op < 0) return FL_EINVAL;
+    p->crop_kind = kind;
+    p->crop_op = op;
+    p->crop_after_resize = after_resize != 0;
+    p->crop_h = h;
+    p->crop_w = w;
+    p->crop_padding = padding;
+    p->scale_lo = scale_lo;
+    p->scale_hi = scale_hi;
+    p->ratio_lo = ratio_lo;
+    p->ratio_hi = ratio_hi;
+    return FL_OK;
+}
+
+int fl_pipeline_set_resize(fl_pipeline *p, int kind, int h, int w) {
+    if (kind < FL_RESIZE_NONE || kind > FL_RESIZE_EXACT) return FL_EINVAL;
+    p->resize_kind = kind;
+    p->resize_h = h;
+    p->resize_w = w;
+    return FL_OK;
+}
+
+int fl_pipeline_set_flip(fl_pipeline *p, double prob, int op) {
+    if (!(prob >= 0.0 && prob <= 1.0) || op < 0) return FL_EINVAL;
+    p->flip_p = prob;
+    p->flip_op = op;
+    return FL_OK;
+}
+
+int fl_pipeline_set_normalize(fl_pipeline *p, const float *mean, const float *std, int n) {
+    if (n < 1 || n > 4) return FL_EINVAL;
+    for (int i = 0; i < 4; i++) {
+        p->mean[i] = mean[i % n];
+        p->std[i] = std[i % n];
+    }
+    p->normalize = 1;
+    p->out_dtype = FL_DTYPE_FLOAT32;
+    return FL_OK;
+}
+
+void fl_pipeline_set_chw(fl_pipeline *p, int chw) { p->chw = chw != 0; }
+
+/* The next free colour op, or NULL past FL_MAX_PIXEL_OPS. */
+static fl_pixel_op *next_pixel_op(fl_pipeline *p, int kind, int op) {
+    if (p->n_pixel_ops >= FL_MAX_PIXEL_OPS) return NULL;
+    fl_pixel_op *o = &p->pixel_ops[p->n_pixel_ops++];
+    memset(o, 0, sizeof *o);
+    o->kind = kind;
+    o->op = op;
+    return o;
+}
+
+int fl_pipeline_add_jitter(fl_pipeline *p, int op, int present, const double lo[4],
+                           const double hi[4]) {
+    if (present < 0 || present > 15) return FL_EINVAL;
+    fl_pixel_op *o = next_pixel_op(p, FL_PIXEL_JITTER, op);
+    if (!o) return FL_ELIMIT;
+    o->present = present;
+    for (int k = 0; k < 4; k++) {
+        o->lo[k] = lo[k];
+        o->hi[k] = hi[k];
+    }
+    return FL_OK;
+}
+
+int fl_pipeline_add_grayscale(fl_pipeline *p, int op, double prob) {
+    fl_pixel_op *o = next_pixel_op(p, FL_PIXEL_GRAYSCALE, op);
+    if (!o) return FL_ELIMIT;
+    o->p = prob;
+    return FL_OK;
+}
+
+int fl_pipeline_add_blur(fl_pipeline *p, int op, int kh, int kw, double sigma_lo,
+                         double sigma_hi) {
+    fl_pixel_op *o = next_pixel_op(p, FL_PIXEL_BLUR, op);
+    if (!o) return FL_ELIMIT;
+    o->kh = kh;
+    o->kw = kw;
+    o->sigma_lo = sigma_lo;
+    o->sigma_hi = sigma_hi;
+    return FL_OK;
+}
+
+int fl_pipeline_set_erasing(fl_pipeline *p, int op, double prob, double scale_lo,
+                            double scale_hi, double ratio_lo, double ratio_hi, int random,
+                            const float *value, int n_values) {
+    if (n_values < 1 || n_values > 4) return FL_EINVAL;
+    fl_erasing *e = &p->erasing;
+    memset(e, 0, sizeof *e);
+    e->op = op;
+    e->p = prob;
+    e->scale_lo = scale_lo;
+    e->scale_hi = scale_hi;
+    e->ratio_lo = ratio_lo;
+    e->ratio_hi = ratio_hi;
+    e->random = random != 0;
+    e->n_values = n_values;
+    for (int i = 0; i < n_values; i++) e->value[i] = value[i];
+    p->erase = 1;
+    return FL_OK;
 }

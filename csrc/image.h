@@ -1,7 +1,8 @@
 /* Image kernels and the fused per-item augmentation pipeline.
  *
- * Plain C99, no global state: every function is safe to call from any thread at once, on
- * distinct outputs. Images are 8-bit interleaved HWC, rows `stride` bytes apart.
+ * C99 plus GCC/Clang extensions: `target_clones` (an AVX2 copy of the hot loops, picked at
+ * load time) and, through rng.h, `unsigned __int128`. No global state: every function is
+ * safe to call from any thread at once, on distinct outputs. Images are 8-bit interleaved HWC, rows `stride` bytes apart.
  * Randomness comes only from rng.h, keyed by (seed, epoch, index, op), where op is the
  * position of the random transform in the chain. */
 #ifndef FASTLOAD_IMAGE_H
@@ -11,22 +12,25 @@
 #include <stdint.h>
 
 #include "rng.h"
+#include "status.h"
 
 typedef struct { uint8_t *data; int h, w, c; ptrdiff_t stride; } fl_image;
+
+static inline fl_image fl_image_of(uint8_t *data, int h, int w, int c, ptrdiff_t stride) {
+    fl_image im = {data, h, w, c, stride};
+    return im;
+}
 
 /* The largest side a pipeline computes with; larger resize targets are clamped to it. */
 #define FL_MAX_SIDE (1 << 24)
 
 /* A rectangle in pixels; it may reach outside its image (that part reads as zeros). */
-typedef struct { int y, x, h, w; } fl_plan_rect;
+typedef struct { int y, x, h, w; } fl_rect;
 
-enum {
-    FL_OK = 0,
-    FL_EINVAL = -1,    /* bad argument: null pointer, non-positive size, bad channel count */
-    FL_ESCRATCH = -2,  /* scratch buffer smaller than the matching *_scratch_bytes() */
-    FL_ETOOSMALL = -3, /* RandomCrop: the (padded) image is smaller than the crop */
-    FL_ESHAPE = -4     /* the output would not be the size of the destination */
-};
+static inline fl_rect fl_rect_of(int y, int x, int h, int w) {
+    fl_rect r = {y, x, h, w};
+    return r;
+}
 
 /* ---- kernels ---------------------------------------------------------------------- */
 
@@ -94,8 +98,7 @@ typedef struct {
 
 /* One transform chain, in the fixed order it runs: crop (before or after the resize),
  * resize, horizontal flip, colour ops, normalize, layout, erasing. `*_op` is the op's
- * position in the user's chain, the `op` of its RNG key. Filled by the Python layer
- * (fastload.transforms). */
+ * position in the user's chain, the `op` of its RNG key. Built with the setters below. */
 typedef struct {
     int channels;            /* 1, 3 or 4; 0: same as the input */
     int crop_kind;           /* FL_CROP_* */
@@ -118,6 +121,36 @@ typedef struct {
     fl_erasing erasing;
 } fl_pipeline;
 
+/* Building a chain: fl_pipeline_create gives the identity (no crop, no resize, uint8 HWC
+ * output, channels as the input); each setter adds or replaces one stage. A setter checks
+ * what it stores (FL_EINVAL, FL_ELIMIT past FL_MAX_PIXEL_OPS colour ops); the runs check
+ * that the stages fit together. `op` is the stage's position in the user's chain. */
+fl_pipeline *fl_pipeline_create(void);
+void fl_pipeline_destroy(fl_pipeline *p);
+int fl_pipeline_set_channels(fl_pipeline *p, int channels);
+/* crop: FL_CROP_*, h x w (RandomResizedCrop: the output size), padding (RandomCrop),
+ * scale and ratio ranges (RandomResizedCrop); after_resize: crop the resized image. */
+int fl_pipeline_set_crop(fl_pipeline *p, int kind, int op, int after_resize, int h, int w,
+                         int padding, double scale_lo, double scale_hi, double ratio_lo,
+                         double ratio_hi);
+int fl_pipeline_set_resize(fl_pipeline *p, int kind, int h, int w);
+int fl_pipeline_set_flip(fl_pipeline *p, double prob, int op);
+/* n (1 to 4) means and stds, repeated over the channels; the output becomes float32. */
+int fl_pipeline_set_normalize(fl_pipeline *p, const float *mean, const float *std, int n);
+void fl_pipeline_set_chw(fl_pipeline *p, int chw);
+/* ColorJitter: bit k of `present` turns on adjustment k (FL_JITTER_*) with factors
+ * uniform in [lo[k], hi[k]); hue in turns. */
+int fl_pipeline_add_jitter(fl_pipeline *p, int op, int present, const double lo[4],
+                           const double hi[4]);
+int fl_pipeline_add_grayscale(fl_pipeline *p, int op, double prob);
+int fl_pipeline_add_blur(fl_pipeline *p, int op, int kh, int kw, double sigma_lo,
+                         double sigma_hi);
+/* RandomErasing on the output: with `random`, values drawn per element; else n_values
+ * (1, or one per channel) given values. */
+int fl_pipeline_set_erasing(fl_pipeline *p, int op, double prob, double scale_lo,
+                            double scale_hi, double ratio_lo, double ratio_hi, int random,
+                            const float *value, int n_values);
+
 /* Output size for a source of h x w x c. Returns FL_OK or FL_EINVAL. */
 int fl_pipeline_output_shape(const fl_pipeline *p, int h, int w, int c,
                              int *oh, int *ow, int *oc);
@@ -127,7 +160,7 @@ int fl_pipeline_output_shape(const fl_pipeline *p, int h, int w, int c,
  * at, 1, 2, 4 or 8: the largest that keeps the resampled region at least the resize target
  * in both dimensions (1 when nothing is resized). */
 int fl_pipeline_prepare(const fl_pipeline *p, int h, int w, uint64_t seed, uint64_t epoch,
-                        uint64_t index, fl_plan_rect *crop, int *scale_denom);
+                        uint64_t index, fl_rect *crop, int *scale_denom);
 
 /* Bytes of scratch that fl_pipeline_run(_scaled) needs for a source of h x w (any scale)
  * decoded to c channels. */
@@ -159,7 +192,7 @@ int fl_pipeline_run_into(const fl_pipeline *p, const fl_image *decoded, uint64_t
  * is taken from the source, else the whole image. Decoding only the region and passing it
  * to fl_pipeline_run_region gives the pixels of a run on the whole decoded image. */
 int fl_pipeline_region(const fl_pipeline *p, int h, int w, int exact, uint64_t seed,
-                       uint64_t epoch, uint64_t index, int *scale_denom, fl_plan_rect *region);
+                       uint64_t epoch, uint64_t index, int *scale_denom, fl_rect *region);
 
 /* As fl_pipeline_run_scaled, on `part`: the pixels of the image decoded at 1/scale_denom
  * whose first pixel sits at (part_y, part_x). FL_EINVAL unless the part holds the region

@@ -9,11 +9,11 @@
 int fl_jpeg_library_version(void) { return 0; }
 
 int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom,
-                   const fl_plan_rect *want, fl_alloc_fn alloc, void *alloc_ctx,
+                   const fl_rect *want, fl_alloc_fn alloc, void *alloc_ctx,
                    fl_image *out, int *out_y, int *out_x, char *message, size_t message_bytes) {
     (void)data; (void)n; (void)channels; (void)denom; (void)want; (void)alloc;
     (void)alloc_ctx; (void)out; (void)out_y; (void)out_x; (void)message; (void)message_bytes;
-    return FL_JPEG_FALLBACK;
+    return FL_EUNSUPPORTED;
 }
 
 #else
@@ -60,13 +60,17 @@ static int ends_with_eoi(const uint8_t *data, size_t n) {
 }
 
 int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom,
-                   const fl_plan_rect *want, fl_alloc_fn alloc, void *alloc_ctx,
+                   const fl_rect *want, fl_alloc_fn alloc, void *alloc_ctx,
                    fl_image *out, int *out_y, int *out_x, char *message, size_t message_bytes) {
     struct jpeg_decompress_struct cinfo;
     error_state err;
     JSAMPROW rows[16];
-    if (channels != 1 && channels != 3 && channels != 4) return FL_JPEG_ERROR;
-    if (denom != 1 && denom != 2 && denom != 4 && denom != 8) return FL_JPEG_ERROR;
+    if ((channels != 1 && channels != 3 && channels != 4) ||
+        (denom != 1 && denom != 2 && denom != 4 && denom != 8)) {
+        snprintf(message, message_bytes, "cannot decode a JPEG to %d channels at 1/%d",
+                 channels, denom);
+        return FL_EINVAL;
+    }
     cinfo.err = jpeg_std_error(&err.mgr);
     err.mgr.error_exit = on_error;
     err.mgr.emit_message = on_message;
@@ -75,13 +79,13 @@ int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom,
     jpeg_create_decompress(&cinfo);
     if (setjmp(err.jump)) {
         jpeg_destroy_decompress(&cinfo);
-        return FL_JPEG_ERROR;
+        return FL_ECORRUPT;
     }
     jpeg_mem_src(&cinfo, data, (unsigned long)n);
     jpeg_read_header(&cinfo, TRUE);
     if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
         jpeg_destroy_decompress(&cinfo);
-        return FL_JPEG_FALLBACK;
+        return FL_EUNSUPPORTED;
     }
     cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : channels == 3 ? JCS_RGB
                                                                           : JCS_EXT_RGBA;
@@ -108,12 +112,12 @@ int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom,
     if (!pixels) {
         snprintf(message, message_bytes, "out of memory decoding a %dx%d JPEG", h, w);
         jpeg_destroy_decompress(&cinfo);
-        return FL_JPEG_ERROR;
+        return FL_ENOMEM;
     }
     if (y0 > 0 && jpeg_skip_scanlines(&cinfo, (JDIMENSION)y0) != (JDIMENSION)y0) {
         snprintf(message, message_bytes, "corrupt JPEG: cannot skip to row %d", y0);
         jpeg_destroy_decompress(&cinfo);
-        return FL_JPEG_ERROR;
+        return FL_ECORRUPT;
     }
     while (cinfo.output_scanline < (JDIMENSION)y1) {
         int k, want_rows = y1 - (int)cinfo.output_scanline;
@@ -124,7 +128,7 @@ int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom,
             snprintf(message, message_bytes, "corrupt JPEG: no data at row %d",
                      (int)cinfo.output_scanline);
             jpeg_destroy_decompress(&cinfo);
-            return FL_JPEG_ERROR;
+            return FL_ECORRUPT;
         }
     }
     if (cinfo.output_scanline == cinfo.output_height)
@@ -139,7 +143,7 @@ int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom,
     out->stride = (ptrdiff_t)row_bytes;
     *out_y = y0;
     *out_x = (int)xoff;
-    return FL_JPEG_OK;
+    return FL_OK;
 }
 
 #endif

@@ -1,7 +1,7 @@
 /* JPEG decoding in C through libjpeg(-turbo)'s 6.2 API, when the build found it: only the
  * rows and columns a crop needs, at a reduced DCT scale, on any thread, without the GIL.
  *
- * Built without libjpeg (FL_HAVE_LIBJPEG undefined), every call answers FL_JPEG_FALLBACK
+ * Built without libjpeg (FL_HAVE_LIBJPEG undefined), every call answers FL_EUNSUPPORTED
  * and the caller decodes another way. */
 #ifndef FASTLOAD_JPEG_H
 #define FASTLOAD_JPEG_H
@@ -10,12 +10,6 @@
 #include <stdint.h>
 
 #include "image.h"
-
-enum {
-    FL_JPEG_OK = 0,
-    FL_JPEG_ERROR = -1,     /* corrupt, truncated or unsupported: the message says which */
-    FL_JPEG_FALLBACK = -2   /* not decoded here (no libjpeg in this build, or CMYK/YCCK) */
-};
 
 /* The libjpeg-turbo version number this build links (e.g. 2001005), 0 when none. */
 int fl_jpeg_library_version(void);
@@ -30,9 +24,11 @@ typedef void *(*fl_alloc_fn)(void *ctx, size_t bytes);
  * *out describes them and (*out_y, *out_x) is where their first pixel sits in the scaled
  * image. Warnings of corrupt data are errors. Rows below `want` are not decoded, so damage
  * there goes unnoticed; a stream that does not end in an EOI marker is decoded whole, so
- * that a truncated file is always reported. */
+ * that a truncated file is always reported. Returns FL_OK; FL_EUNSUPPORTED when the
+ * caller must decode another way; else FL_ECORRUPT (corrupt, truncated or unsupported
+ * data: the message has libjpeg's words), FL_ENOMEM or FL_EINVAL, with a message. */
 int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom,
-                   const fl_plan_rect *want, fl_alloc_fn alloc, void *alloc_ctx,
+                   const fl_rect *want, fl_alloc_fn alloc, void *alloc_ctx,
                    fl_image *out, int *out_y, int *out_x, char *message, size_t message_bytes);
 
 #endif

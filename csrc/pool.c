@@ -104,7 +104,7 @@ static int start_locked(void) {
 int fl_pool_submit(fl_task_fn fn, void *arg) {
     pthread_once(&atfork_once, install_atfork);
     task *t = malloc(sizeof *t);
-    if (!t) return -1;
+    if (!t) return FL_ENOMEM;
     t->fn = fn;
     t->arg = arg;
     t->next = NULL;
@@ -112,13 +112,13 @@ int fl_pool_submit(fl_task_fn fn, void *arg) {
     if (start_locked() != 0) {
         pthread_mutex_unlock(&lock);
         free(t);
-        return -1;
+        return FL_ETHREADS;
     }
     if (tail) tail->next = t; else head = t;
     tail = t;
     pthread_cond_signal(&wake);
     pthread_mutex_unlock(&lock);
-    return 0;
+    return FL_OK;
 }
 
 int fl_pool_size(void) {

@@ -6,9 +6,12 @@
 #ifndef FASTLOAD_POOL_H
 #define FASTLOAD_POOL_H
 
+#include "status.h"
+
 typedef void (*fl_task_fn)(void *arg);
 
-/* Queue fn(arg) to run on a pool thread. Returns 0, or -1 if the threads could not start. */
+/* Queue fn(arg) to run on a pool thread. Returns FL_OK, FL_ETHREADS when no thread could
+ * start, or FL_ENOMEM. */
 int fl_pool_submit(fl_task_fn fn, void *arg);
 
 /* Number of threads the pool runs (starting it if needed); at least 1. */

@@ -36,36 +36,23 @@ static inline void write_be32(uint8_t *p, uint32_t v) {
     p[3] = (uint8_t)v;
 }
 
-const char *fl_qoi_strerror(int code) {
-    switch (code) {
-    case FL_QOI_OK: return "ok";
-    case FL_QOI_E_ARG: return "invalid argument";
-    case FL_QOI_E_HEADER: return "not a QOI stream (bad header)";
-    case FL_QOI_E_SIZE: return "image size out of range or not the expected size";
-    case FL_QOI_E_TRUNCATED: return "truncated QOI stream";
-    case FL_QOI_E_CORRUPT: return "corrupt QOI stream";
-    case FL_QOI_E_CAPACITY: return "output buffer too small";
-    default: return "unknown error";
-    }
-}
-
 static int pixels_ok(int w, int h) {
     return w > 0 && h > 0 && (long long)w * (long long)h <= FL_QOI_PIXELS_MAX;
 }
 
 int fl_qoi_header(const uint8_t *buf, size_t n, int *w, int *h, int *channels) {
     if (buf == NULL || n < FL_QOI_HEADER_SIZE || memcmp(buf, "qoif", 4) != 0)
-        return FL_QOI_E_HEADER;
+        return FL_EFORMAT;
     uint32_t width = read_be32(buf + 4), height = read_be32(buf + 8);
     if ((buf[12] != 3 && buf[12] != 4) || buf[13] > 1)
-        return FL_QOI_E_HEADER;
+        return FL_EFORMAT;
     if (width == 0 || height == 0 || width > FL_QOI_PIXELS_MAX || height > FL_QOI_PIXELS_MAX ||
         !pixels_ok((int)width, (int)height))
-        return FL_QOI_E_SIZE;
+        return FL_ELIMIT;
     if (w) *w = (int)width;
     if (h) *h = (int)height;
     if (channels) *channels = buf[12];
-    return FL_QOI_OK;
+    return FL_OK;
 }
 
 size_t fl_qoi_max_size(int w, int h, int channels) {
@@ -77,11 +64,11 @@ size_t fl_qoi_max_size(int w, int h, int channels) {
 
 long fl_qoi_encode(const uint8_t *pixels, int w, int h, int channels, uint8_t *out, size_t cap) {
     if (pixels == NULL || out == NULL || (channels != 3 && channels != 4) || w <= 0 || h <= 0)
-        return FL_QOI_E_ARG;
+        return FL_EINVAL;
     if (!pixels_ok(w, h))
-        return FL_QOI_E_SIZE;
+        return FL_ELIMIT;
     if (cap < FL_QOI_HEADER_SIZE + FL_QOI_END_SIZE)
-        return FL_QOI_E_CAPACITY;
+        return FL_ECAPACITY;
     memcpy(out, "qoif", 4);
     write_be32(out + 4, (uint32_t)w);
     write_be32(out + 8, (uint32_t)h);
@@ -90,7 +77,7 @@ long fl_qoi_encode(const uint8_t *pixels, int w, int h, int channels, uint8_t *o
 
     /* Chunks must leave room for the end marker. Invariant: p <= limit. */
     const size_t limit = cap - FL_QOI_END_SIZE;
-#define NEED(k) do { if (limit - p < (size_t)(k)) return FL_QOI_E_CAPACITY; } while (0)
+#define NEED(k) do { if (limit - p < (size_t)(k)) return FL_ECAPACITY; } while (0)
     size_t p = FL_QOI_HEADER_SIZE;
     px_t index[64];
     memset(index, 0, sizeof index);
@@ -183,14 +170,14 @@ int fl_qoi_plausible(size_t n, int w, int h) {
 int fl_qoi_decode(const uint8_t *buf, size_t n, uint8_t *out, int w, int h, int out_channels) {
     int hw, hh, hc;
     if (out == NULL || (out_channels != 3 && out_channels != 4))
-        return FL_QOI_E_ARG;
+        return FL_EINVAL;
     int err = fl_qoi_header(buf, n, &hw, &hh, &hc);
-    if (err != FL_QOI_OK)
+    if (err != FL_OK)
         return err;
     if (hw != w || hh != h)
-        return FL_QOI_E_SIZE;
+        return FL_ESHAPE;
     if (!fl_qoi_plausible(n, w, h))
-        return FL_QOI_E_TRUNCATED;
+        return FL_ETRUNCATED;
 
     /* Invariant: chunk bytes are read only from buf[p .. end), end = n - 8, so every read
      * stays in bounds and the end marker's bytes are never taken for chunk data. */
@@ -203,16 +190,16 @@ int fl_qoi_decode(const uint8_t *buf, size_t n, uint8_t *out, int w, int h, int 
 
     while (i < npix) {
         if (p >= end)
-            return FL_QOI_E_TRUNCATED;
+            return FL_ETRUNCATED;
         uint8_t b1 = buf[p++];
         if (b1 == OP_RGB) {
-            if (end - p < 3) return FL_QOI_E_TRUNCATED;
+            if (end - p < 3) return FL_ETRUNCATED;
             px.r = buf[p];
             px.g = buf[p + 1];
             px.b = buf[p + 2];
             p += 3;
         } else if (b1 == OP_RGBA) {
-            if (end - p < 4) return FL_QOI_E_TRUNCATED;
+            if (end - p < 4) return FL_ETRUNCATED;
             px.r = buf[p];
             px.g = buf[p + 1];
             px.b = buf[p + 2];
@@ -225,7 +212,7 @@ int fl_qoi_decode(const uint8_t *buf, size_t n, uint8_t *out, int w, int h, int 
             px.g = (uint8_t)(px.g + ((b1 >> 2) & 3) - 2);
             px.b = (uint8_t)(px.b + (b1 & 3) - 2);
         } else if ((b1 & MASK_2) == OP_LUMA) {
-            if (p >= end) return FL_QOI_E_TRUNCATED;
+            if (p >= end) return FL_ETRUNCATED;
             uint8_t b2 = buf[p++];
             int dg = (b1 & 0x3f) - 32;
             px.r = (uint8_t)(px.r + dg - 8 + ((b2 >> 4) & 0x0f));
@@ -233,7 +220,7 @@ int fl_qoi_decode(const uint8_t *buf, size_t n, uint8_t *out, int w, int h, int 
             px.b = (uint8_t)(px.b + dg - 8 + (b2 & 0x0f));
         } else { /* OP_RUN: the previous pixel, (b1 & 0x3f) + 1 times in all */
             size_t run = (size_t)(b1 & 0x3f) + 1;
-            if (run > npix - i) return FL_QOI_E_CORRUPT;
+            if (run > npix - i) return FL_ECORRUPT;
             index[px_hash(px)] = px;
             for (size_t k = 0; k < run; k++, i++)
                 put_px(out + i * (size_t)out_channels, px, out_channels);
@@ -244,6 +231,6 @@ int fl_qoi_decode(const uint8_t *buf, size_t n, uint8_t *out, int w, int h, int 
         i++;
     }
     if (memcmp(buf + p, end_marker, FL_QOI_END_SIZE) != 0)
-        return FL_QOI_E_CORRUPT;
-    return FL_QOI_OK;
+        return FL_ECORRUPT;
+    return FL_OK;
 }

@@ -8,7 +8,7 @@
  * Thread safety: no global state; every function only touches its arguments, so any
  * number of threads may encode or decode at once. Nothing here needs the GIL.
  * The decoder is safe on hostile input: it never reads before buf or at/after buf + n,
- * never writes outside out[0 .. w*h*out_channels), and reports a negative error code
+ * never writes outside out[0 .. w*h*out_channels), and reports a negative code of status.h
  * for a truncated or corrupt stream. */
 #ifndef FASTLOAD_QOI_H
 #define FASTLOAD_QOI_H
@@ -16,26 +16,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "status.h"
+
 #define FL_QOI_HEADER_SIZE 14
 #define FL_QOI_END_SIZE 8
 /* Largest image accepted by encoder and decoder (the reference limit), in pixels. */
 #define FL_QOI_PIXELS_MAX 400000000L
 
-enum {
-    FL_QOI_OK = 0,
-    FL_QOI_E_ARG = -1,       /* bad argument: channels not 3|4, null pointer, w or h < 1 */
-    FL_QOI_E_HEADER = -2,    /* not a QOI stream: short, bad magic, channels, colorspace */
-    FL_QOI_E_SIZE = -3,      /* w*h over FL_QOI_PIXELS_MAX, or not the caller's w, h */
-    FL_QOI_E_TRUNCATED = -4, /* stream ends before the last pixel or the end marker */
-    FL_QOI_E_CORRUPT = -5,   /* a run past the last pixel, or a bad end marker */
-    FL_QOI_E_CAPACITY = -6   /* encoder output buffer too small */
-};
-
-/* Static description of an error code ("ok" for 0, "unknown error" otherwise). */
-const char *fl_qoi_strerror(int code);
-
 /* Parses the header of buf[0..n). On success stores width, height and stored channels
- * (any pointer may be NULL) and returns FL_QOI_OK; else a negative error code. */
+ * (any pointer may be NULL) and returns FL_OK; else a negative error code. */
 int fl_qoi_header(const uint8_t *buf, size_t n, int *w, int *h, int *channels);
 
 /* Whether a stream of n bytes (header and end marker included) is long enough for w * h
@@ -57,7 +46,7 @@ long fl_qoi_encode(const uint8_t *pixels, int w, int h, int channels,
  * 4: RGBA), whatever the stored channel count; w and h must equal the header's. Alpha is
  * dropped for out_channels 3; read as 4, a 3-channel stream has alpha 255 unless it
  * holds RGBA ops. Returns
- * FL_QOI_OK or a negative error code; on error out holds unspecified bytes. */
+ * FL_OK or a negative error code; on error out holds unspecified bytes. */
 int fl_qoi_decode(const uint8_t *buf, size_t n, uint8_t *out, int w, int h,
                   int out_channels);
 

@@ -1,6 +1,7 @@
 /* Counter-based randomness: the stream for (seed, epoch, index, op) is a pure function of
  * those four numbers, so results never depend on threads, scheduling or order.
- * SplitMix64 mixes the key; the stream then steps a Weyl sequence through the same mixer. */
+ * SplitMix64 mixes the key; the stream then steps a Weyl sequence through the same mixer.
+ * Needs `unsigned __int128` (GCC, Clang) for unbiased bounded draws. */
 #ifndef FASTLOAD_RNG_H
 #define FASTLOAD_RNG_H
 

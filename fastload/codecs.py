@@ -53,8 +53,7 @@ def image_size(data):
         except ValueError:
             raise ValueError("corrupt or truncated JPEG header") from None
     if head == b"qoif":
-        from . import _qoi
-        return _qoi.header(data)[:2]
+        return _core.qoi_header(data)[:2]
     if _format_name(data) == "image":
         raise ValueError("not an image file fastload reads (JPEG, PNG, BMP, GIF, WebP, TIFF, "
                          "PNM or QOI)")
@@ -90,8 +89,7 @@ def decode(data, channels=None, min_size=None):
         except ValueError as error:
             raise ValueError(f"corrupt or truncated JPEG: {error}") from None
     if head == b"qoif":
-        from . import _qoi
-        return _qoi.decode(data, channels=channels)
+        return _core.qoi_decode(data, channels=channels)
     return decode_pillow(data, channels or _pillow_channels(data), limits.MAX_IMAGE_PIXELS)
 
 

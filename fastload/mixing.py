@@ -16,7 +16,7 @@ import numbers
 
 import numpy as np
 
-from . import _image
+from . import _core
 
 __all__ = ["CutMix", "MixUp"]
 
@@ -96,8 +96,8 @@ class MixUp:
     def __call__(self, images, labels, *, epoch, step):
         batch = _batch("MixUp", images)
         targets = _one_hot("MixUp", labels, len(batch), self.num_classes)
-        lam = _image.mixup_lambda(self.alpha, self.seed, *_key("MixUp", epoch, step))
-        _image.mixup_(batch, lam)
+        lam = _core.mixup_lambda(self.alpha, self.seed, *_key("MixUp", epoch, step))
+        _core.mixup_(batch, lam)
         return _mixed(images, batch), _mix_targets(targets, lam)
 
     def __repr__(self):
@@ -142,9 +142,9 @@ class CutMix:
         chw = _channels_first(batch.shape, self.layout)
         targets = _one_hot("CutMix", labels, len(batch), self.num_classes)
         h, w = batch.shape[2:] if chw else batch.shape[1:3]
-        lam, box = _image.cutmix_params(self.alpha, self.seed, *_key("CutMix", epoch, step),
+        lam, box = _core.cutmix_params(self.alpha, self.seed, *_key("CutMix", epoch, step),
                                         h, w)
-        _image.cutmix_(batch, box, chw)
+        _core.cutmix_(batch, box, chw)
         return _mixed(images, batch), _mix_targets(targets, lam)
 
     def __repr__(self):

@@ -4,7 +4,7 @@ A plan splits an observation into leaves (the members of nested tuples/dicts) an
 per leaf, how to load one item into its place in a slot:
 
 - ``gather``: a numpy array, copied natively without the GIL;
-- ``native``: ``mapobs(Compose([...]), images)`` over images C can read (encoded bytes,
+- ``image``: ``mapobs(Compose([...]), images)`` over images C can read (encoded bytes,
   files, packed columns, decoded arrays): the fused image pipeline, also without the GIL;
 - ``into``: any other container whose observations are arrays: Python ``getobs_into`` into
   the slot row, holding the GIL for that item;
@@ -98,31 +98,31 @@ def _as_tensors(value, spec):
 class Leaf:
     """One member of the observation and how it is loaded."""
 
-    def __init__(self, container, kind, spec=None, native=None):
+    def __init__(self, container, kind, spec=None, source=None):
         self.container = container
-        self.kind = kind          # "gather", "native", "into" or "object"
+        self.kind = kind          # "gather", "image", "into" or "object"
         self.spec = spec          # a Spec, or a tuple/dict of them for "into"
-        self.native = native      # (fill, prefetch, state addresses, owner) for "native"
+        self.source = source      # the _core.ImageSource of an "image" leaf
 
     def row_bytes(self):
-        if self.kind not in ("gather", "native"):
+        if self.kind not in ("gather", "image"):
             return 0
         return int(np.prod(self.spec.shape, dtype=np.int64)) * self.spec.dtype.itemsize
 
     def core_field(self):
         if self.kind == "gather":
             return ("gather", self.container)
-        if self.kind == "native":
-            return ("native", self.native)
+        if self.kind == "image":
+            return ("image", self.source)
         return ("python", None)
 
 
 _image_sources = weakref.WeakKeyDictionary()
 
 
-def _pixel_source(images):
-    """Pointers, dims and row strides of decoded uint8 HWC (or HW) images whose rows are
-    packed pixels, or None. Works for one (N, H, W[, C]) array or a list of arrays."""
+def _pixel_images(images):
+    """The decoded uint8 HWC (or HW) images whose rows are packed pixels, as a list, or None.
+    Works for one (N, H, W[, C]) array or a list of arrays of one channel count."""
     arrays = list(images) if isinstance(images, (np.ndarray, list, tuple)) else []
     if not arrays or isinstance(images, np.ndarray) and images.ndim not in (3, 4):
         return None
@@ -135,9 +135,7 @@ def _pixel_source(images):
                 or (a.ndim == 3 and a.strides[2] != 1) or channels not in (None, c)):
             return None   # every image must give the slot's channel count
         channels = c
-    return dict(ptrs=[a.ctypes.data for a in arrays],
-                dims=[(a.shape[0], a.shape[1], a.shape[2] if a.ndim == 3 else 1) for a in arrays],
-                row_strides=[a.strides[0] for a in arrays])
+    return arrays
 
 
 def _image_source(view):
@@ -147,26 +145,21 @@ def _image_source(view):
     if _output_spec(view) is None:
         return None
 
-    def source(kind, **where):
-        keep = list(images) if isinstance(images, (list, tuple)) else images
-        return _core.ImageSource(compose.pipeline.address, compose.pipeline, kind,
-                                 numobs(images), compose.channels or 3, type(images).__name__,
+    def source(**where):
+        return _core.ImageSource(compose.pipeline, compose.channels or 3, type(images).__name__,
                                  codecs, limits.MAX_IMAGE_PIXELS, limits.MAX_FILE_BYTES,
-                                 exact=compose.exact_decode, keep=keep, **where)
+                                 exact=compose.exact_decode, **where)
     if not compose.decodes:
-        pixels = _pixel_source(images)
-        return None if pixels is None else source(_core.SOURCE_PIXELS, **pixels)
+        pixels = _pixel_images(images)
+        return None if pixels is None else source(pixels=pixels)
     if hasattr(images, "buffers") and images.contiguous:
-        data, offsets = images.buffers()      # one file: n + 1 offsets into its map
-        return source(_core.SOURCE_OFFSETS, base=data, offsets=offsets)
-    if hasattr(images, "pointers"):
-        addresses, lengths = images.pointers()    # several files: an address per item
-        return source(_core.SOURCE_BUFFERS, ptrs=addresses, lens=lengths)
+        return source(offsets=images.buffers())   # one file: n + 1 offsets into its map
+    if hasattr(images, "spans"):
+        return source(spans=images.spans())       # several files: a span per item
     if hasattr(images, "paths"):
-        return source(_core.SOURCE_FILES, paths=list(images.paths))
+        return source(paths=list(images.paths))
     if isinstance(images, (list, tuple)) and all(isinstance(b, bytes) for b in images):
-        return source(_core.SOURCE_BUFFERS, lens=[len(b) for b in images],
-                      ptrs=[np.frombuffer(b, np.uint8).ctypes.data if b else 0 for b in images])
+        return source(buffers=images)
     return None
 
 
@@ -231,8 +224,7 @@ def _native_image_leaf(view):
     source = cached[1]
     if source is None:
         return None
-    return Leaf(view, "native", _output_spec(view),
-                (source.fill_address, source.prefetch_address, source.state_address, source))
+    return Leaf(view, "image", _output_spec(view), source)
 
 
 def _leaf(container, stacks):

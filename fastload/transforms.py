@@ -18,7 +18,7 @@ import warnings
 
 import numpy as np
 
-from . import _core, _image, codecs, limits
+from . import _core, codecs, limits
 from .mixing import CutMix, MixUp
 
 __all__ = ["CenterCrop", "ColorJitter", "Compose", "CutMix", "DecodeImage", "DecodeJPEG",
@@ -377,10 +377,10 @@ def _validate(ops):
         _check_place(ops, k, op, seen)
         seen.append(op.kind)
     colour = [k for k, op in enumerate(ops) if op.kind == "colour"]
-    if len(colour) > _image.MAX_PIXEL_OPS:
-        k = colour[_image.MAX_PIXEL_OPS]
+    if len(colour) > _core.MAX_PIXEL_OPS:
+        k = colour[_core.MAX_PIXEL_OPS]
         raise ValueError(f"Compose: {ops[k]!r} (op {k}) is one colour op too many: a chain "
-                         f"holds at most {_image.MAX_PIXEL_OPS} ColorJitter, RandomGrayscale "
+                         f"holds at most {_core.MAX_PIXEL_OPS} ColorJitter, RandomGrayscale "
                          f"and GaussianBlur ops; merge some (one ColorJitter does brightness, "
                          f"contrast, saturation and hue)")
 
@@ -425,7 +425,7 @@ class Compose:
     `output_shape` is the shape of every output, or None when it varies with the input
     (a Resize of the shorter side last, no resize at all, or array input of unknown channels);
     `output_shape_for(shape)` gives it for an input of a given shape. `pipeline` is the
-    compiled `fastload._image.Pipeline`; its `address` points to the C `fl_pipeline`.
+    compiled `fastload._core.Pipeline` that native image fields run.
     A chain with a Lambda has no single pipeline (`pipeline` is None, `native` False): it
     runs in native parts with the Lambdas between them, item by item through Python.
     """
@@ -456,7 +456,7 @@ class Compose:
         """The chain's native pipeline."""
         if self._find(Lambda):   # only a one-shot iterable of ops gets here
             raise ValueError("Compose: give a chain with a Lambda as a list of ops")
-        return _image.Pipeline(**self._pipeline_args(range(len(self.ops))))
+        return _core.Pipeline(**self._pipeline_args(range(len(self.ops))))
 
     def _find(self, cls):
         return next((op for op in self.ops if isinstance(op, cls)), None)
@@ -557,7 +557,7 @@ class Compose:
         if isinstance(x, (bytes, bytearray, memoryview, np.bytes_)):
             raise ValueError("the chain got the bytes of an encoded image: start it with "
                              "DecodeImage()")
-        img = _image.as_image(x)
+        img = _core.as_image(x)
         normalize = self._find(Normalize)
         if normalize is not None and len(normalize.mean) not in (1, img.shape[2]):
             raise ValueError(f"{normalize!r} has {len(normalize.mean)} values for an image "
@@ -595,9 +595,9 @@ class Compose:
             out = np.empty(self.output_shape_for((h, w, self.channels)), self.output_dtype)
         except ValueError as error:
             raise self._explain(error, h, w) from None
-        source = _core.ImageSource(self.pipeline.address, self.pipeline, _core.SOURCE_BUFFERS,
-                                   0, self.channels, "bytes", codecs, limits.MAX_IMAGE_PIXELS,
-                                   limits.MAX_FILE_BYTES, exact=self.exact_decode)
+        source = _core.ImageSource(self.pipeline, self.channels, "bytes", codecs,
+                                   limits.MAX_IMAGE_PIXELS, limits.MAX_FILE_BYTES,
+                                   exact=self.exact_decode, buffers=())
         return source.run(data, out, seed, epoch, index)
 
     @property
@@ -627,7 +627,7 @@ class _StagedCompose(Compose):
             self.parts.append((k, self.ops[k]))
             if stop > k + 1:
                 args = self._pipeline_args(range(k + 1, stop))
-                self.parts.append((k + 1, _image.Pipeline(**args)))
+                self.parts.append((k + 1, _core.Pipeline(**args)))
         return None
 
     def output_shape_for(self, shape):

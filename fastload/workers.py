@@ -141,7 +141,7 @@ class _Worker:
                     if failed[pos]:
                         continue
                     try:
-                        if kind == "native":
+                        if kind == "image":
                             getobs_into(dests[field][pos], plan.leaves[field].container, index)
                         else:
                             plan.fill(dests, objects, field, pos, index)

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "imageplan.h"
+#include "imagesource.h"
 #include "jpeg.h"
 
 #define MAX_PIXELS (1 << 22)
@@ -36,7 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int h, w;
     if (fl_jpeg_size(jpeg, n, &h, &w) != 0 || (long long)h * w > MAX_PIXELS) return 0;
     int sh = (h + denom - 1) / denom, sw = (w + denom - 1) / denom;
-    fl_plan_rect want = {fraction(data[1], sh), fraction(data[2], sw), 0, 0};
+    fl_rect want = {fraction(data[1], sh), fraction(data[2], sw), 0, 0};
     want.h = fraction(data[3], sh) - want.y;
     want.w = fraction(data[4], sw) - want.x;
     (void)data[5];   /* spare: keeps the JPEG at the same offset for every seed */
@@ -47,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char message[256];
     int err = fl_jpeg_decode(jpeg, n, channels, denom, whole ? NULL : &want, alloc_once, &a,
                              &out, &y, &x, message, sizeof message);
-    if (err == FL_JPEG_OK) {
+    if (err == FL_OK) {
         if (out.data != a.block || out.c != channels || out.stride != (ptrdiff_t)out.w * channels)
             abort();
         if (y < 0 || x < 0 || out.h < 1 || out.w < 1 || y + out.h > sh || x + out.w > sw)
@@ -58,7 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (whole && (y != 0 || x != 0 || out.h != sh || out.w != sw)) abort();
         if (!whole && y1 > y0 && x1 > x0 && (y > y0 || x > x0 || y + out.h < y1 || x + out.w < x1))
             abort();   /* a part that misses some of the wanted region */
-    } else if (err != FL_JPEG_ERROR && err != FL_JPEG_FALLBACK) {
+    } else if (err != FL_ECORRUPT && err != FL_EUNSUPPORTED) {
         abort();
     }
     free(a.block);

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "imageplan.h"
+#include "imagesource.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int h = -1, w = -1;

@@ -140,7 +140,7 @@ static fl_image copy_part(const fl_image *img, int y, int x, int h, int w) {
 }
 
 static void check_runs(const fl_pipeline *p, int h, int w, int c, int oh, int ow, int oc,
-                       int d, fl_plan_rect region, input *in, uint64_t seed, uint64_t epoch,
+                       int d, fl_rect region, input *in, uint64_t seed, uint64_t epoch,
                        uint64_t index) {
     int dh = (h + d - 1) / d, dw = (w + d - 1) / d;
     size_t scratch_bytes = fl_pipeline_scratch_bytes(p, h, w, c);
@@ -195,7 +195,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (oh < 1 || ow < 1 || oc != (p.channels ? p.channels : c)) abort();
 
     int d = 0;
-    fl_plan_rect region;
+    fl_rect region;
     err = fl_pipeline_region(&p, h, w, exact, seed, epoch, index, &d, &region);
     if (err == FL_ETOOSMALL) return 0;   /* a random crop larger than this image */
     if (err != FL_OK) abort();

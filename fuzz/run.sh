@@ -26,7 +26,7 @@ if printf '#include <stdio.h>\n#include <jpeglib.h>\n' | clang -x c -E - >/dev/n
 fi
 
 build() {
-    local target=$1 sources=(csrc/pool.c csrc/engine.c csrc/imageplan.c csrc/image.c
+    local target=$1 sources=(csrc/status.c csrc/pool.c csrc/engine.c csrc/imagesource.c csrc/image.c
                              csrc/augment.c csrc/qoi.c csrc/jpeg.c)
     local binary=$out/$target newest
     newest=$(ls -t "fuzz/$target.c" csrc/*.c csrc/*.h | head -1)

@@ -11,7 +11,7 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
-from fastload import _qoi, write
+from fastload import _core, write
 from fastload.storage import JPEG, QOI, Bytes, Raw, Str
 
 
@@ -71,7 +71,7 @@ def _save(folder, name, data):
 def main(out):
     rng = np.random.default_rng(0)
     for name, image in _images(rng).items():
-        _save(os.path.join(out, "qoi_decode"), name, _qoi.encode(image))
+        _save(os.path.join(out, "qoi_decode"), name, _core.qoi_encode(image))
     for name, jpeg in _jpegs(rng).items():
         _save(os.path.join(out, "jpeg_size"), name, jpeg)
         # The decode target's 6 leading bytes: channels and scale, then the wanted region.

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from fastload import DataLoader, _image, mapobs
+from fastload import DataLoader, _core, mapobs
 from fastload.transforms import (CenterCrop, ColorJitter, Compose, CutMix, GaussianBlur,
                                  Lambda, MixUp, Normalize, RandomErasing, RandomGrayscale,
                                  RandomHorizontalFlip, RandomResizedCrop, Resize, ToCHW)
@@ -173,14 +173,14 @@ def test_brightness_contrast_saturation_match_numpy_exactly(channels, which, fac
     img = natural_image(37, 53, channels=channels, seed=which)
     factors = [None] * 4
     factors[which] = factor
-    assert np.array_equal(_image.color_jitter(img, factors), ref_jitter(img, factors, range(4)))
+    assert np.array_equal(_core.color_jitter(img, factors), ref_jitter(img, factors, range(4)))
 
 
 @pytest.mark.parametrize("channels", [1, 3, 4])
 @pytest.mark.parametrize("shift", [-0.5, -0.23, 0.0, 0.01, 1 / 3, 0.5])
 def test_hue_matches_torchvision_formulas_within_one_level(channels, shift):
     img = natural_image(41, 47, channels=channels, seed=3)
-    ours = _image.color_jitter(img, (None, None, None, shift)).astype(int)
+    ours = _core.color_jitter(img, (None, None, None, shift)).astype(int)
     ref = ref_hue(img, shift).astype(int)
     assert np.abs(ours - ref).max() <= 1   # exact halves may round either way
     assert (ours == ref).mean() > 0.99
@@ -188,7 +188,7 @@ def test_hue_matches_torchvision_formulas_within_one_level(channels, shift):
 
 def test_hue_turns_primary_colours_and_keeps_grays():
     img = np.array([[[255, 0, 0], [0, 255, 0], [90, 90, 90]]], np.uint8)
-    out = _image.color_jitter(img, (None, None, None, 1 / 3))
+    out = _core.color_jitter(img, (None, None, None, 1 / 3))
     assert out.tolist() == [[[0, 255, 0], [0, 0, 255], [90, 90, 90]]]
 
 
@@ -197,7 +197,7 @@ def test_jitter_applies_its_adjustments_in_the_given_order():
     factors = (1.3, 0.6, 1.8, None)
     outs = set()
     for order in [(0, 1, 2, 3), (2, 1, 0, 3), (1, 2, 3, 0), (3, 0, 2, 1)]:
-        out = _image.color_jitter(img, factors, order)
+        out = _core.color_jitter(img, factors, order)
         assert np.array_equal(out, ref_jitter(img, factors, order))
         outs.add(out.tobytes())
     assert len(outs) == 4
@@ -206,7 +206,7 @@ def test_jitter_applies_its_adjustments_in_the_given_order():
 @pytest.mark.parametrize("channels", [1, 3, 4])
 def test_grayscale_is_the_luma_in_every_colour_channel(channels):
     img = natural_image(20, 30, channels=channels)
-    assert np.array_equal(_image.grayscale(img), ref_grayscale(img))
+    assert np.array_equal(_core.grayscale(img), ref_grayscale(img))
 
 
 # ---- blur ------------------------------------------------------------------------------
@@ -218,7 +218,7 @@ def test_grayscale_is_the_luma_in_every_colour_channel(channels):
                                               ((5, 6, 3), 13, 15, 4.0, 5.0)])
 def test_gaussian_blur_matches_numpy_within_one_level(shape, kh, kw, sy, sx):
     img = natural_image(shape[0], shape[1], channels=shape[2], seed=kh)
-    ours = _image.gaussian_blur(img, kh, kw, sy, sx).astype(int)
+    ours = _core.gaussian_blur(img, kh, kw, sy, sx).astype(int)
     ref = ref_gaussian_blur(img, kh, kw, sy, sx).astype(int)
     assert np.abs(ours - ref).max() <= 1
     assert (ours == ref).mean() > 0.99
@@ -226,9 +226,9 @@ def test_gaussian_blur_matches_numpy_within_one_level(shape, kh, kw, sy, sx):
 
 def test_gaussian_blur_keeps_flat_images_flat_and_rejects_even_kernels():
     flat = np.full((9, 11, 3), 201, np.uint8)
-    assert np.all(_image.gaussian_blur(flat, 7, 5, 3.0, 2.0) == 201)
+    assert np.all(_core.gaussian_blur(flat, 7, 5, 3.0, 2.0) == 201)
     with pytest.raises(ValueError):
-        _image.gaussian_blur(flat, 4, 5, 1.0, 1.0)
+        _core.gaussian_blur(flat, 4, 5, 1.0, 1.0)
 
 
 # ---- in a chain ------------------------------------------------------------------------
@@ -242,11 +242,11 @@ def test_colour_ops_in_a_chain_draw_from_their_own_position():
     for index in range(6):
         factors, order = model_jitter_draws(ModelRng(3, 1, index, 1), [
             ops[1].brightness, ops[1].contrast, ops[1].saturation, ops[1].hue])
-        expected = _image.color_jitter(crop, factors, order)
+        expected = _core.color_jitter(crop, factors, order)
         if ModelRng(3, 1, index, 2).uniform() < 0.5:
-            expected = _image.grayscale(expected)
+            expected = _core.grayscale(expected)
         sigma = 0.5 + 1.5 * ModelRng(3, 1, index, 3).uniform()
-        expected = _image.gaussian_blur(expected, 3, 5, sigma, sigma)   # kernel (kx, ky)
+        expected = _core.gaussian_blur(expected, 3, 5, sigma, sigma)   # kernel (kx, ky)
         assert np.array_equal(chain(img, index=index, seed=3, epoch=1), expected)
 
 
@@ -255,7 +255,7 @@ def test_hue_in_a_chain_matches_the_kernel():
     jitter = ColorJitter(hue=0.3)
     chain = Compose([jitter])
     factors, order = model_jitter_draws(ModelRng(0, 0, 5, 0), [None, None, None, jitter.hue])
-    assert np.array_equal(chain(img, index=5), _image.color_jitter(img, factors, order))
+    assert np.array_equal(chain(img, index=5), _core.color_jitter(img, factors, order))
 
 
 def test_same_key_same_output_and_indices_differ():
@@ -274,7 +274,7 @@ def test_erasing_params_follow_torchvision_rules():
     for index in range(300):
         h, w = 20 + index % 17, 30 + index % 23
         scale, ratio = (0.02, 0.6), (0.3, 3.3)
-        ours = _image.erasing_params(h, w, 0.7, scale, ratio, 9, 0, index, 4)
+        ours = _core.erasing_params(h, w, 0.7, scale, ratio, 9, 0, index, 4)
         assert ours == torchvision_erasing_params(ModelRng(9, 0, index, 4), h, w, 0.7, scale,
                                                   ratio)
         found += ours is not None
@@ -284,7 +284,7 @@ def test_erasing_params_follow_torchvision_rules():
 @pytest.mark.parametrize("ratio", [(1e17, 1e18), (1e-18, 1e-17)])
 def test_erasing_with_a_ratio_whose_sides_overflow_an_int_erases_nothing(ratio):
     img = natural_image(40, 50, seed=12)
-    box = _image.erasing_params(40, 50, 1.0, (0.3, 0.33), ratio, 0, 0, 0, 0)
+    box = _core.erasing_params(40, 50, 1.0, (0.3, 0.33), ratio, 0, 0, 0, 0)
     assert box is None
     assert box == torchvision_erasing_params(ModelRng(0, 0, 0, 0), 40, 50, 1.0, (0.3, 0.33),
                                              ratio)
@@ -300,7 +300,7 @@ def test_erasing_writes_its_value_into_the_final_output(chw):
     erasing = Compose(head + [RandomErasing(p=1.0, value=(1.0, 2.0, 3.0))])
     for index in range(5):
         expected = plain(img, index=index)
-        box = _image.erasing_params(32, 32, 1.0, (0.02, 0.33), (0.3, 3.3), 0, 0, index,
+        box = _core.erasing_params(32, 32, 1.0, (0.02, 0.33), (0.3, 3.3), 0, 0, index,
                                     len(head))
         if box is not None:
             y, x, h, w = box
@@ -327,7 +327,7 @@ def test_random_erasing_draws_normal_values_for_floats_and_bytes_for_uint8():
 
 def test_uint8_erasing_with_a_constant():
     img = natural_image(30, 30, seed=10)
-    box = _image.erasing_params(30, 30, 1.0, (0.1, 0.2), (0.5, 2.0), 0, 0, 3, 0)
+    box = _core.erasing_params(30, 30, 1.0, (0.1, 0.2), (0.5, 2.0), 0, 0, 3, 0)
     out = Compose([RandomErasing(1.0, (0.1, 0.2), (0.5, 2.0), value=7)])(img, index=3)
     y, x, h, w = box
     expected = img.copy()
@@ -466,19 +466,19 @@ def ks_distance(draws, cdf):
     (0.5, lambda x: 2 / np.pi * np.arcsin(np.sqrt(x))),
 ])
 def test_beta_sampler_matches_the_distribution(a, cdf):
-    draws = _image.beta_draws(a, a, 20000, seed=1)
+    draws = _core.beta_draws(a, a, 20000, seed=1)
     assert np.all((draws >= 0) & (draws <= 1))
     assert ks_distance(draws, cdf) < 1.63 / math.sqrt(len(draws))   # KS at the 1% level
 
 
 def test_beta_sampler_stays_finite_for_small_alpha():
-    draws = _image.beta_draws(0.05, 0.05, 5000, seed=2)
+    draws = _core.beta_draws(0.05, 0.05, 5000, seed=2)
     assert np.all(np.isfinite(draws)) and abs(draws.mean() - 0.5) < 0.05
     assert abs(draws.var() - 1 / (4 * 1.1)) < 0.02
 
 
 def test_normal_sampler_matches_the_distribution():
-    draws = _image.normal_draws(20000, seed=3)
+    draws = _core.normal_draws(20000, seed=3)
     erf = np.vectorize(math.erf)
     assert ks_distance(draws, lambda x: 0.5 * (1 + erf(x / math.sqrt(2)))) < 0.0115
 
@@ -491,7 +491,7 @@ def test_mixup_mixes_in_place_with_the_batch_rolled_by_one():
     original = images.copy()
     mixup = MixUp(alpha=0.4, num_classes=4, seed=3)
     out, targets = mixup(images, np.array([0, 1, 2, 3, 0]), epoch=1, step=7)
-    lam = _image.mixup_lambda(0.4, 3, 1, 7)
+    lam = _core.mixup_lambda(0.4, 3, 1, 7)
     rolled = np.roll(original, 1, axis=0)
     assert out is images
     assert np.array_equal(images, rolled * np.float32(1 - lam) + original * np.float32(lam))
@@ -503,7 +503,7 @@ def test_mixup_mixes_in_place_with_the_batch_rolled_by_one():
 def test_mixup_of_uint8_rounds_half_up():
     images = np.random.default_rng(1).integers(0, 256, (4, 5, 5, 3), np.uint8)
     original = images.copy()
-    lam = _image.mixup_lambda(1.0, 0, 0, 2)
+    lam = _core.mixup_lambda(1.0, 0, 0, 2)
     MixUp(num_classes=2)(images, np.zeros(4, np.int64), epoch=0, step=2)
     a, b = original.astype(np.float32), np.roll(original, 1, axis=0).astype(np.float32)
     expected = np.floor(b * np.float32(1 - lam) + a * np.float32(lam) + np.float32(0.5))
@@ -511,10 +511,10 @@ def test_mixup_of_uint8_rounds_half_up():
 
 
 def test_mix_draws_are_keyed_by_seed_epoch_and_step():
-    lam = _image.mixup_lambda(1.0, 5, 2, 9)
-    assert lam == _image.mixup_lambda(1.0, 5, 2, 9)
-    assert len({lam, _image.mixup_lambda(1.0, 5, 2, 10), _image.mixup_lambda(1.0, 5, 3, 9),
-                _image.mixup_lambda(1.0, 6, 2, 9)}) == 4
+    lam = _core.mixup_lambda(1.0, 5, 2, 9)
+    assert lam == _core.mixup_lambda(1.0, 5, 2, 9)
+    assert len({lam, _core.mixup_lambda(1.0, 5, 2, 10), _core.mixup_lambda(1.0, 5, 3, 9),
+                _core.mixup_lambda(1.0, 6, 2, 9)}) == 4
 
 
 def test_cutmix_box_follows_torchvision_rules():
@@ -522,7 +522,7 @@ def test_cutmix_box_follows_torchvision_rules():
     for _ in range(500):
         h, w = rng.integers(1, 300, 2)
         lam, cy, cx = rng.uniform(), rng.integers(h), rng.integers(w)
-        ours = _image.cutmix_box(lam, int(cy), int(cx), int(h), int(w))
+        ours = _core.cutmix_box(lam, int(cy), int(cx), int(h), int(w))
         assert ours == torchvision_cutmix_box(lam, cy, cx, h, w)
 
 
@@ -534,7 +534,7 @@ def test_cutmix_pastes_the_box_of_the_item_before(layout, dtype):
     original = images.copy()
     labels = np.eye(5, dtype=np.float32)[[0, 1, 2, 3, 4, 0]] * 0.9 + 0.02
     out, targets = CutMix(alpha=1.0, num_classes=5, seed=1)(images, labels, epoch=0, step=4)
-    lam, (y, x, h, w) = _image.cutmix_params(1.0, 1, 0, 4, 20, 28)
+    lam, (y, x, h, w) = _core.cutmix_params(1.0, 1, 0, 4, 20, 28)
     expected = original.copy()
     rolled = np.roll(original, 1, axis=0)
     if layout == "NCHW":

@@ -1,4 +1,4 @@
-"""Decoding inside the image pipeline (csrc/jpeg.c, csrc/imageplan.c, fastload.codecs):
+"""Decoding inside the image pipeline (csrc/jpeg.c, csrc/imagesource.c, fastload.codecs):
 the JPEG crop-region decode against a full decode, every file format through Pillow against
 PIL itself, DecodeImage(exact=True), and errors for what cannot be decoded."""
 import io
@@ -9,7 +9,7 @@ import simplejpeg
 from PIL import Image
 
 import fastload
-from fastload import DataLoader, LoadError, _qoi, codecs, mapobs
+from fastload import DataLoader, LoadError, _core, codecs, mapobs
 from fastload.imagefolder import IMAGE_EXTENSIONS, ImageFolder
 from fastload.transforms import (CenterCrop, Compose, DecodeImage, DecodeJPEG, Normalize,
                                  RandomCrop, RandomHorizontalFlip, RandomResizedCrop, Resize,
@@ -227,7 +227,7 @@ def test_image_folder_lists_exactly_the_formats_that_decode(tmp_path):
                ".tiff": FORMATS["tiff"], ".ppm": FORMATS["ppm"],
                ".pgm": lambda: encoded(img.convert("L"), "PPM"),
                ".pbm": lambda: encoded(img.convert("1"), "PPM"),
-               ".qoi": lambda: _qoi.encode(np.asarray(img))}
+               ".qoi": lambda: _core.qoi_encode(np.asarray(img))}
     assert set(writers) == set(IMAGE_EXTENSIONS)
     (tmp_path / "a").mkdir()
     for ext, write in writers.items():
@@ -248,9 +248,8 @@ def test_only_the_crop_region_is_decoded():
     data = simplejpeg.encode_jpeg(natural_image(h, w, seed=8), 90)
     whole = Compose([DecodeImage()])(data)
     chain = Compose([DecodeImage(exact=True), RandomResizedCrop(64, scale=(0.05, 0.2))])
-    source = fastload._core.ImageSource(chain.pipeline.address, chain.pipeline,
-                                        fastload._core.SOURCE_BUFFERS, 0, 3, "bytes", codecs,
-                                        10**8, 10**8, exact=True)
+    source = fastload._core.ImageSource(chain.pipeline, 3, "bytes", codecs, 10**8, 10**8,
+                                        exact=True, buffers=[data])
     for index in range(10):
         part, (y, x), denom = source.decode(data, 0, 0, index)
         (cy, cx, ch, cw), _ = chain.pipeline.prepare(h, w, 0, 0, index)

@@ -1,4 +1,4 @@
-"""The native image kernels (fastload._image) against numpy, PIL and torchvision's rules."""
+"""The native image kernels (fastload._core) against numpy, PIL and torchvision's rules."""
 import math
 
 import numpy as np
@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
-from fastload import _image
+from fastload import _core
 from fastload.transforms import Compose, RandomResizedCrop
 
 MASK = (1 << 64) - 1
@@ -99,32 +99,32 @@ def torchvision_rrc_params(rng, h, w, scale, ratio):
 @pytest.mark.parametrize("channels", [1, 3, 4])
 def test_resize_matches_pil_bilinear(src, dst, channels):
     img = natural_image(*src, channels=channels)
-    assert_close_pixels(_image.resize(img, *dst), pil_resize(img, *dst))
+    assert_close_pixels(_core.resize(img, *dst), pil_resize(img, *dst))
 
 
 @given(sh=st.integers(1, 200), sw=st.integers(1, 200), dh=st.integers(1, 200),
        dw=st.integers(1, 200))
 def test_resize_matches_pil_for_any_shapes(sh, sw, dh, dw):
     img = natural_image(sh, sw, seed=sh * 1000 + sw)
-    assert_close_pixels(_image.resize(img, dh, dw), pil_resize(img, dh, dw))
+    assert_close_pixels(_core.resize(img, dh, dw), pil_resize(img, dh, dw))
 
 
 def test_resize_keeps_flat_images_flat():
     img = np.full((123, 77, 3), 97, np.uint8)
-    assert np.all(_image.resize(img, 31, 200) == 97)
+    assert np.all(_core.resize(img, 31, 200) == 97)
 
 
 def test_resize_reads_strided_views():
     img = natural_image(200, 300)
     view = img[10:150, 20:260]
-    assert_close_pixels(_image.resize(view, 70, 120), pil_resize(np.ascontiguousarray(view), 70, 120))
+    assert_close_pixels(_core.resize(view, 70, 120), pil_resize(np.ascontiguousarray(view), 70, 120))
 
 
 def test_flip_is_exact():
     img = natural_image(31, 45, channels=3)
-    assert np.array_equal(_image.flip_horizontal(img.copy()), img[:, ::-1])
+    assert np.array_equal(_core.flip_horizontal(img.copy()), img[:, ::-1])
     gray = natural_image(8, 7, channels=1)
-    assert np.array_equal(_image.flip_horizontal(gray.copy()), gray[:, ::-1])
+    assert np.array_equal(_core.flip_horizontal(gray.copy()), gray[:, ::-1])
 
 
 @pytest.mark.parametrize("chw", [False, True])
@@ -134,27 +134,27 @@ def test_normalize_matches_numpy(chw):
     ref = (img / 255.0 - np.array(mean)) / np.array(std)
     if chw:
         ref = ref.transpose(2, 0, 1)
-    out = _image.normalize(img, mean, std, chw)
+    out = _core.normalize(img, mean, std, chw)
     assert out.dtype == np.float32 and out.shape == ref.shape
     assert np.abs(out - ref).max() <= 1e-6
 
 
 def test_convert_channels():
     rgb = natural_image(20, 30)
-    gray = _image.convert_channels(rgb, 1)
+    gray = _core.convert_channels(rgb, 1)
     luma = np.asarray(Image.fromarray(rgb).convert("L"))
     assert np.abs(gray[:, :, 0].astype(int) - luma).max() <= 1
-    assert np.array_equal(_image.convert_channels(gray, 3), np.repeat(gray, 3, axis=2))
-    rgba = _image.convert_channels(rgb, 4)
+    assert np.array_equal(_core.convert_channels(gray, 3), np.repeat(gray, 3, axis=2))
+    rgba = _core.convert_channels(rgb, 4)
     assert np.array_equal(rgba[:, :, :3], rgb) and np.all(rgba[:, :, 3] == 255)
-    assert np.array_equal(_image.convert_channels(rgba, 3), rgb)
+    assert np.array_equal(_core.convert_channels(rgba, 3), rgb)
 
 
 @given(h=st.integers(1, 2000), w=st.integers(1, 2000), index=st.integers(0, 2**63),
        lo=st.floats(0.01, 1.0), ratio_lo=st.floats(0.2, 1.0), ratio_hi=st.floats(1.0, 5.0))
 def test_rrc_params_follow_torchvision(h, w, index, lo, ratio_lo, ratio_hi):
     scale, ratio = (lo, 1.0), (ratio_lo, ratio_hi)
-    got = _image.rrc_params(h, w, scale, ratio, seed=7, epoch=1, index=index, op=2)
+    got = _core.rrc_params(h, w, scale, ratio, seed=7, epoch=1, index=index, op=2)
     assert got == torchvision_rrc_params(ModelRng(7, 1, index, 2), h, w, scale, ratio)
     y, x, ch, cw = got
     assert 0 <= y <= h - ch and 0 <= x <= w - cw and ch > 0 and cw > 0
@@ -163,7 +163,7 @@ def test_rrc_params_follow_torchvision(h, w, index, lo, ratio_lo, ratio_hi):
 def test_rrc_params_stay_in_range_and_bounds():
     h, w = 300, 400
     for index in range(500):
-        y, x, ch, cw = _image.rrc_params(h, w, (0.08, 1.0), (3 / 4, 4 / 3), index=index)
+        y, x, ch, cw = _core.rrc_params(h, w, (0.08, 1.0), (3 / 4, 4 / 3), index=index)
         assert 0 <= y and y + ch <= h and 0 <= x and x + cw <= w
         assert 0.08 * h * w * 0.9 <= ch * cw <= h * w
         assert 3 / 4 * 0.9 <= cw / ch <= 4 / 3 * 1.1
@@ -171,8 +171,8 @@ def test_rrc_params_stay_in_range_and_bounds():
 
 def test_rrc_params_fall_back_to_a_central_crop():
     # No crop of aspect 10..20 fits a 100 x 50 image: all tries fail, the fallback clamps.
-    assert _image.rrc_params(100, 50, (0.5, 1.0), (10.0, 20.0)) == (47, 0, 5, 50)
-    assert _image.rrc_params(50, 100, (0.5, 1.0), (0.01, 0.02)) == (0, 49, 50, 1)
+    assert _core.rrc_params(100, 50, (0.5, 1.0), (10.0, 20.0)) == (47, 0, 5, 50)
+    assert _core.rrc_params(50, 100, (0.5, 1.0), (0.01, 0.02)) == (0, 49, 50, 1)
 
 
 @given(h=st.integers(1, 60), w=st.integers(1, 60), index=st.integers(0, 2**63),
@@ -180,7 +180,7 @@ def test_rrc_params_fall_back_to_a_central_crop():
 def test_rrc_params_give_at_least_one_pixel_for_extreme_ratios_and_tiny_images(
         h, w, index, lo, log_ratio, span):
     ratio = (float(np.exp(log_ratio)), float(np.exp(log_ratio + span)))
-    y, x, ch, cw = _image.rrc_params(h, w, (lo, 1.0), ratio, index=index)
+    y, x, ch, cw = _core.rrc_params(h, w, (lo, 1.0), ratio, index=index)
     assert ch >= 1 and cw >= 1 and 0 <= y <= h - ch and 0 <= x <= w - cw
 
 
@@ -195,13 +195,13 @@ def test_an_extreme_ratio_crop_reads_only_the_image(shape, ratio):
 
 
 def test_center_crop_params_follow_torchvision():
-    assert _image.center_crop_params(256, 341, 224, 224) == (16, 58)  # round(58.5) == 58
-    assert _image.center_crop_params(10, 13, 4, 4) == (3, 4)  # round(4.5) == 4
-    assert _image.center_crop_params(10, 10, 15, 14) == (-2, -2)  # padded: (15-10)//2
+    assert _core.center_crop_params(256, 341, 224, 224) == (16, 58)  # round(58.5) == 58
+    assert _core.center_crop_params(10, 13, 4, 4) == (3, 4)  # round(4.5) == 4
+    assert _core.center_crop_params(10, 10, 15, 14) == (-2, -2)  # padded: (15-10)//2
 
 
 def test_random_crop_params_cover_the_padded_range():
-    seen = {_image.random_crop_params(32, 32, 32, 32, padding=4, index=i) for i in range(2000)}
+    seen = {_core.random_crop_params(32, 32, 32, 32, padding=4, index=i) for i in range(2000)}
     assert {y for y, _ in seen} == set(range(-4, 5)) == {x for _, x in seen}
     with pytest.raises(ValueError, match="smaller than the crop"):
-        _image.random_crop_params(20, 20, 32, 32, padding=4)
+        _core.random_crop_params(20, 20, 32, 32, padding=4)

@@ -41,10 +41,10 @@ def _mutations(data, count, seed):
 
 
 def test_mutated_jpeg_and_qoi_images_load_or_fail_cleanly():
-    from fastload import _qoi
+    from fastload import _core
     rng = np.random.default_rng(0)
     image = rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)
-    sources = [simplejpeg.encode_jpeg(image, quality=90), _qoi.encode(image)]
+    sources = [simplejpeg.encode_jpeg(image, quality=90), _core.qoi_encode(image)]
     mutated = [m for k, src in enumerate(sources) for m in _mutations(src, 4000, k)]
     chain = Compose([DecodeImage(), RandomResizedCrop(24)])
     loader = DataLoader(mapobs(chain, mutated), 64, parallel=2, on_error="skip", seed=0)

@@ -104,9 +104,9 @@ class ItemBytes:
         """The column's ``buffers()``: these items, located in the mapped file."""
         return self._column.buffers()
 
-    def pointers(self):
-        """The column's ``pointers()``: these items, wherever they are mapped."""
-        return self._column.pointers()
+    def spans(self):
+        """The column's ``spans()``: these items, wherever they are mapped."""
+        return self._column.spans()
 
 
 class EncodedColumn:
@@ -160,13 +160,11 @@ class EncodedColumn:
             raise ValueError(f"column {self.name!r}: {self._offsets}")
         return self._bases[0], self._offsets
 
-    def pointers(self):
-        """(addresses, lengths): item i is ``lengths[i]`` bytes at the memory address
-        ``addresses[i]`` (uint64) in whichever mapped file holds it: the form of a column
-        that spans several files. Valid while the column lives."""
-        where = np.array([base.ctypes.data for base in self._bases], np.uint64)
-        first = where[0] if self._base_of_row is None else where[self._base_of_row]
-        return first + self._starts.astype(np.uint64), self._ends - self._starts
+    def spans(self):
+        """(bases, base_of, starts, ends): item i is ``bases[base_of[i]][starts[i]:ends[i]]``
+        (``base_of`` None: every item is in ``bases[0]``), where ``bases`` are uint8 views of
+        the mapped files: the form of a column that spans several files. Zero copy."""
+        return list(self._bases), self._base_of_row, self._starts, self._ends
 
     def _global_offsets(self):
         """The n + 1 offsets, or a str saying why there are none."""

@@ -13,7 +13,7 @@ import numbers
 
 import numpy as np
 
-from fastload import codecs
+from fastload import _core, codecs
 from fastload.storage import images
 
 __all__ = ["Bytes", "Encoding", "JPEG", "NDArray", "QOI", "Raw", "Scalar", "Smart", "Str",
@@ -287,13 +287,12 @@ class QOI(_Image):
         self.max_side = _check_max_side(max_side)
 
     def encode(self, value):
-        from fastload import _qoi
         if isinstance(value, (bytes, bytearray, memoryview)) and images.is_qoi(value) \
                 and not self._needs_resize(value):
-            h, w, _ = _qoi.header(value)
+            h, w, _ = _core.qoi_header(value)
             return bytes(value), h, w
         img = self._pixels(value)
-        return _qoi.encode(img), img.shape[0], img.shape[1]
+        return _core.qoi_encode(img), img.shape[0], img.shape[1]
 
     def decode(self, data, h, w):
         return _check_shape(codecs.decode(data), h, w)

@@ -1,29 +1,15 @@
-# cython: language_level=3
-"""QOI lossless image codec: a thin binding of csrc/qoi.c. The C calls run without the GIL."""
-import numpy as np
-
-cimport numpy as cnp
+"""QOI lossless image codec: the binding of qoi.h. The C calls run without the GIL."""
 from libc.stdint cimport uint8_t
 
-cnp.import_array()
-
-cdef extern from "qoi.h" nogil:
-    enum: FL_QOI_E_TRUNCATED
-    const char *fl_qoi_strerror(int code)
-    int fl_qoi_header(const uint8_t *buf, size_t n, int *w, int *h, int *channels)
-    int fl_qoi_plausible(size_t n, int w, int h)
-    size_t fl_qoi_max_size(int w, int h, int channels)
-    long fl_qoi_encode(const uint8_t *pixels, int w, int h, int channels,
-                       uint8_t *out, size_t cap)
-    int fl_qoi_decode(const uint8_t *buf, size_t n, uint8_t *out, int w, int h,
-                      int out_channels)
+from qoi cimport *
+from status cimport FL_ETRUNCATED, fl_strerror
 
 
 cdef _error(int code, what):
-    return ValueError(f"{what}: {fl_qoi_strerror(code).decode()}")
+    return ValueError(f"{what}: {fl_strerror(code).decode()}")
 
 
-def header(data):
+def qoi_header(data):
     """Parses a QOI header; returns (height, width, channels) of the stored image.
 
     `data` is any bytes-like object. Raises ValueError when it is not a QOI stream.
@@ -36,7 +22,7 @@ def header(data):
     return h, w, c
 
 
-def encode(image):
+def qoi_encode(image):
     """Encodes a uint8 array of shape (height, width, 3 or 4) as QOI; returns bytes.
 
     Raises ValueError for another dtype or shape.
@@ -64,7 +50,7 @@ def encode(image):
     return bytes(out)
 
 
-def decode(data, channels=None, out=None):
+def qoi_decode(data, channels=None, out=None):
     """Decodes a QOI stream into a uint8 array of shape (height, width, channels).
 
     `channels` is 3 or 4 (default: as stored). `out`, when given, is a C-contiguous uint8
@@ -79,7 +65,7 @@ def decode(data, channels=None, out=None):
     if not fl_qoi_plausible(buf.shape[0], w, h):
         # Too short for that many pixels: fail before allocating what a hostile header
         # asks for.
-        raise _error(FL_QOI_E_TRUNCATED, "QOI decode")
+        raise _error(FL_ETRUNCATED, "QOI decode")
     if channels is not None:
         if channels not in (3, 4):
             raise ValueError(f"channels must be 3 or 4, got {channels!r}")

@@ -1,4 +1,4 @@
-"""The native image plan (fastload.plan, csrc/imageplan.c): which sources run natively, and
+"""The native image plan (fastload.plan, csrc/imagesource.c): which sources run natively, and
 that the native C path gives exactly the pixels of the Python path (Compose called per item
 by the sequential loader), errors included."""
 import io
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 import fastload
-from fastload import DataLoader, LoadError, _core, _qoi, batchview, mapobs
+from fastload import DataLoader, LoadError, _core, batchview, mapobs
 from fastload.imagefolder import ImageFolder
 from fastload.plan import make_plan
 from fastload.schedule import schedule_of
@@ -61,7 +61,7 @@ def jpegs(pixels):
 @pytest.fixture(scope="module")
 def mixed(pixels, jpegs):
     """JPEG bytes, every third item QOI instead."""
-    return [_qoi.encode(p) if k % 3 == 1 else j
+    return [_core.qoi_encode(p) if k % 3 == 1 else j
             for k, (p, j) in enumerate(zip(pixels, jpegs))]
 
 
@@ -178,7 +178,7 @@ def assert_same_batches(got, want):
 @pytest.mark.parametrize("kind", ENCODED + DECODED)
 def test_plan_is_native_for_every_image_source(sources, kind):
     plan = plan_of(batchview(images_view(sources, kind, "rrc_flip"), BS))
-    assert plan.leaves[0].kind == "native"
+    assert plan.leaves[0].kind == "image"
     assert plan.leaves[1].kind == "gather"
     assert not plan.has_python
 
@@ -187,7 +187,7 @@ def test_plan_is_native_for_arrays_of_different_sizes_with_each_fixed_size_crop(
     for crop in (RandomCrop(40), CenterCrop(40), RandomResizedCrop(40)):
         view = mapobs(Compose([crop]), pixels)
         plan = plan_of(batchview((view, np.arange(N)), BS))
-        assert plan.leaves[0].kind == "native", crop
+        assert plan.leaves[0].kind == "image", crop
         assert plan.leaves[0].spec.shape == (40, 40, 3)
 
 
@@ -222,7 +222,7 @@ def test_plan_falls_back_to_python_for_other_containers(fallbacks, kind):
 def test_plan_falls_back_for_varying_output_size_or_strided_pixels(pixels, jpegs):
     varying = plan_of(batchview((mapobs(Compose([DecodeImage(), Resize(32)]), jpegs),
                                    np.arange(N)), BS))
-    assert varying.leaves[0].kind != "native"
+    assert varying.leaves[0].kind != "image"
     strided = [p[:, ::2] for p in pixels]   # pixels not packed in their rows
     data = (mapobs(Compose([CenterCrop(20)]), strided), np.arange(N))
     assert plan_of(batchview(data, BS)).leaves[0].kind == "into"
@@ -238,7 +238,7 @@ CASES = [(kind, name) for kind in ENCODED for name in CHAINS] + \
 @pytest.mark.parametrize("kind,chain_name", CASES)
 def test_native_parallel_output_equals_python_sequential_output(sources, kind, chain_name):
     data = images_view(sources, kind, chain_name)
-    assert plan_of(batchview(data, BS)).leaves[0].kind == "native"
+    assert plan_of(batchview(data, BS)).leaves[0].kind == "image"
     want = run(data, parallel=False)
     assert want[0][0].shape[0] == BS and want[-1][0].shape[0] == N % BS
     for parallel in (1, 2, 4):
@@ -283,13 +283,13 @@ def test_native_equals_python_for_jpeg_flavours_at_reduced_scale(flavour):
         denoms = {compose.pipeline.prepare(h, w, SEED, 0, k)[1] for k, (h, w) in enumerate(shapes)}
         assert denoms - {1}, compose
         data = (mapobs(compose, items), np.arange(len(items)))
-        assert plan_of(batchview(data, 4)).leaves[0].kind == "native"
+        assert plan_of(batchview(data, 4)).leaves[0].kind == "image"
         assert_same_batches(run(data, parallel=3), run(data, parallel=False))
 
 
 def test_eachobs_native_equals_python(sources):
     view = images_view(sources, "mixed", "normalize_chw")[0]
-    assert plan_of(view).leaves[0].kind == "native"
+    assert plan_of(view).leaves[0].kind == "image"
     want = [x.copy() for x in fastload.eachobs(view, shuffle=True, seed=SEED)]
     got = [x.copy() for x in fastload.eachobs(view, shuffle=True, seed=SEED, parallel=3)]
     assert len(got) == len(want) == N
@@ -336,7 +336,7 @@ def test_reduced_scale_decode_resize_center_crop_native_equals_python_and_pil(bi
     compose = Compose([DecodeImage(), Resize(72), CenterCrop(64)])
     assert compose.pipeline.prepare(*BIG, SEED, 0, 0)[1] > 1   # decoded at reduced scale
     data = (mapobs(compose, big_jpegs), np.arange(len(big_jpegs)))
-    assert plan_of(batchview(data, 2)).leaves[0].kind == "native"
+    assert plan_of(batchview(data, 2)).leaves[0].kind == "image"
     want = run(data, epochs=1, parallel=False)
     got = run(data, epochs=1, parallel=2)
     assert_same_batches(got, want)
@@ -422,10 +422,10 @@ def test_bytes_that_are_not_a_readable_image_raise_load_error(jpegs, bad, says):
 
 @pytest.mark.parametrize("parallel", [2, False])
 def test_corrupt_qoi_raises_load_error(pixels, parallel):
-    items = [_qoi.encode(p) for p in pixels]
+    items = [_core.qoi_encode(p) for p in pixels]
     items[5] = items[5][: len(items[5]) // 3]
     data = (mapobs(chain("crop_resize", True), items), np.arange(N))
-    assert plan_of(batchview(data, BS)).leaves[0].kind == "native"
+    assert plan_of(batchview(data, BS)).leaves[0].kind == "image"
     with pytest.raises(LoadError) as info:
         run(data, parallel=parallel)
     assert info.value.index == 5
@@ -448,7 +448,7 @@ def test_image_smaller_than_random_crop_raises_load_error(pixels, parallel):
     items = list(pixels)
     items[9] = items[9][:20, :20]
     data = (mapobs(Compose([RandomCrop(40)]), items), np.arange(N))
-    assert plan_of(batchview(data, BS)).leaves[0].kind == "native"
+    assert plan_of(batchview(data, BS)).leaves[0].kind == "image"
     with pytest.raises(LoadError) as info:
         run(data, parallel=parallel)
     assert info.value.index == 9
@@ -519,7 +519,7 @@ def test_scratch_memory_is_bounded_by_the_largest_image_not_the_batch():
     items = [jpeg(base[:h, :w], quality=80) for h, w in sizes(200, 300, 1001, seed=9)]
     # No resize: every image is decoded at full size into its thread's scratch.
     data = (mapobs(Compose([DecodeImage(), RandomCrop(64)]), items), np.arange(len(items)))
-    assert plan_of(batchview(data, 32)).leaves[0].kind == "native"
+    assert plan_of(batchview(data, 32)).leaves[0].kind == "image"
     # Warm up the pool threads and the decoder on a few small items.
     run((mapobs(data[0].f, items[:8]), np.arange(8)), epochs=1, parallel=4)
     before = peak = rss_bytes()

@@ -1,104 +1,12 @@
-# cython: language_level=3, boundscheck=False, wraparound=False
-"""Thin binding of csrc/image.c: numpy arrays in, numpy arrays out; no pixel work here.
-
-Every call that touches pixels releases the GIL. Arrays are 8-bit HWC with contiguous
-pixels (row stride free).
-"""
+"""Image kernels, batch mixes and compiled pipelines: the binding of image.h and augment.h.
+Numpy arrays in, numpy arrays out; no pixel work here. Every call that touches pixels
+releases the GIL. Arrays are 8-bit HWC with contiguous pixels (row stride free)."""
 from libc.stdint cimport uint8_t, uint64_t
-from libc.string cimport memset
 
-import numpy as np
-cimport numpy as cnp
-
-cnp.import_array()
-
-
-cdef extern from "image.h" nogil:
-    ctypedef struct fl_rng:
-        uint64_t state
-    fl_rng fl_rng_for(uint64_t seed, uint64_t epoch, uint64_t index, uint64_t op)
-
-    ctypedef struct fl_image:
-        uint8_t *data
-        int h, w, c
-        Py_ssize_t stride
-    ctypedef struct fl_plan_rect:
-        int y, x, h, w
-
-    int FL_OK, FL_EINVAL, FL_ESCRATCH, FL_ETOOSMALL
-    int FL_CROP_NONE, FL_CROP_CENTER, FL_CROP_RANDOM, FL_CROP_RANDOM_RESIZED
-    int FL_RESIZE_NONE, FL_RESIZE_SHORTER, FL_RESIZE_EXACT
-    int FL_DTYPE_UINT8, FL_DTYPE_FLOAT32
-
-    size_t fl_resize_scratch_bytes(int sh, int sw, int dh, int dw, int c)
-    int fl_resize(const fl_image *src, fl_image *dst, void *scratch, size_t scratch_bytes)
-    void fl_flip_horizontal(fl_image *img)
-    void fl_normalize_u8(const fl_image *src, float *dst, const float *mean,
-                         const float *std, int chw)
-    int fl_convert_channels(const fl_image *src, fl_image *dst)
-    int fl_rrc_params(fl_rng *rng, int h, int w, double scale_lo, double scale_hi,
-                      double ratio_lo, double ratio_hi, int *y, int *x, int *ch, int *cw)
-    void fl_center_crop_params(int h, int w, int th, int tw, int *y, int *x)
-    int fl_random_crop_params(fl_rng *rng, int h, int w, int th, int tw, int padding,
-                              int *y, int *x)
-
-    int FL_MAX_PIXEL_OPS, FL_PIXEL_JITTER, FL_PIXEL_GRAYSCALE, FL_PIXEL_BLUR
-    ctypedef struct fl_pixel_op:
-        int kind, op, present
-        double lo[4]
-        double hi[4]
-        double p
-        int kh, kw
-        double sigma_lo, sigma_hi
-    ctypedef struct fl_erasing:
-        int op
-        double p, scale_lo, scale_hi, ratio_lo, ratio_hi
-        int random, n_values
-        float value[4]
-
-    ctypedef struct fl_pipeline:
-        int channels
-        int crop_kind, crop_op, crop_after_resize, crop_h, crop_w, crop_padding
-        double scale_lo, scale_hi, ratio_lo, ratio_hi
-        int resize_kind, resize_h, resize_w
-        double flip_p
-        int flip_op
-        int normalize
-        float mean[4]
-        float std[4]
-        int chw, out_dtype
-        int n_pixel_ops
-        fl_pixel_op pixel_ops[8]    # FL_MAX_PIXEL_OPS
-        int erase
-        fl_erasing erasing
-    int fl_pipeline_output_shape(const fl_pipeline *p, int h, int w, int c,
-                                 int *oh, int *ow, int *oc)
-    int fl_pipeline_prepare(const fl_pipeline *p, int h, int w, uint64_t seed,
-                            uint64_t epoch, uint64_t index, fl_plan_rect *crop,
-                            int *scale_denom)
-    size_t fl_pipeline_scratch_bytes(const fl_pipeline *p, int h, int w, int c)
-    int fl_pipeline_run_scaled(const fl_pipeline *p, const fl_image *decoded, int src_h,
-                               int src_w, int scale_denom, uint64_t seed, uint64_t epoch,
-                               uint64_t index, void *out, void *scratch,
-                               size_t scratch_bytes)
-
-
-cdef extern from "augment.h" nogil:
-    void fl_color_jitter(fl_image *img, const double factor[4], int present, const int order[4])
-    void fl_grayscale(fl_image *img)
-    size_t fl_gaussian_blur_scratch_bytes(int w, int c, int kh, int kw)
-    int fl_gaussian_blur(fl_image *img, int kh, int kw, double sigma_y, double sigma_x,
-                         void *scratch, size_t scratch_bytes)
-    int fl_erasing_params(const fl_erasing *e, fl_rng *rng, int h, int w, fl_plan_rect *box)
-    double fl_rng_normal(fl_rng *r)
-    double fl_rng_beta(fl_rng *r, double a, double b)
-    double fl_mixup_lambda(double alpha, uint64_t seed, uint64_t epoch, uint64_t step)
-    double fl_cutmix_params(double alpha, uint64_t seed, uint64_t epoch, uint64_t step, int h,
-                            int w, fl_plan_rect *box)
-    double fl_cutmix_box(double lam, int cy, int cx, int h, int w, fl_plan_rect *box)
-    int fl_mixup(void *batch, int dtype, int n, size_t item_elems, double lam, void *scratch)
-    int fl_cutmix(void *batch, int dtype, int n, int h, int w, int c, int chw,
-                  const fl_plan_rect *box, void *scratch)
+from augment cimport *
+from image cimport *
+from rng cimport fl_rng, fl_rng_for
+from status cimport *
 
 
 CROP_KINDS = {None: FL_CROP_NONE, "center": FL_CROP_CENTER, "random": FL_CROP_RANDOM,
@@ -106,28 +14,28 @@ CROP_KINDS = {None: FL_CROP_NONE, "center": FL_CROP_CENTER, "random": FL_CROP_RA
 RESIZE_KINDS = {None: FL_RESIZE_NONE, "shorter": FL_RESIZE_SHORTER, "exact": FL_RESIZE_EXACT}
 
 
-def _check(int err, str what):
-    if err == FL_ETOOSMALL:
-        raise ValueError(f"{what}: the image (with its padding) is smaller than the crop")
+cdef int _check(int err, str what) except -1:
+    """Raises for a code of status.h: a bug of fastload's for a scratch too small, a
+    ValueError naming `what` for anything else."""
+    if err == FL_OK:
+        return 0
     if err == FL_ESCRATCH:
         raise RuntimeError(f"{what}: scratch buffer too small (a fastload bug)")
-    if err != FL_OK:
-        raise ValueError(f"{what}: invalid arguments (error {err})")
+    if err == FL_ENOMEM:
+        raise MemoryError(what)
+    text = fl_strerror(err).decode()
+    raise ValueError(f"{what}: {text}" + (" (error {err})" if err == FL_EINVAL else ""))
 
 
 cdef fl_image _view(cnp.ndarray a) except *:
     """An fl_image over an array made by as_image (uint8 HWC, pixels contiguous)."""
-    cdef fl_image im
-    im.c = <int>a.shape[2]
-    if im.c < 1 or im.c > 4:
-        raise ValueError(f"expected 1 to 4 channels, got {im.c}")
+    cdef int c = <int>a.shape[2]
+    if c < 1 or c > 4:
+        raise ValueError(f"expected 1 to 4 channels, got {c}")
     if a.shape[0] == 0 or a.shape[1] == 0:
         raise ValueError(f"empty image of shape {(<object>a).shape}")
-    im.data = <uint8_t *>cnp.PyArray_DATA(a)
-    im.h = <int>a.shape[0]
-    im.w = <int>a.shape[1]
-    im.stride = a.strides[0]
-    return im
+    return fl_image_of(<uint8_t *>cnp.PyArray_DATA(a), <int>a.shape[0], <int>a.shape[1], c,
+                       a.strides[0])
 
 
 def as_image(x):
@@ -274,14 +182,9 @@ def gaussian_blur(img, int kh, int kw, double sigma_y, double sigma_x):
 def erasing_params(int h, int w, double p, scale, ratio, uint64_t seed=0, uint64_t epoch=0,
                    uint64_t index=0, uint64_t op=0):
     """RandomErasing's (y, x, h, w) box for an h x w output from the given key, or None."""
-    cdef fl_erasing e
-    memset(&e, 0, sizeof(fl_erasing))
-    e.p = p
-    e.scale_lo, e.scale_hi = scale
-    e.ratio_lo, e.ratio_hi = ratio
     cdef fl_rng rng = fl_rng_for(seed, epoch, index, op)
-    cdef fl_plan_rect b
-    if not fl_erasing_params(&e, &rng, h, w, &b):
+    cdef fl_rect b
+    if not fl_erasing_params(&rng, p, scale[0], scale[1], ratio[0], ratio[1], h, w, &b):
         return None
     return b.y, b.x, b.h, b.w
 
@@ -315,14 +218,14 @@ def mixup_lambda(double alpha, uint64_t seed, uint64_t epoch, uint64_t step):
 
 def cutmix_params(double alpha, uint64_t seed, uint64_t epoch, uint64_t step, int h, int w):
     """CutMix's (lambda corrected to the box, (y, x, h, w) box) for h x w images."""
-    cdef fl_plan_rect b
+    cdef fl_rect b
     cdef double lam = fl_cutmix_params(alpha, seed, epoch, step, h, w, &b)
     return lam, (b.y, b.x, b.h, b.w)
 
 
 def cutmix_box(double lam, int cy, int cx, int h, int w):
     """CutMix's (corrected lambda, (y, x, h, w) box) for a drawn lambda and centre."""
-    cdef fl_plan_rect b
+    cdef fl_rect b
     cdef double adjusted = fl_cutmix_box(lam, cy, cx, h, w, &b)
     return adjusted, (b.y, b.x, b.h, b.w)
 
@@ -368,8 +271,7 @@ def cutmix_(cnp.ndarray batch, box, bint chw):
     cdef int w = <int>batch.shape[3 if chw else 2]
     if n == 0:
         return batch
-    cdef fl_plan_rect b
-    b.y, b.x, b.h, b.w = box
+    cdef fl_rect b = fl_rect_of(box[0], box[1], box[2], box[3])
     cdef cnp.ndarray scratch = np.empty(max(batch.nbytes // n, 1), np.uint8)
     cdef void *bp = cnp.PyArray_DATA(batch)
     cdef void *sp = cnp.PyArray_DATA(scratch)
@@ -381,103 +283,111 @@ def cutmix_(cnp.ndarray batch, box, bint chw):
 
 
 MAX_PIXEL_OPS = FL_MAX_PIXEL_OPS
-PIXEL_KINDS = {"jitter": FL_PIXEL_JITTER, "grayscale": FL_PIXEL_GRAYSCALE,
-               "blur": FL_PIXEL_BLUR}
-
-
-cdef fl_pixel_op _pixel_op(dict spec) except *:
-    """A C pixel op from {"kind", "op"} and the kind's parameters: jitter `ranges` (4 pairs,
-    None where off), grayscale `p`, blur `kernel` (kh, kw) and `sigma` (lo, hi)."""
-    cdef fl_pixel_op o
-    memset(&o, 0, sizeof(fl_pixel_op))
-    o.kind = PIXEL_KINDS[spec["kind"]]
-    o.op = spec["op"]
-    if spec["kind"] == "jitter":
-        for k, pair in enumerate(spec["ranges"]):
-            if pair is not None:
-                o.present |= 1 << k
-                o.lo[k], o.hi[k] = pair
-    elif spec["kind"] == "grayscale":
-        o.p = spec["p"]
-    else:
-        o.kh, o.kw = spec["kernel"]
-        o.sigma_lo, o.sigma_hi = spec["sigma"]
-    return o
 
 
 cdef class Pipeline:
-    """A compiled transform chain: an fl_pipeline struct that C code can use directly.
+    """A compiled transform chain: the C pipeline (opaque) that native image fields run.
 
-    `address` is the struct's address as an int, valid while this object lives.
-    """
-    cdef fl_pipeline p
+    Keyword arguments describe the stages (see fastload.transforms.Compose, which makes
+    them): ``crop`` (None, "center", "random", "random_resized") with ``crop_size``,
+    ``padding``, ``scale``, ``ratio`` and ``crop_after_resize``; ``resize`` (None,
+    "shorter", "exact") with ``resize_size``; ``flip_p``; ``pixel_ops``, a list of
+    ``{"kind": "jitter"|"grayscale"|"blur", "op", ...}``; ``mean`` and ``std`` (float32
+    output); ``chw``; ``erasing``, a dict. ``*_op`` is the stage's position in the chain,
+    the ``op`` of its random draws. Raises ValueError for a stage C does not accept."""
+    cdef fl_pipeline *p
+    cdef readonly bint chw, normalize
+    cdef int erasing_values
+
+    def __cinit__(self):
+        self.p = fl_pipeline_create()
+        if self.p == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        fl_pipeline_destroy(self.p)
 
     def __init__(self, *, int channels=0, crop=None, int crop_op=0,
                  bint crop_after_resize=False, crop_size=(0, 0), int padding=0,
                  scale=(0.0, 0.0), ratio=(0.0, 0.0), resize=None, resize_size=(0, 0),
                  double flip_p=0.0, int flip_op=0, pixel_ops=(), mean=None, std=None,
                  bint chw=False, erasing=None):
-        memset(&self.p, 0, sizeof(fl_pipeline))
-        self.p.channels = channels
-        self.p.crop_kind = CROP_KINDS[crop]
-        self.p.crop_op = crop_op
-        self.p.crop_after_resize = crop_after_resize
-        self.p.crop_h, self.p.crop_w = crop_size
-        self.p.crop_padding = padding
-        self.p.scale_lo, self.p.scale_hi = scale
-        self.p.ratio_lo, self.p.ratio_hi = ratio
-        self.p.resize_kind = RESIZE_KINDS[resize]
-        self.p.resize_h, self.p.resize_w = resize_size
-        self.p.flip_p = flip_p
-        self.p.flip_op = flip_op
-        self.p.normalize = mean is not None
-        if mean is not None:
-            for i in range(4):
-                self.p.mean[i] = mean[i % len(mean)]
-                self.p.std[i] = std[i % len(std)]
-        self.p.chw = chw
-        self.p.out_dtype = FL_DTYPE_FLOAT32 if mean is not None else FL_DTYPE_UINT8
+        cdef float m[4]
+        cdef float s[4]
+        _check(fl_pipeline_set_channels(self.p, channels), "channels")
+        _check(fl_pipeline_set_crop(self.p, CROP_KINDS[crop], crop_op, crop_after_resize,
+                                    crop_size[0], crop_size[1], padding, scale[0], scale[1],
+                                    ratio[0], ratio[1]), "crop")
+        _check(fl_pipeline_set_resize(self.p, RESIZE_KINDS[resize], resize_size[0],
+                                      resize_size[1]), "resize")
+        _check(fl_pipeline_set_flip(self.p, flip_p, flip_op), "flip")
         if len(pixel_ops) > FL_MAX_PIXEL_OPS:
             raise ValueError(f"at most {FL_MAX_PIXEL_OPS} colour ops in one pipeline, "
                              f"got {len(pixel_ops)}")
-        self.p.n_pixel_ops = len(pixel_ops)
-        for k, spec in enumerate(pixel_ops):
-            self.p.pixel_ops[k] = _pixel_op(spec)
+        for spec in pixel_ops:
+            self._add_pixel_op(spec)
+        if mean is not None:
+            if not 1 <= len(mean) <= 4 or len(std) != len(mean):
+                raise ValueError(f"normalize: 1 to 4 means and as many stds, got {len(mean)} "
+                                 f"and {len(std)}")
+            for i in range(len(mean)):
+                m[i], s[i] = mean[i], std[i]
+            _check(fl_pipeline_set_normalize(self.p, m, s, len(mean)), "normalize")
+        self.normalize = mean is not None
+        self.chw = chw
+        fl_pipeline_set_chw(self.p, chw)
         if erasing is not None:
             self._set_erasing(erasing)
+
+    cdef _add_pixel_op(self, dict spec):
+        """A colour op from {"kind", "op"} and the kind's parameters: jitter `ranges` (4
+        pairs, None where off), grayscale `p`, blur `kernel` (kh, kw) and `sigma` (lo, hi)."""
+        cdef double lo[4]
+        cdef double hi[4]
+        cdef int present = 0
+        kind = spec["kind"]
+        if kind == "jitter":
+            for k, pair in enumerate(spec["ranges"]):
+                lo[k], hi[k] = (0.0, 0.0) if pair is None else pair
+                present |= (pair is not None) << k
+            _check(fl_pipeline_add_jitter(self.p, spec["op"], present, lo, hi), "ColorJitter")
+        elif kind == "grayscale":
+            _check(fl_pipeline_add_grayscale(self.p, spec["op"], spec["p"]), "RandomGrayscale")
+        elif kind == "blur":
+            kh, kw = spec["kernel"]
+            sigma_lo, sigma_hi = spec["sigma"]
+            _check(fl_pipeline_add_blur(self.p, spec["op"], kh, kw, sigma_lo, sigma_hi),
+                   "GaussianBlur")
+        else:
+            raise ValueError(f"unknown colour op {kind!r}")
 
     cdef _set_erasing(self, dict spec):
         """RandomErasing from {"op", "p", "scale", "ratio", "value"}: value "random" or a
         tuple of 1 or channels numbers."""
-        self.p.erase = 1
-        self.p.erasing.op = spec["op"]
-        self.p.erasing.p = spec["p"]
-        self.p.erasing.scale_lo, self.p.erasing.scale_hi = spec["scale"]
-        self.p.erasing.ratio_lo, self.p.erasing.ratio_hi = spec["ratio"]
+        cdef float v[4]
         value = spec["value"]
-        self.p.erasing.random = value == "random"
         values = (0.0,) if value == "random" else tuple(value)
         if not 1 <= len(values) <= 4:
             raise ValueError(f"erasing: 1 to 4 values, got {len(values)}")
-        self.p.erasing.n_values = len(values)
-        for i, v in enumerate(values):
-            self.p.erasing.value[i] = v
-
-    @property
-    def address(self):
-        return <Py_ssize_t>&self.p
+        for i, x in enumerate(values):
+            v[i] = x
+        (scale_lo, scale_hi), (ratio_lo, ratio_hi) = spec["scale"], spec["ratio"]
+        _check(fl_pipeline_set_erasing(self.p, spec["op"], spec["p"], scale_lo, scale_hi,
+                                       ratio_lo, ratio_hi, value == "random", v, len(values)),
+               "RandomErasing")
+        self.erasing_values = len(values)
 
     def output_shape(self, int h, int w, int c):
         """(oh, ow, oc) of the output for an h x w x c source."""
         cdef int oh, ow, oc
-        _check(fl_pipeline_output_shape(&self.p, h, w, c, &oh, &ow, &oc), "output shape")
+        _check(fl_pipeline_output_shape(self.p, h, w, c, &oh, &ow, &oc), "output shape")
         return oh, ow, oc
 
     def prepare(self, int h, int w, uint64_t seed=0, uint64_t epoch=0, uint64_t index=0):
         """((y, x, h, w) crop in source pixels, JPEG scale denominator) for an h x w source."""
-        cdef fl_plan_rect r
+        cdef fl_rect r
         cdef int d
-        _check(fl_pipeline_prepare(&self.p, h, w, seed, epoch, index, &r, &d), "prepare")
+        _check(fl_pipeline_prepare(self.p, h, w, seed, epoch, index, &r, &d), "prepare")
         return (r.y, r.x, r.h, r.w), d
 
     def run(self, decoded, int src_h, int src_w, int scale_denom=1, uint64_t seed=0,
@@ -486,19 +396,19 @@ cdef class Pipeline:
         cdef cnp.ndarray a = as_image(decoded)
         cdef fl_image im = _view(a)
         cdef int oh, ow, oc
-        _check(fl_pipeline_output_shape(&self.p, src_h, src_w, im.c, &oh, &ow, &oc), "run")
-        if self.p.erase and self.p.erasing.n_values not in (1, oc):
-            raise ValueError(f"RandomErasing: value has {self.p.erasing.n_values} entries for "
+        _check(fl_pipeline_output_shape(self.p, src_h, src_w, im.c, &oh, &ow, &oc), "run")
+        if self.erasing_values not in (0, 1, oc):
+            raise ValueError(f"RandomErasing: value has {self.erasing_values} entries for "
                              f"an image with {oc} channels: give one value, or one per channel")
-        shape = (oc, oh, ow) if self.p.chw else (oh, ow, oc)
-        cdef cnp.ndarray out = np.empty(shape, np.float32 if self.p.normalize else np.uint8)
-        cdef size_t n = fl_pipeline_scratch_bytes(&self.p, src_h, src_w, im.c)
+        shape = (oc, oh, ow) if self.chw else (oh, ow, oc)
+        cdef cnp.ndarray out = np.empty(shape, np.float32 if self.normalize else np.uint8)
+        cdef size_t n = fl_pipeline_scratch_bytes(self.p, src_h, src_w, im.c)
         cdef cnp.ndarray scratch = np.empty(n, np.uint8)
         cdef void *sp = cnp.PyArray_DATA(scratch)
         cdef void *op = cnp.PyArray_DATA(out)
         cdef int err
         with nogil:
-            err = fl_pipeline_run_scaled(&self.p, &im, src_h, src_w, scale_denom, seed, epoch,
+            err = fl_pipeline_run_scaled(self.p, &im, src_h, src_w, scale_denom, seed, epoch,
                                          index, op, sp, n)
         _check(err, "run")
         return out

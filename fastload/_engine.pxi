@@ -1,0 +1,465 @@
+"""Pool, runs and the delivery loop: the binding of pool.h, rng.h and engine.h."""
+from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdlib cimport calloc, free
+from libc.string cimport strncpy
+from cpython.exc cimport PyErr_CheckSignals
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+
+from engine cimport *
+from imagesource cimport fl_image_source_field
+from pool cimport *
+from rng cimport fl_rng, fl_rng_for, fl_rng_next, fl_rng_uniform
+from status cimport *
+
+
+def pool_size():
+    """Threads in the process-wide pool (starting it if needed)."""
+    return fl_pool_size()
+
+
+def reserve_threads(int n):
+    """Grow the pool to at least ``n`` threads; returns its size."""
+    return fl_pool_reserve(n)
+
+
+def default_pool_size():
+    """Threads the pool starts with: FASTLOAD_NUM_THREADS, else the CPUs this process may use."""
+    return fl_pool_default_size()
+
+
+def shutdown_pool():
+    """Join the pool's threads once their queued tasks are done (it restarts on next use)."""
+    with nogil:
+        fl_pool_shutdown()
+
+
+def rng_uniform(uint64_t seed, uint64_t epoch, uint64_t index, uint64_t op, Py_ssize_t n):
+    """The first ``n`` uniform [0, 1) draws of the stream for (seed, epoch, index, op)."""
+    cdef fl_rng r = fl_rng_for(seed, epoch, index, op)
+    out = np.empty(n, np.float64)
+    cdef double[::1] view = out
+    cdef Py_ssize_t k
+    for k in range(n):
+        view[k] = fl_rng_uniform(&r)
+    return out
+
+
+def rng_bits(uint64_t seed, uint64_t epoch, uint64_t index, uint64_t op, Py_ssize_t n):
+    """The first ``n`` 64-bit words of the stream for (seed, epoch, index, op)."""
+    cdef fl_rng r = fl_rng_for(seed, epoch, index, op)
+    out = np.empty(n, np.uint64)
+    cdef uint64_t[::1] view = out
+    cdef Py_ssize_t k
+    for k in range(n):
+        view[k] = fl_rng_next(&r)
+    return out
+
+
+cdef void _write_message(char *message, exc) noexcept:
+    """``type: text`` of ``exc`` into a C message buffer; a fixed text if that fails."""
+    try:
+        text = f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")
+    except BaseException:
+        text = type(exc).__name__.encode("ascii", "replace")
+    strncpy(message, text[:FL_MESSAGE_BYTES - 1], FL_MESSAGE_BYTES - 1)
+    message[FL_MESSAGE_BYTES - 1] = 0
+
+
+cdef int _fill_python(const fl_field *field, const fl_item *item, char *dst,
+                      fl_scratch *scratch, char *message) noexcept nogil:
+    """A field loaded by Python code: takes the GIL for this item only."""
+    with gil:
+        return (<Iteration>fl_run_context(item.run))._fill(fl_field_number(field), item.slot,
+                                                           item.pos, item.index, message)
+
+
+cdef class Fields:
+    """How to load one observation, field by field: gathers from arrays and native image
+    fields run without the GIL; other fields call back into Python with the GIL held for
+    that item.
+
+    ``fields`` is a list of ``("gather", array)``, ``("image", ImageSource)`` or
+    ``("python", None)``; row_bytes gives each field's bytes per position in its
+    destination (0 for fields with no destination array). The arrays and sources are kept
+    alive here while the C fields point into them."""
+    cdef fl_field *fields
+    cdef readonly int nfields
+    cdef readonly list kinds
+    cdef readonly list row_bytes
+    cdef list owners
+
+    def __cinit__(self, list fields, list row_bytes):
+        self.nfields = len(fields)
+        if len(row_bytes) != self.nfields:
+            raise ValueError("row_bytes needs one entry per field")
+        self.fields = fl_fields_create(max(self.nfields, 1))
+        if self.fields == NULL:
+            raise MemoryError()
+        self.owners = []
+        self.kinds = [kind for kind, _ in fields]
+        self.row_bytes = list(row_bytes)
+        cdef int f
+        for f, (kind, value) in enumerate(fields):
+            if kind == "gather":
+                self._gather(f, value, row_bytes[f])
+            elif kind == "image":
+                self.owners.append(value)
+                fl_image_source_field(self.fields, f, (<ImageSource?>value).source,
+                                      row_bytes[f])
+            elif kind == "python":
+                fl_field_set_fill(self.fields, f, _fill_python, NULL, NULL, row_bytes[f])
+            else:
+                raise ValueError(f"unknown field kind {kind!r}")
+
+    cdef _gather(self, int f, cnp.ndarray array, int64_t row_bytes):
+        cdef int64_t shape[FL_MAX_DIMS]
+        cdef int64_t strides[FL_MAX_DIMS + 1]
+        cdef int d, ndim = array.ndim - 1
+        if ndim > FL_MAX_DIMS:
+            raise ValueError(f"arrays of more than {FL_MAX_DIMS + 1} dimensions are not "
+                             f"supported")
+        strides[0] = array.strides[0]
+        for d in range(ndim):
+            shape[d] = array.shape[d + 1]
+            strides[d + 1] = array.strides[d + 1]
+        contiguous = array[0:1].flags.c_contiguous if array.shape[0] else True
+        self.owners.append(array)
+        fl_field_set_gather(self.fields, f, <const char *>cnp.PyArray_DATA(array), ndim, shape,
+                            strides, array.itemsize, array.shape[0], contiguous, row_bytes)
+
+    def __dealloc__(self):
+        fl_fields_destroy(self.fields)
+
+
+cdef class Stats:
+    """What a loader's iterations counted: observations and steps delivered, observations
+    skipped, and the consumer's time (seconds) waiting in ``next()`` and between calls."""
+    cdef public int64_t items, batches, skipped
+    cdef public double wait_s, compute_s
+
+
+cdef class Progress:
+    """The epoch an iteration loads and the steps of it delivered so far (a resumed
+    iteration starts at its first step)."""
+    cdef public int64_t epoch, step
+
+    def __init__(self, int64_t epoch=0, int64_t step=0):
+        self.epoch = epoch
+        self.step = step
+
+
+cdef inline double _now() noexcept nogil:
+    cdef timespec t
+    clock_gettime(CLOCK_MONOTONIC, &t)
+    return t.tv_sec + t.tv_nsec * 1e-9
+
+
+cdef object _owned(object value):
+    """``value`` with every array copied (the caller owns what it gets)."""
+    if isinstance(value, cnp.ndarray):
+        return cnp.PyArray_NewCopy(<cnp.ndarray>value, cnp.NPY_CORDER)
+    if isinstance(value, tuple):
+        parts = [_owned(v) for v in <tuple>value]
+        return type(value)(*parts) if hasattr(value, "_fields") else tuple(parts)
+    if isinstance(value, dict):
+        return {k: _owned(v) for k, v in (<dict>value).items()}
+    return value
+
+
+cdef int64_t _count_items(value):
+    """Observations in a batch a container formed itself: the length of its first leaf."""
+    while isinstance(value, (tuple, dict)) and len(value):
+        value = next(iter(value.values())) if isinstance(value, dict) else value[0]
+    if isinstance(value, cnp.ndarray):
+        return value.shape[0] if value.ndim else 1
+    return len(value) if hasattr(value, "__len__") else 1
+
+
+cdef double _WAIT_S = 0.1      # longest wait between two checks for Ctrl-C
+cdef object _END = object()
+cdef object _EMPTY = object()   # a step none of whose observations loaded
+
+_STOPPED = {
+    FL_ECANCELLED: "the loader was closed while this iteration ran",
+    FL_EFORKED: "this iteration was started before the process forked: it cannot go on in "
+                "the child; start a new one there",
+    FL_ETHREADS: "could not start the native thread pool",
+}
+
+
+cdef class Iteration:
+    """One pass over a schedule's steps: the delivery loop shared by every transport.
+
+    Each ``next()`` releases the slot handed out before, waits for the next step's slot
+    (in order, or the first finished with ``ordered=False``) and returns its value: the
+    slot's cached arrays when the step is whole, else ``plan.assemble(...)``; a copy the
+    caller owns unless ``buffer``. A failed item raises ``plan.load_error(...)``; skipped
+    ones are counted, and a step none of whose observations loaded is passed over. The
+    steps come from a native run (``start_run``: inline or on the pool) or from a
+    transport object (``start_transport``: worker processes), whose ``next(release)``
+    returns ``(slot, step, rows, failure, keep, objects)`` or None at the end.
+    ``check(step)``, when given, runs before a step's value is handed out (a packed
+    dataset's checksums, with ``verify="read"``); what it raises ends the iteration.
+
+    Slots: ``ring[slot]`` is the list of a slot's destination arrays (None for fields with
+    no array); ``values[slot]`` its whole step's value (None: assemble every time);
+    ``objects[slot]`` the lists Python fields collect into. Only the running step's
+    tasks write into a slot, and a slot is reused only after the consumer released it.
+    """
+    cdef fl_run *run
+    cdef object transport
+    cdef Fields fields
+    cdef object order, bounds
+    cdef readonly object plan
+    cdef list ring, values
+    cdef readonly list objects
+    cdef dict errors
+    cdef object filler, on_end, check
+    cdef bint buffer, release_gil, count_values, busy
+    cdef readonly bint done
+    cdef int held
+    cdef int64_t rows
+    cdef Stats stats
+    cdef Progress progress
+    cdef double last
+    cdef object __weakref__
+
+    def __cinit__(self, plan, list ring, list values, list objects, int64_t rows, bint buffer,
+                  Stats stats, Progress progress, on_end=None, bint count_values=False,
+                  check=None):
+        if len(values) != len(ring) or len(objects) != len(ring) or not ring:
+            raise ValueError("a ring needs at least one slot, with a value and objects each")
+        self.plan = plan
+        self.ring, self.values, self.objects = ring, values, objects
+        self.rows = rows
+        self.buffer = buffer
+        self.stats, self.progress = stats, progress
+        self.on_end = on_end
+        self.check = check
+        self.count_values = count_values
+        self.errors = {}
+        self.held = -1
+
+    def start_run(self, Fields fields, cnp.ndarray order, bounds, int64_t first_step,
+                  int64_t end_step, uint64_t seed, uint64_t epoch, int parallel, int64_t chunk,
+                  bint ordered, bint skip_errors, bint release_gil, filler):
+        """Load steps [first_step, end_step) of ``order`` (int64, C-contiguous) natively:
+        ``rows`` items a step, or at the offsets ``bounds`` (int64, ``end_step + 1`` of
+        them, each step 1 to ``rows`` items). In the caller's thread when ``parallel`` is
+        0, else on up to ``parallel`` pool threads claiming ``chunk`` items at a time.
+        ``filler(slot, field, pos, index)`` loads an item of a Python field (with the
+        GIL). Raises ValueError for bounds that do not fit."""
+        if self.run != NULL or self.transport is not None:
+            raise RuntimeError("this iteration was started already")
+        if order.dtype != np.int64 or not order.flags.c_contiguous:
+            raise TypeError("a schedule's order must be a C-contiguous int64 array")
+        cdef const int64_t *bounds_data = NULL
+        if bounds is not None:
+            if (not isinstance(bounds, np.ndarray) or bounds.dtype != np.int64
+                    or not bounds.flags.c_contiguous or bounds.shape[0] < end_step + 1):
+                raise TypeError("a schedule's bounds must be a C-contiguous int64 array of "
+                                "steps + 1 offsets")
+            bounds_data = <const int64_t *>cnp.PyArray_DATA(<cnp.ndarray>bounds)
+        cdef int nslots = len(self.ring), f, s
+        cdef char **dst = <char **>calloc(nslots * max(fields.nfields, 1), sizeof(char *))
+        if dst == NULL:
+            raise MemoryError()
+        try:
+            for s in range(nslots):
+                if len(self.ring[s]) != fields.nfields:
+                    raise ValueError(f"{len(self.ring[s])} destinations for {fields.nfields} fields")
+                for f in range(fields.nfields):
+                    dst[s * fields.nfields + f] = self._destination(fields, f, self.ring[s][f])
+            self.fields, self.order, self.bounds, self.filler = fields, order, bounds, filler
+            self.release_gil = release_gil or parallel > 0
+            self.run = fl_run_create(<const int64_t *>cnp.PyArray_DATA(order), bounds_data,
+                                     order.shape[0], self.rows, first_step, end_step, seed,
+                                     epoch, fields.fields, fields.nfields, dst, nslots,
+                                     parallel, chunk, ordered, skip_errors, <void *>self)
+        finally:
+            free(dst)
+        if self.run == NULL:
+            if bounds is not None:
+                raise ValueError(f"the schedule's bounds must cut the order into steps of 1 "
+                                 f"to {self.rows} observations")
+            raise MemoryError("could not set up a native run")
+
+    def begin(self):
+        """Start loading on the pool now, without waiting for a step (the first ``next()``
+        starts it otherwise): an iteration begun while another one is being consumed
+        loads ahead of it. Does nothing for an inline run."""
+        cdef int rc = 0
+        if self.run != NULL and not self.done:
+            with nogil:
+                rc = fl_run_start(self.run)
+        if rc != FL_OK:
+            raise RuntimeError(_STOPPED.get(rc, fl_strerror(rc).decode()))
+
+    cdef char *_destination(self, Fields fields, int f, dest) except? NULL:
+        # Native fields write row_bytes per position: the array must hold exactly that.
+        if fields.kinds[f] == "python":
+            return NULL
+        if not isinstance(dest, np.ndarray):
+            raise TypeError(f"field {f} needs an array to write into")
+        cdef cnp.ndarray array = <cnp.ndarray>dest
+        row_bytes = fields.row_bytes[f]
+        if (array.ndim == 0 or array.shape[0] < self.rows or not array.flags.c_contiguous
+                or not array.flags.writeable or array.strides[0] != row_bytes):
+            raise ValueError(f"field {f}: a destination must be a writeable C-contiguous array "
+                             f"of {self.rows} rows of {row_bytes} bytes")
+        return <char *>cnp.PyArray_DATA(array)
+
+    def start_transport(self, transport):
+        """Deliver the steps that ``transport`` loads (see the class docstring)."""
+        if self.run != NULL or self.transport is not None:
+            raise RuntimeError("this iteration was started already")
+        self.transport = transport
+
+    def cancel(self):
+        """Stop loading; a consumer waiting in ``next()`` wakes and raises RuntimeError.
+        Safe from any thread."""
+        if self.run != NULL:
+            with nogil:
+                fl_run_cancel(self.run)
+
+    def close(self):
+        """Stop loading and wait until no thread works for this iteration. Idempotent."""
+        self._stop()
+
+    cdef void _stop(self):
+        self.done = True
+        if self.run != NULL:
+            with nogil:
+                fl_run_join(self.run)
+        elif self.transport is not None:
+            transport, self.transport = self.transport, None
+            transport.close()
+
+    def __dealloc__(self):
+        # Pool threads may still be finishing a claim: wait for them without the GIL.
+        if self.run != NULL:
+            with nogil:
+                fl_run_destroy(self.run)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef double start = _now(), end
+        if self.done:
+            raise StopIteration
+        if self.busy:
+            raise ValueError("this iteration is already in next() on another thread")
+        if self.last > 0:
+            self.stats.compute_s += start - self.last
+        self.busy = True
+        try:
+            value = self._next_native() if self.run != NULL else self._next_transport()
+            while value is _EMPTY:      # every observation of the step was skipped
+                self.progress.step += 1
+                value = self._next_native() if self.run != NULL else self._next_transport()
+        except BaseException:
+            self._stop()
+            raise
+        finally:
+            self.busy = False
+        end = _now()
+        self.stats.wait_s += end - start
+        if value is _END:
+            self._stop()
+            if self.on_end is not None:
+                self.on_end()
+            raise StopIteration
+        self.last = end
+        self.stats.batches += 1
+        self.progress.step += 1
+        return value
+
+    cdef object _next_native(self):
+        cdef int slot, release = self.held
+        cdef const fl_slot *s
+        self.held = -1
+        while True:
+            if self.release_gil:
+                with nogil:
+                    slot = fl_run_next(self.run, release, _WAIT_S)
+            else:
+                slot = fl_run_next(self.run, release, _WAIT_S)
+            release = -1
+            if slot != FL_ETIMEOUT:
+                break
+            PyErr_CheckSignals()
+        if slot == FL_DONE:
+            return _END
+        if slot < 0:
+            raise RuntimeError(_STOPPED.get(slot, fl_strerror(slot).decode()))
+        self.held = slot
+        s = fl_run_slot(self.run, slot)
+        if self.check is not None:
+            self.check(s.step)
+        value = self.values[slot] if s.rows == self.rows else None
+        if value is None or s.failed or s.skipped:
+            return self._deliver(slot, s.rows, self._failure(slot), self._kept(slot), None)
+        self.stats.items += s.rows
+        return value if self.buffer else _owned(value)
+
+    cdef object _next_transport(self):
+        release, self.held = self.held, -1
+        reply = self.transport.next(release)
+        if reply is None:
+            return _END
+        slot, step, rows, failure, keep, objects = reply
+        self.held = slot
+        if self.check is not None:
+            self.check(step)
+        return self._deliver(slot, rows, failure, keep, objects)
+
+    cdef object _deliver(self, int slot, int64_t rows, failure, keep, objects):
+        self.errors.pop(slot, None)
+        if failure is not None:
+            cause = failure[4]
+            if cause is not None and not isinstance(cause, Exception):
+                raise cause        # an interrupt is not a failed observation
+            raise self.plan.load_error(*failure)
+        if objects is None:
+            objects = self.objects[slot]
+        kept = rows if keep is None else int(keep.sum())
+        self.stats.skipped += rows - kept
+        if kept == 0:
+            return _EMPTY
+        value = self.values[slot] if keep is None and rows == self.rows else None
+        if value is None:
+            value = self.plan.assemble(self.ring[slot], objects, rows, keep)
+        self.stats.items += _count_items(value) if self.count_values else kept
+        return value if self.buffer else _owned(value)
+
+    cdef object _failure(self, int slot):
+        """(step, field, index, message, cause) of the slot's fatal failure, or None."""
+        cdef const fl_slot *s = fl_run_slot(self.run, slot)
+        if not s.failed:
+            return None
+        cdef int64_t first = s.step * self.rows if self.bounds is None else self.bounds[s.step]
+        cdef int64_t index = (<int64_t *>cnp.PyArray_DATA(self.order))[first + s.fail_pos]
+        cause = self.errors.get(slot, {}).get(s.fail_pos)
+        field = s.fail_field if s.fail_field >= 0 else None
+        cdef const char *message = &s.message[0]
+        return s.step, field, index, message.decode("utf-8", "replace"), cause
+
+    cdef object _kept(self, int slot):
+        cdef const fl_slot *s = fl_run_slot(self.run, slot)
+        if not s.skipped:
+            return None
+        flags = np.asarray(<uint8_t[:s.rows]>s.skipped_items)
+        return flags == 0
+
+    cdef int _fill(self, int field, int slot, int64_t pos, int64_t index, char *message) noexcept:
+        # Runs on a pool thread (or the consumer's) with the GIL held. Whatever escapes the
+        # user's code, the item fails (never passes unfilled), keeping its traceback.
+        try:
+            self.filler(slot, field, pos, index)
+            return FL_OK
+        except BaseException as exc:
+            self.errors.setdefault(slot, {}).setdefault(pos, exc)
+            _write_message(message, exc)
+            # Ctrl-C (or SystemExit) in the user's code stops the step, skip or not.
+            return FL_EFAILED if isinstance(exc, Exception) else FL_EINTERRUPT

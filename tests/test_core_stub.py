@@ -1,0 +1,40 @@
+"""fastload/_core.pyi describes the compiled module: the same public names, and the
+signatures of the functions it types."""
+import ast
+import inspect
+from pathlib import Path
+
+import fastload
+from fastload import _core
+
+STUB = Path(fastload.__file__).with_name("_core.pyi")
+
+
+def stub_names():
+    tree = ast.parse(STUB.read_text())
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    constants = {n.target.id for n in tree.body if isinstance(n, ast.AnnAssign)}
+    return functions, classes, constants
+
+
+def test_the_stub_names_every_public_name_of_the_module_and_no_other():
+    functions, classes, constants = stub_names()
+    public = {name for name, value in vars(_core).items()
+              if not name.startswith("_") and not inspect.ismodule(value)}
+    assert public == set(functions) | set(classes) | constants
+
+
+def test_the_stub_gives_each_function_the_parameters_of_the_compiled_one():
+    functions, classes, _ = stub_names()
+    for name, node in functions.items():
+        compiled = inspect.signature(getattr(_core, name))
+        stubbed = [a.arg for a in node.args.args + node.args.kwonlyargs]
+        assert list(compiled.parameters) == stubbed, name
+    for cls, node in classes.items():
+        for method in (n for n in node.body if isinstance(n, ast.FunctionDef)):
+            if method.name.startswith("__"):
+                continue
+            compiled = inspect.signature(getattr(getattr(_core, cls), method.name))
+            stubbed = [a.arg for a in method.args.args + method.args.kwonlyargs]
+            assert list(compiled.parameters) == stubbed, f"{cls}.{method.name}"
