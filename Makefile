@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install libjpeg clang build test demo bench stress sanitize tsan fuzz docs clean
+.PHONY: install libjpeg clang build test demo bench stress lint format sanitize tsan fuzz docs clean
 
 # The optional integrations (torch, jax: CPU builds) are installed too, so that their tests
 # run; without them those tests are skipped.
@@ -44,6 +44,24 @@ demo: build
 # killed workers, interrupted writes, a full disk (as root).
 stress: build
 	$(PY) -m pytest -q -m stress tests/test_stress.py
+
+# The linters, pinned: ruff (lint, and format as a check) on the Python, clang-format on
+# the C, mypy on the package (its public API typed; fastload/_core.pyi types the binding).
+# `make format` applies what the first two would change.
+LINT_TOOLS := "ruff==0.17.6" "clang-format==18.1.8" "mypy==2.4.1"
+C_SOURCES := csrc/*.c csrc/*.h fuzz/*.c
+lint: install
+	$(PY) -m pip install --quiet $(LINT_TOOLS)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/clang-format --dry-run --Werror $(C_SOURCES)
+	$(PY) -m mypy
+
+format: install
+	$(PY) -m pip install --quiet $(LINT_TOOLS)
+	$(VENV)/bin/ruff check --fix-only .
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/clang-format -i $(C_SOURCES)
 
 # The test suite on the core built with AddressSanitizer and UndefinedBehaviorSanitizer
 # (-O1, in a copy of the tree under build/: the in-place build stays as it is). Left out:

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #define FL_ALIGN 64
-#define FL_PI 3.14159265358979323846
+#define FL_PI    3.14159265358979323846
 
 /* The hot loops get an AVX2 clone, picked at load time on CPUs that have it. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
@@ -40,7 +40,7 @@ static void apply_lut(fl_image *img, const uint8_t lut[256]) {
     int c = img->c, cc = colour_channels(img);
     for (int y = 0; y < img->h; y++) {
         uint8_t *px = img->data + y * img->stride;
-        if (cc == c) {   /* every byte of the row is a colour value */
+        if (cc == c) { /* every byte of the row is a colour value */
             for (size_t i = 0, n = (size_t)img->w * c; i < n; i++) px[i] = lut[px[i]];
             continue;
         }
@@ -90,24 +90,27 @@ static void saturate(fl_image *img, double f) {
 static inline void turn_hue(uint8_t *px, double turn6) {
     int r = px[0], g = px[1], b = px[2];
     int mx = imax(r, imax(g, b)), mn = imin(r, imin(g, b)), cr = mx - mn;
-    if (cr == 0) return;   /* gray: no hue */
-    double h;              /* in sixths of a turn */
-    if (mx == r) h = (double)(g - b) / cr;
-    else if (mx == g) h = 2.0 + (double)(b - r) / cr;
-    else h = 4.0 + (double)(r - g) / cr;
+    if (cr == 0) return; /* gray: no hue */
+    double h;            /* in sixths of a turn */
+    if (mx == r)
+        h = (double)(g - b) / cr;
+    else if (mx == g)
+        h = 2.0 + (double)(b - r) / cr;
+    else
+        h = 4.0 + (double)(r - g) / cr;
     h += turn6;
     h -= 6.0 * floor(h / 6.0);
     int sector = (int)h;
     double f = h - sector;
-    if (sector > 5) {   /* h rounded up to 6.0 */
+    if (sector > 5) { /* h rounded up to 6.0 */
         sector = 0;
         f = 0.0;
     }
     uint8_t hi = (uint8_t)mx, lo = (uint8_t)mn;
     uint8_t up = round_u8(mn + cr * f), down = round_u8(mx - cr * f);
-    static const int order[6][3] = {{0, 1, 2}, {3, 0, 2}, {2, 0, 1}, {2, 3, 0}, {1, 2, 0},
-                                    {0, 2, 3}};
-    uint8_t v[4] = {hi, up, lo, down};  /* indexed by order: max, rising, min, falling */
+    static const int order[6][3] = {{0, 1, 2}, {3, 0, 2}, {2, 0, 1},
+                                    {2, 3, 0}, {1, 2, 0}, {0, 2, 3}};
+    uint8_t v[4] = {hi, up, lo, down}; /* indexed by order: max, rising, min, falling */
     px[0] = v[order[sector][0]];
     px[1] = v[order[sector][1]];
     px[2] = v[order[sector][2]];
@@ -136,14 +139,16 @@ void fl_color_jitter(fl_image *img, const double factor[4], int present, const i
             pending = 1;
             continue;
         }
-        if (img->c < 3) continue;   /* saturation and hue need colour */
+        if (img->c < 3) continue; /* saturation and hue need colour */
         if (pending) {
             apply_lut(img, lut);
             for (int v = 0; v < 256; v++) lut[v] = (uint8_t)v;
             pending = 0;
         }
-        if (which == FL_JITTER_SATURATION) saturate(img, f);
-        else shift_hue(img, f);
+        if (which == FL_JITTER_SATURATION)
+            saturate(img, f);
+        else
+            shift_hue(img, f);
     }
     if (pending) apply_lut(img, lut);
 }
@@ -188,16 +193,23 @@ FL_HOT static void weighted_sum(const float *const *rows, const float *restrict 
     }
 }
 
-typedef struct { size_t kx, ky, ring, pad, rows, total; } blur_layout;
+typedef struct {
+    size_t kx, ky, ring, pad, rows, total;
+} blur_layout;
 
 static blur_layout blur_layout_for(int w, int c, int kh, int kw) {
     blur_layout L;
     size_t off = 0, row = (size_t)w * c;
-    L.kx = off; off += align_up(sizeof(float) * (size_t)kw);
-    L.ky = off; off += align_up(sizeof(float) * (size_t)kh);
-    L.ring = off; off += align_up(sizeof(float) * row * kh);
-    L.pad = off; off += align_up(sizeof(float) * ((size_t)w + kw - 1) * c);
-    L.rows = off; off += align_up(sizeof(float *) * (size_t)imax(kh, kw));
+    L.kx = off;
+    off += align_up(sizeof(float) * (size_t)kw);
+    L.ky = off;
+    off += align_up(sizeof(float) * (size_t)kh);
+    L.ring = off;
+    off += align_up(sizeof(float) * row * kh);
+    L.pad = off;
+    off += align_up(sizeof(float) * ((size_t)w + kw - 1) * c);
+    L.rows = off;
+    off += align_up(sizeof(float *) * (size_t)imax(kh, kw));
     L.total = off + FL_ALIGN;
     return L;
 }
@@ -220,11 +232,10 @@ static void blur_row(const uint8_t *src, int w, int c, const float *k, int kw, f
     weighted_sum(rows, k, kw, (size_t)w * c, dst);
 }
 
-int fl_gaussian_blur(fl_image *img, int kh, int kw, double sigma_y, double sigma_x,
-                     void *scratch, size_t scratch_bytes) {
-    if (!img || !img->data || img->h <= 0 || img->w <= 0 || img->c < 1 || img->c > 4 ||
-        kh <= 0 || kw <= 0 || kh % 2 == 0 || kw % 2 == 0 || !(sigma_y > 0.0) ||
-        !(sigma_x > 0.0))
+int fl_gaussian_blur(fl_image *img, int kh, int kw, double sigma_y, double sigma_x, void *scratch,
+                     size_t scratch_bytes) {
+    if (!img || !img->data || img->h <= 0 || img->w <= 0 || img->c < 1 || img->c > 4 || kh <= 0 ||
+        kw <= 0 || kh % 2 == 0 || kw % 2 == 0 || !(sigma_y > 0.0) || !(sigma_x > 0.0))
         return FL_EINVAL;
     int h = img->h, w = img->w, c = img->c, ry = kh / 2;
     blur_layout L = blur_layout_for(w, c, kh, kw);
@@ -271,8 +282,8 @@ int fl_pixel_ops_ok(const fl_pixel_op *ops, int n) {
         if (o->kind == FL_PIXEL_JITTER && !jitter_ok(o)) return 0;
         if (o->kind == FL_PIXEL_GRAYSCALE && !(o->p >= 0.0 && o->p <= 1.0)) return 0;
         if (o->kind == FL_PIXEL_BLUR &&
-            (o->kh <= 0 || o->kw <= 0 || o->kh % 2 == 0 || o->kw % 2 == 0 ||
-             !(o->sigma_lo > 0.0) || !(o->sigma_lo <= o->sigma_hi)))
+            (o->kh <= 0 || o->kw <= 0 || o->kh % 2 == 0 || o->kw % 2 == 0 || !(o->sigma_lo > 0.0) ||
+             !(o->sigma_lo <= o->sigma_hi)))
             return 0;
         if (o->kind < FL_PIXEL_JITTER || o->kind > FL_PIXEL_BLUR) return 0;
     }
@@ -305,8 +316,8 @@ static void jitter(const fl_pixel_op *o, fl_rng *rng, fl_image *img) {
     fl_color_jitter(img, factor, o->present, order);
 }
 
-int fl_pixel_ops_run(const fl_pixel_op *ops, int n, fl_image *img, uint64_t seed,
-                     uint64_t epoch, uint64_t index, void *scratch, size_t scratch_bytes) {
+int fl_pixel_ops_run(const fl_pixel_op *ops, int n, fl_image *img, uint64_t seed, uint64_t epoch,
+                     uint64_t index, void *scratch, size_t scratch_bytes) {
     for (int k = 0; k < n; k++) {
         const fl_pixel_op *o = &ops[k];
         fl_rng rng = fl_rng_for(seed, epoch, index, (uint64_t)o->op);
@@ -327,12 +338,12 @@ int fl_pixel_ops_run(const fl_pixel_op *ops, int n, fl_image *img, uint64_t seed
 
 int fl_erasing_ok(const fl_erasing *e) {
     return e && e->op >= 0 && e->p >= 0.0 && e->p <= 1.0 && e->scale_lo >= 0.0 &&
-           e->scale_lo <= e->scale_hi && e->scale_hi <= 1.0 && e->ratio_lo > 0.0 &&
-           e->ratio_lo <= e->ratio_hi && e->n_values >= 1 && e->n_values <= 4;
+        e->scale_lo <= e->scale_hi && e->scale_hi <= 1.0 && e->ratio_lo > 0.0 &&
+        e->ratio_lo <= e->ratio_hi && e->n_values >= 1 && e->n_values <= 4;
 }
 
-int fl_erasing_params(fl_rng *rng, double prob, double scale_lo, double scale_hi,
-                      double ratio_lo, double ratio_hi, int h, int w, fl_rect *box) {
+int fl_erasing_params(fl_rng *rng, double prob, double scale_lo, double scale_hi, double ratio_lo,
+                      double ratio_hi, int h, int w, fl_rect *box) {
     if (!(fl_rng_uniform(rng) < prob)) return 0;
     double area = (double)h * w, log_lo = log(ratio_lo), log_hi = log(ratio_hi);
     for (int attempt = 0; attempt < 10; attempt++) {
@@ -366,8 +377,8 @@ void fl_erasing_run(const fl_erasing *e, void *out, int dtype, int h, int w, int
                 if (dtype == FL_DTYPE_FLOAT32)
                     ((float *)out)[o] = e->random ? (float)fl_rng_normal(&rng) : value;
                 else
-                    ((uint8_t *)out)[o] = e->random ? (uint8_t)fl_rng_below(&rng, 256)
-                                                    : (uint8_t)value;
+                    ((uint8_t *)out)[o] =
+                        e->random ? (uint8_t)fl_rng_below(&rng, 256) : (uint8_t)value;
             }
     }
 }
@@ -375,7 +386,7 @@ void fl_erasing_run(const fl_erasing *e, void *out, int dtype, int h, int w, int
 /* ---- random variates --------------------------------------------------------------- */
 
 double fl_rng_normal(fl_rng *r) {
-    double u1 = 1.0 - fl_rng_uniform(r), u2 = fl_rng_uniform(r);   /* u1 in (0, 1] */
+    double u1 = 1.0 - fl_rng_uniform(r), u2 = fl_rng_uniform(r); /* u1 in (0, 1] */
     return sqrt(-2.0 * log(u1)) * cos(2.0 * FL_PI * u2);
 }
 
@@ -412,8 +423,8 @@ double fl_mixup_lambda(double alpha, uint64_t seed, uint64_t epoch, uint64_t ste
     return fl_rng_beta(&rng, alpha, alpha);
 }
 
-double fl_cutmix_params(double alpha, uint64_t seed, uint64_t epoch, uint64_t step, int h,
-                        int w, fl_rect *box) {
+double fl_cutmix_params(double alpha, uint64_t seed, uint64_t epoch, uint64_t step, int h, int w,
+                        fl_rect *box) {
     fl_rng rng = fl_rng_for(seed, epoch, step, CUTMIX_OP);
     double lam = fl_rng_beta(&rng, alpha, alpha);
     int cx = (int)fl_rng_below(&rng, (uint64_t)w), cy = (int)fl_rng_below(&rng, (uint64_t)h);
@@ -484,8 +495,8 @@ static void copy_box(uint8_t *dst, const uint8_t *src, int h, int w, int c, int 
     }
 }
 
-int fl_cutmix(void *batch, int dtype, int n, int h, int w, int c, int chw,
-              const fl_rect *box, void *scratch) {
+int fl_cutmix(void *batch, int dtype, int n, int h, int w, int c, int chw, const fl_rect *box,
+              void *scratch) {
     if (!batch || !scratch || !box || n <= 0 || h <= 0 || w <= 0 || c <= 0 ||
         (dtype != FL_DTYPE_FLOAT32 && dtype != FL_DTYPE_UINT8) || box->y < 0 || box->x < 0 ||
         box->h < 0 || box->w < 0 || box->y + box->h > h || box->x + box->w > w)

@@ -45,8 +45,8 @@ size_t fl_gaussian_blur_scratch_bytes(int w, int c, int kh, int kw);
  * a horizontal then a vertical pass accumulated in float32, rounded half up once.
  * kh, kw odd and positive, sigmas > 0; FL_EINVAL otherwise, FL_ESCRATCH for too little
  * scratch. Keeps kh rows of the horizontal pass, not a whole float image. */
-int fl_gaussian_blur(fl_image *img, int kh, int kw, double sigma_y, double sigma_x,
-                     void *scratch, size_t scratch_bytes);
+int fl_gaussian_blur(fl_image *img, int kh, int kw, double sigma_y, double sigma_x, void *scratch,
+                     size_t scratch_bytes);
 
 /* ---- in the pipeline -------------------------------------------------------------- */
 
@@ -59,8 +59,8 @@ size_t fl_pixel_ops_scratch_bytes(const fl_pixel_op *ops, int n, int w, int c);
 /* Runs the ops in order on img, each drawing from (seed, epoch, index, op->op):
  * ColorJitter a permutation (Fisher-Yates) then the 4 factors, uniform in [lo, hi);
  * RandomGrayscale one uniform (< p: gray); GaussianBlur one sigma for both axes. */
-int fl_pixel_ops_run(const fl_pixel_op *ops, int n, fl_image *img, uint64_t seed,
-                     uint64_t epoch, uint64_t index, void *scratch, size_t scratch_bytes);
+int fl_pixel_ops_run(const fl_pixel_op *ops, int n, fl_image *img, uint64_t seed, uint64_t epoch,
+                     uint64_t index, void *scratch, size_t scratch_bytes);
 
 int fl_erasing_ok(const fl_erasing *e);
 
@@ -69,8 +69,8 @@ int fl_erasing_ok(const fl_erasing *e);
  * aspect ratio, eh = round(sqrt(area * ratio)), ew = round(sqrt(area / ratio)) (half to
  * even), kept when eh < h and ew < w, at a uniform offset. Returns 1 with *box, or 0 when
  * nothing is erased (no draw under p, or no try fits). */
-int fl_erasing_params(fl_rng *rng, double prob, double scale_lo, double scale_hi,
-                      double ratio_lo, double ratio_hi, int h, int w, fl_rect *box);
+int fl_erasing_params(fl_rng *rng, double prob, double scale_lo, double scale_hi, double ratio_lo,
+                      double ratio_hi, int h, int w, fl_rect *box);
 
 /* Erases the drawn box of `out` (h x w x c, float32 or uint8 by `dtype`, CHW when chw):
  * with `value`, or with one draw per element in channel, row, column order, standard
@@ -96,8 +96,8 @@ double fl_mixup_lambda(double alpha, uint64_t seed, uint64_t epoch, uint64_t ste
  * lambda ~ Beta(alpha, alpha), a centre uniform in the image, half sides
  * (int)(sqrt(1 - lambda) / 2 * side), the box clamped to the image. Returns lambda
  * corrected to the box: 1 - box area / image area. */
-double fl_cutmix_params(double alpha, uint64_t seed, uint64_t epoch, uint64_t step, int h,
-                        int w, fl_rect *box);
+double fl_cutmix_params(double alpha, uint64_t seed, uint64_t epoch, uint64_t step, int h, int w,
+                        fl_rect *box);
 
 /* The box and corrected lambda of fl_cutmix_params for a drawn lambda and centre. */
 double fl_cutmix_box(double lam, int cy, int cx, int h, int w, fl_rect *box);
@@ -110,7 +110,7 @@ int fl_mixup(void *batch, int dtype, int n, size_t item_elems, double lam, void 
 
 /* CutMix in place: the box of item i is replaced by the box of item i - 1 (item 0 takes
  * item n - 1). Items are h x w x c (CHW when chw). `scratch` holds one item. */
-int fl_cutmix(void *batch, int dtype, int n, int h, int w, int c, int chw,
-              const fl_rect *box, void *scratch);
+int fl_cutmix(void *batch, int dtype, int n, int h, int w, int c, int chw, const fl_rect *box,
+              void *scratch);
 
 #endif

@@ -13,9 +13,9 @@
 #define MAX_CLAIM_STEPS 64
 
 typedef struct {
-    int64_t first, last;           /* items [first, last) of the schedule */
+    int64_t first, last; /* items [first, last) of the schedule */
     int nsteps;
-    int slots[MAX_CLAIM_STEPS];    /* the slot of each step the claim touches */
+    int slots[MAX_CLAIM_STEPS]; /* the slot of each step the claim touches */
     int64_t counts[MAX_CLAIM_STEPS];
 } claim;
 
@@ -36,13 +36,9 @@ static void scratch_free(fl_scratch *scratch) {
     }
 }
 
-static int orphaned(const fl_run *r) {
-    return r->generation != fl_pool_generation();
-}
+static int orphaned(const fl_run *r) { return r->generation != fl_pool_generation(); }
 
-int fl_run_cancelled(const fl_run *r) {
-    return __atomic_load_n(&r->cancel, __ATOMIC_ACQUIRE);
-}
+int fl_run_cancelled(const fl_run *r) { return __atomic_load_n(&r->cancel, __ATOMIC_ACQUIRE); }
 
 /* The first item of step s. */
 static inline int64_t step_first(const fl_run *r, int64_t s) {
@@ -92,11 +88,10 @@ static void free_arrays(fl_run *r) {
     free(r);
 }
 
-fl_run *fl_run_create(const int64_t *order, const int64_t *bounds, int64_t end_item,
-                      int64_t rows, int64_t first_step, int64_t end_step, uint64_t seed,
-                      uint64_t epoch, const fl_field *fields, int nfields, char *const *dst,
-                      int nslots, int parallel, int64_t chunk, int ordered, int skip_errors,
-                      void *ctx) {
+fl_run *fl_run_create(const int64_t *order, const int64_t *bounds, int64_t end_item, int64_t rows,
+                      int64_t first_step, int64_t end_step, uint64_t seed, uint64_t epoch,
+                      const fl_field *fields, int nfields, char *const *dst, int nslots,
+                      int parallel, int64_t chunk, int ordered, int skip_errors, void *ctx) {
     if (rows < 1 || nslots < 1 || nfields < 1 || first_step < 0 || end_step < 0) return NULL;
     if (bounds) {
         if (bounds[end_step] > end_item || !bounds_fit(bounds, end_step, rows)) return NULL;
@@ -151,7 +146,7 @@ fl_run *fl_run_create(const int64_t *order, const int64_t *bounds, int64_t end_i
         slot->skipped_items = flags ? flags + (size_t)s * (size_t)rows : NULL;
         slot->state = FL_SLOT_FREE;
         slot->step = -1;
-        r->free_slots[nslots - 1 - s] = s;   /* slot 0 is taken first */
+        r->free_slots[nslots - 1 - s] = s; /* slot 0 is taken first */
     }
     r->nfree = nslots;
     return r;
@@ -160,8 +155,8 @@ fl_run *fl_run_create(const int64_t *order, const int64_t *bounds, int64_t end_i
 /* Record the first fatal error of a slot's step, or (with skip_errors, unless `fatal`)
  * mark an item skipped and keep the first skip's message for the report. Called with the
  * run's lock held. */
-static void item_failed(fl_slot *slot, int skip_errors, int64_t pos, int field,
-                        const char *message, int fatal) {
+static void item_failed(fl_slot *slot, int skip_errors, int64_t pos, int field, const char *message,
+                        int fatal) {
     int first;
     if (skip_errors && !fatal) {
         slot->skipped_items[pos] = 1;
@@ -207,8 +202,7 @@ static void prefetch_item(const fl_run *r, int64_t index) {
 
 /* Loads positions [first, last) of the step in `slot_index`; returns after the first
  * fatal failure of that step. */
-static void run_items(fl_run *r, int slot_index, int64_t first, int64_t last,
-                      fl_scratch *scratch) {
+static void run_items(fl_run *r, int slot_index, int64_t first, int64_t last, fl_scratch *scratch) {
     fl_slot *slot = &r->slots[slot_index];
     const int64_t *order = r->order + step_first(r, slot->step);
     char message[FL_MESSAGE_BYTES];
@@ -226,8 +220,8 @@ static void run_items(fl_run *r, int slot_index, int64_t first, int64_t last,
         for (int f = 0; f < r->nfields; f++) {
             const fl_field *field = &r->fields[f];
             message[0] = '\0';
-            int rc = field->fill(field, &item, slot->dst[f] + pos * field->row_bytes, scratch,
-                                 message);
+            int rc =
+                field->fill(field, &item, slot->dst[f] + pos * field->row_bytes, scratch, message);
             if (rc != 0) {
                 fail_item(r, slot, pos, f, message, rc == FL_EINTERRUPT);
                 break;
@@ -335,8 +329,11 @@ static void task(void *arg) {
 static int64_t claimable(const fl_run *r) {
     if (fl_run_cancelled(r)) return 0;
     int64_t left = r->end_item - r->claim_item;
-    int64_t open = r->claim_slot >= 0 ? r->slots[r->claim_slot].rows -
-                   (r->claim_item - step_first(r, r->slots[r->claim_slot].step)) : 0;
+    int64_t open = 0;
+    if (r->claim_slot >= 0) {
+        const fl_slot *s = &r->slots[r->claim_slot];
+        open = s->rows - (r->claim_item - step_first(r, s->step));
+    }
     open += (int64_t)r->nfree * r->rows;
     return open < left ? open : left;
 }
@@ -365,8 +362,7 @@ static void release_slot(fl_run *r, int s) {
 static int ready_slot(fl_run *r) {
     int s;
     if (r->ordered) {
-        if (r->next_step >= r->end_step || r->claim_item <= step_first(r, r->next_step))
-            return -1;
+        if (r->next_step >= r->end_step || r->claim_item <= step_first(r, r->next_step)) return -1;
         s = r->slot_of[r->next_step % r->nslots];
         if (r->slots[s].state != FL_SLOT_READY) return -1;
         r->next_step++;
@@ -382,7 +378,7 @@ static int ready_slot(fl_run *r) {
 }
 
 static struct timespec deadline_after(double timeout_s) {
-    if (!(timeout_s >= 0)) timeout_s = 0;   /* negative or NaN */
+    if (!(timeout_s >= 0)) timeout_s = 0; /* negative or NaN */
     if (timeout_s > 1e6) timeout_s = 1e6;
     struct timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until);
@@ -400,8 +396,7 @@ static int next_inline(fl_run *r, int release) {
     release_slot(r, release);
     for (;;) {
         int s = fl_run_cancelled(r) ? FL_ECANCELLED : ready_slot(r);
-        if (s != -1 || r->delivered == r->end_step - r->first_step ||
-            !take_claim(r, &c)) {
+        if (s != -1 || r->delivered == r->end_step - r->first_step || !take_claim(r, &c)) {
             pthread_mutex_unlock(&r->lock);
             if (s != -1) return s;
             return r->delivered < r->end_step - r->first_step ? FL_ECANCELLED : FL_DONE;
@@ -421,14 +416,26 @@ int fl_run_next(fl_run *r, int release, double timeout_s) {
     pthread_mutex_lock(&r->lock);
     release_slot(r, release);
     for (;;) {
-        if (fl_run_cancelled(r)) { s = FL_ECANCELLED; break; }
+        if (fl_run_cancelled(r)) {
+            s = FL_ECANCELLED;
+            break;
+        }
         if ((s = ready_slot(r)) >= 0) break;
-        if (r->delivered == r->end_step - r->first_step) { s = FL_DONE; break; }
-        if (start_tasks(r) != 0) { s = FL_ETHREADS; break; }
+        if (r->delivered == r->end_step - r->first_step) {
+            s = FL_DONE;
+            break;
+        }
+        if (start_tasks(r) != 0) {
+            s = FL_ETHREADS;
+            break;
+        }
         r->waiting = 1;
         int rc = pthread_cond_timedwait(&r->ready, &r->lock, &until);
         r->waiting = 0;
-        if (rc != 0 && rc != EINTR) { s = FL_ETIMEOUT; break; }   /* timed out (or cannot wait) */
+        if (rc != 0 && rc != EINTR) {
+            s = FL_ETIMEOUT;
+            break;
+        } /* timed out (or cannot wait) */
     }
     pthread_mutex_unlock(&r->lock);
     return s;
@@ -444,7 +451,7 @@ int fl_run_start(fl_run *r) {
 
 void fl_run_cancel(fl_run *r) {
     __atomic_store_n(&r->cancel, 1, __ATOMIC_RELEASE);
-    if (orphaned(r)) return;   /* its lock may be held by a thread gone with the fork */
+    if (orphaned(r)) return; /* its lock may be held by a thread gone with the fork */
     pthread_mutex_lock(&r->lock);
     pthread_cond_broadcast(&r->ready);
     pthread_mutex_unlock(&r->lock);
@@ -514,9 +521,9 @@ fl_field *fl_fields_create(int n) {
 
 void fl_fields_destroy(fl_field *fields) { free(fields); }
 
-int fl_field_set_gather(fl_field *fields, int f, const char *src, int ndim,
-                        const int64_t *shape, const int64_t *strides, int64_t itemsize,
-                        int64_t count, int contiguous, int64_t row_bytes) {
+int fl_field_set_gather(fl_field *fields, int f, const char *src, int ndim, const int64_t *shape,
+                        const int64_t *strides, int64_t itemsize, int64_t count, int contiguous,
+                        int64_t row_bytes) {
     if (ndim < 0 || ndim > FL_MAX_DIMS) return FL_EINVAL;
     fl_field *field = &fields[f];
     field->fill = fl_fill_gather;
@@ -549,8 +556,8 @@ const fl_slot *fl_run_slot(const fl_run *r, int slot) { return &r->slots[slot]; 
 
 void *fl_run_context(const fl_run *r) { return r->ctx; }
 
-int fl_fill_gather(const fl_field *field, const fl_item *item, char *dst,
-                   fl_scratch *scratch, char *message) {
+int fl_fill_gather(const fl_field *field, const fl_item *item, char *dst, fl_scratch *scratch,
+                   char *message) {
     (void)scratch;
     int64_t index = item->index;
     if (index < 0 || index >= field->count) {

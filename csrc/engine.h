@@ -75,19 +75,19 @@ typedef void (*fl_prefetch_fn)(const struct fl_field *field, int64_t index);
 /* One field of an observation: a member of a tuple/dict, or the whole observation. */
 typedef struct fl_field {
     fl_fill_fn fill;
-    fl_prefetch_fn prefetch;       /* or NULL */
-    int64_t row_bytes;             /* bytes between positions in the destination */
+    fl_prefetch_fn prefetch; /* or NULL */
+    int64_t row_bytes;       /* bytes between positions in the destination */
     /* Gather from an array: observation `index` is at src + index*strides[0]. */
     const char *src;
-    int ndim;                      /* of one observation */
+    int ndim; /* of one observation */
     int64_t shape[FL_MAX_DIMS];
     int64_t strides[FL_MAX_DIMS + 1];
     int64_t itemsize;
-    int contiguous;                /* one observation is one C-contiguous block */
-    int64_t count;                 /* observations in the source, for a final check */
+    int contiguous; /* one observation is one C-contiguous block */
+    int64_t count;  /* observations in the source, for a final check */
     /* Anything else: the kind's own state. */
     void *state;
-    int number;                    /* the field's position in the observation */
+    int number; /* the field's position in the observation */
 } fl_field;
 
 /* n fields, each loading nothing until one of the setters below makes it load; numbered
@@ -99,9 +99,9 @@ void fl_fields_destroy(fl_field *fields);
  * dimensions `shape`, strides strides[1 .. ndim], and is one C-contiguous block when
  * `contiguous`. The array holds `count` observations. FL_EINVAL for more than FL_MAX_DIMS
  * dimensions. */
-int fl_field_set_gather(fl_field *fields, int f, const char *src, int ndim,
-                        const int64_t *shape, const int64_t *strides, int64_t itemsize,
-                        int64_t count, int contiguous, int64_t row_bytes);
+int fl_field_set_gather(fl_field *fields, int f, const char *src, int ndim, const int64_t *shape,
+                        const int64_t *strides, int64_t itemsize, int64_t count, int contiguous,
+                        int64_t row_bytes);
 
 /* Field f loads through `fill` (and `prefetch`, or NULL), with `state` as its state. */
 void fl_field_set_fill(fl_field *fields, int f, fl_fill_fn fill, fl_prefetch_fn prefetch,
@@ -113,14 +113,14 @@ int fl_field_number(const fl_field *field);
 enum { FL_SLOT_FREE, FL_SLOT_LOADING, FL_SLOT_READY, FL_SLOT_HELD };
 
 typedef struct fl_slot {
-    char **dst;                    /* per field: position 0 of this slot */
-    uint8_t *skipped_items;        /* `rows` flags, when skip_errors */
+    char **dst;             /* per field: position 0 of this slot */
+    uint8_t *skipped_items; /* `rows` flags, when skip_errors */
     /* Under the run's lock (`failed` is also read without it, atomically). */
     int state;
     int64_t step;
-    int64_t rows;                  /* items of its step */
-    int64_t done;                  /* items processed (or skipped) */
-    int failed;                    /* a fatal error happened at `fail_pos` */
+    int64_t rows; /* items of its step */
+    int64_t done; /* items processed (or skipped) */
+    int failed;   /* a fatal error happened at `fail_pos` */
     int64_t fail_pos;
     int fail_field;
     int64_t skipped;
@@ -130,37 +130,37 @@ typedef struct fl_slot {
 typedef struct fl_run {
     /* The schedule, the fields and the options: set by fl_run_create, then read only. */
     const int64_t *order;
-    const int64_t *bounds;         /* the first item of each step (and the end), or NULL */
+    const int64_t *bounds; /* the first item of each step (and the end), or NULL */
     int64_t rows, first_step, end_step, end_item;
     uint64_t seed, epoch;
     const fl_field *fields;
     int nfields;
     int nslots;
     fl_slot *slots;
-    int parallel;                  /* most pool tasks at once; 0: inline */
-    int64_t chunk;                 /* items claimed at a time */
-    int refill;                    /* free slots that restart idle tasks */
+    int parallel;  /* most pool tasks at once; 0: inline */
+    int64_t chunk; /* items claimed at a time */
+    int refill;    /* free slots that restart idle tasks */
     int ordered;
     int skip_errors;
-    void *ctx;                     /* the binding's object, for Python fields */
-    unsigned long generation;      /* the pool's (fl_pool_generation) when made */
+    void *ctx;                /* the binding's object, for Python fields */
+    unsigned long generation; /* the pool's (fl_pool_generation) when made */
     pthread_mutex_t lock;
-    pthread_cond_t ready;          /* a step became ready, the run was cancelled */
-    pthread_cond_t idle;           /* the last task exited */
-    int cancel;                    /* set once: stop loading (atomic) */
-    fl_scratch scratch[FL_SCRATCH_REGIONS];   /* the inline run's */
+    pthread_cond_t ready;                   /* a step became ready, the run was cancelled */
+    pthread_cond_t idle;                    /* the last task exited */
+    int cancel;                             /* set once: stop loading (atomic) */
+    fl_scratch scratch[FL_SCRATCH_REGIONS]; /* the inline run's */
     /* Under `lock`: */
-    int64_t claim_item;            /* next item to claim */
-    int64_t claim_step;            /* the step of claim_item */
-    int claim_slot;                /* the slot of claim_item's step, -1 before it has one */
-    int *free_slots, nfree;        /* a stack */
-    int *ready_queue;              /* completed steps' slots, oldest first (unordered) */
+    int64_t claim_item;     /* next item to claim */
+    int64_t claim_step;     /* the step of claim_item */
+    int claim_slot;         /* the slot of claim_item's step, -1 before it has one */
+    int *free_slots, nfree; /* a stack */
+    int *ready_queue;       /* completed steps' slots, oldest first (unordered) */
     int ready_head, ready_count;
-    int *slot_of;                  /* slot of step s at s % nslots (ordered) */
-    int64_t next_step;             /* the next step to deliver (ordered) */
+    int *slot_of;      /* slot of step s at s % nslots (ordered) */
+    int64_t next_step; /* the next step to deliver (ordered) */
     int64_t delivered;
     int tasks;
-    int waiting;                   /* the consumer waits on `ready` */
+    int waiting; /* the consumer waits on `ready` */
 } fl_run;
 
 /* A run of steps [first_step, end_step) of `order` (end_item items in all) into `nslots`
@@ -168,9 +168,8 @@ typedef struct fl_run {
  * `rows` items) holds end_step + 1 offsets into `order`, each step 1 to `rows` items.
  * Returns NULL when out of memory or for bounds that do not fit. Nothing starts until
  * the first fl_run_next. */
-fl_run *fl_run_create(const int64_t *order, const int64_t *bounds, int64_t end_item,
-                      int64_t rows, int64_t first_step, int64_t end_step, uint64_t seed,
-                      uint64_t epoch,
+fl_run *fl_run_create(const int64_t *order, const int64_t *bounds, int64_t end_item, int64_t rows,
+                      int64_t first_step, int64_t end_step, uint64_t seed, uint64_t epoch,
                       const fl_field *fields, int nfields, char *const *dst, int nslots,
                       int parallel, int64_t chunk, int ordered, int skip_errors, void *ctx);
 
@@ -203,8 +202,8 @@ const fl_slot *fl_run_slot(const fl_run *run, int slot);
 void *fl_run_context(const fl_run *run);
 
 /* The gather kind: copies one observation of a strided array, byte for byte. */
-int fl_fill_gather(const fl_field *field, const fl_item *item, char *dst,
-                   fl_scratch *scratch, char *message);
+int fl_fill_gather(const fl_field *field, const fl_item *item, char *dst, fl_scratch *scratch,
+                   char *message);
 void fl_prefetch_gather(const fl_field *field, int64_t index);
 
 /* Prefetches the first `bytes` (at most 8 cache lines) at `p`. */

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FL_BITS 14                    /* fixed-point fraction bits of the filter weights */
-#define FL_ONE (1 << FL_BITS)
-#define FL_HALF (1 << (FL_BITS - 1))
+#define FL_BITS  14 /* fixed-point fraction bits of the filter weights */
+#define FL_ONE   (1 << FL_BITS)
+#define FL_HALF  (1 << (FL_BITS - 1))
 #define FL_ALIGN 64
 
 /* The hot loops get an AVX2 clone, picked at load time on CPUs that have it. */
@@ -25,7 +25,7 @@ static int imax(int a, int b) { return a > b ? a : b; }
 
 static int image_ok(const fl_image *im) {
     return im && im->data && im->h > 0 && im->w > 0 && im->c >= 1 && im->c <= 4 &&
-           im->stride >= (ptrdiff_t)im->w * im->c;
+        im->stride >= (ptrdiff_t)im->w * im->c;
 }
 
 /* ---- resampling --------------------------------------------------------------------
@@ -34,7 +34,11 @@ static int image_ok(const fl_image *im) {
  * max(scale, 1) (PIL's antialiased BILINEAR), clamped to the source pixels [lo, hi),
  * normalized, and quantized so that they sum to exactly FL_ONE (flat stays flat). */
 
-typedef struct { int n, k; int32_t *start, *count; int16_t *coef; } axis_tab;
+typedef struct {
+    int n, k;
+    int32_t *start, *count;
+    int16_t *coef;
+} axis_tab;
 
 static int axis_taps(double extent, int n_virt) {
     double support = extent / n_virt;
@@ -58,7 +62,7 @@ static void axis_fill(axis_tab *t, double b0, double b1, int lo, int hi, int n_v
         int16_t *q = t->coef + (size_t)i * t->k;
         double sum = 0.0;
         for (int j = 0; j < cnt; j++) sum += triangle((first + j - center + 0.5) * inv);
-        if (cnt <= 0 || sum <= 0.0) {  /* degenerate support: nearest pixel */
+        if (cnt <= 0 || sum <= 0.0) { /* degenerate support: nearest pixel */
             t->start[i] = imin(imax((int)floor(center), lo), hi - 1);
             t->count[i] = 1;
             q[0] = FL_ONE;
@@ -79,7 +83,7 @@ static void axis_fill(axis_tab *t, double b0, double b1, int lo, int hi, int n_v
 /* acc[i] = rounding + sum_j q[j] * rows[first + j][i] for i < len: whole rows at a time,
  * which gcc vectorizes. Both passes are this sum; each stores its result transposed. */
 FL_HOT static void weighted_rows(const uint8_t *rows, size_t stride, int first, int cnt,
-                          const int16_t *restrict q, size_t len, int32_t *restrict acc) {
+                                 const int16_t *restrict q, size_t len, int32_t *restrict acc) {
     for (size_t i = 0; i < len; i++) acc[i] = FL_HALF;
     for (int j = 0; j < cnt; j++) {
         const uint8_t *restrict s = rows + (size_t)(first + j) * stride;
@@ -92,8 +96,8 @@ FL_HOT static void weighted_rows(const uint8_t *rows, size_t stride, int first, 
  * transposed: pixel p of row b goes to d + p * step + col(b) * C, col(b) = b, or nb - 1 - b
  * when mirrored. A block of rows at once writes nb pixels side by side, so each cache line
  * of the transposed image is touched once per block rather than once per row. */
-static inline void store_pixels(const int32_t *restrict acc, size_t len, int nb, int n,
-                                const int C, uint8_t *restrict d, size_t step, int mirror) {
+static inline void store_pixels(const int32_t *restrict acc, size_t len, int nb, int n, const int C,
+                                uint8_t *restrict d, size_t step, int mirror) {
     for (int p = 0; p < n; p++, d += step)
         for (int b = 0; b < nb; b++) {
             const int32_t *a = acc + (size_t)b * len + (size_t)p * C;
@@ -123,18 +127,26 @@ typedef struct {
     int vh, vw, wy, wx;
 } resample_job;
 
-typedef struct { size_t xs, xc, ys, yc, tmp, acc, total; } resample_layout;
+typedef struct {
+    size_t xs, xc, ys, yc, tmp, acc, total;
+} resample_layout;
 
 static resample_layout layout_for(int oh, int ow, int kx, int ky, int cols, int c) {
     resample_layout L;
     size_t off = 0;
-    L.xs = off; off += align_up(sizeof(int32_t) * 2 * (size_t)ow);
-    L.xc = off; off += align_up(sizeof(int16_t) * (size_t)ow * kx);
-    L.ys = off; off += align_up(sizeof(int32_t) * 2 * (size_t)oh);
-    L.yc = off; off += align_up(sizeof(int16_t) * (size_t)oh * ky);
-    L.tmp = off; off += align_up((size_t)cols * oh * c);
-    L.acc = off; off += align_up(sizeof(int32_t) * (size_t)imax(cols, oh) * c * FL_BLOCK);
-    L.total = off + FL_ALIGN;  /* room to align the scratch pointer itself */
+    L.xs = off;
+    off += align_up(sizeof(int32_t) * 2 * (size_t)ow);
+    L.xc = off;
+    off += align_up(sizeof(int16_t) * (size_t)ow * kx);
+    L.ys = off;
+    off += align_up(sizeof(int32_t) * 2 * (size_t)oh);
+    L.yc = off;
+    off += align_up(sizeof(int16_t) * (size_t)oh * ky);
+    L.tmp = off;
+    off += align_up((size_t)cols * oh * c);
+    L.acc = off;
+    off += align_up(sizeof(int32_t) * (size_t)imax(cols, oh) * c * FL_BLOCK);
+    L.total = off + FL_ALIGN; /* room to align the scratch pointer itself */
     return L;
 }
 
@@ -173,8 +185,7 @@ static int resample(const fl_image *src, const resample_job *j, fl_image *dst, i
         int nb = imin(FL_BLOCK, oh - i);
         for (int b = 0; b < nb; b++)
             weighted_rows(src->data + (size_t)col_lo * c, (size_t)src->stride, ty.start[i + b],
-                          ty.count[i + b], ty.coef + (size_t)(i + b) * ky, vlen,
-                          acc + b * vlen);
+                          ty.count[i + b], ty.coef + (size_t)(i + b) * ky, vlen, acc + b * vlen);
         store_transposed(acc, vlen, nb, cols, c, tmp + (size_t)i * c, tstride, 0);
     }
     /* Output column i goes to column ow - 1 - i when mirrored: the flip costs nothing. */
@@ -271,8 +282,8 @@ static void to_chw_u8(const fl_image *src, uint8_t *dst) {
 }
 
 int fl_convert_channels(const fl_image *src, fl_image *dst) {
-    if (!image_ok(src) || !image_ok(dst) || src->h != dst->h || src->w != dst->w ||
-        src->c == 2 || dst->c == 2)
+    if (!image_ok(src) || !image_ok(dst) || src->h != dst->h || src->w != dst->w || src->c == 2 ||
+        dst->c == 2)
         return FL_EINVAL;
     int sc = src->c, dc = dst->c;
     for (int y = 0; y < src->h; y++) {
@@ -283,7 +294,9 @@ int fl_convert_channels(const fl_image *src, fl_image *dst) {
             if (dc == 1) {
                 d[0] = sc == 1 ? r : (uint8_t)((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16);
             } else {
-                d[0] = r; d[1] = g; d[2] = b;
+                d[0] = r;
+                d[1] = g;
+                d[2] = b;
                 if (dc == 4) d[3] = sc == 4 ? s[3] : 255;
             }
         }
@@ -293,8 +306,8 @@ int fl_convert_channels(const fl_image *src, fl_image *dst) {
 
 /* ---- crop parameters --------------------------------------------------------------- */
 
-int fl_rrc_params(fl_rng *rng, int h, int w, double scale_lo, double scale_hi,
-                  double ratio_lo, double ratio_hi, int *y, int *x, int *ch, int *cw) {
+int fl_rrc_params(fl_rng *rng, int h, int w, double scale_lo, double scale_hi, double ratio_lo,
+                  double ratio_hi, int *y, int *x, int *ch, int *cw) {
     if (h <= 0 || w <= 0 || !(scale_lo > 0.0) || scale_lo > scale_hi || !(ratio_lo > 0.0) ||
         ratio_lo > ratio_hi)
         return FL_EINVAL;
@@ -317,8 +330,10 @@ int fl_rrc_params(fl_rng *rng, int h, int w, double scale_lo, double scale_hi,
      * A crop is at least 1 x 1 (an extreme ratio would round a side to 0 pixels). */
     double in_ratio = (double)w / h;
     int th = h, tw = w;
-    if (in_ratio < ratio_lo) th = imax(1, (int)rint(w / ratio_lo));
-    else if (in_ratio > ratio_hi) tw = imax(1, (int)rint(h * ratio_hi));
+    if (in_ratio < ratio_lo)
+        th = imax(1, (int)rint(w / ratio_lo));
+    else if (in_ratio > ratio_hi)
+        tw = imax(1, (int)rint(h * ratio_hi));
     *y = (h - th) / 2;
     *x = (w - tw) / 2;
     *ch = th;
@@ -336,8 +351,7 @@ void fl_center_crop_params(int h, int w, int th, int tw, int *y, int *x) {
     *x = center_offset(w, tw);
 }
 
-int fl_random_crop_params(fl_rng *rng, int h, int w, int th, int tw, int padding,
-                          int *y, int *x) {
+int fl_random_crop_params(fl_rng *rng, int h, int w, int th, int tw, int padding, int *y, int *x) {
     int ph = h + 2 * padding, pw = w + 2 * padding;
     if (th <= 0 || tw <= 0 || padding < 0) return FL_EINVAL;
     if (ph < th || pw < tw) return FL_ETOOSMALL;
@@ -350,13 +364,13 @@ int fl_random_crop_params(fl_rng *rng, int h, int w, int th, int tw, int padding
 
 /* Where one item's pixels come from, decided from the source size and the key alone. */
 typedef struct {
-    int resize;          /* resampling happens */
-    int crop_first;      /* the crop rect is in source pixels and is resampled */
-    int pad_first;       /* ... and reaches outside the source: materialize it first */
-    int vh, vw;          /* virtual image: after the resize (source size when none) */
+    int resize;     /* resampling happens */
+    int crop_first; /* the crop rect is in source pixels and is resampled */
+    int pad_first;  /* ... and reaches outside the source: materialize it first */
+    int vh, vw;     /* virtual image: after the resize (source size when none) */
     fl_rect rect;   /* crop_first: in source pixels; else: window on the virtual image */
     int flip;
-    uint64_t seed, epoch, index;  /* the key, for the draws of the colour ops and erasing */
+    uint64_t seed, epoch, index; /* the key, for the draws of the colour ops and erasing */
 } geometry;
 
 static void resize_target(const fl_pipeline *p, int h, int w, int *th, int *tw) {
@@ -369,8 +383,13 @@ static void resize_target(const fl_pipeline *p, int h, int w, int *th, int *tw) 
         int s = p->resize_h;
         double longer = (double)s * (w <= h ? h : w) / (w <= h ? w : h);
         int l = longer > (double)FL_MAX_SIDE ? FL_MAX_SIDE : (int)longer;
-        if (w <= h) { *tw = s; *th = l; }
-        else        { *th = s; *tw = l; }
+        if (w <= h) {
+            *tw = s;
+            *th = l;
+        } else {
+            *th = s;
+            *tw = l;
+        }
     } else {
         *th = h;
         *tw = w;
@@ -381,14 +400,12 @@ static int crop_rect(const fl_pipeline *p, int h, int w, fl_rng *rng, fl_rect *r
     r->h = p->crop_h;
     r->w = p->crop_w;
     switch (p->crop_kind) {
-    case FL_CROP_CENTER:
-        fl_center_crop_params(h, w, r->h, r->w, &r->y, &r->x);
-        return FL_OK;
+    case FL_CROP_CENTER: fl_center_crop_params(h, w, r->h, r->w, &r->y, &r->x); return FL_OK;
     case FL_CROP_RANDOM:
         return fl_random_crop_params(rng, h, w, r->h, r->w, p->crop_padding, &r->y, &r->x);
     case FL_CROP_RANDOM_RESIZED:
-        return fl_rrc_params(rng, h, w, p->scale_lo, p->scale_hi, p->ratio_lo, p->ratio_hi,
-                             &r->y, &r->x, &r->h, &r->w);
+        return fl_rrc_params(rng, h, w, p->scale_lo, p->scale_hi, p->ratio_lo, p->ratio_hi, &r->y,
+                             &r->x, &r->h, &r->w);
     default:
         r->y = r->x = 0;
         r->h = h;
@@ -428,15 +445,15 @@ static int plan_geometry(const fl_pipeline *p, int h, int w, uint64_t seed, uint
         g->resize = p->resize_kind != FL_RESIZE_NONE;
         resize_target(p, h, w, &g->vh, &g->vw);
         err = crop_rect(p, g->vh, g->vw, &rng, &g->rect);
-    } else {  /* crop, then resize the crop */
+    } else { /* crop, then resize the crop */
         g->resize = g->crop_first = 1;
         err = crop_rect(p, h, w, &rng, &g->rect);
         resize_target(p, g->rect.h, g->rect.w, &g->vh, &g->vw);
         g->pad_first = g->rect.y < 0 || g->rect.x < 0 || g->rect.y + g->rect.h > h ||
-                       g->rect.x + g->rect.w > w;
+            g->rect.x + g->rect.w > w;
     }
     if (err) return err;
-    if (g->crop_first) {  /* the output is the whole virtual image */
+    if (g->crop_first) { /* the output is the whole virtual image */
         if (g->vh <= 0 || g->vw <= 0) return FL_EINVAL;
     }
     if (p->flip_p > 0.0) {
@@ -451,8 +468,7 @@ static void geometry_output(const geometry *g, int *oh, int *ow) {
     *ow = g->crop_first ? g->vw : g->rect.w;
 }
 
-int fl_pipeline_output_shape(const fl_pipeline *p, int h, int w, int c,
-                             int *oh, int *ow, int *oc) {
+int fl_pipeline_output_shape(const fl_pipeline *p, int h, int w, int c, int *oh, int *ow, int *oc) {
     geometry g;
     /* The shape never depends on the draws, so any key will do. */
     int err = plan_geometry(p, h, w, 0, 0, 0, &g);
@@ -468,12 +484,12 @@ int fl_pipeline_prepare(const fl_pipeline *p, int h, int w, uint64_t seed, uint6
     geometry g;
     int err = plan_geometry(p, h, w, seed, epoch, index, &g);
     if (err) return err;
-    int bh = h, bw = w;  /* the source extent that is resampled to vh x vw */
+    int bh = h, bw = w; /* the source extent that is resampled to vh x vw */
     if (g.crop_first) {
         *crop = g.rect;
         bh = g.rect.h;
         bw = g.rect.w;
-    } else {  /* a window on the resized image, mapped back to source pixels */
+    } else { /* a window on the resized image, mapped back to source pixels */
         int y0 = (int)floor((double)g.rect.y * h / g.vh);
         int x0 = (int)floor((double)g.rect.x * w / g.vw);
         int y1 = (int)ceil((double)(g.rect.y + g.rect.h) * h / g.vh);
@@ -494,7 +510,9 @@ int fl_pipeline_prepare(const fl_pipeline *p, int h, int w, uint64_t seed, uint6
 }
 
 /* Scratch regions of one run, each FL_ALIGN-aligned from the aligned scratch base. */
-typedef struct { size_t conv, pad, tmp, resample, total; } run_layout;
+typedef struct {
+    size_t conv, pad, tmp, resample, total;
+} run_layout;
 
 static run_layout run_layout_for(size_t conv, size_t pad, size_t tmp, size_t resample) {
     run_layout L;
@@ -517,8 +535,8 @@ static run_layout pipeline_layout(const fl_pipeline *p, const geometry *g, int h
     int ew = imax(w, p->crop_w) + 2 * p->crop_padding;
     size_t conv = p->channels && p->channels != decoded_c ? (size_t)h * w * p->channels : 0;
     size_t pad = g->crop_first && p->crop_kind != FL_CROP_RANDOM_RESIZED ? (size_t)eh * ew * c : 0;
-    size_t rs = g->resize
-        ? layout_for(oh, ow, axis_taps(ew, g->vw), axis_taps(eh, g->vh), ew, c).total : 0;
+    size_t rs =
+        g->resize ? layout_for(oh, ow, axis_taps(ew, g->vw), axis_taps(eh, g->vh), ew, c).total : 0;
     /* The colour ops run after the resample is done with its scratch: they share it. */
     size_t px = fl_pixel_ops_scratch_bytes(p->pixel_ops, p->n_pixel_ops, ow, c);
     return run_layout_for(conv, pad, (size_t)oh * ow * c, rs > px ? rs : px);
@@ -554,7 +572,7 @@ static void copy_window(const fl_image *src, int y, int x, fl_image *dst, int fl
     size_t c = (size_t)src->c, row = (size_t)dst->w * c;
     size_t inside = x1 > x0 ? (size_t)(x1 - x0) * c : 0;
     size_t before = x1 > x0 ? (size_t)(x0 - x) * c : 0, after = row - before - inside;
-    if (flip) {   /* mirrored, the zeros after the window come first */
+    if (flip) { /* mirrored, the zeros after the window come first */
         size_t t = before;
         before = after;
         after = t;
@@ -582,7 +600,7 @@ static int render(const geometry *g, const fl_image *src, int src_h, int src_w, 
     fl_image s = *src;
     resample_job j;
     int wy = 0, wx = 0;
-    if (!g->resize) {   /* a crop alone: a copy, mirrored in the same pass */
+    if (!g->resize) { /* a crop alone: a copy, mirrored in the same pass */
         copy_window(src, g->rect.y, g->rect.x, dst, g->flip);
         return FL_OK;
     }
@@ -594,16 +612,24 @@ static int render(const geometry *g, const fl_image *src, int src_h, int src_w, 
     } else {
         double y0 = 0, x0 = 0, y1 = src_h, x1 = src_w;
         if (g->crop_first) {
-            y0 = g->rect.y; x0 = g->rect.x;
-            y1 = y0 + g->rect.h; x1 = x0 + g->rect.w;
+            y0 = g->rect.y;
+            x0 = g->rect.x;
+            y1 = y0 + g->rect.h;
+            x1 = x0 + g->rect.w;
         } else {
             wy = g->rect.y;
             wx = g->rect.x;
         }
-        j.y0 = y0 / d; j.x0 = x0 / d; j.y1 = y1 / d; j.x1 = x1 / d;
-        j.ry0 = (int)floor(j.y0); j.rx0 = (int)floor(j.x0);
-        j.ry1 = imin((int)ceil(j.y1), src->h); j.rx1 = imin((int)ceil(j.x1), src->w);
-        j.vh = g->vh; j.vw = g->vw;
+        j.y0 = y0 / d;
+        j.x0 = x0 / d;
+        j.y1 = y1 / d;
+        j.x1 = x1 / d;
+        j.ry0 = (int)floor(j.y0);
+        j.rx0 = (int)floor(j.x0);
+        j.ry1 = imin((int)ceil(j.y1), src->h);
+        j.rx1 = imin((int)ceil(j.x1), src->w);
+        j.vh = g->vh;
+        j.vw = g->vw;
     }
     /* A window reaching outside the virtual image: zeros there, resample the rest. */
     int y0 = imax(wy, 0), y1 = imin(wy + dst->h, g->vh);
@@ -617,8 +643,8 @@ static int render(const geometry *g, const fl_image *src, int src_h, int src_w, 
     /* Flipped, the resampled part lands mirrored, at the mirrored place in dst. */
     int left = x0 - wx;
     if (g->flip) left = dst->w - left - (x1 - x0);
-    fl_image sub = {dst->data + (y0 - wy) * dst->stride + (size_t)left * dst->c,
-                    y1 - y0, x1 - x0, dst->c, dst->stride};
+    fl_image sub = {dst->data + (y0 - wy) * dst->stride + (size_t)left * dst->c, y1 - y0, x1 - x0,
+                    dst->c, dst->stride};
     return resample(&s, &j, &sub, g->flip, scratch, bytes);
 }
 
@@ -637,24 +663,26 @@ static int run_planned(const fl_pipeline *p, const geometry *g, const run_layout
         if ((err = fl_convert_channels(&src, &conv_img))) return err;
         src = conv_img;
     }
-    int direct = !p->normalize && !p->chw;  /* uint8 HWC goes straight into out */
+    int direct = !p->normalize && !p->chw; /* uint8 HWC goes straight into out */
     fl_image img = {direct ? (uint8_t *)out : base + L->tmp, oh, ow, c, (ptrdiff_t)ow * c};
     err = render(g, &src, src_h, src_w, d, &img, base + L->pad, base + L->resample, rest);
     if (err) return err;
     err = fl_pixel_ops_run(p->pixel_ops, p->n_pixel_ops, &img, g->seed, g->epoch, g->index,
                            base + L->resample, rest);
     if (err) return err;
-    if (p->normalize) fl_normalize_u8(&img, (float *)out, p->mean, p->std, p->chw);
-    else if (p->chw) to_chw_u8(&img, (uint8_t *)out);
+    if (p->normalize)
+        fl_normalize_u8(&img, (float *)out, p->mean, p->std, p->chw);
+    else if (p->chw)
+        to_chw_u8(&img, (uint8_t *)out);
     if (p->erase)
         fl_erasing_run(&p->erasing, out, p->out_dtype, oh, ow, c, p->chw, g->seed, g->epoch,
                        g->index);
     return FL_OK;
 }
 
-int fl_pipeline_run_scaled(const fl_pipeline *p, const fl_image *decoded, int src_h,
-                           int src_w, int scale_denom, uint64_t seed, uint64_t epoch,
-                           uint64_t index, void *out, void *scratch, size_t scratch_bytes) {
+int fl_pipeline_run_scaled(const fl_pipeline *p, const fl_image *decoded, int src_h, int src_w,
+                           int scale_denom, uint64_t seed, uint64_t epoch, uint64_t index,
+                           void *out, void *scratch, size_t scratch_bytes) {
     int d = scale_denom;
     if (!image_ok(decoded) || decoded->c == 2 || !out || (d != 1 && d != 2 && d != 4 && d != 8))
         return FL_EINVAL;
@@ -669,8 +697,8 @@ int fl_pipeline_run_scaled(const fl_pipeline *p, const fl_image *decoded, int sr
 }
 
 int fl_pipeline_run_into(const fl_pipeline *p, const fl_image *decoded, uint64_t seed,
-                         uint64_t epoch, uint64_t index, void *out, size_t out_bytes,
-                         void *scratch, size_t scratch_bytes, size_t *need) {
+                         uint64_t epoch, uint64_t index, void *out, size_t out_bytes, void *scratch,
+                         size_t scratch_bytes, size_t *need) {
     if (!image_ok(decoded) || decoded->c == 2 || !out) return FL_EINVAL;
     geometry g;
     int err = plan_geometry(p, decoded->h, decoded->w, seed, epoch, index, &g);
@@ -684,16 +712,15 @@ int fl_pipeline_run_into(const fl_pipeline *p, const fl_image *decoded, uint64_t
         *need = L.total;
         return FL_ESCRATCH;
     }
-    return run_planned(p, &g, &L, decoded, decoded->h, decoded->w, 1, out, scratch,
-                       scratch_bytes);
+    return run_planned(p, &g, &L, decoded, decoded->h, decoded->w, 1, out, scratch, scratch_bytes);
 }
 
-int fl_pipeline_run(const fl_pipeline *p, const fl_image *decoded, int scale_denom,
-                    uint64_t seed, uint64_t epoch, uint64_t index, void *out,
-                    void *scratch, size_t scratch_bytes) {
+int fl_pipeline_run(const fl_pipeline *p, const fl_image *decoded, int scale_denom, uint64_t seed,
+                    uint64_t epoch, uint64_t index, void *out, void *scratch,
+                    size_t scratch_bytes) {
     if (scale_denom != 1 || !decoded) return FL_EINVAL;
-    return fl_pipeline_run_scaled(p, decoded, decoded->h, decoded->w, 1, seed, epoch, index,
-                                  out, scratch, scratch_bytes);
+    return fl_pipeline_run_scaled(p, decoded, decoded->h, decoded->w, 1, seed, epoch, index, out,
+                                  scratch, scratch_bytes);
 }
 
 /* ---- running on a decoded region ------------------------------------------------------ */
@@ -708,7 +735,7 @@ static fl_rect read_region(const geometry *g, int h, int w, int d) {
         x0 = imax((int)floor((double)g->rect.x / d), 0);
         y1 = imin((int)ceil((double)(g->rect.y + g->rect.h) / d), dh);
         x1 = imin((int)ceil((double)(g->rect.x + g->rect.w) / d), dw);
-        if (y1 <= y0 || x1 <= x0) {   /* the crop lies in the padding: no pixel is read */
+        if (y1 <= y0 || x1 <= x0) { /* the crop lies in the padding: no pixel is read */
             y0 = x0 = 0;
             y1 = dh;
             x1 = dw;
@@ -718,8 +745,8 @@ static fl_rect read_region(const geometry *g, int h, int w, int d) {
     return r;
 }
 
-int fl_pipeline_region(const fl_pipeline *p, int h, int w, int exact, uint64_t seed,
-                       uint64_t epoch, uint64_t index, int *scale_denom, fl_rect *region) {
+int fl_pipeline_region(const fl_pipeline *p, int h, int w, int exact, uint64_t seed, uint64_t epoch,
+                       uint64_t index, int *scale_denom, fl_rect *region) {
     fl_rect crop;
     geometry g;
     int err = fl_pipeline_prepare(p, h, w, seed, epoch, index, &crop, scale_denom);
@@ -731,9 +758,8 @@ int fl_pipeline_region(const fl_pipeline *p, int h, int w, int exact, uint64_t s
 }
 
 int fl_pipeline_run_region(const fl_pipeline *p, const fl_image *part, int part_y, int part_x,
-                           int src_h, int src_w, int scale_denom, uint64_t seed,
-                           uint64_t epoch, uint64_t index, void *out, void *scratch,
-                           size_t scratch_bytes) {
+                           int src_h, int src_w, int scale_denom, uint64_t seed, uint64_t epoch,
+                           uint64_t index, void *out, void *scratch, size_t scratch_bytes) {
     int d = scale_denom;
     if (!image_ok(part) || part->c == 2 || !out || (d != 1 && d != 2 && d != 4 && d != 8))
         return FL_EINVAL;
@@ -847,8 +873,7 @@ int fl_pipeline_add_grayscale(fl_pipeline *p, int op, double prob) {
     return FL_OK;
 }
 
-int fl_pipeline_add_blur(fl_pipeline *p, int op, int kh, int kw, double sigma_lo,
-                         double sigma_hi) {
+int fl_pipeline_add_blur(fl_pipeline *p, int op, int kh, int kw, double sigma_lo, double sigma_hi) {
     fl_pixel_op *o = next_pixel_op(p, FL_PIXEL_BLUR, op);
     if (!o) return FL_ELIMIT;
     o->kh = kh;
@@ -858,9 +883,9 @@ int fl_pipeline_add_blur(fl_pipeline *p, int op, int kh, int kw, double sigma_lo
     return FL_OK;
 }
 
-int fl_pipeline_set_erasing(fl_pipeline *p, int op, double prob, double scale_lo,
-                            double scale_hi, double ratio_lo, double ratio_hi, int random,
-                            const float *value, int n_values) {
+int fl_pipeline_set_erasing(fl_pipeline *p, int op, double prob, double scale_lo, double scale_hi,
+                            double ratio_lo, double ratio_hi, int random, const float *value,
+                            int n_values) {
     if (n_values < 1 || n_values > 4) return FL_EINVAL;
     fl_erasing *e = &p->erasing;
     memset(e, 0, sizeof *e);

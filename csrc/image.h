@@ -14,7 +14,11 @@
 #include "rng.h"
 #include "status.h"
 
-typedef struct { uint8_t *data; int h, w, c; ptrdiff_t stride; } fl_image;
+typedef struct {
+    uint8_t *data;
+    int h, w, c;
+    ptrdiff_t stride;
+} fl_image;
 
 static inline fl_image fl_image_of(uint8_t *data, int h, int w, int c, ptrdiff_t stride) {
     fl_image im = {data, h, w, c, stride};
@@ -25,7 +29,9 @@ static inline fl_image fl_image_of(uint8_t *data, int h, int w, int c, ptrdiff_t
 #define FL_MAX_SIDE (1 << 24)
 
 /* A rectangle in pixels; it may reach outside its image (that part reads as zeros). */
-typedef struct { int y, x, h, w; } fl_rect;
+typedef struct {
+    int y, x, h, w;
+} fl_rect;
 
 static inline fl_rect fl_rect_of(int y, int x, int h, int w) {
     fl_rect r = {y, x, h, w};
@@ -43,8 +49,7 @@ int fl_resize(const fl_image *src, fl_image *dst, void *scratch, size_t scratch_
 void fl_flip_horizontal(fl_image *img);
 
 /* out = (x/255 - mean[c]) / std[c] as float32; dst is h*w*c floats, HWC, or CHW if chw. */
-void fl_normalize_u8(const fl_image *src, float *dst, const float *mean, const float *std,
-                     int chw);
+void fl_normalize_u8(const fl_image *src, float *dst, const float *mean, const float *std, int chw);
 
 /* Converts between 1 (gray), 3 (RGB) and 4 (RGBA) channels; same h, w. Gray from RGB uses
  * ITU-R 601 luma (as PIL's "L"); alpha is dropped, or set to 255 when added. */
@@ -54,8 +59,8 @@ int fl_convert_channels(const fl_image *src, fl_image *dst);
 
 /* RandomResizedCrop.get_params: 10 tries, then the central crop clamped to the ratio range.
  * Returns FL_EINVAL for bad ranges. */
-int fl_rrc_params(fl_rng *rng, int h, int w, double scale_lo, double scale_hi,
-                  double ratio_lo, double ratio_hi, int *y, int *x, int *ch, int *cw);
+int fl_rrc_params(fl_rng *rng, int h, int w, double scale_lo, double scale_hi, double ratio_lo,
+                  double ratio_hi, int *y, int *x, int *ch, int *cw);
 
 /* CenterCrop: offset round((h - th) / 2) (half to even, as Python); when the image is
  * smaller than the target, the offset is negative: -(th - h) // 2, the rest zero padding. */
@@ -63,8 +68,7 @@ void fl_center_crop_params(int h, int w, int th, int tw, int *y, int *x);
 
 /* RandomCrop on the image zero-padded by `padding` on every side; y, x are in source
  * coordinates (negative inside the padding). FL_ETOOSMALL when the padded image is smaller. */
-int fl_random_crop_params(fl_rng *rng, int h, int w, int th, int tw, int padding,
-                          int *y, int *x);
+int fl_random_crop_params(fl_rng *rng, int h, int w, int th, int tw, int padding, int *y, int *x);
 
 /* ---- fused pipeline ----------------------------------------------------------------- */
 
@@ -89,10 +93,10 @@ typedef struct {
 
 /* RandomErasing on the final output (float32 or uint8, HWC or CHW). */
 typedef struct {
-    int op;                    /* position in the chain: the op of its RNG key */
+    int op; /* position in the chain: the op of its RNG key */
     double p, scale_lo, scale_hi, ratio_lo, ratio_hi;
-    int random;                /* values drawn per element, not `value` */
-    int n_values;              /* 1 (every channel) or the channel count */
+    int random;   /* values drawn per element, not `value` */
+    int n_values; /* 1 (every channel) or the channel count */
     float value[4];
 } fl_erasing;
 
@@ -100,24 +104,24 @@ typedef struct {
  * resize, horizontal flip, colour ops, normalize, layout, erasing. `*_op` is the op's
  * position in the user's chain, the `op` of its RNG key. Built with the setters below. */
 typedef struct {
-    int channels;            /* 1, 3 or 4; 0: same as the input */
-    int crop_kind;           /* FL_CROP_* */
+    int channels;  /* 1, 3 or 4; 0: same as the input */
+    int crop_kind; /* FL_CROP_* */
     int crop_op;
-    int crop_after_resize;   /* 1: crop the resized image (Resize then CenterCrop) */
-    int crop_h, crop_w;      /* crop size; RandomResizedCrop: the output size */
-    int crop_padding;        /* FL_CROP_RANDOM */
-    double scale_lo, scale_hi, ratio_lo, ratio_hi;  /* FL_CROP_RANDOM_RESIZED */
-    int resize_kind;         /* FL_RESIZE_* */
-    int resize_h, resize_w;  /* EXACT: target; SHORTER: resize_h is the shorter side */
-    double flip_p;           /* 0: no flip */
+    int crop_after_resize; /* 1: crop the resized image (Resize then CenterCrop) */
+    int crop_h, crop_w;    /* crop size; RandomResizedCrop: the output size */
+    int crop_padding;      /* FL_CROP_RANDOM */
+    double scale_lo, scale_hi, ratio_lo, ratio_hi; /* FL_CROP_RANDOM_RESIZED */
+    int resize_kind;                               /* FL_RESIZE_* */
+    int resize_h, resize_w; /* EXACT: target; SHORTER: resize_h is the shorter side */
+    double flip_p;          /* 0: no flip */
     int flip_op;
-    int normalize;           /* output float32 (x/255 - mean) / std */
+    int normalize; /* output float32 (x/255 - mean) / std */
     float mean[4], std[4];
-    int chw;                 /* output channels first */
-    int out_dtype;           /* FL_DTYPE_*; float32 iff normalize */
-    int n_pixel_ops;         /* colour ops, run in order on the uint8 image after the flip */
+    int chw;         /* output channels first */
+    int out_dtype;   /* FL_DTYPE_*; float32 iff normalize */
+    int n_pixel_ops; /* colour ops, run in order on the uint8 image after the flip */
     fl_pixel_op pixel_ops[FL_MAX_PIXEL_OPS];
-    int erase;               /* apply `erasing` to the output, last */
+    int erase; /* apply `erasing` to the output, last */
     fl_erasing erasing;
 } fl_pipeline;
 
@@ -143,17 +147,15 @@ void fl_pipeline_set_chw(fl_pipeline *p, int chw);
 int fl_pipeline_add_jitter(fl_pipeline *p, int op, int present, const double lo[4],
                            const double hi[4]);
 int fl_pipeline_add_grayscale(fl_pipeline *p, int op, double prob);
-int fl_pipeline_add_blur(fl_pipeline *p, int op, int kh, int kw, double sigma_lo,
-                         double sigma_hi);
+int fl_pipeline_add_blur(fl_pipeline *p, int op, int kh, int kw, double sigma_lo, double sigma_hi);
 /* RandomErasing on the output: with `random`, values drawn per element; else n_values
  * (1, or one per channel) given values. */
-int fl_pipeline_set_erasing(fl_pipeline *p, int op, double prob, double scale_lo,
-                            double scale_hi, double ratio_lo, double ratio_hi, int random,
-                            const float *value, int n_values);
+int fl_pipeline_set_erasing(fl_pipeline *p, int op, double prob, double scale_lo, double scale_hi,
+                            double ratio_lo, double ratio_hi, int random, const float *value,
+                            int n_values);
 
 /* Output size for a source of h x w x c. Returns FL_OK or FL_EINVAL. */
-int fl_pipeline_output_shape(const fl_pipeline *p, int h, int w, int c,
-                             int *oh, int *ow, int *oc);
+int fl_pipeline_output_shape(const fl_pipeline *p, int h, int w, int c, int *oh, int *ow, int *oc);
 
 /* From the source size alone: the crop rectangle in source pixels (for a crop after the
  * resize, mapped back to source pixels, rounded outward) and the JPEG DCT scale to decode
@@ -169,37 +171,35 @@ size_t fl_pipeline_scratch_bytes(const fl_pipeline *p, int h, int w, int c);
 /* Runs the chain on a full-size decoded image (scale_denom must be 1: a reduced decode has
  * lost the exact source size that the draws depend on; use fl_pipeline_run_scaled) and
  * writes one item into out (uint8 or float32, HWC or CHW, contiguous). */
-int fl_pipeline_run(const fl_pipeline *p, const fl_image *decoded, int scale_denom,
-                    uint64_t seed, uint64_t epoch, uint64_t index, void *out,
-                    void *scratch, size_t scratch_bytes);
+int fl_pipeline_run(const fl_pipeline *p, const fl_image *decoded, int scale_denom, uint64_t seed,
+                    uint64_t epoch, uint64_t index, void *out, void *scratch, size_t scratch_bytes);
 
 /* As fl_pipeline_run, for an image decoded at 1/scale_denom of a src_h x src_w source
  * (decoded is then ceil(src_h/d) x ceil(src_w/d), as libjpeg's DCT scaling makes it).
  * The draws are those of fl_pipeline_prepare(p, src_h, src_w, ...). */
-int fl_pipeline_run_scaled(const fl_pipeline *p, const fl_image *decoded, int src_h,
-                           int src_w, int scale_denom, uint64_t seed, uint64_t epoch,
-                           uint64_t index, void *out, void *scratch, size_t scratch_bytes);
+int fl_pipeline_run_scaled(const fl_pipeline *p, const fl_image *decoded, int src_h, int src_w,
+                           int scale_denom, uint64_t seed, uint64_t epoch, uint64_t index,
+                           void *out, void *scratch, size_t scratch_bytes);
 
 /* As fl_pipeline_run at full scale, drawing the geometry once: checks that the output is
  * exactly `out_bytes` (FL_ESHAPE otherwise, before anything is written), and when the
  * scratch is smaller than the item needs returns FL_ESCRATCH with the size in *need. */
 int fl_pipeline_run_into(const fl_pipeline *p, const fl_image *decoded, uint64_t seed,
-                         uint64_t epoch, uint64_t index, void *out, size_t out_bytes,
-                         void *scratch, size_t scratch_bytes, size_t *need);
+                         uint64_t epoch, uint64_t index, void *out, size_t out_bytes, void *scratch,
+                         size_t scratch_bytes, size_t *need);
 
 /* The DCT scale to decode an h x w source at (1 when `exact`) and the region of the image
  * at that scale that a run with this key reads: the crop's rows and columns when the crop
  * is taken from the source, else the whole image. Decoding only the region and passing it
  * to fl_pipeline_run_region gives the pixels of a run on the whole decoded image. */
-int fl_pipeline_region(const fl_pipeline *p, int h, int w, int exact, uint64_t seed,
-                       uint64_t epoch, uint64_t index, int *scale_denom, fl_rect *region);
+int fl_pipeline_region(const fl_pipeline *p, int h, int w, int exact, uint64_t seed, uint64_t epoch,
+                       uint64_t index, int *scale_denom, fl_rect *region);
 
 /* As fl_pipeline_run_scaled, on `part`: the pixels of the image decoded at 1/scale_denom
  * whose first pixel sits at (part_y, part_x). FL_EINVAL unless the part holds the region
  * that fl_pipeline_region gives for the same key. */
 int fl_pipeline_run_region(const fl_pipeline *p, const fl_image *part, int part_y, int part_x,
-                           int src_h, int src_w, int scale_denom, uint64_t seed,
-                           uint64_t epoch, uint64_t index, void *out, void *scratch,
-                           size_t scratch_bytes);
+                           int src_h, int src_w, int scale_denom, uint64_t seed, uint64_t epoch,
+                           uint64_t index, void *out, void *scratch, size_t scratch_bytes);
 
 #endif

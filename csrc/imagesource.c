@@ -13,29 +13,29 @@
 #include "qoi.h"
 
 enum {
-    SOURCE_BUFFERS = 0,  /* item i is ptrs[i][0 .. lens[i]) */
-    SOURCE_OFFSETS,      /* item i is base[offsets[i] .. offsets[i + 1]) */
-    SOURCE_FILES,        /* item i is the contents of the file paths[i] */
-    SOURCE_PIXELS        /* item i is a decoded uint8 image: ptrs[i], dims[3i..3i+2] */
+    SOURCE_BUFFERS = 0, /* item i is ptrs[i][0 .. lens[i]) */
+    SOURCE_OFFSETS,     /* item i is base[offsets[i] .. offsets[i + 1]) */
+    SOURCE_FILES,       /* item i is the contents of the file paths[i] */
+    SOURCE_PIXELS       /* item i is a decoded uint8 image: ptrs[i], dims[3i..3i+2] */
 };
 
 struct fl_image_source {
     const fl_pipeline *pipeline;
-    int kind;                      /* SOURCE_* */
+    int kind; /* SOURCE_* */
     int64_t count;
-    const uint8_t *const *ptrs;    /* BUFFERS, PIXELS */
-    const int64_t *lens;           /* BUFFERS */
-    const uint8_t *base;           /* OFFSETS */
-    const int64_t *offsets;        /* OFFSETS: count + 1 entries */
-    const char *const *paths;      /* FILES */
-    const int32_t *dims;           /* PIXELS: h, w, c per item */
-    const int64_t *row_strides;    /* PIXELS */
-    int channels;                  /* channels to decode encoded images to (1, 3 or 4) */
-    int exact;                     /* decode at full scale, never at a reduced DCT scale */
-    fl_decode_fn decode_jpeg;      /* JPEG, in a build without libjpeg or for CMYK */
+    const uint8_t *const *ptrs; /* BUFFERS, PIXELS */
+    const int64_t *lens;        /* BUFFERS */
+    const uint8_t *base;        /* OFFSETS */
+    const int64_t *offsets;     /* OFFSETS: count + 1 entries */
+    const char *const *paths;   /* FILES */
+    const int32_t *dims;        /* PIXELS: h, w, c per item */
+    const int64_t *row_strides; /* PIXELS */
+    int channels;               /* channels to decode encoded images to (1, 3 or 4) */
+    int exact;                  /* decode at full scale, never at a reduced DCT scale */
+    fl_decode_fn decode_jpeg;   /* JPEG, in a build without libjpeg or for CMYK */
     fl_decode_other_fn decode_other;
-    void *decode_ctx;              /* of both */
-    char *name;                    /* what to call the source in messages */
+    void *decode_ctx; /* of both */
+    char *name;       /* what to call the source in messages */
     /* Refused before memory is set aside (fastload.limits): a forged header must not
      * make a thread reserve gigabytes, nor a huge file be read whole. */
     int64_t max_pixels;
@@ -102,8 +102,7 @@ void fl_image_source_pixels(fl_image_source *src, int64_t count, const uint8_t *
     src->row_strides = row_strides;
 }
 
-void fl_image_source_field(fl_field *fields, int f, const fl_image_source *src,
-                           int64_t row_bytes) {
+void fl_image_source_field(fl_field *fields, int f, const fl_image_source *src, int64_t row_bytes) {
     fl_field_set_fill(fields, f, fl_fill_image, fl_prefetch_image, (void *)src, row_bytes);
 }
 
@@ -112,7 +111,7 @@ int fl_jpeg_size(const uint8_t *data, size_t n, int *h, int *w) {
     size_t p = 2;
     while (p + 1 < n) {
         if (data[p] != 0xFF) return FL_EFORMAT;
-        while (p < n && data[p] == 0xFF) p++;           /* fill bytes */
+        while (p < n && data[p] == 0xFF) p++; /* fill bytes */
         if (p >= n) return FL_EFORMAT;
         uint8_t marker = data[p++];
         if (marker == 0xD8 || marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) continue;
@@ -120,8 +119,8 @@ int fl_jpeg_size(const uint8_t *data, size_t n, int *h, int *w) {
         if (p + 2 > n) return FL_EFORMAT;
         size_t length = ((size_t)data[p] << 8) | data[p + 1];
         if (length < 2 || p + length > n) return FL_EFORMAT;
-        int is_frame = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 &&
-                       marker != 0xC8 && marker != 0xCC;
+        int is_frame =
+            marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
         if (is_frame) {
             if (length < 7) return FL_EFORMAT;
             *h = (data[p + 3] << 8) | data[p + 4];
@@ -139,12 +138,11 @@ enum { FORMAT_JPEG, FORMAT_QOI, FORMAT_OTHER, FORMAT_UNKNOWN };
 static int format_of(const uint8_t *d, size_t n) {
     if (n >= 2 && d[0] == 0xFF && d[1] == 0xD8) return FORMAT_JPEG;
     if (n >= 4 && memcmp(d, "qoif", 4) == 0) return FORMAT_QOI;
-    if ((n >= 8 && memcmp(d, "\x89PNG\r\n\x1a\n", 8) == 0) ||
-        (n >= 2 && memcmp(d, "BM", 2) == 0) ||
+    if ((n >= 8 && memcmp(d, "\x89PNG\r\n\x1a\n", 8) == 0) || (n >= 2 && memcmp(d, "BM", 2) == 0) ||
         (n >= 4 && memcmp(d, "GIF8", 4) == 0) ||
         (n >= 12 && memcmp(d, "RIFF", 4) == 0 && memcmp(d + 8, "WEBP", 4) == 0) ||
         (n >= 4 && (memcmp(d, "II*\0", 4) == 0 || memcmp(d, "MM\0*", 4) == 0)) ||
-        (n >= 3 && d[0] == 'P' && d[1] >= '1' && d[1] <= '6' && isspace(d[2])))  /* PNM */
+        (n >= 3 && d[0] == 'P' && d[1] >= '1' && d[1] <= '6' && isspace(d[2]))) /* PNM */
         return FORMAT_OTHER;
     return FORMAT_UNKNOWN;
 }
@@ -153,8 +151,8 @@ static int format_of(const uint8_t *d, size_t n) {
  * Only regular files (opening a FIFO or device must not block a pool thread), at most
  * `max_bytes` of them, and only after their first bytes show an image format fastload
  * reads: a huge file of anything else costs no memory. */
-static const uint8_t *read_file(const char *path, int64_t max_bytes, size_t *n,
-                                fl_scratch *scratch, char *message) {
+static const uint8_t *read_file(const char *path, int64_t max_bytes, size_t *n, fl_scratch *scratch,
+                                char *message) {
     int fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0) {
         snprintf(message, FL_MESSAGE_BYTES, "cannot open the file");
@@ -168,11 +166,13 @@ static const uint8_t *read_file(const char *path, int64_t max_bytes, size_t *n,
     if (!regular) {
         snprintf(message, FL_MESSAGE_BYTES, "not a regular file");
     } else if (st.st_size > max_bytes) {
-        snprintf(message, FL_MESSAGE_BYTES, "a file of %lld bytes is over the limit of "
-                 "%lld bytes (fastload.limits.MAX_FILE_BYTES)", (long long)st.st_size,
-                 (long long)max_bytes);
+        snprintf(message, FL_MESSAGE_BYTES,
+                 "a file of %lld bytes is over the limit of "
+                 "%lld bytes (fastload.limits.MAX_FILE_BYTES)",
+                 (long long)st.st_size, (long long)max_bytes);
     } else if (head_n < 2 || format_of(head, (size_t)head_n) == FORMAT_UNKNOWN) {
-        snprintf(message, FL_MESSAGE_BYTES, "not an image file fastload reads (JPEG, PNG, "
+        snprintf(message, FL_MESSAGE_BYTES,
+                 "not an image file fastload reads (JPEG, PNG, "
                  "BMP, GIF, WebP, TIFF, PNM or QOI)");
     } else if (!(buf = fl_scratch_reserve(scratch, (size_t)st.st_size + 1))) {
         snprintf(message, FL_MESSAGE_BYTES, "out of memory reading the file");
@@ -193,9 +193,7 @@ static const uint8_t *read_file(const char *path, int64_t max_bytes, size_t *n,
 static const uint8_t *encoded_item(const fl_image_source *src, int64_t index, size_t *n,
                                    fl_scratch *file_scratch, char *message) {
     switch (src->kind) {
-    case SOURCE_BUFFERS:
-        *n = (size_t)src->lens[index];
-        return src->ptrs[index];
+    case SOURCE_BUFFERS: *n = (size_t)src->lens[index]; return src->ptrs[index];
     case SOURCE_OFFSETS:
         *n = (size_t)(src->offsets[index + 1] - src->offsets[index]);
         return src->base + src->offsets[index];
@@ -208,8 +206,7 @@ static const uint8_t *encoded_item(const fl_image_source *src, int64_t index, si
 /* FL_OK when the pipeline's output for an h x w x c source is exactly the slot's row, else
  * FL_ESHAPE with a message: an image that would give another size must never be written
  * there. */
-static int fits_row(int64_t row_bytes, const fl_pipeline *p, int h, int w, int c,
-                    char *message) {
+static int fits_row(int64_t row_bytes, const fl_pipeline *p, int h, int w, int c, char *message) {
     int oh, ow, oc;
     if (fl_pipeline_output_shape(p, h, w, c, &oh, &ow, &oc) != FL_OK) {
         snprintf(message, FL_MESSAGE_BYTES, "the pipeline does not fit a %dx%d image", h, w);
@@ -217,8 +214,10 @@ static int fits_row(int64_t row_bytes, const fl_pipeline *p, int h, int w, int c
     }
     int64_t bytes = (int64_t)oh * ow * oc * (p->out_dtype == FL_DTYPE_FLOAT32 ? 4 : 1);
     if (bytes != row_bytes) {
-        snprintf(message, FL_MESSAGE_BYTES, "a %dx%dx%d image gives a %dx%dx%d output, not the "
-                 "size of the others", h, w, c, oh, ow, oc);
+        snprintf(message, FL_MESSAGE_BYTES,
+                 "a %dx%dx%d image gives a %dx%dx%d output, not the "
+                 "size of the others",
+                 h, w, c, oh, ow, oc);
         return FL_ESHAPE;
     }
     return FL_OK;
@@ -234,8 +233,8 @@ static int fail(int code, char *message, const fl_image_source *src, int64_t ind
         snprintf(message, FL_MESSAGE_BYTES, "image %lld (%s): %s", (long long)index,
                  src->paths[index], detail);
     else
-        snprintf(message, FL_MESSAGE_BYTES, "image %lld of %s: %s", (long long)index,
-                 src->name, detail);
+        snprintf(message, FL_MESSAGE_BYTES, "image %lld of %s: %s", (long long)index, src->name,
+                 detail);
     return code;
 }
 
@@ -277,8 +276,10 @@ static int encoded_size(const fl_image_source *src, const uint8_t *data, size_t 
         return FL_EFORMAT;
     }
     if ((int64_t)*h * *w > src->max_pixels) {
-        snprintf(message, FL_MESSAGE_BYTES, "a %dx%d image is over the limit of %lld pixels "
-                 "(fastload.limits.MAX_IMAGE_PIXELS)", *h, *w, (long long)src->max_pixels);
+        snprintf(message, FL_MESSAGE_BYTES,
+                 "a %dx%d image is over the limit of %lld pixels "
+                 "(fastload.limits.MAX_IMAGE_PIXELS)",
+                 *h, *w, (long long)src->max_pixels);
         return FL_ELIMIT;
     }
     return FL_OK;
@@ -286,11 +287,11 @@ static int encoded_size(const fl_image_source *src, const uint8_t *data, size_t 
 
 /* Decodes a JPEG: the region the run reads, in C, or (a build without libjpeg, or a CMYK
  * image) the whole image at the same scale through src->decode_jpeg. */
-static int decode_jpeg(const fl_image_source *src, const uint8_t *data, size_t n, int h,
-                       int w, int denom, const fl_rect *region, fl_scratch *scratch,
-                       fl_image *img, int *img_y, int *img_x, char *message) {
-    int rc = fl_jpeg_decode(data, n, src->channels, denom, region, reserve, scratch, img,
-                            img_y, img_x, message, FL_MESSAGE_BYTES);
+static int decode_jpeg(const fl_image_source *src, const uint8_t *data, size_t n, int h, int w,
+                       int denom, const fl_rect *region, fl_scratch *scratch, fl_image *img,
+                       int *img_y, int *img_x, char *message) {
+    int rc = fl_jpeg_decode(data, n, src->channels, denom, region, reserve, scratch, img, img_y,
+                            img_x, message, FL_MESSAGE_BYTES);
     if (rc != FL_EUNSUPPORTED) return rc;
     int dh = (h + denom - 1) / denom, dw = (w + denom - 1) / denom, c = src->channels;
     uint8_t *pixels = fl_scratch_reserve(scratch, (size_t)dh * dw * c);
@@ -306,9 +307,9 @@ static int decode_jpeg(const fl_image_source *src, const uint8_t *data, size_t n
     return FL_OK;
 }
 
-int fl_image_source_decode(const fl_image_source *src, const uint8_t *data, size_t n,
-                           uint64_t seed, uint64_t epoch, uint64_t index, int64_t dst_bytes,
-                           fl_scratch *scratch, fl_decoded *out, char *message) {
+int fl_image_source_decode(const fl_image_source *src, const uint8_t *data, size_t n, uint64_t seed,
+                           uint64_t epoch, uint64_t index, int64_t dst_bytes, fl_scratch *scratch,
+                           fl_decoded *out, char *message) {
     const fl_pipeline *p = src->pipeline;
     int format = format_of(data, n), h = 0, w = 0, denom = 1, img_y = 0, img_x = 0, rc;
     fl_image img;
@@ -318,15 +319,16 @@ int fl_image_source_decode(const fl_image_source *src, const uint8_t *data, size
         return FL_ETRUNCATED;
     }
     if (format == FORMAT_UNKNOWN) {
-        snprintf(message, FL_MESSAGE_BYTES, "not an image file fastload reads (JPEG, PNG, "
+        snprintf(message, FL_MESSAGE_BYTES,
+                 "not an image file fastload reads (JPEG, PNG, "
                  "BMP, GIF, WebP, TIFF, PNM or QOI)");
         return FL_EFORMAT;
     }
     if (format == FORMAT_OTHER) {
         /* Decoded whole (with the GIL) by src->decode_other, which checks the pixel limit
          * from the file's header before decoding. */
-        rc = src->decode_other(src->decode_ctx, data, n, src->channels, src->max_pixels,
-                               reserve, scratch, &img, message);
+        rc = src->decode_other(src->decode_ctx, data, n, src->channels, src->max_pixels, reserve,
+                               scratch, &img, message);
         if (rc != FL_OK) return rc;
         h = img.h;
         w = img.w;
@@ -337,8 +339,8 @@ int fl_image_source_decode(const fl_image_source *src, const uint8_t *data, size
     if (dst_bytes >= 0 && (rc = fits_row(dst_bytes, p, h, w, decoded_c, message)) != FL_OK)
         return rc;
     fl_rect region;
-    if (fl_pipeline_region(p, h, w, src->exact || format != FORMAT_JPEG, seed, epoch, index,
-                           &denom, &region) != FL_OK) {
+    if (fl_pipeline_region(p, h, w, src->exact || format != FORMAT_JPEG, seed, epoch, index, &denom,
+                           &region) != FL_OK) {
         snprintf(message, FL_MESSAGE_BYTES, "the pipeline does not fit a %dx%d image", h, w);
         return FL_ESHAPE;
     }
@@ -355,8 +357,8 @@ int fl_image_source_decode(const fl_image_source *src, const uint8_t *data, size
         }
         img = fl_image_of(pixels, h, w, decoded_c, (ptrdiff_t)w * decoded_c);
     } else if (format == FORMAT_JPEG) {
-        rc = decode_jpeg(src, data, n, h, w, denom, &region, scratch, &img, &img_y, &img_x,
-                         message);
+        rc =
+            decode_jpeg(src, data, n, h, w, denom, &region, scratch, &img, &img_y, &img_x, message);
         if (rc != FL_OK) {
             if (!message[0]) snprintf(message, FL_MESSAGE_BYTES, "corrupt JPEG");
             return rc;
@@ -371,12 +373,12 @@ int fl_image_source_decode(const fl_image_source *src, const uint8_t *data, size
     return FL_OK;
 }
 
-int fl_image_source_run(const fl_image_source *src, const uint8_t *data, size_t n,
-                        uint64_t seed, uint64_t epoch, uint64_t index, char *dst,
-                        int64_t dst_bytes, fl_scratch *scratch, char *message) {
+int fl_image_source_run(const fl_image_source *src, const uint8_t *data, size_t n, uint64_t seed,
+                        uint64_t epoch, uint64_t index, char *dst, int64_t dst_bytes,
+                        fl_scratch *scratch, char *message) {
     fl_decoded d;
-    int rc = fl_image_source_decode(src, data, n, seed, epoch, index, dst_bytes, scratch, &d,
-                                    message);
+    int rc =
+        fl_image_source_decode(src, data, n, seed, epoch, index, dst_bytes, scratch, &d, message);
     if (rc != FL_OK) return rc;
     /* The pipeline's scratch goes after the pixels, in the same region: growing it keeps
      * the pixels (realloc). */
@@ -389,11 +391,11 @@ int fl_image_source_run(const fl_image_source *src, const uint8_t *data, size_t 
         return FL_ENOMEM;
     }
     d.part.data = base;
-    rc = fl_pipeline_run_region(p, &d.part, d.y, d.x, d.src_h, d.src_w, d.denom, seed, epoch,
-                                index, dst, base + image_bytes, work_bytes);
+    rc = fl_pipeline_run_region(p, &d.part, d.y, d.x, d.src_h, d.src_w, d.denom, seed, epoch, index,
+                                dst, base + image_bytes, work_bytes);
     if (rc != FL_OK) {
-        snprintf(message, FL_MESSAGE_BYTES, "the pipeline does not fit a %dx%d image",
-                 d.src_h, d.src_w);
+        snprintf(message, FL_MESSAGE_BYTES, "the pipeline does not fit a %dx%d image", d.src_h,
+                 d.src_w);
         return rc;
     }
     return FL_OK;
@@ -406,22 +408,20 @@ static int fill_pixels(const fl_field *field, const fl_image_source *src, int64_
                        char *message) {
     const fl_pipeline *p = src->pipeline;
     const int32_t *d = src->dims + 3 * index;
-    fl_image img = fl_image_of((uint8_t *)src->ptrs[index], d[0], d[1], d[2],
-                               src->row_strides[index]);
+    fl_image img =
+        fl_image_of((uint8_t *)src->ptrs[index], d[0], d[1], d[2], src->row_strides[index]);
     size_t need = 0;
     int rc = fl_pipeline_run_into(p, &img, seed, epoch, (uint64_t)index, dst,
-                                  (size_t)field->row_bytes, scratch->data, scratch->bytes,
-                                  &need);
+                                  (size_t)field->row_bytes, scratch->data, scratch->bytes, &need);
     if (rc == FL_ESCRATCH) {
         if (!fl_scratch_reserve(scratch, need))
             return fail(FL_ENOMEM, message, src, index, "out of memory");
         rc = fl_pipeline_run_into(p, &img, seed, epoch, (uint64_t)index, dst,
-                                  (size_t)field->row_bytes, scratch->data, scratch->bytes,
-                                  &need);
+                                  (size_t)field->row_bytes, scratch->data, scratch->bytes, &need);
     }
     if (rc == FL_OK) return FL_OK;
     if (fits_row(field->row_bytes, p, img.h, img.w, img.c, message) != FL_OK)
-        return fail(FL_ESHAPE, message, src, index, "");   /* says how the size differs */
+        return fail(FL_ESHAPE, message, src, index, ""); /* says how the size differs */
     return fail(rc, message, src, index, "the pipeline does not fit this image");
 }
 
@@ -441,7 +441,7 @@ int fl_fill_image(const fl_field *field, const fl_item *item, char *dst, fl_scra
     message[0] = '\0';
     const uint8_t *data = encoded_item(src, index, &n, &scratch[1], message);
     if (!data && message[0]) return fail(FL_EFAILED, message, src, index, "");
-    int rc = fl_image_source_run(src, data, n, seed, epoch, (uint64_t)index, dst,
-                                 field->row_bytes, &scratch[0], message);
+    int rc = fl_image_source_run(src, data, n, seed, epoch, (uint64_t)index, dst, field->row_bytes,
+                                 &scratch[0], message);
     return rc == FL_OK ? FL_OK : fail(rc, message, src, index, "");
 }

@@ -14,8 +14,8 @@
 
 /* Decodes a JPEG at 1/scale_denom into out (ceil(h/d) x ceil(w/d) x channels, rows packed).
  * Returns FL_OK, or a negative code after writing a message. */
-typedef int (*fl_decode_fn)(void *ctx, const uint8_t *data, size_t n, int scale_denom,
-                            int channels, int h, int w, uint8_t *out, char *message);
+typedef int (*fl_decode_fn)(void *ctx, const uint8_t *data, size_t n, int scale_denom, int channels,
+                            int h, int w, uint8_t *out, char *message);
 
 /* Decodes an image of another format whole, to `channels`, into memory from alloc (*out
  * describes it), refusing more than max_pixels from the header, before decoding.
@@ -53,8 +53,7 @@ void fl_image_source_pixels(fl_image_source *src, int64_t count, const uint8_t *
                             const int32_t *dims, const int64_t *row_strides);
 
 /* Makes fields[f] load images from `src` into rows of row_bytes (fl_fill_image). */
-void fl_image_source_field(fl_field *fields, int f, const fl_image_source *src,
-                           int64_t row_bytes);
+void fl_image_source_field(fl_field *fields, int f, const fl_image_source *src, int64_t row_bytes);
 
 /* Height and width from a JPEG's frame header. Returns FL_OK, or FL_EFORMAT when the bytes
  * are not a well-formed JPEG up to its frame header. */
@@ -73,16 +72,16 @@ typedef struct {
  * region, at the scale the pipeline allows; other formats whole) into `scratch`, after
  * checking that the output would be dst_bytes (-1: not checked). Returns FL_OK, or a
  * negative code with a message. */
-int fl_image_source_decode(const fl_image_source *src, const uint8_t *data, size_t n,
-                      uint64_t seed, uint64_t epoch, uint64_t index, int64_t dst_bytes,
-                      fl_scratch *scratch, fl_decoded *out, char *message);
+int fl_image_source_decode(const fl_image_source *src, const uint8_t *data, size_t n, uint64_t seed,
+                           uint64_t epoch, uint64_t index, int64_t dst_bytes, fl_scratch *scratch,
+                           fl_decoded *out, char *message);
 
 /* Decodes `data` (encoded bytes) and runs the pipeline on item `index` into dst, which
  * must be dst_bytes (-1: sized by the caller from the image's header). Returns FL_OK, or a
  * negative code with a message. */
 int fl_image_source_run(const fl_image_source *src, const uint8_t *data, size_t n, uint64_t seed,
-                   uint64_t epoch, uint64_t index, char *dst, int64_t dst_bytes,
-                   fl_scratch *scratch, char *message);
+                        uint64_t epoch, uint64_t index, char *dst, int64_t dst_bytes,
+                        fl_scratch *scratch, char *message);
 
 /* Prefetches the start of an image's bytes or pixels (see fl_prefetch_fn). */
 void fl_prefetch_image(const fl_field *field, int64_t index);

@@ -8,11 +8,21 @@
 
 int fl_jpeg_library_version(void) { return 0; }
 
-int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom,
-                   const fl_rect *want, fl_alloc_fn alloc, void *alloc_ctx,
-                   fl_image *out, int *out_y, int *out_x, char *message, size_t message_bytes) {
-    (void)data; (void)n; (void)channels; (void)denom; (void)want; (void)alloc;
-    (void)alloc_ctx; (void)out; (void)out_y; (void)out_x; (void)message; (void)message_bytes;
+int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom, const fl_rect *want,
+                   fl_alloc_fn alloc, void *alloc_ctx, fl_image *out, int *out_y, int *out_x,
+                   char *message, size_t message_bytes) {
+    (void)data;
+    (void)n;
+    (void)channels;
+    (void)denom;
+    (void)want;
+    (void)alloc;
+    (void)alloc_ctx;
+    (void)out;
+    (void)out_y;
+    (void)out_x;
+    (void)message;
+    (void)message_bytes;
     return FL_EUNSUPPORTED;
 }
 
@@ -48,7 +58,7 @@ static void on_error(j_common_ptr cinfo) {
 }
 
 static void on_message(j_common_ptr cinfo, int level) {
-    if (level < 0) on_error(cinfo);   /* a warning: the data is corrupt */
+    if (level < 0) on_error(cinfo); /* a warning: the data is corrupt */
 }
 
 /* Whether the stream ends in an EOI marker (allowing a few bytes of padding after it). */
@@ -59,16 +69,16 @@ static int ends_with_eoi(const uint8_t *data, size_t n) {
     return 0;
 }
 
-int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom,
-                   const fl_rect *want, fl_alloc_fn alloc, void *alloc_ctx,
-                   fl_image *out, int *out_y, int *out_x, char *message, size_t message_bytes) {
+int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom, const fl_rect *want,
+                   fl_alloc_fn alloc, void *alloc_ctx, fl_image *out, int *out_y, int *out_x,
+                   char *message, size_t message_bytes) {
     struct jpeg_decompress_struct cinfo;
     error_state err;
     JSAMPROW rows[16];
     if ((channels != 1 && channels != 3 && channels != 4) ||
         (denom != 1 && denom != 2 && denom != 4 && denom != 8)) {
-        snprintf(message, message_bytes, "cannot decode a JPEG to %d channels at 1/%d",
-                 channels, denom);
+        snprintf(message, message_bytes, "cannot decode a JPEG to %d channels at 1/%d", channels,
+                 denom);
         return FL_EINVAL;
     }
     cinfo.err = jpeg_std_error(&err.mgr);
@@ -87,8 +97,7 @@ int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom,
         jpeg_destroy_decompress(&cinfo);
         return FL_EUNSUPPORTED;
     }
-    cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : channels == 3 ? JCS_RGB
-                                                                          : JCS_EXT_RGBA;
+    cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : channels == 3 ? JCS_RGB : JCS_EXT_RGBA;
     cinfo.scale_num = 1;
     cinfo.scale_denom = (unsigned)denom;
     cinfo.dct_method = JDCT_ISLOW;
@@ -103,7 +112,11 @@ int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom,
         x0 = want->x - 1 < 0 ? 0 : want->x - 1;
         y1 = want->y + want->h + 1 > h ? h : want->y + want->h + 1;
         x1 = want->x + want->w + 1 > w ? w : want->x + want->w + 1;
-        if (y1 <= y0 || x1 <= x0) { y0 = x0 = 0; y1 = h; x1 = w; }
+        if (y1 <= y0 || x1 <= x0) {
+            y0 = x0 = 0;
+            y1 = h;
+            x1 = w;
+        }
     }
     JDIMENSION xoff = (JDIMENSION)x0, width = (JDIMENSION)(x1 - x0);
     if (width < (JDIMENSION)w) jpeg_crop_scanline(&cinfo, &xoff, &width);
@@ -132,7 +145,7 @@ int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom,
         }
     }
     if (cinfo.output_scanline == cinfo.output_height)
-        jpeg_finish_decompress(&cinfo);   /* reads up to EOI: reports a truncated end */
+        jpeg_finish_decompress(&cinfo); /* reads up to EOI: reports a truncated end */
     else
         jpeg_abort_decompress(&cinfo);
     jpeg_destroy_decompress(&cinfo);

@@ -27,8 +27,8 @@ typedef void *(*fl_alloc_fn)(void *ctx, size_t bytes);
  * that a truncated file is always reported. Returns FL_OK; FL_EUNSUPPORTED when the
  * caller must decode another way; else FL_ECORRUPT (corrupt, truncated or unsupported
  * data: the message has libjpeg's words), FL_ENOMEM or FL_EINVAL, with a message. */
-int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom,
-                   const fl_rect *want, fl_alloc_fn alloc, void *alloc_ctx,
-                   fl_image *out, int *out_y, int *out_x, char *message, size_t message_bytes);
+int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom, const fl_rect *want,
+                   fl_alloc_fn alloc, void *alloc_ctx, fl_image *out, int *out_y, int *out_x,
+                   char *message, size_t message_bytes);
 
 #endif

@@ -20,11 +20,11 @@ typedef struct task {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
-static pthread_cond_t stopped = PTHREAD_COND_INITIALIZER;  /* a shutdown finished */
+static pthread_cond_t stopped = PTHREAD_COND_INITIALIZER; /* a shutdown finished */
 static task *head, *tail;
 static pthread_t *threads;
 static int nthreads, started, stopping;
-static unsigned long generation;   /* forks survived: a child's pool is a new one */
+static unsigned long generation; /* forks survived: a child's pool is a new one */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 static void *worker(void *unused) {
@@ -69,7 +69,11 @@ static void after_fork_child(void) {
     pthread_mutex_init(&lock, NULL);
     pthread_cond_init(&wake, NULL);
     pthread_cond_init(&stopped, NULL);
-    while (head) { task *t = head; head = t->next; free(t); }
+    while (head) {
+        task *t = head;
+        head = t->next;
+        free(t);
+    }
     tail = NULL;
     free(threads);
     threads = NULL;
@@ -114,7 +118,10 @@ int fl_pool_submit(fl_task_fn fn, void *arg) {
         free(t);
         return FL_ETHREADS;
     }
-    if (tail) tail->next = t; else head = t;
+    if (tail)
+        tail->next = t;
+    else
+        head = t;
     tail = t;
     pthread_cond_signal(&wake);
     pthread_mutex_unlock(&lock);
@@ -150,7 +157,10 @@ int fl_pool_reserve(int n) {
 void fl_pool_shutdown(void) {
     pthread_mutex_lock(&lock);
     while (stopping) pthread_cond_wait(&stopped, &lock);
-    if (!started) { pthread_mutex_unlock(&lock); return; }
+    if (!started) {
+        pthread_mutex_unlock(&lock);
+        return;
+    }
     stopping = 1;
     pthread_cond_broadcast(&wake);
     pthread_t *joining = threads;

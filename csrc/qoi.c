@@ -4,21 +4,23 @@
 #include <string.h>
 
 #define OP_INDEX 0x00 /* 00xxxxxx */
-#define OP_DIFF 0x40  /* 01xxxxxx */
-#define OP_LUMA 0x80  /* 10xxxxxx */
-#define OP_RUN 0xc0   /* 11xxxxxx */
-#define OP_RGB 0xfe
-#define OP_RGBA 0xff
-#define MASK_2 0xc0
-#define RUN_MAX 62 /* run lengths 63 and 64 would collide with OP_RGB and OP_RGBA */
+#define OP_DIFF  0x40 /* 01xxxxxx */
+#define OP_LUMA  0x80 /* 10xxxxxx */
+#define OP_RUN   0xc0 /* 11xxxxxx */
+#define OP_RGB   0xfe
+#define OP_RGBA  0xff
+#define MASK_2   0xc0
+#define RUN_MAX  62 /* run lengths 63 and 64 would collide with OP_RGB and OP_RGBA */
 
-typedef struct { uint8_t r, g, b, a; } px_t;
+typedef struct {
+    uint8_t r, g, b, a;
+} px_t;
 
 static const uint8_t end_marker[FL_QOI_END_SIZE] = {0, 0, 0, 0, 0, 0, 0, 1};
 
 static inline unsigned px_hash(px_t p) {
-    return ((unsigned)p.r * 3u + (unsigned)p.g * 5u + (unsigned)p.b * 7u +
-            (unsigned)p.a * 11u) % 64u;
+    return ((unsigned)p.r * 3u + (unsigned)p.g * 5u + (unsigned)p.b * 7u + (unsigned)p.a * 11u) %
+        64u;
 }
 
 static inline int px_eq(px_t x, px_t y) {
@@ -41,11 +43,9 @@ static int pixels_ok(int w, int h) {
 }
 
 int fl_qoi_header(const uint8_t *buf, size_t n, int *w, int *h, int *channels) {
-    if (buf == NULL || n < FL_QOI_HEADER_SIZE || memcmp(buf, "qoif", 4) != 0)
-        return FL_EFORMAT;
+    if (buf == NULL || n < FL_QOI_HEADER_SIZE || memcmp(buf, "qoif", 4) != 0) return FL_EFORMAT;
     uint32_t width = read_be32(buf + 4), height = read_be32(buf + 8);
-    if ((buf[12] != 3 && buf[12] != 4) || buf[13] > 1)
-        return FL_EFORMAT;
+    if ((buf[12] != 3 && buf[12] != 4) || buf[13] > 1) return FL_EFORMAT;
     if (width == 0 || height == 0 || width > FL_QOI_PIXELS_MAX || height > FL_QOI_PIXELS_MAX ||
         !pixels_ok((int)width, (int)height))
         return FL_ELIMIT;
@@ -56,8 +56,7 @@ int fl_qoi_header(const uint8_t *buf, size_t n, int *w, int *h, int *channels) {
 }
 
 size_t fl_qoi_max_size(int w, int h, int channels) {
-    if ((channels != 3 && channels != 4) || !pixels_ok(w, h))
-        return 0;
+    if ((channels != 3 && channels != 4) || !pixels_ok(w, h)) return 0;
     /* Worst case: every pixel an RGB or RGBA op, one tag byte plus the channels. */
     return FL_QOI_HEADER_SIZE + (size_t)w * (size_t)h * (size_t)(channels + 1) + FL_QOI_END_SIZE;
 }
@@ -65,10 +64,8 @@ size_t fl_qoi_max_size(int w, int h, int channels) {
 long fl_qoi_encode(const uint8_t *pixels, int w, int h, int channels, uint8_t *out, size_t cap) {
     if (pixels == NULL || out == NULL || (channels != 3 && channels != 4) || w <= 0 || h <= 0)
         return FL_EINVAL;
-    if (!pixels_ok(w, h))
-        return FL_ELIMIT;
-    if (cap < FL_QOI_HEADER_SIZE + FL_QOI_END_SIZE)
-        return FL_ECAPACITY;
+    if (!pixels_ok(w, h)) return FL_ELIMIT;
+    if (cap < FL_QOI_HEADER_SIZE + FL_QOI_END_SIZE) return FL_ECAPACITY;
     memcpy(out, "qoif", 4);
     write_be32(out + 4, (uint32_t)w);
     write_be32(out + 8, (uint32_t)h);
@@ -77,7 +74,10 @@ long fl_qoi_encode(const uint8_t *pixels, int w, int h, int channels, uint8_t *o
 
     /* Chunks must leave room for the end marker. Invariant: p <= limit. */
     const size_t limit = cap - FL_QOI_END_SIZE;
-#define NEED(k) do { if (limit - p < (size_t)(k)) return FL_ECAPACITY; } while (0)
+#define NEED(k)                                                                                    \
+    do {                                                                                           \
+        if (limit - p < (size_t)(k)) return FL_ECAPACITY;                                          \
+    } while (0)
     size_t p = FL_QOI_HEADER_SIZE;
     px_t index[64];
     memset(index, 0, sizeof index);
@@ -127,8 +127,8 @@ long fl_qoi_encode(const uint8_t *pixels, int w, int h, int channels, uint8_t *o
                 if (dr >= -2 && dr <= 1 && dg >= -2 && dg <= 1 && db >= -2 && db <= 1) {
                     NEED(1);
                     out[p++] = (uint8_t)(OP_DIFF | ((dr + 2) << 4) | ((dg + 2) << 2) | (db + 2));
-                } else if (dg >= -32 && dg <= 31 && dr_dg >= -8 && dr_dg <= 7 &&
-                           db_dg >= -8 && db_dg <= 7) {
+                } else if (dg >= -32 && dg <= 31 && dr_dg >= -8 && dr_dg <= 7 && db_dg >= -8 &&
+                           db_dg <= 7) {
                     NEED(2);
                     out[p++] = (uint8_t)(OP_LUMA | (dg + 32));
                     out[p++] = (uint8_t)(((dr_dg + 8) << 4) | (db_dg + 8));
@@ -169,15 +169,11 @@ int fl_qoi_plausible(size_t n, int w, int h) {
 
 int fl_qoi_decode(const uint8_t *buf, size_t n, uint8_t *out, int w, int h, int out_channels) {
     int hw, hh, hc;
-    if (out == NULL || (out_channels != 3 && out_channels != 4))
-        return FL_EINVAL;
+    if (out == NULL || (out_channels != 3 && out_channels != 4)) return FL_EINVAL;
     int err = fl_qoi_header(buf, n, &hw, &hh, &hc);
-    if (err != FL_OK)
-        return err;
-    if (hw != w || hh != h)
-        return FL_ESHAPE;
-    if (!fl_qoi_plausible(n, w, h))
-        return FL_ETRUNCATED;
+    if (err != FL_OK) return err;
+    if (hw != w || hh != h) return FL_ESHAPE;
+    if (!fl_qoi_plausible(n, w, h)) return FL_ETRUNCATED;
 
     /* Invariant: chunk bytes are read only from buf[p .. end), end = n - 8, so every read
      * stays in bounds and the end marker's bytes are never taken for chunk data. */
@@ -189,8 +185,7 @@ int fl_qoi_decode(const uint8_t *buf, size_t n, uint8_t *out, int w, int h, int 
     px_t px = {0, 0, 0, 255};
 
     while (i < npix) {
-        if (p >= end)
-            return FL_ETRUNCATED;
+        if (p >= end) return FL_ETRUNCATED;
         uint8_t b1 = buf[p++];
         if (b1 == OP_RGB) {
             if (end - p < 3) return FL_ETRUNCATED;
@@ -230,7 +225,6 @@ int fl_qoi_decode(const uint8_t *buf, size_t n, uint8_t *out, int w, int h, int 
         put_px(out + i * (size_t)out_channels, px, out_channels);
         i++;
     }
-    if (memcmp(buf + p, end_marker, FL_QOI_END_SIZE) != 0)
-        return FL_ECORRUPT;
+    if (memcmp(buf + p, end_marker, FL_QOI_END_SIZE) != 0) return FL_ECORRUPT;
     return FL_OK;
 }

@@ -19,7 +19,7 @@
 #include "status.h"
 
 #define FL_QOI_HEADER_SIZE 14
-#define FL_QOI_END_SIZE 8
+#define FL_QOI_END_SIZE    8
 /* Largest image accepted by encoder and decoder (the reference limit), in pixels. */
 #define FL_QOI_PIXELS_MAX 400000000L
 
@@ -39,15 +39,13 @@ size_t fl_qoi_max_size(int w, int h, int channels);
 /* Encodes w*h pixels, row-major, `channels` (3: RGB, 4: RGBA) bytes each, into
  * out[0..cap). Returns the number of bytes written, or a negative error code.
  * cap >= fl_qoi_max_size(w, h, channels) always suffices. Colorspace is written as 0. */
-long fl_qoi_encode(const uint8_t *pixels, int w, int h, int channels,
-                   uint8_t *out, size_t cap);
+long fl_qoi_encode(const uint8_t *pixels, int w, int h, int channels, uint8_t *out, size_t cap);
 
 /* Decodes buf[0..n) into out, which holds w*h*out_channels bytes (row-major, 3: RGB,
  * 4: RGBA), whatever the stored channel count; w and h must equal the header's. Alpha is
  * dropped for out_channels 3; read as 4, a 3-channel stream has alpha 255 unless it
  * holds RGBA ops. Returns
  * FL_OK or a negative error code; on error out holds unspecified bytes. */
-int fl_qoi_decode(const uint8_t *buf, size_t n, uint8_t *out, int w, int h,
-                  int out_channels);
+int fl_qoi_decode(const uint8_t *buf, size_t n, uint8_t *out, int w, int h, int out_channels);
 
 #endif

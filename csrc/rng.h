@@ -7,7 +7,9 @@
 
 #include <stdint.h>
 
-typedef struct { uint64_t state; } fl_rng;
+typedef struct {
+    uint64_t state;
+} fl_rng;
 
 static inline uint64_t fl_mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;

@@ -12,9 +12,11 @@
 #include "jpeg.h"
 
 #define MAX_PIXELS (1 << 22)
-#define MAX_ALLOC ((size_t)64 << 20)
+#define MAX_ALLOC  ((size_t)64 << 20)
 
-typedef struct { void *block; } allocation;
+typedef struct {
+    void *block;
+} allocation;
 
 static void *alloc_once(void *ctx, size_t bytes) {
     allocation *a = ctx;
@@ -39,25 +41,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fl_rect want = {fraction(data[1], sh), fraction(data[2], sw), 0, 0};
     want.h = fraction(data[3], sh) - want.y;
     want.w = fraction(data[4], sw) - want.x;
-    (void)data[5];   /* spare: keeps the JPEG at the same offset for every seed */
+    (void)data[5]; /* spare: keeps the JPEG at the same offset for every seed */
 
     allocation a = {NULL};
     fl_image out;
     int y, x;
     char message[256];
-    int err = fl_jpeg_decode(jpeg, n, channels, denom, whole ? NULL : &want, alloc_once, &a,
-                             &out, &y, &x, message, sizeof message);
+    int err = fl_jpeg_decode(jpeg, n, channels, denom, whole ? NULL : &want, alloc_once, &a, &out,
+                             &y, &x, message, sizeof message);
     if (err == FL_OK) {
         if (out.data != a.block || out.c != channels || out.stride != (ptrdiff_t)out.w * channels)
             abort();
         if (y < 0 || x < 0 || out.h < 1 || out.w < 1 || y + out.h > sh || x + out.w > sw)
-            abort();   /* outside the scaled image, or another size than the header's */
+            abort(); /* outside the scaled image, or another size than the header's */
         int y0 = want.y < 0 ? 0 : want.y, x0 = want.x < 0 ? 0 : want.x;
         int y1 = want.y + want.h > sh ? sh : want.y + want.h;
         int x1 = want.x + want.w > sw ? sw : want.x + want.w;
         if (whole && (y != 0 || x != 0 || out.h != sh || out.w != sw)) abort();
         if (!whole && y1 > y0 && x1 > x0 && (y > y0 || x > x0 || y + out.h < y1 || x + out.w < x1))
-            abort();   /* a part that misses some of the wanted region */
+            abort(); /* a part that misses some of the wanted region */
     } else if (err != FL_ECORRUPT && err != FL_EUNSUPPORTED) {
         abort();
     }

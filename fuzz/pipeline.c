@@ -16,11 +16,14 @@
 
 #include "image.h"
 
-#define MAX_SIDE 4096
+#define MAX_SIDE       4096
 #define MAX_RUN_PIXELS (1 << 14)
-#define MAX_SCRATCH ((size_t)4 << 20)
+#define MAX_SCRATCH    ((size_t)4 << 20)
 
-typedef struct { const uint8_t *p; size_t n; } input;
+typedef struct {
+    const uint8_t *p;
+    size_t n;
+} input;
 
 static unsigned byte(input *in) {
     if (!in->n) return 0;
@@ -28,7 +31,10 @@ static unsigned byte(input *in) {
     return *in->p++;
 }
 
-static unsigned u16(input *in) { unsigned hi = byte(in); return hi << 8 | byte(in); }
+static unsigned u16(input *in) {
+    unsigned hi = byte(in);
+    return hi << 8 | byte(in);
+}
 
 /* A side length: mostly small, sometimes up to MAX_SIDE. */
 static int side(input *in) {
@@ -139,9 +145,8 @@ static fl_image copy_part(const fl_image *img, int y, int x, int h, int w) {
     return part;
 }
 
-static void check_runs(const fl_pipeline *p, int h, int w, int c, int oh, int ow, int oc,
-                       int d, fl_rect region, input *in, uint64_t seed, uint64_t epoch,
-                       uint64_t index) {
+static void check_runs(const fl_pipeline *p, int h, int w, int c, int oh, int ow, int oc, int d,
+                       fl_rect region, input *in, uint64_t seed, uint64_t epoch, uint64_t index) {
     int dh = (h + d - 1) / d, dw = (w + d - 1) / d;
     size_t scratch_bytes = fl_pipeline_scratch_bytes(p, h, w, c);
     size_t out_bytes = (size_t)oh * ow * oc * (p->normalize ? 4 : 1);
@@ -197,13 +202,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int d = 0;
     fl_rect region;
     err = fl_pipeline_region(&p, h, w, exact, seed, epoch, index, &d, &region);
-    if (err == FL_ETOOSMALL) return 0;   /* a random crop larger than this image */
+    if (err == FL_ETOOSMALL) return 0; /* a random crop larger than this image */
     if (err != FL_OK) abort();
     if (d != 1 && d != 2 && d != 4 && d != 8) abort();
     if (exact && d != 1) abort();
     int dh = (h + d - 1) / d, dw = (w + d - 1) / d;
-    if (region.y < 0 || region.x < 0 || region.h < 1 || region.w < 1 ||
-        region.y + region.h > dh || region.x + region.w > dw)
+    if (region.y < 0 || region.x < 0 || region.h < 1 || region.w < 1 || region.y + region.h > dh ||
+        region.x + region.w > dw)
         abort();
     check_runs(&p, h, w, c, oh, ow, oc, d, region, &in, seed, epoch, index);
     return 0;
