@@ -62,7 +62,7 @@ static int bounds_fit(const int64_t *bounds, int64_t steps, int64_t rows) {
 }
 
 static int init_sync(fl_run *r) {
-    if (pthread_mutex_init(&r->lock, NULL) != 0) return -1;
+    if (pthread_mutex_init(&r->lock, NULL) != 0) return FL_ENOMEM;
     /* Timed waits measure a monotonic clock: a step of the wall clock cannot stretch them. */
     pthread_condattr_t attr;
     int ok = pthread_condattr_init(&attr) == 0;
@@ -70,10 +70,10 @@ static int init_sync(fl_run *r) {
     int ready = ok && pthread_cond_init(&r->ready, &attr) == 0;
     int idle = ready && pthread_cond_init(&r->idle, NULL) == 0;
     if (ok) pthread_condattr_destroy(&attr);
-    if (idle) return 0;
+    if (idle) return FL_OK;
     if (ready) pthread_cond_destroy(&r->ready);
     pthread_mutex_destroy(&r->lock);
-    return -1;
+    return FL_ENOMEM;
 }
 
 static void free_arrays(fl_run *r) {
@@ -135,7 +135,7 @@ fl_run *fl_run_create(const int64_t *order, const int64_t *bounds, int64_t end_i
     if (r->slots) r->slots[0].dst = dsts;
     if (r->slots) r->slots[0].skipped_items = flags;
     if (!r->slots || !r->free_slots || !r->ready_queue || !r->slot_of || !dsts ||
-        (skip_errors && !flags) || init_sync(r) != 0) {
+        (skip_errors && !flags) || init_sync(r) != FL_OK) {
         free_arrays(r);
         return NULL;
     }

@@ -89,20 +89,20 @@ unsigned long fl_pool_generation(void) { return generation; }
 /* Called with `lock` held; waits out a shutdown in progress. */
 static int start_locked(void) {
     while (stopping) pthread_cond_wait(&stopped, &lock);
-    if (started) return 0;
+    if (started) return FL_OK;
     int n = fl_pool_default_size();
     threads = calloc((size_t)n, sizeof *threads);
-    if (!threads) return -1;
+    if (!threads) return FL_ETHREADS;
     for (nthreads = 0; nthreads < n; nthreads++) {
         if (pthread_create(&threads[nthreads], NULL, worker, NULL) != 0) break;
     }
     if (nthreads == 0) {
         free(threads);
         threads = NULL;
-        return -1;
+        return FL_ETHREADS;
     }
     started = 1;
-    return 0;
+    return FL_OK;
 }
 
 int fl_pool_submit(fl_task_fn fn, void *arg) {
@@ -113,7 +113,7 @@ int fl_pool_submit(fl_task_fn fn, void *arg) {
     t->arg = arg;
     t->next = NULL;
     pthread_mutex_lock(&lock);
-    if (start_locked() != 0) {
+    if (start_locked() != FL_OK) {
         pthread_mutex_unlock(&lock);
         free(t);
         return FL_ETHREADS;
@@ -132,7 +132,7 @@ int fl_pool_size(void) {
     pthread_once(&atfork_once, install_atfork);
     pthread_mutex_lock(&lock);
     int rc = start_locked();
-    int n = rc == 0 ? nthreads : 1;
+    int n = rc == FL_OK ? nthreads : 1;
     pthread_mutex_unlock(&lock);
     return n;
 }
@@ -141,7 +141,7 @@ int fl_pool_reserve(int n) {
     pthread_once(&atfork_once, install_atfork);
     pthread_mutex_lock(&lock);
     if (n > 1024) n = 1024;
-    if (start_locked() == 0 && n > nthreads) {
+    if (start_locked() == FL_OK && n > nthreads) {
         pthread_t *grown = realloc(threads, (size_t)n * sizeof *threads);
         if (grown) {
             threads = grown;
