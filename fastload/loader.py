@@ -223,6 +223,8 @@ class _EpochLoader:
 
     def schedule(self, epoch, start=0):
         """The ``Schedule`` of ``epoch`` from step ``start``: what the engine loads."""
+        if self._stream is not None:
+            raise TypeError("a stream has no schedule drawn up front")
         return self._epochs.schedule(self.seed, epoch, start)
 
     def _steps(self, seed, epoch):

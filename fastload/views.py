@@ -116,8 +116,10 @@ class MappedObs(_View):
                 return self.f(x, index=i, seed=seed, epoch=epoch)
             return self.f(x)
         except Exception as error:
-            first = int(i[0]) if is_batch_index(i) and len(i) else i
-            raise load_error(first, error, source_of(self.data, first)) from error
+            # An empty batch has no observation to name (and no file to look up).
+            first = (int(i[0]) if len(i) else None) if is_batch_index(i) else i
+            raise load_error(first, error, None if first is None else
+                             source_of(self.data, first)) from error
 
     def __getobs__(self, i):
         i = normalize_index(i, numobs(self.data))
