@@ -4,6 +4,16 @@ A data-container protocol (``numobs``, ``getobs``, ``getobs_into``) over arrays,
 tables and any sequence, lazy views and subsets after MLUtils.jl, and a
 ``DataLoader`` that loads in parallel on a native thread pool into reused batch buffers.
 """
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    # The Cython modules have no stubs yet, so mypy takes `from . import _core` for an
+    # attribute of this package: declare them (as Any) for mypy alone. Remove these lines,
+    # with the one after __all__, once _core.pyi, _image.pyi and _qoi.pyi exist.
+    _core: Any
+    _image: Any
+    _qoi: Any
+
 from .codecs import build_info
 from .errors import LoadError
 from .imagefolder import files
@@ -52,3 +62,5 @@ __all__ = [
     "write",
 ]
 assert __all__ == sorted(__all__)
+if TYPE_CHECKING:
+    __all__ += ["_core", "_image", "_qoi"]   # importable by the modules of the package

@@ -89,18 +89,19 @@ class MixUp:
     for a batch or labels of the wrong kind.
     """
 
-    def __init__(self, *, alpha=1.0, num_classes, seed=0):
+    def __init__(self, *, alpha: float = 1.0, num_classes: int, seed: int = 0) -> None:
         _check_args("MixUp", alpha, num_classes, seed)
         self.alpha, self.num_classes, self.seed = float(alpha), int(num_classes), int(seed)
 
-    def __call__(self, images, labels, *, epoch, step):
+    def __call__(self, images: "np.typing.ArrayLike", labels: "np.typing.ArrayLike", *,
+                 epoch: int, step: int):
         batch = _batch("MixUp", images)
         targets = _one_hot("MixUp", labels, len(batch), self.num_classes)
         lam = _image.mixup_lambda(self.alpha, self.seed, *_key("MixUp", epoch, step))
         _image.mixup_(batch, lam)
         return _mixed(images, batch), _mix_targets(targets, lam)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"MixUp(alpha={self.alpha}, num_classes={self.num_classes}, seed={self.seed})"
 
 
@@ -127,14 +128,16 @@ class CutMix:
     (ValueError when that is ambiguous). `__call__` as MixUp's, for 4-D batches.
     """
 
-    def __init__(self, *, alpha=1.0, num_classes, seed=0, layout=None):
+    def __init__(self, *, alpha: float = 1.0, num_classes: int, seed: int = 0,
+                 layout: str | None = None) -> None:
         _check_args("CutMix", alpha, num_classes, seed)
         if layout not in ("NCHW", "NHWC", None):
             raise ValueError(f"CutMix: layout must be 'NCHW', 'NHWC' or None, got {layout!r}")
         self.alpha, self.num_classes, self.seed = float(alpha), int(num_classes), int(seed)
         self.layout = layout
 
-    def __call__(self, images, labels, *, epoch, step):
+    def __call__(self, images: "np.typing.ArrayLike", labels: "np.typing.ArrayLike", *,
+                 epoch: int, step: int):
         batch = _batch("CutMix", images)
         if batch.ndim != 4:
             raise ValueError(f"CutMix: images must be a 4-D batch (NCHW or NHWC), got shape "
@@ -147,6 +150,6 @@ class CutMix:
         _image.cutmix_(batch, box, chw)
         return _mixed(images, batch), _mix_targets(targets, lam)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"CutMix(alpha={self.alpha}, num_classes={self.num_classes}, seed={self.seed}, "
                 f"layout={self.layout!r})")
