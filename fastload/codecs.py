@@ -19,7 +19,7 @@ PILLOW_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 _SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N")
 
 
-def decoder_name():
+def decoder_name() -> str:
     """Which JPEG decoder this build runs on pool threads, e.g. ``"libjpeg-turbo 2.1.5"``,
     or ``"simplejpeg"`` when fastload was built without libjpeg's headers."""
     version = _core.jpeg_library_version()
@@ -29,7 +29,7 @@ def decoder_name():
     return f"libjpeg-turbo {major}.{minor}.{patch}"
 
 
-def build_info():
+def build_info() -> dict[str, str]:
     """What this build decodes with: ``{"version", "jpeg_decoder", "other_formats"}``, e.g.
     ``jpeg_decoder: "libjpeg-turbo 2.1.5"`` (in C, the crop only, without the GIL) or
     ``"simplejpeg"`` (a build without libjpeg's headers: the whole image, with the GIL
@@ -43,7 +43,7 @@ def build_info():
     return {"version": __version__, "jpeg_decoder": decoder_name(), "other_formats": other}
 
 
-def image_size(data):
+def image_size(data: bytes | bytearray | memoryview) -> tuple[int, int]:
     """(height, width) of encoded image bytes from their header; ValueError when they are
     not an image file fastload reads."""
     head = bytes(data[:4])
@@ -69,7 +69,8 @@ def image_size(data):
             from None
 
 
-def decode(data, channels=None, min_size=None):
+def decode(data: bytes | bytearray | memoryview, channels: int | None = None,
+           min_size: tuple[int, int] | None = None) -> np.ndarray:
     """Image file bytes (JPEG, QOI, or any format Pillow reads) decoded whole to a uint8
     (h, w, channels) array, after checking the header's size against
     ``fastload.limits.MAX_IMAGE_PIXELS``. ``channels`` None: 3, or 4 when the file has an
@@ -93,7 +94,7 @@ def decode(data, channels=None, min_size=None):
     return decode_pillow(data, channels or _pillow_channels(data), limits.MAX_IMAGE_PIXELS)
 
 
-def _pillow_channels(data):
+def _pillow_channels(data: bytes) -> int:
     """4 when the image has an alpha channel or a transparent colour, else 3."""
     from PIL import Image
     with Image.open(io.BytesIO(data)) as img:
@@ -101,7 +102,8 @@ def _pillow_channels(data):
     return 4 if alpha else 3
 
 
-def decode_jpeg_into(data, out, scale_denom, channels):
+def decode_jpeg_into(data: bytes | memoryview, out: np.ndarray, scale_denom: int,
+                     channels: int) -> None:
     """Decodes JPEG ``data`` at 1/``scale_denom`` into ``out`` (h, w, channels uint8)
     through simplejpeg. Raises ValueError for a corrupt or truncated JPEG."""
     h, w = out.shape[:2]
@@ -119,7 +121,7 @@ def decode_jpeg_into(data, out, scale_denom, channels):
         out[...] = image.reshape(out.shape)
 
 
-def decode_pillow(data, channels, max_pixels):
+def decode_pillow(data: bytes | memoryview, channels: int, max_pixels: int) -> np.ndarray:
     """Decodes image file bytes of any format Pillow reads (the first frame of an animated
     one) to a uint8 (h, w, channels) array; 16-bit samples keep their high 8 bits. Raises
     ValueError for bytes Pillow cannot read, pixels that do not fit 8 bits (32-bit integer
@@ -142,7 +144,7 @@ def decode_pillow(data, channels, max_pixels):
             from None
 
 
-def _reason(exc):
+def _reason(exc: BaseException) -> str:
     from PIL import UnidentifiedImageError
     if isinstance(exc, UnidentifiedImageError):   # its text names a BytesIO object
         return "corrupt, truncated or of an unsupported kind"
@@ -161,7 +163,7 @@ def _eight_bit(img, channels):
         img.height, img.width, channels))
 
 
-def _channels_of_gray(gray, channels):
+def _channels_of_gray(gray: np.ndarray, channels: int) -> np.ndarray:
     if channels == 1:
         return np.ascontiguousarray(gray[:, :, None])
     out = np.repeat(gray[:, :, None], 3, axis=2)
@@ -170,7 +172,7 @@ def _channels_of_gray(gray, channels):
     return np.ascontiguousarray(out)
 
 
-def _format_name(data):
+def _format_name(data: bytes | bytearray | memoryview) -> str:
     head = bytes(data[:12])
     for magic, name in ((b"\x89PNG", "PNG"), (b"BM", "BMP"), (b"GIF8", "GIF"),
                         (b"II*\0", "TIFF"), (b"MM\0*", "TIFF")):

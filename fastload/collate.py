@@ -16,18 +16,27 @@ a list of lists (PyTorch would transpose them).
 
 ``stack(observations)`` is ``collate=True``: every leaf is stacked with ``np.stack``.
 """
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeAlias
+
 import numpy as np
 
 from .tensors import is_tensor
 from .tensors import stack as stack_tensors
 from .tree import rebuild
 
-__all__ = ["collate", "stack"]
+__all__ = ["CollateOption", "collate", "stack"]
 
 _NUMERIC_KINDS = frozenset("biufcmM")
 
+# How a batch is formed (``collate=`` of ``batchview`` and ``DataLoader``): None, True,
+# False or a callable applied to the list of observations.
+CollateOption: TypeAlias = bool | Callable[[list[Any]], Any] | None
 
-def _same_structure(observations):
+
+def _same_structure(observations: Sequence[Any]) -> bool:
     """True when all observations are dicts with the keys of the first, or tuples of its
     type and length."""
     first = observations[0]
@@ -36,7 +45,7 @@ def _same_structure(observations):
     return all(type(o) is type(first) and len(o) == len(first) for o in observations)
 
 
-def _numeric(x):
+def _numeric(x: object) -> np.ndarray | None:
     """The array of ``x`` when it is an array or a number numpy holds natively, else None."""
     if isinstance(x, np.ndarray):
         return None if x.dtype.hasobject else x
@@ -48,7 +57,7 @@ def _numeric(x):
     return None
 
 
-def _stack_same_shape(arrays, stack_fn):
+def _stack_same_shape(arrays: Sequence[Any], stack_fn: Callable[[Any], Any]) -> Any:
     shapes = {tuple(a.shape) for a in arrays}
     if len(shapes) > 1:
         raise ValueError(f"observations of different shapes cannot form one batch (shapes "
@@ -57,7 +66,7 @@ def _stack_same_shape(arrays, stack_fn):
     return stack_fn(arrays)
 
 
-def collate(observations):
+def collate(observations: Iterable[Any]) -> Any:
     """The observations (a list) as one batch, by the rules of the module docstring.
     Raises ``ValueError`` for arrays (or tensors) of different shapes."""
     observations = list(observations)
@@ -81,7 +90,7 @@ def collate(observations):
     return _stack_same_shape(arrays, np.stack)
 
 
-def stack(observations):
+def stack(observations: Sequence[Any]) -> Any:
     """Every leaf of the observations stacked with a new leading axis, through tuples and
     dicts (``collate=True``): numpy arrays, or tensors when the leaves are tensors."""
     first = observations[0]

@@ -22,22 +22,36 @@ ready, or held by the consumer (its value was handed out and ``next()`` was not 
 again); a slot is reused only after the consumer released it, and an iteration waits for
 its tasks before its ring can be freed.
 """
+from __future__ import annotations
+
 import atexit
 import threading
 import weakref
+from collections.abc import Callable, Sequence
 from numbers import Integral
+from typing import Any, Literal, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _core
 from .context import loading
+from .obs import Container
 from .plan import make_plan
 from .processes import WorkerPool
+from .schedule import Schedule
 
-__all__ = ["Engine"]
+__all__ = ["Allocator", "Backend", "Engine", "OnError"]
+
+# ``allocator(shape, dtype) -> array``: how the arrays of a ring are made (``numpy.empty``).
+Allocator: TypeAlias = Callable[[tuple[int, ...], np.dtype[Any]], np.ndarray]
+# ``on_error=``: raise a LoadError, or skip the observations that fail to load.
+OnError: TypeAlias = Literal["raise", "skip"]
+# ``backend=``: load on threads of the native pool, or in worker processes.
+Backend: TypeAlias = Literal["thread", "process"]
 
 _RING_BYTES = 32 << 20      # the most a ring of cheap (gathered) steps takes by default
-_live = weakref.WeakSet()   # iterations that may still have tasks running
+_live: weakref.WeakSet[Any] = weakref.WeakSet()   # iterations that may still have tasks running
 
 
 class _Claimed:
@@ -58,7 +72,8 @@ def _stop_all_at_exit():
     _core.shutdown_pool()
 
 
-def _check_options(parallel, buffer, ordered, prefetch, on_error, backend):
+def _check_options(parallel: bool | int, buffer: bool, ordered: bool, prefetch: int | None,
+                   on_error: str, backend: str) -> None:
     if parallel is not False and not (parallel is True or (
             isinstance(parallel, Integral) and not isinstance(parallel, bool) and parallel >= 1)):
         raise ValueError(f"parallel must be False, True or a number of threads >= 1, "
@@ -89,8 +104,10 @@ class Engine:
     unknown option value.
     """
 
-    def __init__(self, *, parallel=False, buffer=False, ordered=True, prefetch=None,
-                 on_error="raise", backend="thread", allocator=np.empty):
+    def __init__(self, *, parallel: bool | int = False, buffer: bool = False,
+                 ordered: bool = True, prefetch: int | None = None,
+                 on_error: OnError = "raise", backend: Backend = "thread",
+                 allocator: Allocator = np.empty) -> None:
         _check_options(parallel, buffer, ordered, prefetch, on_error, backend)
         self.parallel = parallel
         self.buffer = buffer
@@ -99,11 +116,13 @@ class Engine:
         self.on_error = on_error
         self.backend = backend
         self.allocator = allocator
-        self._ring = None            # (signature, slots, values) reused across iterations
-        self._ring_owner = None      # weakref to the iteration using the ring
+        # (signature, slots, values) reused across iterations
+        self._ring: tuple[Any, list[Any], list[Any]] | None = None
+        # weakref to the iteration using the ring
+        self._ring_owner: Callable[[], Any] | None = None
         self._lock = threading.Lock()
-        self._iterations = weakref.WeakSet()
-        self._workers = None
+        self._iterations: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._workers: WorkerPool | None = None
         if backend == "process":
             count = _core.default_pool_size() if parallel is True else int(parallel)
             self._workers = WorkerPool(count)
@@ -157,8 +176,10 @@ class Engine:
             self._ring = (key, slots, values)
         return slots, values, not busy
 
-    def iterate(self, data, schedule, *, stats=None, progress=None, on_end=None,
-                verify_rows=(), delivered=None):
+    def iterate(self, data: Container, schedule: Schedule, *, stats: Any = None,
+                progress: Any = None, on_end: Callable[[], None] | None = None,
+                verify_rows: Sequence[Callable[[npt.NDArray[np.int64]], None]] = (),
+                delivered: Callable[[int], None] | None = None) -> Any:
         """An iterator over the steps of ``schedule`` loaded from the container ``data``
         (a ``_core.Iteration``). ``stats`` and ``progress`` (``_core.Stats``,
         ``_core.Progress``) are updated as steps are delivered; ``on_end()`` is called
@@ -205,7 +226,7 @@ class Engine:
         _live.add(iteration)
         return iteration
 
-    def close(self):
+    def close(self) -> None:
         """Stop the running iterations, if any, stop worker processes and release the
         ring. Idempotent; the next iteration starts afresh."""
         for iteration in list(self._iterations):

@@ -16,31 +16,44 @@ where its steps start, the engine finds an item's step from them and sizes the s
 the largest batch. Single-observation steps regrouped in Python would add Python work per
 item; a schedule per batch would drain the pipeline at every batch.
 """
+from __future__ import annotations
+
 import threading
+from collections.abc import Callable
+from typing import Literal, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 
+from .collate import CollateOption
 from .order import quasi_random_order
-from .samplers import draw_batches, draw_order
+from .samplers import BatchSampler, Sampler, draw_batches, draw_order
 from .schedule import Schedule
 from .sharding import shard_batches, shard_order, shard_size
 
-__all__ = ["Epochs"]
+__all__ = ["Epochs", "Shuffle"]
+
+# ``shuffle=``: False, True, "quasi" (packed datasets), or a stream's shuffle buffer (an int).
+Shuffle: TypeAlias = bool | int | Literal["quasi"]
 
 _DRAW_AHEAD_FROM = 1 << 16   # observations from which the next epoch's order is drawn ahead
+
+# This rank's positions of an epoch, and the offsets where its batches start (or None).
+_Drawn = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64] | None]
 
 
 class _Ahead:
     """``order(seed, epoch)`` drawn on a thread of its own, for the next epoch."""
 
-    def __init__(self, order, seed, epoch):
+    def __init__(self, order: Callable[[int, int], npt.NDArray[np.int64]], seed: int,
+                 epoch: int) -> None:
         self.key = (seed, epoch)
-        self.box = []
+        self.box: list[npt.NDArray[np.int64]] = []
         self.thread = threading.Thread(target=lambda: self.box.append(order(seed, epoch)),
                                        name="fastload-order-ahead", daemon=True)
         self.thread.start()
 
-    def result(self, seed, epoch):
+    def result(self, seed: int, epoch: int) -> npt.NDArray[np.int64] | None:
         """The order, or None when it was drawn for another (seed, epoch) or did not
         finish (a forked child does not have the thread)."""
         if self.key != (seed, epoch):
@@ -54,31 +67,36 @@ class Epochs:
     steps, as a loader's options say (``chunk_bounds``: a packed dataset's chunks, for
     ``shuffle="quasi"``)."""
 
-    def __init__(self, n, batch_size, *, shuffle, sampler, batch_sampler, drop_last, collate,
-                 rank, world, chunk_bounds):
+    def __init__(self, n: int, batch_size: int | None, *, shuffle: Shuffle,
+                 sampler: Sampler | None, batch_sampler: BatchSampler | None, drop_last: bool,
+                 collate: CollateOption, rank: int, world: int,
+                 chunk_bounds: npt.NDArray[np.int64] | None) -> None:
         self.n, self.batch_size, self.shuffle = n, batch_size, shuffle
         self.sampler, self.batch_sampler = sampler, batch_sampler
         self.drop_last, self.collate = drop_last, collate
         self.rank, self.world, self.chunk_bounds = rank, world, chunk_bounds
         self.sampled = sampler is not None or batch_sampler is not None
         self._per_rank = shard_size(n, world, drop_last)
-        self._ahead = None       # the next epoch's order, being drawn
-        self._drawn = {}         # (seed, epoch) -> (order, bounds) from the samplers
+        self._ahead: _Ahead | None = None    # the next epoch's order, being drawn
+        # (seed, epoch) -> (order, bounds) from the samplers
+        self._drawn: dict[tuple[int, int], _Drawn] = {}
         self._rows = 1           # slots for a batch sampler's batches: the largest so far
 
-    def order(self, seed, epoch):
+    def order(self, seed: int, epoch: int) -> npt.NDArray[np.int64]:
         """This rank's positions in ``epoch``, in order (int64)."""
         if self.sampled:
             return self._draw(seed, epoch)[0]
         if not self.shuffle:
             order = np.arange(self.n, dtype=np.int64)
         elif self.shuffle == "quasi":
-            order = quasi_random_order(self.n, self.chunk_bounds, seed, epoch)
+            # shuffle="quasi" comes with chunk bounds (the loader checks).
+            order = quasi_random_order(self.n, self.chunk_bounds,  # type: ignore[arg-type]
+                                       seed, epoch)
         else:
             order = np.random.Generator(np.random.PCG64([seed, epoch])).permutation(self.n)
         return shard_order(order, self.rank, self.world, self.drop_last)
 
-    def _draw(self, seed, epoch):
+    def _draw(self, seed: int, epoch: int) -> _Drawn:
         """``(order, bounds)`` of ``epoch`` from the samplers: this rank's positions, and
         where its batches start when a batch sampler forms them (else None). Kept for the
         latest two epochs: ``len()``, the state and the iteration draw each once."""
@@ -88,22 +106,24 @@ class Epochs:
                 batches = draw_batches(self.batch_sampler, self.n, seed, epoch)
                 drawn = shard_batches(batches, self.rank, self.world)
             else:
-                order = draw_order(self.sampler, self.n, seed, epoch)
+                # Sampled without a batch sampler: by a sampler.
+                order = draw_order(self.sampler, self.n, seed, epoch)  # type: ignore[arg-type]
                 drawn = shard_order(order, self.rank, self.world, self.drop_last), None
             while len(self._drawn) >= 2:
                 del self._drawn[next(iter(self._drawn))]
             self._drawn[key] = drawn
         return self._drawn[key]
 
-    def steps(self, seed, epoch):
+    def steps(self, seed: int, epoch: int) -> int:
         """Steps of ``epoch`` on this rank."""
         if self.batch_sampler is not None:
-            return len(self._draw(seed, epoch)[1]) - 1
+            # A batch sampler's draw has bounds.
+            return len(self._draw(seed, epoch)[1]) - 1  # type: ignore[arg-type]
         n = len(self._draw(seed, epoch)[0]) if self.sampled else self._per_rank
         size = self.batch_size or 1
         return n // size if self.drop_last else -(-n // size)
 
-    def schedule(self, seed, epoch, start=0):
+    def schedule(self, seed: int, epoch: int, start: int = 0) -> Schedule:
         """The ``Schedule`` of ``epoch`` from step ``start``: what the engine loads."""
         if not self.sampled:
             return Schedule(self._order_ahead(seed, epoch), self.batch_size,
@@ -119,7 +139,7 @@ class Epochs:
         return Schedule(order, self._rows, bounds=bounds, collate=self.collate, seed=seed,
                         epoch=epoch, start=start)
 
-    def _order_ahead(self, seed, epoch):
+    def _order_ahead(self, seed: int, epoch: int) -> npt.NDArray[np.int64]:
         """``order(seed, epoch)``, drawn ahead during the previous epoch when it was the
         next one. A permutation of a million observations takes tens of milliseconds in
         one thread: drawn ahead, it overlaps loading instead of delaying the epoch's first
@@ -132,7 +152,7 @@ class Epochs:
             self._ahead = _Ahead(self.order, seed, epoch + 1)
         return order
 
-    def finish_ahead(self):
+    def finish_ahead(self) -> None:
         """Wait for the next epoch's order being drawn, if any: at the end of an epoch, so
         that no thread of the loader works between epochs."""
         if self._ahead is not None:

@@ -1,4 +1,5 @@
 """Exceptions raised by fastload."""
+from __future__ import annotations
 
 
 class LoadError(ValueError):
@@ -10,13 +11,14 @@ class LoadError(ValueError):
     chained as ``__cause__``, with its traceback.
     """
 
-    def __init__(self, message, *, index=None, source=None):
+    def __init__(self, message: str, *, index: int | None = None,
+                 source: str | None = None) -> None:
         super().__init__(message)
         self.index = index
         self.source = source
 
 
-def load_error(index, error, source=None):
+def load_error(index: int | None, error: BaseException, source: str | None = None) -> LoadError:
     """``error`` (raised while loading observation ``index``) as a ``LoadError`` to raise
     ``from error``; a ``LoadError`` already names its observation and is kept as it is."""
     if isinstance(error, LoadError):

@@ -1,6 +1,9 @@
 """ImageFolder: a directory of class subfolders as an (images, labels) container."""
+from __future__ import annotations
+
 import os
 import stat
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -16,20 +19,20 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".
 class FileBytes:
     """The files at `paths` as a container: `len()`, and `[i]` reads file i's bytes."""
 
-    def __init__(self, paths):
+    def __init__(self, paths: Iterable[str | os.PathLike[str]]) -> None:
         self.paths = [os.fspath(p) for p in paths]
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.paths)
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> bytes:
         return read_file(self.paths[i])
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"FileBytes({len(self.paths)} files)"
 
 
-def files(paths):
+def files(paths: Iterable[str | os.PathLike[str]]) -> FileBytes:
     """The files at ``paths`` (str or ``os.PathLike``) as a container whose observation
     ``i`` is the bytes of file ``i``: what ``mapobs(Compose([DecodeImage(), ...]), ...)``
     decodes, reading each file natively in a loader; errors name the file. Nothing is
@@ -43,7 +46,7 @@ def files(paths):
     return FileBytes(paths)
 
 
-def read_file(path):
+def read_file(path: str | os.PathLike[str]) -> bytes:
     """The bytes of the regular file at ``path``. Raises ``OSError`` for anything else (a
     FIFO or a device would block or never end: the same rule as the native reader), and
     ``ValueError`` for a file over ``fastload.limits.MAX_FILE_BYTES``."""
@@ -69,7 +72,8 @@ class ImageFolder:
     is most likely a mistake).
     """
 
-    def __init__(self, root, extensions=IMAGE_EXTENSIONS):
+    def __init__(self, root: str | os.PathLike[str],
+                 extensions: Sequence[str] = IMAGE_EXTENSIONS) -> None:
         self.root = os.fspath(root)
         if not os.path.isdir(self.root):
             raise FileNotFoundError(f"ImageFolder: no such directory: {self.root!r}")
@@ -89,25 +93,25 @@ class ImageFolder:
         self.images = FileBytes(paths)
         self.labels = np.asarray(labels, dtype=np.int64)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.labels)
 
     @property
-    def paths(self):
+    def paths(self) -> list[str]:
         """The path of each image, in order (what errors name)."""
         return self.images.paths
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> tuple[bytes, np.int64]:
         """(bytes, label) of file i."""
         return self.images[i], self.labels[i]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"ImageFolder({self.root!r}: {len(self)} images, "
                 f"{len(self.classes)} classes)")
 
 
-def _files_under(folder, extensions):
-    found = []
+def _files_under(folder: str, extensions: tuple[str, ...]) -> list[str]:
+    found: list[str] = []
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         found.extend(os.path.join(dirpath, f) for f in filenames

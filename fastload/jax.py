@@ -6,8 +6,12 @@
 
 Importing this module imports jax; ``import fastload`` does not.
 """
+from __future__ import annotations
+
 import collections
+from collections.abc import Iterable, Iterator
 from numbers import Integral
+from typing import Any
 
 import jax
 import numpy as np
@@ -15,7 +19,9 @@ import numpy as np
 __all__ = ["prefetch_to_device"]
 
 
-def prefetch_to_device(loader, size=2, sharding=None):
+def prefetch_to_device(loader: Iterable[Any], size: int = 2,
+                       sharding: jax.sharding.Sharding | jax.Device | None = None
+                       ) -> Iterator[Any]:
     """Yield the batches of ``loader`` as ``jax.Array``s, ``size`` batches ahead: up to
     ``size`` batches are on their way to the device while the step works on one.
 
@@ -31,12 +37,12 @@ def prefetch_to_device(loader, size=2, sharding=None):
         raise ValueError(f"size must be a positive int, got {size!r}")
     owned = getattr(loader, "buffer", True) is False
 
-    def put(leaf):
+    def put(leaf: Any) -> Any:
         if not isinstance(leaf, np.ndarray):
             return leaf
         return jax.device_put(leaf if owned else np.array(leaf), sharding)
 
-    queue = collections.deque()
+    queue: collections.deque[Any] = collections.deque()
     for batch in loader:
         queue.append(jax.tree_util.tree_map(put, batch))
         if len(queue) > size:

@@ -1,6 +1,10 @@
 """The keyword arguments of PyTorch's DataLoader that fastload spells differently or does
 not need: a loader given one raises a ``TypeError`` that says what to write instead."""
 
+from __future__ import annotations
+
+from collections.abc import Iterable
+
 __all__ = ["refuse_unknown_keywords"]
 
 PYTORCH_KEYWORDS = {
@@ -25,7 +29,7 @@ PYTORCH_KEYWORDS = {
 }
 
 
-def refuse_unknown_keywords(what, keywords):
+def refuse_unknown_keywords(what: str, keywords: Iterable[str]) -> None:
     """Raise ``TypeError`` for the first of ``keywords`` (names a loader does not take),
     saying what fastload calls it when it is one of PyTorch's."""
     for name in keywords:

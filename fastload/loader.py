@@ -8,19 +8,26 @@ to load and deliver the steps. As in MLUtils, ``DataLoader(data, ...)`` is
 any container, views included. A stream (no length, no positions) is read a window of
 records at a time, each window loaded by the engine as a container (``windows.py``).
 """
+from __future__ import annotations
+
 import warnings
 import weakref
+from collections.abc import Callable, Iterator, Mapping
 from numbers import Integral
+from typing import Any, NoReturn, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _core
-from .engine import Engine
-from .epochs import Epochs
+from .collate import CollateOption
+from .engine import Allocator, Backend, Engine, OnError
+from .epochs import Epochs, Shuffle
 from .keywords import refuse_unknown_keywords
-from .obs import numobs
-from .schedule import schedule_of
-from .sharding import default_seed, resolve_shard
+from .obs import Container, numobs
+from .samplers import BatchSampler, Sampler
+from .schedule import Schedule, schedule_of
+from .sharding import Shard, default_seed, resolve_shard
 from .streams import stream_source
 from .views import MappedObs
 from .windows import DEFAULT_BUFFER, StreamEpochs
@@ -29,12 +36,14 @@ __all__ = ["DataLoader", "eachobs", "eachobs_parallel"]
 
 _SHUFFLES = (False, True, "quasi")
 
+_Loader = TypeVar("_Loader", bound="_EpochLoader")
 
-class StatsReport(dict):
+
+class StatsReport(dict[str, float]):
     """Throughput of a loader and where the consumer's time went, as a dict (times in
     seconds) that prints as one short line."""
 
-    def __init__(self, stats):
+    def __init__(self, stats: Any) -> None:
         total = stats.wait_s + stats.compute_s
         super().__init__(items=stats.items, batches=stats.batches,
                          items_per_s=stats.items / total if total > 0 else 0.0,
@@ -42,14 +51,14 @@ class StatsReport(dict):
                          wait_fraction=stats.wait_s / total if total > 0 else 0.0,
                          skipped=stats.skipped)
 
-    def __str__(self):
+    def __str__(self) -> str:
         skipped = f", {self['skipped']:,} skipped" if self["skipped"] else ""
         return (f"{self['items']:,} items in {self['batches']:,} batches{skipped}: "
                 f"{self['items_per_s']:,.0f} items/s, waited for data "
                 f"{100 * self['wait_fraction']:.0f}% of the time")
 
 
-def _found(data, name):
+def _found(data: Container, name: str) -> list[Any]:
     """The attribute ``name`` (when not None) of ``data``, else of the containers under it
     (through tuples, dicts and ``mapobs``), in order: how the loader finds what a packed
     dataset offers (its chunks, checksums, file pages) under columns and views of it."""
@@ -64,27 +73,27 @@ def _found(data, name):
     return []
 
 
-def _chunk_bounds(data):
+def _chunk_bounds(data: Container) -> npt.NDArray[np.int64] | None:
     """Chunk boundaries of the packed dataset under ``data``, or None."""
     found = _found(data, "chunk_bounds")
     return found[0] if found else None
 
 
-def _verifiers(data):
+def _verifiers(data: Container) -> list[Callable[[npt.NDArray[np.int64]], None]]:
     """The ``verify_rows`` of the packed datasets under ``data`` opened with
     ``verify="read"``: they check a step's chunks before the loader hands it out."""
     return _found(data, "verify_rows")
 
 
-def _file_pages(data):
+def _file_pages(data: Container) -> list[Any]:
     """The ``FilePages`` of the memory-mapped packed datasets under ``data``, each once."""
-    found = {}
+    found: dict[int, Any] = {}
     for pages in _found(data, "file_pages"):
         found.setdefault(id(pages), pages)
     return list(found.values())
 
 
-def _warn_random_reads(pages):
+def _warn_random_reads(pages: list[Any]) -> None:
     """Warn when a packed dataset read in random order does not fit in memory."""
     for p in pages:
         if not p.fits_in_memory():
@@ -99,7 +108,8 @@ def _warn_random_reads(pages):
             return
 
 
-def _check_samplers(shuffle, batch_size, sampler, batch_sampler, drop_last):
+def _check_samplers(shuffle: Shuffle, batch_size: int | None, sampler: Sampler | None,
+                    batch_sampler: BatchSampler | None, drop_last: bool) -> None:
     if sampler is not None and shuffle:
         raise ValueError("sampler= gives the order: leave shuffle=False (the sampler draws "
                          "from the loader's seed and the epoch)")
@@ -109,7 +119,8 @@ def _check_samplers(shuffle, batch_size, sampler, batch_sampler, drop_last):
                          "shuffle, sampler and drop_last")
 
 
-def _check_stream(shuffle, sampler, batch_sampler, backend):
+def _check_stream(shuffle: Shuffle, sampler: Sampler | None, batch_sampler: BatchSampler | None,
+                  backend: Backend) -> None:
     if not (shuffle is False or shuffle is True or (
             isinstance(shuffle, Integral) and not isinstance(shuffle, bool) and shuffle > 0)):
         raise ValueError(f"shuffle for a stream must be False, True or the records in its "
@@ -125,10 +136,17 @@ class _EpochLoader:
     """What ``DataLoader`` and ``eachobs`` share: epochs, order, state, and the engine.
     ``batch_size=None`` makes each step one observation."""
 
-    def __init__(self, data, batch_size=None, *, shuffle=False, sampler=None,
-                 batch_sampler=None, drop_last=False, collate=None, buffer=False,
-                 parallel=False, seed=None, ordered=True, prefetch=None, shard=None,
-                 on_error="raise", backend="thread", allocator=None):
+    _stream: StreamEpochs | None     # a stream's epochs, or
+    _epochs: Epochs | None           # a container's
+    _pages: Any                      # the FilePages read ahead in the quasi-random order
+
+    def __init__(self, data: Container, batch_size: int | None = None, *,
+                 shuffle: Shuffle = False, sampler: Sampler | None = None,
+                 batch_sampler: BatchSampler | None = None, drop_last: bool = False,
+                 collate: CollateOption = None, buffer: bool = False,
+                 parallel: bool | int = False, seed: int | None = None, ordered: bool = True,
+                 prefetch: int | None = None, shard: Shard = None, on_error: OnError = "raise",
+                 backend: Backend = "thread", allocator: Allocator | None = None) -> None:
         source = stream_source(data)
         if source is not None:
             _check_stream(shuffle, sampler, batch_sampler, backend)
@@ -138,6 +156,7 @@ class _EpochLoader:
         _check_samplers(shuffle, batch_size, sampler, batch_sampler, drop_last)
         if seed is not None and not isinstance(seed, Integral):
             raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+        options: dict[str, Any]
         options = dict(parallel=parallel, buffer=bool(buffer), ordered=bool(ordered),
                        prefetch=prefetch, on_error=on_error, backend=backend)
         if allocator is not None:
@@ -160,7 +179,7 @@ class _EpochLoader:
         self.seed = default_seed(seed, self.world_size)
         self._epoch = 0          # the epoch the next iter() starts
         self._resume_at = 0      # the step it starts at (after load_state_dict)
-        self._progress = None    # epoch and steps delivered of the latest iteration
+        self._progress: _core.Progress | None = None   # of the latest iteration: epoch, steps delivered
         self._stats = _core.Stats()
         self._warned_skips = False
         self._read_ahead = None
@@ -170,7 +189,7 @@ class _EpochLoader:
         else:
             self._open_container(sampler, batch_sampler)
 
-    def _open_stream(self, source, options):
+    def _open_stream(self, source: Any, options: dict[str, Any]) -> None:
         # Two engines: a window loads on one while the one before it is delivered.
         engines = [self._engine] + ([Engine(**options)] if self.parallel is not False else [])
         self._engines = engines
@@ -180,7 +199,8 @@ class _EpochLoader:
                                     collate=self.collate, rank=self.rank,
                                     world_size=self.world_size)
 
-    def _open_container(self, sampler, batch_sampler):
+    def _open_container(self, sampler: Sampler | None,
+                        batch_sampler: BatchSampler | None) -> None:
         data, shuffle = self.data, self.shuffle
         chunk_bounds = _chunk_bounds(data) if shuffle == "quasi" else None
         if shuffle == "quasi" and chunk_bounds is None:
@@ -198,7 +218,7 @@ class _EpochLoader:
         self._pages = next((p for p in pages if p.chunk_bounds is chunk_bounds), None)
 
     @property
-    def allocator(self):
+    def allocator(self) -> Allocator:
         """``allocator(shape, dtype) -> array``: how the batch buffers of the ring are made
         (``numpy.empty`` by default; ``fastload.torch.TorchLoader(..., pin_memory=True)``
         sets one that allocates page-locked memory). Setting it drops the current ring:
@@ -206,7 +226,7 @@ class _EpochLoader:
         return self._engine.allocator
 
     @allocator.setter
-    def allocator(self, allocator):
+    def allocator(self, allocator: Allocator) -> None:
         if not callable(allocator):
             raise TypeError(f"allocator must be callable as allocator(shape, dtype), got "
                             f"{allocator!r}")
@@ -214,21 +234,24 @@ class _EpochLoader:
             engine.close()
             engine.allocator = allocator
 
-    def order(self, epoch):
+    def order(self, epoch: int) -> npt.NDArray[np.int64]:
         """The observations this rank loads in ``epoch``, in order: an int64 array that
         depends only on (seed, epoch, rank, world_size)."""
         if self._stream is not None:
             raise TypeError("a stream has no order drawn up front")
-        return self._epochs.order(self.seed, epoch)
+        return self._epochs.order(self.seed, epoch)  # type: ignore[union-attr]
 
-    def schedule(self, epoch, start=0):
+    def schedule(self, epoch: int, start: int = 0) -> Schedule:
         """The ``Schedule`` of ``epoch`` from step ``start``: what the engine loads."""
-        return self._epochs.schedule(self.seed, epoch, start)
+        if self._stream is not None:
+            raise TypeError("a stream has no schedule drawn up front")
+        return self._epochs.schedule(self.seed, epoch, start)  # type: ignore[union-attr]
 
-    def _steps(self, seed, epoch):
-        return self._epochs.steps(seed, epoch)
+    def _steps(self, seed: int, epoch: int) -> int:
+        # Called for a container only (a stream has no steps known up front).
+        return self._epochs.steps(seed, epoch)  # type: ignore[union-attr]
 
-    def __len__(self):
+    def __len__(self) -> int:
         """Steps per epoch (of the epoch being iterated, else of the next one: a sampler's
         epochs may differ). Raises ``TypeError`` for a stream, which has no length."""
         if self._stream is not None:
@@ -237,11 +260,11 @@ class _EpochLoader:
         live = self._live_position()
         return self._steps(self.seed, live[0] if live else self._epoch)
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         """True: a loader is one also when it has no length (a stream)."""
         return True
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         epoch, start = self._epoch, self._resume_at
         self._epoch, self._resume_at = epoch + 1, 0
         self._progress = _core.Progress(epoch, start)
@@ -265,12 +288,12 @@ class _EpochLoader:
             weakref.finalize(iteration, reading.close)
         return iteration
 
-    def _stop_read_ahead(self):
+    def _stop_read_ahead(self) -> None:
         ahead, self._read_ahead = self._read_ahead, None
         if ahead is not None:
             ahead.close()
 
-    def _epoch_done(self):
+    def _epoch_done(self) -> None:
         self._stop_read_ahead()
         # The next epoch's order is finished within this epoch: no thread of the loader
         # works on between epochs (its time counts in this epoch's, where it belongs).
@@ -282,7 +305,7 @@ class _EpochLoader:
                           f"(on_error='skip'); loader.stats()['skipped'] keeps the count",
                           RuntimeWarning, stacklevel=2)
 
-    def stats(self):
+    def stats(self) -> StatsReport:
         """Items/s and where the time went since the loader was made: a dict with
         ``items``, ``batches``, ``items_per_s``, ``wait_s`` (consumer waiting for data),
         ``compute_s`` (consumer busy between batches), ``wait_fraction`` and ``skipped``.
@@ -292,7 +315,7 @@ class _EpochLoader:
         """
         return StatsReport(self._stats)
 
-    def _live_position(self):
+    def _live_position(self) -> tuple[int, int] | None:
         """(epoch, step) of the iteration in progress, or None when there is none or it
         delivered its whole epoch."""
         live = self._progress
@@ -305,7 +328,7 @@ class _EpochLoader:
             finished = live.step >= self._steps(self.seed, live.epoch)
         return None if finished else (live.epoch, live.step)
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, int]:
         """The position to resume from: restore it with ``load_state_dict`` on a loader
         built the same way, and iteration continues with the next step of that epoch."""
         epoch, step = self._live_position() or (self._epoch, self._resume_at)
@@ -317,7 +340,7 @@ class _EpochLoader:
             state["steps"] = self._steps(self.seed, epoch)
         return state
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
         """Resume from ``state`` (from ``state_dict``): the next ``iter()`` continues at the
         saved step of the saved epoch. Raises ``ValueError`` if the state belongs to a
         loader with a different number of steps per epoch (or, for a stream, another
@@ -348,7 +371,7 @@ class _EpochLoader:
         self._resume_at = int(state["step"])
         self._progress = None
 
-    def close(self):
+    def close(self) -> None:
         """Stop background work and release the batch buffers. Idempotent."""
         self._stop_read_ahead()
         if self._stream is not None:
@@ -357,10 +380,10 @@ class _EpochLoader:
                 engine.close()
         self._engine.close()
 
-    def __enter__(self):
+    def __enter__(self: _Loader) -> _Loader:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         """``with DataLoader(...) as loader:`` closes the loader at the end of the block."""
         self.close()
 
@@ -411,10 +434,13 @@ class DataLoader(_EpochLoader):
     ``collate_fn``, ``pin_memory``, ...) the message says what to write instead.
     """
 
-    def __init__(self, data, batch_size=1, *, shuffle=False, sampler=None, batch_sampler=None,
-                 drop_last=False, collate=None, buffer=False, parallel=False, seed=None,
-                 ordered=True, prefetch=None, shard=None, on_error="raise", backend="thread",
-                 allocator=None, **unknown):
+    def __init__(self, data: Container, batch_size: int = 1, *, shuffle: Shuffle = False,
+                 sampler: Sampler | None = None, batch_sampler: BatchSampler | None = None,
+                 drop_last: bool = False, collate: CollateOption = None, buffer: bool = False,
+                 parallel: bool | int = False, seed: int | None = None, ordered: bool = True,
+                 prefetch: int | None = None, shard: Shard = None, on_error: OnError = "raise",
+                 backend: Backend = "thread", allocator: Allocator | None = None,
+                 **unknown: NoReturn) -> None:
         refuse_unknown_keywords("DataLoader", unknown)
         if batch_size is None:
             raise ValueError("batch_size must be a positive int, got None (single "
@@ -430,16 +456,18 @@ class DataLoader(_EpochLoader):
                          parallel=parallel, seed=seed, ordered=ordered, prefetch=prefetch,
                          shard=shard, on_error=on_error, backend=backend, allocator=allocator)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         size = "a stream" if self._stream is not None else f"{self._n} observations"
         steps = "" if self._stream is not None else f", {len(self)} batches"
         return (f"DataLoader({size}, batch_size={self.batch_size}, shuffle={self.shuffle}, "
                 f"parallel={self.parallel}{steps})")
 
 
-def eachobs(data, *, shuffle=False, sampler=None, buffer=False, parallel=False, seed=None,
-            ordered=True, prefetch=None, shard=None, on_error="raise", backend="thread",
-            allocator=None, **unknown):
+def eachobs(data: Container, *, shuffle: Shuffle = False, sampler: Sampler | None = None,
+            buffer: bool = False, parallel: bool | int = False, seed: int | None = None,
+            ordered: bool = True, prefetch: int | None = None, shard: Shard = None,
+            on_error: OnError = "raise", backend: Backend = "thread",
+            allocator: Allocator | None = None, **unknown: NoReturn) -> _EpochLoader:
     """Iterates the observations of ``data`` (a container or a stream) one at a time,
     with the options of ``DataLoader`` (shuffling per epoch, a sampler, buffers, parallel
     loading, sharding, resumable state)."""
@@ -452,18 +480,19 @@ def eachobs(data, *, shuffle=False, sampler=None, buffer=False, parallel=False, 
 class _ParallelIterable:
     """The observations of a container, loaded by one engine each time it is iterated."""
 
-    def __init__(self, data, engine):
+    def __init__(self, data: Container, engine: Engine) -> None:
         self.data, self.schedule = schedule_of(data)
         self.engine = engine
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.schedule.steps
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         return self.engine.iterate(self.data, self.schedule, verify_rows=_verifiers(self.data))
 
 
-def eachobs_parallel(data, *, buffer=True, parallel=True, ordered=True, prefetch=None):
+def eachobs_parallel(data: Container, *, buffer: bool = True, parallel: bool | int = True,
+                     ordered: bool = True, prefetch: int | None = None) -> _ParallelIterable:
     """Iterate the observations of any container, loaded in parallel on the native pool.
 
     Pass a ``batchview`` to iterate batches: ``eachobs_parallel(batchview(data, 64))``

@@ -24,17 +24,17 @@ _CHANNELS = (1, 3, 4)
 
 
 def _check_args(what, alpha, num_classes, seed):
-    if not (isinstance(alpha, numbers.Real) and alpha > 0):
+    if not (isinstance(alpha, numbers.Real) and float(alpha) > 0):
         raise ValueError(f"{what}: alpha must be > 0, got {alpha!r}")
-    if not (isinstance(num_classes, numbers.Integral) and num_classes > 0):
+    if not (isinstance(num_classes, numbers.Integral) and int(num_classes) > 0):
         raise ValueError(f"{what}: num_classes must be an int > 0, got {num_classes!r}")
-    if not (isinstance(seed, numbers.Integral) and 0 <= seed < 1 << 64):
+    if not (isinstance(seed, numbers.Integral) and 0 <= int(seed) < 1 << 64):
         raise ValueError(f"{what}: seed must be an int in [0, 2**64), got {seed!r}")
 
 
 def _key(what, epoch, step):
     for name, value in (("epoch", epoch), ("step", step)):
-        if not (isinstance(value, numbers.Integral) and 0 <= value < 1 << 64):
+        if not (isinstance(value, numbers.Integral) and 0 <= int(value) < 1 << 64):
             raise ValueError(f"{what}: {name} must be an int >= 0, got {value!r}")
     return int(epoch), int(step)
 
@@ -89,18 +89,19 @@ class MixUp:
     for a batch or labels of the wrong kind.
     """
 
-    def __init__(self, *, alpha=1.0, num_classes, seed=0):
+    def __init__(self, *, alpha: float = 1.0, num_classes: int, seed: int = 0) -> None:
         _check_args("MixUp", alpha, num_classes, seed)
         self.alpha, self.num_classes, self.seed = float(alpha), int(num_classes), int(seed)
 
-    def __call__(self, images, labels, *, epoch, step):
+    def __call__(self, images: "np.typing.ArrayLike", labels: "np.typing.ArrayLike", *,
+                 epoch: int, step: int):
         batch = _batch("MixUp", images)
         targets = _one_hot("MixUp", labels, len(batch), self.num_classes)
         lam = _core.mixup_lambda(self.alpha, self.seed, *_key("MixUp", epoch, step))
         _core.mixup_(batch, lam)
         return _mixed(images, batch), _mix_targets(targets, lam)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"MixUp(alpha={self.alpha}, num_classes={self.num_classes}, seed={self.seed})"
 
 
@@ -127,14 +128,16 @@ class CutMix:
     (ValueError when that is ambiguous). `__call__` as MixUp's, for 4-D batches.
     """
 
-    def __init__(self, *, alpha=1.0, num_classes, seed=0, layout=None):
+    def __init__(self, *, alpha: float = 1.0, num_classes: int, seed: int = 0,
+                 layout: str | None = None) -> None:
         _check_args("CutMix", alpha, num_classes, seed)
         if layout not in ("NCHW", "NHWC", None):
             raise ValueError(f"CutMix: layout must be 'NCHW', 'NHWC' or None, got {layout!r}")
         self.alpha, self.num_classes, self.seed = float(alpha), int(num_classes), int(seed)
         self.layout = layout
 
-    def __call__(self, images, labels, *, epoch, step):
+    def __call__(self, images: "np.typing.ArrayLike", labels: "np.typing.ArrayLike", *,
+                 epoch: int, step: int):
         batch = _batch("CutMix", images)
         if batch.ndim != 4:
             raise ValueError(f"CutMix: images must be a 4-D batch (NCHW or NHWC), got shape "
@@ -142,11 +145,11 @@ class CutMix:
         chw = _channels_first(batch.shape, self.layout)
         targets = _one_hot("CutMix", labels, len(batch), self.num_classes)
         h, w = batch.shape[2:] if chw else batch.shape[1:3]
-        lam, box = _core.cutmix_params(self.alpha, self.seed, *_key("CutMix", epoch, step),
-                                        h, w)
+        epoch, step = _key("CutMix", epoch, step)
+        lam, box = _core.cutmix_params(self.alpha, self.seed, epoch, step, h, w)
         _core.cutmix_(batch, box, chw)
         return _mixed(images, batch), _mix_targets(targets, lam)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"CutMix(alpha={self.alpha}, num_classes={self.num_classes}, seed={self.seed}, "
                 f"layout={self.layout!r})")

@@ -9,26 +9,39 @@ and ``__getobs_into__``, or by registering implementations with ``numobs.registe
 
 An index is an int (one observation) or a 1-D integer array, list, range or slice (several).
 """
+from __future__ import annotations
+
+from collections.abc import Callable
 from functools import singledispatch
 from numbers import Integral
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 
 from . import tables, tensors
 from .collate import collate
 from .errors import load_error
 from .tree import map_tree, members, rebuild, tree_leaves
 
-__all__ = ["copy_into", "getobs", "getobs_into", "is_batch_index", "map_tree", "normalize_index",
-           "numobs", "tree_leaves"]
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
+__all__ = ["Container", "Index", "copy_into", "getobs", "getobs_into", "is_batch_index",
+           "map_tree", "normalize_index", "numobs", "tree_leaves"]
+
+# A container (see the module docstring) is duck-typed: any object that numobs accepts.
+Container: TypeAlias = Any
+# An index: a position, or several (a 1-D integer array, list or range, or a slice).
+Index: TypeAlias = slice | npt.ArrayLike
 
 
-def is_batch_index(i):
+def is_batch_index(i: int | npt.NDArray[np.int64]) -> TypeIs[npt.NDArray[np.int64]]:
     """True when ``i`` selects several observations rather than one."""
     return not isinstance(i, (Integral, np.integer))
 
 
-def normalize_index(i, n):
+def normalize_index(i: Index, n: int) -> int | npt.NDArray[np.int64]:
     """Check ``i`` against ``n`` observations and return it as an int or an int64 array.
 
     Negative positions count from the end, as in Python. Raises ``IndexError`` naming the
@@ -58,7 +71,7 @@ def normalize_index(i, n):
 
 
 @singledispatch
-def numobs(data):
+def numobs(data: Container) -> int:
     """The number of observations in ``data``. Raises ``TypeError`` for a non-container."""
     if hasattr(data, "__numobs__"):
         return int(data.__numobs__())
@@ -75,13 +88,13 @@ def numobs(data):
 
 
 @numobs.register
-def _(data: np.ndarray):
+def _(data: np.ndarray) -> int:
     if data.ndim == 0:
         raise TypeError("a 0-d array is not a data container")
     return data.shape[0]
 
 
-def _numobs_members(data):
+def _numobs_members(data: tuple[Any, ...] | dict[Any, Any]) -> int:
     sizes = {key: numobs(member) for key, member in members(data)}
     if not sizes:
         raise ValueError(f"an empty {type(data).__name__} is not a data container")
@@ -95,7 +108,7 @@ numobs.register(tuple, _numobs_members)
 numobs.register(dict, _numobs_members)
 
 
-def getobs(data, i=None):
+def getobs(data: Container, i: Index | None = None) -> Any:
     """Observation ``i`` of ``data``, the observations at the positions ``i``, or all of
     them as one batch when ``i`` is None.
 
@@ -112,7 +125,7 @@ def getobs(data, i=None):
 
 
 @singledispatch
-def _getobs(data, i):
+def _getobs(data: Container, i: Index) -> Any:
     if hasattr(data, "__getobs__"):
         return data.__getobs__(normalize_index(i, numobs(data)))
     i = normalize_index(i, numobs(data))
@@ -125,12 +138,14 @@ def _getobs(data, i):
     return _item(data, i)
 
 
-getobs.register = _getobs.register
-getobs.dispatch = _getobs.dispatch
-getobs.registry = _getobs.registry
+# getobs is a plain function that registers with _getobs: mypy cannot type attributes set
+# on a function.
+getobs.register = _getobs.register  # type: ignore[attr-defined]
+getobs.dispatch = _getobs.dispatch  # type: ignore[attr-defined]
+getobs.registry = _getobs.registry  # type: ignore[attr-defined]
 
 
-def _item(data, j):
+def _item(data: Container, j: int) -> Any:
     """``data[j]``; what the container raises becomes a LoadError naming ``j``."""
     try:
         return data[j]
@@ -139,12 +154,12 @@ def _item(data, j):
 
 
 @_getobs.register
-def _(data: np.ndarray, i):
+def _(data: np.ndarray, i: Index) -> Any:
     i = normalize_index(i, numobs(data))
     return data[i]
 
 
-def _getobs_members(data, i):
+def _getobs_members(data: tuple[Any, ...] | dict[Any, Any], i: Index) -> Any:
     i = normalize_index(i, numobs(data))
     return rebuild(data, [getobs(member, i) for _, member in members(data)])
 
@@ -154,7 +169,7 @@ _getobs.register(dict, _getobs_members)
 
 
 @singledispatch
-def _getobs_into(data, buffer, i):
+def _getobs_into(data: Container, buffer: Any, i: Index) -> Any:
     if hasattr(data, "__getobs_into__"):
         return data.__getobs_into__(buffer, normalize_index(i, numobs(data)))
     if tensors.is_tensor(data):
@@ -166,7 +181,7 @@ def _getobs_into(data, buffer, i):
     return copy_into(buffer, getobs(data, i))
 
 
-def getobs_into(buffer, data, i):
+def getobs_into(buffer: Any, data: Container, i: Index) -> Any:
     """Fill ``buffer`` with ``getobs(data, i)`` and return the filled buffer.
 
     For arrays and tuples/dicts of arrays nothing is allocated. Any other container
@@ -180,18 +195,18 @@ def getobs_into(buffer, data, i):
     return _getobs_into.dispatch(type(data))(data, buffer, i)
 
 
-def _register_into(cls, func=None):
-    def decorate(f):
+def _register_into(cls: type, func: Callable[..., Any] | None = None) -> Any:
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
         _getobs_into.register(cls, lambda data, buffer, i: f(buffer, data, i))
         return f
     return decorate if func is None else decorate(func)
 
 
-getobs_into.register = _register_into
+getobs_into.register = _register_into  # type: ignore[attr-defined]  # as getobs.register
 
 
 @_getobs_into.register
-def _(data: np.ndarray, buffer, i):
+def _(data: np.ndarray, buffer: Any, i: Index) -> Any:
     i = normalize_index(i, numobs(data))
     if not isinstance(buffer, np.ndarray):
         view = tensors.numpy_view(buffer) if tensors.is_tensor(buffer) else None
@@ -212,7 +227,7 @@ def _(data: np.ndarray, buffer, i):
     return buffer
 
 
-def _getobs_into_members(data, buffer, i):
+def _getobs_into_members(data: tuple[Any, ...] | dict[Any, Any], buffer: Any, i: Index) -> Any:
     i = normalize_index(i, numobs(data))
     if not isinstance(buffer, type(data)) or len(buffer) != len(data):
         return copy_into(buffer, getobs(data, i))
@@ -224,7 +239,7 @@ _getobs_into.register(tuple, _getobs_into_members)
 _getobs_into.register(dict, _getobs_into_members)
 
 
-def _fits(dtype, buffer_dtype):
+def _fits(dtype: np.dtype[Any], buffer_dtype: np.dtype[Any]) -> bool:
     """True when values of ``dtype`` go into a buffer of ``buffer_dtype`` without a change
     of kind (int to float is fine, float to int is not) or a truncated string."""
     if dtype.kind in "USV" or buffer_dtype.kind in "USV":
@@ -232,7 +247,7 @@ def _fits(dtype, buffer_dtype):
     return np.can_cast(dtype, buffer_dtype, "same_kind")
 
 
-def copy_into(buffer, value):
+def copy_into(buffer: Any, value: Any) -> Any:
     """Copy ``value`` into ``buffer`` (an array, or a tuple/dict of them) and return the
     filled buffer; a buffer of any other kind cannot be filled and ``value`` is returned.
     Raises ``ValueError`` when the value's shape differs, or when its dtype would lose

@@ -11,16 +11,19 @@ Distributed training: the loader gives each rank a contiguous slice of the permu
 since windows are emitted contiguously, each rank's slice spans few windows and stays
 chunk-local.
 """
+from __future__ import annotations
+
 import numbers
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["chunk_sizes", "quasi_random_order"]
 
 DEFAULT_WINDOW = 8
 
 
-def chunk_sizes(n, chunks):
+def chunk_sizes(n: int, chunks: npt.ArrayLike) -> npt.NDArray[np.int64]:
     """Chunk sizes from ``chunks``: either the sizes (summing to ``n``) or the boundaries
     (``0, ..., n``; k + 1 values for k chunks). Raises ValueError when neither fits."""
     c = np.asarray(chunks)
@@ -34,7 +37,8 @@ def chunk_sizes(n, chunks):
     raise ValueError(f"chunks are neither sizes summing to {n} nor boundaries 0..{n}")
 
 
-def quasi_random_order(n, chunks, seed, epoch, window=DEFAULT_WINDOW):
+def quasi_random_order(n: int, chunks: npt.ArrayLike, seed: int, epoch: int,
+                       window: int = DEFAULT_WINDOW) -> npt.NDArray[np.int64]:
     """A permutation of ``range(n)`` (int64) that is random but chunk-local.
 
     ``chunks``: chunk sizes or boundaries (see ``chunk_sizes``), e.g. a dataset's

@@ -20,6 +20,7 @@ semantics the plan falls back to loading whole steps with ``getobs``.
 """
 import operator
 import weakref
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,8 @@ __all__ = ["ItemPlan", "StepPlan", "make_plan"]
 
 def _custom_getobs(data):
     """True when ``data`` defines how several observations form a batch."""
-    return hasattr(data, "__getobs__") or getobs.dispatch(type(data)) is not getobs.dispatch(object)
+    dispatch = getobs.dispatch  # type: ignore[attr-defined]  # set by obs.py's dispatcher
+    return hasattr(data, "__getobs__") or dispatch(type(data)) is not dispatch(object)
 
 
 def _per_item(data):
@@ -117,7 +119,7 @@ class Leaf:
         return ("python", None)
 
 
-_image_sources = weakref.WeakKeyDictionary()
+_image_sources: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def _pixel_images(images):
@@ -475,6 +477,6 @@ def _collated_plan(data, batch_size, collate_fn):
     plan = ItemPlan(None, [Leaf(data, "object")], batch_size, False)
     if callable(collate_fn) and collate_fn is not False:
         assemble = plan.assemble
-        plan.assemble = lambda dests, objects, n, keep=None: collate_fn(
+        plan.assemble = lambda dests, objects, n, keep=None: collate_fn(  # type: ignore[method-assign]
             assemble(dests, objects, n, keep))
     return plan

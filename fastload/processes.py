@@ -31,6 +31,7 @@ import signal
 import time
 import weakref
 from numbers import Integral
+from typing import Any
 
 import numpy as np
 
@@ -102,6 +103,13 @@ class WorkerPool:
     iteration). Needs the 'fork' start method (Linux). A worker that dies makes the
     consumer raise ``RuntimeError`` naming the process.
     """
+
+    # Set when the workers are forked (``ring``), None before and after ``stop``.
+    procs: Any
+    conns: Any
+    slots: Any
+    control: Any
+    _finalizer: Any
 
     def __init__(self, count):
         if not isinstance(count, Integral) or count < 1:

@@ -13,16 +13,28 @@ array, a range, a PyTorch sampler) and ``batch_sampler=`` any iterable of batche
 are iterated once per epoch (after ``set_epoch(epoch)`` when they have one), so they
 are deterministic, and a resumed run exact, only as far as iterating them is.
 """
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
 from numbers import Integral, Real
+from typing import Any, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 
-__all__ = ["BucketBatchSampler", "WeightedSampler", "draw_batches", "draw_order"]
+__all__ = ["BatchSampler", "BucketBatchSampler", "Sampler", "WeightedSampler", "draw_batches",
+           "draw_order"]
+
+# ``sampler=``: ``sampler(epoch, seed) -> positions``, or an iterable of positions.
+Sampler: TypeAlias = Callable[[int, int], Iterable[int]] | Iterable[int]
+# ``batch_sampler=``: ``batch_sampler(epoch, seed) -> batches``, or an iterable of batches.
+BatchSampler: TypeAlias = (Callable[[int, int], Iterable[Iterable[int]]]
+                           | Iterable[Iterable[int]])
 
 _POOL_BATCHES = 64   # batches' worth of observations that a BucketBatchSampler sorts at once
 
 
-def _rng(seed, epoch):
+def _rng(seed: int, epoch: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64([int(seed), int(epoch)]))
 
 
@@ -40,7 +52,14 @@ class WeightedSampler:
     nonzero ones for ``num_samples`` without replacement.
     """
 
-    def __init__(self, weights, num_samples=None, *, replacement=True):
+    weights: npt.NDArray[np.float64]
+    num_samples: int
+    replacement: bool
+    _cdf: npt.NDArray[np.float64]
+    _last: int
+
+    def __init__(self, weights: npt.ArrayLike, num_samples: int | None = None, *,
+                 replacement: bool = True) -> None:
         w = np.asarray(weights, dtype=np.float64)
         if w.ndim != 1 or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
             raise ValueError("weights must be a 1-D sequence of finite numbers >= 0, not all 0")
@@ -58,7 +77,7 @@ class WeightedSampler:
         self._cdf = np.cumsum(w / w.sum())
         self._last = int(np.flatnonzero(w)[-1])
 
-    def __call__(self, epoch, seed):
+    def __call__(self, epoch: int, seed: int) -> npt.NDArray[np.int64]:
         """The int64 positions of ``epoch``, drawn from (seed, epoch) alone."""
         rng = _rng(seed, epoch)
         if self.replacement:
@@ -73,7 +92,7 @@ class WeightedSampler:
             keys = rng.exponential(size=len(self.weights)) / self.weights
         return np.argsort(keys, kind="stable")[:self.num_samples].astype(np.int64)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"WeightedSampler({len(self.weights)} weights, num_samples={self.num_samples}, "
                 f"replacement={self.replacement})")
 
@@ -94,8 +113,9 @@ class BucketBatchSampler:
     positive int, or for lengths that are not a 1-D sequence of numbers.
     """
 
-    def __init__(self, lengths, batch_size=None, *, max_tokens=None, shuffle=True,
-                 pool_size=None, drop_last=False):
+    def __init__(self, lengths: npt.ArrayLike, batch_size: int | None = None, *,
+                 max_tokens: int | None = None, shuffle: bool = True,
+                 pool_size: int | None = None, drop_last: bool = False) -> None:
         lengths = np.asarray(lengths)
         if lengths.ndim != 1 or (lengths.size and lengths.dtype.kind not in "iuf"):
             raise ValueError("lengths must be a 1-D sequence of numbers, one per observation")
@@ -115,13 +135,14 @@ class BucketBatchSampler:
         self.drop_last = bool(drop_last)
         if pool_size is None:
             typical = max(1.0, float(np.median(lengths))) if lengths.size else 1.0
-            per_batch = batch_size or max(1, int(max_tokens // typical))
+            # max_tokens is an int when batch_size is None (checked above).
+            per_batch = batch_size or max(1, int(max_tokens // typical))  # type: ignore[operator]
             pool_size = _POOL_BATCHES * per_batch
         elif batch_size is not None:
             pool_size = -(-pool_size // batch_size) * batch_size   # whole batches a pool
         self.pool_size = int(pool_size)
 
-    def __call__(self, epoch, seed):
+    def __call__(self, epoch: int, seed: int) -> list[npt.NDArray[np.int64]]:
         """The batches of ``epoch``: a list of int64 arrays of positions."""
         rng = _rng(seed, epoch)
         n = len(self.lengths)
@@ -131,13 +152,15 @@ class BucketBatchSampler:
             pool = positions[first:first + self.pool_size]
             pool = pool[np.argsort(self.lengths[pool], kind="stable")]
             batches.extend(self._cut(pool))
-        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+        # drop_last comes with a batch_size (checked in __init__).
+        if self.drop_last and batches and \
+                len(batches[-1]) < self.batch_size:  # type: ignore[operator]
             batches.pop()
         if self.shuffle:
             batches = [batches[k] for k in rng.permutation(len(batches))]
         return batches
 
-    def _cut(self, pool):
+    def _cut(self, pool: npt.NDArray[np.int64]) -> list[npt.NDArray[np.int64]]:
         """Consecutive batches of ``pool`` (sorted by length)."""
         if self.batch_size is not None:
             return [pool[k:k + self.batch_size] for k in range(0, len(pool), self.batch_size)]
@@ -157,19 +180,19 @@ class BucketBatchSampler:
             first += low
         return batches
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         size = (f"batch_size={self.batch_size}" if self.batch_size is not None
                 else f"max_tokens={self.max_tokens}")
         return f"BucketBatchSampler({len(self.lengths)} lengths, {size}, shuffle={self.shuffle})"
 
 
-def _set_epoch(sampler, epoch):
+def _set_epoch(sampler: object, epoch: int) -> None:
     set_epoch = getattr(sampler, "set_epoch", None)
     if callable(set_epoch):
         set_epoch(epoch)
 
 
-def _positions(values, n, what):
+def _positions(values: Any, n: int, what: str) -> npt.NDArray[np.int64]:
     """``values`` as int64 positions in ``range(n)``; IndexError naming the first outside."""
     if isinstance(values, np.ndarray):
         positions = values
@@ -187,7 +210,7 @@ def _positions(values, n, what):
     return positions
 
 
-def draw_order(sampler, n, seed, epoch):
+def draw_order(sampler: Sampler, n: int, seed: int, epoch: int) -> npt.NDArray[np.int64]:
     """The int64 positions that ``sampler`` (a function of (epoch, seed) or an iterable)
     gives for ``epoch``, checked against ``n`` observations."""
     if callable(sampler):
@@ -196,7 +219,8 @@ def draw_order(sampler, n, seed, epoch):
     return _positions(sampler, n, "the sampler")
 
 
-def draw_batches(batch_sampler, n, seed, epoch):
+def draw_batches(batch_sampler: BatchSampler, n: int, seed: int,
+                 epoch: int) -> list[npt.NDArray[np.int64]]:
     """The batches that ``batch_sampler`` gives for ``epoch``, as a list of int64 arrays
     of positions; ``ValueError`` for an empty batch."""
     if callable(batch_sampler):

@@ -11,11 +11,16 @@ The engine never looks at views to learn this: ``schedule_of`` turns a view (a
 ``batchview`` over ``obsview``/``shuffleobs`` layers) into a container and a schedule
 once, at the boundary, for ``eachobs_parallel``.
 """
+from __future__ import annotations
+
 from numbers import Integral
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from .obs import numobs
+from .collate import CollateOption
+from .obs import Container, numobs
 from .views import BatchView, ObsView
 
 __all__ = ["Schedule", "schedule_of"]
@@ -28,9 +33,18 @@ class Schedule:
 
     __slots__ = ("order", "batch_size", "drop_last", "collate", "seed", "epoch", "start",
                  "bounds")
+    order: npt.NDArray[np.int64]
+    batch_size: int | None
+    drop_last: bool
+    collate: CollateOption
+    seed: int
+    epoch: int
+    start: int
+    bounds: npt.NDArray[np.int64] | None
 
-    def __init__(self, order, batch_size=None, *, drop_last=False, collate=None, seed=0,
-                 epoch=0, start=0, bounds=None):
+    def __init__(self, order: npt.ArrayLike, batch_size: int | None = None, *,
+                 drop_last: bool = False, collate: CollateOption = None, seed: int = 0,
+                 epoch: int = 0, start: int = 0, bounds: npt.ArrayLike | None = None) -> None:
         order = np.ascontiguousarray(order, dtype=np.int64)
         if order.ndim != 1:
             raise ValueError(f"a schedule's order is 1-D, got shape {order.shape}")
@@ -49,12 +63,12 @@ class Schedule:
             raise ValueError(f"start {start} is outside the {self.steps} steps of the schedule")
 
     @property
-    def rows(self):
+    def rows(self) -> int:
         """Observations in a whole step, the size of a slot (1 for single observations)."""
         return self.batch_size or 1
 
     @property
-    def steps(self):
+    def steps(self) -> int:
         """Steps in the epoch: batches (the last one partial unless ``drop_last``) or
         observations."""
         if self.bounds is not None:
@@ -62,21 +76,22 @@ class Schedule:
         n, rows = len(self.order), self.rows
         return n // rows if self.drop_last else -(-n // rows)
 
-    def positions(self, step):
+    def positions(self, step: int) -> npt.NDArray[np.int64]:
         """The container positions that ``step`` loads (a view of ``order``)."""
         if self.bounds is not None:
             return self.order[self.bounds[step]:self.bounds[step + 1]]
         first = step * self.rows
         return self.order[first:min(first + self.rows, len(self.order))]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         cut = "" if self.bounds is None else f", {self.steps} steps of different sizes"
         return (f"Schedule({len(self.order)} observations, batch_size={self.batch_size}"
                 f"{cut}, drop_last={self.drop_last}, seed={self.seed}, epoch={self.epoch}, "
                 f"start={self.start})")
 
 
-def _checked_bounds(bounds, n, batch_size):
+def _checked_bounds(bounds: npt.ArrayLike, n: int,
+                    batch_size: int | None) -> npt.NDArray[np.int64]:
     bounds = np.ascontiguousarray(bounds, dtype=np.int64)
     if batch_size is None:
         raise ValueError("steps of different sizes are batches: give the batch_size of a slot")
@@ -88,7 +103,8 @@ def _checked_bounds(bounds, n, batch_size):
     return bounds
 
 
-def schedule_of(data, *, seed=0, epoch=0, start=0):
+def schedule_of(data: Container, *, seed: int = 0, epoch: int = 0,
+                start: int = 0) -> tuple[Container, Schedule]:
     """``(container, schedule)`` for iterating the observations of ``data``: a
     ``batchview`` becomes batches of its container, and ``obsview`` layers under it (or
     at the top) fold into the order."""

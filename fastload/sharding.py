@@ -12,27 +12,35 @@ The ranks agree on the order only if they agree on the seed: a sharded loader gi
 seed takes ``DEFAULT_SEED`` (as DistributedSampler's default seed is 0), never a seed of
 its own that the other ranks could not know.
 """
+from __future__ import annotations
+
 import os
 import secrets
 import sys
+from collections.abc import Sequence
 from numbers import Integral
+from typing import Literal, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 
-__all__ = ["DEFAULT_SEED", "default_seed", "resolve_shard", "shard_batches", "shard_order",
-           "shard_size"]
+__all__ = ["DEFAULT_SEED", "Shard", "default_seed", "resolve_shard", "shard_batches",
+           "shard_order", "shard_size"]
+
+# ``shard=``: (rank, world_size), "auto", or None for one process.
+Shard: TypeAlias = tuple[int, int] | Literal["auto"] | None
 
 DEFAULT_SEED = 0
 
 
-def _from_torch():
+def _from_torch() -> tuple[int, int] | None:
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return None
 
 
-def _from_environment():
+def _from_environment() -> tuple[int, int] | None:
     rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
     if rank is None or world is None:
         return None
@@ -42,14 +50,14 @@ def _from_environment():
         raise ValueError(f"RANK={rank!r} and WORLD_SIZE={world!r} must be integers") from None
 
 
-def _from_jax():
+def _from_jax() -> tuple[int, int] | None:
     jax = sys.modules.get("jax")
     if jax is None:
         return None
     return jax.process_index(), jax.process_count()
 
 
-def resolve_shard(shard):
+def resolve_shard(shard: Shard) -> tuple[int, int]:
     """``(rank, world_size)`` from ``shard``: None (one process), a pair, or ``"auto"``
     (torch.distributed when initialized, else the RANK/WORLD_SIZE environment variables,
     else JAX's process index and count when jax is imported, else one process).
@@ -71,12 +79,13 @@ def resolve_shard(shard):
     return int(rank), int(world)
 
 
-def shard_size(n, world, drop_last):
+def shard_size(n: int, world: int, drop_last: bool) -> int:
     """Observations per rank."""
     return n // world if drop_last else -(-n // world)
 
 
-def shard_order(order, rank, world, drop_last):
+def shard_order(order: npt.NDArray[np.int64], rank: int, world: int,
+                drop_last: bool) -> npt.NDArray[np.int64]:
     """This rank's block of the epoch's ``order`` (every rank passes the same order)."""
     if world == 1:
         return order
@@ -87,7 +96,8 @@ def shard_order(order, rank, world, drop_last):
     return order[rank * per:(rank + 1) * per]
 
 
-def shard_batches(batches, rank, world):
+def shard_batches(batches: Sequence[npt.NDArray[np.int64]], rank: int,
+                  world: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """This rank's block of the epoch's ``batches`` (int64 arrays; every rank passes the
     same ones), as ``(order, bounds)``: the positions one after the other and the offsets
     where each batch starts, with the end. Every rank gets ``ceil(len(batches) / world)``
@@ -103,7 +113,7 @@ def shard_batches(batches, rank, world):
     return order, bounds
 
 
-def default_seed(seed, world):
+def default_seed(seed: int | None, world: int) -> int:
     """The seed a loader uses: ``seed``, else ``DEFAULT_SEED`` when it is sharded over
     several ranks (they must draw the same order), else a fresh one of 63 bits."""
     if seed is not None:

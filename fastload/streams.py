@@ -14,26 +14,30 @@ stream of ``f`` applied to each record. How a loader reads a stream is in
 URLs are read through fsspec (``pip install fsspec``, with ``aiohttp`` for HTTP), imported
 only when a URL is opened.
 """
+from __future__ import annotations
+
 import collections.abc
 import itertools
 import os
 import sys
 import tarfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import IO, Any
 
 import numpy as np
 
-from .obs import numobs
+from .obs import Container, numobs
 from .tree import rebuild
 from .views import MappedObs
 
 __all__ = ["Shards", "open_shard", "rank_records", "stream_source", "tar_samples"]
 
 
-def _is_url(path):
+def _is_url(path: str | os.PathLike[str]) -> bool:
     return "://" in str(path)
 
 
-def open_shard(path):
+def open_shard(path: str | os.PathLike[str]) -> IO[bytes]:
     """A binary file object for ``path``: a local file, or a URL through fsspec. Raises
     ``ImportError`` naming the package when a URL needs fsspec and it is missing."""
     if not _is_url(path):
@@ -60,7 +64,8 @@ class Shards:
     Raises ``ValueError`` for no paths and ``TypeError`` when ``read`` is not callable.
     """
 
-    def __init__(self, paths, read):
+    def __init__(self, paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+                 read: Callable[[IO[bytes]], Iterable[Any]]) -> None:
         if isinstance(paths, (str, bytes, os.PathLike)):
             paths = [paths]
         self.paths = [os.fspath(p) if isinstance(p, os.PathLike) else p for p in paths]
@@ -70,25 +75,25 @@ class Shards:
             raise TypeError(f"read must be a callable f -> records, got {type(read).__name__}")
         self.read = read
 
-    def records(self, path):
+    def records(self, path: str) -> Iterator[Any]:
         """The records of the file at ``path``."""
         with open_shard(path) as f:
             yield from self.read(f)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         for path in self.paths:
             yield from self.records(path)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Shards({len(self.paths)} files, read={getattr(self.read, '__name__', self.read)})"
 
 
-def tar_samples(f):
+def tar_samples(f: IO[bytes]) -> Iterator[dict[str, Any]]:
     """The samples of a tar file in webdataset's layout, read as a stream: consecutive
     members that share a name up to the first dot of the file name form one sample, a
     dict ``{"__key__": name, ext: bytes, ...}`` (``a/b.jpg``, ``a/b.cls`` ->
     ``{"__key__": "a/b", "jpg": ..., "cls": ...}``)."""
-    sample = None
+    sample: dict[str, Any] | None = None
     with tarfile.open(fileobj=f, mode="r|*") as tar:
         for member in tar:
             if not member.isfile():
@@ -101,12 +106,12 @@ def tar_samples(f):
                 sample = None
             if sample is None:
                 sample = {"__key__": key}
-            sample[ext] = tar.extractfile(member).read()
+            sample[ext] = tar.extractfile(member).read()  # type: ignore[union-attr]  # isfile()
     if sample is not None:
         yield sample
 
 
-def _is_torch_iterable(data):
+def _is_torch_iterable(data: object) -> bool:
     """A PyTorch IterableDataset: a stream even when it has a ``__len__`` (its
     ``__getitem__`` is the base class's, which raises)."""
     data_module = sys.modules.get("torch.utils.data")
@@ -114,7 +119,7 @@ def _is_torch_iterable(data):
     return base is not None and isinstance(data, base)
 
 
-def _is_stream(data):
+def _is_stream(data: object) -> bool:
     if _is_torch_iterable(data):
         return True
     try:
@@ -124,14 +129,14 @@ def _is_stream(data):
         return isinstance(data, collections.abc.Iterable)
 
 
-def stream_source(data):
+def stream_source(data: Container) -> Any:
     """The stream under ``data`` (itself, or under ``mapobs`` and the members of tuples
     and dicts), or None when ``data`` is a container. Raises ``ValueError`` when the
     members mix a stream with other data or with another stream."""
     found = set()
     leaves = []
 
-    def walk(x):
+    def walk(x: Any) -> None:
         if isinstance(x, MappedObs):
             walk(x.data)
         elif isinstance(x, (tuple, dict)) and not hasattr(x, "__numobs__"):
@@ -151,7 +156,7 @@ def stream_source(data):
     return streams[0]
 
 
-def substitute(data, source, records):
+def substitute(data: Container, source: Iterable[Any], records: Sequence[Any]) -> Any:
     """``data`` with the stream ``source`` replaced by the container ``records``: the
     views of a stream made views of one window of its records."""
     if data is source:
@@ -163,19 +168,20 @@ def substitute(data, source, records):
     return rebuild(data, [substitute(v, source, records) for v in data])
 
 
-def is_one_shot(source):
+def is_one_shot(source: object) -> bool:
     """True for an iterator (a generator): it cannot start over for a new epoch."""
     return isinstance(source, collections.abc.Iterator)
 
 
-def _shard_count(source):
+def _shard_count(source: Any) -> int | None:
     count = getattr(source, "num_shards", None)
     if count is None:
         count = getattr(source, "n_shards", None)
     return count if isinstance(count, int) and callable(getattr(source, "shard", None)) else None
 
 
-def rank_records(source, rank, world, seed, epoch, shuffle_files):
+def rank_records(source: Any, rank: int, world: int, seed: int, epoch: int,
+                 shuffle_files: bool) -> Iterator[Any]:
     """The records of ``source`` that ``rank`` of ``world`` reads in ``epoch``, in order.
     ``Shards`` are shared out by file (in a new order each epoch when ``shuffle_files``),
     a source with ``shard(num_shards, index)`` and a number of shards that ``world``

@@ -9,18 +9,23 @@ Labels (``classes=``, ``stratified=``) are a container with one label per observ
 array, a list, a pandas Series, a tuple member...); groups keep the order in which their
 label first appears.
 """
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from numbers import Integral, Real
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from .obs import getobs, numobs
+from .obs import Container, getobs, numobs
 from .views import ObsView, rng
 
 __all__ = ["chunk", "filterobs", "group_counts", "groupobs", "kfolds", "leavepout",
            "oversample", "splitobs", "undersample"]
 
 
-def _hashable(x):
+def _hashable(x: Any) -> Hashable:
     """``x`` as a value a dict can be keyed by: numpy scalars as Python scalars, arrays and
     lists as tuples."""
     if isinstance(x, np.ndarray):
@@ -32,7 +37,7 @@ def _hashable(x):
     return x
 
 
-def _label_values(labels, n=None):
+def _label_values(labels: Container, n: int | None = None) -> list[Hashable]:
     """The labels of ``labels`` (a container) as a list of hashable values; ``n``, when
     given, is the number of observations they must label."""
     count = numobs(labels)
@@ -45,15 +50,15 @@ def _label_values(labels, n=None):
                                    else values)]
 
 
-def _groups(values):
+def _groups(values: Iterable[Hashable]) -> dict[Hashable, npt.NDArray[np.int64]]:
     """``{label: int64 positions}``, in the order labels first appear."""
-    groups = {}
+    groups: dict[Hashable, list[int]] = {}
     for position, value in enumerate(values):
         groups.setdefault(value, []).append(position)
     return {label: np.asarray(p, np.int64) for label, p in groups.items()}
 
 
-def group_counts(x):
+def group_counts(x: Container) -> dict[Hashable, int]:
     """``{value: count}`` of the observations of ``x`` (a container), in the order values
     first appear.
 
@@ -63,21 +68,21 @@ def group_counts(x):
     return {label: len(p) for label, p in _groups(_label_values(x)).items()}
 
 
-def filterobs(f, data):
+def filterobs(f: Callable[[Any], object], data: Container) -> ObsView:
     """A view of the observations ``x`` of ``data`` for which ``f(x)`` is true. ``f`` is
     called on every observation once, here."""
     keep = [i for i in range(numobs(data)) if f(getobs(data, i))]
     return ObsView(data, np.asarray(keep, np.int64))
 
 
-def groupobs(f, data):
+def groupobs(f: Callable[[Any], Hashable], data: Container) -> dict[Hashable, ObsView]:
     """``{f(x): view}``: the observations of ``data`` grouped by the value of ``f`` on them
     (numpy scalars as Python scalars), groups in the order they first appear."""
     keys = [_hashable(f(getobs(data, i))) for i in range(numobs(data))]
     return {key: ObsView(data, positions) for key, positions in _groups(keys).items()}
 
 
-def _parts(at, n):
+def _parts(at: float | Sequence[float], n: int) -> tuple[float, ...]:
     """``at`` as a tuple of fractions or of counts; raises ``ValueError`` otherwise."""
     parts = tuple(at) if isinstance(at, (tuple, list)) else (at,)
     counts = all(isinstance(p, Integral) and not isinstance(p, bool) for p in parts)
@@ -91,7 +96,7 @@ def _parts(at, n):
                      f"most 1, counts to at most {n}), got {at!r}")
 
 
-def _split_sizes(n, parts):
+def _split_sizes(n: int, parts: Sequence[float]) -> list[int]:
     """The sizes of the ``len(parts) + 1`` subsets of ``n`` observations. Counts are taken
     as they are; fractions are rounded as MLUtils does: the first subset has
     ``round(at[0] * n)`` observations (half to even), and the remaining fractions apply,
@@ -108,7 +113,9 @@ def _split_sizes(n, parts):
     return sizes + [n]
 
 
-def splitobs(data, at=0.8, shuffle=False, seed=None, *, stratified=None):
+def splitobs(data: Container, at: float | Sequence[float] = 0.8, shuffle: bool = False,
+             seed: int | None = None, *,
+             stratified: Container | None = None) -> tuple[ObsView, ...]:
     """Split ``data`` into ``len(at) + 1`` consecutive views (two for a single ``at``).
 
     ``at`` is a fraction (the share of the first view), an int (its number of
@@ -131,7 +138,7 @@ def splitobs(data, at=0.8, shuffle=False, seed=None, *, stratified=None):
         return tuple(ObsView(data, order[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:]))
     labels = _label_values(stratified, n)
     fractions = tuple(p / n for p in parts) if isinstance(parts[0], Integral) and n else parts
-    pieces = [[] for _ in range(len(parts) + 1)]
+    pieces: list[list[npt.NDArray[np.int64]]] = [[] for _ in range(len(parts) + 1)]
     for positions in _groups([labels[j] for j in order]).values():
         bounds = np.cumsum([0] + _split_sizes(len(positions), fractions))
         for piece, lo, hi in zip(pieces, bounds[:-1], bounds[1:]):
@@ -139,18 +146,19 @@ def splitobs(data, at=0.8, shuffle=False, seed=None, *, stratified=None):
     return tuple(ObsView(data, order[_sorted_union(piece)]) for piece in pieces)
 
 
-def _sorted_union(arrays):
+def _sorted_union(arrays: Sequence[npt.NDArray[np.int64]]) -> npt.NDArray[np.int64]:
     """The positions of ``arrays`` (disjoint int64 arrays) in increasing order."""
     return np.sort(np.concatenate(arrays)) if arrays else np.zeros(0, np.int64)
 
 
-def _fold_bounds(n, k):
+def _fold_bounds(n: int, k: int) -> npt.NDArray[np.int64]:
     """Bounds of ``k`` consecutive folds of ``n``: the first ``n % k`` one larger."""
     sizes = [n // k + 1] * (n % k) + [n // k] * (k - n % k)
     return np.cumsum([0] + sizes)
 
 
-def kfolds(data, k=5, *, shuffle=False, seed=None, stratified=None):
+def kfolds(data: Container, k: int = 5, *, shuffle: bool = False, seed: int | None = None,
+           stratified: Container | None = None) -> list[tuple[ObsView, ObsView]]:
     """``k`` pairs ``(train, validation)`` of views: fold ``j`` validates on the j-th of
     ``k`` consecutive parts (the first ``n % k`` one observation larger) and trains on the
     rest, in the order of the data. ``shuffle=True`` permutes the observations first
@@ -180,7 +188,7 @@ def kfolds(data, k=5, *, shuffle=False, seed=None, stratified=None):
             for v in validations]
 
 
-def leavepout(data, p=1):
+def leavepout(data: Container, p: int = 1) -> list[tuple[ObsView, ObsView]]:
     """``kfolds(data, numobs(data) // p)``: folds whose validation views hold ``p``
     observations (a few ``p + 1`` when ``p`` does not divide the number). ``p=1`` is
     leave-one-out. Raises ``ValueError`` unless ``1 <= p <= numobs(data) // 2``."""
@@ -191,7 +199,8 @@ def leavepout(data, p=1):
     return kfolds(data, n // p)
 
 
-def chunk(data, n=None, *, size=None):
+def chunk(data: Container, n: int | None = None, *,
+          size: int | Sequence[int] | None = None) -> list[ObsView]:
     """Consecutive views of ``data``: ``n`` parts of ``ceil(numobs / n)`` observations
     (the last one smaller, and fewer parts when they run out, as in MLUtils), parts of
     ``size`` observations, or parts of the sizes in the sequence ``size`` (summing to
@@ -212,7 +221,8 @@ def chunk(data, n=None, *, size=None):
             raise ValueError(f"chunk needs a positive size, got {size!r}")
         sizes = [min(size, total - start) for start in range(0, total, size)]
     else:
-        sizes = list(size)
+        # A sequence: not None (checked above), not an int (mypy's int is no Integral).
+        sizes = list(size)  # type: ignore[arg-type]
         if (any(not isinstance(s, Integral) or s < 0 for s in sizes)
                 or sum(sizes) != total):
             raise ValueError(f"chunk sizes must be counts summing to {total}, got {size!r}")
@@ -220,7 +230,7 @@ def chunk(data, n=None, *, size=None):
     return [ObsView(data, np.arange(lo, hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
-def _last_member(data):
+def _last_member(data: Container) -> Container | None:
     """The last member of a tuple container, through ``obsview``s of it; else None."""
     if isinstance(data, tuple):
         return data[-1]
@@ -230,7 +240,8 @@ def _last_member(data):
     return None
 
 
-def _classes(data, classes, name):
+def _classes(data: Container, classes: Container | None,
+             name: str) -> dict[Hashable, npt.NDArray[np.int64]]:
     """``{label: positions}`` of ``classes``, or of the labels ``data`` carries last."""
     if classes is None:
         classes = _last_member(data)
@@ -240,7 +251,8 @@ def _classes(data, classes, name):
     return _groups(_label_values(classes, numobs(data)))
 
 
-def oversample(data, classes=None, *, fraction=1, shuffle=True, seed=None):
+def oversample(data: Container, classes: Container | None = None, *, fraction: float = 1,
+               shuffle: bool = True, seed: int | None = None) -> ObsView:
     """A view of ``data`` in which every class has at least ``round(fraction * m)``
     observations, ``m`` being the size of the largest class: a smaller class is repeated
     whole as often as fits, then topped up with a random sample of it without
@@ -263,7 +275,8 @@ def oversample(data, classes=None, *, fraction=1, shuffle=True, seed=None):
     return ObsView(data, draw.permutation(indices) if shuffle else indices)
 
 
-def undersample(data, classes=None, *, shuffle=True, seed=None):
+def undersample(data: Container, classes: Container | None = None, *, shuffle: bool = True,
+                seed: int | None = None) -> ObsView:
     """A view of ``data`` with as many observations of every class as the smallest class
     has, drawn at random without replacement. ``classes`` as for ``oversample``.
     Unshuffled, the observations keep their order in ``data``."""

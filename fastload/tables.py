@@ -27,9 +27,15 @@ by row through ``__getitem__`` instead, like any sequence.
 None of these libraries is imported by ``import fastload``: a table is recognised by the
 module and name of its type, and the library is imported where one is met.
 """
+from __future__ import annotations
+
 import weakref
+from collections.abc import Callable, Iterable
+from types import ModuleType
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["columns", "is_table", "table_getobs", "table_numobs"]
 
@@ -37,16 +43,16 @@ _KINDS = {("pandas", "DataFrame"): "pandas", ("pandas", "Series"): "pandas-colum
           ("pyarrow", "Table"): "arrow", ("pyarrow", "RecordBatch"): "arrow",
           ("pyarrow", "ChunkedArray"): "arrow-column", ("pyarrow", "Array"): "arrow-column",
           ("datasets", "Dataset"): "datasets"}
-_kind_of_type = {}
+_kind_of_type: dict[type, str | None] = {}
 # id(table) -> (weak reference, key, columns) for the tables that do not change in place;
 # the entry goes when the table does (pyarrow objects cannot be dict keys).
-_converted = {}
+_converted: dict[int, tuple[weakref.ref[Any], Any, Any]] = {}
 
 
-def _kind(data):
+def _kind(data: Any) -> str | None:
     """"pandas", "pandas-column", "arrow", "arrow-column", "datasets" or None."""
     cls = type(data)
-    kind = _kind_of_type.get(cls, False)
+    kind: Any = _kind_of_type.get(cls, False)   # False: a type not looked up yet
     if kind is False:
         kind = next((_KINDS[c.__module__.split(".")[0], c.__name__] for c in cls.__mro__
                      if (c.__module__.split(".")[0], c.__name__) in _KINDS), None)
@@ -56,17 +62,17 @@ def _kind(data):
     return kind
 
 
-def is_table(data):
+def is_table(data: object) -> bool:
     """True for a table or a column of one of the supported libraries."""
     return _kind(data) is not None
 
 
-def table_numobs(data):
+def table_numobs(data: Any) -> int:
     """The rows of a table, or the values of a column."""
     return data.num_rows if _kind(data) == "arrow" else len(data)
 
 
-def columns(data):
+def columns(data: Any) -> Any:
     """A table as a dict ``{name: numpy array or list}`` of its whole columns, or a column
     as one array or list (converted as the module docstring says). Raises ``TypeError``
     or ``ValueError`` naming a column that cannot convert."""
@@ -82,12 +88,12 @@ def columns(data):
     return values
 
 
-def _forget(key):
+def _forget(key: int) -> Callable[[object], object]:
     """The callback that drops the entry ``key`` of ``_converted`` when its table goes."""
     return lambda _: _converted.pop(key, None)
 
 
-def table_getobs(data, i):
+def table_getobs(data: Any, i: int | npt.NDArray[np.int64]) -> Any:
     """Row ``i`` (an int) as a dict of values, or rows ``i`` (an int64 array) as a dict of
     column batches; for a column, one value or a batch. ``i`` is already checked."""
     kind = _kind(data)
@@ -100,7 +106,7 @@ def table_getobs(data, i):
     return values[0]
 
 
-def _convert(data, kind, positions):
+def _convert(data: Any, kind: str | None, positions: npt.NDArray[np.int64] | None) -> Any:
     """The columns of ``data`` (all rows, or those at ``positions``), converted."""
     if kind == "pandas":
         _check_names(list(data.columns))
@@ -119,7 +125,7 @@ def _convert(data, kind, positions):
             for k, name in enumerate(names)}
 
 
-def _check_names(names):
+def _check_names(names: Iterable[str]) -> None:
     seen = set()
     for name in names:
         if name in seen:
@@ -128,13 +134,13 @@ def _check_names(names):
         seen.add(name)
 
 
-def _format_key(dataset):
+def _format_key(dataset: Any) -> tuple[str, bool, int]:
     """What a ``datasets.Dataset``'s columns depend on that can change in place."""
     fmt = dataset.format
     return repr(fmt.get("columns")), bool(fmt.get("output_all_columns")), len(dataset)
 
 
-def _datasets_rows(dataset, positions):
+def _datasets_rows(dataset: Any, positions: npt.NDArray[np.int64] | None) -> Any:
     """The rows of a ``datasets.Dataset`` (all, or at ``positions``) as a pyarrow Table
     with the columns of its format."""
     fmt = dataset.format
@@ -143,24 +149,25 @@ def _datasets_rows(dataset, positions):
     return rows[slice(None) if positions is None else positions.tolist()]
 
 
-def _label(name):
+def _label(name: str | None) -> str:
     return "the column" if name is None else f"column {name!r}"
 
 
-def _missing(name, count):
+def _missing(name: str | None, count: int) -> ValueError:
     return ValueError(f"{_label(name)} has {count} missing value(s), which an integer or "
                       f"boolean numpy array cannot hold: fill them first (pandas: fillna; "
                       f"pyarrow: pyarrow.compute.fill_null) or make the column float")
 
 
-def _unsupported(name, dtype, why="numpy has no such type"):
+def _unsupported(name: str | None, dtype: object,
+                 why: str = "numpy has no such type") -> TypeError:
     return TypeError(f"{_label(name)} has type {dtype}, which fastload does not convert "
                      f"({why}); convert the column first")
 
 
 # pyarrow ------------------------------------------------------------------------------
 
-def _take(column, positions):
+def _take(column: Any, positions: npt.NDArray[np.int64] | None) -> Any:
     """The rows of a pyarrow column at ``positions`` (all when None), as one Array."""
     if positions is not None:
         column = column.take(positions)
@@ -169,7 +176,7 @@ def _take(column, positions):
     return column
 
 
-def _arrow_kind(typ, name):
+def _arrow_kind(typ: Any, name: str | None) -> str:
     """How a pyarrow column of type ``typ`` converts: "exact" (numpy, no missing values
     allowed), "numpy" (numpy, missing values as NaN or NaT), "fixed" (fixed-size lists)
     or "list". Raises ``TypeError`` for a type that does not convert."""
@@ -196,7 +203,8 @@ def _arrow_kind(typ, name):
     raise _unsupported(name, typ)
 
 
-def _arrow_values(column, name, positions=None):
+def _arrow_values(column: Any, name: str | None,
+                  positions: npt.NDArray[np.int64] | None = None) -> np.ndarray | list[Any]:
     """A pyarrow column (an Array or ChunkedArray; its rows at ``positions``, all when
     None) as a numpy array or a list (see the module docstring)."""
     kind = _arrow_kind(column.type, name)
@@ -214,14 +222,14 @@ def _arrow_values(column, name, positions=None):
     return array.to_pylist()
 
 
-def _is_view(t, typ):
+def _is_view(t: ModuleType, typ: Any) -> bool:
     """True for the string, binary and list view types of newer pyarrow versions."""
     return any(getattr(t, check, lambda _: False)(typ)
                for check in ("is_string_view", "is_binary_view", "is_list_view",
                              "is_large_list_view"))
 
 
-def _fixed_size_values(array, name):
+def _fixed_size_values(array: Any, name: str | None) -> np.ndarray | None:
     """A fixed-size list column of numbers without nulls as an array ``(rows, size, ...)``,
     or None when it holds something else."""
     import pyarrow as pa
@@ -240,7 +248,8 @@ def _fixed_size_values(array, name):
 
 # pandas -------------------------------------------------------------------------------
 
-def _pandas_values(series, name, positions):
+def _pandas_values(series: Any, name: str | None,
+                   positions: npt.NDArray[np.int64] | None) -> np.ndarray | list[Any]:
     """A pandas Series (the rows at ``positions``, all when None) as a numpy array or a
     list (see the module docstring)."""
     import pandas as pd

@@ -10,11 +10,16 @@ Tensors made from a ``buffer=True`` loader share memory with its ring: like the 
 **they are valid until the next batch is requested**. Importing this module imports torch;
 ``import fastload`` does not.
 """
+from __future__ import annotations
+
 import warnings
+from collections.abc import Callable, Generator, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import torch
 
+from .loader import StatsReport, _EpochLoader
 from .tree import map_tree
 
 __all__ = ["TorchLoader", "to_device"]
@@ -22,32 +27,32 @@ __all__ = ["TorchLoader", "to_device"]
 _warned_no_cuda = False
 
 
-def _walk(batch, f):
+def _walk(batch: Any, f: Callable[[Any], Any]) -> Any:
     """``f`` applied to every leaf of ``batch``, through tuples, dicts and lists."""
     if isinstance(batch, list):
         return [_walk(v, f) for v in batch]
     return map_tree(lambda leaf: _walk(leaf, f) if isinstance(leaf, list) else f(leaf), batch)
 
 
-def _tensors(batch):
+def _tensors(batch: Any) -> Any:
     """``batch`` with every numpy array made a tensor on the same memory; anything else
     is kept as it is."""
     return _walk(batch, lambda x: torch.from_numpy(x)
                  if isinstance(x, np.ndarray) and x.dtype != object else x)
 
 
-def _apply(batch, f):
+def _apply(batch: Any, f: Callable[[torch.Tensor], Any]) -> Any:
     """``f`` applied to every tensor of ``batch``."""
     return _walk(batch, lambda x: f(x) if isinstance(x, torch.Tensor) else x)
 
 
-def _pinned_empty(shape, dtype):
+def _pinned_empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
     """An uninitialized numpy array in page-locked memory (the tensor stays its owner)."""
     torch_dtype = torch.from_numpy(np.empty(0, dtype)).dtype
     return torch.empty(tuple(shape), dtype=torch_dtype, pin_memory=True).numpy()
 
 
-def _pin(loader):
+def _pin(loader: _EpochLoader) -> None:
     """Make the ring of ``loader``'s engine page-locked, so that copies to the GPU run
     asynchronously straight from the slots."""
     global _warned_no_cuda
@@ -75,45 +80,46 @@ class TorchLoader:
     loader's.
     """
 
-    def __init__(self, loader, pin_memory=False):
+    def __init__(self, loader: _EpochLoader, pin_memory: bool = False) -> None:
         self.loader = loader
         self.pin_memory = bool(pin_memory)
         if self.pin_memory:
             _pin(loader)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         for batch in self.loader:
             yield _tensors(batch)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.loader)
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, int]:
         return self.loader.state_dict()
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
         self.loader.load_state_dict(state)
 
-    def stats(self):
+    def stats(self) -> StatsReport:
         return self.loader.stats()
 
-    def close(self):
+    def close(self) -> None:
         self.loader.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"TorchLoader({self.loader!r}, pin_memory={self.pin_memory})"
 
 
 class _OnDevice:
-    def __init__(self, batches, device, non_blocking):
+    def __init__(self, batches: TorchLoader | _EpochLoader, device: torch.device,
+                 non_blocking: bool) -> None:
         self.batches = batches
         self.device = device
         self.non_blocking = non_blocking
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.batches)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         batches = (_tensors(b) for b in self.batches)
         if self.device.type == "cpu":
             return iter(batches)
@@ -121,13 +127,13 @@ class _OnDevice:
             return (_apply(b, lambda t: t.to(self.device)) for b in batches)
         return self._prefetch(batches)
 
-    def _prefetch(self, batches):
+    def _prefetch(self, batches: Generator[Any, None, None]) -> Iterator[Any]:
         # Invariant: batch b's copy has finished reading the host slot (its event has
         # completed) before the source is asked for b+1, which may reuse that slot.
         device, non_blocking = self.device, self.non_blocking
         stream = torch.cuda.Stream(device)
 
-        def copy(batch):
+        def copy(batch: Any) -> tuple[Any, Any]:
             with torch.cuda.stream(stream):
                 moved = _apply(batch, lambda t: t.to(device, non_blocking=non_blocking))
             done = torch.cuda.Event()
@@ -156,7 +162,8 @@ class _OnDevice:
             batches.close()
 
 
-def to_device(loader, device, non_blocking=True):
+def to_device(loader: TorchLoader | _EpochLoader, device: str | torch.device,
+              non_blocking: bool = True) -> _OnDevice:
     """The batches of ``loader`` (a ``TorchLoader`` or any fastload loader) as tensors on
     ``device``, through tuples, dicts and lists.
 

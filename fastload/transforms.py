@@ -15,6 +15,7 @@ import inspect
 import numbers
 import os
 import warnings
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +38,7 @@ def _size2(size, what):
     if isinstance(size, numbers.Integral):
         size = (size, size)
     size = tuple(size)
-    if len(size) != 2 or not all(isinstance(s, numbers.Integral) and s > 0 for s in size):
+    if len(size) != 2 or not all(isinstance(s, numbers.Integral) and int(s) > 0 for s in size):
         raise ValueError(f"{what}: size must be a positive int or (height, width), got {size}")
     return int(size[0]), int(size[1])
 
@@ -51,9 +52,9 @@ def _range2(pair, what, name):
 
 class Transform:
     """Base of the transform specs; `kind` groups them for the chain rules of Compose."""
-    kind = None
+    kind: str | None = None
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
         return f"{type(self).__name__}({args})"
 
@@ -70,7 +71,7 @@ class DecodeImage(Transform):
     the GIL (see docs/images.md for their speed)."""
     kind = "decode"
 
-    def __init__(self, channels=3, exact=False):
+    def __init__(self, channels: int = 3, exact: bool = False) -> None:
         if channels not in _COLORSPACES:
             raise ValueError(f"DecodeImage: channels must be 1, 3 or 4, got {channels!r}")
         self.channels = channels
@@ -80,7 +81,7 @@ class DecodeImage(Transform):
 class DecodeJPEG(DecodeImage):
     """The former name of DecodeImage, which decodes every format: use DecodeImage."""
 
-    def __init__(self, channels=3, exact=False):
+    def __init__(self, channels: int = 3, exact: bool = False) -> None:
         warnings.warn("DecodeJPEG is now DecodeImage (it decodes PNG, BMP, GIF, WebP and "
                       "TIFF too): use fastload.transforms.DecodeImage", DeprecationWarning,
                       stacklevel=2)
@@ -92,7 +93,8 @@ class RandomResizedCrop(Transform):
     (log-uniform) in `ratio`, resized (antialiased bilinear) to `size`."""
     kind = "crop"
 
-    def __init__(self, size, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
+    def __init__(self, size: int | tuple[int, int], scale: tuple[float, float] = (0.08, 1.0),
+                 ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> None:
         self.size = _size2(size, "RandomResizedCrop")
         self.scale = _range2(scale, "RandomResizedCrop", "scale")
         self.ratio = _range2(ratio, "RandomResizedCrop", "ratio")
@@ -103,11 +105,11 @@ class RandomCrop(Transform):
     side; an image smaller than the crop (after padding) raises ValueError."""
     kind = "crop"
 
-    def __init__(self, size, padding=0):
+    def __init__(self, size: int | tuple[int, int], padding: int = 0) -> None:
         self.size = _size2(size, "RandomCrop")
-        if not isinstance(padding, numbers.Integral) or padding < 0:
+        if not isinstance(padding, numbers.Integral) or int(padding) < 0:
             raise ValueError(f"RandomCrop: padding must be an int >= 0, got {padding!r}")
-        self.padding = int(padding)
+        self.padding: int = int(padding)
 
 
 class CenterCrop(Transform):
@@ -115,7 +117,7 @@ class CenterCrop(Transform):
     smaller."""
     kind = "crop"
 
-    def __init__(self, size):
+    def __init__(self, size: int | tuple[int, int]) -> None:
         self.size = _size2(size, "CenterCrop")
 
 
@@ -123,8 +125,9 @@ class Resize(Transform):
     """Resizes (antialiased bilinear, as PIL's BILINEAR): an int sets the shorter side
     (aspect kept, as torchvision), a (height, width) pair the exact size."""
     kind = "resize"
+    size: int | tuple[int, int]
 
-    def __init__(self, size):
+    def __init__(self, size: int | tuple[int, int]) -> None:
         if isinstance(size, numbers.Integral):
             if size <= 0:
                 raise ValueError(f"Resize: the shorter side must be > 0, got {size}")
@@ -137,7 +140,7 @@ class RandomHorizontalFlip(Transform):
     """Mirrors left-right with probability p."""
     kind = "flip"
 
-    def __init__(self, p=0.5):
+    def __init__(self, p: float = 0.5) -> None:
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"RandomHorizontalFlip: p must be in [0, 1], got {p!r}")
         self.p = float(p)
@@ -148,7 +151,8 @@ class Normalize(Transform):
     convention), one value per channel or one for all."""
     kind = "normalize"
 
-    def __init__(self, mean, std, dtype="float32"):
+    def __init__(self, mean: "np.typing.ArrayLike", std: "np.typing.ArrayLike",
+                 dtype: "np.typing.DTypeLike" = "float32") -> None:
         self.mean = tuple(float(m) for m in np.atleast_1d(mean))
         self.std = tuple(float(s) for s in np.atleast_1d(std))
         if not 1 <= len(self.mean) <= 4 or len(self.std) != len(self.mean):
@@ -209,13 +213,16 @@ class ColorJitter(Transform):
     """
     kind = "colour"
 
-    def __init__(self, brightness=0, contrast=0, saturation=0, hue=0):
+    def __init__(self, brightness: float | tuple[float, float] | None = 0,
+                 contrast: float | tuple[float, float] | None = 0,
+                 saturation: float | tuple[float, float] | None = 0,
+                 hue: float | tuple[float, float] | None = 0) -> None:
         self.brightness = _jitter_range(brightness, "brightness", 1.0, (0.0, float("inf")))
         self.contrast = _jitter_range(contrast, "contrast", 1.0, (0.0, float("inf")))
         self.saturation = _jitter_range(saturation, "saturation", 1.0, (0.0, float("inf")))
         self.hue = _jitter_range(hue, "hue", 0.0, (-0.5, 0.5))
 
-    def _pixel_op(self, op):
+    def _pixel_op(self, op: int) -> dict[str, object]:
         return {"kind": "jitter", "op": op,
                 "ranges": (self.brightness, self.contrast, self.saturation, self.hue)}
 
@@ -225,12 +232,12 @@ class RandomGrayscale(Transform):
     channel count kept (alpha left as it is; a one-channel image is unchanged)."""
     kind = "colour"
 
-    def __init__(self, p=0.1):
+    def __init__(self, p: float = 0.1) -> None:
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"RandomGrayscale: p must be in [0, 1], got {p!r}")
         self.p = float(p)
 
-    def _pixel_op(self, op):
+    def _pixel_op(self, op: int) -> dict[str, object]:
         return {"kind": "grayscale", "op": op, "p": self.p}
 
 
@@ -246,7 +253,7 @@ class GaussianBlur(Transform):
     """
     kind = "colour"
 
-    def __init__(self, kernel_size, sigma=(0.1, 2.0)):
+    def __init__(self, kernel_size: int | tuple[int, int], sigma=(0.1, 2.0)) -> None:
         ks = kernel_size
         if isinstance(ks, numbers.Integral):
             ks = (ks, ks)
@@ -264,7 +271,7 @@ class GaussianBlur(Transform):
                              f"0 < min <= max, got {sigma!r}")
         self.sigma = (lo, hi)
 
-    def _pixel_op(self, op):
+    def _pixel_op(self, op: int) -> dict[str, object]:
         kx, ky = self.kernel_size
         return {"kind": "blur", "op": op, "kernel": (ky, kx), "sigma": self.sigma}
 
@@ -282,7 +289,9 @@ class RandomErasing(Transform):
     """
     kind = "erase"
 
-    def __init__(self, p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0):
+    def __init__(self, p: float = 0.5, scale: tuple[float, float] = (0.02, 0.33),
+                 ratio: tuple[float, float] = (0.3, 3.3),
+                 value: float | tuple[float, ...] | str = 0) -> None:
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"RandomErasing: p must be in [0, 1], got {p!r}")
         self.p = float(p)
@@ -336,13 +345,14 @@ class Lambda(Transform):
     """
     kind = "lambda"
 
-    def __init__(self, f):
+    def __init__(self, f: object) -> None:
         if not callable(f):
             raise ValueError(f"Lambda: f must be callable, got {f!r}")
         self.f = f
         self.wants_rng = _takes_rng(f)
 
-    def __call__(self, image, *, seed=0, epoch=0, index=0, op=0):
+    def __call__(self, image: np.ndarray, *, seed: int = 0, epoch: int = 0, index: int = 0,
+                 op: int = 0) -> np.ndarray:
         """f(image), with a Generator keyed by (seed, epoch, index, op) when f takes `rng`;
         ValueError unless it returns a uint8 image of the input's shape."""
         if self.wants_rng:
@@ -358,7 +368,7 @@ class Lambda(Transform):
                              f"image of the same shape (it runs among the colour ops)")
         return out
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Lambda({getattr(self.f, '__qualname__', self.f)!r})"
 
 
@@ -367,7 +377,7 @@ _PIXEL_KINDS = ("colour", "lambda")
 
 
 def _validate(ops):
-    seen = []
+    seen: list[Any] = []
     for k, op in enumerate(ops):
         if not isinstance(op, Transform) or op.kind is None:
             raise ValueError(f"Compose: op {k} ({op!r}) is not a fastload transform; Compose "
@@ -434,15 +444,16 @@ class Compose:
     wants_index = True
     # The whole chain is one native pipeline, which the loader runs without the GIL.
     native = True
+    ops: tuple    # of Transforms; the first a DecodeImage when `decodes`
 
-    def __new__(cls, ops=()):
+    def __new__(cls, ops: "list[Transform] | tuple[Transform, ...]" = ()) -> "Compose":
         # A chain with a Lambda is a _StagedCompose, as pathlib.Path makes a PosixPath.
         if cls is Compose and isinstance(ops, (list, tuple)) and \
                 any(isinstance(op, Lambda) for op in ops):
             cls = _StagedCompose
         return super().__new__(cls)
 
-    def __init__(self, ops):
+    def __init__(self, ops: "list[Transform] | tuple[Transform, ...]") -> None:
         self.ops = tuple(ops)
         _validate(self.ops)
         self.decodes = bool(self.ops) and isinstance(self.ops[0], DecodeImage)
@@ -474,11 +485,11 @@ class Compose:
     @staticmethod
     def _geometry_args(part):
         """Crop, resize and flip arguments for `part` ({position: op})."""
-        first = {}
+        first: dict[str, int] = {}
         for k, op in part.items():
             first.setdefault(op.kind, k)
         crop, resize, flip = (part.get(first.get(kind)) for kind in ("crop", "resize", "flip"))
-        args = {}
+        args: dict[str, Any] = {}
         if crop is not None:
             args.update(crop_op=first["crop"], crop_size=crop.size,
                         crop_after_resize=resize is not None and first["resize"] < first["crop"])
@@ -498,7 +509,7 @@ class Compose:
 
     def _output_args(self, part):
         """Normalize, layout and erasing arguments for `part` ({position: op})."""
-        args = {"chw": any(op.kind == "layout" for op in part.values())}
+        args: dict[str, Any] = {"chw": any(op.kind == "layout" for op in part.values())}
         for k, op in part.items():
             if isinstance(op, Normalize):
                 if self.channels and len(op.mean) not in (1, self.channels):
@@ -536,14 +547,15 @@ class Compose:
         side = 1 << 14
         return self.output_shape_for((side, side, self.channels))
 
-    def output_shape_for(self, shape):
+    def output_shape_for(self, shape: tuple[int, ...]) -> tuple[int, int, int]:
         """The output shape for an input image of `shape` (HW or HWC)."""
         h, w = int(shape[0]), int(shape[1])
         c = int(shape[2]) if len(shape) > 2 else 1
         oh, ow, oc = self.pipeline.output_shape(h, w, c)
         return (oc, oh, ow) if self._find(ToCHW) else (oh, ow, oc)
 
-    def __call__(self, x, *, index=0, seed=0, epoch=0):
+    def __call__(self, x: "bytes | bytearray | memoryview | np.typing.ArrayLike", *,
+                 index: int = 0, seed: int = 0, epoch: int = 0) -> np.ndarray:
         """The transformed item: x is the bytes of an image file when the chain starts with
         DecodeImage, else a uint8 HWC or HW array. Raises ValueError for a corrupt or
         truncated image."""
@@ -591,21 +603,22 @@ class Compose:
                              f"observations are the files' bytes")
         h, w = codecs.image_size(data)
         limits.check_pixels(h, w)
+        channels = self.ops[0].channels   # the DecodeImage this chain starts with
         try:
-            out = np.empty(self.output_shape_for((h, w, self.channels)), self.output_dtype)
+            out = np.empty(self.output_shape_for((h, w, channels)), self.output_dtype)
         except ValueError as error:
             raise self._explain(error, h, w) from None
-        source = _core.ImageSource(self.pipeline, self.channels, "bytes", codecs,
+        source = _core.ImageSource(self.pipeline, channels, "bytes", codecs,
                                    limits.MAX_IMAGE_PIXELS, limits.MAX_FILE_BYTES,
                                    exact=self.exact_decode, buffers=())
         return source.run(data, out, seed, epoch, index)
 
     @property
-    def exact_decode(self):
+    def exact_decode(self) -> bool:
         """Whether the chain decodes at full scale (DecodeImage(exact=True))."""
         return self.decodes and self.ops[0].exact
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         inner = ",\n    ".join(repr(op) for op in self.ops)
         return f"Compose([\n    {inner}])"
 
@@ -630,12 +643,13 @@ class _StagedCompose(Compose):
                 self.parts.append((k + 1, _core.Pipeline(**args)))
         return None
 
-    def output_shape_for(self, shape):
+    def output_shape_for(self, shape: tuple[int, ...]) -> tuple[int, int, int]:
         """The output shape for an input image of `shape` (HW or HWC)."""
         oh, ow, oc = self.head.output_shape_for(shape)   # HWC: ToCHW comes after a Lambda
         return (oc, oh, ow) if self._find(ToCHW) else (oh, ow, oc)
 
-    def __call__(self, x, *, index=0, seed=0, epoch=0):
+    def __call__(self, x: "bytes | bytearray | memoryview | np.typing.ArrayLike", *,
+                 index: int = 0, seed: int = 0, epoch: int = 0) -> np.ndarray:
         """The transformed item, as Compose.__call__."""
         image = self.head(x, index=index, seed=seed, epoch=epoch)
         normalize = self._find(Normalize)
@@ -650,7 +664,7 @@ class _StagedCompose(Compose):
         return image
 
 
-def decode_jpeg_header(data):
+def decode_jpeg_header(data: bytes | bytearray | memoryview) -> tuple[int, int]:
     """(height, width) of JPEG bytes; ValueError when they are not a readable JPEG."""
     try:
         return _core.jpeg_size(data)

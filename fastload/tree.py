@@ -3,15 +3,20 @@
 The one place that knows how a structure is taken apart and rebuilt; the protocol, views,
 collation, plans and streams all go through it.
 """
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
 __all__ = ["head", "map_tree", "members", "rebuild", "row", "tree_leaves"]
 
 
-def members(tree):
+def members(tree: tuple[Any, ...] | dict[Any, Any]) -> Iterable[tuple[Any, Any]]:
     """The (key, member) pairs of a tuple or dict."""
     return tree.items() if isinstance(tree, dict) else enumerate(tree)
 
 
-def rebuild(template, values):
+def rebuild(template: tuple[Any, ...] | dict[Any, Any], values: Iterable[Any]) -> Any:
     """A structure of the kind of ``template`` (a dict: its keys; a namedtuple: its type; a
     tuple) holding ``values`` in order."""
     if isinstance(template, dict):
@@ -20,7 +25,7 @@ def rebuild(template, values):
     return type(template)(*values) if hasattr(template, "_fields") else tuple(values)
 
 
-def map_tree(f, tree):
+def map_tree(f: Callable[[Any], Any], tree: Any) -> Any:
     """``f`` applied to every leaf of nested tuples and dicts, in a tree of the same
     structure."""
     if isinstance(tree, (tuple, dict)):
@@ -28,19 +33,19 @@ def map_tree(f, tree):
     return f(tree)
 
 
-def tree_leaves(tree):
+def tree_leaves(tree: Any) -> list[Any]:
     """The leaves of nested tuples and dicts, in order."""
     if isinstance(tree, (tuple, dict)):
         return [leaf for _, member in members(tree) for leaf in tree_leaves(member)]
     return [tree]
 
 
-def head(buffer, m):
+def head(buffer: Any, m: int) -> Any:
     """The first ``m`` rows of a batch buffer (an array, or a tuple/dict of them)."""
     return map_tree(lambda array: array[:m], buffer)
 
 
-def row(buffer, k):
+def row(buffer: Any, k: int) -> Any:
     """Row ``k`` of a batch buffer (an array, or a tuple/dict of them), as views: even for
     1-D arrays, where ``array[k]`` would be a copy."""
     return map_tree(lambda array: array[k, ...], buffer)

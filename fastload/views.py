@@ -1,14 +1,20 @@
 """Lazy views of data containers. Views copy nothing, compose, and pass ``getobs_into``
 buffers through to the container underneath. Subsets (splits, folds, filters, resampling)
 are ``obsview``s: see ``subsets.py``."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
 from numbers import Integral
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
+import numpy.typing as npt
 
-from .collate import collate, stack
+from .collate import CollateOption, collate, stack
 from .context import current
 from .errors import load_error
-from .obs import copy_into, getobs, getobs_into, is_batch_index, normalize_index, numobs
+from .obs import (Container, Index, copy_into, getobs, getobs_into, is_batch_index,
+                  normalize_index, numobs)
 from .tree import head, map_tree, row, tree_leaves
 
 __all__ = ["BatchView", "JoinedObs", "MappedObs", "ObsView", "SlidingWindow", "batchview",
@@ -16,7 +22,7 @@ __all__ = ["BatchView", "JoinedObs", "MappedObs", "ObsView", "SlidingWindow", "b
            "slidingwindow", "source_of"]
 
 
-def rng(seed):
+def rng(seed: int | None) -> np.random.Generator:
     """A numpy Generator on the counter-based Philox, keyed by ``seed`` alone (never by
     global state): its draws are a pure function of the seed. ``None`` draws fresh entropy
     from the OS."""
@@ -26,13 +32,18 @@ def rng(seed):
 class _View:
     """Base of the views: the sequence protocol on top of the container protocol."""
 
-    def __len__(self):
+    if TYPE_CHECKING:    # what each view defines
+        def __numobs__(self) -> int: ...
+
+        def __getobs__(self, i: Index) -> Any: ...
+
+    def __len__(self) -> int:
         return self.__numobs__()
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: Index) -> Any:
         return self.__getobs__(normalize_index(i, len(self)))
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         for i in range(len(self)):
             yield self.__getobs__(i)
 
@@ -40,38 +51,38 @@ class _View:
 class ObsView(_View):
     """The observations of ``data`` at ``indices``, in that order (see ``obsview``)."""
 
-    def __init__(self, data, indices):
+    def __init__(self, data: Container, indices: Index) -> None:
         self.data = data
-        self.indices = normalize_index(np.arange(numobs(data))[indices]
-                                       if isinstance(indices, slice) else indices,
-                                       numobs(data))
-        if not is_batch_index(self.indices):
+        positions = normalize_index(np.arange(numobs(data))[indices]
+                                    if isinstance(indices, slice) else indices, numobs(data))
+        if not is_batch_index(positions):
             raise TypeError("obsview needs several indices (an array, list, range or slice)")
+        self.indices = positions
 
-    def __numobs__(self):
+    def __numobs__(self) -> int:
         return len(self.indices)
 
-    def __getobs__(self, i):
+    def __getobs__(self, i: Index) -> Any:
         return getobs(self.data, self.indices[normalize_index(i, len(self.indices))])
 
-    def __getobs_into__(self, buffer, i):
+    def __getobs_into__(self, buffer: Any, i: Index) -> Any:
         return getobs_into(buffer, self.data, self.indices[normalize_index(i, len(self.indices))])
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"obsview({type(self.data).__name__}, {len(self.indices)} observations)"
 
 
-def obsview(data, indices=None):
+def obsview(data: Container, indices: Index | None = None) -> ObsView:
     """A lazy view of the observations of ``data`` at ``indices`` (all when None)."""
     return ObsView(data, np.arange(numobs(data)) if indices is None else indices)
 
 
-def shuffleobs(data, seed=None):
+def shuffleobs(data: Container, seed: int | None = None) -> ObsView:
     """A lazy view of ``data`` in a random order drawn from ``seed`` (fresh when None)."""
     return ObsView(data, rng(seed).permutation(numobs(data)))
 
 
-def randobs(data, n=None, *, seed=None):
+def randobs(data: Container, n: int | None = None, *, seed: int | None = None) -> Any:
     """One observation of ``data`` drawn at random from ``seed`` (fresh when None), or a
     batch of ``n`` drawn with replacement. Raises ``ValueError`` for an empty container."""
     count = numobs(data)
@@ -95,7 +106,7 @@ class MappedObs(_View):
     ``f`` returns arrays or numbers (or tuples/dicts of them) of one shape. With
     ``batched=True``, ``f`` takes and returns a whole batch instead."""
 
-    def __init__(self, f, data, batched=False):
+    def __init__(self, f: Callable[..., Any], data: Container, batched: bool = False) -> None:
         if not callable(f):
             raise TypeError(f"mapobs needs a callable, got {type(f).__name__}")
         if batched and getattr(f, "wants_index", False):
@@ -105,10 +116,10 @@ class MappedObs(_View):
         self.data = data
         self.batched = bool(batched)
 
-    def __numobs__(self):
+    def __numobs__(self) -> int:
         return numobs(self.data)
 
-    def _apply(self, i):
+    def _apply(self, i: int | npt.NDArray[np.int64]) -> Any:
         x = getobs(self.data, i)
         try:
             if getattr(self.f, "wants_index", False):
@@ -116,10 +127,12 @@ class MappedObs(_View):
                 return self.f(x, index=i, seed=seed, epoch=epoch)
             return self.f(x)
         except Exception as error:
-            first = int(i[0]) if is_batch_index(i) and len(i) else i
-            raise load_error(first, error, source_of(self.data, first)) from error
+            # An empty batch has no observation to name (and no file to look up).
+            first = (int(i[0]) if len(i) else None) if is_batch_index(i) else i
+            raise load_error(first, error, None if first is None else
+                             source_of(self.data, first)) from error
 
-    def __getobs__(self, i):
+    def __getobs__(self, i: Index) -> Any:
         i = normalize_index(i, numobs(self.data))
         if self.batched:
             return self._apply(i) if is_batch_index(i) else \
@@ -128,7 +141,7 @@ class MappedObs(_View):
             return collate([self._apply(int(j)) for j in i])
         return self._apply(i)
 
-    def __getobs_into__(self, buffer, i):
+    def __getobs_into__(self, buffer: Any, i: Index) -> Any:
         i = normalize_index(i, numobs(self.data))
         if self.batched or not is_batch_index(i):
             return copy_into(buffer, self.__getobs__(i))
@@ -138,13 +151,13 @@ class MappedObs(_View):
             copy_into(row(buffer, k), self._apply(int(j)))
         return buffer
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         name = getattr(self.f, "__name__", type(self.f).__name__)
         batched = ", batched=True" if self.batched else ""
         return f"mapobs({name}, {type(self.data).__name__}{batched})"
 
 
-def source_of(data, i):
+def source_of(data: Container, i: int) -> str | None:
     """The file that observation ``i`` of ``data`` is read from, when the container says
     (a ``paths`` attribute, through ``mapobs``); else None."""
     while isinstance(data, MappedObs):
@@ -153,7 +166,23 @@ def source_of(data, i):
     return None if paths is None else str(paths[i])
 
 
-def mapobs(f, data, *, batched=False):
+@overload
+def mapobs(f: tuple[Callable[..., Any], ...], data: Container, *,
+           batched: bool = False) -> tuple[MappedObs, ...]: ...
+
+
+@overload
+def mapobs(f: dict[str, Callable[..., Any]], data: Container, *,
+           batched: bool = False) -> dict[str, MappedObs]: ...
+
+
+@overload
+def mapobs(f: Callable[..., Any], data: Container, *, batched: bool = False) -> MappedObs: ...
+
+
+def mapobs(f: Callable[..., Any] | tuple[Callable[..., Any], ...]
+           | dict[str, Callable[..., Any]], data: Container, *,
+           batched: bool = False) -> MappedObs | tuple[MappedObs, ...] | dict[str, MappedObs]:
     """A lazy view of ``data`` with ``f`` applied to each observation when it is read.
 
     ``f`` may also be a tuple of functions (a tuple of views, one per function) or a dict
@@ -177,27 +206,27 @@ class JoinedObs(_View):
     """The concatenation of several containers (see ``joinobs``). Several observations
     come back collated like those of ``mapobs``."""
 
-    def __init__(self, *datas):
+    def __init__(self, *datas: Container) -> None:
         if not datas:
             raise ValueError("joinobs needs at least one container")
         self.datas = datas
         self.offsets = np.cumsum([0] + [numobs(d) for d in datas])
 
-    def __numobs__(self):
+    def __numobs__(self) -> int:
         return int(self.offsets[-1])
 
-    def _locate(self, i):
+    def _locate(self, i: int) -> tuple[int, int]:
         part = int(np.searchsorted(self.offsets, i, side="right")) - 1
         return part, i - int(self.offsets[part])
 
-    def __getobs__(self, i):
+    def __getobs__(self, i: Index) -> Any:
         i = normalize_index(i, len(self))
         if not is_batch_index(i):
             part, j = self._locate(i)
             return getobs(self.datas[part], j)
         return collate([self.__getobs__(int(j)) for j in i])
 
-    def __getobs_into__(self, buffer, i):
+    def __getobs_into__(self, buffer: Any, i: Index) -> Any:
         i = normalize_index(i, len(self))
         if not is_batch_index(i):
             part, j = self._locate(i)
@@ -209,7 +238,7 @@ class JoinedObs(_View):
         return buffer
 
 
-def joinobs(*datas):
+def joinobs(*datas: Container) -> JoinedObs:
     """A lazy view of the containers ``datas`` one after another."""
     return JoinedObs(*datas)
 
@@ -219,7 +248,7 @@ class SlidingWindow(_View):
     ``slidingwindow``). Over arrays (and tuples/dicts of them) the windows are one strided
     numpy view, ``windows``, which the engine gathers natively; else None."""
 
-    def __init__(self, data, size, stride=1):
+    def __init__(self, data: Container, size: int, stride: int = 1) -> None:
         n = numobs(data)
         for name, value in (("size", size), ("stride", stride)):
             if not isinstance(value, Integral) or value < 1:
@@ -230,14 +259,14 @@ class SlidingWindow(_View):
         self._n = (n - self.size) // self.stride + 1
         self.windows = _strided_windows(data, self.size, self.stride)
 
-    def __numobs__(self):
+    def __numobs__(self) -> int:
         return self._n
 
-    def _positions(self, w):
+    def _positions(self, w: int) -> npt.NDArray[np.int64]:
         start = w * self.stride
         return np.arange(start, start + self.size, dtype=np.int64)
 
-    def __getobs__(self, i):
+    def __getobs__(self, i: Index) -> Any:
         i = normalize_index(i, self._n)
         if self.windows is not None:
             return getobs(self.windows, i)
@@ -245,7 +274,7 @@ class SlidingWindow(_View):
             return collate([getobs(self.data, self._positions(int(w))) for w in i])
         return getobs(self.data, self._positions(i))
 
-    def __getobs_into__(self, buffer, i):
+    def __getobs_into__(self, buffer: Any, i: Index) -> Any:
         i = normalize_index(i, self._n)
         if self.windows is not None:
             return getobs_into(buffer, self.windows, i)
@@ -257,12 +286,12 @@ class SlidingWindow(_View):
             self.__getobs_into__(row(buffer, k), int(w))
         return buffer
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"slidingwindow({type(self.data).__name__}, size={self.size}, "
                 f"stride={self.stride}, {self._n} windows)")
 
 
-def _strided_windows(data, size, stride):
+def _strided_windows(data: Container, size: int, stride: int) -> Any:
     """The windows of an array (or tuple/dict of arrays) as a read-only strided view
     ``(windows, size, ...)``, or None for other containers."""
     if isinstance(data, np.ndarray) and data.ndim >= 1:
@@ -274,7 +303,7 @@ def _strided_windows(data, size, stride):
     return None
 
 
-def slidingwindow(data, size, stride=1):
+def slidingwindow(data: Container, size: int, stride: int = 1) -> SlidingWindow:
     """A lazy container whose observation ``i`` is the window of ``size`` consecutive
     observations of ``data`` starting at ``i * stride``; only whole windows are included.
     Raises ``ValueError`` for a size or stride below 1, or a size above ``numobs(data)``.
@@ -285,7 +314,7 @@ def slidingwindow(data, size, stride=1):
     return SlidingWindow(data, size, stride)
 
 
-def _is_buffer(buffer):
+def _is_buffer(buffer: Any) -> bool:
     """True for an array, or a tuple/dict of arrays: something rows can be filled into."""
     leaves = tree_leaves(buffer)
     return bool(leaves) and all(isinstance(leaf, np.ndarray) for leaf in leaves)
@@ -294,7 +323,14 @@ def _is_buffer(buffer):
 class BatchView(_View):
     """A container of batches of ``data`` (see ``batchview``)."""
 
-    def __init__(self, data, batch_size, drop_last=False, collate=None):
+    data: Container
+    batch_size: int
+    drop_last: bool
+    collate: CollateOption
+    _n: int
+
+    def __init__(self, data: Container, batch_size: int, drop_last: bool = False,
+                 collate: CollateOption = None) -> None:
         if not isinstance(batch_size, Integral) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if not (collate is None or isinstance(collate, bool) or callable(collate)):
@@ -306,24 +342,24 @@ class BatchView(_View):
         n = numobs(data)
         self._n = n // self.batch_size if drop_last else -(-n // self.batch_size)
 
-    def __numobs__(self):
+    def __numobs__(self) -> int:
         return self._n
 
-    def batch_indices(self, b):
+    def batch_indices(self, b: int) -> npt.NDArray[np.int64]:
         """The observation indices of batch ``b`` (an int64 array)."""
         start = b * self.batch_size
         return np.arange(start, min(start + self.batch_size, numobs(self.data)), dtype=np.int64)
 
-    def _batch(self, b):
+    def _batch(self, b: int) -> Any:
         return collate_batch(self.data, self.batch_indices(b), self.collate)
 
-    def __getobs__(self, b):
+    def __getobs__(self, b: Index) -> Any:
         b = normalize_index(b, self._n)
         if is_batch_index(b):
             return [self._batch(int(j)) for j in b]
         return self._batch(b)
 
-    def __getobs_into__(self, buffer, b):
+    def __getobs_into__(self, buffer: Any, b: Index) -> Any:
         b = normalize_index(b, self._n)
         if is_batch_index(b):
             return self.__getobs__(b)
@@ -337,12 +373,13 @@ class BatchView(_View):
             return part
         return copy_into(buffer, self._batch(b))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"batchview({type(self.data).__name__}, batch_size={self.batch_size}, "
                 f"drop_last={self.drop_last}, {self._n} batches)")
 
 
-def collate_batch(data, indices, collate_fn):
+def collate_batch(data: Container, indices: npt.NDArray[np.int64],
+                  collate_fn: CollateOption) -> Any:
     """The batch of ``data`` at ``indices`` formed as ``collate_fn`` says (see
     ``batchview``)."""
     if collate_fn is None:
@@ -355,7 +392,8 @@ def collate_batch(data, indices, collate_fn):
     return collate_fn(observations)
 
 
-def batchview(data, batch_size, drop_last=False, collate=None):
+def batchview(data: Container, batch_size: int, drop_last: bool = False,
+              collate: CollateOption = None) -> BatchView:
     """A lazy container whose observations are batches of ``batch_size`` observations of
     ``data``; the last one is partial unless ``drop_last``.
 

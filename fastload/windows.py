@@ -22,16 +22,25 @@ State: a stream has no positions to seek to, so a loader resumes by replaying: t
 reads the epoch's records from the start again and passes them through the shuffle
 buffer (which draws the same), but nothing is loaded until the window of the saved step.
 """
+from __future__ import annotations
+
 import queue
 import threading
 import time
 import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import _core
+from .collate import CollateOption
+from .obs import Container
 from .schedule import Schedule
 from .streams import Shards, is_one_shot, rank_records, substitute
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 __all__ = ["ShuffleBuffer", "StreamEpochs", "window_size"]
 
@@ -41,13 +50,13 @@ _AHEAD = 2              # windows the reader keeps ready
 _WAIT_S = 0.1           # longest wait between two checks that the other side is alive
 
 
-def window_size(batch_size):
+def window_size(batch_size: int | None) -> int:
     """Records a window holds: ``WINDOW_RECORDS`` rounded up to whole batches."""
     rows = batch_size or 1
     return -(-WINDOW_RECORDS // rows) * rows
 
 
-def _window_seed(seed, window):
+def _window_seed(seed: int, window: int) -> int:
     """The seed a window's items load with: a pure function of (seed, window number)."""
     state = np.random.SeedSequence([int(seed), int(window)]).generate_state(2, np.uint32)
     return (int(state[0]) << 31) ^ int(state[1])
@@ -59,12 +68,12 @@ class ShuffleBuffer:
     rest goes out in a random order. What goes out depends only on the records, in the
     order they came, the seed and the epoch (records are pushed in the same groups)."""
 
-    def __init__(self, size, seed, epoch):
+    def __init__(self, size: int, seed: int, epoch: int) -> None:
         self.size = size
-        self.records = []
+        self.records: list[Any] = []
         self.rng = np.random.Generator(np.random.PCG64([int(seed), int(epoch), 1]))
 
-    def push(self, records):
+    def push(self, records: list[Any]) -> list[Any]:
         """The records that go out as ``records`` come in."""
         room = self.size - len(self.records)
         self.records.extend(records[:room])
@@ -78,7 +87,7 @@ class ShuffleBuffer:
             buffer[j] = record
         return out
 
-    def drain(self):
+    def drain(self) -> list[Any]:
         """What is left, in a random order."""
         records, self.records = self.records, []
         return [records[k] for k in self.rng.permutation(len(records))]
@@ -93,15 +102,16 @@ class _Reader:
     every wait on the queue, on either side, is timed and checks whether the other side
     stopped, so that closing (or a reader that died) never leaves anyone waiting."""
 
-    def __init__(self, records, window, buffer, first):
+    def __init__(self, records: Iterable[Any], window: int, buffer: ShuffleBuffer | None,
+                 first: int) -> None:
         self.records, self.window, self.buffer, self.first = records, window, buffer, first
-        self.queue = queue.Queue(maxsize=_AHEAD)
+        self.queue: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=_AHEAD)
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name="fastload-stream-reader",
                                        daemon=True)
         self.thread.start()
 
-    def _run(self):
+    def _run(self) -> None:
         try:
             number, pending = 0, []
             for chunk in self._chunks():
@@ -117,7 +127,7 @@ class _Reader:
         except BaseException as exc:    # the consumer raises it, with its traceback
             self._put(("error", exc))
 
-    def _chunks(self):
+    def _chunks(self) -> Iterator[list[Any]]:
         records = iter(self.records)
         while not self.stopped.is_set():
             chunk = []
@@ -130,12 +140,12 @@ class _Reader:
             if len(chunk) < self.window:
                 return
 
-    def _emit(self, number, records):
+    def _emit(self, number: int, records: list[Any]) -> int:
         if number >= self.first:
             self._put(("window", number, records))
         return number + 1
 
-    def _put(self, item):
+    def _put(self, item: tuple[Any, ...]) -> None:
         while not self.stopped.is_set():
             try:
                 self.queue.put(item, timeout=_WAIT_S)
@@ -143,7 +153,7 @@ class _Reader:
             except queue.Full:
                 continue
 
-    def get(self, block=True):
+    def get(self, block: bool = True) -> tuple[Any, ...] | None:
         """The next item, or None when ``block`` is False and none is ready."""
         while True:
             try:
@@ -154,7 +164,7 @@ class _Reader:
                 if not self.thread.is_alive() and self.queue.empty():
                     raise RuntimeError("the stream's reader thread stopped") from None
 
-    def close(self):
+    def close(self) -> None:
         """Stop reading (the thread exits after the record it is reading). Idempotent."""
         self.stopped.set()
 
@@ -165,8 +175,9 @@ class StreamEpochs:
     ``engines`` (two to load a window ahead, or one). ``shuffle``: records in the shuffle
     buffer (0: none)."""
 
-    def __init__(self, data, source, engines, batch_size, *, shuffle, drop_last, collate,
-                 rank, world_size):
+    def __init__(self, data: Container, source: Any, engines: list[Engine],
+                 batch_size: int | None, *, shuffle: int, drop_last: bool,
+                 collate: CollateOption, rank: int, world_size: int) -> None:
         self.data, self.source, self.engines = data, source, engines
         self.batch_size, self.drop_last, self.collate = batch_size, drop_last, collate
         self.shuffle = shuffle
@@ -176,9 +187,10 @@ class StreamEpochs:
                              f"{world_size} ranks: each rank reads whole files")
         self.window = window_size(batch_size)
         self._started = False
-        self._live = None
+        self._live: weakref.ref[_StreamIteration] | None = None
 
-    def iterate(self, seed, epoch, start, stats, progress, on_end):
+    def iterate(self, seed: int, epoch: int, start: int, stats: Any, progress: Any,
+                on_end: Callable[[], None] | None) -> _StreamIteration:
         """The iteration of ``epoch`` from step ``start``. Raises ``ValueError`` for a
         second pass over a generator."""
         if is_one_shot(self.source) and self._started:
@@ -197,17 +209,18 @@ class StreamEpochs:
         self._live = weakref.ref(iteration)
         return iteration
 
-    def live(self):
+    def live(self) -> _StreamIteration | None:
         """The iteration of the latest epoch, while it exists."""
         return self._live() if self._live is not None else None
 
-    def stop(self):
+    def stop(self) -> None:
         """Stop the epoch being read, if any: its next ``next()`` raises RuntimeError."""
         live = self.live()
         if live is not None:
             live.cancel()
 
-    def load(self, engine, number, records, seed, epoch, start, stats, progress):
+    def load(self, engine: Engine, number: int, records: Sequence[Any], seed: int, epoch: int,
+             start: int, stats: Any, progress: Any) -> tuple[Any, int] | None:
         """``(iteration, steps)``: the engine's iteration over window ``number`` (its
         ``records``) from step ``start``, and the steps it delivers; None when nothing of
         it is loaded (dropped as a partial batch)."""
@@ -238,7 +251,12 @@ class _StreamIteration:
     two engines the next window starts on the other one as soon as the reader has it.
     ``current`` and ``ahead`` are (iteration, the progress step at which it is spent)."""
 
-    def __init__(self, epochs, reader, seed, epoch, start, stats, progress, on_end):
+    current: tuple[Any, int] | None
+    ahead: tuple[Any, int] | None
+
+    def __init__(self, epochs: StreamEpochs, reader: _Reader, seed: int, epoch: int,
+                 start: int, stats: Any, progress: Any,
+                 on_end: Callable[[], None] | None) -> None:
         self.epochs, self.reader = epochs, reader
         self.seed, self.epoch, self.start = seed, epoch, start
         self.stats, self.progress, self.on_end = stats, progress, on_end
@@ -250,10 +268,10 @@ class _StreamIteration:
         self._planned = progress.step    # the progress step at which the windows so far end
         self._finalizer = weakref.finalize(self, reader.close)
 
-    def __iter__(self):
+    def __iter__(self) -> _StreamIteration:
         return self
 
-    def __next__(self):
+    def __next__(self) -> Any:
         if self.cancelled:
             raise RuntimeError("the loader was closed while this iteration ran")
         if self.done:
@@ -270,14 +288,15 @@ class _StreamIteration:
             raise StopIteration
         return value
 
-    def _next(self):
+    def _next(self) -> Any:
         while True:
             if self.current is None:
                 if self.ahead is None and not self._start(block=True):
                     return _END
                 self.current, self.ahead = self.ahead, None
             try:
-                value = next(self.current[0])
+                # Not None: ahead held a window, or _start() just put one there.
+                value = next(self.current[0])  # type: ignore[index]
             except StopIteration:
                 self.current = None
                 continue
@@ -285,7 +304,7 @@ class _StreamIteration:
                 self._start(block=False)
             return value
 
-    def _start(self, block):
+    def _start(self, block: bool) -> bool:
         """Start the next window as ``ahead``: True when it did, False at the end of the
         epoch (or, without ``block``, when the reader has no window ready)."""
         while not self.ended:
@@ -312,7 +331,7 @@ class _StreamIteration:
                 return True
         return False
 
-    def finished(self):
+    def finished(self) -> bool:
         """Whether every step of the epoch was delivered (asking the reader whether
         another window follows, when that is what decides it)."""
         if self.done:
@@ -321,12 +340,12 @@ class _StreamIteration:
             return False
         return self.ahead is None and not self._start(block=True)
 
-    def cancel(self):
+    def cancel(self) -> None:
         """Stop reading and loading; the next ``next()`` raises RuntimeError."""
         self.cancelled = True
         self.close()
 
-    def close(self):
+    def close(self) -> None:
         """Stop reading and loading. Idempotent."""
         self.done = True
         self.reader.close()

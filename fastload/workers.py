@@ -8,6 +8,7 @@ import os
 import pickle
 import signal
 import traceback
+from typing import Any
 
 import numpy as np
 
@@ -56,7 +57,7 @@ def describe_error(exc):
     pickle), since pickling an exception drops its cause."""
     message = f"{type(exc).__name__}: {exc}"
     text = "".join(traceback.format_exception(exc))
-    chain = []
+    chain: list[bytes | None] = []
     while exc is not None and len(chain) < _CHAIN:
         try:
             chain.append(pickle.dumps(exc))
@@ -76,7 +77,7 @@ class _Worker:
         self.control = control
         self.skip = False
         self.gen = None
-        self.plan = None
+        self.plan: Any = None
         self.setup_error = None
 
     def serve(self):

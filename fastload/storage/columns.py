@@ -4,6 +4,8 @@ A column is built from pieces, one per record batch: the piece's Arrow array and
 "base", a uint8 numpy view of the whole mapped file the array lives in. Items of binary
 columns are located once, at open, as absolute (start, end) byte positions in their base.
 """
+from typing import Any
+
 import numpy as np
 
 from fastload.errors import LoadError
@@ -31,8 +33,11 @@ def locate(pieces):
     """(bases, base_of_piece, starts, ends): absolute byte spans of every item of binary,
     string or fixed-size-binary pieces; a piece whose data is not in its file's map gets
     a base of its own."""
-    bases, base_ids, starts, ends = [], [], [], []
-    known = {}
+    bases: list[np.ndarray] = []
+    base_ids: list[int] = []
+    starts: list[Any] = []
+    ends: list[Any] = []
+    known: dict[Any, int] = {}
     for piece in pieces:
         arr = piece.array
         bufs = arr.buffers()
@@ -86,10 +91,10 @@ class ItemBytes:
     def __init__(self, column):
         self._column = column
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._column)
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: "slice | np.typing.ArrayLike"):
         i = normalize_index(i, len(self._column))
         _check_rows(self, i)
         if is_batch_index(i):
@@ -97,14 +102,14 @@ class ItemBytes:
         return self._column._view(i)
 
     @property
-    def contiguous(self):
+    def contiguous(self) -> bool:
         return self._column.contiguous
 
-    def buffers(self):
+    def buffers(self) -> tuple[np.ndarray, np.ndarray]:
         """The column's ``buffers()``: these items, located in the mapped file."""
         return self._column.buffers()
 
-    def spans(self):
+    def spans(self) -> tuple[list[np.ndarray], np.ndarray | None, np.ndarray, np.ndarray]:
         """The column's ``spans()``: these items, wherever they are mapped."""
         return self._column.spans()
 
@@ -131,27 +136,27 @@ class EncodedColumn:
         self.encoded = ItemBytes(self)
         self._offsets = None
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._starts)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<{self.encoding} column {self.name!r}: {len(self)} items, {self.codec!r}>"
 
-    def __getattr__(self, attr):
+    def __getattr__(self, attr: str):
         parts = self.__dict__.get("parts", {})
         if attr in parts:
             return parts[attr]
         raise AttributeError(f"{type(self).__name__} {self.name!r} has no attribute {attr!r}")
 
     @property
-    def contiguous(self):
+    def contiguous(self) -> bool:
         """True when ``buffers()`` is available: one file, items back to back (every
         file fastload writes; a foreign file with one record batch)."""
         if self._offsets is None:
             self._offsets = self._global_offsets()
         return not isinstance(self._offsets, str)
 
-    def buffers(self):
+    def buffers(self) -> tuple[np.ndarray, Any]:
         """(data, offsets): item i is ``data[offsets[i]:offsets[i + 1]]``; ``data`` is a
         uint8 view of the whole mapped file, ``offsets`` int64 of length n + 1 (computed
         once). Zero copy. Raises ValueError when the column spans several files (use
@@ -160,7 +165,7 @@ class EncodedColumn:
             raise ValueError(f"column {self.name!r}: {self._offsets}")
         return self._bases[0], self._offsets
 
-    def spans(self):
+    def spans(self) -> tuple[list[np.ndarray], np.ndarray | None, np.ndarray, np.ndarray]:
         """(bases, base_of, starts, ends): item i is ``bases[base_of[i]][starts[i]:ends[i]]``
         (``base_of`` None: every item is in ``bases[0]``), where ``bases`` are uint8 views of
         the mapped files: the form of a column that spans several files. Zero copy."""
@@ -191,7 +196,7 @@ class EncodedColumn:
             raise LoadError(f"{src}: cannot decode row {i} of field {self.name!r} "
                             f"({self.encoding}): {exc}", index=i, source=src) from exc
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: "slice | np.typing.ArrayLike"):
         i = normalize_index(i, len(self))
         _check_rows(self, i)
         if is_batch_index(i):
@@ -205,10 +210,10 @@ class ShapeList:
     def __init__(self, values, offsets):
         self._values, self._offsets = values, offsets
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._offsets) - 1
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> tuple[int, ...]:
         return tuple(int(s) for s in self._values[self._offsets[i]:self._offsets[i + 1]])
 
 
@@ -257,10 +262,10 @@ class RawColumn:
         self.shape = (int(self._bounds[-1]),) + codec.shape
         self.dtype = codec.dtype
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.shape[0]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<raw column {self.name!r}: shape {self.shape}, {self.dtype}, " \
                f"{len(self.chunks)} chunks>"
 
@@ -268,7 +273,7 @@ class RawColumn:
         c = int(np.searchsorted(self._bounds, i, side="right")) - 1
         return self.chunks[c][i - self._bounds[c]]
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: "slice | np.typing.ArrayLike") -> np.ndarray:
         i = normalize_index(i, len(self))
         _check_rows(self, i)
         if is_batch_index(i):
@@ -278,7 +283,8 @@ class RawColumn:
             return out
         return self._item(i)
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype: "np.typing.DTypeLike | None" = None,
+                  copy: bool | None = None) -> np.ndarray:
         out = np.concatenate(self.chunks) if self.chunks else \
             np.zeros(self.shape, self.dtype)
         return out if dtype is None else out.astype(dtype)

@@ -8,7 +8,8 @@ task (JPEG and QOI encoding release the GIL; a container's Python code holds it)
 ``encoder_processes.py`` in forked worker processes.
 """
 import collections
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
@@ -100,6 +101,7 @@ def encode_row(data, i, encodings, skip=False):
 def encode_rows(data, first, stop, encodings, skip):
     """Rows [first, stop) encoded: (one list of values per column, the LoadErrors of the
     rows left out). Raises the first row's LoadError unless ``skip``."""
+    columns: list[list[Any]] | None
     columns, errors = None, []
     for i in range(first, stop):
         row = encode_row(data, i, encodings, skip)
@@ -147,7 +149,7 @@ def thread_blocks(data, n, encodings, kinds, threads, skip, block_rows):
             yield encode_block(data, first, min(n, first + block_rows), encodings, kinds, skip)
         return
     pool = ThreadPoolExecutor(threads, thread_name_prefix="fastload-write")
-    pending = collections.deque()
+    pending: collections.deque[Future[Any]] = collections.deque()
     try:
         for first in starts:
             pending.append(pool.submit(encode_block, data, first, min(n, first + block_rows),

@@ -28,9 +28,9 @@ class Encoding:
     """Base class. Subclasses set ``name`` and ``parts`` ((suffix, kind) pairs after the
     main column's kind ``kind``), and implement ``encode``/``decode``."""
 
-    name = None
-    kind = "binary"
-    parts = ()
+    name: str | None = None
+    kind: str = "binary"
+    parts: tuple[tuple[str, str], ...] = ()
 
     def bind(self, value):
         """This encoding with whatever the first observation fixes (a shape, a dtype)."""
@@ -72,7 +72,7 @@ class Scalar(Encoding):
 
     name = "scalar"
 
-    def __init__(self, dtype):
+    def __init__(self, dtype: "np.typing.DTypeLike") -> None:
         dt = np.dtype(dtype)
         if dt.kind not in "biuf" or dt.itemsize > 8:
             raise ValueError(f"a scalar field needs a bool, int, uint or float dtype, got {dt}")
@@ -105,14 +105,15 @@ class Raw(Encoding):
 
     name = "raw"
 
-    def __init__(self, shape=None, dtype=None):
+    def __init__(self, shape: tuple[int, ...] | list[int] | None = None,
+                 dtype: "np.typing.DTypeLike | None" = None) -> None:
         self.shape = None if shape is None else tuple(int(s) for s in shape)
         self.dtype = None if dtype is None else np.dtype(dtype)
         if self.dtype is not None and self.dtype.hasobject:
             raise ValueError("a Raw field cannot hold Python objects")
 
     @property
-    def kind(self):
+    def kind(self) -> str:  # type: ignore[override]  # fixed by the shape and dtype
         return f"fixed:{self.nbytes}"
 
     @property
@@ -147,7 +148,7 @@ class NDArray(Encoding):
     name = "ndarray"
     parts = (("shape", "shape"),)
 
-    def __init__(self, dtype=None):
+    def __init__(self, dtype: "np.typing.DTypeLike | None" = None) -> None:
         self.dtype = None if dtype is None else np.dtype(dtype)
 
     def bind(self, value):
@@ -201,14 +202,14 @@ class Str(Encoding):
         return bytes(data).decode("utf-8")
 
 
-def _check_quality(quality):
+def _check_quality(quality: int) -> int:
     if isinstance(quality, bool) or not isinstance(quality, numbers.Integral) \
             or not 1 <= quality <= 100:
         raise ValueError(f"quality must be an int in 1..100, got {quality!r}")
     return int(quality)
 
 
-def _check_max_side(max_side):
+def _check_max_side(max_side: int | None) -> int | None:
     if max_side is None:
         return None
     if isinstance(max_side, bool) or not isinstance(max_side, numbers.Integral) or max_side < 1:
@@ -226,7 +227,7 @@ def _check_shape(img, h, w):
 class _Image(Encoding):
     """Common part of image encodings: height and width columns, the max_side cap."""
 
-    parts = (("height", "int32"), ("width", "int32"))
+    parts: tuple[tuple[str, str], ...] = (("height", "int32"), ("width", "int32"))
 
     def _pixels(self, value):
         """``value`` as pixels no larger than max_side (JPEG bytes are decoded at a
@@ -259,7 +260,7 @@ class JPEG(_Image):
 
     name = "jpeg"
 
-    def __init__(self, quality=90, max_side=None):
+    def __init__(self, quality: int = 90, max_side: int | None = None) -> None:
         self.quality = _check_quality(quality)
         self.max_side = _check_max_side(max_side)
 
@@ -283,7 +284,7 @@ class QOI(_Image):
 
     name = "qoi"
 
-    def __init__(self, max_side=None):
+    def __init__(self, max_side: int | None = None) -> None:
         self.max_side = _check_max_side(max_side)
 
     def encode(self, value):
@@ -309,7 +310,8 @@ class Smart(_Image):
     name = "smart"
     parts = _Image.parts + (("format", "uint8"),)
 
-    def __init__(self, threshold_bytes, quality=90, max_side=None):
+    def __init__(self, threshold_bytes: int, quality: int = 90,
+                 max_side: int | None = None) -> None:
         if isinstance(threshold_bytes, bool) or not isinstance(threshold_bytes, numbers.Integral) \
                 or threshold_bytes < 0:
             raise ValueError(f"threshold_bytes must be an int >= 0, got {threshold_bytes!r}")
@@ -343,7 +345,7 @@ class Smart(_Image):
 ENCODINGS = {cls.name: cls for cls in (Scalar, Raw, NDArray, Bytes, Str, JPEG, QOI, Smart)}
 
 
-def as_encoding(spec):
+def as_encoding(spec: "Encoding | str | np.dtype") -> Encoding:
     """An Encoding from an Encoding or a numpy scalar dtype name (``"int64"``).
     Raises TypeError/ValueError naming what was given."""
     if isinstance(spec, Encoding):

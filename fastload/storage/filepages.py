@@ -197,7 +197,7 @@ def _column_spans(pa, array, first, n):
 
 def _merged(spans):
     """Sorted, with overlapping or touching ranges joined."""
-    out = []
+    out: list[tuple[int, int, int]] = []
     for shard, start, stop in sorted(spans):
         if out and out[-1][0] == shard and start <= out[-1][2]:
             out[-1] = (shard, out[-1][1], max(out[-1][2], stop))

@@ -3,7 +3,10 @@
 Pixels are uint8 arrays of shape (height, width, channels), RGB or RGBA. Decoding is
 ``fastload.codecs.decode``'s (simplejpeg for JPEG, C for QOI, Pillow for the rest).
 """
+from __future__ import annotations
+
 import numpy as np
+import numpy.typing as npt
 
 from fastload import codecs
 
@@ -11,17 +14,17 @@ JPEG_MAGIC = b"\xff\xd8\xff"
 QOI_MAGIC = b"qoif"
 
 
-def is_jpeg(data):
+def is_jpeg(data: bytes | bytearray | memoryview) -> bool:
     """True when the bytes-like ``data`` starts like a JPEG stream."""
     return bytes(data[:3]) == JPEG_MAGIC
 
 
-def is_qoi(data):
+def is_qoi(data: bytes | bytearray | memoryview) -> bool:
     """True when the bytes-like ``data`` starts like a QOI stream."""
     return bytes(data[:4]) == QOI_MAGIC
 
 
-def as_pixels(value):
+def as_pixels(value: npt.ArrayLike | bytes | bytearray | memoryview) -> np.ndarray:
     """``value`` (an array, or encoded image bytes) as a uint8 (h, w, 3|4) array.
 
     A 2-D or single-channel array becomes RGB. Raises ValueError for another shape or
@@ -43,21 +46,22 @@ def as_pixels(value):
     return arr
 
 
-def image_size(value):
+def image_size(value: npt.ArrayLike | bytes | bytearray | memoryview) -> tuple[int, int]:
     """(height, width) of an array or of encoded image bytes, from the header alone."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return codecs.image_size(value)
     return np.shape(value)[:2]
 
 
-def decode_image_bytes(data, min_size=None):
+def decode_image_bytes(data: bytes | bytearray | memoryview,
+                       min_size: tuple[int, int] | None = None) -> np.ndarray:
     """Decodes JPEG, QOI or (through Pillow) any other image file bytes to RGB(A)
     (``fastload.codecs.decode``). ``min_size`` = (h, w) lets JPEG decode at a reduced
     scale no smaller than that. Raises ValueError when the bytes are not a readable image."""
     return codecs.decode(data, min_size=min_size)
 
 
-def fit_size(h, w, max_side):
+def fit_size(h: int, w: int, max_side: int | None) -> tuple[int, int]:
     """(h, w) scaled so the longer side is at most ``max_side``, keeping the aspect ratio."""
     if max_side is None or max(h, w) <= max_side:
         return h, w
@@ -65,7 +69,7 @@ def fit_size(h, w, max_side):
     return max(1, round(h * scale)), max(1, round(w * scale))
 
 
-def resize_area(img, size):
+def resize_area(img: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     """Shrinks ``img`` (h, w, c) uint8 to ``size`` = (h, w) by exact area averaging.
 
     Each output pixel is the mean of the input area it covers, fractional pixels weighted
@@ -81,7 +85,7 @@ def resize_area(img, size):
     return np.clip(np.rint(out), 0, 255).astype(np.uint8)
 
 
-def _area_axis(x, m, axis):
+def _area_axis(x: np.ndarray, m: int, axis: int) -> np.ndarray:
     """Area-average ``x`` along ``axis`` down to ``m`` samples, via cumulative sums."""
     n = x.shape[axis]
     if m == n:

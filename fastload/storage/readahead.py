@@ -27,6 +27,7 @@ order): the current window plus as much of the next as fits.
 import heapq
 import os
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -52,7 +53,7 @@ class ReadAhead:
         self.order = np.asarray(order, np.int64)
         self.drop = limit is not None and pages.nbytes > limit
         self.ahead = max(1, -(-_AHEAD_ROWS // self.rows))
-        self.queue = None        # chunks in the order they are read (``_plan``)
+        self.queue: Any = None   # chunks in the order they are read (``_plan``)
         self._start = start
         self._low = start
         self._delivered = set()
@@ -147,7 +148,7 @@ class ReadAhead:
 
     def _read(self):
         self.plan()
-        pieces = []
+        pieces: list[Any] = []
         while True:
             with self._cond:
                 while True:

@@ -3,22 +3,28 @@
 pyarrow is used at open time only, to parse the file and locate the buffers; items are
 then read through numpy views of the mapped file.
 """
+from __future__ import annotations
+
 import builtins
 import glob
 import mmap
 import os
 import threading
 import warnings
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any, Literal, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from fastload.errors import LoadError
-from fastload.obs import is_batch_index, normalize_index
+from fastload.obs import Index, is_batch_index, normalize_index
 from fastload.storage.arrow_types import arrow_type, import_pyarrow
 from fastload.storage.checksums import META_CHECKSUMS, shard_checksums
 from fastload.storage.columns import (EncodedColumn, Piece, RawArray, RawColumn,
                                       ScalarArray, shape_list)
-from fastload.storage.fields import Bytes, Raw, Scalar, Str
+from fastload.storage.fields import Bytes, Encoding, Raw, Scalar, Str
 from fastload.storage.filepages import FilePages
 from fastload.storage.progress import progress_bar
 from fastload.storage.meta import (META_FIELDS, META_FORMAT, read_chunks, read_fields,
@@ -30,7 +36,8 @@ SUFFIXES = (".arrow", ".arrows", ".feather", ".ipc")
 CACHES = ("os", "memory")
 
 
-def open(path, *, cache="os", verify=None):
+def open(path: str | os.PathLike[str], *, cache: Literal["os", "memory"] = "os",
+         verify: Literal["open", "read"] | None = None) -> Dataset:
     """Open a packed dataset: a file, a directory of shard files (``*.arrow``, ``*.ipc``,
     ``*.feather``, ``*.arrows``; opened in name order as one dataset) or a glob pattern.
 
@@ -61,11 +68,12 @@ def open(path, *, cache="os", verify=None):
         raise ValueError(f"verify must be None, 'open' or 'read', got {verify!r}")
     files = resolve_files(path)
     dataset = Dataset([_read_file(f, cache) for f in files], verify_reads=verify == "read")
-    unverified = []
+    unverified: list[str] = []
     if verify == "open":
         unverified = dataset.verify()["unverified"]
     elif verify == "read":
-        unverified = dataset._checks.unverified
+        # verify="read" made the dataset's checks
+        unverified = dataset._checks.unverified  # type: ignore[union-attr]
     if unverified:
         warnings.warn(f"{len(unverified)} file(s) have no checksums (written by an older "
                       f"fastload) and are not verified: {unverified[:3]}", UserWarning,
@@ -73,7 +81,7 @@ def open(path, *, cache="os", verify=None):
     return dataset
 
 
-def resolve_files(path):
+def resolve_files(path: str | os.PathLike[str]) -> list[str]:
     """The files ``path`` names: itself, the shard files of a directory, or a glob's
     matches, sorted. Raises FileNotFoundError when there are none."""
     path = os.fspath(path)
@@ -98,13 +106,14 @@ class _Shard:
     """One opened file: its bytes (``mapping``: the mmap, None when read into memory),
     and its record batches."""
 
-    def __init__(self, path, mapping, base, schema, batches):
+    def __init__(self, path: str, mapping: mmap.mmap | None, base: npt.NDArray[np.uint8],
+                 schema: Any, batches: list[Any]) -> None:
         self.path, self.mapping, self.base = path, mapping, base
         self.schema, self.batches = schema, batches
         self.rows = sum(b.num_rows for b in batches)
 
 
-def _read_file(path, cache):
+def _read_file(path: str, cache: str) -> _Shard:
     pa = import_pyarrow()
     mapping = None
     try:
@@ -132,7 +141,7 @@ def _read_file(path, cache):
     return _Shard(path, mapping, np.frombuffer(buf, np.uint8), schema, batches)
 
 
-def _refuse_extension_types(pa, field, path, where=""):
+def _refuse_extension_types(pa: ModuleType, field: Any, path: str, where: str = "") -> None:
     """Raise LoadError for an Arrow extension type anywhere in ``field``, registered or not:
     fastload reads plain Arrow types only, and an extension type's deserializer may run
     code (pyarrow's pickle-based ``arrow.py_extension_type`` did before 14.0.1)."""
@@ -152,7 +161,7 @@ def _refuse_extension_types(pa, field, path, where=""):
         _refuse_extension_types(pa, child, path, where)
 
 
-def _parse_ipc(pa, buf):
+def _parse_ipc(pa: ModuleType, buf: Any) -> tuple[Any, list[Any]]:
     """(schema, record batches) of an IPC file, else of an IPC stream."""
     try:
         reader = pa.ipc.open_file(pa.BufferReader(buf))
@@ -177,7 +186,7 @@ class Dataset:
     fields an ``EncodedColumn``. Every column has ``.encoding``.
     """
 
-    def __init__(self, shards, verify_reads=False):
+    def __init__(self, shards: Sequence[_Shard], verify_reads: bool = False) -> None:
         self._shards = shards
         first = shards[0]
         _check_same_schema(shards)
@@ -211,7 +220,7 @@ class Dataset:
         for column in self._columns.values():
             _mark_chunks(column, self.chunk_bounds, self._checks, self.file_pages)
 
-    def _chunk_bounds(self):
+    def _chunk_bounds(self) -> npt.NDArray[np.int64]:
         """Row boundaries of the chunks over all files: a file's chunk metadata, else its
         record batches."""
         bounds = [np.zeros(1, np.int64)]
@@ -219,13 +228,15 @@ class Dataset:
             bounds.append(_own_chunks(s)[1:] + start)
         return np.concatenate(bounds)
 
-    def _column(self, name, enc, cols, pieces, piece_bounds):
+    def _column(self, name: str, enc: Encoding | None, cols: list[str],
+                pieces: list[tuple[_Shard, Any]], piece_bounds: npt.NDArray[np.int64]) -> Any:
         """The read-side column of field ``name``; raises LoadError when the file's
         columns do not fit the field's encoding."""
         pa = import_pyarrow()
         schema = self._shards[0].schema
         if not self._inferred:
-            self._check_types(pa, schema, name, enc)
+            # A field the metadata describes has an encoding.
+            self._check_types(pa, schema, name, enc)  # type: ignore[arg-type]
         arrays = {col: [b.column(col) for _, b in pieces] for col in cols}
         if any(a.null_count for col in cols for a in arrays[col]):
             if not self._inferred:
@@ -249,21 +260,21 @@ class Dataset:
         return EncodedColumn(name, enc, main, parts, piece_bounds,
                              [s.path for s, _ in pieces])
 
-    def _check_types(self, pa, schema, name, enc):
+    def _check_types(self, pa: ModuleType, schema: Any, name: str, enc: Encoding) -> None:
         for col, kind in enc.columns(name):
             if schema.field(col).type != arrow_type(pa, kind):
                 raise LoadError(f"{self.files[0]}: column {col!r} has type "
                                 f"{schema.field(col).type}, field {name!r} ({enc.name}) "
                                 f"needs {arrow_type(pa, kind)}", source=self.files[0])
 
-    def __len__(self):
+    def __len__(self) -> int:
         return int(self.shard_bounds[-1])
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         fields = ", ".join(f"{k}: {c.encoding}" for k, c in self._columns.items())
         return f"<fastload Dataset: {len(self)} rows, {len(self.files)} file(s), {{{fields}}}>"
 
-    def verify(self, progress=False):
+    def verify(self, progress: bool = False) -> dict[str, Any]:
         """Check every chunk of every file against its stored checksums (see
         ``fastload.storage.checksums``). Returns ``{"files", "chunks", "unverified"}``:
         files and chunks checked, and the files that have no checksums. ``progress`` shows
@@ -288,37 +299,43 @@ class Dataset:
                 bar.close()
         return {"files": checked, "chunks": chunks, "unverified": unverified}
 
-    def keys(self):
+    def keys(self) -> list[str]:
         """The field names, in file order."""
         return list(self._columns)
 
     @property
-    def encodings(self):
+    def encodings(self) -> dict[str, str]:
         """Field name -> encoding name ("jpeg", "raw", "scalar", ...)."""
         return {k: c.encoding for k, c in self._columns.items()}
 
     @property
-    def num_chunks(self):
+    def num_chunks(self) -> int:
         """The number of record batches, over all files."""
         return len(self.chunk_bounds) - 1
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         """Total size of the files, in bytes."""
         return sum(s.base.size for s in self._shards)
 
-    def field_nbytes(self):
+    def field_nbytes(self) -> dict[str, int]:
         """Field name -> bytes its columns take in the files (Arrow buffers)."""
         return {name: sum(b.column(c).nbytes for s in self._shards for b in s.batches
                           for c in cols)
                 for name, cols in self._field_columns.items()}
 
     @property
-    def shards(self):
+    def shards(self) -> list[Dataset]:
         """One Dataset per file (sharing the mapped files)."""
         return [self] if len(self._shards) == 1 else [Dataset([s]) for s in self._shards]
 
-    def __getitem__(self, key):
+    @overload
+    def __getitem__(self, key: str) -> Any: ...
+
+    @overload
+    def __getitem__(self, key: Index) -> dict[str, Any]: ...
+
+    def __getitem__(self, key: str | Index) -> Any:
         if isinstance(key, str):
             try:
                 return self._columns[key]
@@ -329,11 +346,11 @@ class Dataset:
             self._checks.rows(i)
         return {k: _plain(col[i]) for k, col in self._columns.items()}
 
-    def __getobs__(self, i):
+    def __getobs__(self, i: Index) -> dict[str, Any]:
         return self[i]
 
 
-def _own_chunks(shard):
+def _own_chunks(shard: _Shard) -> npt.NDArray[np.int64]:
     """The chunk boundaries of one file: its chunk metadata, else its record batches."""
     try:
         own = read_chunks(shard.schema.metadata, shard.rows)
@@ -342,7 +359,8 @@ def _own_chunks(shard):
     return own if own is not None else _bounds([b.num_rows for b in shard.batches])
 
 
-def _mark_chunks(column, bounds, checks, pages):
+def _mark_chunks(column: Any, bounds: npt.NDArray[np.int64], checks: _ChunkChecks | None,
+                 pages: FilePages | None) -> None:
     """A column, and its stored bytes, know the dataset's chunks and where they lie in the
     files (``file_pages``): a loader over columns (``mapobs(f, ds["image"].encoded)``,
     ``ds["label"]``) can read chunk by chunk (``shuffle="quasi"``), reading ahead, as it
@@ -360,12 +378,13 @@ class _ChunkChecks:
     """``verify="read"``: each chunk is checked against its checksum the first time one of
     its rows is read, once (under a lock, so threads reading one chunk check it once)."""
 
-    def __init__(self, dataset):
+    def __init__(self, dataset: Dataset) -> None:
         pa = import_pyarrow()
         self.bounds = dataset.chunk_bounds
         self.done = np.zeros(len(self.bounds) - 1, bool)
-        self.owner = []          # per chunk: (the file's ShardChecksums or None, its index)
-        self.unverified = []
+        # per chunk: (the file's ShardChecksums or None, its index)
+        self.owner: list[tuple[Any, int]] = []
+        self.unverified: list[str] = []
         for s in dataset._shards:
             sums = shard_checksums(pa, s.path, s.schema, s.batches, s.rows)
             count = len(sums.sums) if sums is not None else \
@@ -375,7 +394,7 @@ class _ChunkChecks:
             self.owner.extend((sums, k) for k in range(count))
         self._lock = threading.Lock()
 
-    def rows(self, rows):
+    def rows(self, rows: int | npt.NDArray[np.int64]) -> None:
         """Check the chunks of ``rows`` (a row index, or an array of them) not checked yet;
         raises ``LoadError`` naming the file and chunk that does not match."""
         chunks = np.searchsorted(self.bounds, np.atleast_1d(rows), side="right") - 1
@@ -389,12 +408,12 @@ class _ChunkChecks:
                 self.done[k] = True
 
 
-def _plain(value):
+def _plain(value: Any) -> Any:
     """Items and batches are plain arrays, not the column's array subclass."""
     return value.view(np.ndarray) if isinstance(value, (RawArray, ScalarArray)) else value
 
 
-def _check_same_schema(shards):
+def _check_same_schema(shards: Sequence[_Shard]) -> None:
     """Shards must agree on columns, format version and field encodings (their chunks
     and user metadata may differ)."""
     first = shards[0]
@@ -406,15 +425,15 @@ def _check_same_schema(shards):
                             f"of one dataset must share one schema", source=s.path)
 
 
-def _bounds(counts):
+def _bounds(counts: Sequence[int]) -> npt.NDArray[np.int64]:
     """Row boundaries (int64, len(counts) + 1) from row counts."""
     return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
 
 
-def _infer_fields(schema):
+def _infer_fields(schema: Any) -> dict[str, tuple[Encoding | None, list[str]]]:
     """Encodings for a file without fastload metadata, one field per column."""
     pa = import_pyarrow()
-    fields = {}
+    fields: dict[str, tuple[Encoding | None, list[str]]] = {}
     for f in schema:
         t = f.type
         if pa.types.is_binary(t) or pa.types.is_large_binary(t) or \
@@ -437,13 +456,13 @@ class ArrowColumn:
 
     encoding = "arrow"
 
-    def __init__(self, name, chunked):
+    def __init__(self, name: str, chunked: Any) -> None:
         self.name, self.chunked = name, chunked
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.chunked)
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: Index) -> Any:
         i = normalize_index(i, len(self))
         if is_batch_index(i):
             return self.chunked.take(i).to_pylist()

@@ -8,22 +8,28 @@ sample order are row ranges kept in the metadata. The file is written under a te
 name in the destination's directory and renamed when complete, so an error or Ctrl-C
 never leaves a partial file under the final name.
 """
+from __future__ import annotations
+
 import json
 import os
 import shutil
 import threading
+from collections.abc import Generator, Iterable, Sequence
 from contextlib import ExitStack, closing
+from types import ModuleType
+from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from fastload.errors import LoadError
-from fastload.obs import numobs
+from fastload.obs import Container, numobs
 from fastload.storage.arrow_types import arrow_type, import_pyarrow
 from fastload.storage.checksums import META_CHECKSUMS, chunk_checksums, metadata_checksum
 from fastload.storage.encoder_processes import SLOT_BYTES, process_blocks
 from fastload.storage.encoders import (at_row, encode_row, is_byte_kind, observation,
                                        thread_blocks)
-from fastload.storage.fields import as_encoding
+from fastload.storage.fields import Encoding, as_encoding
 from fastload.storage.ipcfile import InPlaceFile, body_lead
 from fastload.storage.meta import (FORMAT_VERSION, META_CHUNKS, META_FIELDS, META_FORMAT,
                                    META_USER)
@@ -35,8 +41,12 @@ __all__ = ["write"]
 DEFAULT_CHUNK_BYTES = 64 << 20
 
 
-def write(path, data, fields, *, chunk_bytes=DEFAULT_CHUNK_BYTES, num_threads=None,
-          backend="thread", progress=True, metadata=None, on_error="raise"):
+def write(path: str | os.PathLike[str], data: Container,
+          fields: dict[str, Encoding | str | np.dtype[Any]], *,
+          chunk_bytes: int = DEFAULT_CHUNK_BYTES, num_threads: int | None = None,
+          backend: Literal["thread", "process"] = "thread", progress: bool = True,
+          metadata: dict[str, Any] | None = None,
+          on_error: Literal["raise", "skip"] = "raise") -> list[LoadError]:
     """Encode every observation of ``data`` and write them to the packed file ``path``.
 
     ``data`` is a container (``numobs``/``getobs``) whose observations are dicts holding
@@ -76,7 +86,7 @@ def write(path, data, fields, *, chunk_bytes=DEFAULT_CHUNK_BYTES, num_threads=No
     encodings, first = _bound(data, n, encodings, skip)
     kinds = [kind for name, enc in encodings.items() for _, kind in enc.columns(name)]
     row_bytes = _row_bytes(data, first, encodings)
-    skipped = []
+    skipped: list[LoadError] = []
     _remove_stale(path)
     work = _work_dir(path)
     try:
@@ -112,7 +122,9 @@ def write(path, data, fields, *, chunk_bytes=DEFAULT_CHUNK_BYTES, num_threads=No
     return skipped
 
 
-def _blocks(data, n, encodings, kinds, count, backend, skip, row_bytes):
+def _blocks(data: Container, n: int, encodings: dict[str, Encoding], kinds: list[str],
+            count: int, backend: str, skip: bool,
+            row_bytes: int) -> Generator[Any, None, None]:
     """The encoded blocks of rows, in order: about 1 MiB each on threads, half a worker's
     slot in processes."""
     if backend == "process":
@@ -121,11 +133,11 @@ def _blocks(data, n, encodings, kinds, count, backend, skip, row_bytes):
     return thread_blocks(data, n, encodings, kinds, count, skip, _rows_for(1 << 20, row_bytes))
 
 
-def _rows_for(target, row_bytes):
+def _rows_for(target: int, row_bytes: int) -> int:
     return max(1, min(4096, target // max(row_bytes, 1)))
 
 
-def _row_bytes(data, i, encodings):
+def _row_bytes(data: Container, i: int, encodings: dict[str, Encoding]) -> int:
     """The bytes row ``i`` takes, as chunks count them (8 per number)."""
     size = 0
     for parts in encode_row(data, i, encodings):
@@ -137,7 +149,8 @@ def _row_bytes(data, i, encodings):
     return size
 
 
-def _header_bytes(pa, encodings, user_meta, n, row_bytes, chunk_bytes):
+def _header_bytes(pa: ModuleType, encodings: dict[str, Encoding], user_meta: bytes, n: int,
+                  row_bytes: int, chunk_bytes: int) -> int:
     """Bytes reserved before the body for the schema and record batch metadata: enough
     for four times the chunks that the first row's size predicts (a chunk has a row at
     least), rounded up to 64 KiB."""
@@ -148,14 +161,14 @@ def _header_bytes(pa, encodings, user_meta, n, row_bytes, chunk_bytes):
     return -(-size // (64 << 10)) * (64 << 10)
 
 
-def _work_dir(path):
+def _work_dir(path: str) -> str:
     """The temporary directory of one write: spill files and the file before its rename,
     named after the destination, the process and the thread."""
     head, tail = os.path.split(os.path.abspath(path))
     return os.path.join(head, f".{tail}.{os.getpid()}-{threading.get_ident()}.tmp")
 
 
-def _remove_stale(path):
+def _remove_stale(path: str) -> None:
     """Remove the temporary directories that earlier writes of ``path`` left behind: those
     of a process that is gone (killed), or of a thread of this one that is no longer
     running (an interrupt that came too late for the clean-up)."""
@@ -170,7 +183,7 @@ def _remove_stale(path):
             shutil.rmtree(entry.path, ignore_errors=True)
 
 
-def _writing(pid, tid):
+def _writing(pid: int, tid: int) -> bool:
     if pid == os.getpid():   # this thread is about to write: its old directory is stale
         return tid != threading.get_ident() and any(t.ident == tid
                                                      for t in threading.enumerate())
@@ -183,7 +196,7 @@ def _writing(pid, tid):
     return True
 
 
-def _fsync(path):
+def _fsync(path: str) -> None:
     """Flush a file, or a directory's entries, to the disk: the renamed file survives a
     power loss."""
     fd = os.open(path, os.O_RDONLY)
@@ -193,7 +206,9 @@ def _fsync(path):
         os.close(fd)
 
 
-def _bound(data, n, encodings, skip):
+# No return after the loop: with n >= 1 rows its last pass returns or raises.
+def _bound(data: Container, n: int, encodings: dict[str, Encoding],  # type: ignore[return]
+           skip: bool) -> tuple[dict[str, Encoding], int]:
     """(the encodings bound to the first row that loads, that row): the first row, unless
     ``skip``."""
     names = list(encodings)
@@ -207,10 +222,12 @@ def _bound(data, n, encodings, skip):
                 raise
 
 
-def _check_args(path, fields, chunk_bytes, num_threads, backend):
+def _check_args(path: str, fields: dict[str, Encoding | str | np.dtype[Any]],
+                chunk_bytes: int, num_threads: int | None,
+                backend: str) -> tuple[dict[str, Encoding], int]:
     if not isinstance(fields, dict) or not fields:
         raise TypeError("fields must be a non-empty dict: field name -> encoding")
-    encodings = {}
+    encodings: dict[str, Encoding] = {}
     for name, spec in fields.items():
         if not isinstance(name, str) or not name or "." in name:
             raise ValueError(f"a field name must be a non-empty str without '.', got {name!r}")
@@ -232,7 +249,7 @@ def _check_args(path, fields, chunk_bytes, num_threads, backend):
     return encodings, num_threads
 
 
-def _spills(stack, tmp, kinds, out):
+def _spills(stack: ExitStack, tmp: str, kinds: list[str], out: InPlaceFile) -> list[ColumnSpill]:
     """One ColumnSpill per column, each deleted when ``stack`` closes; the first column's
     bytes go into ``out`` when they can."""
     spills = []
@@ -244,7 +261,8 @@ def _spills(stack, tmp, kinds, out):
     return spills
 
 
-def _schema(pa, encodings, user_meta, bounds, sums):
+def _schema(pa: ModuleType, encodings: dict[str, Encoding], user_meta: bytes,
+            bounds: Sequence[int], sums: Sequence[int]) -> Any:
     """The file's schema, with the fastload metadata and the chunks' checksums ``sums``."""
     cols = [pa.field(col, arrow_type(pa, kind), nullable=False)
             for name, enc in encodings.items() for col, kind in enc.columns(name)]
@@ -257,7 +275,8 @@ def _schema(pa, encodings, user_meta, bounds, sums):
                                      META_CHECKSUMS: json.dumps(sums).encode()})
 
 
-def _spill_blocks(blocks, spills, chunk_bytes, n, progress, skipped):
+def _spill_blocks(blocks: Iterable[Any], spills: list[ColumnSpill], chunk_bytes: int, n: int,
+                  progress: bool, skipped: list[LoadError]) -> list[int]:
     """Appends every block to the spills (the LoadErrors of skipped rows to ``skipped``);
     returns the chunk boundaries [0, ..., rows written]: a chunk ends after the row that
     brings it to ``chunk_bytes`` or more."""
@@ -280,7 +299,8 @@ def _spill_blocks(blocks, spills, chunk_bytes, n, progress, skipped):
     return bounds
 
 
-def _cut(cumulative, size, i, chunk_bytes, bounds):
+def _cut(cumulative: npt.NDArray[np.int64], size: int, i: int, chunk_bytes: int,
+         bounds: list[int]) -> int:
     """Chunk ends among rows i, i + 1, ... whose sizes sum to ``cumulative``, after
     ``size`` bytes of the current chunk; returns the bytes of the chunk left open."""
     used = 0
