@@ -10,6 +10,7 @@ FASTLOAD_OPT replaces the optimisation flags (default ``-O3``), which come after
 on the compiler's command line and so would win over any level given there: the sanitizer
 builds (``make sanitize``, ``make tsan``) pass ``FASTLOAD_OPT=-O1`` with their ``CFLAGS``.
 """
+
 import glob
 import os
 import shutil
@@ -22,13 +23,29 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 OPT = os.environ.get("FASTLOAD_OPT", "-O3").split()
-CFLAGS = [*OPT, "-std=c99", "-pthread", "-Wall", "-Wno-unused-function", "-Wno-format-truncation",
-          "-D_GNU_SOURCE", "-DNPY_NO_DEPRECATED_API=NPY_1_7_API_VERSION"]
+CFLAGS = [
+    *OPT,
+    "-std=c99",
+    "-pthread",
+    "-Wall",
+    "-Wno-unused-function",
+    "-Wno-format-truncation",
+    "-D_GNU_SOURCE",
+    "-DNPY_NO_DEPRECATED_API=NPY_1_7_API_VERSION",
+]
 
 # The C units of csrc/, each compiled once, into the one binding module fastload._core
 # (fastload/_core.pyx and its includes; the declarations are csrc/*.pxd).
-C_UNITS = ["csrc/status.c", "csrc/pool.c", "csrc/engine.c", "csrc/image.c", "csrc/augment.c",
-           "csrc/qoi.c", "csrc/jpeg.c", "csrc/imagesource.c"]
+C_UNITS = [
+    "csrc/status.c",
+    "csrc/pool.c",
+    "csrc/engine.c",
+    "csrc/image.c",
+    "csrc/augment.c",
+    "csrc/qoi.c",
+    "csrc/jpeg.c",
+    "csrc/imagesource.c",
+]
 
 
 def libjpeg_found():
@@ -36,15 +53,18 @@ def libjpeg_found():
     compiler = os.environ.get("CC", "cc").split()[0]
     if not shutil.which(compiler):
         return False
-    program = ('#include <stdio.h>\n#include <jpeglib.h>\n'
-               'int main(void) { struct jpeg_decompress_struct c; jpeg_crop_scanline(&c, 0, 0);'
-               ' return 0; }\n')
+    program = (
+        "#include <stdio.h>\n#include <jpeglib.h>\n"
+        "int main(void) { struct jpeg_decompress_struct c; jpeg_crop_scanline(&c, 0, 0);"
+        " return 0; }\n"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         source = os.path.join(tmp, "probe.c")
         with open(source, "w") as f:
             f.write(program)
-        result = subprocess.run([compiler, source, "-o", os.path.join(tmp, "probe"), "-ljpeg"],
-                                capture_output=True)
+        result = subprocess.run(
+            [compiler, source, "-o", os.path.join(tmp, "probe"), "-ljpeg"], capture_output=True
+        )
     return result.returncode == 0
 
 
@@ -54,11 +74,16 @@ def use_libjpeg():
         return False
     found = libjpeg_found()
     if wanted == "1" and not found:
-        sys.exit("FASTLOAD_LIBJPEG=1 but jpeglib.h or libjpeg was not found: install "
-                 "libjpeg62-turbo-dev (Debian) or libjpeg-turbo8-dev (Ubuntu)")
+        sys.exit(
+            "FASTLOAD_LIBJPEG=1 but jpeglib.h or libjpeg was not found: install "
+            "libjpeg62-turbo-dev (Debian) or libjpeg-turbo8-dev (Ubuntu)"
+        )
     if not found:
-        print("fastload: libjpeg headers not found; JPEG decodes through simplejpeg "
-              "(install libjpeg62-turbo-dev for the faster native path)", file=sys.stderr)
+        print(
+            "fastload: libjpeg headers not found; JPEG decodes through simplejpeg "
+            "(install libjpeg62-turbo-dev for the faster native path)",
+            file=sys.stderr,
+        )
     return found
 
 

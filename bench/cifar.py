@@ -14,6 +14,7 @@ torchvision's default (fill 0). Target: fastload >= 1.5x the numba kernel.
 
 Usage: python bench/cifar.py [--n 50000] [--repeats 5]   (needs numba: pip install numba)
 """
+
 import argparse
 import concurrent.futures
 import os
@@ -23,10 +24,10 @@ import numpy as np
 from numba import njit
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import compare  # noqa: E402
+from common import compare
 
-import fastload  # noqa: E402
-from fastload.transforms import Compose, RandomCrop, RandomHorizontalFlip  # noqa: E402
+import fastload
+from fastload.transforms import Compose, RandomCrop, RandomHorizontalFlip
 
 SIDE, PAD, BATCH, THREADS = 32, 4, 512, 2
 FASTLOAD = "fastload parallel buffered"
@@ -45,11 +46,11 @@ def crop_flip(images, idx, oy, ox, flip, out):
     for k in range(idx.shape[0]):
         src, dst = images[idx[k]], out[k]
         y0, x0 = oy[k] - PAD, ox[k] - PAD
-        lo, hi = max(0, -x0), min(SIDE, w - x0)   # output columns that fall inside the source
+        lo, hi = max(0, -x0), min(SIDE, w - x0)  # output columns that fall inside the source
         dst[:] = 0
         for r in range(max(0, -y0), min(SIDE, h - y0)):
             s, d = src[y0 + r], dst[r]
-            if flip[k]:   # two loops rather than a test per pixel: measurably faster
+            if flip[k]:  # two loops rather than a test per pixel: measurably faster
                 for col in range(lo, hi):
                     t, f = SIDE - 1 - col, x0 + col
                     d[t, 0], d[t, 1], d[t, 2] = s[f, 0], s[f, 1], s[f, 2]
@@ -61,7 +62,7 @@ def crop_flip(images, idx, oy, ox, flip, out):
 
 def padded_crop(img, oy, ox, flip):
     """The same crop in plain numpy, to check the kernel (and fastload) against."""
-    crop = np.pad(img, ((PAD, PAD), (PAD, PAD), (0, 0)))[oy:oy + SIDE, ox:ox + SIDE]
+    crop = np.pad(img, ((PAD, PAD), (PAD, PAD), (0, 0)))[oy : oy + SIDE, ox : ox + SIDE]
     return crop[:, ::-1] if flip else crop
 
 
@@ -71,14 +72,16 @@ def numba_epoch(images, labels, rng, pool, out):
     n = len(images)
     order = rng.permutation(n)
     for start in range(0, n, BATCH):
-        idx = order[start:start + BATCH]
+        idx = order[start : start + BATCH]
         m = len(idx)
         oy = rng.integers(0, 2 * PAD + 1, m)
         ox = rng.integers(0, 2 * PAD + 1, m)
         flip = rng.random(m) < 0.5
         half = (m + 1) // 2
-        parts = [pool.submit(crop_flip, images, idx[a:b], oy[a:b], ox[a:b], flip[a:b], out[a:b])
-                 for a, b in ((0, half), (half, m))]
+        parts = [
+            pool.submit(crop_flip, images, idx[a:b], oy[a:b], ox[a:b], flip[a:b], out[a:b])
+            for a, b in ((0, half), (half, m))
+        ]
         for part in parts:
             part.result()
         yield out[:m], labels[idx]
@@ -93,12 +96,15 @@ def sanity_checks(images, augment):
     cases = [(0, 0), (8, 8), (0, 8), (4, 4)] + [tuple(rng.integers(0, 9, 2)) for _ in range(4)]
     for oy, ox in cases:
         for flip in (False, True):
-            crop_flip(images, np.array([0]), np.array([oy]), np.array([ox]), np.array([flip]),
-                      out)
+            crop_flip(images, np.array([0]), np.array([oy]), np.array([ox]), np.array([flip]), out)
             assert np.array_equal(out[0], padded_crop(images[0], oy, ox, flip)), (oy, ox, flip)
     got = augment(images[0], index=0, seed=0, epoch=0)
-    assert any(np.array_equal(got, padded_crop(images[0], oy, ox, flip))
-               for oy in range(9) for ox in range(9) for flip in (False, True))
+    assert any(
+        np.array_equal(got, padded_crop(images[0], oy, ox, flip))
+        for oy in range(9)
+        for ox in range(9)
+        for flip in (False, True)
+    )
 
 
 def main():
@@ -110,16 +116,24 @@ def main():
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, (n, SIDE, SIDE, 3), dtype=np.uint8)
     labels = rng.integers(0, 10, n, dtype=np.int64)
-    print(f"{n:,} x {SIDE}x{SIDE}x3 uint8 + int64 labels, RandomCrop({SIDE}, padding={PAD}) + "
-          f"flip, batch {BATCH}, shuffled; {os.cpu_count()} CPUs, "
-          f"pool of {fastload._core.pool_size()} threads")
+    print(
+        f"{n:,} x {SIDE}x{SIDE}x3 uint8 + int64 labels, RandomCrop({SIDE}, padding={PAD}) + "
+        f"flip, batch {BATCH}, shuffled; {os.cpu_count()} CPUs, "
+        f"pool of {fastload._core.pool_size()} threads"
+    )
 
     augment = Compose([RandomCrop(SIDE, padding=PAD), RandomHorizontalFlip()])
-    loader = fastload.DataLoader((fastload.mapobs(augment, images), labels), BATCH,
-                                 shuffle=True, seed=0, parallel=True, buffer=True)
+    loader = fastload.DataLoader(
+        (fastload.mapobs(augment, images), labels),
+        BATCH,
+        shuffle=True,
+        seed=0,
+        parallel=True,
+        buffer=True,
+    )
     pool = concurrent.futures.ThreadPoolExecutor(THREADS)
     out = np.empty((BATCH, SIDE, SIDE, 3), np.uint8)
-    sanity_checks(images, augment)   # also compiles the kernel, outside the timing
+    sanity_checks(images, augment)  # also compiles the kernel, outside the timing
 
     def fastload_run():
         for _ in loader:
@@ -129,12 +143,14 @@ def main():
         for _ in numba_epoch(images, labels, rng, pool, out):
             pass
 
-    fastload_run()   # one untimed epoch each: buffers, threads, first-touch of the pages
+    fastload_run()  # one untimed epoch each: buffers, threads, first-touch of the pages
     numba_run()
     medians = compare({FASTLOAD: (fastload_run, n), NUMBA: (numba_run, n)}, args.repeats, NUMBA)
     ratio = medians[FASTLOAD] / medians[NUMBA]
-    print(f"  target fastload >= 1.5x the numba kernel: {ratio:.2f}x: "
-          f"{'met' if ratio >= 1.5 else 'missed'}")
+    print(
+        f"  target fastload >= 1.5x the numba kernel: {ratio:.2f}x: "
+        f"{'met' if ratio >= 1.5 else 'missed'}"
+    )
     pool.shutdown()
 
 

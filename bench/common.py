@@ -1,4 +1,5 @@
 """Shared helpers of the benchmarks: medians of interleaved runs, memory, printing."""
+
 import resource
 import statistics
 import time

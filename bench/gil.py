@@ -6,6 +6,7 @@ processes can.
 
     python bench/gil.py [--items 4000] [--workers 2] [--repeats 5]
 """
+
 import argparse
 import os
 import sys
@@ -13,12 +14,14 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import compare, peak_rss_mb  # noqa: E402
+from common import compare, peak_rss_mb
 
-from fastload import DataLoader  # noqa: E402
+from fastload import DataLoader
 
-WORDS = ("the quick brown fox jumps over lazy dog data loader keeps training loop fed "
-         "with batches of tokens from text that python code splits word by word").split()
+WORDS = (
+    "the quick brown fox jumps over lazy dog data loader keeps training loop fed "
+    "with batches of tokens from text that python code splits word by word"
+).split()
 
 
 def make_texts(count, seed=0):
@@ -67,16 +70,20 @@ def main():
     args = parser.parse_args()
     data = Tokenized(make_texts(args.items))
     w, bs = args.workers, args.batch_size
-    print(f"{args.items} items of {len(data.texts[0])} characters, batch {bs}, {w} workers, "
-          f"{len(os.sched_getaffinity(0))} CPUs")
+    print(
+        f"{args.items} items of {len(data.texts[0])} characters, batch {bs}, {w} workers, "
+        f"{len(os.sched_getaffinity(0))} CPUs"
+    )
 
     threads = DataLoader(data, bs, parallel=w, buffer=True)
     processes = DataLoader(data, bs, parallel=w, buffer=True, backend="process")
     candidates = {"fastload threads": threads, "fastload processes": processes}
     try:
         import torch.utils.data
+
         candidates["torch DataLoader"] = torch.utils.data.DataLoader(
-            data, batch_size=bs, num_workers=w, persistent_workers=True)
+            data, batch_size=bs, num_workers=w, persistent_workers=True
+        )
     except ImportError:
         print("  (torch is not installed: no PyTorch DataLoader)")
 
@@ -84,7 +91,7 @@ def main():
         return lambda: sum(1 for _ in loader)
 
     for loader in candidates.values():
-        epoch(loader)()            # warm up: start workers, allocate rings
+        epoch(loader)()  # warm up: start workers, allocate rings
     runs = {name: (epoch(loader), args.items) for name, loader in candidates.items()}
     medians = compare(runs, args.repeats, "fastload threads")
     if "torch DataLoader" in medians:

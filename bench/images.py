@@ -9,6 +9,7 @@ second call returns at once.
 
 Usage: python bench/images.py [--root bench/.cache/images] [--n 4000] [--seed 0]
 """
+
 import argparse
 import concurrent.futures
 import json
@@ -32,7 +33,7 @@ def _upsample_matrix(n, k):
     t = np.linspace(0, k - 1, n, dtype=np.float32)
     i0 = np.minimum(t.astype(np.int64), k - 2)
     f = t - i0
-    f = f * f * (3 - 2 * f)   # smoothstep: no visible kinks at the control points
+    f = f * f * (3 - 2 * f)  # smoothstep: no visible kinks at the control points
     m = np.zeros((n, k), np.float32)
     rows = np.arange(n)
     m[rows, i0] = 1 - f
@@ -80,7 +81,7 @@ def synthesize(seed, i):
     """Image i of the dataset of `seed`: uint8 (h, w, 3)."""
     rng = np.random.default_rng([seed, i])
     short = int(rng.integers(300, 501))
-    aspect = float(np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3))))   # width / height
+    aspect = float(np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3))))  # width / height
     if aspect >= 1:
         h, w = short, int(round(short * aspect))
     else:
@@ -101,8 +102,9 @@ def _path(root, i):
 
 
 def _write(root, seed, i):
-    data = simplejpeg.encode_jpeg(synthesize(seed, i), quality=QUALITY, colorspace="RGB",
-                                  colorsubsampling="420")
+    data = simplejpeg.encode_jpeg(
+        synthesize(seed, i), quality=QUALITY, colorspace="RGB", colorsubsampling="420"
+    )
     tmp = _path(root, i) + ".tmp"
     with open(tmp, "wb") as f:
         f.write(data)
@@ -148,8 +150,11 @@ def generate(root=DEFAULT_ROOT, n=4000, seed=0, num_threads=None):
             done += 1
             if done % step == 0 or done == n:
                 elapsed = time.perf_counter() - start
-                print(f"  generating {root}: {done}/{n} images, mean {total / done / 1024:.0f} KB, "
-                      f"{done / elapsed:.0f} images/s", flush=True)
+                print(
+                    f"  generating {root}: {done}/{n} images, mean {total / done / 1024:.0f} KB, "
+                    f"{done / elapsed:.0f} images/s",
+                    flush=True,
+                )
     with open(marker, "w") as f:
         json.dump(params, f)
     return root

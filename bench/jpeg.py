@@ -26,6 +26,7 @@ Worker RSS counts pages shared with the parent once per process, so it overstate
 Usage: python bench/jpeg.py [--n 4000] [--repeats 3] [--batches 0] [--root DIR] [--jitter]
 (--batches 0: whole epochs; k: the first k batches of each epoch)
 """
+
 import argparse
 import concurrent.futures
 import json
@@ -42,14 +43,22 @@ import psutil
 import simplejpeg
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import compare  # noqa: E402
-from images import DEFAULT_ROOT, generate  # noqa: E402
+from common import compare
+from images import DEFAULT_ROOT, generate
 
-import fastload  # noqa: E402
-from fastload.imagefolder import ImageFolder  # noqa: E402
-from fastload.transforms import (IMAGENET_MEAN, IMAGENET_STD, ColorJitter,  # noqa: E402
-                                 Compose, DecodeImage, Normalize, RandomHorizontalFlip,
-                                 RandomResizedCrop, ToCHW)
+import fastload
+from fastload.imagefolder import ImageFolder
+from fastload.transforms import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    ColorJitter,
+    Compose,
+    DecodeImage,
+    Normalize,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    ToCHW,
+)
 
 BATCH = 256
 SIZE = 224
@@ -69,7 +78,7 @@ def rrc_params(rng, h, w, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
         ch = int(round(math.sqrt(target / aspect)))
         if 0 < cw <= w and 0 < ch <= h:
             return rng.randint(0, h - ch), rng.randint(0, w - cw), ch, cw
-    in_ratio = w / h   # fallback: the central crop of the closest allowed aspect
+    in_ratio = w / h  # fallback: the central crop of the closest allowed aspect
     if in_ratio < ratio[0]:
         cw, ch = w, int(round(w / ratio[0]))
     elif in_ratio > ratio[1]:
@@ -85,8 +94,11 @@ JITTER = 0.4
 def train_ops(jitter):
     ops = [DecodeImage(), RandomResizedCrop(SIZE), RandomHorizontalFlip()]
     if jitter:
-        ops += [ColorJitter(JITTER, JITTER, JITTER), Normalize(IMAGENET_MEAN, IMAGENET_STD),
-                ToCHW()]
+        ops += [
+            ColorJitter(JITTER, JITTER, JITTER),
+            Normalize(IMAGENET_MEAN, IMAGENET_STD),
+            ToCHW(),
+        ]
     return ops
 
 
@@ -103,15 +115,21 @@ def pil_jitter(img, rng, enhance):
 def make_fastload(root, jitter):
     folder = ImageFolder(root)
     train = Compose(train_ops(jitter))
-    return fastload.DataLoader((fastload.mapobs(train, folder.images), folder.labels), BATCH,
-                               shuffle=True, parallel=True, buffer=True)
+    return fastload.DataLoader(
+        (fastload.mapobs(train, folder.images), folder.labels),
+        BATCH,
+        shuffle=True,
+        parallel=True,
+        buffer=True,
+    )
 
 
 class ThreadPoolLoader:
     """The reference loop: one thread-pool map per batch into a reused batch buffer."""
 
     def __init__(self, root, threads, jitter):
-        from PIL import Image, ImageEnhance   # here, so that the fastload probe stays PIL-free
+        from PIL import Image, ImageEnhance  # here, so that the fastload probe stays PIL-free
+
         self.image, self.enhance, self.jitter = Image, ImageEnhance, jitter
         folder = ImageFolder(root)
         self.paths, self.labels = folder.images.paths, folder.labels
@@ -142,10 +160,10 @@ class ThreadPoolLoader:
         order = self.rng.permutation(len(self.paths))
         self.epoch += 1
         for start in range(0, len(order), BATCH):
-            idx = order[start:start + BATCH]
+            idx = order[start : start + BATCH]
             seeds = [(self.epoch << 32) + int(i) for i in idx]
             list(self.pool.map(self._load, range(len(idx)), idx, seeds))
-            yield self.out[:len(idx)], self.labels[idx]
+            yield self.out[: len(idx)], self.labels[idx]
 
 
 def make_torch(root, workers, persistent, jitter, batches=0):
@@ -181,8 +199,9 @@ def make_torch(root, workers, persistent, jitter, batches=0):
     # A short epoch rather than a break: after a break, persistent workers would go on
     # loading their prefetched batches while the next candidate is timed.
     sampler = tud.RandomSampler(data, num_samples=min(len(data), batches * BATCH) or None)
-    return tud.DataLoader(data, batch_size=BATCH, sampler=sampler, num_workers=workers,
-                          persistent_workers=persistent)
+    return tud.DataLoader(
+        data, batch_size=BATCH, sampler=sampler, num_workers=workers, persistent_workers=persistent
+    )
 
 
 def make(name, root, workers, jitter, persistent=True, batches=0):
@@ -241,8 +260,16 @@ def probe(name, root, workers, jitter):
 
 
 def run_probe(name, root, workers, jitter):
-    cmd = [sys.executable, os.path.abspath(__file__), "--probe", name, "--root", root,
-           "--workers", str(workers)] + (["--jitter"] if jitter else [])
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--probe",
+        name,
+        "--root",
+        root,
+        "--workers",
+        str(workers),
+    ] + (["--jitter"] if jitter else [])
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -252,6 +279,7 @@ def drain(loader, batches):
         for k, _ in enumerate(loader):
             if k + 1 == batches:
                 break
+
     return run
 
 
@@ -259,12 +287,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=4000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--batches", type=int, default=0,
-                        help="batches per timed run (0: whole epochs)")
-    parser.add_argument("--root", default=None,
-                        help=f"dataset folder (default {DEFAULT_ROOT}, n={{n}} images)")
-    parser.add_argument("--jitter", action="store_true",
-                        help="add ColorJitter(0.4, 0.4, 0.4) + Normalize + ToCHW")
+    parser.add_argument(
+        "--batches", type=int, default=0, help="batches per timed run (0: whole epochs)"
+    )
+    parser.add_argument(
+        "--root", default=None, help=f"dataset folder (default {DEFAULT_ROOT}, n={{n}} images)"
+    )
+    parser.add_argument(
+        "--jitter", action="store_true", help="add ColorJitter(0.4, 0.4, 0.4) + Normalize + ToCHW"
+    )
     parser.add_argument("--probe", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -275,22 +306,28 @@ def main():
     workers = fastload._core.pool_size()
     batches = args.batches or -(-n // BATCH)
     items = min(n, batches * BATCH)
-    what = ("RandomResizedCrop + flip + ColorJitter + Normalize + ToCHW, float32" if args.jitter
-            else "RandomResizedCrop + flip, uint8")
-    print(f"{n:,} JPEGs in {root}, batch {BATCH} at {SIZE}x{SIZE}, {what}, {batches} batches "
-          f"per run; {os.cpu_count()} CPUs, pool of {workers} threads; JPEG decoder: "
-          f"{fastload.codecs.decoder_name()}")
+    what = (
+        "RandomResizedCrop + flip + ColorJitter + Normalize + ToCHW, float32"
+        if args.jitter
+        else "RandomResizedCrop + flip, uint8"
+    )
+    print(
+        f"{n:,} JPEGs in {root}, batch {BATCH} at {SIZE}x{SIZE}, {what}, {batches} batches "
+        f"per run; {os.cpu_count()} CPUs, pool of {workers} threads; JPEG decoder: "
+        f"{fastload.codecs.decoder_name()}"
+    )
 
     names = [FASTLOAD, THREADS]
     try:
         import torch  # noqa: F401
+
         names.append(TORCH)
     except ImportError:
         print("  (torch not installed: PyTorch's DataLoader skipped)")
     candidates = {}
     for name in names:
         loader = make(name, root, workers, args.jitter, batches=args.batches)
-        drain(loader, batches)()   # untimed: starts pools and workers, warms the page cache
+        drain(loader, batches)()  # untimed: starts pools and workers, warms the page cache
         candidates[name] = (drain(loader, batches), items)
     medians = compare(candidates, args.repeats, THREADS)
     if TORCH in medians:
@@ -299,8 +336,10 @@ def main():
     print("  fresh process per candidate, one epoch: first batch, peak RSS of process tree")
     for name in names:
         p = run_probe(name, root, workers, args.jitter)
-        print(f"  {name:<{max(map(len, names))}}  first batch {p['first_s']:6.3f} s   "
-              f"peak {p['peak_mb']:6.0f} MB")
+        print(
+            f"  {name:<{max(map(len, names))}}  first batch {p['first_s']:6.3f} s   "
+            f"peak {p['peak_mb']:6.0f} MB"
+        )
     one_core_split(root, args.jitter)
 
 
@@ -321,13 +360,19 @@ def one_core_split(root, jitter, n=500, repeats=3):
             datas.append(f.read())
     chain = Compose(train_ops(jitter))
     source = fastload._core.ImageSource(
-        chain.pipeline, 3, "bytes", fastload.codecs, fastload.limits.MAX_IMAGE_PIXELS,
-        fastload.limits.MAX_FILE_BYTES, buffers=datas)
+        chain.pipeline,
+        3,
+        "bytes",
+        fastload.codecs,
+        fastload.limits.MAX_IMAGE_PIXELS,
+        fastload.limits.MAX_FILE_BYTES,
+        buffers=datas,
+    )
     wholes = [simplejpeg.decode_jpeg(d) for d in datas]
     crops = []
     for i, img in enumerate(wholes):
         (y, x, h, w), _ = chain.pipeline.prepare(img.shape[0], img.shape[1], 0, 0, i)
-        crops.append(img[y:y + h, x:x + w])
+        crops.append(img[y : y + h, x : x + w])
     runs = {
         "pipeline": lambda i, d: chain(d, index=i),
         "decode (crop region)": lambda i, d: source.decode(d, 0, 0, i),
@@ -335,8 +380,10 @@ def one_core_split(root, jitter, n=500, repeats=3):
         "full decode (simplejpeg)": lambda i, d: simplejpeg.decode_jpeg(d),
     }
     inputs = {"resize (crop to 224)": crops}
-    ms = {name: sorted(per_image_ms(f, inputs.get(name, datas)) for _ in range(repeats))
-          [repeats // 2] for name, f in runs.items()}
+    ms = {
+        name: sorted(per_image_ms(f, inputs.get(name, datas)) for _ in range(repeats))[repeats // 2]
+        for name, f in runs.items()
+    }
     rest = ms["pipeline"] - ms["decode (crop region)"] - ms["resize (crop to 224)"]
     print(f"  one core, ms per image (median of {repeats} passes over {len(datas)} images):")
     for name in ("pipeline", "decode (crop region)", "resize (crop to 224)"):

@@ -39,6 +39,7 @@ Full size (about 3.1 GB of disk for the file; a few minutes)::
 Quick: ``python bench/larger_than_ram.py --rows 60000``; ``--path FILE`` reads an
 existing file of this layout instead of writing one (the writer is not timed then).
 """
+
 import argparse
 import json
 import os
@@ -50,15 +51,15 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import peak_rss_mb  # noqa: E402
+from common import peak_rss_mb
 
-import fastload  # noqa: E402
-from fastload.storage import Raw  # noqa: E402
+import fastload
+from fastload.storage import Raw
 
 FULL_ROWS = 250_000
 FULL_LIMIT_MB = 1024
 FULL_CHUNK_BYTES = 64 << 20
-OWN_MB = 256          # about what the reading process takes itself (Python, libraries)
+OWN_MB = 256  # about what the reading process takes itself (Python, libraries)
 SIDE = 64
 BATCH = 256
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".cache")
@@ -80,10 +81,17 @@ class Rows:
 
 # 1. The writer
 
+
 def write_fastload(path, rows, chunk_bytes, backend):
     start = time.perf_counter()
-    fastload.write(path, Rows(rows), {"image": Raw(), "label": "int64"},
-                   chunk_bytes=chunk_bytes, progress=False, backend=backend)
+    fastload.write(
+        path,
+        Rows(rows),
+        {"image": Raw(), "label": "int64"},
+        chunk_bytes=chunk_bytes,
+        progress=False,
+        backend=backend,
+    )
     return rows / (time.perf_counter() - start)
 
 
@@ -114,8 +122,11 @@ def write_ffcv(path, rows):
     from ffcv.fields import IntField, NDArrayField
     from ffcv.writer import DatasetWriter
 
-    writer = DatasetWriter(path, {"image": NDArrayField(np.dtype("uint8"), (SIDE, SIDE, 3)),
-                                  "label": IntField()}, num_workers=2)
+    writer = DatasetWriter(
+        path,
+        {"image": NDArrayField(np.dtype("uint8"), (SIDE, SIDE, 3)), "label": IntField()},
+        num_workers=2,
+    )
     start = time.perf_counter()
     writer.from_indexed_dataset(RowTuples(rows))
     return rows / (time.perf_counter() - start)
@@ -125,20 +136,26 @@ def bench_writer(path, rows, chunk_bytes, out):
     """Prints the writers' rows/s; leaves the file written with processes at ``path``."""
     try:
         import ffcv  # noqa: F401
+
         other, run_other = "FFCV DatasetWriter (2 workers)", write_ffcv
         other_path = os.path.join(out, "larger_than_ram.beton")
     except ImportError:
         other, run_other = "plain loop: row bytes to a file", write_plain
         other_path = os.path.join(out, "larger_than_ram.plain")
-    print(f"1. writing {rows:,} rows of {SIDE}x{SIDE}x3 uint8 + int64 from a Python source "
-          f"(the file: {rows * (SIDE * SIDE * 3 + 8) / 1e9:.2f} GB, chunks of "
-          f"{chunk_bytes / 2**20:.1f} MiB)")
+    print(
+        f"1. writing {rows:,} rows of {SIDE}x{SIDE}x3 uint8 + int64 from a Python source "
+        f"(the file: {rows * (SIDE * SIDE * 3 + 8) / 1e9:.2f} GB, chunks of "
+        f"{chunk_bytes / 2**20:.1f} MiB)"
+    )
     results = {}
-    for name, run in ((other, lambda: run_other(other_path, rows)),
-                      ("fastload.write, threads", lambda: write_fastload(path, rows,
-                                                                         chunk_bytes, "thread")),
-                      ("fastload.write, backend='process'",
-                       lambda: write_fastload(path, rows, chunk_bytes, "process"))):
+    for name, run in (
+        (other, lambda: run_other(other_path, rows)),
+        ("fastload.write, threads", lambda: write_fastload(path, rows, chunk_bytes, "thread")),
+        (
+            "fastload.write, backend='process'",
+            lambda: write_fastload(path, rows, chunk_bytes, "process"),
+        ),
+    ):
         results[name] = run()
         if os.path.exists(other_path):
             os.remove(other_path)
@@ -148,6 +165,7 @@ def bench_writer(path, rows, chunk_bytes, out):
 
 
 # 2. Reading under a memory limit
+
 
 class Cgroup:
     """A memory cgroup for one run (v1 or v2), or the reason there is none."""
@@ -190,7 +208,7 @@ class Cgroup:
 
     def remove(self):
         if self.path is not None:
-            for _ in range(50):      # the last process leaves the cgroup a moment after exit
+            for _ in range(50):  # the last process leaves the cgroup a moment after exit
                 try:
                     os.rmdir(self.path)
                     return
@@ -204,8 +222,10 @@ def _own_memory_cgroup():
         lines = [line.split(":", 2) for line in f.read().splitlines()]
     with open("/proc/self/mountinfo") as f:
         mounts = [line.split(" - ") for line in f.read().splitlines() if " - " in line]
-    for version, hierarchy in ((1, lambda h, c: "memory" in c.split(",")),
-                               (2, lambda h, c: h == "0" and c == "")):
+    for version, hierarchy in (
+        (1, lambda h, c: "memory" in c.split(",")),
+        (2, lambda h, c: h == "0" and c == ""),
+    ):
         for h, controllers, path in lines:
             if not hierarchy(h, controllers):
                 continue
@@ -225,7 +245,7 @@ def _own_memory_cgroup():
 def _under(mount_fields, path):
     root, point = mount_fields[3], mount_fields[4]
     if root != "/" and path.startswith(root):
-        path = path[len(root):]
+        path = path[len(root) :]
     return os.path.join(point, path.lstrip("/"))
 
 
@@ -253,8 +273,16 @@ def warm(path):
 
 def run_child(path, shuffle, seconds, cgroup):
     """One read run in a fresh process (in ``cgroup`` when given); returns its report."""
-    command = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(shuffle),
-               "--path", path, "--random-s", str(seconds)]
+    command = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        json.dumps(shuffle),
+        "--path",
+        path,
+        "--random-s",
+        str(seconds),
+    ]
     if cgroup is not None and cgroup.path is not None:
         command += ["--cgroup", cgroup.path]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -271,8 +299,7 @@ def child(path, shuffle, seconds, cgroup):
     if cgroup:
         _write(os.path.join(cgroup, "cgroup.procs"), str(os.getpid()))
     ds = fastload.open(path)
-    loader = fastload.DataLoader(ds, BATCH, shuffle=shuffle, parallel=True, buffer=True,
-                                 seed=0)
+    loader = fastload.DataLoader(ds, BATCH, shuffle=shuffle, parallel=True, buffer=True, seed=0)
     n, total, items = len(ds), 0, 0
     limit = seconds if shuffle is True else float("inf")
     start = time.perf_counter()
@@ -284,8 +311,16 @@ def child(path, shuffle, seconds, cgroup):
     elapsed = time.perf_counter() - start
     if items == n and total != n * (n - 1) // 2:
         raise SystemExit("the epoch did not see every label once")
-    print(json.dumps({"items": items, "seconds": elapsed, "items_per_s": items / elapsed,
-                      "peak_rss_mb": _peak_rss_mb()}))
+    print(
+        json.dumps(
+            {
+                "items": items,
+                "seconds": elapsed,
+                "items_per_s": items / elapsed,
+                "peak_rss_mb": _peak_rss_mb(),
+            }
+        )
+    )
 
 
 def _peak_rss_mb():
@@ -304,19 +339,28 @@ def bench_reads(path, limit_mb, seconds, repeats):
     probe = Cgroup(limit_mb << 20)
     probe.remove()
     dropped = drop_caches()
-    print(f"2. reading {path} ({size / 1e9:.2f} GB), batch {BATCH}, parallel=True, "
-          f"buffer=True, one epoch per run, median of {repeats} interleaved runs")
+    print(
+        f"2. reading {path} ({size / 1e9:.2f} GB), batch {BATCH}, parallel=True, "
+        f"buffer=True, one epoch per run, median of {repeats} interleaved runs"
+    )
     if probe.why is None:
-        print(f"  each run in a fresh memory cgroup (v{probe.version}) limited to "
-              f"{limit_mb:,} MB: the file is {size / (limit_mb << 20):.1f}x the limit")
+        print(
+            f"  each run in a fresh memory cgroup (v{probe.version}) limited to "
+            f"{limit_mb:,} MB: the file is {size / (limit_mb << 20):.1f}x the limit"
+        )
     else:
         print(f"  NOT limited: {probe.why}; the runs use all the memory there is")
     if not dropped:
-        print("  caches NOT dropped between runs (needs root on Linux): reads may come "
-              "from the page cache")
-    runs = [("shuffle=False (in order)", False, True), ("shuffle='quasi'", "quasi", True),
-            (f"shuffle=True ({seconds:g} s)", True, True),
-            ("in RAM (page cache warm), shuffle=True", True, False)]
+        print(
+            "  caches NOT dropped between runs (needs root on Linux): reads may come "
+            "from the page cache"
+        )
+    runs = [
+        ("shuffle=False (in order)", False, True),
+        ("shuffle='quasi'", "quasi", True),
+        (f"shuffle=True ({seconds:g} s)", True, True),
+        ("in RAM (page cache warm), shuffle=True", True, False),
+    ]
     samples = {name: [] for name, _, _ in runs}
     for _ in range(repeats):
         for name, shuffle, limited in runs:
@@ -334,8 +378,10 @@ def bench_reads(path, limit_mb, seconds, repeats):
         cgroup = [r["cgroup_peak_mb"] for r in reports if "cgroup_peak_mb" in r]
         cgroup = f", cgroup peak {max(cgroup):,.0f} MB" if cgroup else ""
         spread = ", ".join(f"{r['items_per_s']:,.0f}" for r in reports)
-        print(f"  {name:<{width}}  {rate:>10,.0f} items/s  {ratio}   peak RSS "
-              f"{peak:,.0f} MB{cgroup}   (runs: {spread})")
+        print(
+            f"  {name:<{width}}  {rate:>10,.0f} items/s  {ratio}   peak RSS "
+            f"{peak:,.0f} MB{cgroup}   (runs: {spread})"
+        )
     return samples
 
 
@@ -362,11 +408,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=FULL_ROWS)
     parser.add_argument("--path", default=None, help="an existing file to read (not written)")
-    parser.add_argument("--limit-mb", type=int, default=None,
-                        help="memory limit of the read runs (default: 256 + 768 x rows / "
-                             "250,000)")
-    parser.add_argument("--random-s", type=float, default=10.0,
-                        help="seconds of shuffle=True under the limit")
+    parser.add_argument(
+        "--limit-mb",
+        type=int,
+        default=None,
+        help="memory limit of the read runs (default: 256 + 768 x rows / 250,000)",
+    )
+    parser.add_argument(
+        "--random-s", type=float, default=10.0, help="seconds of shuffle=True under the limit"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="runs of each read")
     parser.add_argument("--out", default=DEFAULT_OUT, help="where the file goes")
     parser.add_argument("--keep", action="store_true", help="keep the written file")

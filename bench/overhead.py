@@ -14,6 +14,7 @@ from a fresh iterator (an epoch left unfinished is fine). Ends with the spec's t
 Usage: python bench/overhead.py [--n 200000] [--batch-sizes 1,16] [--batches 50000]
        [--repeats 5]
 """
+
 import argparse
 import itertools
 import os
@@ -22,9 +23,9 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import compare  # noqa: E402
+from common import compare
 
-import fastload  # noqa: E402
+import fastload
 
 REFERENCE = "numpy loop"
 TORCH = "torch DataLoader in-process"
@@ -33,9 +34,11 @@ TORCH = "torch DataLoader in-process"
 def drain(loader, count):
     """A run that takes `count` batches from a fresh iterator of `loader` (islice calls
     iter(), which starts a new epoch) and drops them; stops without asking for one more."""
+
     def run():
         for _ in itertools.islice(loader, count):
             pass
+
     return run
 
 
@@ -44,24 +47,27 @@ def candidates_for(X, y, bs, count, torch_data):
     rng = np.random.default_rng(0)
 
     def numpy_loop():
-        order = rng.permutation(n)   # drawn per run, as each loader draws one per epoch
+        order = rng.permutation(n)  # drawn per run, as each loader draws one per epoch
         for start in range(0, count * bs, bs):
-            idx = order[start:start + bs]
+            idx = order[start : start + bs]
             X[idx], y[idx]
 
     def loader(**options):
         return fastload.DataLoader((X, y), bs, shuffle=True, seed=0, **options)
 
     runs = {REFERENCE: numpy_loop}
-    for name, options in [("fastload sequential", {}),
-                          ("fastload sequential buffered", {"buffer": True}),
-                          ("fastload parallel buffered", {"parallel": True, "buffer": True})]:
+    for name, options in [
+        ("fastload sequential", {}),
+        ("fastload sequential buffered", {"buffer": True}),
+        ("fastload parallel buffered", {"parallel": True, "buffer": True}),
+    ]:
         runs[name] = drain(loader(**options), count)
     if torch_data is not None:
         import torch.utils.data as tud
+
         torch_loader = tud.DataLoader(torch_data, batch_size=bs, shuffle=True, num_workers=0)
         runs[TORCH] = drain(torch_loader, count)
-    for run in runs.values():   # warm up (first allocations, the pool's threads) untimed
+    for run in runs.values():  # warm up (first allocations, the pool's threads) untimed
         run()
     return {name: (run, count) for name, run in runs.items()}
 
@@ -74,8 +80,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=200_000)
     parser.add_argument("--batch-sizes", default="1,16")
-    parser.add_argument("--batches", type=int, default=50_000,
-                        help="most batches per timed run (a full epoch when fewer)")
+    parser.add_argument(
+        "--batches",
+        type=int,
+        default=50_000,
+        help="most batches per timed run (a full epoch when fewer)",
+    )
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     n = args.n
@@ -83,8 +93,10 @@ def main():
     rng = np.random.default_rng(0)
     X = rng.standard_normal((n, 64), dtype=np.float32)
     y = rng.integers(0, 1000, n, dtype=np.int64)
-    print(f"{n:,} x 64 float32 + int64 labels, shuffled; {os.cpu_count()} CPUs, "
-          f"pool of {fastload._core.pool_size()} threads")
+    print(
+        f"{n:,} x 64 float32 + int64 labels, shuffled; {os.cpu_count()} CPUs, "
+        f"pool of {fastload._core.pool_size()} threads"
+    )
     try:
         import torch
         from torch.utils.data import TensorDataset
@@ -98,15 +110,24 @@ def main():
     for bs in batch_sizes:
         count = min(args.batches, n // bs)
         print(f"batch size {bs}: {count:,} batches per timed run")
-        results[bs] = compare(candidates_for(X, y, bs, count, torch_data), args.repeats,
-                              REFERENCE, unit="batches/s")
+        results[bs] = compare(
+            candidates_for(X, y, bs, count, torch_data), args.repeats, REFERENCE, unit="batches/s"
+        )
 
     # The spec says "sequential" without naming the buffer mode: both are checked.
     print("targets (batches/s):")
-    goals = {1: [("fastload sequential", 200_000), ("fastload sequential buffered", 200_000),
-                 ("fastload parallel buffered", 150_000)],
-             16: [("fastload sequential", 150_000), ("fastload sequential buffered", 150_000),
-                  ("fastload parallel buffered", 150_000)]}
+    goals = {
+        1: [
+            ("fastload sequential", 200_000),
+            ("fastload sequential buffered", 200_000),
+            ("fastload parallel buffered", 150_000),
+        ],
+        16: [
+            ("fastload sequential", 150_000),
+            ("fastload sequential buffered", 150_000),
+            ("fastload parallel buffered", 150_000),
+        ],
+    }
     for bs in batch_sizes:
         for name, goal in goals.get(bs, []):
             check(f"batch_size={bs} {name}", results[bs][name], goal)

@@ -22,6 +22,7 @@ Usage: python bench/storage.py [--n 4000] [--repeats 3] [--root DIR] [--out DIR]
 (--root: an existing ImageFolder of JPEGs, used as it is; default: `images.generate`
 with --n images under bench/.cache/images. --out: where packed files go.)
 """
+
 import argparse
 import os
 import random
@@ -32,15 +33,20 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import compare, peak_rss_mb  # noqa: E402
-from images import DEFAULT_ROOT, generate  # noqa: E402
+from common import compare, peak_rss_mb
+from images import DEFAULT_ROOT, generate
 
-import fastload  # noqa: E402
-from fastload.imagefolder import ImageFolder  # noqa: E402
-from fastload.storage import Raw  # noqa: E402
-from fastload.storage.convert import convert  # noqa: E402
-from fastload.transforms import (Compose, DecodeImage, RandomCrop,  # noqa: E402
-                                 RandomHorizontalFlip, RandomResizedCrop)
+import fastload
+from fastload.imagefolder import ImageFolder
+from fastload.storage import Raw
+from fastload.storage.convert import convert
+from fastload.transforms import (
+    Compose,
+    DecodeImage,
+    RandomCrop,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+)
 
 CORES = 2
 BATCH = 256
@@ -68,17 +74,19 @@ def epoch(loader):
     def run():
         for _ in loader:
             pass
+
     return run
 
 
 # 1. Conversion
+
 
 def subset_folder(root, dst, rows):
     """``dst/<class>/`` holding symlinks to ``rows`` images of ``root`` spread evenly over
     it (so every class appears); returns ``dst``."""
     paths = ImageFolder(root).images.paths
     shutil.rmtree(dst, ignore_errors=True)
-    for path in paths[::max(1, len(paths) // rows)][:rows]:
+    for path in paths[:: max(1, len(paths) // rows)][:rows]:
         folder = os.path.join(dst, os.path.basename(os.path.dirname(path)))
         os.makedirs(folder, exist_ok=True)
         os.symlink(os.path.abspath(path), os.path.join(folder, os.path.basename(path)))
@@ -97,13 +105,17 @@ def bench_convert(root, out, repeats):
         jpeg: (lambda: convert(root, jpeg_dst, mode="jpeg", progress=False), n),
         qoi: (lambda: convert(subset, qoi_dst, mode="qoi", progress=False), rows),
     }
-    print("1. convert to a packed file (items = rows; source files warm: one run of each "
-          "before timing)")
+    print(
+        "1. convert to a packed file (items = rows; source files warm: one run of each "
+        "before timing)"
+    )
     for run, _ in candidates.values():
         run()
     medians = compare(candidates, repeats, jpeg)
-    print(f"  file sizes: jpeg {os.path.getsize(jpeg_dst) / 2**20:,.0f} MiB for {n:,} rows, "
-          f"qoi {os.path.getsize(qoi_dst) / 2**20:,.0f} MiB for {rows:,} rows")
+    print(
+        f"  file sizes: jpeg {os.path.getsize(jpeg_dst) / 2**20:,.0f} MiB for {n:,} rows, "
+        f"qoi {os.path.getsize(qoi_dst) / 2**20:,.0f} MiB for {rows:,} rows"
+    )
     os.remove(qoi_dst)
     verdict("jpeg conversion (no re-encode)", medians[jpeg], 500, "rows/s")
     return jpeg_dst
@@ -111,13 +123,15 @@ def bench_convert(root, out, repeats):
 
 # 2. RandomResizedCrop pipeline: packed file vs individual files
 
+
 def rrc():
     return Compose([DecodeImage(), RandomResizedCrop(SIZE), RandomHorizontalFlip()])
 
 
 def rrc_loader(images, labels):
-    return fastload.DataLoader((fastload.mapobs(rrc(), images), labels), BATCH, shuffle=True,
-                               parallel=True, buffer=True)
+    return fastload.DataLoader(
+        (fastload.mapobs(rrc(), images), labels), BATCH, shuffle=True, parallel=True, buffer=True
+    )
 
 
 def per_image_ms(f, count):
@@ -135,12 +149,16 @@ def components(folder, encoded, cores, count=400):
     read_file = per_image_ms(lambda i: folder.images[i], count)
     read_packed = per_image_ms(lambda i: bytes(encoded[i]), count)
     work = per_image_ms(lambda i: pipeline(blobs[i], index=i), count)
-    print(f"  per image on one thread ({count} images, warm): file open+read {read_file:.3f} ms,"
-          f" packed item {read_packed:.3f} ms, decode+crop+resize+flip {work:.3f} ms")
+    print(
+        f"  per image on one thread ({count} images, warm): file open+read {read_file:.3f} ms,"
+        f" packed item {read_packed:.3f} ms, decode+crop+resize+flip {work:.3f} ms"
+    )
     bound = (read_file + work) / (read_packed + work)
-    print(f"  reading is {100 * read_file / (read_file + work):.1f}% of a file-based item: "
-          f"with a warm page cache packed/files can reach about {bound:.2f}x; {cores} threads "
-          f"at these costs give at most {cores * 1e3 / (read_packed + work):,.0f} images/s")
+    print(
+        f"  reading is {100 * read_file / (read_file + work):.1f}% of a file-based item: "
+        f"with a warm page cache packed/files can reach about {bound:.2f}x; {cores} threads "
+        f"at these costs give at most {cores * 1e3 / (read_packed + work):,.0f} images/s"
+    )
 
 
 def bench_pipeline(root, packed, repeats, cores):
@@ -148,21 +166,28 @@ def bench_pipeline(root, packed, repeats, cores):
     ds = fastload.open(packed)
     folder = ImageFolder(root)
     packed_name, files_name = "packed file (ds['image'].encoded)", "individual files"
-    loaders = {packed_name: rrc_loader(ds["image"].encoded, ds["label"]),
-               files_name: rrc_loader(folder.images, folder.labels)}
-    print(f"2. RandomResizedCrop({SIZE}) + flip, uint8, batch {BATCH}, shuffled, parallel, "
-          f"buffered; {len(folder):,} JPEGs; both read warm (one epoch each before timing, "
-          f"so the page cache holds both)")
+    loaders = {
+        packed_name: rrc_loader(ds["image"].encoded, ds["label"]),
+        files_name: rrc_loader(folder.images, folder.labels),
+    }
+    print(
+        f"2. RandomResizedCrop({SIZE}) + flip, uint8, batch {BATCH}, shuffled, parallel, "
+        f"buffered; {len(folder):,} JPEGs; both read warm (one epoch each before timing, "
+        f"so the page cache holds both)"
+    )
     for loader in loaders.values():
         epoch(loader)()
-    medians = compare({k: (epoch(v), len(folder)) for k, v in loaders.items()}, repeats,
-                      files_name)
+    medians = compare({k: (epoch(v), len(folder)) for k, v in loaders.items()}, repeats, files_name)
     components(folder, ds["image"].encoded, cores)
-    print(f"  warm: packed / individual files {medians[packed_name] / medians[files_name]:.2f} x "
-          f"(reading costs next to nothing when the page cache holds both)")
+    print(
+        f"  warm: packed / individual files {medians[packed_name] / medians[files_name]:.2f} x "
+        f"(reading costs next to nothing when the page cache holds both)"
+    )
     del loaders, ds
-    print("   cold page cache (the files' pages dropped with posix_fadvise before each epoch; "
-          "the packed file reopened):")
+    print(
+        "   cold page cache (the files' pages dropped with posix_fadvise before each epoch; "
+        "the packed file reopened):"
+    )
     paths = list(folder.images.paths)
 
     def cold(make, evicted):
@@ -170,13 +195,26 @@ def bench_pipeline(root, packed, repeats, cores):
             _evict(evicted)
             for _ in make():
                 pass
+
         return run
-    cold_medians = compare({
-        packed_name: (cold(lambda: _packed_loader(packed), [packed]), len(folder)),
-        files_name: (cold(lambda: rrc_loader(folder.images, folder.labels), paths), len(folder)),
-    }, repeats, files_name)
-    verdict("cold: packed / individual files",
-            cold_medians[packed_name] / cold_medians[files_name], 1.1, "x")
+
+    cold_medians = compare(
+        {
+            packed_name: (cold(lambda: _packed_loader(packed), [packed]), len(folder)),
+            files_name: (
+                cold(lambda: rrc_loader(folder.images, folder.labels), paths),
+                len(folder),
+            ),
+        },
+        repeats,
+        files_name,
+    )
+    verdict(
+        "cold: packed / individual files",
+        cold_medians[packed_name] / cold_medians[files_name],
+        1.1,
+        "x",
+    )
 
 
 def _packed_loader(path):
@@ -196,6 +234,7 @@ def _evict(paths):
 
 # 3. Small raw images: fastload vs PyTorch's DataLoader
 
+
 class PaddedCropFlip:
     """The map-style Dataset a PyTorch user writes: zero-pad by PAD, a random RAW_SIDE crop
     and a random horizontal flip, per item in numpy (workers seed ``random``)."""
@@ -209,7 +248,7 @@ class PaddedCropFlip:
     def __getitem__(self, i):
         img = np.pad(self.images[i], ((PAD, PAD), (PAD, PAD), (0, 0)))
         top, left = random.randint(0, 2 * PAD), random.randint(0, 2 * PAD)
-        img = img[top:top + RAW_SIDE, left:left + RAW_SIDE]
+        img = img[top : top + RAW_SIDE, left : left + RAW_SIDE]
         if random.random() < 0.5:
             img = img[:, ::-1]
         return np.ascontiguousarray(img), self.labels[i]
@@ -221,15 +260,22 @@ def write_raw(path):
     images = rng.integers(0, 256, (RAW_ROWS, RAW_SIDE, RAW_SIDE, 3), dtype=np.uint8)
     labels = rng.integers(0, 10, RAW_ROWS).astype(np.int64)
     start = time.perf_counter()
-    fastload.write(path, {"image": images, "label": labels},
-                   {"image": Raw(), "label": "int64"}, progress=False)
+    fastload.write(
+        path, {"image": images, "label": labels}, {"image": Raw(), "label": "int64"}, progress=False
+    )
     return RAW_ROWS / (time.perf_counter() - start)
 
 
 def torch_loader(images, labels, workers):
     import torch.utils.data as tud
-    return tud.DataLoader(PaddedCropFlip(images, labels), batch_size=BATCH, shuffle=True,
-                          num_workers=workers, persistent_workers=True)
+
+    return tud.DataLoader(
+        PaddedCropFlip(images, labels),
+        batch_size=BATCH,
+        shuffle=True,
+        num_workers=workers,
+        persistent_workers=True,
+    )
 
 
 def bench_raw(out, repeats, cores):
@@ -240,17 +286,25 @@ def bench_raw(out, repeats, cores):
     images, labels = ds["image"], ds["label"]
     augment = Compose([RandomCrop(RAW_SIDE, padding=PAD), RandomHorizontalFlip()])
     fast_name, torch_name = "fastload DataLoader", f"torch DataLoader ({cores} workers)"
-    loaders = {fast_name: fastload.DataLoader((fastload.mapobs(augment, images), labels),
-                                              BATCH, shuffle=True, parallel=True, buffer=True),
-               torch_name: torch_loader(images, labels, cores)}
-    print(f"3. {RAW_ROWS:,} x {RAW_SIDE}x{RAW_SIDE}x3 uint8 + int64 labels, Raw() packed file "
-          f"(written at {write_rate:,.0f} rows/s; image column: {type(images).__name__} "
-          f"{images.shape}); RandomCrop({RAW_SIDE}, padding={PAD}) + flip, batch {BATCH}, "
-          f"shuffled; both warm (one epoch each before timing)")
+    loaders = {
+        fast_name: fastload.DataLoader(
+            (fastload.mapobs(augment, images), labels),
+            BATCH,
+            shuffle=True,
+            parallel=True,
+            buffer=True,
+        ),
+        torch_name: torch_loader(images, labels, cores),
+    }
+    print(
+        f"3. {RAW_ROWS:,} x {RAW_SIDE}x{RAW_SIDE}x3 uint8 + int64 labels, Raw() packed file "
+        f"(written at {write_rate:,.0f} rows/s; image column: {type(images).__name__} "
+        f"{images.shape}); RandomCrop({RAW_SIDE}, padding={PAD}) + flip, batch {BATCH}, "
+        f"shuffled; both warm (one epoch each before timing)"
+    )
     for loader in loaders.values():
         epoch(loader)()
-    medians = compare({k: (epoch(v), RAW_ROWS) for k, v in loaders.items()}, repeats,
-                      torch_name)
+    medians = compare({k: (epoch(v), RAW_ROWS) for k, v in loaders.items()}, repeats, torch_name)
     verdict("fastload / torch DataLoader", medians[fast_name] / medians[torch_name], 10, "x")
 
 
@@ -258,9 +312,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=4000, help="images to generate")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--root", default=None,
-                        help=f"an existing ImageFolder (default: generate --n images in "
-                             f"{DEFAULT_ROOT})")
+    parser.add_argument(
+        "--root",
+        default=None,
+        help=f"an existing ImageFolder (default: generate --n images in {DEFAULT_ROOT})",
+    )
     parser.add_argument("--out", default=DEFAULT_OUT, help="where packed files go")
     args = parser.parse_args()
     if args.repeats < 1:
@@ -268,9 +324,11 @@ def main():
     cores = pin_cores(CORES)
     root = args.root or generate(DEFAULT_ROOT, args.n)
     os.makedirs(args.out, exist_ok=True)
-    print(f"{cores} cores (CPUs {sorted(os.sched_getaffinity(0))}), fastload pool of "
-          f"{fastload._core.pool_size()} threads, {args.repeats} repeats, medians; "
-          f"images in {root}, packed files in {args.out}")
+    print(
+        f"{cores} cores (CPUs {sorted(os.sched_getaffinity(0))}), fastload pool of "
+        f"{fastload._core.pool_size()} threads, {args.repeats} repeats, medians; "
+        f"images in {root}, packed files in {args.out}"
+    )
     packed = bench_convert(root, args.out, args.repeats)
     bench_pipeline(root, packed, args.repeats, cores)
     bench_raw(args.out, args.repeats, cores)

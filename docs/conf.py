@@ -1,6 +1,7 @@
 """Sphinx configuration of the documentation: the guides in this folder (Markdown, through
 myst-parser) and an API reference from the docstrings (autodoc). `make docs` builds it,
 warnings as errors, into build/docs/html."""
+
 import importlib.util
 import os
 import sys

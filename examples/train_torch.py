@@ -6,6 +6,7 @@ natively in parallel, and trains through ``fastload.torch.TorchLoader``.
 
     python examples/train_torch.py [--images 2000] [--log-every 5]
 """
+
 import argparse
 import time
 
@@ -16,12 +17,33 @@ from torch import nn
 
 from fastload import DataLoader, mapobs
 from fastload.torch import TorchLoader
-from fastload.transforms import (IMAGENET_MEAN, IMAGENET_STD, CenterCrop, Compose, DecodeImage,
-                                 Normalize, RandomHorizontalFlip, RandomResizedCrop, ToCHW)
+from fastload.transforms import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    CenterCrop,
+    Compose,
+    DecodeImage,
+    Normalize,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    ToCHW,
+)
 
-COLOURS = np.array([[230, 25, 75], [60, 180, 75], [255, 225, 25], [0, 130, 200],
-                    [245, 130, 48], [145, 30, 180], [70, 240, 240], [240, 50, 230],
-                    [128, 128, 0], [250, 250, 250]], np.float32)
+COLOURS = np.array(
+    [
+        [230, 25, 75],
+        [60, 180, 75],
+        [255, 225, 25],
+        [0, 130, 200],
+        [245, 130, 48],
+        [145, 30, 180],
+        [70, 240, 240],
+        [240, 50, 230],
+        [128, 128, 0],
+        [250, 250, 250],
+    ],
+    np.float32,
+)
 
 
 def make_images(count, seed):
@@ -45,9 +67,17 @@ def make_images(count, seed):
 
 def make_model():
     return nn.Sequential(
-        nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(32 * 8 * 8, 64), nn.ReLU(), nn.Linear(64, len(COLOURS)))
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * 8 * 8, 64),
+        nn.ReLU(),
+        nn.Linear(64, len(COLOURS)),
+    )
 
 
 def main():
@@ -60,10 +90,23 @@ def main():
     images, labels = make_images(args.images, seed=0)
     test_images, test_labels = make_images(400, seed=1)
 
-    train = Compose([DecodeImage(), RandomResizedCrop(32, scale=(0.5, 1)), RandomHorizontalFlip(),
-                     Normalize(IMAGENET_MEAN, IMAGENET_STD), ToCHW()])
-    loader = DataLoader((mapobs(train, images), labels), batch_size=64, shuffle=True,
-                        parallel=True, buffer=True, seed=0)
+    train = Compose(
+        [
+            DecodeImage(),
+            RandomResizedCrop(32, scale=(0.5, 1)),
+            RandomHorizontalFlip(),
+            Normalize(IMAGENET_MEAN, IMAGENET_STD),
+            ToCHW(),
+        ]
+    )
+    loader = DataLoader(
+        (mapobs(train, images), labels),
+        batch_size=64,
+        shuffle=True,
+        parallel=True,
+        buffer=True,
+        seed=0,
+    )
     batches = TorchLoader(loader)
 
     model = make_model()
@@ -78,10 +121,14 @@ def main():
         if step % args.log_every == 0 or step == len(batches) - 1:
             print(f"step {step:3d}  loss {loss.item():.4f}", flush=True)
 
-    evaluate = Compose([DecodeImage(), CenterCrop(32), Normalize(IMAGENET_MEAN, IMAGENET_STD),
-                        ToCHW()])
-    test = TorchLoader(DataLoader((mapobs(evaluate, test_images), test_labels),
-                                  batch_size=100, parallel=True, buffer=True))
+    evaluate = Compose(
+        [DecodeImage(), CenterCrop(32), Normalize(IMAGENET_MEAN, IMAGENET_STD), ToCHW()]
+    )
+    test = TorchLoader(
+        DataLoader(
+            (mapobs(evaluate, test_images), test_labels), batch_size=100, parallel=True, buffer=True
+        )
+    )
     model.eval()
     correct = 0
     with torch.no_grad():

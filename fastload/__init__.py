@@ -4,6 +4,7 @@ A data-container protocol (``numobs``, ``getobs``, ``getobs_into``) over arrays,
 tables and any sequence, lazy views and subsets after MLUtils.jl, and a
 ``DataLoader`` that loads in parallel on a native thread pool into reused batch buffers.
 """
+
 from .codecs import build_info
 from .errors import LoadError
 from .imagefolder import files
@@ -12,10 +13,18 @@ from .obs import getobs, getobs_into, numobs
 from .samplers import BucketBatchSampler, WeightedSampler
 from .storage import open, write
 from .streams import Shards
-from .subsets import (chunk, filterobs, group_counts, groupobs, kfolds, leavepout, oversample,
-                      splitobs, undersample)
-from .views import (batchview, joinobs, mapobs, obsview, randobs, shuffleobs,
-                    slidingwindow)
+from .subsets import (
+    chunk,
+    filterobs,
+    group_counts,
+    groupobs,
+    kfolds,
+    leavepout,
+    oversample,
+    splitobs,
+    undersample,
+)
+from .views import batchview, joinobs, mapobs, obsview, randobs, shuffleobs, slidingwindow
 
 __version__ = "0.1.0"
 

@@ -5,6 +5,7 @@ an argparse parser, function running it with the parsed arguments and returning 
 code). A failure the user can fix (a missing path, a corrupt file) prints one line and
 exits with status 2.
 """
+
 import argparse
 import sys
 import time
@@ -21,36 +22,71 @@ from fastload.views import mapobs
 
 
 def _add_convert_args(p):
-    p.add_argument("src", help="folder with one subfolder of image files per class "
-                               "(labels: sorted class names -> 0, 1, ...)")
+    p.add_argument(
+        "src",
+        help="folder with one subfolder of image files per class "
+        "(labels: sorted class names -> 0, 1, ...)",
+    )
     p.add_argument("dst", help="output file, e.g. train.arrow")
-    p.add_argument("--mode", choices=MODES, default="jpeg",
-                   help="how images are stored: jpeg (lossy; JPEG files kept as they are "
-                        "unless resized), raw (decoded pixels), qoi (lossless), smart "
-                        "(raw when small, else jpeg); default: %(default)s")
-    p.add_argument("--quality", type=int, default=90, metavar="Q",
-                   help="JPEG quality 1..100 for jpeg and smart; default: %(default)s")
-    p.add_argument("--max-side", type=int, default=None, metavar="PX",
-                   help="shrink images whose longer side exceeds PX pixels")
-    p.add_argument("--threshold", type=int, default=None, metavar="BYTES",
-                   help="smart mode: images of at most BYTES decoded bytes are stored raw; "
-                        "default: 64*64*3")
-    p.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="encoder threads; default: one per CPU")
+    p.add_argument(
+        "--mode",
+        choices=MODES,
+        default="jpeg",
+        help="how images are stored: jpeg (lossy; JPEG files kept as they are "
+        "unless resized), raw (decoded pixels), qoi (lossless), smart "
+        "(raw when small, else jpeg); default: %(default)s",
+    )
+    p.add_argument(
+        "--quality",
+        type=int,
+        default=90,
+        metavar="Q",
+        help="JPEG quality 1..100 for jpeg and smart; default: %(default)s",
+    )
+    p.add_argument(
+        "--max-side",
+        type=int,
+        default=None,
+        metavar="PX",
+        help="shrink images whose longer side exceeds PX pixels",
+    )
+    p.add_argument(
+        "--threshold",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="smart mode: images of at most BYTES decoded bytes are stored raw; default: 64*64*3",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="encoder threads; default: one per CPU",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--on-error", choices=("raise", "skip"), default="raise",
-                   help="a file that cannot be read or encoded stops the conversion "
-                        "(raise) or is left out and listed at the end (skip); "
-                        "default: %(default)s")
+    p.add_argument(
+        "--on-error",
+        choices=("raise", "skip"),
+        default="raise",
+        help="a file that cannot be read or encoded stops the conversion "
+        "(raise) or is left out and listed at the end (skip); "
+        "default: %(default)s",
+    )
 
 
 def _run_convert(args):
-    n, skipped = convert(args.src, args.dst, mode=args.mode, quality=args.quality,
-                         max_side=args.max_side,
-                         threshold_bytes=args.threshold if args.threshold is not None
-                         else DEFAULT_SMART_THRESHOLD,
-                         num_threads=args.threads, progress=not args.no_progress,
-                         on_error=args.on_error)
+    n, skipped = convert(
+        args.src,
+        args.dst,
+        mode=args.mode,
+        quality=args.quality,
+        max_side=args.max_side,
+        threshold_bytes=args.threshold if args.threshold is not None else DEFAULT_SMART_THRESHOLD,
+        num_threads=args.threads,
+        progress=not args.no_progress,
+        on_error=args.on_error,
+    )
     print(f"wrote {n} images to {args.dst}")
     if skipped:
         print(f"skipped {len(skipped)} files that could not be read or encoded:")
@@ -60,8 +96,12 @@ def _run_convert(args):
 
 
 def _add_info_args(p):
-    p.add_argument("path", nargs="?", help="a dataset file, a directory of shard files, or a "
-                                           "glob; without it: what this build decodes with")
+    p.add_argument(
+        "path",
+        nargs="?",
+        help="a dataset file, a directory of shard files, or a "
+        "glob; without it: what this build decodes with",
+    )
 
 
 def _run_info(args):
@@ -80,11 +120,12 @@ ENCODED = ("jpeg", "qoi")
 
 def _image_and_label(ds):
     """The names of the first image field and the first integer field of ``ds``."""
-    image = next((k for k, e in ds.encodings.items() if e in ENCODED + ("smart", "ndarray")),
-                 None)
+    image = next((k for k, e in ds.encodings.items() if e in ENCODED + ("smart", "ndarray")), None)
     if image is None:
-        raise ValueError(f"no image field in {sorted(ds.encodings)} (encodings "
-                         f"{sorted(set(ds.encodings.values()))})")
+        raise ValueError(
+            f"no image field in {sorted(ds.encodings)} (encodings "
+            f"{sorted(set(ds.encodings.values()))})"
+        )
     label = next((k for k in ds.keys() if k != image and ds.encodings[k] == "scalar"), None)
     return image, label
 
@@ -122,9 +163,14 @@ def bench_file(path, *, batches=20, batch_size=256, size=224, parallel=True):
             break
     elapsed = time.perf_counter() - iterating
     loader.close()
-    return {"field": image, "encoding": column.encoding, "batches": count, "images": loaded,
-            "first_batch_s": first or 0.0,
-            "images_per_s": loaded / elapsed if elapsed > 0 else 0.0}
+    return {
+        "field": image,
+        "encoding": column.encoding,
+        "batches": count,
+        "images": loaded,
+        "first_batch_s": first or 0.0,
+        "images_per_s": loaded / elapsed if elapsed > 0 else 0.0,
+    }
 
 
 def _add_bench_args(p):
@@ -136,10 +182,12 @@ def _add_bench_args(p):
 
 def _run_bench(args):
     r = bench_file(args.path, batches=args.batches, batch_size=args.batch_size, size=args.size)
-    print(f"{r['field']} ({r['encoding']}): RandomResizedCrop({args.size}) + flip, batch "
-          f"{args.batch_size}: {r['images_per_s']:,.0f} images/s over {r['batches']} batches "
-          f"({r['images']:,} images, first batch included); "
-          f"first batch after {r['first_batch_s']:.2f} s (open included)")
+    print(
+        f"{r['field']} ({r['encoding']}): RandomResizedCrop({args.size}) + flip, batch "
+        f"{args.batch_size}: {r['images_per_s']:,.0f} images/s over {r['batches']} batches "
+        f"({r['images']:,} images, first batch included); "
+        f"first batch after {r['first_batch_s']:.2f} s (open included)"
+    )
     return 0
 
 
@@ -150,8 +198,9 @@ def _add_verify_args(p):
 
 def _run_verify(args):
     result = open_dataset(args.path).verify(progress=not args.no_progress)
-    print(f"{args.path}: {result['chunks']} chunks of {result['files']} file(s) match "
-          f"their checksums")
+    print(
+        f"{args.path}: {result['chunks']} chunks of {result['files']} file(s) match their checksums"
+    )
     for path in result["unverified"]:
         print(f"  {path}: no checksums (written by an older fastload): not verified")
     return 0
@@ -169,23 +218,39 @@ def _run_demo(args):
 
 
 COMMANDS = {
-    "convert": ("pack a folder of class subfolders of images into a dataset file",
-                _add_convert_args, _run_convert),
-    "info": ("show the fields, encodings, rows, chunks and sizes of a dataset, or without "
-             "one, what this build of fastload decodes with",
-             _add_info_args, _run_info),
-    "bench": ("images/s of the standard training pipeline (RandomResizedCrop + flip) on a "
-              "dataset", _add_bench_args, _run_bench),
-    "verify": ("check every chunk of a dataset against the checksums its writer stored",
-               _add_verify_args, _run_verify),
-    "demo": ("load generated tensors and images, and print items/s against a plain loop",
-             _add_demo_args, _run_demo),
+    "convert": (
+        "pack a folder of class subfolders of images into a dataset file",
+        _add_convert_args,
+        _run_convert,
+    ),
+    "info": (
+        "show the fields, encodings, rows, chunks and sizes of a dataset, or without "
+        "one, what this build of fastload decodes with",
+        _add_info_args,
+        _run_info,
+    ),
+    "bench": (
+        "images/s of the standard training pipeline (RandomResizedCrop + flip) on a dataset",
+        _add_bench_args,
+        _run_bench,
+    ),
+    "verify": (
+        "check every chunk of a dataset against the checksums its writer stored",
+        _add_verify_args,
+        _run_verify,
+    ),
+    "demo": (
+        "load generated tensors and images, and print items/s against a plain loop",
+        _add_demo_args,
+        _run_demo,
+    ),
 }
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="python -m fastload",
-                                     description="fastload command line tools")
+    parser = argparse.ArgumentParser(
+        prog="python -m fastload", description="fastload command line tools"
+    )
     sub = parser.add_subparsers(dest="command", metavar="command")
     for name, (help_line, add_args, _) in COMMANDS.items():
         add_args(sub.add_parser(name, help=help_line, description=help_line))

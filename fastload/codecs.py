@@ -5,6 +5,7 @@ and QOI in C. This module holds the rest, called by the native image field with 
 simplejpeg for JPEG in a build without libjpeg (and for CMYK JPEGs), and Pillow for PNG,
 BMP, GIF, WebP, TIFF and PNM. ``decoder_name()`` says which JPEG decoder a build uses.
 """
+
 import io
 
 import numpy as np
@@ -35,8 +36,10 @@ def build_info() -> dict[str, str]:
     ``"simplejpeg"`` (a build without libjpeg's headers: the whole image, with the GIL
     taken per call). Also ``python -m fastload info``."""
     from . import __version__
+
     try:
         import PIL
+
         other = f"Pillow {PIL.__version__} (PNG, BMP, GIF, WebP, TIFF, PNM; with the GIL)"
     except ImportError:
         other = "none: pip install pillow to decode PNG, BMP, GIF, WebP, TIFF and PNM"
@@ -55,22 +58,27 @@ def image_size(data: bytes | bytearray | memoryview) -> tuple[int, int]:
     if head == b"qoif":
         return _core.qoi_header(data)[:2]
     if _format_name(data) == "image":
-        raise ValueError("not an image file fastload reads (JPEG, PNG, BMP, GIF, WebP, TIFF, "
-                         "PNM or QOI)")
+        raise ValueError(
+            "not an image file fastload reads (JPEG, PNG, BMP, GIF, WebP, TIFF, PNM or QOI)"
+        )
     try:
         from PIL import Image
+
         with Image.open(io.BytesIO(data)) as img:
             return img.height, img.width
     except ImportError:
-        raise ValueError("decoding PNG, BMP, GIF, WebP or TIFF needs Pillow: "
-                         "pip install pillow") from None
-    except Exception as exc:   # Pillow raises many kinds for bad input
-        raise ValueError(f"cannot read this {_format_name(data)} image: {_reason(exc)}") \
-            from None
+        raise ValueError(
+            "decoding PNG, BMP, GIF, WebP or TIFF needs Pillow: pip install pillow"
+        ) from None
+    except Exception as exc:  # Pillow raises many kinds for bad input
+        raise ValueError(f"cannot read this {_format_name(data)} image: {_reason(exc)}") from None
 
 
-def decode(data: bytes | bytearray | memoryview, channels: int | None = None,
-           min_size: tuple[int, int] | None = None) -> np.ndarray:
+def decode(
+    data: bytes | bytearray | memoryview,
+    channels: int | None = None,
+    min_size: tuple[int, int] | None = None,
+) -> np.ndarray:
     """Image file bytes (JPEG, QOI, or any format Pillow reads) decoded whole to a uint8
     (h, w, channels) array, after checking the header's size against
     ``fastload.limits.MAX_IMAGE_PIXELS``. ``channels`` None: 3, or 4 when the file has an
@@ -78,6 +86,7 @@ def decode(data: bytes | bytearray | memoryview, channels: int | None = None,
     reduced DCT scale no smaller than that. ValueError when the bytes are not a readable
     image. (A loader decodes in C; this is the one decoder the Python side uses.)"""
     from . import limits
+
     data = bytes(data)
     h, w = image_size(data)
     limits.check_pixels(h, w)
@@ -85,8 +94,9 @@ def decode(data: bytes | bytearray | memoryview, channels: int | None = None,
     if head[:2] == b"\xff\xd8":
         mh, mw = min_size or (0, 0)
         try:
-            return simplejpeg.decode_jpeg(data, colorspace=COLORSPACES[channels or 3],
-                                          min_height=mh, min_width=mw)
+            return simplejpeg.decode_jpeg(
+                data, colorspace=COLORSPACES[channels or 3], min_height=mh, min_width=mw
+            )
         except ValueError as error:
             raise ValueError(f"corrupt or truncated JPEG: {error}") from None
     if head == b"qoif":
@@ -97,22 +107,28 @@ def decode(data: bytes | bytearray | memoryview, channels: int | None = None,
 def _pillow_channels(data: bytes) -> int:
     """4 when the image has an alpha channel or a transparent colour, else 3."""
     from PIL import Image
+
     with Image.open(io.BytesIO(data)) as img:
         alpha = img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info
     return 4 if alpha else 3
 
 
-def decode_jpeg_into(data: bytes | memoryview, out: np.ndarray, scale_denom: int,
-                     channels: int) -> None:
+def decode_jpeg_into(
+    data: bytes | memoryview, out: np.ndarray, scale_denom: int, channels: int
+) -> None:
     """Decodes JPEG ``data`` at 1/``scale_denom`` into ``out`` (h, w, channels uint8)
     through simplejpeg. Raises ValueError for a corrupt or truncated JPEG."""
     h, w = out.shape[:2]
     shrink = scale_denom > 1
     try:
-        image = simplejpeg.decode_jpeg(data, colorspace=COLORSPACES[channels],
-                                       min_height=h if shrink else 0,
-                                       min_width=w if shrink else 0,
-                                       min_factor=scale_denom, buffer=out)
+        image = simplejpeg.decode_jpeg(
+            data,
+            colorspace=COLORSPACES[channels],
+            min_height=h if shrink else 0,
+            min_width=w if shrink else 0,
+            min_factor=scale_denom,
+            buffer=out,
+        )
     except ValueError as error:
         raise ValueError(f"corrupt or truncated JPEG: {error}") from None
     if image.shape[:2] != (h, w):
@@ -129,24 +145,27 @@ def decode_pillow(data: bytes | memoryview, channels: int, max_pixels: int) -> n
     try:
         from PIL import Image
     except ImportError:
-        raise ValueError("decoding PNG, BMP, GIF, WebP or TIFF needs Pillow: "
-                         "pip install pillow") from None
+        raise ValueError(
+            "decoding PNG, BMP, GIF, WebP or TIFF needs Pillow: pip install pillow"
+        ) from None
     try:
         with Image.open(io.BytesIO(data)) as img:
             if img.width * img.height > max_pixels:
-                raise ValueError(f"a {img.height}x{img.width} image is over the limit of "
-                                 f"{max_pixels} pixels (fastload.limits.MAX_IMAGE_PIXELS)")
+                raise ValueError(
+                    f"a {img.height}x{img.width} image is over the limit of "
+                    f"{max_pixels} pixels (fastload.limits.MAX_IMAGE_PIXELS)"
+                )
             return _eight_bit(img, channels)
     except ValueError:
         raise
-    except Exception as exc:   # Pillow raises many kinds for bad input
-        raise ValueError(f"cannot decode this {_format_name(data)} image: {_reason(exc)}") \
-            from None
+    except Exception as exc:  # Pillow raises many kinds for bad input
+        raise ValueError(f"cannot decode this {_format_name(data)} image: {_reason(exc)}") from None
 
 
 def _reason(exc: BaseException) -> str:
     from PIL import UnidentifiedImageError
-    if isinstance(exc, UnidentifiedImageError):   # its text names a BytesIO object
+
+    if isinstance(exc, UnidentifiedImageError):  # its text names a BytesIO object
         return "corrupt, truncated or of an unsupported kind"
     return str(exc) or type(exc).__name__
 
@@ -157,10 +176,13 @@ def _eight_bit(img, channels):
         return _channels_of_gray(gray, channels)
     if img.mode in ("I", "F") or img.mode.startswith(("I;", "F;")):
         kind = "32-bit integer" if img.mode[0] == "I" else "floating-point"
-        raise ValueError(f"a {img.mode!r} image ({kind} pixels) has no 8-bit form fastload "
-                         f"can pick for you: convert it to 8 bits per sample first")
-    return np.ascontiguousarray(np.asarray(img.convert(PILLOW_MODES[channels])).reshape(
-        img.height, img.width, channels))
+        raise ValueError(
+            f"a {img.mode!r} image ({kind} pixels) has no 8-bit form fastload "
+            f"can pick for you: convert it to 8 bits per sample first"
+        )
+    return np.ascontiguousarray(
+        np.asarray(img.convert(PILLOW_MODES[channels])).reshape(img.height, img.width, channels)
+    )
 
 
 def _channels_of_gray(gray: np.ndarray, channels: int) -> np.ndarray:
@@ -174,8 +196,13 @@ def _channels_of_gray(gray: np.ndarray, channels: int) -> np.ndarray:
 
 def _format_name(data: bytes | bytearray | memoryview) -> str:
     head = bytes(data[:12])
-    for magic, name in ((b"\x89PNG", "PNG"), (b"BM", "BMP"), (b"GIF8", "GIF"),
-                        (b"II*\0", "TIFF"), (b"MM\0*", "TIFF")):
+    for magic, name in (
+        (b"\x89PNG", "PNG"),
+        (b"BM", "BMP"),
+        (b"GIF8", "GIF"),
+        (b"II*\0", "TIFF"),
+        (b"MM\0*", "TIFF"),
+    ):
         if head.startswith(magic):
             return name
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":

@@ -16,6 +16,7 @@ a list of lists (PyTorch would transpose them).
 
 ``stack(observations)`` is ``collate=True``: every leaf is stacked with ``np.stack``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
@@ -60,9 +61,11 @@ def _numeric(x: object) -> np.ndarray | None:
 def _stack_same_shape(arrays: Sequence[Any], stack_fn: Callable[[Any], Any]) -> Any:
     shapes = {tuple(a.shape) for a in arrays}
     if len(shapes) > 1:
-        raise ValueError(f"observations of different shapes cannot form one batch (shapes "
-                         f"{sorted(shapes)[:4]}); batchview and DataLoader give them as a "
-                         f"list with collate=False")
+        raise ValueError(
+            f"observations of different shapes cannot form one batch (shapes "
+            f"{sorted(shapes)[:4]}); batchview and DataLoader give them as a "
+            f"list with collate=False"
+        )
     return stack_fn(arrays)
 
 
@@ -78,8 +81,7 @@ def collate(observations: Iterable[Any]) -> Any:
             return observations
         if isinstance(first, dict):
             return {key: collate([o[key] for o in observations]) for key in first}
-        return rebuild(first, [collate([o[j] for o in observations])
-                                for j in range(len(first))])
+        return rebuild(first, [collate([o[j] for o in observations]) for j in range(len(first))])
     if is_tensor(first):
         if all(is_tensor(o) for o in observations):
             return _stack_same_shape(observations, stack_tensors)

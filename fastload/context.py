@@ -4,6 +4,7 @@ Random transforms draw from (seed, epoch, index, op) alone; the loader says whic
 and epoch apply while it calls into a container, so a transform deep inside a user's
 container gets the same draws sequentially, on any thread, and in any order.
 """
+
 from __future__ import annotations
 
 import threading

@@ -3,6 +3,7 @@
 Loads shuffled batches of in-memory tensors, then of generated JPEGs through the image
 pipeline, and prints items/s of fastload against a plain Python loop over the same data.
 """
+
 import time
 
 import numpy as np
@@ -26,13 +27,15 @@ def run_tensor_demo(n=200_000, features=64, batch_size=256):
     rng = np.random.default_rng(0)
     X = rng.standard_normal((n, features), dtype=np.float32)
     y = rng.integers(0, 10, n, dtype=np.int64)
-    print(f"generated {n:,} observations of {features} float32 features + an int64 label; "
-          f"batch {batch_size}, shuffled")
+    print(
+        f"generated {n:,} observations of {features} float32 features + an int64 label; "
+        f"batch {batch_size}, shuffled"
+    )
 
     def python_loop():
         order = rng.permutation(n)
         for start in range(0, n, batch_size):
-            idx = order[start:start + batch_size]
+            idx = order[start : start + batch_size]
             yield np.stack([X[i] for i in idx]), np.array([y[i] for i in idx])
 
     sequential = DataLoader((X, y), batch_size, shuffle=True, seed=0, buffer=True)
@@ -46,8 +49,10 @@ def run_tensor_demo(n=200_000, features=64, batch_size=256):
     for name, rate in rates.items():
         print(f"  {name:<50} {rate:>12,.0f} items/s  {rate / baseline:6.1f}x")
     stats = parallel.stats()
-    print(f"  parallel loader stats: {stats['items_per_s']:,.0f} items/s while iterating, "
-          f"consumer waited for data {100 * stats['wait_fraction']:.0f}% of the time")
+    print(
+        f"  parallel loader stats: {stats['items_per_s']:,.0f} items/s while iterating, "
+        f"consumer waited for data {100 * stats['wait_fraction']:.0f}% of the time"
+    )
     return rates
 
 
@@ -59,8 +64,11 @@ def generate_jpegs(n, seed=0):
         h, w = (int(v) for v in rng.integers(300, 500, 2))
         yy, xx = np.mgrid[:h, :w].astype(np.float32)
         colors = rng.uniform(0, 255, (3, 3)).astype(np.float32)
-        image = (colors[0] * (xx / w)[..., None] + colors[1] * (yy / h)[..., None]
-                 + colors[2] * 0.5 * (1 + np.sin((xx + yy) / rng.uniform(8, 40)))[..., None]) / 2
+        image = (
+            colors[0] * (xx / w)[..., None]
+            + colors[1] * (yy / h)[..., None]
+            + colors[2] * 0.5 * (1 + np.sin((xx + yy) / rng.uniform(8, 40)))[..., None]
+        ) / 2
         cy, cx, r = rng.uniform(0, h), rng.uniform(0, w), rng.uniform(20, 150)
         image[(yy - cy) ** 2 + (xx - cx) ** 2 < r * r] = rng.uniform(0, 255, 3)
         image += rng.normal(0, 6, image.shape)
@@ -74,17 +82,25 @@ def run_image_demo(n=512, batch_size=64):
     images = generate_jpegs(n)
     labels = np.arange(n) % 10
     pipeline = Compose([DecodeImage(), RandomResizedCrop(224), RandomHorizontalFlip()])
-    print(f"generated {n} JPEGs of 300-500 px a side; RandomResizedCrop(224) + flip, "
-          f"batch {batch_size}, uint8; JPEG decoder: {decoder_name()}")
+    print(
+        f"generated {n} JPEGs of 300-500 px a side; RandomResizedCrop(224) + flip, "
+        f"batch {batch_size}, uint8; JPEG decoder: {decoder_name()}"
+    )
 
     def python_loop():
         order = np.random.default_rng(0).permutation(n)
         for start in range(0, n, batch_size):
-            idx = order[start:start + batch_size]
+            idx = order[start : start + batch_size]
             yield np.stack([pipeline(images[i], index=int(i)) for i in idx]), labels[idx]
 
-    loader = DataLoader((mapobs(pipeline, images), labels), batch_size, shuffle=True, seed=0,
-                        parallel=True, buffer=True)
+    loader = DataLoader(
+        (mapobs(pipeline, images), labels),
+        batch_size,
+        shuffle=True,
+        seed=0,
+        parallel=True,
+        buffer=True,
+    )
     rates = {
         "Python loop calling the pipeline per image": _items_per_s(python_loop, n),
         "fastload DataLoader, parallel=True, buffer=True": _items_per_s(lambda: loader, n),

@@ -22,6 +22,7 @@ ready, or held by the consumer (its value was handed out and ``next()`` was not 
 again); a slot is reused only after the consumer released it, and an iteration waits for
 its tasks before its ring can be freed.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -50,8 +51,8 @@ OnError: TypeAlias = Literal["raise", "skip"]
 # ``backend=``: load on threads of the native pool, or in worker processes.
 Backend: TypeAlias = Literal["thread", "process"]
 
-_RING_BYTES = 32 << 20      # the most a ring of cheap (gathered) steps takes by default
-_live: weakref.WeakSet[Any] = weakref.WeakSet()   # iterations that may still have tasks running
+_RING_BYTES = 32 << 20  # the most a ring of cheap (gathered) steps takes by default
+_live: weakref.WeakSet[Any] = weakref.WeakSet()  # iterations that may still have tasks running
 
 
 class _Claimed:
@@ -72,12 +73,21 @@ def _stop_all_at_exit():
     _core.shutdown_pool()
 
 
-def _check_options(parallel: bool | int, buffer: bool, ordered: bool, prefetch: int | None,
-                   on_error: str, backend: str) -> None:
-    if parallel is not False and not (parallel is True or (
-            isinstance(parallel, Integral) and not isinstance(parallel, bool) and parallel >= 1)):
-        raise ValueError(f"parallel must be False, True or a number of threads >= 1, "
-                         f"got {parallel!r}")
+def _check_options(
+    parallel: bool | int,
+    buffer: bool,
+    ordered: bool,
+    prefetch: int | None,
+    on_error: str,
+    backend: str,
+) -> None:
+    if parallel is not False and not (
+        parallel is True
+        or (isinstance(parallel, Integral) and not isinstance(parallel, bool) and parallel >= 1)
+    ):
+        raise ValueError(
+            f"parallel must be False, True or a number of threads >= 1, got {parallel!r}"
+        )
     if prefetch is not None and (not isinstance(prefetch, Integral) or prefetch < 1):
         raise ValueError(f"prefetch must be a positive int or None, got {prefetch!r}")
     if on_error not in ("raise", "skip"):
@@ -104,10 +114,17 @@ class Engine:
     unknown option value.
     """
 
-    def __init__(self, *, parallel: bool | int = False, buffer: bool = False,
-                 ordered: bool = True, prefetch: int | None = None,
-                 on_error: OnError = "raise", backend: Backend = "thread",
-                 allocator: Allocator = np.empty) -> None:
+    def __init__(
+        self,
+        *,
+        parallel: bool | int = False,
+        buffer: bool = False,
+        ordered: bool = True,
+        prefetch: int | None = None,
+        on_error: OnError = "raise",
+        backend: Backend = "thread",
+        allocator: Allocator = np.empty,
+    ) -> None:
         _check_options(parallel, buffer, ordered, prefetch, on_error, backend)
         self.parallel = parallel
         self.buffer = buffer
@@ -167,7 +184,7 @@ class Engine:
             owner = self._ring_owner() if self._ring_owner is not None else None
             busy = owner is not None and not owner.done
             if not busy:
-                self._ring_owner = _claimed    # until the iteration that uses it exists
+                self._ring_owner = _claimed  # until the iteration that uses it exists
                 if self._ring is not None and self._ring[0] == key:
                     return self._ring[1], self._ring[2], True
         slots = [plan.allocate(self.allocator) for _ in range(count)]
@@ -176,10 +193,17 @@ class Engine:
             self._ring = (key, slots, values)
         return slots, values, not busy
 
-    def iterate(self, data: Container, schedule: Schedule, *, stats: Any = None,
-                progress: Any = None, on_end: Callable[[], None] | None = None,
-                verify_rows: Sequence[Callable[[npt.NDArray[np.int64]], None]] = (),
-                delivered: Callable[[int], None] | None = None) -> Any:
+    def iterate(
+        self,
+        data: Container,
+        schedule: Schedule,
+        *,
+        stats: Any = None,
+        progress: Any = None,
+        on_end: Callable[[], None] | None = None,
+        verify_rows: Sequence[Callable[[npt.NDArray[np.int64]], None]] = (),
+        delivered: Callable[[int], None] | None = None,
+    ) -> Any:
         """An iterator over the steps of ``schedule`` loaded from the container ``data``
         (a ``_core.Iteration``). ``stats`` and ``progress`` (``_core.Stats``,
         ``_core.Progress``) are updated as steps are delivered; ``on_end()`` is called
@@ -187,22 +211,32 @@ class Engine:
         before it is handed out, and then ``delivered(step)`` is told that it is. Raises
         ``fastload.LoadError`` naming the observation that failed to load."""
         stats = stats if stats is not None else _core.Stats()
-        progress = progress if progress is not None else _core.Progress(schedule.epoch,
-                                                                         schedule.start)
+        progress = (
+            progress if progress is not None else _core.Progress(schedule.epoch, schedule.start)
+        )
         skip = self.on_error == "skip"
         plan = make_plan(data, schedule, skip=skip, stats=stats)
         parallel = self._parallel()
         count = self._slots(plan, parallel)
         if self._workers is not None:
-            ring = self._workers.ring(data, plan, count)   # made before the workers fork
+            ring = self._workers.ring(data, plan, count)  # made before the workers fork
             values, shared = [plan.whole_value(slot) for slot in ring], False
         else:
             ring, values, shared = self._ring_for(plan, count)
         try:
-            iteration = _core.Iteration(plan, ring, values, [plan.new_objects() for _ in ring],
-                                        plan.rows, self.buffer, stats, progress, on_end,
-                                        plan.whole_steps and schedule.batch_size is not None,
-                                        _checker(schedule, verify_rows, delivered))
+            iteration = _core.Iteration(
+                plan,
+                ring,
+                values,
+                [plan.new_objects() for _ in ring],
+                plan.rows,
+                self.buffer,
+                stats,
+                progress,
+                on_end,
+                plan.whole_steps and schedule.batch_size is not None,
+                _checker(schedule, verify_rows, delivered),
+            )
         except BaseException:
             if shared:
                 self._ring_owner = None
@@ -211,18 +245,30 @@ class Engine:
             self._ring_owner = weakref.ref(iteration)
         self._iterations.add(iteration)
         if self._workers is not None:
-            iteration.start_transport(self._workers.begin(schedule, plan, self.ordered, skip,
-                                                          stats))
+            iteration.start_transport(
+                self._workers.begin(schedule, plan, self.ordered, skip, stats)
+            )
             return iteration
         filler = _filler(plan, ring, iteration.objects, schedule) if plan.has_python else None
         # Cheap items are claimed in chunks so threads do not contend per item.
         chunk = 1 if plan.expensive else max(16, -(-plan.rows // (4 * max(parallel, 1))))
         # A whole-step plan loads step s as its item s: one row a step, whatever the bounds.
         bounds = None if plan.whole_steps else schedule.bounds
-        iteration.start_run(_core.Fields(plan.fields, plan.row_bytes), plan.order(schedule),
-                            bounds, schedule.start, schedule.steps, schedule.seed,
-                            schedule.epoch, parallel, chunk, self.ordered, skip, plan.expensive,
-                            filler)
+        iteration.start_run(
+            _core.Fields(plan.fields, plan.row_bytes),
+            plan.order(schedule),
+            bounds,
+            schedule.start,
+            schedule.steps,
+            schedule.seed,
+            schedule.epoch,
+            parallel,
+            chunk,
+            self.ordered,
+            skip,
+            plan.expensive,
+            filler,
+        )
         _live.add(iteration)
         return iteration
 
@@ -249,6 +295,7 @@ def _checker(schedule, verify_rows, delivered):
             verify(positions)
         if delivered is not None:
             delivered(step)
+
     return check
 
 
@@ -260,4 +307,5 @@ def _filler(plan, ring, objects, schedule):
     def filler(slot, field, pos, index):
         with loading(seed, epoch):
             plan.fill(ring[slot], objects[slot], field, pos, index)
+
     return filler

@@ -16,6 +16,7 @@ where its steps start, the engine finds an item's step from them and sizes the s
 the largest batch. Single-observation steps regrouped in Python would add Python work per
 item; a schedule per batch would drain the pipeline at every batch.
 """
+
 from __future__ import annotations
 
 import threading
@@ -36,7 +37,7 @@ __all__ = ["Epochs", "Shuffle"]
 # ``shuffle=``: False, True, "quasi" (packed datasets), or a stream's shuffle buffer (an int).
 Shuffle: TypeAlias = bool | int | Literal["quasi"]
 
-_DRAW_AHEAD_FROM = 1 << 16   # observations from which the next epoch's order is drawn ahead
+_DRAW_AHEAD_FROM = 1 << 16  # observations from which the next epoch's order is drawn ahead
 
 # This rank's positions of an epoch, and the offsets where its batches start (or None).
 _Drawn = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64] | None]
@@ -45,12 +46,16 @@ _Drawn = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64] | None]
 class _Ahead:
     """``order(seed, epoch)`` drawn on a thread of its own, for the next epoch."""
 
-    def __init__(self, order: Callable[[int, int], npt.NDArray[np.int64]], seed: int,
-                 epoch: int) -> None:
+    def __init__(
+        self, order: Callable[[int, int], npt.NDArray[np.int64]], seed: int, epoch: int
+    ) -> None:
         self.key = (seed, epoch)
         self.box: list[npt.NDArray[np.int64]] = []
-        self.thread = threading.Thread(target=lambda: self.box.append(order(seed, epoch)),
-                                       name="fastload-order-ahead", daemon=True)
+        self.thread = threading.Thread(
+            target=lambda: self.box.append(order(seed, epoch)),
+            name="fastload-order-ahead",
+            daemon=True,
+        )
         self.thread.start()
 
     def result(self, seed: int, epoch: int) -> npt.NDArray[np.int64] | None:
@@ -67,20 +72,30 @@ class Epochs:
     steps, as a loader's options say (``chunk_bounds``: a packed dataset's chunks, for
     ``shuffle="quasi"``)."""
 
-    def __init__(self, n: int, batch_size: int | None, *, shuffle: Shuffle,
-                 sampler: Sampler | None, batch_sampler: BatchSampler | None, drop_last: bool,
-                 collate: CollateOption, rank: int, world: int,
-                 chunk_bounds: npt.NDArray[np.int64] | None) -> None:
+    def __init__(
+        self,
+        n: int,
+        batch_size: int | None,
+        *,
+        shuffle: Shuffle,
+        sampler: Sampler | None,
+        batch_sampler: BatchSampler | None,
+        drop_last: bool,
+        collate: CollateOption,
+        rank: int,
+        world: int,
+        chunk_bounds: npt.NDArray[np.int64] | None,
+    ) -> None:
         self.n, self.batch_size, self.shuffle = n, batch_size, shuffle
         self.sampler, self.batch_sampler = sampler, batch_sampler
         self.drop_last, self.collate = drop_last, collate
         self.rank, self.world, self.chunk_bounds = rank, world, chunk_bounds
         self.sampled = sampler is not None or batch_sampler is not None
         self._per_rank = shard_size(n, world, drop_last)
-        self._ahead: _Ahead | None = None    # the next epoch's order, being drawn
+        self._ahead: _Ahead | None = None  # the next epoch's order, being drawn
         # (seed, epoch) -> (order, bounds) from the samplers
         self._drawn: dict[tuple[int, int], _Drawn] = {}
-        self._rows = 1           # slots for a batch sampler's batches: the largest so far
+        self._rows = 1  # slots for a batch sampler's batches: the largest so far
 
     def order(self, seed: int, epoch: int) -> npt.NDArray[np.int64]:
         """This rank's positions in ``epoch``, in order (int64)."""
@@ -90,8 +105,12 @@ class Epochs:
             order = np.arange(self.n, dtype=np.int64)
         elif self.shuffle == "quasi":
             # shuffle="quasi" comes with chunk bounds (the loader checks).
-            order = quasi_random_order(self.n, self.chunk_bounds,  # type: ignore[arg-type]
-                                       seed, epoch)
+            order = quasi_random_order(
+                self.n,
+                self.chunk_bounds,  # type: ignore[arg-type]
+                seed,
+                epoch,
+            )
         else:
             order = np.random.Generator(np.random.PCG64([seed, epoch])).permutation(self.n)
         return shard_order(order, self.rank, self.world, self.drop_last)
@@ -126,18 +145,38 @@ class Epochs:
     def schedule(self, seed: int, epoch: int, start: int = 0) -> Schedule:
         """The ``Schedule`` of ``epoch`` from step ``start``: what the engine loads."""
         if not self.sampled:
-            return Schedule(self._order_ahead(seed, epoch), self.batch_size,
-                            drop_last=self.drop_last, collate=self.collate, seed=seed,
-                            epoch=epoch, start=start)
+            return Schedule(
+                self._order_ahead(seed, epoch),
+                self.batch_size,
+                drop_last=self.drop_last,
+                collate=self.collate,
+                seed=seed,
+                epoch=epoch,
+                start=start,
+            )
         order, bounds = self._draw(seed, epoch)
         if bounds is None:
-            return Schedule(order, self.batch_size, drop_last=self.drop_last,
-                            collate=self.collate, seed=seed, epoch=epoch, start=start)
+            return Schedule(
+                order,
+                self.batch_size,
+                drop_last=self.drop_last,
+                collate=self.collate,
+                seed=seed,
+                epoch=epoch,
+                start=start,
+            )
         # Slots hold the largest batch drawn so far: the ring grows, never shrinks, so an
         # epoch of smaller batches reuses it.
         self._rows = max(self._rows, int(np.diff(bounds).max(initial=1)))
-        return Schedule(order, self._rows, bounds=bounds, collate=self.collate, seed=seed,
-                        epoch=epoch, start=start)
+        return Schedule(
+            order,
+            self._rows,
+            bounds=bounds,
+            collate=self.collate,
+            seed=seed,
+            epoch=epoch,
+            start=start,
+        )
 
     def _order_ahead(self, seed: int, epoch: int) -> npt.NDArray[np.int64]:
         """``order(seed, epoch)``, drawn ahead during the previous epoch when it was the

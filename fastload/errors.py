@@ -1,4 +1,5 @@
 """Exceptions raised by fastload."""
+
 from __future__ import annotations
 
 
@@ -11,8 +12,9 @@ class LoadError(ValueError):
     chained as ``__cause__``, with its traceback.
     """
 
-    def __init__(self, message: str, *, index: int | None = None,
-                 source: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, index: int | None = None, source: str | None = None
+    ) -> None:
         super().__init__(message)
         self.index = index
         self.source = source
@@ -24,5 +26,8 @@ def load_error(index: int | None, error: BaseException, source: str | None = Non
     if isinstance(error, LoadError):
         return error
     where = f" ({source})" if source else ""
-    return LoadError(f"could not load observation {index}{where}: {type(error).__name__}: "
-                     f"{error}", index=index, source=source)
+    return LoadError(
+        f"could not load observation {index}{where}: {type(error).__name__}: {error}",
+        index=index,
+        source=source,
+    )

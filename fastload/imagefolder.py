@@ -1,4 +1,5 @@
 """ImageFolder: a directory of class subfolders as an (images, labels) container."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,20 @@ from . import limits
 __all__ = ["ImageFolder", "files"]
 
 # Exactly the files DecodeImage decodes: JPEG and QOI in C, the others through Pillow.
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff",
-                    ".ppm", ".pgm", ".pbm", ".qoi")
+IMAGE_EXTENSIONS = (
+    ".jpg",
+    ".jpeg",
+    ".png",
+    ".bmp",
+    ".gif",
+    ".webp",
+    ".tif",
+    ".tiff",
+    ".ppm",
+    ".pgm",
+    ".pbm",
+    ".qoi",
+)
 
 
 class FileBytes:
@@ -72,22 +85,26 @@ class ImageFolder:
     is most likely a mistake).
     """
 
-    def __init__(self, root: str | os.PathLike[str],
-                 extensions: Sequence[str] = IMAGE_EXTENSIONS) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], extensions: Sequence[str] = IMAGE_EXTENSIONS
+    ) -> None:
         self.root = os.fspath(root)
         if not os.path.isdir(self.root):
             raise FileNotFoundError(f"ImageFolder: no such directory: {self.root!r}")
         extensions = tuple(e.lower() for e in extensions)
-        self.classes = sorted(e.name for e in os.scandir(self.root)
-                              if e.is_dir() and not e.name.startswith("."))
+        self.classes = sorted(
+            e.name for e in os.scandir(self.root) if e.is_dir() and not e.name.startswith(".")
+        )
         if not self.classes:
             raise ValueError(f"ImageFolder: no class subfolders in {self.root!r}")
         paths, labels = [], []
         for label, name in enumerate(self.classes):
             found = _files_under(os.path.join(self.root, name), extensions)
             if not found:
-                raise ValueError(f"ImageFolder: class folder {os.path.join(self.root, name)!r}"
-                                 f" holds no files with extensions {extensions}")
+                raise ValueError(
+                    f"ImageFolder: class folder {os.path.join(self.root, name)!r}"
+                    f" holds no files with extensions {extensions}"
+                )
             paths.extend(found)
             labels.extend([label] * len(found))
         self.images = FileBytes(paths)
@@ -106,14 +123,16 @@ class ImageFolder:
         return self.images[i], self.labels[i]
 
     def __repr__(self) -> str:
-        return (f"ImageFolder({self.root!r}: {len(self)} images, "
-                f"{len(self.classes)} classes)")
+        return f"ImageFolder({self.root!r}: {len(self)} images, {len(self.classes)} classes)"
 
 
 def _files_under(folder: str, extensions: tuple[str, ...]) -> list[str]:
     found: list[str] = []
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        found.extend(os.path.join(dirpath, f) for f in filenames
-                     if f.lower().endswith(extensions) and not f.startswith("."))
+        found.extend(
+            os.path.join(dirpath, f)
+            for f in filenames
+            if f.lower().endswith(extensions) and not f.startswith(".")
+        )
     return sorted(found)

@@ -6,6 +6,7 @@
 
 Importing this module imports jax; ``import fastload`` does not.
 """
+
 from __future__ import annotations
 
 import collections
@@ -19,9 +20,9 @@ import numpy as np
 __all__ = ["prefetch_to_device"]
 
 
-def prefetch_to_device(loader: Iterable[Any], size: int = 2,
-                       sharding: jax.sharding.Sharding | jax.Device | None = None
-                       ) -> Iterator[Any]:
+def prefetch_to_device(
+    loader: Iterable[Any], size: int = 2, sharding: jax.sharding.Sharding | jax.Device | None = None
+) -> Iterator[Any]:
     """Yield the batches of ``loader`` as ``jax.Array``s, ``size`` batches ahead: up to
     ``size`` batches are on their way to the device while the step works on one.
 

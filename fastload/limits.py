@@ -10,6 +10,7 @@ fields) or decoding, e.g. ``fastload.limits.MAX_IMAGE_PIXELS = 400_000_000``.
 - ``MAX_FILE_BYTES``: an image file larger than this is refused before it is read (a
   file is read whole into memory, once per loading thread). Default 256 MiB.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,12 +24,16 @@ MAX_FILE_BYTES = 256 << 20
 def check_pixels(h: int, w: int) -> None:
     """Raise ValueError when an h x w image is over ``MAX_IMAGE_PIXELS``."""
     if h * w > MAX_IMAGE_PIXELS:
-        raise ValueError(f"a {h}x{w} image is over the limit of {MAX_IMAGE_PIXELS:,} pixels "
-                         f"(fastload.limits.MAX_IMAGE_PIXELS)")
+        raise ValueError(
+            f"a {h}x{w} image is over the limit of {MAX_IMAGE_PIXELS:,} pixels "
+            f"(fastload.limits.MAX_IMAGE_PIXELS)"
+        )
 
 
 def check_file_bytes(size: int, path: str | os.PathLike[str]) -> None:
     """Raise ValueError when a file of ``size`` bytes is over ``MAX_FILE_BYTES``."""
     if size > MAX_FILE_BYTES:
-        raise ValueError(f"{path}: a file of {size:,} bytes is over the limit of "
-                         f"{MAX_FILE_BYTES:,} bytes (fastload.limits.MAX_FILE_BYTES)")
+        raise ValueError(
+            f"{path}: a file of {size:,} bytes is over the limit of "
+            f"{MAX_FILE_BYTES:,} bytes (fastload.limits.MAX_FILE_BYTES)"
+        )

@@ -8,6 +8,7 @@ to load and deliver the steps. As in MLUtils, ``DataLoader(data, ...)`` is
 any container, views included. A stream (no length, no positions) is read a window of
 records at a time, each window loaded by the engine as a container (``windows.py``).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -45,17 +46,23 @@ class StatsReport(dict[str, float]):
 
     def __init__(self, stats: Any) -> None:
         total = stats.wait_s + stats.compute_s
-        super().__init__(items=stats.items, batches=stats.batches,
-                         items_per_s=stats.items / total if total > 0 else 0.0,
-                         wait_s=stats.wait_s, compute_s=stats.compute_s,
-                         wait_fraction=stats.wait_s / total if total > 0 else 0.0,
-                         skipped=stats.skipped)
+        super().__init__(
+            items=stats.items,
+            batches=stats.batches,
+            items_per_s=stats.items / total if total > 0 else 0.0,
+            wait_s=stats.wait_s,
+            compute_s=stats.compute_s,
+            wait_fraction=stats.wait_s / total if total > 0 else 0.0,
+            skipped=stats.skipped,
+        )
 
     def __str__(self) -> str:
         skipped = f", {self['skipped']:,} skipped" if self["skipped"] else ""
-        return (f"{self['items']:,} items in {self['batches']:,} batches{skipped}: "
-                f"{self['items_per_s']:,.0f} items/s, waited for data "
-                f"{100 * self['wait_fraction']:.0f}% of the time")
+        return (
+            f"{self['items']:,} items in {self['batches']:,} batches{skipped}: "
+            f"{self['items_per_s']:,.0f} items/s, waited for data "
+            f"{100 * self['wait_fraction']:.0f}% of the time"
+        )
 
 
 def _found(data: Container, name: str) -> list[Any]:
@@ -97,37 +104,57 @@ def _warn_random_reads(pages: list[Any]) -> None:
     """Warn when a packed dataset read in random order does not fit in memory."""
     for p in pages:
         if not p.fits_in_memory():
-            warnings.warn(f"shuffle=True reads a packed dataset of {p.nbytes / 2**30:.1f} GiB "
-                          f"in random order, but it is larger than the memory this process "
-                          f"may use (its memory cgroup's limit, or the RAM): the page cache "
-                          f"cannot hold it, so each epoch reads the files at random from "
-                          f"disk, hundreds of times slower than in order. Use "
-                          f"shuffle='quasi' (chunks in random order, shuffled a window at a "
-                          f"time), which reads at about the disk's sequential rate",
-                          UserWarning, stacklevel=4)
+            warnings.warn(
+                f"shuffle=True reads a packed dataset of {p.nbytes / 2**30:.1f} GiB "
+                f"in random order, but it is larger than the memory this process "
+                f"may use (its memory cgroup's limit, or the RAM): the page cache "
+                f"cannot hold it, so each epoch reads the files at random from "
+                f"disk, hundreds of times slower than in order. Use "
+                f"shuffle='quasi' (chunks in random order, shuffled a window at a "
+                f"time), which reads at about the disk's sequential rate",
+                UserWarning,
+                stacklevel=4,
+            )
             return
 
 
-def _check_samplers(shuffle: Shuffle, batch_size: int | None, sampler: Sampler | None,
-                    batch_sampler: BatchSampler | None, drop_last: bool) -> None:
+def _check_samplers(
+    shuffle: Shuffle,
+    batch_size: int | None,
+    sampler: Sampler | None,
+    batch_sampler: BatchSampler | None,
+    drop_last: bool,
+) -> None:
     if sampler is not None and shuffle:
-        raise ValueError("sampler= gives the order: leave shuffle=False (the sampler draws "
-                         "from the loader's seed and the epoch)")
-    if batch_sampler is not None and (sampler is not None or shuffle or drop_last
-                                      or batch_size not in (None, 1)):
-        raise ValueError("batch_sampler= forms the batches: it excludes batch_size, "
-                         "shuffle, sampler and drop_last")
+        raise ValueError(
+            "sampler= gives the order: leave shuffle=False (the sampler draws "
+            "from the loader's seed and the epoch)"
+        )
+    if batch_sampler is not None and (
+        sampler is not None or shuffle or drop_last or batch_size not in (None, 1)
+    ):
+        raise ValueError(
+            "batch_sampler= forms the batches: it excludes batch_size, "
+            "shuffle, sampler and drop_last"
+        )
 
 
-def _check_stream(shuffle: Shuffle, sampler: Sampler | None, batch_sampler: BatchSampler | None,
-                  backend: Backend) -> None:
-    if not (shuffle is False or shuffle is True or (
-            isinstance(shuffle, Integral) and not isinstance(shuffle, bool) and shuffle > 0)):
-        raise ValueError(f"shuffle for a stream must be False, True or the records in its "
-                         f"shuffle buffer (an int > 0), got {shuffle!r}")
+def _check_stream(
+    shuffle: Shuffle, sampler: Sampler | None, batch_sampler: BatchSampler | None, backend: Backend
+) -> None:
+    if not (
+        shuffle is False
+        or shuffle is True
+        or (isinstance(shuffle, Integral) and not isinstance(shuffle, bool) and shuffle > 0)
+    ):
+        raise ValueError(
+            f"shuffle for a stream must be False, True or the records in its "
+            f"shuffle buffer (an int > 0), got {shuffle!r}"
+        )
     if sampler is not None or batch_sampler is not None:
-        raise ValueError("a stream has no positions to sample: sampler= and batch_sampler= "
-                         "need a container")
+        raise ValueError(
+            "a stream has no positions to sample: sampler= and batch_sampler= need a container"
+        )
     if backend == "process":
         raise ValueError("backend='process' loads containers; a stream loads on threads")
 
@@ -136,29 +163,50 @@ class _EpochLoader:
     """What ``DataLoader`` and ``eachobs`` share: epochs, order, state, and the engine.
     ``batch_size=None`` makes each step one observation."""
 
-    _stream: StreamEpochs | None     # a stream's epochs, or
-    _epochs: Epochs | None           # a container's
-    _pages: Any                      # the FilePages read ahead in the quasi-random order
+    _stream: StreamEpochs | None  # a stream's epochs, or
+    _epochs: Epochs | None  # a container's
+    _pages: Any  # the FilePages read ahead in the quasi-random order
 
-    def __init__(self, data: Container, batch_size: int | None = None, *,
-                 shuffle: Shuffle = False, sampler: Sampler | None = None,
-                 batch_sampler: BatchSampler | None = None, drop_last: bool = False,
-                 collate: CollateOption = None, buffer: bool = False,
-                 parallel: bool | int = False, seed: int | None = None, ordered: bool = True,
-                 prefetch: int | None = None, shard: Shard = None, on_error: OnError = "raise",
-                 backend: Backend = "thread", allocator: Allocator | None = None) -> None:
+    def __init__(
+        self,
+        data: Container,
+        batch_size: int | None = None,
+        *,
+        shuffle: Shuffle = False,
+        sampler: Sampler | None = None,
+        batch_sampler: BatchSampler | None = None,
+        drop_last: bool = False,
+        collate: CollateOption = None,
+        buffer: bool = False,
+        parallel: bool | int = False,
+        seed: int | None = None,
+        ordered: bool = True,
+        prefetch: int | None = None,
+        shard: Shard = None,
+        on_error: OnError = "raise",
+        backend: Backend = "thread",
+        allocator: Allocator | None = None,
+    ) -> None:
         source = stream_source(data)
         if source is not None:
             _check_stream(shuffle, sampler, batch_sampler, backend)
         elif shuffle not in _SHUFFLES:
-            raise ValueError(f"shuffle must be False, True or 'quasi', got {shuffle!r} "
-                             f"(an int is a stream's shuffle buffer)")
+            raise ValueError(
+                f"shuffle must be False, True or 'quasi', got {shuffle!r} "
+                f"(an int is a stream's shuffle buffer)"
+            )
         _check_samplers(shuffle, batch_size, sampler, batch_sampler, drop_last)
         if seed is not None and not isinstance(seed, Integral):
             raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
         options: dict[str, Any]
-        options = dict(parallel=parallel, buffer=bool(buffer), ordered=bool(ordered),
-                       prefetch=prefetch, on_error=on_error, backend=backend)
+        options = dict(
+            parallel=parallel,
+            buffer=bool(buffer),
+            ordered=bool(ordered),
+            prefetch=prefetch,
+            on_error=on_error,
+            backend=backend,
+        )
         if allocator is not None:
             options["allocator"] = allocator
         self._engine = Engine(**options)
@@ -177,9 +225,11 @@ class _EpochLoader:
         self.on_error = on_error
         self.rank, self.world_size = resolve_shard(shard)
         self.seed = default_seed(seed, self.world_size)
-        self._epoch = 0          # the epoch the next iter() starts
-        self._resume_at = 0      # the step it starts at (after load_state_dict)
-        self._progress: _core.Progress | None = None   # of the latest iteration: epoch, steps delivered
+        self._epoch = 0  # the epoch the next iter() starts
+        self._resume_at = 0  # the step it starts at (after load_state_dict)
+        self._progress: _core.Progress | None = (
+            None  # of the latest iteration: epoch, steps delivered
+        )
         self._stats = _core.Stats()
         self._warned_skips = False
         self._read_ahead = None
@@ -194,23 +244,39 @@ class _EpochLoader:
         engines = [self._engine] + ([Engine(**options)] if self.parallel is not False else [])
         self._engines = engines
         buffer = DEFAULT_BUFFER if self.shuffle is True else int(self.shuffle)
-        self._stream = StreamEpochs(self.data, source, engines, self.batch_size,
-                                    shuffle=buffer, drop_last=self.drop_last,
-                                    collate=self.collate, rank=self.rank,
-                                    world_size=self.world_size)
+        self._stream = StreamEpochs(
+            self.data,
+            source,
+            engines,
+            self.batch_size,
+            shuffle=buffer,
+            drop_last=self.drop_last,
+            collate=self.collate,
+            rank=self.rank,
+            world_size=self.world_size,
+        )
 
-    def _open_container(self, sampler: Sampler | None,
-                        batch_sampler: BatchSampler | None) -> None:
+    def _open_container(self, sampler: Sampler | None, batch_sampler: BatchSampler | None) -> None:
         data, shuffle = self.data, self.shuffle
         chunk_bounds = _chunk_bounds(data) if shuffle == "quasi" else None
         if shuffle == "quasi" and chunk_bounds is None:
-            raise ValueError("shuffle='quasi' reads a packed dataset chunk by chunk; this "
-                             "data has no chunks (use shuffle=True)")
+            raise ValueError(
+                "shuffle='quasi' reads a packed dataset chunk by chunk; this "
+                "data has no chunks (use shuffle=True)"
+            )
         self._n = numobs(data)
-        self._epochs = Epochs(self._n, self.batch_size, shuffle=shuffle, sampler=sampler,
-                              batch_sampler=batch_sampler, drop_last=self.drop_last,
-                              collate=self.collate, rank=self.rank, world=self.world_size,
-                              chunk_bounds=chunk_bounds)
+        self._epochs = Epochs(
+            self._n,
+            self.batch_size,
+            shuffle=shuffle,
+            sampler=sampler,
+            batch_sampler=batch_sampler,
+            drop_last=self.drop_last,
+            collate=self.collate,
+            rank=self.rank,
+            world=self.world_size,
+            chunk_bounds=chunk_bounds,
+        )
         pages = _file_pages(data)
         if shuffle is True:
             _warn_random_reads(pages)
@@ -228,8 +294,9 @@ class _EpochLoader:
     @allocator.setter
     def allocator(self, allocator: Allocator) -> None:
         if not callable(allocator):
-            raise TypeError(f"allocator must be callable as allocator(shape, dtype), got "
-                            f"{allocator!r}")
+            raise TypeError(
+                f"allocator must be callable as allocator(shape, dtype), got {allocator!r}"
+            )
         for engine in self._engines:
             engine.close()
             engine.allocator = allocator
@@ -255,8 +322,9 @@ class _EpochLoader:
         """Steps per epoch (of the epoch being iterated, else of the next one: a sampler's
         epochs may differ). Raises ``TypeError`` for a stream, which has no length."""
         if self._stream is not None:
-            raise TypeError("a stream has no length: its number of batches is known only "
-                            "once it was read")
+            raise TypeError(
+                "a stream has no length: its number of batches is known only once it was read"
+            )
         live = self._live_position()
         return self._steps(self.seed, live[0] if live else self._epoch)
 
@@ -269,18 +337,23 @@ class _EpochLoader:
         self._epoch, self._resume_at = epoch + 1, 0
         self._progress = _core.Progress(epoch, start)
         if self._stream is not None:
-            return self._stream.iterate(self.seed, epoch, start, self._stats, self._progress,
-                                        self._epoch_done)
+            return self._stream.iterate(
+                self.seed, epoch, start, self._stats, self._progress, self._epoch_done
+            )
         schedule = self.schedule(epoch, start)
         self._stop_read_ahead()
         if self._pages is not None:
-            self._read_ahead = self._pages.read_ahead(schedule.order, schedule.rows,
-                                                      schedule.start)
+            self._read_ahead = self._pages.read_ahead(schedule.order, schedule.rows, schedule.start)
         reading = self._read_ahead
-        iteration = self._engine.iterate(self.data, schedule, stats=self._stats,
-                                         progress=self._progress, on_end=self._epoch_done,
-                                         verify_rows=_verifiers(self.data),
-                                         delivered=reading and reading.delivered)
+        iteration = self._engine.iterate(
+            self.data,
+            schedule,
+            stats=self._stats,
+            progress=self._progress,
+            on_end=self._epoch_done,
+            verify_rows=_verifiers(self.data),
+            delivered=reading and reading.delivered,
+        )
         if reading is not None:
             # Started once the engine runs (worker processes are forked by then); stopped
             # at the end of the epoch, by the next one, or when the iteration is dropped.
@@ -301,9 +374,12 @@ class _EpochLoader:
             self._epochs.finish_ahead()
         if self._stats.skipped and not self._warned_skips:
             self._warned_skips = True
-            warnings.warn(f"skipped {self._stats.skipped} observations that failed to load "
-                          f"(on_error='skip'); loader.stats()['skipped'] keeps the count",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"skipped {self._stats.skipped} observations that failed to load "
+                f"(on_error='skip'); loader.stats()['skipped'] keeps the count",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     def stats(self) -> StatsReport:
         """Items/s and where the time went since the loader was made: a dict with
@@ -332,8 +408,13 @@ class _EpochLoader:
         """The position to resume from: restore it with ``load_state_dict`` on a loader
         built the same way, and iteration continues with the next step of that epoch."""
         epoch, step = self._live_position() or (self._epoch, self._resume_at)
-        state = {"seed": self.seed, "epoch": epoch, "step": step,
-                 "rank": self.rank, "world_size": self.world_size}
+        state = {
+            "seed": self.seed,
+            "epoch": epoch,
+            "step": step,
+            "rank": self.rank,
+            "world_size": self.world_size,
+        }
         if self._stream is not None:
             state["window"] = self._stream.window
         else:
@@ -350,20 +431,26 @@ class _EpochLoader:
         if missing:
             raise ValueError(f"not a loader state: missing {sorted(missing)}")
         if state.get("world_size", 1) != self.world_size or state.get("rank", 0) != self.rank:
-            raise ValueError(f"the state is for rank {state.get('rank', 0)} of "
-                             f"{state.get('world_size', 1)}, this loader is rank {self.rank} "
-                             f"of {self.world_size}")
+            raise ValueError(
+                f"the state is for rank {state.get('rank', 0)} of "
+                f"{state.get('world_size', 1)}, this loader is rank {self.rank} "
+                f"of {self.world_size}"
+            )
         if self._stream is not None:
             if state["window"] != self._stream.window:
-                raise ValueError(f"the state is for a stream read {state['window']} records "
-                                 f"at a time, this loader reads {self._stream.window}")
+                raise ValueError(
+                    f"the state is for a stream read {state['window']} records "
+                    f"at a time, this loader reads {self._stream.window}"
+                )
             if state["step"] < 0:
                 raise ValueError(f"step {state['step']} is out of range")
         else:
             steps = self._steps(int(state["seed"]), int(state["epoch"]))
             if state["steps"] != steps:
-                raise ValueError(f"the state is for a loader with {state['steps']} steps per "
-                                 f"epoch, this one has {steps}")
+                raise ValueError(
+                    f"the state is for a loader with {state['steps']} steps per "
+                    f"epoch, this one has {steps}"
+                )
             if not 0 <= state["step"] <= steps:
                 raise ValueError(f"step {state['step']} is out of range for {steps} steps")
         self.seed = int(state["seed"])
@@ -434,47 +521,100 @@ class DataLoader(_EpochLoader):
     ``collate_fn``, ``pin_memory``, ...) the message says what to write instead.
     """
 
-    def __init__(self, data: Container, batch_size: int = 1, *, shuffle: Shuffle = False,
-                 sampler: Sampler | None = None, batch_sampler: BatchSampler | None = None,
-                 drop_last: bool = False, collate: CollateOption = None, buffer: bool = False,
-                 parallel: bool | int = False, seed: int | None = None, ordered: bool = True,
-                 prefetch: int | None = None, shard: Shard = None, on_error: OnError = "raise",
-                 backend: Backend = "thread", allocator: Allocator | None = None,
-                 **unknown: NoReturn) -> None:
+    def __init__(
+        self,
+        data: Container,
+        batch_size: int = 1,
+        *,
+        shuffle: Shuffle = False,
+        sampler: Sampler | None = None,
+        batch_sampler: BatchSampler | None = None,
+        drop_last: bool = False,
+        collate: CollateOption = None,
+        buffer: bool = False,
+        parallel: bool | int = False,
+        seed: int | None = None,
+        ordered: bool = True,
+        prefetch: int | None = None,
+        shard: Shard = None,
+        on_error: OnError = "raise",
+        backend: Backend = "thread",
+        allocator: Allocator | None = None,
+        **unknown: NoReturn,
+    ) -> None:
         refuse_unknown_keywords("DataLoader", unknown)
         if batch_size is None:
-            raise ValueError("batch_size must be a positive int, got None (single "
-                             "observations: use fastload.eachobs)")
+            raise ValueError(
+                "batch_size must be a positive int, got None (single "
+                "observations: use fastload.eachobs)"
+            )
         if not isinstance(batch_size, Integral) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if not (collate is None or isinstance(collate, bool) or callable(collate)):
             raise TypeError(f"collate must be None, True, False or a callable, got {collate!r}")
         _check_samplers(shuffle, batch_size, sampler, batch_sampler, drop_last)
-        super().__init__(data, None if batch_sampler is not None else int(batch_size),
-                         shuffle=shuffle, sampler=sampler, batch_sampler=batch_sampler,
-                         drop_last=drop_last, collate=collate, buffer=buffer,
-                         parallel=parallel, seed=seed, ordered=ordered, prefetch=prefetch,
-                         shard=shard, on_error=on_error, backend=backend, allocator=allocator)
+        super().__init__(
+            data,
+            None if batch_sampler is not None else int(batch_size),
+            shuffle=shuffle,
+            sampler=sampler,
+            batch_sampler=batch_sampler,
+            drop_last=drop_last,
+            collate=collate,
+            buffer=buffer,
+            parallel=parallel,
+            seed=seed,
+            ordered=ordered,
+            prefetch=prefetch,
+            shard=shard,
+            on_error=on_error,
+            backend=backend,
+            allocator=allocator,
+        )
 
     def __repr__(self) -> str:
         size = "a stream" if self._stream is not None else f"{self._n} observations"
         steps = "" if self._stream is not None else f", {len(self)} batches"
-        return (f"DataLoader({size}, batch_size={self.batch_size}, shuffle={self.shuffle}, "
-                f"parallel={self.parallel}{steps})")
+        return (
+            f"DataLoader({size}, batch_size={self.batch_size}, shuffle={self.shuffle}, "
+            f"parallel={self.parallel}{steps})"
+        )
 
 
-def eachobs(data: Container, *, shuffle: Shuffle = False, sampler: Sampler | None = None,
-            buffer: bool = False, parallel: bool | int = False, seed: int | None = None,
-            ordered: bool = True, prefetch: int | None = None, shard: Shard = None,
-            on_error: OnError = "raise", backend: Backend = "thread",
-            allocator: Allocator | None = None, **unknown: NoReturn) -> _EpochLoader:
+def eachobs(
+    data: Container,
+    *,
+    shuffle: Shuffle = False,
+    sampler: Sampler | None = None,
+    buffer: bool = False,
+    parallel: bool | int = False,
+    seed: int | None = None,
+    ordered: bool = True,
+    prefetch: int | None = None,
+    shard: Shard = None,
+    on_error: OnError = "raise",
+    backend: Backend = "thread",
+    allocator: Allocator | None = None,
+    **unknown: NoReturn,
+) -> _EpochLoader:
     """Iterates the observations of ``data`` (a container or a stream) one at a time,
     with the options of ``DataLoader`` (shuffling per epoch, a sampler, buffers, parallel
     loading, sharding, resumable state)."""
     refuse_unknown_keywords("eachobs", unknown)
-    return _EpochLoader(data, shuffle=shuffle, sampler=sampler, buffer=buffer,
-                        parallel=parallel, seed=seed, ordered=ordered, prefetch=prefetch,
-                        shard=shard, on_error=on_error, backend=backend, allocator=allocator)
+    return _EpochLoader(
+        data,
+        shuffle=shuffle,
+        sampler=sampler,
+        buffer=buffer,
+        parallel=parallel,
+        seed=seed,
+        ordered=ordered,
+        prefetch=prefetch,
+        shard=shard,
+        on_error=on_error,
+        backend=backend,
+        allocator=allocator,
+    )
 
 
 class _ParallelIterable:
@@ -491,8 +631,14 @@ class _ParallelIterable:
         return self.engine.iterate(self.data, self.schedule, verify_rows=_verifiers(self.data))
 
 
-def eachobs_parallel(data: Container, *, buffer: bool = True, parallel: bool | int = True,
-                     ordered: bool = True, prefetch: int | None = None) -> _ParallelIterable:
+def eachobs_parallel(
+    data: Container,
+    *,
+    buffer: bool = True,
+    parallel: bool | int = True,
+    ordered: bool = True,
+    prefetch: int | None = None,
+) -> _ParallelIterable:
     """Iterate the observations of any container, loaded in parallel on the native pool.
 
     Pass a ``batchview`` to iterate batches: ``eachobs_parallel(batchview(data, 64))``
@@ -507,5 +653,6 @@ def eachobs_parallel(data: Container, *, buffer: bool = True, parallel: bool | i
     parallel only as far as that code releases the GIL (numpy, simplejpeg, PIL do).
     Raises ``fastload.LoadError`` naming the index when an observation fails to load.
     """
-    return _ParallelIterable(data, Engine(parallel=parallel, buffer=buffer, ordered=ordered,
-                                          prefetch=prefetch))
+    return _ParallelIterable(
+        data, Engine(parallel=parallel, buffer=buffer, ordered=ordered, prefetch=prefetch)
+    )

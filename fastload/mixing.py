@@ -12,6 +12,7 @@ the GIL, and the labels become float32 soft targets. Their draws are keyed by
 Each batch is paired with itself rolled by one: item i is mixed with item i - 1 (item 0
 with the last), as torchvision does.
 """
+
 import numbers
 
 import numpy as np
@@ -43,11 +44,15 @@ def _batch(what, images):
     """The images as a numpy array to mix in place (sharing memory with a torch tensor)."""
     batch = np.asarray(images)
     if batch.ndim < 2 or batch.dtype not in (np.float32, np.uint8):
-        raise ValueError(f"{what}: images must be a float32 or uint8 batch (n, ...), got "
-                         f"{batch.dtype} of shape {batch.shape}")
+        raise ValueError(
+            f"{what}: images must be a float32 or uint8 batch (n, ...), got "
+            f"{batch.dtype} of shape {batch.shape}"
+        )
     if not batch.flags.c_contiguous or not batch.flags.writeable:
-        raise ValueError(f"{what}: images must be a writable C-contiguous batch, as a loader "
-                         f"yields: they are mixed in place")
+        raise ValueError(
+            f"{what}: images must be a writable C-contiguous batch, as a loader "
+            f"yields: they are mixed in place"
+        )
     return batch
 
 
@@ -62,15 +67,18 @@ def _one_hot(what, labels, n, num_classes):
     y = np.asarray(labels)
     if y.shape == (n,) and np.issubdtype(y.dtype, np.integer):
         if n and (y.min() < 0 or y.max() >= num_classes):
-            raise ValueError(f"{what}: class ids must be in [0, {num_classes}), got "
-                             f"{y.min()}..{y.max()}")
+            raise ValueError(
+                f"{what}: class ids must be in [0, {num_classes}), got {y.min()}..{y.max()}"
+            )
         targets = np.zeros((n, num_classes), np.float32)
         targets[np.arange(n), y] = 1.0
         return targets
     if y.shape == (n, num_classes) and np.issubdtype(y.dtype, np.floating):
         return y.astype(np.float32)
-    raise ValueError(f"{what}: labels must be {n} integer class ids or a ({n}, {num_classes}) "
-                     f"float array of one-hot or soft labels, got {y.dtype} of shape {y.shape}")
+    raise ValueError(
+        f"{what}: labels must be {n} integer class ids or a ({n}, {num_classes}) "
+        f"float array of one-hot or soft labels, got {y.dtype} of shape {y.shape}"
+    )
 
 
 def _mix_targets(targets, lam):
@@ -93,8 +101,9 @@ class MixUp:
         _check_args("MixUp", alpha, num_classes, seed)
         self.alpha, self.num_classes, self.seed = float(alpha), int(num_classes), int(seed)
 
-    def __call__(self, images: "np.typing.ArrayLike", labels: "np.typing.ArrayLike", *,
-                 epoch: int, step: int):
+    def __call__(
+        self, images: "np.typing.ArrayLike", labels: "np.typing.ArrayLike", *, epoch: int, step: int
+    ):
         batch = _batch("MixUp", images)
         targets = _one_hot("MixUp", labels, len(batch), self.num_classes)
         lam = _core.mixup_lambda(self.alpha, self.seed, *_key("MixUp", epoch, step))
@@ -112,8 +121,10 @@ def _channels_first(shape, layout):
         return layout == "NCHW"
     first, last = shape[1] in _CHANNELS, shape[3] in _CHANNELS
     if first == last:
-        raise ValueError(f"CutMix: cannot tell the channel axis of a batch of shape {shape}: "
-                         f"give CutMix(..., layout='NCHW') or layout='NHWC'")
+        raise ValueError(
+            f"CutMix: cannot tell the channel axis of a batch of shape {shape}: "
+            f"give CutMix(..., layout='NCHW') or layout='NHWC'"
+        )
     return first
 
 
@@ -128,20 +139,23 @@ class CutMix:
     (ValueError when that is ambiguous). `__call__` as MixUp's, for 4-D batches.
     """
 
-    def __init__(self, *, alpha: float = 1.0, num_classes: int, seed: int = 0,
-                 layout: str | None = None) -> None:
+    def __init__(
+        self, *, alpha: float = 1.0, num_classes: int, seed: int = 0, layout: str | None = None
+    ) -> None:
         _check_args("CutMix", alpha, num_classes, seed)
         if layout not in ("NCHW", "NHWC", None):
             raise ValueError(f"CutMix: layout must be 'NCHW', 'NHWC' or None, got {layout!r}")
         self.alpha, self.num_classes, self.seed = float(alpha), int(num_classes), int(seed)
         self.layout = layout
 
-    def __call__(self, images: "np.typing.ArrayLike", labels: "np.typing.ArrayLike", *,
-                 epoch: int, step: int):
+    def __call__(
+        self, images: "np.typing.ArrayLike", labels: "np.typing.ArrayLike", *, epoch: int, step: int
+    ):
         batch = _batch("CutMix", images)
         if batch.ndim != 4:
-            raise ValueError(f"CutMix: images must be a 4-D batch (NCHW or NHWC), got shape "
-                             f"{batch.shape}")
+            raise ValueError(
+                f"CutMix: images must be a 4-D batch (NCHW or NHWC), got shape {batch.shape}"
+            )
         chw = _channels_first(batch.shape, self.layout)
         targets = _one_hot("CutMix", labels, len(batch), self.num_classes)
         h, w = batch.shape[2:] if chw else batch.shape[1:3]
@@ -151,5 +165,7 @@ class CutMix:
         return _mixed(images, batch), _mix_targets(targets, lam)
 
     def __repr__(self) -> str:
-        return (f"CutMix(alpha={self.alpha}, num_classes={self.num_classes}, seed={self.seed}, "
-                f"layout={self.layout!r})")
+        return (
+            f"CutMix(alpha={self.alpha}, num_classes={self.num_classes}, seed={self.seed}, "
+            f"layout={self.layout!r})"
+        )

@@ -9,6 +9,7 @@ and ``__getobs_into__``, or by registering implementations with ``numobs.registe
 
 An index is an int (one observation) or a 1-D integer array, list, range or slice (several).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -27,8 +28,18 @@ from .tree import map_tree, members, rebuild, tree_leaves
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
 
-__all__ = ["Container", "Index", "copy_into", "getobs", "getobs_into", "is_batch_index",
-           "map_tree", "normalize_index", "numobs", "tree_leaves"]
+__all__ = [
+    "Container",
+    "Index",
+    "copy_into",
+    "getobs",
+    "getobs_into",
+    "is_batch_index",
+    "map_tree",
+    "normalize_index",
+    "numobs",
+    "tree_leaves",
+]
 
 # A container (see the module docstring) is duck-typed: any object that numobs accepts.
 Container: TypeAlias = Any
@@ -58,7 +69,8 @@ def normalize_index(i: Index, n: int) -> int | npt.NDArray[np.int64]:
     if idx.dtype == bool or idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
         raise TypeError(
             f"an index must be an int or a 1-D array of ints, got {type(i).__name__}"
-            f" with dtype {idx.dtype} and shape {idx.shape}")
+            f" with dtype {idx.dtype} and shape {idx.shape}"
+        )
     idx = idx.astype(np.int64, copy=False)
     if idx.size:
         lo, hi = int(idx.min()), int(idx.max())
@@ -83,8 +95,10 @@ def numobs(data: Container) -> int:
         return tables.table_numobs(data)
     if hasattr(data, "__len__") and hasattr(data, "__getitem__"):
         return len(data)
-    raise TypeError(f"{type(data).__name__} is not a data container: it has no "
-                    f"__numobs__ and no __len__/__getitem__")
+    raise TypeError(
+        f"{type(data).__name__} is not a data container: it has no "
+        f"__numobs__ and no __len__/__getitem__"
+    )
 
 
 @numobs.register
@@ -99,8 +113,10 @@ def _numobs_members(data: tuple[Any, ...] | dict[Any, Any]) -> int:
     if not sizes:
         raise ValueError(f"an empty {type(data).__name__} is not a data container")
     if len(set(sizes.values())) > 1:
-        raise ValueError(f"the members of a {type(data).__name__} must hold the same number"
-                         f" of observations, got {sizes}")
+        raise ValueError(
+            f"the members of a {type(data).__name__} must hold the same number"
+            f" of observations, got {sizes}"
+        )
     return next(iter(sizes.values()))
 
 
@@ -176,7 +192,7 @@ def _getobs_into(data: Container, buffer: Any, i: Index) -> Any:
         view = tensors.numpy_view(data)
         target = tensors.numpy_view(buffer) if tensors.is_tensor(buffer) else buffer
         if view is not None and isinstance(target, np.ndarray):
-            getobs_into(target, view, i)     # the gather of arrays, on the same memory
+            getobs_into(target, view, i)  # the gather of arrays, on the same memory
             return buffer
     return copy_into(buffer, getobs(data, i))
 
@@ -199,6 +215,7 @@ def _register_into(cls: type, func: Callable[..., Any] | None = None) -> Any:
     def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
         _getobs_into.register(cls, lambda data, buffer, i: f(buffer, data, i))
         return f
+
     return decorate if func is None else decorate(func)
 
 
@@ -216,8 +233,9 @@ def _(data: np.ndarray, buffer: Any, i: Index) -> Any:
         return buffer
     expected = (len(i),) + data.shape[1:] if is_batch_index(i) else data.shape[1:]
     if buffer.shape != expected:
-        raise ValueError(f"buffer of shape {buffer.shape} does not fit observations of "
-                         f"shape {expected}")
+        raise ValueError(
+            f"buffer of shape {buffer.shape} does not fit observations of shape {expected}"
+        )
     if is_batch_index(i):
         # The range is checked above; mode="clip" lets numpy write straight into `out`
         # where mode="raise" would buffer the whole result first.
@@ -231,8 +249,7 @@ def _getobs_into_members(data: tuple[Any, ...] | dict[Any, Any], buffer: Any, i:
     i = normalize_index(i, numobs(data))
     if not isinstance(buffer, type(data)) or len(buffer) != len(data):
         return copy_into(buffer, getobs(data, i))
-    return rebuild(data, [getobs_into(buffer[key], member, i)
-                           for key, member in members(data)])
+    return rebuild(data, [getobs_into(buffer[key], member, i) for key, member in members(data)])
 
 
 _getobs_into.register(tuple, _getobs_into_members)
@@ -260,17 +277,19 @@ def copy_into(buffer: Any, value: Any) -> Any:
             value = value.detach().cpu().numpy()
         value = np.asarray(value)
         if value.shape != buffer.shape:
-            raise ValueError(f"buffer of shape {buffer.shape} does not fit an observation"
-                             f" of shape {value.shape}")
+            raise ValueError(
+                f"buffer of shape {buffer.shape} does not fit an observation of shape {value.shape}"
+            )
         if not _fits(value.dtype, buffer.dtype):
-            raise ValueError(f"buffer of dtype {buffer.dtype} does not fit an observation"
-                             f" of dtype {value.dtype}")
+            raise ValueError(
+                f"buffer of dtype {buffer.dtype} does not fit an observation of dtype {value.dtype}"
+            )
         buffer[...] = value
         return buffer
     if isinstance(buffer, (tuple, dict)) and isinstance(value, (tuple, dict)):
         if len(buffer) != len(value):
-            raise ValueError(f"buffer with {len(buffer)} members does not fit an "
-                             f"observation with {len(value)}")
-        return rebuild(buffer, [copy_into(buffer[key], value[key])
-                                 for key, _ in members(buffer)])
+            raise ValueError(
+                f"buffer with {len(buffer)} members does not fit an observation with {len(value)}"
+            )
+        return rebuild(buffer, [copy_into(buffer[key], value[key]) for key, _ in members(buffer)])
     return value

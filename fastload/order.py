@@ -11,6 +11,7 @@ Distributed training: the loader gives each rank a contiguous slice of the permu
 since windows are emitted contiguously, each rank's slice spans few windows and stays
 chunk-local.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -37,8 +38,9 @@ def chunk_sizes(n: int, chunks: npt.ArrayLike) -> npt.NDArray[np.int64]:
     raise ValueError(f"chunks are neither sizes summing to {n} nor boundaries 0..{n}")
 
 
-def quasi_random_order(n: int, chunks: npt.ArrayLike, seed: int, epoch: int,
-                       window: int = DEFAULT_WINDOW) -> npt.NDArray[np.int64]:
+def quasi_random_order(
+    n: int, chunks: npt.ArrayLike, seed: int, epoch: int, window: int = DEFAULT_WINDOW
+) -> npt.NDArray[np.int64]:
     """A permutation of ``range(n)`` (int64) that is random but chunk-local.
 
     ``chunks``: chunk sizes or boundaries (see ``chunk_sizes``), e.g. a dataset's
@@ -52,8 +54,12 @@ def quasi_random_order(n: int, chunks: npt.ArrayLike, seed: int, epoch: int,
 
         order = quasi_random_order(len(ds), ds.chunk_bounds, seed=0, epoch=3)
     """
-    for name, value, low in (("n", n, 0), ("seed", seed, 0), ("epoch", epoch, 0),
-                             ("window", window, 1)):
+    for name, value, low in (
+        ("n", n, 0),
+        ("seed", seed, 0),
+        ("epoch", epoch, 0),
+        ("window", window, 1),
+    ):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
             raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
     sizes = chunk_sizes(n, chunks)
@@ -66,10 +72,11 @@ def quasi_random_order(n: int, chunks: npt.ArrayLike, seed: int, epoch: int,
     out = np.empty(n, np.int64)
     pos = 0
     for w in range(0, len(picked), window):
-        group = picked[w:w + window]
-        items = np.concatenate([np.arange(starts[c], starts[c] + sizes[c], dtype=np.int64)
-                                for c in group])
+        group = picked[w : w + window]
+        items = np.concatenate(
+            [np.arange(starts[c], starts[c] + sizes[c], dtype=np.int64) for c in group]
+        )
         rng.shuffle(items)
-        out[pos:pos + len(items)] = items
+        out[pos : pos + len(items)] = items
         pos += len(items)
     return out

@@ -18,6 +18,7 @@ A plan is made from a container and a schedule (``schedule.py``); the order of t
 comes from the schedule, never from views. When a container defines its own batch
 semantics the plan falls back to loading whole steps with ``getobs``.
 """
+
 import operator
 import weakref
 from typing import Any
@@ -27,7 +28,7 @@ import numpy as np
 from . import _core, codecs, limits, tables, tensors
 from .collate import collate, stack
 from .errors import LoadError
-from .obs import getobs, getobs_into, numobs
+from .obs import getobs, getobs_into
 from .transforms import Compose
 from .tree import head, map_tree, rebuild, row, tree_leaves
 from .views import MappedObs, SlidingWindow, collate_batch, source_of
@@ -48,7 +49,8 @@ def _per_item(data):
 
 class Spec:
     """Shape and dtype of one observation of a leaf; ``tensor``: it is a torch tensor."""
-    __slots__ = ("shape", "dtype", "tensor")
+
+    __slots__ = ("dtype", "shape", "tensor")
 
     def __init__(self, shape, dtype, tensor=False):
         self.shape = tuple(shape)
@@ -102,9 +104,9 @@ class Leaf:
 
     def __init__(self, container, kind, spec=None, source=None):
         self.container = container
-        self.kind = kind          # "gather", "image", "into" or "object"
-        self.spec = spec          # a Spec, or a tuple/dict of them for "into"
-        self.source = source      # the _core.ImageSource of an "image" leaf
+        self.kind = kind  # "gather", "image", "into" or "object"
+        self.spec = spec  # a Spec, or a tuple/dict of them for "into"
+        self.source = source  # the _core.ImageSource of an "image" leaf
 
     def row_bytes(self):
         if self.kind not in ("gather", "image"):
@@ -126,16 +128,20 @@ def _pixel_images(images):
     """The decoded uint8 HWC (or HW) images whose rows are packed pixels, as a list, or None.
     Works for one (N, H, W[, C]) array or a list of arrays of one channel count."""
     arrays = list(images) if isinstance(images, (np.ndarray, list, tuple)) else []
-    if not arrays or isinstance(images, np.ndarray) and images.ndim not in (3, 4):
+    if not arrays or (isinstance(images, np.ndarray) and images.ndim not in (3, 4)):
         return None
     channels = None
     for a in arrays:
         if not (isinstance(a, np.ndarray) and a.dtype == np.uint8 and a.ndim in (2, 3)):
             return None
         c = a.shape[2] if a.ndim == 3 else 1
-        if (a.strides[0] < c * a.shape[1] or a.strides[1] != c
-                or (a.ndim == 3 and a.strides[2] != 1) or channels not in (None, c)):
-            return None   # every image must give the slot's channel count
+        if (
+            a.strides[0] < c * a.shape[1]
+            or a.strides[1] != c
+            or (a.ndim == 3 and a.strides[2] != 1)
+            or channels not in (None, c)
+        ):
+            return None  # every image must give the slot's channel count
         channels = c
     return arrays
 
@@ -148,16 +154,24 @@ def _image_source(view):
         return None
 
     def source(**where):
-        return _core.ImageSource(compose.pipeline, compose.channels or 3, type(images).__name__,
-                                 codecs, limits.MAX_IMAGE_PIXELS, limits.MAX_FILE_BYTES,
-                                 exact=compose.exact_decode, **where)
+        return _core.ImageSource(
+            compose.pipeline,
+            compose.channels or 3,
+            type(images).__name__,
+            codecs,
+            limits.MAX_IMAGE_PIXELS,
+            limits.MAX_FILE_BYTES,
+            exact=compose.exact_decode,
+            **where,
+        )
+
     if not compose.decodes:
         pixels = _pixel_images(images)
         return None if pixels is None else source(pixels=pixels)
     if hasattr(images, "buffers") and images.contiguous:
-        return source(offsets=images.buffers())   # one file: n + 1 offsets into its map
+        return source(offsets=images.buffers())  # one file: n + 1 offsets into its map
     if hasattr(images, "spans"):
-        return source(spans=images.spans())       # several files: a span per item
+        return source(spans=images.spans())  # several files: a span per item
     if hasattr(images, "paths"):
         return source(paths=list(images.paths))
     if isinstance(images, (list, tuple)) and all(isinstance(b, bytes) for b in images):
@@ -174,8 +188,11 @@ def _output_spec(view):
     if compose.decodes or not isinstance(images, (np.ndarray, list, tuple)) or not len(images):
         return None
     # Decoded images: one array gives one input shape; a list, one per image.
-    shapes = {images.shape[1:]} if isinstance(images, np.ndarray) else {
-        np.shape(image) for image in images}
+    shapes = (
+        {images.shape[1:]}
+        if isinstance(images, np.ndarray)
+        else {np.shape(image) for image in images}
+    )
     if any(len(shape) < 2 for shape in shapes):
         return None
     outputs = set()
@@ -183,9 +200,9 @@ def _output_spec(view):
         try:
             outputs.add(compose.output_shape_for(shape))
         except ValueError:
-            pass   # this image cannot go through the chain: its item fails when loaded
+            pass  # this image cannot go through the chain: its item fails when loaded
     if len(outputs) != 1:
-        return None   # the output size follows the input's: no fixed slot
+        return None  # the output size follows the input's: no fixed slot
     return Spec(outputs.pop(), compose.output_dtype)
 
 
@@ -238,7 +255,7 @@ def _leaf(container, stacks):
         if view is not None and not view.dtype.hasobject:
             return Leaf(view, "gather", Spec(view.shape[1:], view.dtype, tensor=True))
     if isinstance(container, np.ndarray) and container.dtype.hasobject:
-        return None   # references must be counted: Python loads whole steps
+        return None  # references must be counted: Python loads whole steps
     if isinstance(container, np.ndarray) and container.ndim >= 1:
         return Leaf(container, "gather", Spec(container.shape[1:], container.dtype))
     if _per_item(container):
@@ -251,7 +268,7 @@ def _leaf(container, stacks):
     try:
         spec = _spec_of(getobs(container, 0))
     except Exception:
-        spec = None     # observation 0 fails: it fails again when loaded (or is skipped)
+        spec = None  # observation 0 fails: it fails again when loaded (or is skipped)
     return Leaf(container, "into", spec) if spec is not None else Leaf(container, "object")
 
 
@@ -289,9 +306,10 @@ class ItemPlan:
         self.leaves = leaves
         self.batch_size = batch_size
         self.rows = batch_size or 1
-        self.collate = collate_mode       # object leaves: None collate, True stack, False list
-        self.tensors = [_has_tensors(leaf.spec) if leaf.kind != "object" else False
-                        for leaf in leaves]
+        self.collate = collate_mode  # object leaves: None collate, True stack, False list
+        self.tensors = [
+            _has_tensors(leaf.spec) if leaf.kind != "object" else False for leaf in leaves
+        ]
         self.fields = [leaf.core_field() for leaf in leaves]
         self.row_bytes = [leaf.row_bytes() for leaf in leaves]
         self.has_python = any(leaf.kind in ("into", "object") for leaf in leaves)
@@ -306,8 +324,10 @@ class ItemPlan:
     def allocate(self, allocator=np.empty):
         """Fresh destinations for one slot: an array (or structure of arrays) per leaf,
         made by ``allocator(shape, dtype)``, None for leaves collected into lists."""
-        return [_allocate(leaf.spec, self.rows, allocator) if leaf.kind != "object" else None
-                for leaf in self.leaves]
+        return [
+            _allocate(leaf.spec, self.rows, allocator) if leaf.kind != "object" else None
+            for leaf in self.leaves
+        ]
 
     def new_objects(self):
         """The lists a slot's object leaves collect into (None for the other leaves)."""
@@ -331,11 +351,13 @@ class ItemPlan:
         except ValueError as error:
             if "does not fit" not in str(error):
                 raise
-            raise ValueError(f"{error}. The batch buffers take the shape and dtype of "
-                             f"observation 0, and one batch holds one shape: make every "
-                             f"observation that shape and dtype (for images, a crop after "
-                             f"Resize, e.g. CenterCrop), or use collate=False to get "
-                             f"lists") from None
+            raise ValueError(
+                f"{error}. The batch buffers take the shape and dtype of "
+                f"observation 0, and one batch holds one shape: make every "
+                f"observation that shape and dtype (for images, a crop after "
+                f"Resize, e.g. CenterCrop), or use collate=False to get "
+                f"lists"
+            ) from None
 
     def assemble(self, dests, objects, n, keep=None):
         """The step's value from its slot: views of the first ``n`` rows (or row 0), with
@@ -368,8 +390,9 @@ class ItemPlan:
         if isinstance(cause, LoadError):
             return cause
         source = None if field is None else source_of(self.leaves[field].container, index)
-        error = LoadError(f"could not load observation {index}: {message}", index=index,
-                          source=source)
+        error = LoadError(
+            f"could not load observation {index}: {message}", index=index, source=source
+        )
         error.__cause__ = cause
         return error
 
@@ -478,5 +501,6 @@ def _collated_plan(data, batch_size, collate_fn):
     if callable(collate_fn) and collate_fn is not False:
         assemble = plan.assemble
         plan.assemble = lambda dests, objects, n, keep=None: collate_fn(  # type: ignore[method-assign]
-            assemble(dests, objects, n, keep))
+            assemble(dests, objects, n, keep)
+        )
     return plan

@@ -22,6 +22,7 @@ Concurrency invariants (kept by the consumer):
 - every wait is a timed wait on the pipes and the process sentinels together: a worker
   that dies raises in the consumer at once, and Ctrl-C always gets through.
 """
+
 import collections
 import mmap
 import multiprocessing
@@ -37,11 +38,17 @@ import numpy as np
 
 from .workers import WorkerError, carve_ring, worker_main
 
-__all__ = ["WorkerError", "WorkerPool", "death_message", "fork_workers", "remote_error",
-           "shutdown_workers"]
+__all__ = [
+    "WorkerError",
+    "WorkerPool",
+    "death_message",
+    "fork_workers",
+    "remote_error",
+    "shutdown_workers",
+]
 
-_WAIT_S = 0.5          # one timed wait on the pipes and sentinels
-_STOP_S = 30.0         # most time to let workers abandon their jobs before killing them
+_WAIT_S = 0.5  # one timed wait on the pipes and sentinels
+_STOP_S = 30.0  # most time to let workers abandon their jobs before killing them
 
 
 def fork_workers(count, target, name, args_of):
@@ -55,8 +62,9 @@ def fork_workers(count, target, name, args_of):
     try:
         for k, (_, theirs) in enumerate(pipes):
             others = [end for pipe in pipes for end in pipe if end is not theirs]
-            proc = context.Process(target=target, daemon=True, name=f"{name}-{k}",
-                                   args=args_of(theirs, others))
+            proc = context.Process(
+                target=target, daemon=True, name=f"{name}-{k}", args=args_of(theirs, others)
+            )
             proc.start()
             procs.append(proc)
     finally:
@@ -113,11 +121,14 @@ class WorkerPool:
 
     def __init__(self, count):
         if not isinstance(count, Integral) or count < 1:
-            raise ValueError(f"the process backend needs a positive number of workers, "
-                             f"got {count!r}")
+            raise ValueError(
+                f"the process backend needs a positive number of workers, got {count!r}"
+            )
         if "fork" not in multiprocessing.get_all_start_methods():
-            raise RuntimeError("the process backend needs the 'fork' start method (Linux); "
-                               "use the thread backend on this platform")
+            raise RuntimeError(
+                "the process backend needs the 'fork' start method (Linux); "
+                "use the thread backend on this platform"
+            )
         self.count = int(count)
         self.gen = 0
         self.procs = self.conns = self.slots = self.control = None
@@ -128,19 +139,26 @@ class WorkerPool:
         """The ring of ``count`` slots for ``plan``, with workers that hold ``data``:
         the running ones when they already hold both, else newly forked ones."""
         key = (plan.signature, count)
-        if (self.procs is not None and self.root is data and self.key == key
-                and all(proc.is_alive() for proc in self.procs)):
+        if (
+            self.procs is not None
+            and self.root is data
+            and self.key == key
+            and all(proc.is_alive() for proc in self.procs)
+        ):
             return self.slots
         self.drain()
         self.stop(graceful=True)
         _, size = carve_ring(None, plan, count)
-        mapping = mmap.mmap(-1, size)     # anonymous, shared with the forked children
+        mapping = mmap.mmap(-1, size)  # anonymous, shared with the forked children
         slots, _ = carve_ring(mapping, plan, count)
         control = np.frombuffer(mapping, np.int64, 1, 0)
         control[0] = 0
-        procs, conns = fork_workers(self.count, worker_main, "fastload-worker",
-                                    lambda theirs, others: (theirs, data, slots, control,
-                                                            others))
+        procs, conns = fork_workers(
+            self.count,
+            worker_main,
+            "fastload-worker",
+            lambda theirs, others: (theirs, data, slots, control, others),
+        )
         self.procs, self.conns = procs, conns
         self._finalizer = weakref.finalize(self, shutdown_workers, procs, self.conns, False)
         self.outstanding = [0] * self.count
@@ -184,8 +202,10 @@ class WorkerPool:
         proc.join(1.0)
         message = death_message(proc)
         self.stop(graceful=False)
-        raise RuntimeError(f"{message}; the iteration cannot continue (a worker killed "
-                           f"for memory is a common cause)")
+        raise RuntimeError(
+            f"{message}; the iteration cannot continue (a worker killed "
+            f"for memory is a common cause)"
+        )
 
     def drain(self):
         """Cancel the live jobs and wait for their replies, so that no worker writes into
@@ -220,9 +240,22 @@ class WorkerPool:
         # A callable collate runs in the consumer (in plan.assemble): workers collect lists.
         collate = collate if collate is None or collate is True else False
         for worker in range(self.count):
-            self.send(worker, ("epoch", self.gen, schedule.seed, schedule.epoch,
-                               schedule.order, schedule.batch_size, schedule.drop_last,
-                               collate, skip, plan.signature, schedule.bounds))
+            self.send(
+                worker,
+                (
+                    "epoch",
+                    self.gen,
+                    schedule.seed,
+                    schedule.epoch,
+                    schedule.order,
+                    schedule.batch_size,
+                    schedule.drop_last,
+                    collate,
+                    skip,
+                    plan.signature,
+                    schedule.bounds,
+                ),
+            )
         return _Transport(self, self.gen, schedule, plan, ordered, stats)
 
 
@@ -234,8 +267,8 @@ class _Transport:
         self.pool, self.gen, self.plan = pool, gen, plan
         self.ordered, self.stats = ordered, stats
         self.free = collections.deque(range(len(pool.slots)))
-        self.inflight = {}          # step -> slot
-        self.arrived = {}           # step -> reply, not yet delivered
+        self.inflight = {}  # step -> slot
+        self.arrived = {}  # step -> reply, not yet delivered
         self.next_step = self.expected = schedule.start
         self.total = schedule.steps
 
@@ -262,8 +295,10 @@ class _Transport:
 
     def _check(self):
         if self.pool.gen != self.gen:
-            raise RuntimeError("this iteration was stopped: a newer iteration of the same "
-                               "engine started, or the engine was closed")
+            raise RuntimeError(
+                "this iteration was stopped: a newer iteration of the same "
+                "engine started, or the engine was closed"
+            )
 
     def _wait(self):
         """The step to deliver next, once its reply arrived."""
@@ -280,7 +315,7 @@ class _Transport:
     def _unpack(self, step, reply):
         kind = reply[0]
         if kind == "error":
-            _, _, _, pos, field, index, message, text, chain = reply
+            _, _, _, _pos, field, index, message, text, chain = reply
             cause = remote_error(text, chain)
             if index is None:
                 raise RuntimeError(f"a worker could not plan the steps: {message}") from cause

@@ -13,25 +13,31 @@ array, a range, a PyTorch sampler) and ``batch_sampler=`` any iterable of batche
 are iterated once per epoch (after ``set_epoch(epoch)`` when they have one), so they
 are deterministic, and a resumed run exact, only as far as iterating them is.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from numbers import Integral, Real
+from numbers import Integral
 from typing import Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BatchSampler", "BucketBatchSampler", "Sampler", "WeightedSampler", "draw_batches",
-           "draw_order"]
+__all__ = [
+    "BatchSampler",
+    "BucketBatchSampler",
+    "Sampler",
+    "WeightedSampler",
+    "draw_batches",
+    "draw_order",
+]
 
 # ``sampler=``: ``sampler(epoch, seed) -> positions``, or an iterable of positions.
 Sampler: TypeAlias = Callable[[int, int], Iterable[int]] | Iterable[int]
 # ``batch_sampler=``: ``batch_sampler(epoch, seed) -> batches``, or an iterable of batches.
-BatchSampler: TypeAlias = (Callable[[int, int], Iterable[Iterable[int]]]
-                           | Iterable[Iterable[int]])
+BatchSampler: TypeAlias = Callable[[int, int], Iterable[Iterable[int]]] | Iterable[Iterable[int]]
 
-_POOL_BATCHES = 64   # batches' worth of observations that a BucketBatchSampler sorts at once
+_POOL_BATCHES = 64  # batches' worth of observations that a BucketBatchSampler sorts at once
 
 
 def _rng(seed: int, epoch: int) -> np.random.Generator:
@@ -58,19 +64,25 @@ class WeightedSampler:
     _cdf: npt.NDArray[np.float64]
     _last: int
 
-    def __init__(self, weights: npt.ArrayLike, num_samples: int | None = None, *,
-                 replacement: bool = True) -> None:
+    def __init__(
+        self, weights: npt.ArrayLike, num_samples: int | None = None, *, replacement: bool = True
+    ) -> None:
         w = np.asarray(weights, dtype=np.float64)
         if w.ndim != 1 or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
             raise ValueError("weights must be a 1-D sequence of finite numbers >= 0, not all 0")
         if num_samples is None:
             num_samples = len(w)
-        if not isinstance(num_samples, Integral) or isinstance(num_samples, bool) \
-                or num_samples < 0:
+        if (
+            not isinstance(num_samples, Integral)
+            or isinstance(num_samples, bool)
+            or num_samples < 0
+        ):
             raise ValueError(f"num_samples must be an int >= 0, got {num_samples!r}")
         if not replacement and num_samples > np.count_nonzero(w):
-            raise ValueError(f"cannot draw {num_samples} observations without replacement "
-                             f"from {np.count_nonzero(w)} with a nonzero weight")
+            raise ValueError(
+                f"cannot draw {num_samples} observations without replacement "
+                f"from {np.count_nonzero(w)} with a nonzero weight"
+            )
         self.weights = w
         self.num_samples = int(num_samples)
         self.replacement = bool(replacement)
@@ -84,17 +96,20 @@ class WeightedSampler:
             u = rng.random(self.num_samples)
             # The cdf ends at 1 up to rounding: a draw past its end is the last position
             # with a nonzero weight.
-            return np.minimum(np.searchsorted(self._cdf, u, side="right"),
-                              self._last).astype(np.int64)
+            return np.minimum(np.searchsorted(self._cdf, u, side="right"), self._last).astype(
+                np.int64
+            )
         # Exponential keys E_i / w_i: sorting them gives a weighted random order without
         # replacement (the first num_samples are a weighted sample).
         with np.errstate(divide="ignore"):
             keys = rng.exponential(size=len(self.weights)) / self.weights
-        return np.argsort(keys, kind="stable")[:self.num_samples].astype(np.int64)
+        return np.argsort(keys, kind="stable")[: self.num_samples].astype(np.int64)
 
     def __repr__(self) -> str:
-        return (f"WeightedSampler({len(self.weights)} weights, num_samples={self.num_samples}, "
-                f"replacement={self.replacement})")
+        return (
+            f"WeightedSampler({len(self.weights)} weights, num_samples={self.num_samples}, "
+            f"replacement={self.replacement})"
+        )
 
 
 class BucketBatchSampler:
@@ -113,21 +128,32 @@ class BucketBatchSampler:
     positive int, or for lengths that are not a 1-D sequence of numbers.
     """
 
-    def __init__(self, lengths: npt.ArrayLike, batch_size: int | None = None, *,
-                 max_tokens: int | None = None, shuffle: bool = True,
-                 pool_size: int | None = None, drop_last: bool = False) -> None:
+    def __init__(
+        self,
+        lengths: npt.ArrayLike,
+        batch_size: int | None = None,
+        *,
+        max_tokens: int | None = None,
+        shuffle: bool = True,
+        pool_size: int | None = None,
+        drop_last: bool = False,
+    ) -> None:
         lengths = np.asarray(lengths)
         if lengths.ndim != 1 or (lengths.size and lengths.dtype.kind not in "iuf"):
             raise ValueError("lengths must be a 1-D sequence of numbers, one per observation")
         if (batch_size is None) == (max_tokens is None):
             raise ValueError("give one of batch_size and max_tokens")
-        for name, value in (("batch_size", batch_size), ("max_tokens", max_tokens),
-                            ("pool_size", pool_size)):
+        for name, value in (
+            ("batch_size", batch_size),
+            ("max_tokens", max_tokens),
+            ("pool_size", pool_size),
+        ):
             if value is not None and (not isinstance(value, Integral) or value < 1):
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if drop_last and batch_size is None:
-            raise ValueError("drop_last needs batch_size: batches cut by max_tokens have no "
-                             "full size")
+            raise ValueError(
+                "drop_last needs batch_size: batches cut by max_tokens have no full size"
+            )
         self.lengths = lengths
         self.batch_size = batch_size
         self.max_tokens = max_tokens
@@ -139,7 +165,7 @@ class BucketBatchSampler:
             per_batch = batch_size or max(1, int(max_tokens // typical))  # type: ignore[operator]
             pool_size = _POOL_BATCHES * per_batch
         elif batch_size is not None:
-            pool_size = -(-pool_size // batch_size) * batch_size   # whole batches a pool
+            pool_size = -(-pool_size // batch_size) * batch_size  # whole batches a pool
         self.pool_size = int(pool_size)
 
     def __call__(self, epoch: int, seed: int) -> list[npt.NDArray[np.int64]]:
@@ -149,12 +175,11 @@ class BucketBatchSampler:
         positions = rng.permutation(n) if self.shuffle else np.arange(n)
         batches = []
         for first in range(0, n, self.pool_size):
-            pool = positions[first:first + self.pool_size]
+            pool = positions[first : first + self.pool_size]
             pool = pool[np.argsort(self.lengths[pool], kind="stable")]
             batches.extend(self._cut(pool))
         # drop_last comes with a batch_size (checked in __init__).
-        if self.drop_last and batches and \
-                len(batches[-1]) < self.batch_size:  # type: ignore[operator]
+        if self.drop_last and batches and len(batches[-1]) < self.batch_size:  # type: ignore[operator]
             batches.pop()
         if self.shuffle:
             batches = [batches[k] for k in rng.permutation(len(batches))]
@@ -163,7 +188,7 @@ class BucketBatchSampler:
     def _cut(self, pool: npt.NDArray[np.int64]) -> list[npt.NDArray[np.int64]]:
         """Consecutive batches of ``pool`` (sorted by length)."""
         if self.batch_size is not None:
-            return [pool[k:k + self.batch_size] for k in range(0, len(pool), self.batch_size)]
+            return [pool[k : k + self.batch_size] for k in range(0, len(pool), self.batch_size)]
         lengths = self.lengths[pool]
         batches, first = [], 0
         while first < len(pool):
@@ -176,13 +201,16 @@ class BucketBatchSampler:
                     low = mid
                 else:
                     high = mid - 1
-            batches.append(pool[first:first + low])
+            batches.append(pool[first : first + low])
             first += low
         return batches
 
     def __repr__(self) -> str:
-        size = (f"batch_size={self.batch_size}" if self.batch_size is not None
-                else f"max_tokens={self.max_tokens}")
+        size = (
+            f"batch_size={self.batch_size}"
+            if self.batch_size is not None
+            else f"max_tokens={self.max_tokens}"
+        )
         return f"BucketBatchSampler({len(self.lengths)} lengths, {size}, shuffle={self.shuffle})"
 
 
@@ -196,7 +224,7 @@ def _positions(values: Any, n: int, what: str) -> npt.NDArray[np.int64]:
     """``values`` as int64 positions in ``range(n)``; IndexError naming the first outside."""
     if isinstance(values, np.ndarray):
         positions = values
-    elif hasattr(values, "numpy") and hasattr(values, "dim"):    # a tensor
+    elif hasattr(values, "numpy") and hasattr(values, "dim"):  # a tensor
         positions = values.detach().cpu().numpy()
     else:
         positions = np.fromiter((int(v) for v in values), np.int64)
@@ -205,8 +233,7 @@ def _positions(values: Any, n: int, what: str) -> npt.NDArray[np.int64]:
     positions = np.ascontiguousarray(positions, dtype=np.int64).reshape(-1)
     bad = (positions < 0) | (positions >= n)
     if bad.any():
-        raise IndexError(f"{what} gave position {positions[bad][0]}, outside the "
-                         f"{n} observations")
+        raise IndexError(f"{what} gave position {positions[bad][0]}, outside the {n} observations")
     return positions
 
 
@@ -219,8 +246,9 @@ def draw_order(sampler: Sampler, n: int, seed: int, epoch: int) -> npt.NDArray[n
     return _positions(sampler, n, "the sampler")
 
 
-def draw_batches(batch_sampler: BatchSampler, n: int, seed: int,
-                 epoch: int) -> list[npt.NDArray[np.int64]]:
+def draw_batches(
+    batch_sampler: BatchSampler, n: int, seed: int, epoch: int
+) -> list[npt.NDArray[np.int64]]:
     """The batches that ``batch_sampler`` gives for ``epoch``, as a list of int64 arrays
     of positions; ``ValueError`` for an empty batch."""
     if callable(batch_sampler):

@@ -11,10 +11,10 @@ The engine never looks at views to learn this: ``schedule_of`` turns a view (a
 ``batchview`` over ``obsview``/``shuffleobs`` layers) into a container and a schedule
 once, at the boundary, for ``eachobs_parallel``.
 """
+
 from __future__ import annotations
 
 from numbers import Integral
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -31,8 +31,16 @@ class Schedule:
     ``batch_size`` below 1, ``bounds`` that do not cut the order into steps of 1 to
     ``batch_size`` observations, or a ``start`` outside ``[0, steps]``."""
 
-    __slots__ = ("order", "batch_size", "drop_last", "collate", "seed", "epoch", "start",
-                 "bounds")
+    __slots__ = (
+        "batch_size",
+        "bounds",
+        "collate",
+        "drop_last",
+        "epoch",
+        "order",
+        "seed",
+        "start",
+    )
     order: npt.NDArray[np.int64]
     batch_size: int | None
     drop_last: bool
@@ -42,9 +50,18 @@ class Schedule:
     start: int
     bounds: npt.NDArray[np.int64] | None
 
-    def __init__(self, order: npt.ArrayLike, batch_size: int | None = None, *,
-                 drop_last: bool = False, collate: CollateOption = None, seed: int = 0,
-                 epoch: int = 0, start: int = 0, bounds: npt.ArrayLike | None = None) -> None:
+    def __init__(
+        self,
+        order: npt.ArrayLike,
+        batch_size: int | None = None,
+        *,
+        drop_last: bool = False,
+        collate: CollateOption = None,
+        seed: int = 0,
+        epoch: int = 0,
+        start: int = 0,
+        bounds: npt.ArrayLike | None = None,
+    ) -> None:
         order = np.ascontiguousarray(order, dtype=np.int64)
         if order.ndim != 1:
             raise ValueError(f"a schedule's order is 1-D, got shape {order.shape}")
@@ -53,8 +70,9 @@ class Schedule:
         self.order = order
         self.batch_size = None if batch_size is None else int(batch_size)
         self.drop_last = bool(drop_last)
-        self.bounds = None if bounds is None else _checked_bounds(bounds, len(order),
-                                                                  self.batch_size)
+        self.bounds = (
+            None if bounds is None else _checked_bounds(bounds, len(order), self.batch_size)
+        )
         self.collate = collate
         self.seed = int(seed)
         self.epoch = int(epoch)
@@ -79,32 +97,39 @@ class Schedule:
     def positions(self, step: int) -> npt.NDArray[np.int64]:
         """The container positions that ``step`` loads (a view of ``order``)."""
         if self.bounds is not None:
-            return self.order[self.bounds[step]:self.bounds[step + 1]]
+            return self.order[self.bounds[step] : self.bounds[step + 1]]
         first = step * self.rows
-        return self.order[first:min(first + self.rows, len(self.order))]
+        return self.order[first : min(first + self.rows, len(self.order))]
 
     def __repr__(self) -> str:
         cut = "" if self.bounds is None else f", {self.steps} steps of different sizes"
-        return (f"Schedule({len(self.order)} observations, batch_size={self.batch_size}"
-                f"{cut}, drop_last={self.drop_last}, seed={self.seed}, epoch={self.epoch}, "
-                f"start={self.start})")
+        return (
+            f"Schedule({len(self.order)} observations, batch_size={self.batch_size}"
+            f"{cut}, drop_last={self.drop_last}, seed={self.seed}, epoch={self.epoch}, "
+            f"start={self.start})"
+        )
 
 
-def _checked_bounds(bounds: npt.ArrayLike, n: int,
-                    batch_size: int | None) -> npt.NDArray[np.int64]:
+def _checked_bounds(bounds: npt.ArrayLike, n: int, batch_size: int | None) -> npt.NDArray[np.int64]:
     bounds = np.ascontiguousarray(bounds, dtype=np.int64)
     if batch_size is None:
         raise ValueError("steps of different sizes are batches: give the batch_size of a slot")
     sizes = np.diff(bounds) if bounds.ndim == 1 else None
-    if (sizes is None or len(bounds) < 1 or bounds[0] != 0 or bounds[-1] != n
-            or (sizes < 1).any() or (sizes > batch_size).any()):
-        raise ValueError(f"bounds must go from 0 to {n} in steps of 1 to {batch_size} "
-                         f"observations")
+    if (
+        sizes is None
+        or len(bounds) < 1
+        or bounds[0] != 0
+        or bounds[-1] != n
+        or (sizes < 1).any()
+        or (sizes > batch_size).any()
+    ):
+        raise ValueError(f"bounds must go from 0 to {n} in steps of 1 to {batch_size} observations")
     return bounds
 
 
-def schedule_of(data: Container, *, seed: int = 0, epoch: int = 0,
-                start: int = 0) -> tuple[Container, Schedule]:
+def schedule_of(
+    data: Container, *, seed: int = 0, epoch: int = 0, start: int = 0
+) -> tuple[Container, Schedule]:
     """``(container, schedule)`` for iterating the observations of ``data``: a
     ``batchview`` becomes batches of its container, and ``obsview`` layers under it (or
     at the top) fold into the order."""
@@ -118,5 +143,6 @@ def schedule_of(data: Container, *, seed: int = 0, epoch: int = 0,
         data = data.data
     if order is None:
         order = np.arange(numobs(data), dtype=np.int64)
-    return data, Schedule(order, batch_size, drop_last=drop_last, collate=collate, seed=seed,
-                          epoch=epoch, start=start)
+    return data, Schedule(
+        order, batch_size, drop_last=drop_last, collate=collate, seed=seed, epoch=epoch, start=start
+    )

@@ -12,6 +12,7 @@ The ranks agree on the order only if they agree on the seed: a sharded loader gi
 seed takes ``DEFAULT_SEED`` (as DistributedSampler's default seed is 0), never a seed of
 its own that the other ranks could not know.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,15 @@ from typing import Literal, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["DEFAULT_SEED", "Shard", "default_seed", "resolve_shard", "shard_batches",
-           "shard_order", "shard_size"]
+__all__ = [
+    "DEFAULT_SEED",
+    "Shard",
+    "default_seed",
+    "resolve_shard",
+    "shard_batches",
+    "shard_order",
+    "shard_size",
+]
 
 # ``shard=``: (rank, world_size), "auto", or None for one process.
 Shard: TypeAlias = tuple[int, int] | Literal["auto"] | None
@@ -71,11 +79,13 @@ def resolve_shard(shard: Shard) -> tuple[int, int]:
         try:
             rank, world = shard
         except (TypeError, ValueError):
-            raise ValueError(f"shard must be None, 'auto' or (rank, world_size), "
-                             f"got {shard!r}") from None
+            raise ValueError(
+                f"shard must be None, 'auto' or (rank, world_size), got {shard!r}"
+            ) from None
     if not (isinstance(rank, Integral) and isinstance(world, Integral) and 0 <= rank < world):
-        raise ValueError(f"shard needs 0 <= rank < world_size, got rank={rank!r}, "
-                         f"world_size={world!r}")
+        raise ValueError(
+            f"shard needs 0 <= rank < world_size, got rank={rank!r}, world_size={world!r}"
+        )
     return int(rank), int(world)
 
 
@@ -84,28 +94,33 @@ def shard_size(n: int, world: int, drop_last: bool) -> int:
     return n // world if drop_last else -(-n // world)
 
 
-def shard_order(order: npt.NDArray[np.int64], rank: int, world: int,
-                drop_last: bool) -> npt.NDArray[np.int64]:
+def shard_order(
+    order: npt.NDArray[np.int64], rank: int, world: int, drop_last: bool
+) -> npt.NDArray[np.int64]:
     """This rank's block of the epoch's ``order`` (every rank passes the same order)."""
     if world == 1:
         return order
     n = len(order)
     per = shard_size(n, world, drop_last)
     if not drop_last and per * world > n and n:
-        order = np.resize(order, per * world)   # wraps around to the start
-    return order[rank * per:(rank + 1) * per]
+        order = np.resize(order, per * world)  # wraps around to the start
+    return order[rank * per : (rank + 1) * per]
 
 
-def shard_batches(batches: Sequence[npt.NDArray[np.int64]], rank: int,
-                  world: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+def shard_batches(
+    batches: Sequence[npt.NDArray[np.int64]], rank: int, world: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """This rank's block of the epoch's ``batches`` (int64 arrays; every rank passes the
     same ones), as ``(order, bounds)``: the positions one after the other and the offsets
     where each batch starts, with the end. Every rank gets ``ceil(len(batches) / world)``
     batches; the last ranks' blocks wrap around to the first batches."""
     count = len(batches)
     per = -(-count // world)
-    picked = np.resize(np.arange(count), per * world)[rank * per:(rank + 1) * per] \
-        if count else np.arange(0)
+    picked = (
+        np.resize(np.arange(count), per * world)[rank * per : (rank + 1) * per]
+        if count
+        else np.arange(0)
+    )
     mine = [batches[k] for k in picked]
     bounds = np.zeros(len(mine) + 1, np.int64)
     np.cumsum([len(b) for b in mine], out=bounds[1:])

@@ -14,6 +14,7 @@ stream of ``f`` applied to each record. How a loader reads a stream is in
 URLs are read through fsspec (``pip install fsspec``, with ``aiohttp`` for HTTP), imported
 only when a URL is opened.
 """
+
 from __future__ import annotations
 
 import collections.abc
@@ -64,8 +65,11 @@ class Shards:
     Raises ``ValueError`` for no paths and ``TypeError`` when ``read`` is not callable.
     """
 
-    def __init__(self, paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
-                 read: Callable[[IO[bytes]], Iterable[Any]]) -> None:
+    def __init__(
+        self,
+        paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+        read: Callable[[IO[bytes]], Iterable[Any]],
+    ) -> None:
         if isinstance(paths, (str, bytes, os.PathLike)):
             paths = [paths]
         self.paths = [os.fspath(p) if isinstance(p, os.PathLike) else p for p in paths]
@@ -140,19 +144,22 @@ def stream_source(data: Container) -> Any:
         if isinstance(x, MappedObs):
             walk(x.data)
         elif isinstance(x, (tuple, dict)) and not hasattr(x, "__numobs__"):
-            for member in (x.values() if isinstance(x, dict) else x):
+            for member in x.values() if isinstance(x, dict) else x:
                 walk(member)
         else:
             leaves.append(x)
             if _is_stream(x):
                 found.add(id(x))
+
     walk(data)
     if not found:
         return None
     streams = [leaf for leaf in leaves if id(leaf) in found]
     if len(found) > 1 or len(streams) != len(leaves):
-        raise ValueError("a loader reads one stream: its views (mapobs, tuples, dicts) "
-                         "must all be of the same stream, without containers beside it")
+        raise ValueError(
+            "a loader reads one stream: its views (mapobs, tuples, dicts) "
+            "must all be of the same stream, without containers beside it"
+        )
     return streams[0]
 
 
@@ -180,8 +187,9 @@ def _shard_count(source: Any) -> int | None:
     return count if isinstance(count, int) and callable(getattr(source, "shard", None)) else None
 
 
-def rank_records(source: Any, rank: int, world: int, seed: int, epoch: int,
-                 shuffle_files: bool) -> Iterator[Any]:
+def rank_records(
+    source: Any, rank: int, world: int, seed: int, epoch: int, shuffle_files: bool
+) -> Iterator[Any]:
     """The records of ``source`` that ``rank`` of ``world`` reads in ``epoch``, in order.
     ``Shards`` are shared out by file (in a new order each epoch when ``shuffle_files``),
     a source with ``shard(num_shards, index)`` and a number of shards that ``world``
@@ -194,8 +202,10 @@ def rank_records(source: Any, rank: int, world: int, seed: int, epoch: int,
     if isinstance(source, Shards):
         paths = source.paths
         if len(paths) < world:
-            raise ValueError(f"{len(paths)} files cannot be shared out over {world} ranks: "
-                             f"each rank reads whole files")
+            raise ValueError(
+                f"{len(paths)} files cannot be shared out over {world} ranks: "
+                f"each rank reads whole files"
+            )
         if shuffle_files:
             rng = np.random.Generator(np.random.PCG64([int(seed), int(epoch)]))
             paths = [paths[k] for k in rng.permutation(len(paths))]

@@ -9,6 +9,7 @@ Labels (``classes=``, ``stratified=``) are a container with one label per observ
 array, a list, a pandas Series, a tuple member...); groups keep the order in which their
 label first appears.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Sequence
@@ -21,8 +22,17 @@ import numpy.typing as npt
 from .obs import Container, getobs, numobs
 from .views import ObsView, rng
 
-__all__ = ["chunk", "filterobs", "group_counts", "groupobs", "kfolds", "leavepout",
-           "oversample", "splitobs", "undersample"]
+__all__ = [
+    "chunk",
+    "filterobs",
+    "group_counts",
+    "groupobs",
+    "kfolds",
+    "leavepout",
+    "oversample",
+    "splitobs",
+    "undersample",
+]
 
 
 def _hashable(x: Any) -> Hashable:
@@ -44,10 +54,9 @@ def _label_values(labels: Container, n: int | None = None) -> list[Hashable]:
     if n is not None and count != n:
         raise ValueError(f"the labels hold {count} values for {n} observations")
     values = getobs(labels)
-    if hasattr(values, "detach"):           # a tensor
+    if hasattr(values, "detach"):  # a tensor
         values = values.detach().cpu().numpy()
-    return [_hashable(v) for v in (values.tolist() if isinstance(values, np.ndarray)
-                                   else values)]
+    return [_hashable(v) for v in (values.tolist() if isinstance(values, np.ndarray) else values)]
 
 
 def _groups(values: Iterable[Hashable]) -> dict[Hashable, npt.NDArray[np.int64]]:
@@ -91,9 +100,11 @@ def _parts(at: float | Sequence[float], n: int) -> tuple[float, ...]:
         return parts
     if parts and fractions and all(0 <= p <= 1 for p in parts) and sum(parts) <= 1 + 1e-9:
         return tuple(float(p) for p in parts)
-    raise ValueError(f"splitobs needs at: a fraction in [0, 1], a count of observations in "
-                     f"[0, {n}], or a non-empty tuple of either (fractions summing to at "
-                     f"most 1, counts to at most {n}), got {at!r}")
+    raise ValueError(
+        f"splitobs needs at: a fraction in [0, 1], a count of observations in "
+        f"[0, {n}], or a non-empty tuple of either (fractions summing to at "
+        f"most 1, counts to at most {n}), got {at!r}"
+    )
 
 
 def _split_sizes(n: int, parts: Sequence[float]) -> list[int]:
@@ -113,9 +124,14 @@ def _split_sizes(n: int, parts: Sequence[float]) -> list[int]:
     return sizes + [n]
 
 
-def splitobs(data: Container, at: float | Sequence[float] = 0.8, shuffle: bool = False,
-             seed: int | None = None, *,
-             stratified: Container | None = None) -> tuple[ObsView, ...]:
+def splitobs(
+    data: Container,
+    at: float | Sequence[float] = 0.8,
+    shuffle: bool = False,
+    seed: int | None = None,
+    *,
+    stratified: Container | None = None,
+) -> tuple[ObsView, ...]:
     """Split ``data`` into ``len(at) + 1`` consecutive views (two for a single ``at``).
 
     ``at`` is a fraction (the share of the first view), an int (its number of
@@ -157,8 +173,14 @@ def _fold_bounds(n: int, k: int) -> npt.NDArray[np.int64]:
     return np.cumsum([0] + sizes)
 
 
-def kfolds(data: Container, k: int = 5, *, shuffle: bool = False, seed: int | None = None,
-           stratified: Container | None = None) -> list[tuple[ObsView, ObsView]]:
+def kfolds(
+    data: Container,
+    k: int = 5,
+    *,
+    shuffle: bool = False,
+    seed: int | None = None,
+    stratified: Container | None = None,
+) -> list[tuple[ObsView, ObsView]]:
     """``k`` pairs ``(train, validation)`` of views: fold ``j`` validates on the j-th of
     ``k`` consecutive parts (the first ``n % k`` one observation larger) and trains on the
     rest, in the order of the data. ``shuffle=True`` permutes the observations first
@@ -177,15 +199,19 @@ def kfolds(data: Container, k: int = 5, *, shuffle: bool = False, seed: int | No
         validations = [[] for _ in range(k)]
         for label, positions in _groups([labels[j] for j in order]).items():
             if len(positions) < k:
-                raise ValueError(f"stratified kfolds needs k={k} observations of each "
-                                 f"label; label {label!r} has {len(positions)}")
+                raise ValueError(
+                    f"stratified kfolds needs k={k} observations of each "
+                    f"label; label {label!r} has {len(positions)}"
+                )
             bounds = _fold_bounds(len(positions), k)
             for fold, lo, hi in zip(validations, bounds[:-1], bounds[1:]):
                 fold.append(positions[lo:hi])
         validations = [_sorted_union(fold) for fold in validations]
     everything = np.arange(n)
-    return [(ObsView(data, order[np.setdiff1d(everything, v)]), ObsView(data, order[v]))
-            for v in validations]
+    return [
+        (ObsView(data, order[np.setdiff1d(everything, v)]), ObsView(data, order[v]))
+        for v in validations
+    ]
 
 
 def leavepout(data: Container, p: int = 1) -> list[tuple[ObsView, ObsView]]:
@@ -194,13 +220,13 @@ def leavepout(data: Container, p: int = 1) -> list[tuple[ObsView, ObsView]]:
     leave-one-out. Raises ``ValueError`` unless ``1 <= p <= numobs(data) // 2``."""
     n = numobs(data)
     if not isinstance(p, Integral) or isinstance(p, bool) or not 1 <= p <= n // 2:
-        raise ValueError(f"leavepout needs 1 <= p <= {n // 2} (half the observations), "
-                         f"got {p!r}")
+        raise ValueError(f"leavepout needs 1 <= p <= {n // 2} (half the observations), got {p!r}")
     return kfolds(data, n // p)
 
 
-def chunk(data: Container, n: int | None = None, *,
-          size: int | Sequence[int] | None = None) -> list[ObsView]:
+def chunk(
+    data: Container, n: int | None = None, *, size: int | Sequence[int] | None = None
+) -> list[ObsView]:
     """Consecutive views of ``data``: ``n`` parts of ``ceil(numobs / n)`` observations
     (the last one smaller, and fewer parts when they run out, as in MLUtils), parts of
     ``size`` observations, or parts of the sizes in the sequence ``size`` (summing to
@@ -223,8 +249,7 @@ def chunk(data: Container, n: int | None = None, *,
     else:
         # A sequence: not None (checked above), not an int (mypy's int is no Integral).
         sizes = list(size)  # type: ignore[arg-type]
-        if (any(not isinstance(s, Integral) or s < 0 for s in sizes)
-                or sum(sizes) != total):
+        if any(not isinstance(s, Integral) or s < 0 for s in sizes) or sum(sizes) != total:
             raise ValueError(f"chunk sizes must be counts summing to {total}, got {size!r}")
     bounds = np.cumsum([0] + sizes)
     return [ObsView(data, np.arange(lo, hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
@@ -240,19 +265,28 @@ def _last_member(data: Container) -> Container | None:
     return None
 
 
-def _classes(data: Container, classes: Container | None,
-             name: str) -> dict[Hashable, npt.NDArray[np.int64]]:
+def _classes(
+    data: Container, classes: Container | None, name: str
+) -> dict[Hashable, npt.NDArray[np.int64]]:
     """``{label: positions}`` of ``classes``, or of the labels ``data`` carries last."""
     if classes is None:
         classes = _last_member(data)
         if classes is None:
-            raise ValueError(f"{name} needs classes=, or a tuple of containers (or a view of "
-                             f"one) whose last holds the labels")
+            raise ValueError(
+                f"{name} needs classes=, or a tuple of containers (or a view of "
+                f"one) whose last holds the labels"
+            )
     return _groups(_label_values(classes, numobs(data)))
 
 
-def oversample(data: Container, classes: Container | None = None, *, fraction: float = 1,
-               shuffle: bool = True, seed: int | None = None) -> ObsView:
+def oversample(
+    data: Container,
+    classes: Container | None = None,
+    *,
+    fraction: float = 1,
+    shuffle: bool = True,
+    seed: int | None = None,
+) -> ObsView:
     """A view of ``data`` in which every class has at least ``round(fraction * m)``
     observations, ``m`` being the size of the largest class: a smaller class is repeated
     whole as often as fits, then topped up with a random sample of it without
@@ -275,8 +309,13 @@ def oversample(data: Container, classes: Container | None = None, *, fraction: f
     return ObsView(data, draw.permutation(indices) if shuffle else indices)
 
 
-def undersample(data: Container, classes: Container | None = None, *, shuffle: bool = True,
-                seed: int | None = None) -> ObsView:
+def undersample(
+    data: Container,
+    classes: Container | None = None,
+    *,
+    shuffle: bool = True,
+    seed: int | None = None,
+) -> ObsView:
     """A view of ``data`` with as many observations of every class as the smallest class
     has, drawn at random without replacement. ``classes`` as for ``oversample``.
     Unshuffled, the observations keep their order in ``data``."""

@@ -27,6 +27,7 @@ by row through ``__getitem__`` instead, like any sequence.
 None of these libraries is imported by ``import fastload``: a table is recognised by the
 module and name of its type, and the library is imported where one is met.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -39,10 +40,15 @@ import numpy.typing as npt
 
 __all__ = ["columns", "is_table", "table_getobs", "table_numobs"]
 
-_KINDS = {("pandas", "DataFrame"): "pandas", ("pandas", "Series"): "pandas-column",
-          ("pyarrow", "Table"): "arrow", ("pyarrow", "RecordBatch"): "arrow",
-          ("pyarrow", "ChunkedArray"): "arrow-column", ("pyarrow", "Array"): "arrow-column",
-          ("datasets", "Dataset"): "datasets"}
+_KINDS = {
+    ("pandas", "DataFrame"): "pandas",
+    ("pandas", "Series"): "pandas-column",
+    ("pyarrow", "Table"): "arrow",
+    ("pyarrow", "RecordBatch"): "arrow",
+    ("pyarrow", "ChunkedArray"): "arrow-column",
+    ("pyarrow", "Array"): "arrow-column",
+    ("datasets", "Dataset"): "datasets",
+}
 _kind_of_type: dict[type, str | None] = {}
 # id(table) -> (weak reference, key, columns) for the tables that do not change in place;
 # the entry goes when the table does (pyarrow objects cannot be dict keys).
@@ -50,15 +56,21 @@ _converted: dict[int, tuple[weakref.ref[Any], Any, Any]] = {}
 
 
 def _kind(data: Any) -> str | None:
-    """"pandas", "pandas-column", "arrow", "arrow-column", "datasets" or None."""
+    """ "pandas", "pandas-column", "arrow", "arrow-column", "datasets" or None."""
     cls = type(data)
-    kind: Any = _kind_of_type.get(cls, False)   # False: a type not looked up yet
+    kind: Any = _kind_of_type.get(cls, False)  # False: a type not looked up yet
     if kind is False:
-        kind = next((_KINDS[c.__module__.split(".")[0], c.__name__] for c in cls.__mro__
-                     if (c.__module__.split(".")[0], c.__name__) in _KINDS), None)
+        kind = next(
+            (
+                _KINDS[c.__module__.split(".")[0], c.__name__]
+                for c in cls.__mro__
+                if (c.__module__.split(".")[0], c.__name__) in _KINDS
+            ),
+            None,
+        )
         _kind_of_type[cls] = kind
     if kind == "datasets" and data.format.get("type") == "custom":
-        return None     # a transform only __getitem__ applies: read it as a sequence
+        return None  # a transform only __getitem__ applies: read it as a sequence
     return kind
 
 
@@ -78,7 +90,7 @@ def columns(data: Any) -> Any:
     or ``ValueError`` naming a column that cannot convert."""
     kind = _kind(data)
     if kind in ("pandas", "pandas-column"):
-        return _convert(data, kind, None)     # mutable: converted each time (views mostly)
+        return _convert(data, kind, None)  # mutable: converted each time (views mostly)
     key = _format_key(data) if kind == "datasets" else None
     cached = _converted.get(id(data))
     if cached is not None and cached[0]() is data and cached[1] == key:
@@ -110,8 +122,10 @@ def _convert(data: Any, kind: str | None, positions: npt.NDArray[np.int64] | Non
     """The columns of ``data`` (all rows, or those at ``positions``), converted."""
     if kind == "pandas":
         _check_names(list(data.columns))
-        return {name: _pandas_values(data.iloc[:, k], name, positions)
-                for k, name in enumerate(data.columns)}
+        return {
+            name: _pandas_values(data.iloc[:, k], name, positions)
+            for k, name in enumerate(data.columns)
+        }
     if kind == "pandas-column":
         return _pandas_values(data, data.name, positions)
     if kind == "datasets":
@@ -121,16 +135,16 @@ def _convert(data: Any, kind: str | None, positions: npt.NDArray[np.int64] | Non
         return _arrow_values(data, None, positions)
     names = data.schema.names
     _check_names(names)
-    return {name: _arrow_values(data.column(k), name, positions)
-            for k, name in enumerate(names)}
+    return {name: _arrow_values(data.column(k), name, positions) for k, name in enumerate(names)}
 
 
 def _check_names(names: Iterable[str]) -> None:
     seen = set()
     for name in names:
         if name in seen:
-            raise ValueError(f"the table has two columns named {name!r}: its rows cannot "
-                             f"be dicts; rename one")
+            raise ValueError(
+                f"the table has two columns named {name!r}: its rows cannot be dicts; rename one"
+            )
         seen.add(name)
 
 
@@ -144,8 +158,9 @@ def _datasets_rows(dataset: Any, positions: npt.NDArray[np.int64] | None) -> Any
     """The rows of a ``datasets.Dataset`` (all, or at ``positions``) as a pyarrow Table
     with the columns of its format."""
     fmt = dataset.format
-    rows = dataset.with_format("arrow", columns=fmt.get("columns"),
-                               output_all_columns=bool(fmt.get("output_all_columns")))
+    rows = dataset.with_format(
+        "arrow", columns=fmt.get("columns"), output_all_columns=bool(fmt.get("output_all_columns"))
+    )
     return rows[slice(None) if positions is None else positions.tolist()]
 
 
@@ -154,18 +169,22 @@ def _label(name: str | None) -> str:
 
 
 def _missing(name: str | None, count: int) -> ValueError:
-    return ValueError(f"{_label(name)} has {count} missing value(s), which an integer or "
-                      f"boolean numpy array cannot hold: fill them first (pandas: fillna; "
-                      f"pyarrow: pyarrow.compute.fill_null) or make the column float")
+    return ValueError(
+        f"{_label(name)} has {count} missing value(s), which an integer or "
+        f"boolean numpy array cannot hold: fill them first (pandas: fillna; "
+        f"pyarrow: pyarrow.compute.fill_null) or make the column float"
+    )
 
 
-def _unsupported(name: str | None, dtype: object,
-                 why: str = "numpy has no such type") -> TypeError:
-    return TypeError(f"{_label(name)} has type {dtype}, which fastload does not convert "
-                     f"({why}); convert the column first")
+def _unsupported(name: str | None, dtype: object, why: str = "numpy has no such type") -> TypeError:
+    return TypeError(
+        f"{_label(name)} has type {dtype}, which fastload does not convert "
+        f"({why}); convert the column first"
+    )
 
 
 # pyarrow ------------------------------------------------------------------------------
+
 
 def _take(column: Any, positions: npt.NDArray[np.int64] | None) -> Any:
     """The rows of a pyarrow column at ``positions`` (all when None), as one Array."""
@@ -181,6 +200,7 @@ def _arrow_kind(typ: Any, name: str | None) -> str:
     allowed), "numpy" (numpy, missing values as NaN or NaT), "fixed" (fixed-size lists)
     or "list". Raises ``TypeError`` for a type that does not convert."""
     import pyarrow as pa
+
     t = pa.types
     if t.is_dictionary(typ):
         return _arrow_kind(typ.value_type, name)
@@ -194,17 +214,28 @@ def _arrow_kind(typ: Any, name: str | None) -> str:
         return "numpy"
     if t.is_fixed_size_list(typ):
         return "fixed"
-    if (t.is_string(typ) or t.is_large_string(typ) or t.is_binary(typ)
-            or t.is_large_binary(typ) or t.is_fixed_size_binary(typ) or t.is_list(typ)
-            or t.is_large_list(typ) or t.is_struct(typ) or t.is_map(typ)
-            or t.is_decimal(typ) or t.is_time(typ) or t.is_null(typ)
-            or _is_view(t, typ)):
+    if (
+        t.is_string(typ)
+        or t.is_large_string(typ)
+        or t.is_binary(typ)
+        or t.is_large_binary(typ)
+        or t.is_fixed_size_binary(typ)
+        or t.is_list(typ)
+        or t.is_large_list(typ)
+        or t.is_struct(typ)
+        or t.is_map(typ)
+        or t.is_decimal(typ)
+        or t.is_time(typ)
+        or t.is_null(typ)
+        or _is_view(t, typ)
+    ):
         return "list"
     raise _unsupported(name, typ)
 
 
-def _arrow_values(column: Any, name: str | None,
-                  positions: npt.NDArray[np.int64] | None = None) -> np.ndarray | list[Any]:
+def _arrow_values(
+    column: Any, name: str | None, positions: npt.NDArray[np.int64] | None = None
+) -> np.ndarray | list[Any]:
     """A pyarrow column (an Array or ChunkedArray; its rows at ``positions``, all when
     None) as a numpy array or a list (see the module docstring)."""
     kind = _arrow_kind(column.type, name)
@@ -224,23 +255,34 @@ def _arrow_values(column: Any, name: str | None,
 
 def _is_view(t: ModuleType, typ: Any) -> bool:
     """True for the string, binary and list view types of newer pyarrow versions."""
-    return any(getattr(t, check, lambda _: False)(typ)
-               for check in ("is_string_view", "is_binary_view", "is_list_view",
-                             "is_large_list_view"))
+    return any(
+        getattr(t, check, lambda _: False)(typ)
+        for check in ("is_string_view", "is_binary_view", "is_list_view", "is_large_list_view")
+    )
 
 
 def _fixed_size_values(array: Any, name: str | None) -> np.ndarray | None:
     """A fixed-size list column of numbers without nulls as an array ``(rows, size, ...)``,
     or None when it holds something else."""
     import pyarrow as pa
+
     t = pa.types
     value_type = array.type.value_type
-    if array.null_count or not (t.is_integer(value_type) or t.is_floating(value_type)
-                                or t.is_boolean(value_type) or t.is_fixed_size_list(value_type)):
+    if array.null_count or not (
+        t.is_integer(value_type)
+        or t.is_floating(value_type)
+        or t.is_boolean(value_type)
+        or t.is_fixed_size_list(value_type)
+    ):
         return None
     flat = array.flatten()
-    values = (_fixed_size_values(flat, name) if t.is_fixed_size_list(value_type)
-              else None if flat.null_count else flat.to_numpy(zero_copy_only=False))
+    values = (
+        _fixed_size_values(flat, name)
+        if t.is_fixed_size_list(value_type)
+        else None
+        if flat.null_count
+        else flat.to_numpy(zero_copy_only=False)
+    )
     if values is None:
         return None
     return values.reshape((len(array), array.type.list_size) + values.shape[1:])
@@ -248,11 +290,14 @@ def _fixed_size_values(array: Any, name: str | None) -> np.ndarray | None:
 
 # pandas -------------------------------------------------------------------------------
 
-def _pandas_values(series: Any, name: str | None,
-                   positions: npt.NDArray[np.int64] | None) -> np.ndarray | list[Any]:
+
+def _pandas_values(
+    series: Any, name: str | None, positions: npt.NDArray[np.int64] | None
+) -> np.ndarray | list[Any]:
     """A pandas Series (the rows at ``positions``, all when None) as a numpy array or a
     list (see the module docstring)."""
     import pandas as pd
+
     dtype = series.dtype
     if isinstance(dtype, np.dtype):
         values = series.to_numpy()
@@ -274,11 +319,12 @@ def _pandas_values(series: Any, name: str | None,
         return series.tolist()
     if type(dtype).__name__ == "ArrowDtype":
         import pyarrow as pa
+
         return _arrow_values(pa.array(series.array), name)
     if isinstance(dtype, pd.DatetimeTZDtype):
         raise _unsupported(name, dtype, "its time zone would be lost in numpy")
     numpy_dtype = getattr(dtype, "numpy_dtype", None)
-    if numpy_dtype is not None and numpy_dtype.kind in "biuf":   # Int64, Float32, boolean
+    if numpy_dtype is not None and numpy_dtype.kind in "biuf":  # Int64, Float32, boolean
         if series.hasnans and numpy_dtype.kind != "f":
             raise _missing(name, int(series.isna().sum()))
         if series.hasnans:

@@ -8,6 +8,7 @@ or of a dtype numpy lacks, such as bfloat16) is indexed by torch itself.
 torch is never imported here: a tensor exists only once torch was imported, and the
 module is then found in ``sys.modules``.
 """
+
 from __future__ import annotations
 
 import sys

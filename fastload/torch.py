@@ -10,6 +10,7 @@ Tensors made from a ``buffer=True`` loader share memory with its ring: like the 
 **they are valid until the next batch is requested**. Importing this module imports torch;
 ``import fastload`` does not.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -37,8 +38,10 @@ def _walk(batch: Any, f: Callable[[Any], Any]) -> Any:
 def _tensors(batch: Any) -> Any:
     """``batch`` with every numpy array made a tensor on the same memory; anything else
     is kept as it is."""
-    return _walk(batch, lambda x: torch.from_numpy(x)
-                 if isinstance(x, np.ndarray) and x.dtype != object else x)
+    return _walk(
+        batch,
+        lambda x: torch.from_numpy(x) if isinstance(x, np.ndarray) and x.dtype != object else x,
+    )
 
 
 def _apply(batch: Any, f: Callable[[torch.Tensor], Any]) -> Any:
@@ -57,17 +60,21 @@ def _pin(loader: _EpochLoader) -> None:
     asynchronously straight from the slots."""
     global _warned_no_cuda
     if loader.backend == "process":
-        raise ValueError("pin_memory=True needs the thread backend: the process backend's "
-                         "ring is shared memory made before its workers start")
+        raise ValueError(
+            "pin_memory=True needs the thread backend: the process backend's "
+            "ring is shared memory made before its workers start"
+        )
     if not loader.buffer:
-        raise ValueError("pin_memory=True needs buffer=True: the ring is pinned once and "
-                         "reused, where buffer=False makes a fresh array per batch")
+        raise ValueError(
+            "pin_memory=True needs buffer=True: the ring is pinned once and "
+            "reused, where buffer=False makes a fresh array per batch"
+        )
     if not torch.cuda.is_available():
         if not _warned_no_cuda:
             warnings.warn("pin_memory=True does nothing: CUDA is not available", stacklevel=3)
             _warned_no_cuda = True
         return
-    loader.allocator = _pinned_empty   # drops a ring allocated before; the next epoch pins
+    loader.allocator = _pinned_empty  # drops a ring allocated before; the next epoch pins
 
 
 class TorchLoader:
@@ -110,8 +117,9 @@ class TorchLoader:
 
 
 class _OnDevice:
-    def __init__(self, batches: TorchLoader | _EpochLoader, device: torch.device,
-                 non_blocking: bool) -> None:
+    def __init__(
+        self, batches: TorchLoader | _EpochLoader, device: torch.device, non_blocking: bool
+    ) -> None:
         self.batches = batches
         self.device = device
         self.non_blocking = non_blocking
@@ -156,14 +164,15 @@ class _OnDevice:
                 current.wait_event(done)
                 # The memory was allocated on the side stream: keep the allocator from
                 # handing it out again while the consumer's stream still reads it.
-                _apply(moved, lambda t: t.record_stream(current))
+                _apply(moved, lambda t: t.record_stream(current))  # noqa: B023 (run at once)
                 yield moved
         finally:
             batches.close()
 
 
-def to_device(loader: TorchLoader | _EpochLoader, device: str | torch.device,
-              non_blocking: bool = True) -> _OnDevice:
+def to_device(
+    loader: TorchLoader | _EpochLoader, device: str | torch.device, non_blocking: bool = True
+) -> _OnDevice:
     """The batches of ``loader`` (a ``TorchLoader`` or any fastload loader) as tensors on
     ``device``, through tuples, dicts and lists.
 

@@ -11,6 +11,7 @@ threads or order.
     >>> train.output_shape, train.output_dtype
     ((3, 224, 224), dtype('float32'))
 """
+
 import inspect
 import numbers
 import os
@@ -22,10 +23,28 @@ import numpy as np
 from . import _core, codecs, limits
 from .mixing import CutMix, MixUp
 
-__all__ = ["CenterCrop", "ColorJitter", "Compose", "CutMix", "DecodeImage", "DecodeJPEG",
-           "GaussianBlur", "IMAGENET_MEAN", "IMAGENET_STD", "Lambda", "MixUp", "Normalize",
-           "RandomCrop", "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip",
-           "RandomResizedCrop", "Resize", "ToCHW", "decode_jpeg_header"]
+__all__ = [
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "CenterCrop",
+    "ColorJitter",
+    "Compose",
+    "CutMix",
+    "DecodeImage",
+    "DecodeJPEG",
+    "GaussianBlur",
+    "Lambda",
+    "MixUp",
+    "Normalize",
+    "RandomCrop",
+    "RandomErasing",
+    "RandomGrayscale",
+    "RandomHorizontalFlip",
+    "RandomResizedCrop",
+    "Resize",
+    "ToCHW",
+    "decode_jpeg_header",
+]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -52,6 +71,7 @@ def _range2(pair, what, name):
 
 class Transform:
     """Base of the transform specs; `kind` groups them for the chain rules of Compose."""
+
     kind: str | None = None
 
     def __repr__(self) -> str:
@@ -69,6 +89,7 @@ class DecodeImage(Transform):
     full-size decode (PIL's) within one gray level. QOI (the lossless encoding of packed
     datasets) decodes in C; PNG, BMP, GIF (first frame), WebP and TIFF through Pillow, with
     the GIL (see docs/images.md for their speed)."""
+
     kind = "decode"
 
     def __init__(self, channels: int = 3, exact: bool = False) -> None:
@@ -82,19 +103,27 @@ class DecodeJPEG(DecodeImage):
     """The former name of DecodeImage, which decodes every format: use DecodeImage."""
 
     def __init__(self, channels: int = 3, exact: bool = False) -> None:
-        warnings.warn("DecodeJPEG is now DecodeImage (it decodes PNG, BMP, GIF, WebP and "
-                      "TIFF too): use fastload.transforms.DecodeImage", DeprecationWarning,
-                      stacklevel=2)
+        warnings.warn(
+            "DecodeJPEG is now DecodeImage (it decodes PNG, BMP, GIF, WebP and "
+            "TIFF too): use fastload.transforms.DecodeImage",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         super().__init__(channels, exact)
 
 
 class RandomResizedCrop(Transform):
     """torchvision's RandomResizedCrop: a random area fraction in `scale` and aspect ratio
     (log-uniform) in `ratio`, resized (antialiased bilinear) to `size`."""
+
     kind = "crop"
 
-    def __init__(self, size: int | tuple[int, int], scale: tuple[float, float] = (0.08, 1.0),
-                 ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> None:
+    def __init__(
+        self,
+        size: int | tuple[int, int],
+        scale: tuple[float, float] = (0.08, 1.0),
+        ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    ) -> None:
         self.size = _size2(size, "RandomResizedCrop")
         self.scale = _range2(scale, "RandomResizedCrop", "scale")
         self.ratio = _range2(ratio, "RandomResizedCrop", "ratio")
@@ -103,6 +132,7 @@ class RandomResizedCrop(Transform):
 class RandomCrop(Transform):
     """A uniformly placed `size` crop of the image zero-padded by `padding` pixels on every
     side; an image smaller than the crop (after padding) raises ValueError."""
+
     kind = "crop"
 
     def __init__(self, size: int | tuple[int, int], padding: int = 0) -> None:
@@ -115,6 +145,7 @@ class RandomCrop(Transform):
 class CenterCrop(Transform):
     """The central `size` crop (torchvision's offsets); zero padding where the image is
     smaller."""
+
     kind = "crop"
 
     def __init__(self, size: int | tuple[int, int]) -> None:
@@ -124,6 +155,7 @@ class CenterCrop(Transform):
 class Resize(Transform):
     """Resizes (antialiased bilinear, as PIL's BILINEAR): an int sets the shorter side
     (aspect kept, as torchvision), a (height, width) pair the exact size."""
+
     kind = "resize"
     size: int | tuple[int, int]
 
@@ -138,6 +170,7 @@ class Resize(Transform):
 
 class RandomHorizontalFlip(Transform):
     """Mirrors left-right with probability p."""
+
     kind = "flip"
 
     def __init__(self, p: float = 0.5) -> None:
@@ -149,10 +182,15 @@ class RandomHorizontalFlip(Transform):
 class Normalize(Transform):
     """(x / 255 - mean[c]) / std[c] as float32; mean and std on the 0..1 scale (torchvision's
     convention), one value per channel or one for all."""
+
     kind = "normalize"
 
-    def __init__(self, mean: "np.typing.ArrayLike", std: "np.typing.ArrayLike",
-                 dtype: "np.typing.DTypeLike" = "float32") -> None:
+    def __init__(
+        self,
+        mean: "np.typing.ArrayLike",
+        std: "np.typing.ArrayLike",
+        dtype: "np.typing.DTypeLike" = "float32",
+    ) -> None:
         self.mean = tuple(float(m) for m in np.atleast_1d(mean))
         self.std = tuple(float(s) for s in np.atleast_1d(std))
         if not 1 <= len(self.mean) <= 4 or len(self.std) != len(self.mean):
@@ -163,14 +201,19 @@ class Normalize(Transform):
             raise ValueError(f"Normalize: only dtype float32 is supported, got {dtype!r}")
         self.dtype = "float32"
         if max(self.mean) > 1 or max(self.std) > 1:
-            warnings.warn(f"Normalize(mean={self.mean}, std={self.std}): values above 1 look "
-                          f"like the 0..255 scale; pixels are divided by 255 first "
-                          f"(torchvision's convention), so mean and std are on the 0..1 scale, "
-                          f"as IMAGENET_MEAN and IMAGENET_STD", UserWarning, stacklevel=2)
+            warnings.warn(
+                f"Normalize(mean={self.mean}, std={self.std}): values above 1 look "
+                f"like the 0..255 scale; pixels are divided by 255 first "
+                f"(torchvision's convention), so mean and std are on the 0..1 scale, "
+                f"as IMAGENET_MEAN and IMAGENET_STD",
+                UserWarning,
+                stacklevel=2,
+            )
 
 
 class ToCHW(Transform):
     """Channels-first output (C, H, W). Must come last (RandomErasing may follow it)."""
+
     kind = "layout"
 
 
@@ -189,11 +232,14 @@ def _jitter_range(value, name, center, bound):
     elif isinstance(value, (tuple, list)) and len(value) == 2:
         lo, hi = float(value[0]), float(value[1])
     else:
-        raise ValueError(f"ColorJitter: {name} must be a number or a (min, max) pair, "
-                         f"got {value!r}")
+        raise ValueError(
+            f"ColorJitter: {name} must be a number or a (min, max) pair, got {value!r}"
+        )
     if not bound[0] <= lo <= hi <= bound[1]:
-        raise ValueError(f"ColorJitter: {name} must give min <= max within [{bound[0]}, "
-                         f"{bound[1]}], got ({lo}, {hi})")
+        raise ValueError(
+            f"ColorJitter: {name} must give min <= max within [{bound[0]}, "
+            f"{bound[1]}], got ({lo}, {hi})"
+        )
     return None if lo == hi == center else (lo, hi)
 
 
@@ -211,25 +257,33 @@ class ColorJitter(Transform):
     channel rounded. One-channel images get brightness and contrast only (as torchvision);
     an alpha channel is left as it is.
     """
+
     kind = "colour"
 
-    def __init__(self, brightness: float | tuple[float, float] | None = 0,
-                 contrast: float | tuple[float, float] | None = 0,
-                 saturation: float | tuple[float, float] | None = 0,
-                 hue: float | tuple[float, float] | None = 0) -> None:
+    def __init__(
+        self,
+        brightness: float | tuple[float, float] | None = 0,
+        contrast: float | tuple[float, float] | None = 0,
+        saturation: float | tuple[float, float] | None = 0,
+        hue: float | tuple[float, float] | None = 0,
+    ) -> None:
         self.brightness = _jitter_range(brightness, "brightness", 1.0, (0.0, float("inf")))
         self.contrast = _jitter_range(contrast, "contrast", 1.0, (0.0, float("inf")))
         self.saturation = _jitter_range(saturation, "saturation", 1.0, (0.0, float("inf")))
         self.hue = _jitter_range(hue, "hue", 0.0, (-0.5, 0.5))
 
     def _pixel_op(self, op: int) -> dict[str, object]:
-        return {"kind": "jitter", "op": op,
-                "ranges": (self.brightness, self.contrast, self.saturation, self.hue)}
+        return {
+            "kind": "jitter",
+            "op": op,
+            "ranges": (self.brightness, self.contrast, self.saturation, self.hue),
+        }
 
 
 class RandomGrayscale(Transform):
     """With probability p, each pixel's colour becomes its luma (ITU-R 601, rounded), the
     channel count kept (alpha left as it is; a one-channel image is unchanged)."""
+
     kind = "colour"
 
     def __init__(self, p: float = 0.1) -> None:
@@ -251,6 +305,7 @@ class GaussianBlur(Transform):
     without repeating the edge pixel (torch's "reflect", repeated when the kernel is wider
     than the image, where torch raises); float32 sums, rounded half up to uint8.
     """
+
     kind = "colour"
 
     def __init__(self, kernel_size: int | tuple[int, int], sigma=(0.1, 2.0)) -> None:
@@ -258,17 +313,21 @@ class GaussianBlur(Transform):
         if isinstance(ks, numbers.Integral):
             ks = (ks, ks)
         ks = tuple(ks) if isinstance(ks, (tuple, list)) else ()
-        if len(ks) != 2 or not all(isinstance(k, numbers.Integral) and k > 0 and k % 2 == 1
-                                   for k in ks):
-            raise ValueError(f"GaussianBlur: kernel_size must be an odd positive int or a "
-                             f"(kx, ky) pair of them, got {kernel_size!r}")
+        if len(ks) != 2 or not all(
+            isinstance(k, numbers.Integral) and k > 0 and k % 2 == 1 for k in ks
+        ):
+            raise ValueError(
+                f"GaussianBlur: kernel_size must be an odd positive int or a "
+                f"(kx, ky) pair of them, got {kernel_size!r}"
+            )
         self.kernel_size = (int(ks[0]), int(ks[1]))
         if isinstance(sigma, numbers.Real):
             sigma = (sigma, sigma)
         lo, hi = (float(s) for s in sigma)
         if not 0 < lo <= hi:
-            raise ValueError(f"GaussianBlur: sigma must be > 0, or (min, max) with "
-                             f"0 < min <= max, got {sigma!r}")
+            raise ValueError(
+                f"GaussianBlur: sigma must be > 0, or (min, max) with 0 < min <= max, got {sigma!r}"
+            )
         self.sigma = (lo, hi)
 
     def _pixel_op(self, op: int) -> dict[str, object]:
@@ -287,18 +346,24 @@ class RandomErasing(Transform):
     a standard normal draw per erased element (float32 output) or uniform 0..255 (uint8).
     On uint8 output the values must be whole numbers in 0..255.
     """
+
     kind = "erase"
 
-    def __init__(self, p: float = 0.5, scale: tuple[float, float] = (0.02, 0.33),
-                 ratio: tuple[float, float] = (0.3, 3.3),
-                 value: float | tuple[float, ...] | str = 0) -> None:
+    def __init__(
+        self,
+        p: float = 0.5,
+        scale: tuple[float, float] = (0.02, 0.33),
+        ratio: tuple[float, float] = (0.3, 3.3),
+        value: float | tuple[float, ...] | str = 0,
+    ) -> None:
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"RandomErasing: p must be in [0, 1], got {p!r}")
         self.p = float(p)
         lo, hi = (float(s) for s in scale)
         if not 0.0 <= lo <= hi <= 1.0:
-            raise ValueError(f"RandomErasing: scale must be (min, max) within [0, 1], "
-                             f"got {scale!r}")
+            raise ValueError(
+                f"RandomErasing: scale must be (min, max) within [0, 1], got {scale!r}"
+            )
         self.scale = (lo, hi)
         self.ratio = _range2(ratio, "RandomErasing", "ratio")
         self.value = self._values(value)
@@ -307,24 +372,33 @@ class RandomErasing(Transform):
     def _values(value):
         if isinstance(value, str):
             if value != "random":
-                raise ValueError(f"RandomErasing: value must be a number, a tuple of them "
-                                 f"or 'random', got {value!r}")
+                raise ValueError(
+                    f"RandomErasing: value must be a number, a tuple of them "
+                    f"or 'random', got {value!r}"
+                )
             return value
         values = (value,) if isinstance(value, numbers.Real) else tuple(value)
         if not 1 <= len(values) <= 4 or not all(isinstance(v, numbers.Real) for v in values):
-            raise ValueError(f"RandomErasing: value must be a number, a tuple of 1 to 4 "
-                             f"numbers or 'random', got {value!r}")
+            raise ValueError(
+                f"RandomErasing: value must be a number, a tuple of 1 to 4 "
+                f"numbers or 'random', got {value!r}"
+            )
         return tuple(float(v) for v in values)
 
     def _spec(self, op):
-        return {"op": op, "p": self.p, "scale": self.scale, "ratio": self.ratio,
-                "value": self.value}
+        return {
+            "op": op,
+            "p": self.p,
+            "scale": self.scale,
+            "ratio": self.ratio,
+            "value": self.value,
+        }
 
 
 def _takes_rng(f):
     try:
         parameters = inspect.signature(f).parameters
-    except (TypeError, ValueError):   # a builtin without a signature
+    except (TypeError, ValueError):  # a builtin without a signature
         return False
     rng = parameters.get("rng")
     return rng is not None and rng.kind in (rng.POSITIONAL_OR_KEYWORD, rng.KEYWORD_ONLY)
@@ -343,6 +417,7 @@ class Lambda(Transform):
         ...     return image & np.uint8(0xF0 if rng.random() < 0.5 else 0xFF)
         >>> chain = Compose([RandomResizedCrop(64), Lambda(posterize), Normalize(0.5, 0.5)])
     """
+
     kind = "lambda"
 
     def __init__(self, f: object) -> None:
@@ -351,8 +426,9 @@ class Lambda(Transform):
         self.f = f
         self.wants_rng = _takes_rng(f)
 
-    def __call__(self, image: np.ndarray, *, seed: int = 0, epoch: int = 0, index: int = 0,
-                 op: int = 0) -> np.ndarray:
+    def __call__(
+        self, image: np.ndarray, *, seed: int = 0, epoch: int = 0, index: int = 0, op: int = 0
+    ) -> np.ndarray:
         """f(image), with a Generator keyed by (seed, epoch, index, op) when f takes `rng`;
         ValueError unless it returns a uint8 image of the input's shape."""
         if self.wants_rng:
@@ -363,9 +439,11 @@ class Lambda(Transform):
         if out.ndim == 2 and image.shape[2] == 1:
             out = out[:, :, None]
         if out.dtype != np.uint8 or out.shape != image.shape:
-            raise ValueError(f"{self!r} returned {out.dtype} of shape {out.shape} for a uint8 "
-                             f"image of shape {image.shape}: a Lambda must return a uint8 "
-                             f"image of the same shape (it runs among the colour ops)")
+            raise ValueError(
+                f"{self!r} returned {out.dtype} of shape {out.shape} for a uint8 "
+                f"image of shape {image.shape}: a Lambda must return a uint8 "
+                f"image of the same shape (it runs among the colour ops)"
+            )
         return out
 
     def __repr__(self) -> str:
@@ -380,19 +458,23 @@ def _validate(ops):
     seen: list[Any] = []
     for k, op in enumerate(ops):
         if not isinstance(op, Transform) or op.kind is None:
-            raise ValueError(f"Compose: op {k} ({op!r}) is not a fastload transform; Compose "
-                             f"runs fastload's image transforms natively. Apply a function of "
-                             f"your own with mapobs: mapobs(f, mapobs(Compose([...]), images)), "
-                             f"or in the chain as Lambda(f) (it runs with the GIL)")
+            raise ValueError(
+                f"Compose: op {k} ({op!r}) is not a fastload transform; Compose "
+                f"runs fastload's image transforms natively. Apply a function of "
+                f"your own with mapobs: mapobs(f, mapobs(Compose([...]), images)), "
+                f"or in the chain as Lambda(f) (it runs with the GIL)"
+            )
         _check_place(ops, k, op, seen)
         seen.append(op.kind)
     colour = [k for k, op in enumerate(ops) if op.kind == "colour"]
     if len(colour) > _core.MAX_PIXEL_OPS:
         k = colour[_core.MAX_PIXEL_OPS]
-        raise ValueError(f"Compose: {ops[k]!r} (op {k}) is one colour op too many: a chain "
-                         f"holds at most {_core.MAX_PIXEL_OPS} ColorJitter, RandomGrayscale "
-                         f"and GaussianBlur ops; merge some (one ColorJitter does brightness, "
-                         f"contrast, saturation and hue)")
+        raise ValueError(
+            f"Compose: {ops[k]!r} (op {k}) is one colour op too many: a chain "
+            f"holds at most {_core.MAX_PIXEL_OPS} ColorJitter, RandomGrayscale "
+            f"and GaussianBlur ops; merge some (one ColorJitter does brightness, "
+            f"contrast, saturation and hue)"
+        )
 
 
 def _check_place(ops, k, op, seen):
@@ -403,19 +485,21 @@ def _check_place(ops, k, op, seen):
     if "erase" in seen:
         raise ValueError(f"{where} comes after RandomErasing, which must be last")
     if "layout" in seen and op.kind != "erase":
-        raise ValueError(f"{where} comes after ToCHW, which must be last (only RandomErasing "
-                         f"may follow it)")
+        raise ValueError(
+            f"{where} comes after ToCHW, which must be last (only RandomErasing may follow it)"
+        )
     if op.kind == "crop" and "crop" in seen:
         raise ValueError(f"{where} is a second crop; use one crop")
     if op.kind == "resize" and "resize" in seen:
         raise ValueError(f"{where} is a second Resize")
     rrc = any(isinstance(o, RandomResizedCrop) for o in ops[:k])
-    if op.kind == "resize" and rrc or isinstance(op, RandomResizedCrop) and "resize" in seen:
+    if (op.kind == "resize" and rrc) or (isinstance(op, RandomResizedCrop) and "resize" in seen):
         raise ValueError(f"{where}: RandomResizedCrop already resizes; drop the Resize")
     if op.kind in ("flip", "normalize") and op.kind in seen:
         raise ValueError(f"{where} repeats an earlier op")
-    late = dict.fromkeys(type(o).__name__ for o in ops[:k]
-                         if o.kind in ("flip", "normalize") + _PIXEL_KINDS)
+    late = dict.fromkeys(
+        type(o).__name__ for o in ops[:k] if o.kind in ("flip", "normalize") + _PIXEL_KINDS
+    )
     if op.kind in ("crop", "resize", "flip") and late:
         raise ValueError(f"{where} must come before {' and '.join(late)}")
     if op.kind in _PIXEL_KINDS and ("normalize" in seen or "layout" in seen):
@@ -444,12 +528,15 @@ class Compose:
     wants_index = True
     # The whole chain is one native pipeline, which the loader runs without the GIL.
     native = True
-    ops: tuple    # of Transforms; the first a DecodeImage when `decodes`
+    ops: tuple  # of Transforms; the first a DecodeImage when `decodes`
 
     def __new__(cls, ops: "list[Transform] | tuple[Transform, ...]" = ()) -> "Compose":
         # A chain with a Lambda is a _StagedCompose, as pathlib.Path makes a PosixPath.
-        if cls is Compose and isinstance(ops, (list, tuple)) and \
-                any(isinstance(op, Lambda) for op in ops):
+        if (
+            cls is Compose
+            and isinstance(ops, (list, tuple))
+            and any(isinstance(op, Lambda) for op in ops)
+        ):
             cls = _StagedCompose
         return super().__new__(cls)
 
@@ -465,7 +552,7 @@ class Compose:
 
     def _compile(self):
         """The chain's native pipeline."""
-        if self._find(Lambda):   # only a one-shot iterable of ops gets here
+        if self._find(Lambda):  # only a one-shot iterable of ops gets here
             raise ValueError("Compose: give a chain with a Lambda as a list of ops")
         return _core.Pipeline(**self._pipeline_args(range(len(self.ops))))
 
@@ -491,8 +578,11 @@ class Compose:
         crop, resize, flip = (part.get(first.get(kind)) for kind in ("crop", "resize", "flip"))
         args: dict[str, Any] = {}
         if crop is not None:
-            args.update(crop_op=first["crop"], crop_size=crop.size,
-                        crop_after_resize=resize is not None and first["resize"] < first["crop"])
+            args.update(
+                crop_op=first["crop"],
+                crop_size=crop.size,
+                crop_after_resize=resize is not None and first["resize"] < first["crop"],
+            )
         if isinstance(crop, RandomResizedCrop):
             args.update(crop="random_resized", scale=crop.scale, ratio=crop.ratio)
         elif isinstance(crop, RandomCrop):
@@ -501,8 +591,10 @@ class Compose:
             args.update(crop="center")
         if resize is not None:
             exact = isinstance(resize.size, tuple)
-            args.update(resize="exact" if exact else "shorter",
-                        resize_size=resize.size if exact else (resize.size, 0))
+            args.update(
+                resize="exact" if exact else "shorter",
+                resize_size=resize.size if exact else (resize.size, 0),
+            )
         if flip is not None:
             args.update(flip_p=flip.p, flip_op=first["flip"])
         return args
@@ -513,8 +605,9 @@ class Compose:
         for k, op in part.items():
             if isinstance(op, Normalize):
                 if self.channels and len(op.mean) not in (1, self.channels):
-                    raise ValueError(f"Compose: {op!r} has {len(op.mean)} values for "
-                                     f"{self.channels} channels")
+                    raise ValueError(
+                        f"Compose: {op!r} has {len(op.mean)} values for {self.channels} channels"
+                    )
                 args.update(mean=op.mean, std=op.std)
             elif isinstance(op, RandomErasing):
                 self._check_erasing(op)
@@ -526,12 +619,17 @@ class Compose:
         if values == "random":
             return
         if self.channels and len(values) not in (1, self.channels):
-            raise ValueError(f"Compose: {erasing!r} has {len(values)} values for "
-                             f"{self.channels} channels: give one value, or one per channel")
-        if self.output_dtype == np.uint8 and not all(v.is_integer() and 0 <= v <= 255
-                                                     for v in values):
-            raise ValueError(f"Compose: {erasing!r} erases a uint8 output: give whole numbers "
-                             f"in 0..255, or put Normalize before it for float values")
+            raise ValueError(
+                f"Compose: {erasing!r} has {len(values)} values for "
+                f"{self.channels} channels: give one value, or one per channel"
+            )
+        if self.output_dtype == np.uint8 and not all(
+            v.is_integer() and 0 <= v <= 255 for v in values
+        ):
+            raise ValueError(
+                f"Compose: {erasing!r} erases a uint8 output: give whole numbers "
+                f"in 0..255, or put Normalize before it for float values"
+            )
 
     def _find_kind(self, kind):
         return next((op for op in self.ops if op.kind == kind), None)
@@ -539,7 +637,7 @@ class Compose:
     def _fixed_shape(self):
         """The output shape when no input can change it, else None."""
         crop, resize = self._find_kind("crop"), self._find(Resize)
-        if self.channels is None or crop is None and resize is None:
+        if self.channels is None or (crop is None and resize is None):
             return None
         if crop is None and not isinstance(resize.size, tuple):
             return None
@@ -554,26 +652,37 @@ class Compose:
         oh, ow, oc = self.pipeline.output_shape(h, w, c)
         return (oc, oh, ow) if self._find(ToCHW) else (oh, ow, oc)
 
-    def __call__(self, x: "bytes | bytearray | memoryview | np.typing.ArrayLike", *,
-                 index: int = 0, seed: int = 0, epoch: int = 0) -> np.ndarray:
+    def __call__(
+        self,
+        x: "bytes | bytearray | memoryview | np.typing.ArrayLike",
+        *,
+        index: int = 0,
+        seed: int = 0,
+        epoch: int = 0,
+    ) -> np.ndarray:
         """The transformed item: x is the bytes of an image file when the chain starts with
         DecodeImage, else a uint8 HWC or HW array. Raises ValueError for a corrupt or
         truncated image."""
         if self.decodes:
             if isinstance(x, np.ndarray) and x.dtype == np.uint8 and x.ndim in (2, 3):
-                raise ValueError(f"DecodeImage() got a decoded {x.shape} uint8 image, not the "
-                                 f"bytes of an encoded one: drop DecodeImage() from the chain, "
-                                 f"or pass the encoded bytes (of a packed dataset's column: "
-                                 f"ds['image'].encoded)")
+                raise ValueError(
+                    f"DecodeImage() got a decoded {x.shape} uint8 image, not the "
+                    f"bytes of an encoded one: drop DecodeImage() from the chain, "
+                    f"or pass the encoded bytes (of a packed dataset's column: "
+                    f"ds['image'].encoded)"
+                )
             return self._run_encoded(x, index, seed, epoch)
         if isinstance(x, (bytes, bytearray, memoryview, np.bytes_)):
-            raise ValueError("the chain got the bytes of an encoded image: start it with "
-                             "DecodeImage()")
+            raise ValueError(
+                "the chain got the bytes of an encoded image: start it with DecodeImage()"
+            )
         img = _core.as_image(x)
         normalize = self._find(Normalize)
         if normalize is not None and len(normalize.mean) not in (1, img.shape[2]):
-            raise ValueError(f"{normalize!r} has {len(normalize.mean)} values for an image "
-                             f"with {img.shape[2]} channels")
+            raise ValueError(
+                f"{normalize!r} has {len(normalize.mean)} values for an image "
+                f"with {img.shape[2]} channels"
+            )
         h, w = img.shape[:2]
         return self._run(img, h, w, 1, seed, epoch, index)
 
@@ -590,27 +699,38 @@ class Compose:
         if "smaller than the crop" not in str(error):
             return error
         crop = self._find(RandomCrop) or self._find(CenterCrop)
-        return ValueError(f"{crop!r} is larger than the {h}x{w} image: give the crop "
-                          f"padding (RandomCrop(..., padding=...)), or Resize first so "
-                          f"that every image covers the crop")
+        return ValueError(
+            f"{crop!r} is larger than the {h}x{w} image: give the crop "
+            f"padding (RandomCrop(..., padding=...)), or Resize first so "
+            f"that every image covers the crop"
+        )
 
     def _run_encoded(self, data, index, seed, epoch):
         """The chain on encoded image bytes, decoded by the code a loader runs (in C, only
         the part the crop reads), so that both give the same pixels."""
         if isinstance(data, (str, os.PathLike)):
-            raise ValueError(f"DecodeImage() got a path ({os.fspath(data)!r}), not the bytes "
-                             f"of an image: give the loader fastload.files(paths), whose "
-                             f"observations are the files' bytes")
+            raise ValueError(
+                f"DecodeImage() got a path ({os.fspath(data)!r}), not the bytes "
+                f"of an image: give the loader fastload.files(paths), whose "
+                f"observations are the files' bytes"
+            )
         h, w = codecs.image_size(data)
         limits.check_pixels(h, w)
-        channels = self.ops[0].channels   # the DecodeImage this chain starts with
+        channels = self.ops[0].channels  # the DecodeImage this chain starts with
         try:
             out = np.empty(self.output_shape_for((h, w, channels)), self.output_dtype)
         except ValueError as error:
             raise self._explain(error, h, w) from None
-        source = _core.ImageSource(self.pipeline, channels, "bytes", codecs,
-                                   limits.MAX_IMAGE_PIXELS, limits.MAX_FILE_BYTES,
-                                   exact=self.exact_decode, buffers=())
+        source = _core.ImageSource(
+            self.pipeline,
+            channels,
+            "bytes",
+            codecs,
+            limits.MAX_IMAGE_PIXELS,
+            limits.MAX_FILE_BYTES,
+            exact=self.exact_decode,
+            buffers=(),
+        )
         return source.run(data, out, seed, epoch, index)
 
     @property
@@ -630,12 +750,13 @@ class _StagedCompose(Compose):
     Normalize, ToCHW and RandomErasing). Every op keeps its position in the whole chain as
     the op of its RNG key, so the draws are those of the same ops in a chain without the
     Lambda."""
+
     native = False
 
     def _compile(self):
         cuts = [k for k, op in enumerate(self.ops) if isinstance(op, Lambda)]
-        self.head = Compose(self.ops[:cuts[0]])
-        self.parts = []   # (position, Lambda) and (first position, native Pipeline)
+        self.head = Compose(self.ops[: cuts[0]])
+        self.parts = []  # (position, Lambda) and (first position, native Pipeline)
         for k, stop in zip(cuts, cuts[1:] + [len(self.ops)]):
             self.parts.append((k, self.ops[k]))
             if stop > k + 1:
@@ -645,17 +766,25 @@ class _StagedCompose(Compose):
 
     def output_shape_for(self, shape: tuple[int, ...]) -> tuple[int, int, int]:
         """The output shape for an input image of `shape` (HW or HWC)."""
-        oh, ow, oc = self.head.output_shape_for(shape)   # HWC: ToCHW comes after a Lambda
+        oh, ow, oc = self.head.output_shape_for(shape)  # HWC: ToCHW comes after a Lambda
         return (oc, oh, ow) if self._find(ToCHW) else (oh, ow, oc)
 
-    def __call__(self, x: "bytes | bytearray | memoryview | np.typing.ArrayLike", *,
-                 index: int = 0, seed: int = 0, epoch: int = 0) -> np.ndarray:
+    def __call__(
+        self,
+        x: "bytes | bytearray | memoryview | np.typing.ArrayLike",
+        *,
+        index: int = 0,
+        seed: int = 0,
+        epoch: int = 0,
+    ) -> np.ndarray:
         """The transformed item, as Compose.__call__."""
         image = self.head(x, index=index, seed=seed, epoch=epoch)
         normalize = self._find(Normalize)
         if normalize is not None and len(normalize.mean) not in (1, image.shape[2]):
-            raise ValueError(f"{normalize!r} has {len(normalize.mean)} values for an image "
-                             f"with {image.shape[2]} channels")
+            raise ValueError(
+                f"{normalize!r} has {len(normalize.mean)} values for an image "
+                f"with {image.shape[2]} channels"
+            )
         for k, part in self.parts:
             if isinstance(part, Lambda):
                 image = part(image, seed=seed, epoch=epoch, index=index, op=k)

@@ -3,6 +3,7 @@
 The one place that knows how a structure is taken apart and rebuilt; the protocol, views,
 collation, plans and streams all go through it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable

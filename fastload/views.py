@@ -1,6 +1,7 @@
 """Lazy views of data containers. Views copy nothing, compose, and pass ``getobs_into``
 buffers through to the container underneath. Subsets (splits, folds, filters, resampling)
 are ``obsview``s: see ``subsets.py``."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -13,13 +14,34 @@ import numpy.typing as npt
 from .collate import CollateOption, collate, stack
 from .context import current
 from .errors import load_error
-from .obs import (Container, Index, copy_into, getobs, getobs_into, is_batch_index,
-                  normalize_index, numobs)
+from .obs import (
+    Container,
+    Index,
+    copy_into,
+    getobs,
+    getobs_into,
+    is_batch_index,
+    normalize_index,
+    numobs,
+)
 from .tree import head, map_tree, row, tree_leaves
 
-__all__ = ["BatchView", "JoinedObs", "MappedObs", "ObsView", "SlidingWindow", "batchview",
-           "collate_batch", "joinobs", "mapobs", "obsview", "randobs", "shuffleobs",
-           "slidingwindow", "source_of"]
+__all__ = [
+    "BatchView",
+    "JoinedObs",
+    "MappedObs",
+    "ObsView",
+    "SlidingWindow",
+    "batchview",
+    "collate_batch",
+    "joinobs",
+    "mapobs",
+    "obsview",
+    "randobs",
+    "shuffleobs",
+    "slidingwindow",
+    "source_of",
+]
 
 
 def rng(seed: int | None) -> np.random.Generator:
@@ -32,7 +54,8 @@ def rng(seed: int | None) -> np.random.Generator:
 class _View:
     """Base of the views: the sequence protocol on top of the container protocol."""
 
-    if TYPE_CHECKING:    # what each view defines
+    if TYPE_CHECKING:  # what each view defines
+
         def __numobs__(self) -> int: ...
 
         def __getobs__(self, i: Index) -> Any: ...
@@ -53,8 +76,10 @@ class ObsView(_View):
 
     def __init__(self, data: Container, indices: Index) -> None:
         self.data = data
-        positions = normalize_index(np.arange(numobs(data))[indices]
-                                    if isinstance(indices, slice) else indices, numobs(data))
+        positions = normalize_index(
+            np.arange(numobs(data))[indices] if isinstance(indices, slice) else indices,
+            numobs(data),
+        )
         if not is_batch_index(positions):
             raise TypeError("obsview needs several indices (an array, list, range or slice)")
         self.indices = positions
@@ -110,8 +135,7 @@ class MappedObs(_View):
         if not callable(f):
             raise TypeError(f"mapobs needs a callable, got {type(f).__name__}")
         if batched and getattr(f, "wants_index", False):
-            raise TypeError("a random transform draws per observation: use it with "
-                            "batched=False")
+            raise TypeError("a random transform draws per observation: use it with batched=False")
         self.f = f
         self.data = data
         self.batched = bool(batched)
@@ -129,14 +153,18 @@ class MappedObs(_View):
         except Exception as error:
             # An empty batch has no observation to name (and no file to look up).
             first = (int(i[0]) if len(i) else None) if is_batch_index(i) else i
-            raise load_error(first, error, None if first is None else
-                             source_of(self.data, first)) from error
+            raise load_error(
+                first, error, None if first is None else source_of(self.data, first)
+            ) from error
 
     def __getobs__(self, i: Index) -> Any:
         i = normalize_index(i, numobs(self.data))
         if self.batched:
-            return self._apply(i) if is_batch_index(i) else \
-                getobs(self._apply(np.array([i], np.int64)), 0)
+            return (
+                self._apply(i)
+                if is_batch_index(i)
+                else getobs(self._apply(np.array([i], np.int64)), 0)
+            )
         if is_batch_index(i):
             return collate([self._apply(int(j)) for j in i])
         return self._apply(i)
@@ -167,22 +195,27 @@ def source_of(data: Container, i: int) -> str | None:
 
 
 @overload
-def mapobs(f: tuple[Callable[..., Any], ...], data: Container, *,
-           batched: bool = False) -> tuple[MappedObs, ...]: ...
+def mapobs(
+    f: tuple[Callable[..., Any], ...], data: Container, *, batched: bool = False
+) -> tuple[MappedObs, ...]: ...
 
 
 @overload
-def mapobs(f: dict[str, Callable[..., Any]], data: Container, *,
-           batched: bool = False) -> dict[str, MappedObs]: ...
+def mapobs(
+    f: dict[str, Callable[..., Any]], data: Container, *, batched: bool = False
+) -> dict[str, MappedObs]: ...
 
 
 @overload
 def mapobs(f: Callable[..., Any], data: Container, *, batched: bool = False) -> MappedObs: ...
 
 
-def mapobs(f: Callable[..., Any] | tuple[Callable[..., Any], ...]
-           | dict[str, Callable[..., Any]], data: Container, *,
-           batched: bool = False) -> MappedObs | tuple[MappedObs, ...] | dict[str, MappedObs]:
+def mapobs(
+    f: Callable[..., Any] | tuple[Callable[..., Any], ...] | dict[str, Callable[..., Any]],
+    data: Container,
+    *,
+    batched: bool = False,
+) -> MappedObs | tuple[MappedObs, ...] | dict[str, MappedObs]:
     """A lazy view of ``data`` with ``f`` applied to each observation when it is read.
 
     ``f`` may also be a tuple of functions (a tuple of views, one per function) or a dict
@@ -287,8 +320,10 @@ class SlidingWindow(_View):
         return buffer
 
     def __repr__(self) -> str:
-        return (f"slidingwindow({type(self.data).__name__}, size={self.size}, "
-                f"stride={self.stride}, {self._n} windows)")
+        return (
+            f"slidingwindow({type(self.data).__name__}, size={self.size}, "
+            f"stride={self.stride}, {self._n} windows)"
+        )
 
 
 def _strided_windows(data: Container, size: int, stride: int) -> Any:
@@ -329,8 +364,13 @@ class BatchView(_View):
     collate: CollateOption
     _n: int
 
-    def __init__(self, data: Container, batch_size: int, drop_last: bool = False,
-                 collate: CollateOption = None) -> None:
+    def __init__(
+        self,
+        data: Container,
+        batch_size: int,
+        drop_last: bool = False,
+        collate: CollateOption = None,
+    ) -> None:
         if not isinstance(batch_size, Integral) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if not (collate is None or isinstance(collate, bool) or callable(collate)):
@@ -374,12 +414,15 @@ class BatchView(_View):
         return copy_into(buffer, self._batch(b))
 
     def __repr__(self) -> str:
-        return (f"batchview({type(self.data).__name__}, batch_size={self.batch_size}, "
-                f"drop_last={self.drop_last}, {self._n} batches)")
+        return (
+            f"batchview({type(self.data).__name__}, batch_size={self.batch_size}, "
+            f"drop_last={self.drop_last}, {self._n} batches)"
+        )
 
 
-def collate_batch(data: Container, indices: npt.NDArray[np.int64],
-                  collate_fn: CollateOption) -> Any:
+def collate_batch(
+    data: Container, indices: npt.NDArray[np.int64], collate_fn: CollateOption
+) -> Any:
     """The batch of ``data`` at ``indices`` formed as ``collate_fn`` says (see
     ``batchview``)."""
     if collate_fn is None:
@@ -392,8 +435,9 @@ def collate_batch(data: Container, indices: npt.NDArray[np.int64],
     return collate_fn(observations)
 
 
-def batchview(data: Container, batch_size: int, drop_last: bool = False,
-              collate: CollateOption = None) -> BatchView:
+def batchview(
+    data: Container, batch_size: int, drop_last: bool = False, collate: CollateOption = None
+) -> BatchView:
     """A lazy container whose observations are batches of ``batch_size`` observations of
     ``data``; the last one is partial unless ``drop_last``.
 

@@ -22,6 +22,7 @@ State: a stream has no positions to seek to, so a loader resumes by replaying: t
 reads the epoch's records from the start again and passes them through the shuffle
 buffer (which draws the same), but nothing is loaded until the window of the saved step.
 """
+
 from __future__ import annotations
 
 import queue
@@ -33,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _core
 from .collate import CollateOption
 from .obs import Container
 from .schedule import Schedule
@@ -44,10 +44,10 @@ if TYPE_CHECKING:
 
 __all__ = ["ShuffleBuffer", "StreamEpochs", "window_size"]
 
-WINDOW_RECORDS = 1024   # records a window holds at least (a whole number of batches)
-DEFAULT_BUFFER = 1024   # records in the shuffle buffer for shuffle=True
-_AHEAD = 2              # windows the reader keeps ready
-_WAIT_S = 0.1           # longest wait between two checks that the other side is alive
+WINDOW_RECORDS = 1024  # records a window holds at least (a whole number of batches)
+DEFAULT_BUFFER = 1024  # records in the shuffle buffer for shuffle=True
+_AHEAD = 2  # windows the reader keeps ready
+_WAIT_S = 0.1  # longest wait between two checks that the other side is alive
 
 
 def window_size(batch_size: int | None) -> int:
@@ -102,13 +102,13 @@ class _Reader:
     every wait on the queue, on either side, is timed and checks whether the other side
     stopped, so that closing (or a reader that died) never leaves anyone waiting."""
 
-    def __init__(self, records: Iterable[Any], window: int, buffer: ShuffleBuffer | None,
-                 first: int) -> None:
+    def __init__(
+        self, records: Iterable[Any], window: int, buffer: ShuffleBuffer | None, first: int
+    ) -> None:
         self.records, self.window, self.buffer, self.first = records, window, buffer, first
         self.queue: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=_AHEAD)
         self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="fastload-stream-reader",
-                                       daemon=True)
+        self.thread = threading.Thread(target=self._run, name="fastload-stream-reader", daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
@@ -117,14 +117,14 @@ class _Reader:
             for chunk in self._chunks():
                 pending.extend(self.buffer.push(chunk) if self.buffer else chunk)
                 while len(pending) >= self.window and not self.stopped.is_set():
-                    number = self._emit(number, pending[:self.window])
-                    del pending[:self.window]
+                    number = self._emit(number, pending[: self.window])
+                    del pending[: self.window]
             if self.buffer is not None:
                 pending.extend(self.buffer.drain())
             for first in range(0, len(pending), self.window):
-                number = self._emit(number, pending[first:first + self.window])
+                number = self._emit(number, pending[first : first + self.window])
             self._put(("end",))
-        except BaseException as exc:    # the consumer raises it, with its traceback
+        except BaseException as exc:  # the consumer raises it, with its traceback
             self._put(("error", exc))
 
     def _chunks(self) -> Iterator[list[Any]]:
@@ -175,37 +175,60 @@ class StreamEpochs:
     ``engines`` (two to load a window ahead, or one). ``shuffle``: records in the shuffle
     buffer (0: none)."""
 
-    def __init__(self, data: Container, source: Any, engines: list[Engine],
-                 batch_size: int | None, *, shuffle: int, drop_last: bool,
-                 collate: CollateOption, rank: int, world_size: int) -> None:
+    def __init__(
+        self,
+        data: Container,
+        source: Any,
+        engines: list[Engine],
+        batch_size: int | None,
+        *,
+        shuffle: int,
+        drop_last: bool,
+        collate: CollateOption,
+        rank: int,
+        world_size: int,
+    ) -> None:
         self.data, self.source, self.engines = data, source, engines
         self.batch_size, self.drop_last, self.collate = batch_size, drop_last, collate
         self.shuffle = shuffle
         self.rank, self.world_size = rank, world_size
         if isinstance(source, Shards) and len(source.paths) < world_size:
-            raise ValueError(f"{len(source.paths)} files cannot be shared out over "
-                             f"{world_size} ranks: each rank reads whole files")
+            raise ValueError(
+                f"{len(source.paths)} files cannot be shared out over "
+                f"{world_size} ranks: each rank reads whole files"
+            )
         self.window = window_size(batch_size)
         self._started = False
         self._live: weakref.ref[_StreamIteration] | None = None
 
-    def iterate(self, seed: int, epoch: int, start: int, stats: Any, progress: Any,
-                on_end: Callable[[], None] | None) -> _StreamIteration:
+    def iterate(
+        self,
+        seed: int,
+        epoch: int,
+        start: int,
+        stats: Any,
+        progress: Any,
+        on_end: Callable[[], None] | None,
+    ) -> _StreamIteration:
         """The iteration of ``epoch`` from step ``start``. Raises ``ValueError`` for a
         second pass over a generator."""
         if is_one_shot(self.source) and self._started:
-            raise ValueError("this stream is an iterator (a generator, say): it was read "
-                             "once and cannot start over for another epoch. Pass an "
-                             "iterable whose __iter__ starts again (a class with "
-                             "__iter__, or fastload.Shards)")
+            raise ValueError(
+                "this stream is an iterator (a generator, say): it was read "
+                "once and cannot start over for another epoch. Pass an "
+                "iterable whose __iter__ starts again (a class with "
+                "__iter__, or fastload.Shards)"
+            )
         self._started = True
         rows = self.batch_size or 1
-        records = rank_records(self.source, self.rank, self.world_size, seed, epoch,
-                               bool(self.shuffle))
+        records = rank_records(
+            self.source, self.rank, self.world_size, seed, epoch, bool(self.shuffle)
+        )
         buffer = ShuffleBuffer(self.shuffle, seed, epoch) if self.shuffle else None
         reader = _Reader(records, self.window, buffer, start * rows // self.window)
-        iteration = _StreamIteration(self, reader, seed, epoch, start * rows % self.window // rows,
-                                     stats, progress, on_end)
+        iteration = _StreamIteration(
+            self, reader, seed, epoch, start * rows % self.window // rows, stats, progress, on_end
+        )
         self._live = weakref.ref(iteration)
         return iteration
 
@@ -219,14 +242,23 @@ class StreamEpochs:
         if live is not None:
             live.cancel()
 
-    def load(self, engine: Engine, number: int, records: Sequence[Any], seed: int, epoch: int,
-             start: int, stats: Any, progress: Any) -> tuple[Any, int] | None:
+    def load(
+        self,
+        engine: Engine,
+        number: int,
+        records: Sequence[Any],
+        seed: int,
+        epoch: int,
+        start: int,
+        stats: Any,
+        progress: Any,
+    ) -> tuple[Any, int] | None:
         """``(iteration, steps)``: the engine's iteration over window ``number`` (its
         ``records``) from step ``start``, and the steps it delivers; None when nothing of
         it is loaded (dropped as a partial batch)."""
         rows = self.batch_size or 1
         if self.drop_last and self.batch_size and len(records) % rows:
-            records = records[:len(records) // rows * rows]
+            records = records[: len(records) // rows * rows]
         if not records:
             return None
         if engine.allocator is not self.engines[0].allocator:
@@ -234,11 +266,17 @@ class StreamEpochs:
             # follows it.
             engine.close()
             engine.allocator = self.engines[0].allocator
-        schedule = Schedule(np.arange(len(records), dtype=np.int64), self.batch_size,
-                            collate=self.collate, seed=_window_seed(seed, number), epoch=epoch,
-                            start=start)
-        iteration = engine.iterate(substitute(self.data, self.source, records), schedule,
-                                   stats=stats, progress=progress)
+        schedule = Schedule(
+            np.arange(len(records), dtype=np.int64),
+            self.batch_size,
+            collate=self.collate,
+            seed=_window_seed(seed, number),
+            epoch=epoch,
+            start=start,
+        )
+        iteration = engine.iterate(
+            substitute(self.data, self.source, records), schedule, stats=stats, progress=progress
+        )
         iteration.begin()
         return iteration, schedule.steps - start
 
@@ -254,18 +292,26 @@ class _StreamIteration:
     current: tuple[Any, int] | None
     ahead: tuple[Any, int] | None
 
-    def __init__(self, epochs: StreamEpochs, reader: _Reader, seed: int, epoch: int,
-                 start: int, stats: Any, progress: Any,
-                 on_end: Callable[[], None] | None) -> None:
+    def __init__(
+        self,
+        epochs: StreamEpochs,
+        reader: _Reader,
+        seed: int,
+        epoch: int,
+        start: int,
+        stats: Any,
+        progress: Any,
+        on_end: Callable[[], None] | None,
+    ) -> None:
         self.epochs, self.reader = epochs, reader
         self.seed, self.epoch, self.start = seed, epoch, start
         self.stats, self.progress, self.on_end = stats, progress, on_end
         self.current = self.ahead = None
-        self.turn = 0             # the engine the next window loads on
-        self.ended = False        # the reader said the epoch has no more windows
+        self.turn = 0  # the engine the next window loads on
+        self.ended = False  # the reader said the epoch has no more windows
         self.done = False
         self.cancelled = False
-        self._planned = progress.step    # the progress step at which the windows so far end
+        self._planned = progress.step  # the progress step at which the windows so far end
         self._finalizer = weakref.finalize(self, reader.close)
 
     def __iter__(self) -> _StreamIteration:
@@ -321,8 +367,9 @@ class _StreamIteration:
             _, number, records = item
             start, self.start = self.start, 0
             engine = self.epochs.engines[self.turn]
-            loaded = self.epochs.load(engine, number, records, self.seed, self.epoch, start,
-                                      self.stats, self.progress)
+            loaded = self.epochs.load(
+                engine, number, records, self.seed, self.epoch, start, self.stats, self.progress
+            )
             if loaded is not None:
                 iteration, steps = loaded
                 self._planned += steps

@@ -4,6 +4,7 @@ A worker holds the container it inherited at the fork (the root) and the ring. P
 it gets the schedule's fields and builds the same plan as the consumer; per job it fills
 a slot of the ring in place and replies with what does not fit there.
 """
+
 import os
 import pickle
 import signal
@@ -22,7 +23,7 @@ __all__ = ["WorkerError", "carve_ring", "describe_error", "worker_main"]
 
 _PARENT_CHECK_S = 1.0  # how often an idle worker checks that the consumer is alive
 _ALIGN = 64
-_HEADER = _ALIGN       # the generation word, then the slots
+_HEADER = _ALIGN  # the generation word, then the slots
 
 
 class WorkerError(Exception):
@@ -48,7 +49,7 @@ def carve_ring(mapping, plan, slots):
     return ring, offset
 
 
-_CHAIN = 8   # most exceptions of a __cause__ chain sent to the consumer
+_CHAIN = 8  # most exceptions of a __cause__ chain sent to the consumer
 
 
 def describe_error(exc):
@@ -85,7 +86,7 @@ class _Worker:
         while True:
             if not self.conn.poll(_PARENT_CHECK_S):
                 if os.getppid() != parent:
-                    return       # the consumer died
+                    return  # the consumer died
                 continue
             try:
                 message = self.conn.recv()
@@ -100,21 +101,31 @@ class _Worker:
             try:
                 self.conn.send(reply)
             except (BrokenPipeError, ConnectionResetError):
-                return       # the consumer is gone: nobody wants the reply
+                return  # the consumer is gone: nobody wants the reply
 
-    def _epoch(self, gen, seed, epoch, order, batch_size, drop_last, collate, skip,
-               signature, bounds):
+    def _epoch(
+        self, gen, seed, epoch, order, batch_size, drop_last, collate, skip, signature, bounds
+    ):
         self.gen, self.seed, self.epoch, self.skip = gen, seed, epoch, skip
         self.plan = self.setup_error = None
         self.stats = _core.Stats()
         try:
-            schedule = Schedule(order, batch_size, drop_last=drop_last, collate=collate,
-                                seed=seed, epoch=epoch, bounds=bounds)
+            schedule = Schedule(
+                order,
+                batch_size,
+                drop_last=drop_last,
+                collate=collate,
+                seed=seed,
+                epoch=epoch,
+                bounds=bounds,
+            )
             self.schedule = schedule
             plan = make_plan(self.root, schedule, skip=skip, stats=self.stats)
             if plan.signature != signature:
-                raise RuntimeError(f"the worker planned {plan.signature}, the consumer "
-                                   f"{signature}: the container changed after the fork")
+                raise RuntimeError(
+                    f"the worker planned {plan.signature}, the consumer "
+                    f"{signature}: the container changed after the fork"
+                )
             self.plan = plan
         except Exception as exc:
             self.setup_error = exc
@@ -134,7 +145,7 @@ class _Worker:
         with loading(self.seed, self.epoch):
             for field, (kind, _) in enumerate(plan.fields):
                 if kind == "gather":
-                    getobs_into(dests[field][:len(idx)], plan.leaves[field].container, idx)
+                    getobs_into(dests[field][: len(idx)], plan.leaves[field].container, idx)
                     continue
                 for pos, index in enumerate(idx.tolist()):
                     if self.control[0] != gen:
@@ -160,5 +171,5 @@ def worker_main(conn, root, ring, control, others):
     # stops the workers; a worker killed by it would only turn it into a second error.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for other in others:
-        other.close()    # so that a worker sees EOF when the consumer's end closes
+        other.close()  # so that a worker sees EOF when the consumer's end closes
     _Worker(conn, root, ring, control).serve()

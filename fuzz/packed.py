@@ -15,6 +15,7 @@ crash or a hang is a finding.
 Without atheris it replays the corpus and then tries random edits until
 -max_total_time, writing each failing input as <-artifact_prefix>crash-<n>.
 """
+
 import contextlib
 import os
 import random
@@ -39,7 +40,7 @@ with atheris.instrument_imports(include=["fastload"]) if atheris else contextlib
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from seeds import write_packed
 
-PADDING_RUN = 1024        # zero runs at least this long are page padding
+PADDING_RUN = 1024  # zero runs at least this long are page padding
 MAX_INSERT = 16
 
 
@@ -57,7 +58,7 @@ def damage(reference, offsets, edits):
     """`reference` with the edits of `edits` applied, in order."""
     data = bytearray(reference)
     for k in range(0, len(edits) - 3, 4):
-        op, hi, lo, value = edits[k:k + 4]
+        op, hi, lo, value = edits[k : k + 4]
         at = offsets[((hi << 8) | lo) * len(offsets) >> 16]
         if at >= len(data):
             continue
@@ -82,12 +83,12 @@ def read_everything(path):
         column = ds[name]
         for i in range(len(column)):
             column[i]
-    for batch in DataLoader(ds, batch_size=4):
+    for _batch in DataLoader(ds, batch_size=4):
         pass
     chain = Compose([DecodeImage(), CenterCrop(4)])
     for name in ("jpeg", "qoi"):
         if name in names:
-            for batch in DataLoader(mapobs(chain, ds[name].encoded), batch_size=4, parallel=2):
+            for _batch in DataLoader(mapobs(chain, ds[name].encoded), batch_size=4, parallel=2):
                 pass
 
 
@@ -130,8 +131,9 @@ def run_without_atheris(target, argv):
     options = dict(a[1:].split("=", 1) for a in argv if a.startswith("-") and "=" in a)
     seconds = float(options.get("max_total_time", 30))
     prefix = options.get("artifact_prefix", "./")
-    inputs = [os.path.join(d, name) for d in argv if os.path.isdir(d)
-              for name in sorted(os.listdir(d))]
+    inputs = [
+        os.path.join(d, name) for d in argv if os.path.isdir(d) for name in sorted(os.listdir(d))
+    ]
     rng = random.Random(0)
     stop, runs, failures = time.monotonic() + seconds, 0, 0
     while time.monotonic() < stop:

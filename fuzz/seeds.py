@@ -3,6 +3,7 @@ from a fixed seed (about 25 KB in all).
 
     python fuzz/seeds.py OUT     # OUT/<target>/<name> for each target of fuzz/
 """
+
 import io
 import os
 import sys
@@ -41,8 +42,7 @@ def _jpegs(rng):
     return {
         "baseline420": simplejpeg.encode_jpeg(image, quality=70, colorsubsampling="420"),
         "baseline444": simplejpeg.encode_jpeg(image, quality=70, colorsubsampling="444"),
-        "gray": simplejpeg.encode_jpeg(np.ascontiguousarray(gray), quality=70,
-                                       colorspace="GRAY"),
+        "gray": simplejpeg.encode_jpeg(np.ascontiguousarray(gray), quality=70, colorspace="GRAY"),
         "progressive": _pil_jpeg(image, progressive=True),
         "restarts": _pil_jpeg(image, restart_marker_blocks=2),
     }
@@ -52,13 +52,25 @@ def write_packed(path):
     """A packed file of 6 rows with one field of each encoding, in 3 chunks: the
     reference file that the packed target damages."""
     rng = np.random.default_rng(3)
-    rows = [{"jpeg": rng.integers(0, 256, (8, 10, 3), dtype=np.uint8),
-             "qoi": rng.integers(0, 256, (6, 5, 3), dtype=np.uint8),
-             "raw": rng.standard_normal((2, 3)).astype(np.float32),
-             "blob": bytes(rng.integers(0, 256, k + 1, dtype=np.uint8)),
-             "text": f"row {k}", "label": k} for k in range(6)]
-    fields = {"jpeg": JPEG(quality=80), "qoi": QOI(), "raw": Raw(), "blob": Bytes(),
-              "text": Str(), "label": "int64"}
+    rows = [
+        {
+            "jpeg": rng.integers(0, 256, (8, 10, 3), dtype=np.uint8),
+            "qoi": rng.integers(0, 256, (6, 5, 3), dtype=np.uint8),
+            "raw": rng.standard_normal((2, 3)).astype(np.float32),
+            "blob": bytes(rng.integers(0, 256, k + 1, dtype=np.uint8)),
+            "text": f"row {k}",
+            "label": k,
+        }
+        for k in range(6)
+    ]
+    fields = {
+        "jpeg": JPEG(quality=80),
+        "qoi": QOI(),
+        "raw": Raw(),
+        "blob": Bytes(),
+        "text": Str(),
+        "label": "int64",
+    }
     write(path, rows, fields, chunk_bytes=600, progress=False)
 
 
@@ -75,17 +87,25 @@ def main(out):
     for name, jpeg in _jpegs(rng).items():
         _save(os.path.join(out, "jpeg_size"), name, jpeg)
         # The decode target's 6 leading bytes: channels and scale, then the wanted region.
-        for k, head in enumerate([b"\x01\x20\x20\xe0\xe0\x00", b"\x05\x50\x30\x90\xc0\x00",
-                                  b"\x8e\x00\x00\xff\xff\x00"]):
+        for k, head in enumerate(
+            [b"\x01\x20\x20\xe0\xe0\x00", b"\x05\x50\x30\x90\xc0\x00", b"\x8e\x00\x00\xff\xff\x00"]
+        ):
             _save(os.path.join(out, "jpeg_decode"), f"{name}-{k}", head + jpeg)
     for k in range(4):
-        _save(os.path.join(out, "pipeline"), f"random-{k}",
-              rng.integers(0, 256, 96, dtype=np.uint8).tobytes())
+        _save(
+            os.path.join(out, "pipeline"),
+            f"random-{k}",
+            rng.integers(0, 256, 96, dtype=np.uint8).tobytes(),
+        )
     # The packed target's inputs are edits of its reference file, 4 bytes each: none, and
     # one of each kind.
-    for name, edits in [("none", b""), ("flip", b"\x00\x10\x00\x40"),
-                        ("set", b"\x01\xf0\x00\x00"), ("cut", b"\x02\xc0\x00\x00"),
-                        ("insert", b"\x07\x80\x00\xff")]:
+    for name, edits in [
+        ("none", b""),
+        ("flip", b"\x00\x10\x00\x40"),
+        ("set", b"\x01\xf0\x00\x00"),
+        ("cut", b"\x02\xc0\x00\x00"),
+        ("insert", b"\x07\x80\x00\xff"),
+    ]:
         _save(os.path.join(out, "packed"), name, edits)
 
 

@@ -5,6 +5,7 @@ HYPOTHESIS_PROFILE picks how hard the property tests search: `dev` (the default,
 local run), `ci` (what .ci/run uses) or `thorough` (before a release, or after touching a
 kernel). `-m "not stress and not slow"` leaves out the tests that take seconds each.
 """
+
 import faulthandler
 import os
 import sys
@@ -17,17 +18,29 @@ HANG_GUARD_S = float(os.environ.get("FASTLOAD_HANG_GUARD_S", "60"))
 
 # No deadlines: timings on a shared machine say nothing about correctness.
 settings.register_profile("dev", max_examples=50, deadline=None)
-settings.register_profile("ci", max_examples=150, deadline=None, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("thorough", max_examples=2000, deadline=None, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "ci",
+    max_examples=150,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "thorough",
+    max_examples=2000,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "slow: takes seconds (a training run, worker processes started many "
-                   "times); deselect with -m 'not stress and not slow'")
+        "markers",
+        "slow: takes seconds (a training run, worker processes started many "
+        "times); deselect with -m 'not stress and not slow'",
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,6 @@
 """Helpers shared by the core tests: comparing nested batches, copying buffered ones, a
 resume checker and a deadline guard."""
+
 import signal
 from contextlib import contextmanager
 
@@ -51,8 +52,9 @@ def assert_tree_equal(actual, expected, path="batch"):
         for k in expected:
             assert_tree_equal(actual[k], expected[k], f"{path}[{k!r}]")
     elif isinstance(expected, (tuple, list)):
-        assert type(actual) is type(expected), \
+        assert type(actual) is type(expected), (
             f"{path}: {type(actual).__name__}, expected {type(expected).__name__}"
+        )
         assert len(actual) == len(expected), f"{path}: length {len(actual)} != {len(expected)}"
         for k, (a, e) in enumerate(zip(actual, expected)):
             assert_tree_equal(a, e, f"{path}[{k}]")
@@ -60,8 +62,9 @@ def assert_tree_equal(actual, expected, path="batch"):
         a = np.asarray(actual)
         assert a.shape == expected.shape, f"{path}: shape {a.shape} != {expected.shape}"
         assert a.dtype == expected.dtype, f"{path}: dtype {a.dtype} != {expected.dtype}"
-        assert np.array_equal(a, expected, equal_nan=a.dtype.kind in "fc"), \
+        assert np.array_equal(a, expected, equal_nan=a.dtype.kind in "fc"), (
             f"{path}: values differ:\n{a}\n!=\n{expected}"
+        )
     else:
         assert actual == expected, f"{path}: {actual!r} != {expected!r}"
 
@@ -73,8 +76,9 @@ def assert_fills(result, buffer):
     assert len(got) == len(bufs)
     for k, (g, b) in enumerate(zip(got, bufs)):
         assert isinstance(g, np.ndarray), f"leaf {k}: {type(g).__name__}, not a buffer view"
-        assert g.size == 0 or np.shares_memory(g, b), \
+        assert g.size == 0 or np.shares_memory(g, b), (
             f"leaf {k}: the result does not lie in the caller's buffer"
+        )
 
 
 def run_epochs(loader, epochs):
@@ -119,8 +123,10 @@ def assert_resumes_exactly(make_loader, epochs=2):
 def deadline(seconds):
     """Raise TimeoutError in the main thread if the block runs longer than ``seconds``:
     a hang guard, not a timing assertion."""
+
     def expire(signum, frame):
         raise TimeoutError(f"still running after {seconds} s")
+
     previous = signal.signal(signal.SIGALRM, expire)
     signal.alarm(seconds)
     try:

@@ -1,4 +1,5 @@
 """The loader's public ``allocator``: what makes the ring's batch buffers."""
+
 import numpy as np
 import pytest
 

@@ -6,22 +6,36 @@ references exactly (same formulas, same rounding); hue within 1 gray level (the 
 goes through torchvision's HSV formulas in float64, the kernel through their algebraic
 simplification); the blur within 1 gray level (float32 sums against float64).
 """
+
 import math
 
 import numpy as np
 import pytest
+from test_image_kernels import ModelRng, natural_image
 
 from fastload import DataLoader, _core, mapobs
-from fastload.transforms import (CenterCrop, ColorJitter, Compose, CutMix, GaussianBlur,
-                                 Lambda, MixUp, Normalize, RandomErasing, RandomGrayscale,
-                                 RandomHorizontalFlip, RandomResizedCrop, Resize, ToCHW)
-
-from test_image_kernels import ModelRng, natural_image
+from fastload.transforms import (
+    CenterCrop,
+    ColorJitter,
+    Compose,
+    CutMix,
+    GaussianBlur,
+    Lambda,
+    MixUp,
+    Normalize,
+    RandomErasing,
+    RandomGrayscale,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+    ToCHW,
+)
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 # ---- numpy references ------------------------------------------------------------------
+
 
 def round_u8(v):
     """Round half up, clamped to 0..255."""
@@ -82,8 +96,7 @@ def ref_hue(img, h):
     q = np.clip(v * (1.0 - s * f), 0, 1)
     t = np.clip(v * (1.0 - s * (1.0 - f)), 0, 1)
     pick = lambda *xs: np.choose(i, xs)
-    out_rgb = np.stack([pick(v, q, p, p, t, v), pick(t, v, v, q, p, p),
-                        pick(p, p, t, v, v, q)], -1)
+    out_rgb = np.stack([pick(v, q, p, p, t, v), pick(t, v, v, q, p, p), pick(p, p, t, v, v, q)], -1)
     return on_colour(img, lambda _: round_u8(out_rgb * 255.0))
 
 
@@ -106,18 +119,21 @@ def ref_grayscale(img):
 
 def ref_gaussian_blur(img, kh, kw, sigma_y, sigma_x):
     """torchvision's kernel and reflect padding; a full 2-D sum in float64, rounded."""
+
     def taps(k, sigma):
         x = np.linspace(-(k - 1) / 2, (k - 1) / 2, k)
         pdf = np.exp(-0.5 * (x / sigma) ** 2)
         return pdf / pdf.sum()
+
     kernel = np.outer(taps(kh, sigma_y), taps(kw, sigma_x))
-    padded = np.pad(img.astype(np.float64), ((kh // 2,) * 2, (kw // 2,) * 2, (0, 0)),
-                    mode="reflect")
+    padded = np.pad(
+        img.astype(np.float64), ((kh // 2,) * 2, (kw // 2,) * 2, (0, 0)), mode="reflect"
+    )
     h, w = img.shape[:2]
     out = np.zeros(img.shape, np.float64)
     for dy in range(kh):
         for dx in range(kw):
-            out += kernel[dy, dx] * padded[dy:dy + h, dx:dx + w]
+            out += kernel[dy, dx] * padded[dy : dy + h, dx : dx + w]
     return round_u8(out)
 
 
@@ -166,9 +182,12 @@ def torchvision_cutmix_box(lam, cy, cx, h, w):
 
 # ---- colour ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("channels", [1, 3, 4])
-@pytest.mark.parametrize("which,factor", [(0, 0.0), (0, 0.63), (0, 1.7), (1, 0.0), (1, 0.55),
-                                          (1, 1.9), (2, 0.0), (2, 0.4), (2, 2.5)])
+@pytest.mark.parametrize(
+    "which,factor",
+    [(0, 0.0), (0, 0.63), (0, 1.7), (1, 0.0), (1, 0.55), (1, 1.9), (2, 0.0), (2, 0.4), (2, 2.5)],
+)
 def test_brightness_contrast_saturation_match_numpy_exactly(channels, which, factor):
     img = natural_image(37, 53, channels=channels, seed=which)
     factors = [None] * 4
@@ -182,7 +201,7 @@ def test_hue_matches_torchvision_formulas_within_one_level(channels, shift):
     img = natural_image(41, 47, channels=channels, seed=3)
     ours = _core.color_jitter(img, (None, None, None, shift)).astype(int)
     ref = ref_hue(img, shift).astype(int)
-    assert np.abs(ours - ref).max() <= 1   # exact halves may round either way
+    assert np.abs(ours - ref).max() <= 1  # exact halves may round either way
     assert (ours == ref).mean() > 0.99
 
 
@@ -211,11 +230,17 @@ def test_grayscale_is_the_luma_in_every_colour_channel(channels):
 
 # ---- blur ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("shape,kh,kw,sy,sx", [((40, 50, 3), 5, 5, 1.0, 1.0),
-                                              ((40, 50, 3), 23, 23, 2.0, 2.0),
-                                              ((33, 20, 1), 3, 9, 0.5, 3.0),
-                                              ((17, 19, 4), 1, 7, 0.3, 1.5),
-                                              ((5, 6, 3), 13, 15, 4.0, 5.0)])
+
+@pytest.mark.parametrize(
+    "shape,kh,kw,sy,sx",
+    [
+        ((40, 50, 3), 5, 5, 1.0, 1.0),
+        ((40, 50, 3), 23, 23, 2.0, 2.0),
+        ((33, 20, 1), 3, 9, 0.5, 3.0),
+        ((17, 19, 4), 1, 7, 0.3, 1.5),
+        ((5, 6, 3), 13, 15, 4.0, 5.0),
+    ],
+)
 def test_gaussian_blur_matches_numpy_within_one_level(shape, kh, kw, sy, sx):
     img = natural_image(shape[0], shape[1], channels=shape[2], seed=kh)
     ours = _core.gaussian_blur(img, kh, kw, sy, sx).astype(int)
@@ -233,20 +258,27 @@ def test_gaussian_blur_keeps_flat_images_flat_and_rejects_even_kernels():
 
 # ---- in a chain ------------------------------------------------------------------------
 
+
 def test_colour_ops_in_a_chain_draw_from_their_own_position():
     img = natural_image(60, 80, seed=2)
-    ops = [CenterCrop(40), ColorJitter(0.4, 0.4, 0.4), RandomGrayscale(0.5),
-           GaussianBlur((5, 3), sigma=(0.5, 2.0))]
+    ops = [
+        CenterCrop(40),
+        ColorJitter(0.4, 0.4, 0.4),
+        RandomGrayscale(0.5),
+        GaussianBlur((5, 3), sigma=(0.5, 2.0)),
+    ]
     chain = Compose(ops)
     crop = img[10:50, 20:60]
     for index in range(6):
-        factors, order = model_jitter_draws(ModelRng(3, 1, index, 1), [
-            ops[1].brightness, ops[1].contrast, ops[1].saturation, ops[1].hue])
+        factors, order = model_jitter_draws(
+            ModelRng(3, 1, index, 1),
+            [ops[1].brightness, ops[1].contrast, ops[1].saturation, ops[1].hue],
+        )
         expected = _core.color_jitter(crop, factors, order)
         if ModelRng(3, 1, index, 2).uniform() < 0.5:
             expected = _core.grayscale(expected)
         sigma = 0.5 + 1.5 * ModelRng(3, 1, index, 3).uniform()
-        expected = _core.gaussian_blur(expected, 3, 5, sigma, sigma)   # kernel (kx, ky)
+        expected = _core.gaussian_blur(expected, 3, 5, sigma, sigma)  # kernel (kx, ky)
         assert np.array_equal(chain(img, index=index, seed=3, epoch=1), expected)
 
 
@@ -260,9 +292,17 @@ def test_hue_in_a_chain_matches_the_kernel():
 
 def test_same_key_same_output_and_indices_differ():
     img = natural_image(64, 64, seed=6)
-    chain = Compose([RandomResizedCrop(32), RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.4, 0.1),
-                     GaussianBlur(3), Normalize(MEAN, STD), ToCHW(),
-                     RandomErasing(p=1.0, value="random")])
+    chain = Compose(
+        [
+            RandomResizedCrop(32),
+            RandomHorizontalFlip(),
+            ColorJitter(0.4, 0.4, 0.4, 0.1),
+            GaussianBlur(3),
+            Normalize(MEAN, STD),
+            ToCHW(),
+            RandomErasing(p=1.0, value="random"),
+        ]
+    )
     a = chain(img, index=11, seed=5, epoch=2)
     assert np.array_equal(a, chain(img, index=11, seed=5, epoch=2))
     assert not np.array_equal(a, chain(img, index=12, seed=5, epoch=2))
@@ -275,8 +315,7 @@ def test_erasing_params_follow_torchvision_rules():
         h, w = 20 + index % 17, 30 + index % 23
         scale, ratio = (0.02, 0.6), (0.3, 3.3)
         ours = _core.erasing_params(h, w, 0.7, scale, ratio, 9, 0, index, 4)
-        assert ours == torchvision_erasing_params(ModelRng(9, 0, index, 4), h, w, 0.7, scale,
-                                                  ratio)
+        assert ours == torchvision_erasing_params(ModelRng(9, 0, index, 4), h, w, 0.7, scale, ratio)
         found += ours is not None
     assert 100 < found < 300
 
@@ -286,8 +325,7 @@ def test_erasing_with_a_ratio_whose_sides_overflow_an_int_erases_nothing(ratio):
     img = natural_image(40, 50, seed=12)
     box = _core.erasing_params(40, 50, 1.0, (0.3, 0.33), ratio, 0, 0, 0, 0)
     assert box is None
-    assert box == torchvision_erasing_params(ModelRng(0, 0, 0, 0), 40, 50, 1.0, (0.3, 0.33),
-                                             ratio)
+    assert box == torchvision_erasing_params(ModelRng(0, 0, 0, 0), 40, 50, 1.0, (0.3, 0.33), ratio)
     out = Compose([RandomErasing(p=1.0, scale=(0.3, 0.33), ratio=ratio, value=7)])(img)
     assert np.array_equal(out, img)
 
@@ -300,22 +338,22 @@ def test_erasing_writes_its_value_into_the_final_output(chw):
     erasing = Compose(head + [RandomErasing(p=1.0, value=(1.0, 2.0, 3.0))])
     for index in range(5):
         expected = plain(img, index=index)
-        box = _core.erasing_params(32, 32, 1.0, (0.02, 0.33), (0.3, 3.3), 0, 0, index,
-                                    len(head))
+        box = _core.erasing_params(32, 32, 1.0, (0.02, 0.33), (0.3, 3.3), 0, 0, index, len(head))
         if box is not None:
             y, x, h, w = box
             values = np.array([1.0, 2.0, 3.0], np.float32)
             if chw:
-                expected[:, y:y + h, x:x + w] = values[:, None, None]
+                expected[:, y : y + h, x : x + w] = values[:, None, None]
             else:
-                expected[y:y + h, x:x + w] = values
+                expected[y : y + h, x : x + w] = values
         assert np.array_equal(erasing(img, index=index), expected)
 
 
 def test_random_erasing_draws_normal_values_for_floats_and_bytes_for_uint8():
     img = natural_image(64, 64, seed=9)
-    floats = Compose([Normalize(MEAN, STD), ToCHW(),
-                      RandomErasing(p=1.0, scale=(0.3, 0.33), value="random")])
+    floats = Compose(
+        [Normalize(MEAN, STD), ToCHW(), RandomErasing(p=1.0, scale=(0.3, 0.33), value="random")]
+    )
     out, plain = floats(img, index=1), Compose([Normalize(MEAN, STD), ToCHW()])(img)
     erased = out[out != plain]
     assert erased.size > 0.25 * out.size
@@ -331,11 +369,12 @@ def test_uint8_erasing_with_a_constant():
     out = Compose([RandomErasing(1.0, (0.1, 0.2), (0.5, 2.0), value=7)])(img, index=3)
     y, x, h, w = box
     expected = img.copy()
-    expected[y:y + h, x:x + w] = 7
+    expected[y : y + h, x : x + w] = 7
     assert np.array_equal(out, expected)
 
 
 # ---- Lambda ----------------------------------------------------------------------------
+
 
 def test_lambda_runs_between_the_native_parts_with_their_positions_as_keys():
     img = natural_image(60, 70, seed=11)
@@ -344,11 +383,26 @@ def test_lambda_runs_between_the_native_parts_with_their_positions_as_keys():
     def invert(image):
         calls.append(image.shape)
         return 255 - image
-    with_lambda = Compose([RandomResizedCrop(32), Lambda(invert), ColorJitter(0.5, 0.5),
-                           Normalize(MEAN, STD), ToCHW()])
+
+    with_lambda = Compose(
+        [
+            RandomResizedCrop(32),
+            Lambda(invert),
+            ColorJitter(0.5, 0.5),
+            Normalize(MEAN, STD),
+            ToCHW(),
+        ]
+    )
     head = Compose([RandomResizedCrop(32)])
-    tail = Compose([RandomGrayscale(0.0), RandomGrayscale(0.0), ColorJitter(0.5, 0.5),
-                    Normalize(MEAN, STD), ToCHW()])   # ColorJitter at the same position, 2
+    tail = Compose(
+        [
+            RandomGrayscale(0.0),
+            RandomGrayscale(0.0),
+            ColorJitter(0.5, 0.5),
+            Normalize(MEAN, STD),
+            ToCHW(),
+        ]
+    )  # ColorJitter at the same position, 2
     assert not with_lambda.native and with_lambda.output_shape is None
     assert with_lambda.output_shape_for((60, 70, 3)) == (3, 32, 32)
     for index in range(4):
@@ -363,6 +417,7 @@ def test_lambda_with_rng_gets_a_generator_keyed_by_the_item():
     def noise(image, rng):
         seen.append(rng.integers(1 << 30))
         return image
+
     chain = Compose([CenterCrop(8), Lambda(noise)])
     img = natural_image(10, 10)
     for index in (0, 1, 0):
@@ -382,13 +437,22 @@ def test_lambda_must_keep_the_shape_and_dtype():
 
 # ---- the loader --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("with_lambda", [False, True])
 def test_loader_output_equals_calling_the_chain_per_item(with_lambda):
     images = [natural_image(40 + k, 50, seed=k) for k in range(12)]
     middle = [Lambda(lambda image: image[:, ::-1].copy())] if with_lambda else []
-    chain = Compose([RandomResizedCrop(24), ColorJitter(0.4, 0.4, 0.4, 0.1)] + middle +
-                    [RandomGrayscale(0.3), GaussianBlur(3), Normalize(MEAN, STD), ToCHW(),
-                     RandomErasing(value="random")])
+    chain = Compose(
+        [RandomResizedCrop(24), ColorJitter(0.4, 0.4, 0.4, 0.1)]
+        + middle
+        + [
+            RandomGrayscale(0.3),
+            GaussianBlur(3),
+            Normalize(MEAN, STD),
+            ToCHW(),
+            RandomErasing(value="random"),
+        ]
+    )
     batches = [b.copy() for b in DataLoader(mapobs(chain, images), 8, parallel=2, seed=7)]
     expected = np.stack([chain(images[k], index=k, seed=7, epoch=0) for k in range(12)])
     assert np.array_equal(np.concatenate(batches), expected)
@@ -396,48 +460,66 @@ def test_loader_output_equals_calling_the_chain_per_item(with_lambda):
 
 # ---- chain rules and arguments -----------------------------------------------------------
 
-@pytest.mark.parametrize("ops,message", [
-    ([Normalize(MEAN, STD), ColorJitter(0.2)], "before Normalize"),
-    ([ToCHW(), GaussianBlur(3)], "after ToCHW"),
-    ([Lambda(abs), Resize(10)], "must come before Lambda"),
-    ([ColorJitter(0.2), CenterCrop(8)], "must come before ColorJitter"),
-    ([RandomGrayscale(), RandomHorizontalFlip()], "must come before RandomGrayscale"),
-    ([RandomErasing(), Normalize(MEAN, STD)], "after RandomErasing, which must be last"),
-    ([RandomErasing(), RandomErasing()], "after RandomErasing, which must be last"),
-    ([ColorJitter(0.1)] * 9, "one colour op too many"),
-    ([RandomErasing(value=0.5)], "whole numbers in 0..255"),
-    ([RandomErasing(value=300)], "whole numbers in 0..255"),
-])
+
+@pytest.mark.parametrize(
+    "ops,message",
+    [
+        ([Normalize(MEAN, STD), ColorJitter(0.2)], "before Normalize"),
+        ([ToCHW(), GaussianBlur(3)], "after ToCHW"),
+        ([Lambda(abs), Resize(10)], "must come before Lambda"),
+        ([ColorJitter(0.2), CenterCrop(8)], "must come before ColorJitter"),
+        ([RandomGrayscale(), RandomHorizontalFlip()], "must come before RandomGrayscale"),
+        ([RandomErasing(), Normalize(MEAN, STD)], "after RandomErasing, which must be last"),
+        ([RandomErasing(), RandomErasing()], "after RandomErasing, which must be last"),
+        ([ColorJitter(0.1)] * 9, "one colour op too many"),
+        ([RandomErasing(value=0.5)], "whole numbers in 0..255"),
+        ([RandomErasing(value=300)], "whole numbers in 0..255"),
+    ],
+)
 def test_chains_that_break_the_rules_say_what_to_do(ops, message):
     with pytest.raises(ValueError, match=message):
         Compose(ops)
 
 
 def test_chains_that_fit_the_rules():
-    Compose([CenterCrop(8), GaussianBlur(3), ColorJitter(0.1), Lambda(abs), GaussianBlur(3),
-             RandomGrayscale(), Normalize(MEAN, STD), ToCHW(), RandomErasing(value="random")])
+    Compose(
+        [
+            CenterCrop(8),
+            GaussianBlur(3),
+            ColorJitter(0.1),
+            Lambda(abs),
+            GaussianBlur(3),
+            RandomGrayscale(),
+            Normalize(MEAN, STD),
+            ToCHW(),
+            RandomErasing(value="random"),
+        ]
+    )
     Compose([ColorJitter(0.1)] * 8 + [Lambda(abs)] * 3 + [ToCHW(), RandomErasing(value=255)])
 
 
-@pytest.mark.parametrize("make,message", [
-    (lambda: ColorJitter(brightness=-0.1), "brightness as one number must be >= 0"),
-    (lambda: ColorJitter(contrast=(1.2, 0.8)), "contrast must give min <= max"),
-    (lambda: ColorJitter(hue=0.6), "hue must give min <= max within"),
-    (lambda: ColorJitter(hue=(-0.7, 0.1)), "hue must give"),
-    (lambda: ColorJitter(saturation="a lot"), "number or a"),
-    (lambda: RandomGrayscale(1.5), r"p must be in \[0, 1\]"),
-    (lambda: GaussianBlur(4), "odd positive"),
-    (lambda: GaussianBlur((3, 0)), "odd positive"),
-    (lambda: GaussianBlur(3, sigma=0), "sigma must be > 0"),
-    (lambda: GaussianBlur(3, sigma=(2.0, 1.0)), "sigma must be > 0"),
-    (lambda: RandomErasing(scale=(0.5, 1.5)), "scale must be"),
-    (lambda: RandomErasing(ratio=(0, 1)), "ratio"),
-    (lambda: RandomErasing(value="noise"), "'random'"),
-    (lambda: Lambda(3), "callable"),
-    (lambda: MixUp(alpha=0, num_classes=3), "alpha must be > 0"),
-    (lambda: CutMix(num_classes=0), "num_classes"),
-    (lambda: CutMix(num_classes=3, layout="CHW"), "layout"),
-])
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda: ColorJitter(brightness=-0.1), "brightness as one number must be >= 0"),
+        (lambda: ColorJitter(contrast=(1.2, 0.8)), "contrast must give min <= max"),
+        (lambda: ColorJitter(hue=0.6), "hue must give min <= max within"),
+        (lambda: ColorJitter(hue=(-0.7, 0.1)), "hue must give"),
+        (lambda: ColorJitter(saturation="a lot"), "number or a"),
+        (lambda: RandomGrayscale(1.5), r"p must be in \[0, 1\]"),
+        (lambda: GaussianBlur(4), "odd positive"),
+        (lambda: GaussianBlur((3, 0)), "odd positive"),
+        (lambda: GaussianBlur(3, sigma=0), "sigma must be > 0"),
+        (lambda: GaussianBlur(3, sigma=(2.0, 1.0)), "sigma must be > 0"),
+        (lambda: RandomErasing(scale=(0.5, 1.5)), "scale must be"),
+        (lambda: RandomErasing(ratio=(0, 1)), "ratio"),
+        (lambda: RandomErasing(value="noise"), "'random'"),
+        (lambda: Lambda(3), "callable"),
+        (lambda: MixUp(alpha=0, num_classes=3), "alpha must be > 0"),
+        (lambda: CutMix(num_classes=0), "num_classes"),
+        (lambda: CutMix(num_classes=3, layout="CHW"), "layout"),
+    ],
+)
 def test_arguments_are_validated(make, message):
     with pytest.raises(ValueError, match=message):
         make()
@@ -453,6 +535,7 @@ def test_jitter_ranges_follow_torchvision():
 
 # ---- random variates -----------------------------------------------------------------------
 
+
 def ks_distance(draws, cdf):
     x = np.sort(draws)
     n = len(x)
@@ -460,15 +543,18 @@ def ks_distance(draws, cdf):
     return max(np.max(np.arange(1, n + 1) / n - f), np.max(f - np.arange(n) / n))
 
 
-@pytest.mark.parametrize("a,cdf", [
-    (1.0, lambda x: x),
-    (2.0, lambda x: 3 * x ** 2 - 2 * x ** 3),
-    (0.5, lambda x: 2 / np.pi * np.arcsin(np.sqrt(x))),
-])
+@pytest.mark.parametrize(
+    "a,cdf",
+    [
+        (1.0, lambda x: x),
+        (2.0, lambda x: 3 * x**2 - 2 * x**3),
+        (0.5, lambda x: 2 / np.pi * np.arcsin(np.sqrt(x))),
+    ],
+)
 def test_beta_sampler_matches_the_distribution(a, cdf):
     draws = _core.beta_draws(a, a, 20000, seed=1)
     assert np.all((draws >= 0) & (draws <= 1))
-    assert ks_distance(draws, cdf) < 1.63 / math.sqrt(len(draws))   # KS at the 1% level
+    assert ks_distance(draws, cdf) < 1.63 / math.sqrt(len(draws))  # KS at the 1% level
 
 
 def test_beta_sampler_stays_finite_for_small_alpha():
@@ -484,6 +570,7 @@ def test_normal_sampler_matches_the_distribution():
 
 
 # ---- MixUp and CutMix ------------------------------------------------------------------------
+
 
 def test_mixup_mixes_in_place_with_the_batch_rolled_by_one():
     rng = np.random.default_rng(0)
@@ -513,8 +600,17 @@ def test_mixup_of_uint8_rounds_half_up():
 def test_mix_draws_are_keyed_by_seed_epoch_and_step():
     lam = _core.mixup_lambda(1.0, 5, 2, 9)
     assert lam == _core.mixup_lambda(1.0, 5, 2, 9)
-    assert len({lam, _core.mixup_lambda(1.0, 5, 2, 10), _core.mixup_lambda(1.0, 5, 3, 9),
-                _core.mixup_lambda(1.0, 6, 2, 9)}) == 4
+    assert (
+        len(
+            {
+                lam,
+                _core.mixup_lambda(1.0, 5, 2, 10),
+                _core.mixup_lambda(1.0, 5, 3, 9),
+                _core.mixup_lambda(1.0, 6, 2, 9),
+            }
+        )
+        == 4
+    )
 
 
 def test_cutmix_box_follows_torchvision_rules():
@@ -538,9 +634,9 @@ def test_cutmix_pastes_the_box_of_the_item_before(layout, dtype):
     expected = original.copy()
     rolled = np.roll(original, 1, axis=0)
     if layout == "NCHW":
-        expected[:, :, y:y + h, x:x + w] = rolled[:, :, y:y + h, x:x + w]
+        expected[:, :, y : y + h, x : x + w] = rolled[:, :, y : y + h, x : x + w]
     else:
-        expected[:, y:y + h, x:x + w] = rolled[:, y:y + h, x:x + w]
+        expected[:, y : y + h, x : x + w] = rolled[:, y : y + h, x : x + w]
     assert out is images and np.array_equal(images, expected)
     assert h * w > 0 and lam == pytest.approx(1 - h * w / (20 * 28))
     assert np.allclose(targets, lam * labels + (1 - lam) * np.roll(labels, 1, axis=0))

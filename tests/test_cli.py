@@ -1,17 +1,17 @@
 """The command line: ``python -m fastload convert``, ``info``, ``bench`` and ``demo``."""
+
 import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from PIL import Image
 
-from PIL import Image  # noqa: E402
-
-import fastload.codecs  # noqa: E402
-from fastload.__main__ import main  # noqa: E402
-from fastload.demo import run_image_demo, run_tensor_demo  # noqa: E402
-from fastload.storage import open as open_dataset  # noqa: E402
+import fastload.codecs
+from fastload.__main__ import main
+from fastload.demo import run_image_demo, run_tensor_demo
+from fastload.storage import open as open_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,8 +52,12 @@ def test_convert_then_info(image_folder, tmp_path, capsys, mode):
 def test_convert_max_side_and_quality(image_folder, tmp_path):
     src, _ = image_folder
     dst = tmp_path / "small.arrow"
-    assert main(["convert", str(src), str(dst), "--max-side", "16", "--quality", "80",
-                 "--no-progress"]) == 0
+    assert (
+        main(
+            ["convert", str(src), str(dst), "--max-side", "16", "--quality", "80", "--no-progress"]
+        )
+        == 0
+    )
     ds = open_dataset(dst)
     assert max(int(h) for h in ds["image"].height) <= 16
     assert ds.fields["image"].quality == 80
@@ -88,17 +92,24 @@ def test_bad_option_is_a_usage_error(image_folder, tmp_path):
 
 
 def test_help_runs_as_a_module():
-    out = subprocess.run([sys.executable, "-m", "fastload", "convert", "--help"], cwd=ROOT,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "fastload", "convert", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "--mode" in out and "--max-side" in out
-    res = subprocess.run([sys.executable, "-m", "fastload"], cwd=ROOT, capture_output=True,
-                         text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "fastload"], cwd=ROOT, capture_output=True, text=True
+    )
     assert res.returncode == 2 and "convert" in res.stderr and "info" in res.stderr
 
 
 @pytest.mark.parametrize("mode", ["jpeg", "raw", "qoi", "smart"])
-def test_bench_loads_the_training_pipeline_from_a_converted_file(image_folder, tmp_path,
-                                                                 capsys, mode):
+def test_bench_loads_the_training_pipeline_from_a_converted_file(
+    image_folder, tmp_path, capsys, mode
+):
     src, _ = image_folder
     dst = tmp_path / f"{mode}.arrow"
     assert main(["convert", str(src), str(dst), "--mode", mode, "--no-progress"]) == 0
@@ -116,14 +127,14 @@ def test_demo_measures_fastload_against_a_plain_loop(capsys):
     assert "items/s" in capsys.readouterr().out
 
 
-def test_bench_counts_the_images_it_loaded_partial_last_batch_included(image_folder,
-                                                                       tmp_path):
+def test_bench_counts_the_images_it_loaded_partial_last_batch_included(image_folder, tmp_path):
     from fastload import open
     from fastload.__main__ import bench_file
+
     src, _ = image_folder
     dst = tmp_path / "b.arrow"
     assert main(["convert", str(src), str(dst), "--no-progress"]) == 0
-    n = len(open(str(dst)))                     # 6 images in batches of 4: 4 + 2
+    n = len(open(str(dst)))  # 6 images in batches of 4: 4 + 2
     result = bench_file(str(dst), batches=100, batch_size=4, size=16)
     assert (result["batches"], result["images"]) == (2, n)
     assert bench_file(str(dst), batches=1, batch_size=4, size=16)["images"] == 4
@@ -141,6 +152,7 @@ def test_convert_names_a_bad_file_and_skips_it_on_request(image_folder, tmp_path
     out = capsys.readouterr().out
     assert "wrote 6 images" in out and "skipped 1 files" in out and "broken.jpg" in out
     from fastload import open
+
     ds = open(str(dst))
     assert len(ds) == 6 and sorted(ds["label"].tolist()) == [0, 0, 0, 1, 1, 1]
 

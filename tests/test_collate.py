@@ -1,15 +1,16 @@
 """Default collation (fastload.collate) for every kind of container, and torch tensors as
 containers (fastload.tensors): batches of arrays and tensors, strings as lists."""
+
 from collections import namedtuple
 
 import numpy as np
 import pytest
+from helpers import assert_tree_equal, copy_tree
 
 from fastload import DataLoader, LoadError, batchview, getobs, getobs_into, joinobs, numobs
 from fastload.collate import collate
 from fastload.plan import make_plan
 from fastload.schedule import schedule_of
-from helpers import assert_tree_equal, copy_tree
 
 torch = pytest.importorskip("torch")
 
@@ -33,17 +34,20 @@ def batches(data, **options):
     return [copy_tree(b) for b in DataLoader(data, 4, **options)]
 
 
-@pytest.mark.parametrize("options", [{}, {"parallel": 2}, {"parallel": 2, "buffer": True},
-                                     {"parallel": 2, "backend": "process"}],
-                         ids=["sequential", "threads", "buffered", "processes"])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"parallel": 2}, {"parallel": 2, "buffer": True}, {"parallel": 2, "backend": "process"}],
+    ids=["sequential", "threads", "buffered", "processes"],
+)
 def test_a_torch_style_dataset_gives_a_pair_of_batch_arrays(options):
     got = batches(TorchStyle(), **options)
     assert len(got) == 3
     images, labels = got[0]
     assert images.shape == (4, 2, 3) and images.dtype == np.float32
     assert labels.shape == (4,) and labels.tolist() == [0, 1, 2, 3]
-    assert_tree_equal(got[2], (np.stack([np.full((2, 3), i, np.float32) for i in (8, 9)]),
-                               np.array([8, 9])))
+    assert_tree_equal(
+        got[2], (np.stack([np.full((2, 3), i, np.float32) for i in (8, 9)]), np.array([8, 9]))
+    )
 
 
 def test_collate_false_keeps_the_list_of_observations():
@@ -52,16 +56,26 @@ def test_collate_false_keeps_the_list_of_observations():
 
 
 def test_collation_goes_through_dicts_and_namedtuples_and_keeps_strings_as_lists():
-    records = [{"x": np.arange(3) + i, "name": f"r{i}", "pair": Pair(i, float(i)),
-                "tokens": list(range(i))} for i in range(N)]
-    expected = {"x": np.stack([np.arange(3) + i for i in range(4)]),
-                "name": ["r0", "r1", "r2", "r3"], "pair": Pair(np.arange(4), np.arange(4.0)),
-                "tokens": [[], [0], [0, 1], [0, 1, 2]]}
+    records = [
+        {
+            "x": np.arange(3) + i,
+            "name": f"r{i}",
+            "pair": Pair(i, float(i)),
+            "tokens": list(range(i)),
+        }
+        for i in range(N)
+    ]
+    expected = {
+        "x": np.stack([np.arange(3) + i for i in range(4)]),
+        "name": ["r0", "r1", "r2", "r3"],
+        "pair": Pair(np.arange(4), np.arange(4.0)),
+        "tokens": [[], [0], [0, 1], [0, 1, 2]],
+    }
     assert_tree_equal(getobs(records, range(4)), expected)
     assert_tree_equal(batches(records)[0], expected)
     assert_tree_equal(batches(records, parallel=2)[0], expected)
     assert getobs(["a", "b", "c"], [2, 0]) == ["c", "a"]
-    assert getobs([{"a": 1}, {"b": 2}], [0, 1]) == [{"a": 1}, {"b": 2}]   # keys differ
+    assert getobs([{"a": 1}, {"b": 2}], [0, 1]) == [{"a": 1}, {"b": 2}]  # keys differ
 
 
 def test_observations_of_different_shapes_raise_unless_collected_as_lists():
@@ -74,7 +88,7 @@ def test_observations_of_different_shapes_raise_unless_collected_as_lists():
 
 
 def test_a_value_that_does_not_fit_the_batch_dtype_raises_instead_of_truncating():
-    mixed = [1, 2, 2.5, 4]          # the batch buffer takes the dtype of observation 0
+    mixed = [1, 2, 2.5, 4]  # the batch buffer takes the dtype of observation 0
     with pytest.raises(LoadError, match="dtype"):
         list(DataLoader(mixed, 4))
     assert getobs(mixed, [0, 2]).tolist() == [1.0, 2.5]
@@ -93,13 +107,15 @@ def test_a_tensor_is_a_container_that_gives_tensors():
     assert [leaf.kind for leaf in plan.leaves] == ["gather", "gather"]
 
 
-@pytest.mark.parametrize("options", [{}, {"buffer": True}, {"parallel": 2},
-                                     {"parallel": 2, "buffer": True, "shuffle": True}])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"buffer": True}, {"parallel": 2}, {"parallel": 2, "buffer": True, "shuffle": True}],
+)
 def test_a_loader_over_tensors_yields_tensors_the_caller_can_keep(options):
     t = torch.arange(N * 2, dtype=torch.float32).reshape(N, 2)
     labels = torch.arange(N)
     loader = DataLoader((t, labels), 4, seed=0, **options)
-    kept = list(loader)                      # kept across next(): each batch owns its memory
+    kept = list(loader)  # kept across next(): each batch owns its memory
     assert all(isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) for x, y in kept)
     order = torch.from_numpy(loader.order(0)) if options.get("shuffle") else torch.arange(N)
     assert torch.equal(torch.cat([x for x, _ in kept]), t[order])

@@ -1,5 +1,6 @@
 """fastload/_core.pyi describes the compiled module: the same public names, and the
 signatures of the functions it types."""
+
 import ast
 import inspect
 from pathlib import Path
@@ -20,8 +21,11 @@ def stub_names():
 
 def test_the_stub_names_every_public_name_of_the_module_and_no_other():
     functions, classes, constants = stub_names()
-    public = {name for name, value in vars(_core).items()
-              if not name.startswith("_") and not inspect.ismodule(value)}
+    public = {
+        name
+        for name, value in vars(_core).items()
+        if not name.startswith("_") and not inspect.ismodule(value)
+    }
     assert public == set(functions) | set(classes) | constants
 
 

@@ -1,20 +1,30 @@
 """Decoding inside the image pipeline (csrc/jpeg.c, csrc/imagesource.c, fastload.codecs):
 the JPEG crop-region decode against a full decode, every file format through Pillow against
 PIL itself, DecodeImage(exact=True), and errors for what cannot be decoded."""
+
 import io
 
 import numpy as np
 import pytest
 import simplejpeg
 from PIL import Image
+from test_image_kernels import natural_image
 
 import fastload
 from fastload import DataLoader, LoadError, _core, codecs, mapobs
 from fastload.imagefolder import IMAGE_EXTENSIONS, ImageFolder
-from fastload.transforms import (CenterCrop, Compose, DecodeImage, DecodeJPEG, Normalize,
-                                 RandomCrop, RandomHorizontalFlip, RandomResizedCrop, Resize,
-                                 ToCHW)
-from test_image_kernels import natural_image
+from fastload.transforms import (
+    CenterCrop,
+    Compose,
+    DecodeImage,
+    DecodeJPEG,
+    Normalize,
+    RandomCrop,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+    ToCHW,
+)
 
 NATIVE = codecs.decoder_name().startswith("libjpeg")
 
@@ -29,15 +39,17 @@ JPEG_KINDS = {
     "420": lambda img: simplejpeg.encode_jpeg(img, 90, colorsubsampling="420"),
     "422": lambda img: simplejpeg.encode_jpeg(img, 90, colorsubsampling="422"),
     "444": lambda img: simplejpeg.encode_jpeg(img, 90, colorsubsampling="444"),
-    "gray": lambda img: simplejpeg.encode_jpeg(np.ascontiguousarray(img[:, :, :1]), 90,
-                                               colorspace="GRAY"),
+    "gray": lambda img: simplejpeg.encode_jpeg(
+        np.ascontiguousarray(img[:, :, :1]), 90, colorspace="GRAY"
+    ),
     "progressive": lambda img: pil_jpeg(img, progressive=True),
     "restart markers": lambda img: pil_jpeg(img, restart_marker_blocks=3),
 }
 
 CROP_CHAINS = {
-    "rrc": lambda big: Compose([DecodeImage(), RandomResizedCrop(224 if big else 24),
-                                RandomHorizontalFlip()]),
+    "rrc": lambda big: Compose(
+        [DecodeImage(), RandomResizedCrop(224 if big else 24), RandomHorizontalFlip()]
+    ),
     "small rrc": lambda big: Compose([DecodeImage(), RandomResizedCrop(40, scale=(0.02, 0.2))]),
     "padded crop": lambda big: Compose([DecodeImage(), RandomCrop(16, padding=4)]),
     "center crop": lambda big: Compose([DecodeImage(), CenterCrop(20)]),
@@ -49,9 +61,13 @@ def full_decode_reference(chain, data, h, w, index, seed=7):
     """Full decode (simplejpeg) at the scale the chain picks, then the chain's pipeline on
     the whole image: what the crop-region decode must reproduce."""
     _, d = chain.pipeline.prepare(h, w, seed, 0, index)
-    decoded = simplejpeg.decode_jpeg(data, colorspace="RGB", min_factor=d,
-                                     min_height=-(-h // d) if d > 1 else 0,
-                                     min_width=-(-w // d) if d > 1 else 0)
+    decoded = simplejpeg.decode_jpeg(
+        data,
+        colorspace="RGB",
+        min_factor=d,
+        min_height=-(-h // d) if d > 1 else 0,
+        min_width=-(-w // d) if d > 1 else 0,
+    )
     return chain.pipeline.run(decoded, h, w, d, seed, 0, index), d
 
 
@@ -73,8 +89,10 @@ def test_crop_region_decode_matches_full_decode_then_crop(kind, size, chain_name
         assert scales != {1}, "the large image never decoded at a reduced scale"
 
 
-@pytest.mark.skipif(not NATIVE, reason="this build decodes JPEG through simplejpeg "
-                                       "(no libjpeg headers at build time)")
+@pytest.mark.skipif(
+    not NATIVE,
+    reason="this build decodes JPEG through simplejpeg (no libjpeg headers at build time)",
+)
 @pytest.mark.parametrize("kind", JPEG_KINDS)
 def test_crop_region_decode_is_exact_at_full_scale(kind):
     """At full scale the region decode gives the very pixels of decoding the whole image
@@ -82,18 +100,26 @@ def test_crop_region_decode_is_exact_at_full_scale(kind):
     h, w = 149, 203
     data = JPEG_KINDS[kind](natural_image(h, w, seed=3))
     whole = Compose([DecodeImage()])(data)
-    for chain in (Compose([DecodeImage(exact=True), RandomResizedCrop(32)]),
-                  Compose([DecodeImage(), RandomCrop(50, padding=9)])):
+    for chain in (
+        Compose([DecodeImage(exact=True), RandomResizedCrop(32)]),
+        Compose([DecodeImage(), RandomCrop(50, padding=9)]),
+    ):
         for index in range(20):
             expected = chain.pipeline.run(whole, h, w, 1, 5, 0, index)
             assert np.array_equal(chain(data, index=index, seed=5), expected), (kind, index)
 
 
 def test_the_loader_and_a_call_decode_alike():
-    images = [simplejpeg.encode_jpeg(natural_image(90 + k, 120 - k, seed=k), 85)
-              for k in range(24)]
-    chain = Compose([DecodeImage(), RandomResizedCrop(32), RandomHorizontalFlip(),
-                     Normalize(0.5, 0.25), ToCHW()])
+    images = [simplejpeg.encode_jpeg(natural_image(90 + k, 120 - k, seed=k), 85) for k in range(24)]
+    chain = Compose(
+        [
+            DecodeImage(),
+            RandomResizedCrop(32),
+            RandomHorizontalFlip(),
+            Normalize(0.5, 0.25),
+            ToCHW(),
+        ]
+    )
     loader = DataLoader(mapobs(chain, images), 5, parallel=2, seed=3)
     batches = np.concatenate(list(loader))
     expected = np.stack([chain(b, index=i, seed=3, epoch=0) for i, b in enumerate(images)])
@@ -120,11 +146,11 @@ def test_exact_decode_never_reduces_the_scale_and_matches_pil():
     data = pil_jpeg(img)
     fast = Compose([DecodeImage(), Resize(100)])
     exact = Compose([DecodeImage(exact=True), Resize(100)])
-    assert fast.pipeline.prepare(h, w)[1] == 4          # 1/4 when scaling is allowed
+    assert fast.pipeline.prepare(h, w)[1] == 4  # 1/4 when scaling is allowed
     whole = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
-    reference = Compose([Resize(100)])(whole)          # PIL's decode, then the same resize
+    reference = Compose([Resize(100)])(whole)  # PIL's decode, then the same resize
     assert np.abs(exact(data).astype(int) - reference.astype(int)).max() <= 1
-    assert not np.array_equal(fast(data), reference)    # the reduced scale is not exact
+    assert not np.array_equal(fast(data), reference)  # the reduced scale is not exact
 
 
 def test_the_deprecated_name_still_decodes():
@@ -142,6 +168,7 @@ def test_build_info_names_the_jpeg_decoder():
 
 
 # ---- other formats, through Pillow ----------------------------------------------------------
+
 
 def encoded(img, fmt, **options):
     buf = io.BytesIO()
@@ -208,8 +235,9 @@ def test_float_images_are_refused_not_guessed():
 
 def test_corrupt_png_and_the_pixel_limit_are_errors_naming_the_item(monkeypatch):
     good = FORMATS["png"]()
-    loader = DataLoader(mapobs(Compose([DecodeImage(), CenterCrop(8)]),
-                               [good, good[:60], good]), 3, parallel=2)
+    loader = DataLoader(
+        mapobs(Compose([DecodeImage(), CenterCrop(8)]), [good, good[:60], good]), 3, parallel=2
+    )
     with pytest.raises(LoadError, match="image 1 of list: .*cannot decode this PNG"):
         list(loader)
     monkeypatch.setattr(fastload.limits, "MAX_IMAGE_PIXELS", 41 * 57 - 1)
@@ -221,13 +249,20 @@ def test_corrupt_png_and_the_pixel_limit_are_errors_naming_the_item(monkeypatch)
 def test_image_folder_lists_exactly_the_formats_that_decode(tmp_path):
     img = rgb(20, 24, seed=4)
     jpg = pil_jpeg(np.asarray(img))
-    writers = {".jpg": lambda: jpg, ".jpeg": lambda: jpg,
-               ".png": FORMATS["png"], ".bmp": FORMATS["bmp"], ".gif": FORMATS["gif"],
-               ".webp": FORMATS["webp lossless"], ".tif": FORMATS["tiff"],
-               ".tiff": FORMATS["tiff"], ".ppm": FORMATS["ppm"],
-               ".pgm": lambda: encoded(img.convert("L"), "PPM"),
-               ".pbm": lambda: encoded(img.convert("1"), "PPM"),
-               ".qoi": lambda: _core.qoi_encode(np.asarray(img))}
+    writers = {
+        ".jpg": lambda: jpg,
+        ".jpeg": lambda: jpg,
+        ".png": FORMATS["png"],
+        ".bmp": FORMATS["bmp"],
+        ".gif": FORMATS["gif"],
+        ".webp": FORMATS["webp lossless"],
+        ".tif": FORMATS["tiff"],
+        ".tiff": FORMATS["tiff"],
+        ".ppm": FORMATS["ppm"],
+        ".pgm": lambda: encoded(img.convert("L"), "PPM"),
+        ".pbm": lambda: encoded(img.convert("1"), "PPM"),
+        ".qoi": lambda: _core.qoi_encode(np.asarray(img)),
+    }
     assert set(writers) == set(IMAGE_EXTENSIONS)
     (tmp_path / "a").mkdir()
     for ext, write in writers.items():
@@ -236,28 +271,32 @@ def test_image_folder_lists_exactly_the_formats_that_decode(tmp_path):
     folder = ImageFolder(tmp_path)
     assert len(folder) == len(writers)
     chain = Compose([DecodeImage(), CenterCrop(16)])
-    batch, labels = next(iter(DataLoader((mapobs(chain, folder.images), folder.labels),
-                                         len(writers), parallel=2)))
+    batch, labels = next(
+        iter(DataLoader((mapobs(chain, folder.images), folder.labels), len(writers), parallel=2))
+    )
     assert batch.shape == (len(writers), 16, 16, 3) and labels.tolist() == [0] * len(writers)
 
 
-@pytest.mark.skipif(not NATIVE, reason="this build decodes JPEG through simplejpeg "
-                                       "(no libjpeg headers at build time)")
+@pytest.mark.skipif(
+    not NATIVE,
+    reason="this build decodes JPEG through simplejpeg (no libjpeg headers at build time)",
+)
 def test_only_the_crop_region_is_decoded():
     h, w = 300, 400
     data = simplejpeg.encode_jpeg(natural_image(h, w, seed=8), 90)
     whole = Compose([DecodeImage()])(data)
     chain = Compose([DecodeImage(exact=True), RandomResizedCrop(64, scale=(0.05, 0.2))])
-    source = fastload._core.ImageSource(chain.pipeline, 3, "bytes", codecs, 10**8, 10**8,
-                                        exact=True, buffers=[data])
+    source = fastload._core.ImageSource(
+        chain.pipeline, 3, "bytes", codecs, 10**8, 10**8, exact=True, buffers=[data]
+    )
     for index in range(10):
         part, (y, x), denom = source.decode(data, 0, 0, index)
         (cy, cx, ch, cw), _ = chain.pipeline.prepare(h, w, 0, 0, index)
         assert denom == 1
-        assert part.shape[0] * part.shape[1] < h * w / 2           # a fraction of the image
-        assert y <= cy and y + part.shape[0] >= cy + ch            # holds the crop
+        assert part.shape[0] * part.shape[1] < h * w / 2  # a fraction of the image
+        assert y <= cy and y + part.shape[0] >= cy + ch  # holds the crop
         assert x <= cx and x + part.shape[1] >= cx + cw
-        assert np.array_equal(part, whole[y:y + part.shape[0], x:x + part.shape[1]])
+        assert np.array_equal(part, whole[y : y + part.shape[0], x : x + part.shape[1]])
 
 
 def test_an_empty_item_is_an_error_naming_it(tmp_path):

@@ -5,6 +5,7 @@ use what an earlier one made, as a reader would), in a folder holding generated 
 the paths the examples name. What a reader brings (a model, a train step, texts) is a
 small stand-in defined before the first block.
 """
+
 import glob
 import os
 import re
@@ -16,11 +17,12 @@ import pytest
 import simplejpeg
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PAGES = ["README.md"] + sorted(os.path.relpath(p, ROOT)
-                               for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
+PAGES = ["README.md"] + sorted(
+    os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))
+)
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
-STAND_INS = '''\
+STAND_INS = """\
 import numpy as np
 import simplejpeg
 _rng = np.random.default_rng(0)
@@ -34,7 +36,7 @@ jpeg_bytes = [simplejpeg.encode_jpeg(_rng.integers(0, 255, (60, 80, 3), np.uint8
               for _ in range(12)]
 labels = np.arange(12)
 data = {"image": _rng.integers(0, 255, (12, 60, 80, 3), np.uint8), "label": np.arange(12)}
-'''
+"""
 
 
 def python_blocks(page):
@@ -70,9 +72,15 @@ def test_every_python_block_of_the_page_runs(page, tmp_path):
     for folder in ("data/train", "imagenet/train"):
         _image_folder(tmp_path / folder)
     script = tmp_path / (page.replace("/", "_").replace(".md", "") + "_blocks.py")
-    script.write_text(STAND_INS + "".join(f"\n# {page}, block {k + 1}\n{block}"
-                                          for k, block in enumerate(blocks)))
-    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
-                            text=True, timeout=300,
-                            env={**os.environ, "PYTHONPATH": ROOT})
+    script.write_text(
+        STAND_INS + "".join(f"\n# {page}, block {k + 1}\n{block}" for k, block in enumerate(blocks))
+    )
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     assert result.returncode == 0, f"{page}: a block failed\n{result.stderr[-4000:]}"

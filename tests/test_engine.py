@@ -1,6 +1,7 @@
 """The engine and its boundary (fastload.engine, fastload.schedule): schedules made once
 from views, rings that fill up and drain, small steps claimed across step boundaries,
 whole-step containers, and no view built per batch."""
+
 import multiprocessing
 import os
 import subprocess
@@ -9,13 +10,21 @@ import threading
 
 import numpy as np
 import pytest
+from helpers import assert_tree_equal, copy_tree, deadline, run_epochs
 
-from fastload import (DataLoader, LoadError, _core, batchview, eachobs, eachobs_parallel,
-                      obsview, shuffleobs)
-from fastload import views
+from fastload import (
+    DataLoader,
+    LoadError,
+    _core,
+    batchview,
+    eachobs,
+    eachobs_parallel,
+    obsview,
+    shuffleobs,
+    views,
+)
 from fastload.engine import Engine
 from fastload.schedule import Schedule, schedule_of
-from helpers import assert_tree_equal, copy_tree, deadline, run_epochs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,8 +48,9 @@ def test_schedule_counts_steps_and_slices_positions():
 def test_schedule_of_folds_obsview_layers_into_one_order():
     x = np.arange(20) * 10
     a, b = np.random.default_rng(0).permutation(20), np.arange(12)[::-1]
-    container, schedule = schedule_of(batchview(obsview(obsview(x, a), b), 5, drop_last=True),
-                                      seed=3, epoch=2)
+    container, schedule = schedule_of(
+        batchview(obsview(obsview(x, a), b), 5, drop_last=True), seed=3, epoch=2
+    )
     assert container is x
     assert schedule.order.tolist() == a[b].tolist()
     assert (schedule.batch_size, schedule.drop_last, schedule.steps) == (5, True, 2)
@@ -58,8 +68,9 @@ def test_small_steps_through_a_ring_that_fills_and_drains(parallel, prefetch, or
     data = _arrays(2500)
     for batch_size in (1, 3):
         kw = dict(batch_size=batch_size, shuffle=True, seed=7)
-        loader = DataLoader(data, parallel=parallel, prefetch=prefetch, ordered=ordered,
-                            buffer=True, **kw)
+        loader = DataLoader(
+            data, parallel=parallel, prefetch=prefetch, ordered=ordered, buffer=True, **kw
+        )
         with deadline(60):
             got = run_epochs(loader, 2)
         expected = run_epochs(DataLoader(data, **kw), 2)
@@ -77,7 +88,7 @@ def test_a_slow_consumer_gets_every_step_in_order():
     for k, batch in enumerate(loader):
         got.append(copy_tree(batch))
         if k % 50 == 0:
-            threading.Event().wait(0.01)   # the ring fills and the tasks exit meanwhile
+            threading.Event().wait(0.01)  # the ring fills and the tasks exit meanwhile
     assert_tree_equal(got, run_epochs(DataLoader(data, 2, shuffle=True, seed=1), 1)[0])
 
 
@@ -90,6 +101,7 @@ def test_a_loader_over_arrays_builds_no_view_per_batch(parallel, monkeypatch):
         def counting(self, *args, _original=original, **kwargs):
             made.append(type(self).__name__)
             _original(self, *args, **kwargs)
+
         monkeypatch.setattr(cls, "__init__", counting)
     loader = DataLoader(_arrays(100), 4, shuffle=True, seed=0, parallel=parallel)
     assert len(run_epochs(loader, 2)[1]) == 25
@@ -115,8 +127,7 @@ def test_whole_step_containers_count_observations_and_skip_the_bad_one(parallel)
     loader = DataLoader(Batched(), 4, parallel=parallel, on_error="skip")
     with pytest.warns(RuntimeWarning, match="skipped 1"):
         batches = run_epochs(loader, 1)[0]
-    assert [b["i"].tolist() for b in batches] == [[0, 10, 20, 30], [40, 60, 70],
-                                                  [80, 90, 100, 110]]
+    assert [b["i"].tolist() for b in batches] == [[0, 10, 20, 30], [40, 60, 70], [80, 90, 100, 110]]
     assert (loader.stats()["items"], loader.stats()["skipped"]) == (11, 1)
     with pytest.raises(LoadError, match="could not load step 1"):
         list(DataLoader(Batched(), 4, parallel=parallel))
@@ -135,11 +146,12 @@ def test_next_from_two_threads_at_once_is_refused():
     release = threading.Event()
 
     def slow(i):
-        if i > 0:      # the plan reads observation 0 to learn its shape
+        if i > 0:  # the plan reads observation 0 to learn its shape
             release.wait(10)
         return np.zeros(2)
+
     it = iter(eachobs(views.mapobs(slow, np.arange(4)), parallel=1))
-    first = threading.Thread(target=lambda: [next(it), next(it)])   # waits in the second
+    first = threading.Thread(target=lambda: [next(it), next(it)])  # waits in the second
     first.start()
     threading.Event().wait(0.3)
     with deadline(10), pytest.raises(ValueError, match="already in next()"):
@@ -153,9 +165,10 @@ def test_close_wakes_a_consumer_waiting_in_another_thread():
     release = threading.Event()
 
     def slow(x):
-        if x >= 8:     # the plan reads observation 0 to learn its shape
+        if x >= 8:  # the plan reads observation 0 to learn its shape
             release.wait(10)
         return x
+
     loader = DataLoader(views.mapobs(slow, np.arange(40.0)), 4, parallel=2)
     raised = []
 
@@ -164,6 +177,7 @@ def test_close_wakes_a_consumer_waiting_in_another_thread():
             list(loader)
         except RuntimeError as error:
             raised.append(error)
+
     consumer = threading.Thread(target=consume)
     consumer.start()
     threading.Event().wait(0.2)
@@ -177,25 +191,34 @@ def test_close_wakes_a_consumer_waiting_in_another_thread():
 def test_stats_and_progress_are_updated_by_the_delivery_loop():
     stats, progress = _core.Stats(), _core.Progress(0, 2)
     container, schedule = schedule_of(batchview(_arrays(10), 3), start=2)
-    got = list(Engine(parallel=2).iterate(container, schedule, stats=stats,
-                                          progress=progress))
+    got = list(Engine(parallel=2).iterate(container, schedule, stats=stats, progress=progress))
     assert [b[1].tolist() for b in got] == [[6, 7, 8], [9]]
     assert (stats.items, stats.batches, progress.step) == (4, 2, 4)
 
 
-@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(),
-                    reason="the process backend forks its workers")
+@pytest.mark.skipif(
+    "fork" not in multiprocessing.get_all_start_methods(),
+    reason="the process backend forks its workers",
+)
 def test_the_process_backend_takes_its_worker_count_from_fastload_num_threads():
-    code = ("import multiprocessing, numpy as np\n"
-            "from fastload import DataLoader, mapobs\n"
-            "loader = DataLoader(mapobs(lambda v: v + 1, np.arange(12.0)), 4, parallel=True,\n"
-            "                    backend='process')\n"
-            "it = iter(loader); next(it)\n"
-            "print(len(multiprocessing.active_children()))\n"
-            "loader.close()\n")
+    code = (
+        "import multiprocessing, numpy as np\n"
+        "from fastload import DataLoader, mapobs\n"
+        "loader = DataLoader(mapobs(lambda v: v + 1, np.arange(12.0)), 4, parallel=True,\n"
+        "                    backend='process')\n"
+        "it = iter(loader); next(it)\n"
+        "print(len(multiprocessing.active_children()))\n"
+        "loader.close()\n"
+    )
     env = {**os.environ, "FASTLOAD_NUM_THREADS": "3", "PYTHONPATH": ROOT}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, timeout=60, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     assert out.strip() == "3"
 
 
@@ -206,17 +229,21 @@ def test_an_interrupt_inside_user_code_stops_the_loop_as_an_interrupt(parallel, 
         if x == 5:
             raise KeyboardInterrupt
         return x
-    loader = DataLoader(views.mapobs(interrupted_at_5, np.arange(20.0)), 4,
-                        parallel=parallel, on_error=on_error)
+
+    loader = DataLoader(
+        views.mapobs(interrupted_at_5, np.arange(20.0)), 4, parallel=parallel, on_error=on_error
+    )
     with deadline(10), pytest.raises(KeyboardInterrupt):
         list(loader)
-    assert [b.tolist() for b in DataLoader(np.arange(8.0), 4, parallel=parallel)] == \
-        [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert [b.tolist() for b in DataLoader(np.arange(8.0), 4, parallel=parallel)] == [
+        [0, 1, 2, 3],
+        [4, 5, 6, 7],
+    ]
 
 
 @pytest.mark.parametrize("parallel", [False, 2])
 def test_orders_drawn_ahead_are_the_orders_of_their_epochs(parallel):
-    n = 70_000          # large enough that the next epoch's order is drawn ahead
+    n = 70_000  # large enough that the next epoch's order is drawn ahead
     data = np.arange(n)
     loader = DataLoader(data, 10_000, shuffle=True, seed=5, parallel=parallel)
     for epoch in range(3):
@@ -235,6 +262,7 @@ def test_a_step_whose_every_observation_is_skipped_is_passed_over(parallel):
         if x[0] == 2:
             raise KeyError("no record 2")
         return x
+
     data = views.mapobs(fails_at_2, np.arange(10).reshape(5, 2))
     single = eachobs(data, parallel=parallel, on_error="skip")
     with pytest.warns(RuntimeWarning, match="skipped 1"):
@@ -243,5 +271,5 @@ def test_a_step_whose_every_observation_is_skipped_is_passed_over(parallel):
     batches = DataLoader(data, 1, parallel=parallel, on_error="skip")
     it = iter(batches)
     assert next(it).tolist() == [[0, 1]]
-    assert next(it).tolist() == [[4, 5]]        # step 1 had nothing left
-    assert batches.state_dict()["step"] == 3    # a resume starts after the skipped step
+    assert next(it).tolist() == [[4, 5]]  # step 1 had nothing left
+    assert batches.state_dict()["step"] == 3  # a resume starts after the skipped step

@@ -1,4 +1,5 @@
 """The native image kernels (fastload._core) against numpy, PIL and torchvision's rules."""
+
 import math
 
 import numpy as np
@@ -17,8 +18,14 @@ def natural_image(h, w, channels=3, seed=0):
     """A photo-like uint8 HWC image: smooth gradients, a few solid shapes, mild noise."""
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:h, 0:w].astype(np.float64)
-    img = np.stack([255 * xx / max(w - 1, 1), 255 * yy / max(h - 1, 1),
-                    128 + 100 * np.sin(xx / 23.0 + yy / 31.0)], axis=-1)
+    img = np.stack(
+        [
+            255 * xx / max(w - 1, 1),
+            255 * yy / max(h - 1, 1),
+            128 + 100 * np.sin(xx / 23.0 + yy / 31.0),
+        ],
+        axis=-1,
+    )
     for _ in range(4):
         cy, cx = rng.uniform(0, h), rng.uniform(0, w)
         r = rng.uniform(0.05, 0.25) * min(h, w)
@@ -93,17 +100,26 @@ def torchvision_rrc_params(rng, h, w, scale, ratio):
     return (h - ch) // 2, (w - cw) // 2, ch, cw
 
 
-@pytest.mark.parametrize("src,dst", [((330, 440), (224, 224)), ((480, 640), (256, 341)),
-                                     ((375, 500), (37, 50)), ((100, 80), (300, 200)),
-                                     ((64, 64), (64, 64)), ((7, 9), (1, 1))])
+@pytest.mark.parametrize(
+    "src,dst",
+    [
+        ((330, 440), (224, 224)),
+        ((480, 640), (256, 341)),
+        ((375, 500), (37, 50)),
+        ((100, 80), (300, 200)),
+        ((64, 64), (64, 64)),
+        ((7, 9), (1, 1)),
+    ],
+)
 @pytest.mark.parametrize("channels", [1, 3, 4])
 def test_resize_matches_pil_bilinear(src, dst, channels):
     img = natural_image(*src, channels=channels)
     assert_close_pixels(_core.resize(img, *dst), pil_resize(img, *dst))
 
 
-@given(sh=st.integers(1, 200), sw=st.integers(1, 200), dh=st.integers(1, 200),
-       dw=st.integers(1, 200))
+@given(
+    sh=st.integers(1, 200), sw=st.integers(1, 200), dh=st.integers(1, 200), dw=st.integers(1, 200)
+)
 def test_resize_matches_pil_for_any_shapes(sh, sw, dh, dw):
     img = natural_image(sh, sw, seed=sh * 1000 + sw)
     assert_close_pixels(_core.resize(img, dh, dw), pil_resize(img, dh, dw))
@@ -117,7 +133,9 @@ def test_resize_keeps_flat_images_flat():
 def test_resize_reads_strided_views():
     img = natural_image(200, 300)
     view = img[10:150, 20:260]
-    assert_close_pixels(_core.resize(view, 70, 120), pil_resize(np.ascontiguousarray(view), 70, 120))
+    assert_close_pixels(
+        _core.resize(view, 70, 120), pil_resize(np.ascontiguousarray(view), 70, 120)
+    )
 
 
 def test_flip_is_exact():
@@ -150,8 +168,14 @@ def test_convert_channels():
     assert np.array_equal(_core.convert_channels(rgba, 3), rgb)
 
 
-@given(h=st.integers(1, 2000), w=st.integers(1, 2000), index=st.integers(0, 2**63),
-       lo=st.floats(0.01, 1.0), ratio_lo=st.floats(0.2, 1.0), ratio_hi=st.floats(1.0, 5.0))
+@given(
+    h=st.integers(1, 2000),
+    w=st.integers(1, 2000),
+    index=st.integers(0, 2**63),
+    lo=st.floats(0.01, 1.0),
+    ratio_lo=st.floats(0.2, 1.0),
+    ratio_hi=st.floats(1.0, 5.0),
+)
 def test_rrc_params_follow_torchvision(h, w, index, lo, ratio_lo, ratio_hi):
     scale, ratio = (lo, 1.0), (ratio_lo, ratio_hi)
     got = _core.rrc_params(h, w, scale, ratio, seed=7, epoch=1, index=index, op=2)
@@ -175,18 +199,26 @@ def test_rrc_params_fall_back_to_a_central_crop():
     assert _core.rrc_params(50, 100, (0.5, 1.0), (0.01, 0.02)) == (0, 49, 50, 1)
 
 
-@given(h=st.integers(1, 60), w=st.integers(1, 60), index=st.integers(0, 2**63),
-       lo=st.floats(1e-6, 1.0), log_ratio=st.floats(-120.0, 120.0), span=st.floats(0.0, 3.0))
+@given(
+    h=st.integers(1, 60),
+    w=st.integers(1, 60),
+    index=st.integers(0, 2**63),
+    lo=st.floats(1e-6, 1.0),
+    log_ratio=st.floats(-120.0, 120.0),
+    span=st.floats(0.0, 3.0),
+)
 def test_rrc_params_give_at_least_one_pixel_for_extreme_ratios_and_tiny_images(
-        h, w, index, lo, log_ratio, span):
+    h, w, index, lo, log_ratio, span
+):
     ratio = (float(np.exp(log_ratio)), float(np.exp(log_ratio + span)))
     y, x, ch, cw = _core.rrc_params(h, w, (lo, 1.0), ratio, index=index)
     assert ch >= 1 and cw >= 1 and 0 <= y <= h - ch and 0 <= x <= w - cw
 
 
-@pytest.mark.parametrize("shape, ratio", [((1, 50, 3), (500, 1000)),
-                                          ((50, 1, 3), (0.001, 0.002)),
-                                          ((1, 1, 3), (1e-4, 1e4))])
+@pytest.mark.parametrize(
+    "shape, ratio",
+    [((1, 50, 3), (500, 1000)), ((50, 1, 3), (0.001, 0.002)), ((1, 1, 3), (1e-4, 1e4))],
+)
 def test_an_extreme_ratio_crop_reads_only_the_image(shape, ratio):
     image = np.full(shape, 7, np.uint8)
     for index in range(20):

@@ -1,6 +1,7 @@
 """The native image plan (fastload.plan, csrc/imagesource.c): which sources run natively, and
 that the native C path gives exactly the pixels of the Python path (Compose called per item
 by the sequential loader), errors included."""
+
 import io
 import os
 import warnings
@@ -8,9 +9,11 @@ import warnings
 import numpy as np
 import pytest
 import simplejpeg
+from helpers import copy_tree
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
+from test_image_kernels import natural_image
 
 import fastload
 from fastload import DataLoader, LoadError, _core, batchview, mapobs
@@ -18,14 +21,22 @@ from fastload.imagefolder import ImageFolder
 from fastload.plan import make_plan
 from fastload.schedule import schedule_of
 from fastload.storage import JPEG, QOI
-from fastload.transforms import (IMAGENET_MEAN, IMAGENET_STD, CenterCrop, Compose, DecodeImage,
-                                 Normalize, RandomCrop, RandomHorizontalFlip,
-                                 RandomResizedCrop, Resize, ToCHW)
-from helpers import copy_tree
-from test_image_kernels import natural_image
+from fastload.transforms import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    CenterCrop,
+    Compose,
+    DecodeImage,
+    Normalize,
+    RandomCrop,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+    ToCHW,
+)
 
-N = 20          # images per source
-BS = 6          # batch size (the last batch of an epoch is partial)
+N = 20  # images per source
+BS = 6  # batch size (the last batch of an epoch is partial)
 SEED = 1234
 
 
@@ -47,6 +58,7 @@ def sizes(n, lo, hi, seed=0):
 
 # ---- sources ------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def pixels():
     """N RGB images of different sizes (>= 48 px a side, for the crops below)."""
@@ -61,8 +73,7 @@ def jpegs(pixels):
 @pytest.fixture(scope="module")
 def mixed(pixels, jpegs):
     """JPEG bytes, every third item QOI instead."""
-    return [_core.qoi_encode(p) if k % 3 == 1 else j
-            for k, (p, j) in enumerate(zip(pixels, jpegs))]
+    return [_core.qoi_encode(p) if k % 3 == 1 else j for k, (p, j) in enumerate(zip(pixels, jpegs))]
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +87,13 @@ def folder(mixed, tmp_path_factory):
 
 
 def write_packed(path, images, encoding):
-    fastload.write(path, (images, np.arange(len(images), dtype=np.int64)),
-                   {"image": encoding, "label": "int64"}, progress=False, num_threads=2)
+    fastload.write(
+        path,
+        (images, np.arange(len(images), dtype=np.int64)),
+        {"image": encoding, "label": "int64"},
+        progress=False,
+        num_threads=2,
+    )
     return fastload.open(path)
 
 
@@ -96,9 +112,13 @@ def two_file_dataset(jpegs, tmp_path_factory):
     root = tmp_path_factory.mktemp("shards")
     half = N // 2
     for k, part in enumerate((slice(0, half), slice(half, N))):
-        fastload.write(root / f"part{k}.arrow",
-                       (jpegs[part], np.arange(N, dtype=np.int64)[part]),
-                       {"image": JPEG(), "label": "int64"}, progress=False, num_threads=2)
+        fastload.write(
+            root / f"part{k}.arrow",
+            (jpegs[part], np.arange(N, dtype=np.int64)[part]),
+            {"image": JPEG(), "label": "int64"},
+            progress=False,
+            num_threads=2,
+        )
     ds = fastload.open(root)
     assert len(ds) == N and ds["image"].encoded.contiguous is False
     return ds
@@ -169,11 +189,13 @@ def assert_same_batches(got, want):
     for k, ((gi, gl), (wi, wl)) in enumerate(zip(got, want)):
         assert gi.shape == wi.shape and gi.dtype == wi.dtype, f"batch {k}"
         assert np.array_equal(gl, wl), f"batch {k}: labels differ"
-        assert np.array_equal(gi, wi), \
+        assert np.array_equal(gi, wi), (
             f"batch {k}: pixels differ (max {np.abs(gi.astype(float) - wi).max()})"
+        )
 
 
 # ---- 1. which plan ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kind", ENCODED + DECODED)
 def test_plan_is_native_for_every_image_source(sources, kind):
@@ -207,8 +229,10 @@ class GenericBytes:
 @pytest.fixture(scope="module")
 def fallbacks(jpegs):
     labels = np.arange(N, dtype=np.int64)
-    return {"generic": (GenericBytes(jpegs), labels),
-            "bytearrays": ([bytearray(b) for b in jpegs], labels)}
+    return {
+        "generic": (GenericBytes(jpegs), labels),
+        "bytearrays": ([bytearray(b) for b in jpegs], labels),
+    }
 
 
 @pytest.mark.parametrize("kind", ["generic", "bytearrays"])
@@ -220,10 +244,11 @@ def test_plan_falls_back_to_python_for_other_containers(fallbacks, kind):
 
 
 def test_plan_falls_back_for_varying_output_size_or_strided_pixels(pixels, jpegs):
-    varying = plan_of(batchview((mapobs(Compose([DecodeImage(), Resize(32)]), jpegs),
-                                   np.arange(N)), BS))
+    varying = plan_of(
+        batchview((mapobs(Compose([DecodeImage(), Resize(32)]), jpegs), np.arange(N)), BS)
+    )
     assert varying.leaves[0].kind != "image"
-    strided = [p[:, ::2] for p in pixels]   # pixels not packed in their rows
+    strided = [p[:, ::2] for p in pixels]  # pixels not packed in their rows
     data = (mapobs(Compose([CenterCrop(20)]), strided), np.arange(N))
     assert plan_of(batchview(data, BS)).leaves[0].kind == "into"
     assert_same_batches(run(data, parallel=2), run(data, parallel=False))
@@ -231,8 +256,9 @@ def test_plan_falls_back_for_varying_output_size_or_strided_pixels(pixels, jpegs
 
 # ---- 2. native == Python ------------------------------------------------------------------
 
-CASES = [(kind, name) for kind in ENCODED for name in CHAINS] + \
-        [(kind, name) for kind in DECODED for name in ("rrc_flip", "crop_resize", "normalize_chw")]
+CASES = [(kind, name) for kind in ENCODED for name in CHAINS] + [
+    (kind, name) for kind in DECODED for name in ("rrc_flip", "crop_resize", "normalize_chw")
+]
 
 
 @pytest.mark.parametrize("kind,chain_name", CASES)
@@ -257,8 +283,9 @@ def test_python_fallback_parallel_output_equals_sequential_output(fallbacks, kin
 
 def pil_jpeg(img, **options):
     buf = io.BytesIO()
-    Image.fromarray(img).convert(options.pop("mode", img.ndim == 2 and "L" or "RGB")).save(
-        buf, "JPEG", **options)
+    Image.fromarray(img).convert(options.pop("mode", (img.ndim == 2 and "L") or "RGB")).save(
+        buf, "JPEG", **options
+    )
     return buf.getvalue()
 
 
@@ -276,10 +303,11 @@ def test_native_equals_python_for_jpeg_flavours_at_reduced_scale(flavour):
     # Odd sizes, several times the output: decoded at 1/2 .. 1/8 with rounded-up sizes.
     shapes = [(601, 799), (451, 603), (389, 277), (500, 499), (321, 241), (599, 401)]
     items = [FLAVOURS[flavour](natural_image(h, w, seed=k)) for k, (h, w) in enumerate(shapes)]
-    for compose in (Compose([DecodeImage(), RandomResizedCrop(32), RandomHorizontalFlip()]),
-                    Compose([DecodeImage(1), Resize(40), CenterCrop(32)]),
-                    Compose([DecodeImage(4), CenterCrop(240), Resize((30, 40)),
-                             Normalize(0.5, 0.5), ToCHW()])):
+    for compose in (
+        Compose([DecodeImage(), RandomResizedCrop(32), RandomHorizontalFlip()]),
+        Compose([DecodeImage(1), Resize(40), CenterCrop(32)]),
+        Compose([DecodeImage(4), CenterCrop(240), Resize((30, 40)), Normalize(0.5, 0.5), ToCHW()]),
+    ):
         denoms = {compose.pipeline.prepare(h, w, SEED, 0, k)[1] for k, (h, w) in enumerate(shapes)}
         assert denoms - {1}, compose
         data = (mapobs(compose, items), np.arange(len(items)))
@@ -301,8 +329,8 @@ def test_epochs_and_seeds_change_the_draws(sources):
     a = run(data, epochs=2, parallel=2, shuffle=False)
     b = run(data, epochs=1, parallel=2, shuffle=False, seed=SEED + 1)
     half = len(a) // 2
-    assert not np.array_equal(a[0][0], a[half][0])   # epoch 0 vs epoch 1
-    assert not np.array_equal(a[0][0], b[0][0])      # seed vs seed + 1
+    assert not np.array_equal(a[0][0], a[half][0])  # epoch 0 vs epoch 1
+    assert not np.array_equal(a[0][0], b[0][0])  # seed vs seed + 1
 
 
 # ---- 3. reduced-scale decode --------------------------------------------------------------
@@ -334,7 +362,7 @@ def mae(a, b):
 
 def test_reduced_scale_decode_resize_center_crop_native_equals_python_and_pil(big_jpegs):
     compose = Compose([DecodeImage(), Resize(72), CenterCrop(64)])
-    assert compose.pipeline.prepare(*BIG, SEED, 0, 0)[1] > 1   # decoded at reduced scale
+    assert compose.pipeline.prepare(*BIG, SEED, 0, 0)[1] > 1  # decoded at reduced scale
     data = (mapobs(compose, big_jpegs), np.arange(len(big_jpegs)))
     assert plan_of(batchview(data, 2)).leaves[0].kind == "image"
     want = run(data, epochs=1, parallel=False)
@@ -345,7 +373,7 @@ def test_reduced_scale_decode_resize_center_crop_native_equals_python_and_pil(bi
     for images, labels in got:
         for img, label in zip(images, labels):
             full = simplejpeg.decode_jpeg(big_jpegs[label])
-            ref = pil_resize(full, rh, rw)[y:y + 64, x:x + 64]
+            ref = pil_resize(full, rh, rw)[y : y + 64, x : x + 64]
             assert mae(img, ref) <= 1.5, f"image {label}: mean abs error {mae(img, ref):.2f}"
 
 
@@ -363,12 +391,13 @@ def test_reduced_scale_decode_random_resized_crop_native_equals_python_and_pil(b
             (cy, cx, ch, cw), denom = compose.pipeline.prepare(*BIG, SEED, epoch, int(label))
             denoms.add(denom)
             full = simplejpeg.decode_jpeg(big_jpegs[label])
-            ref = pil_resize(full[cy:cy + ch, cx:cx + cw], 64, 64)
+            ref = pil_resize(full[cy : cy + ch, cx : cx + cw], 64, 64)
             assert mae(img, ref) <= 1.5, f"image {label}: mean abs error {mae(img, ref):.2f}"
     assert denoms & {2, 4, 8}
 
 
 # ---- 4. errors ----------------------------------------------------------------------------
+
 
 def truncated(data):
     return data[: len(data) // 2]
@@ -405,8 +434,13 @@ def test_truncated_file_in_image_folder_names_the_path(jpegs, tmp_path, parallel
     assert folder.images.paths[7] in str(info.value)
 
 
-@pytest.mark.parametrize("bad, says", [(b"<html>not an image</html>", "not an image file"),
-                                       (b"GIF89a" + bytes(200), "cannot decode this GIF")])
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        (b"<html>not an image</html>", "not an image file"),
+        (b"GIF89a" + bytes(200), "cannot decode this GIF"),
+    ],
+)
 def test_bytes_that_are_not_a_readable_image_raise_load_error(jpegs, bad, says):
     items = list(jpegs)
     items[3] = bad
@@ -464,15 +498,16 @@ def test_on_error_skip_drops_exactly_the_bad_items(jpegs, parallel):
         items[k] = truncated(items[k])
     compose = chain("normalize_chw", True)
     data = (mapobs(compose, items), np.arange(N, dtype=np.int64))
-    loader = DataLoader(data, BS, shuffle=True, seed=SEED, parallel=parallel,
-                        on_error="skip", buffer=True)
+    loader = DataLoader(
+        data, BS, shuffle=True, seed=SEED, parallel=parallel, on_error="skip", buffer=True
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for epoch in range(2):
             order = loader.order(epoch)
             seen = []
             for step, (images, labels) in enumerate(loader):
-                want = [int(i) for i in order[step * BS:(step + 1) * BS] if i not in BAD]
+                want = [int(i) for i in order[step * BS : (step + 1) * BS] if i not in BAD]
                 assert labels.tolist() == want
                 assert images.shape[0] == len(want)
                 for img, i in zip(images, want):
@@ -489,6 +524,7 @@ def test_on_error_skip_drops_exactly_the_bad_items(jpegs, parallel):
 # Output is documented identical for every value of `parallel`, and the Python path reads
 # the list live; the native path caches its source per view (plan._image_sources) with a
 # copy of the list taken on the first plan, so it must not serve a stale copy.
+
 
 def test_native_source_sees_an_item_replaced_between_epochs(jpegs, pixels):
     items = list(jpegs)
@@ -509,6 +545,7 @@ def test_native_source_sees_an_item_appended_between_epochs(jpegs):
 
 # ---- 5. scratch memory --------------------------------------------------------------------
 
+
 def rss_bytes():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -525,7 +562,7 @@ def test_scratch_memory_is_bounded_by_the_largest_image_not_the_batch():
     before = peak = rss_bytes()
     loader = DataLoader(data, 32, shuffle=True, seed=SEED, parallel=4, buffer=True)
     for _ in range(2):
-        for images, labels in loader:
+        for _images, _labels in loader:
             peak = max(peak, rss_bytes())
     loader.close()
     # One 1000 x 1000 slot row per batch row would take 3 MB x 32 rows x 3 slots.
@@ -533,6 +570,7 @@ def test_scratch_memory_is_bounded_by_the_largest_image_not_the_batch():
 
 
 # ---- 6. jpeg_size -------------------------------------------------------------------------
+
 
 def header_jpegs():
     out = []
@@ -559,15 +597,20 @@ def test_jpeg_size_raises_value_error_on_truncated_or_garbage_input():
     for cut in (0, 1, 2, 3, 4, 10, sof, sof + 5):
         with pytest.raises(ValueError):
             _core.jpeg_size(data[:cut])
-    for garbage in (b"GIF89a" + bytes(100), b"qoif" + bytes(20), bytes(64),
-                    b"\xff\xd8\xff\xd9", b"\xff\xd8\xff\xda\x00\x02"):
+    for garbage in (
+        b"GIF89a" + bytes(100),
+        b"qoif" + bytes(20),
+        bytes(64),
+        b"\xff\xd8\xff\xd9",
+        b"\xff\xd8\xff\xda\x00\x02",
+    ):
         with pytest.raises(ValueError):
             _core.jpeg_size(garbage)
 
 
 VALID = jpeg(natural_image(37, 53, seed=11), quality=80)
 SOF = VALID.index(b"\xff\xc0")
-SOF_END = SOF + 2 + int.from_bytes(VALID[SOF + 2:SOF + 4], "big")   # the whole frame header
+SOF_END = SOF + 2 + int.from_bytes(VALID[SOF + 2 : SOF + 4], "big")  # the whole frame header
 
 
 def check_jpeg_size(data):
@@ -585,8 +628,10 @@ def test_jpeg_size_never_crashes_on_random_bytes(data):
     check_jpeg_size(b"\xff\xd8" + data)
 
 
-@given(st.integers(0, len(VALID)),
-       st.lists(st.tuples(st.integers(0, len(VALID) - 1), st.integers(0, 255)), max_size=6))
+@given(
+    st.integers(0, len(VALID)),
+    st.lists(st.tuples(st.integers(0, len(VALID) - 1), st.integers(0, 255)), max_size=6),
+)
 def test_jpeg_size_never_crashes_on_truncated_or_flipped_jpeg(cut, flips):
     data = bytearray(VALID)
     for pos, value in flips:

@@ -3,6 +3,7 @@
 It runs in a child process: JAX starts threads of its own, and the other tests fork
 (os.fork, the process backend), which is unsafe in a process where JAX runs.
 """
+
 import importlib.util
 import os
 import subprocess
@@ -12,8 +13,10 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("jax") is None,
-                                reason="jax is not installed (pip install 'fastload[jax]')")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("jax") is None,
+    reason="jax is not installed (pip install 'fastload[jax]')",
+)
 
 CHECK = """
 import jax, numpy as np
@@ -39,7 +42,12 @@ except ValueError:
 
 
 def test_prefetch_to_device_yields_jax_arrays_equal_to_the_batches_and_checks_size():
-    child = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, capture_output=True,
-                           text=True, timeout=120,
-                           env={**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"})
+    child = subprocess.run(
+        [sys.executable, "-c", CHECK],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"},
+    )
     assert child.returncode == 0 and child.stdout.strip() == "ok", child.stderr[-3000:]

@@ -1,5 +1,6 @@
 """PyTorch's DataLoader keywords: each one fastload spells differently raises a TypeError
 that says what to write instead."""
+
 import numpy as np
 import pytest
 
@@ -7,11 +8,21 @@ from fastload import DataLoader, eachobs
 from fastload.keywords import PYTORCH_KEYWORDS
 
 
-@pytest.mark.parametrize("name, hint", [
-    ("num_workers", "parallel="), ("collate_fn", "collate="), ("pin_memory", "TorchLoader"),
-    ("persistent_workers", "not needed"), ("worker_init_fn", "seed, epoch, index"),
-    ("prefetch_factor", "prefetch="), ("generator", "seed="), ("timeout", "not needed"),
-    ("multiprocessing_context", "backend='process'"), ("in_order", "ordered=")])
+@pytest.mark.parametrize(
+    "name, hint",
+    [
+        ("num_workers", "parallel="),
+        ("collate_fn", "collate="),
+        ("pin_memory", "TorchLoader"),
+        ("persistent_workers", "not needed"),
+        ("worker_init_fn", "seed, epoch, index"),
+        ("prefetch_factor", "prefetch="),
+        ("generator", "seed="),
+        ("timeout", "not needed"),
+        ("multiprocessing_context", "backend='process'"),
+        ("in_order", "ordered="),
+    ],
+)
 def test_a_pytorch_keyword_says_what_fastload_calls_it(name, hint):
     with pytest.raises(TypeError, match="PyTorch") as info:
         DataLoader(np.arange(4), 2, **{name: 1})

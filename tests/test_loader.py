@@ -1,14 +1,15 @@
 """DataLoader and eachobs (fastload.loader): epochs, order, shuffling, buffers, resumable
 state and stats."""
+
 import tracemalloc
 
 import numpy as np
 import pytest
+from helpers import assert_resumes_exactly, assert_tree_equal, copy_tree, run_epochs, stacked
 from hypothesis import given
 from hypothesis import strategies as st
 
 from fastload import DataLoader, eachobs, mapobs
-from helpers import assert_resumes_exactly, assert_tree_equal, copy_tree, run_epochs, stacked
 
 X = np.arange(30, dtype=np.float32).reshape(10, 3)
 Y = np.arange(10, dtype=np.int64)
@@ -18,19 +19,27 @@ def indices_of(batches):
     return np.concatenate([np.asarray(b).reshape(-1) for b in batches] or [np.zeros(0)]).tolist()
 
 
-@given(n=st.integers(0, 60), batch_size=st.integers(1, 16), drop_last=st.booleans(),
-       shuffle=st.booleans(), seed=st.integers(0, 2**63 - 1))
+@given(
+    n=st.integers(0, 60),
+    batch_size=st.integers(1, 16),
+    drop_last=st.booleans(),
+    shuffle=st.booleans(),
+    seed=st.integers(0, 2**63 - 1),
+)
 def test_every_index_once_per_epoch_and_drop_last_drops_only_the_tail(
-        n, batch_size, drop_last, shuffle, seed):
+    n, batch_size, drop_last, shuffle, seed
+):
     data = np.arange(n)
     full = DataLoader(data, batch_size, shuffle=shuffle, seed=seed)
     loader = DataLoader(data, batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed)
     for full_epoch, epoch in zip(run_epochs(full, 2), run_epochs(loader, 2)):
         assert sorted(indices_of(full_epoch)) == list(range(n))
-        assert [len(b) for b in full_epoch] == [min(batch_size, n - s) for s in range(0, n, batch_size)]
+        assert [len(b) for b in full_epoch] == [
+            min(batch_size, n - s) for s in range(0, n, batch_size)
+        ]
         if drop_last:
             assert len(epoch) == len(loader) == n // batch_size
-            assert_tree_equal(epoch, full_epoch[:n // batch_size])
+            assert_tree_equal(epoch, full_epoch[: n // batch_size])
         else:
             assert len(epoch) == len(loader)
             assert_tree_equal(epoch, full_epoch)
@@ -44,8 +53,17 @@ def test_batch_size_below_one_or_not_an_int_raises_value_error(batch_size):
         DataLoader(X, batch_size)
 
 
-@pytest.mark.parametrize("option", [{"shuffle": "yes"}, {"shuffle": None}, {"parallel": 0},
-                                    {"parallel": -2}, {"parallel": "2"}, {"parallel": 1.5}])
+@pytest.mark.parametrize(
+    "option",
+    [
+        {"shuffle": "yes"},
+        {"shuffle": None},
+        {"parallel": 0},
+        {"parallel": -2},
+        {"parallel": "2"},
+        {"parallel": 1.5},
+    ],
+)
 def test_bad_shuffle_or_parallel_values_raise_value_error(option):
     with pytest.raises(ValueError):
         DataLoader(X, 2, **option)
@@ -121,8 +139,9 @@ def test_buffered_batches_equal_unbuffered_ones(container, collate, shuffle):
     if collate == "callable":
         collate = stack_in_a_dict
     data = CONTAINERS[container]()
-    make = lambda buffer: DataLoader(data, 4, shuffle=shuffle, collate=collate,  # noqa: E731
-                                     buffer=buffer, seed=1)
+    make = lambda buffer: DataLoader(
+        data, 4, shuffle=shuffle, collate=collate, buffer=buffer, seed=1
+    )
     expected = run_epochs(make(False), 2)
     buffered = run_epochs(make(True), 2)
     assert_tree_equal(buffered, expected)
@@ -177,11 +196,18 @@ def test_loader_resumes_exactly_from_any_step(config, container):
     assert_resumes_exactly(lambda: DataLoader(data, **RESUME_CONFIGS[config]), epochs=2)
 
 
-@pytest.mark.parametrize("options", [dict(), dict(shuffle=True, seed=2), dict(shuffle=True),
-                                     dict(shuffle=True, buffer=True, seed=2),
-                                     dict(shuffle=True, parallel=2, seed=2),
-                                     dict(shuffle=True, parallel=2, buffer=True, seed=2)],
-                         ids=["plain", "shuffle", "seed-none", "buffer", "parallel", "parallel-buffer"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(),
+        dict(shuffle=True, seed=2),
+        dict(shuffle=True),
+        dict(shuffle=True, buffer=True, seed=2),
+        dict(shuffle=True, parallel=2, seed=2),
+        dict(shuffle=True, parallel=2, buffer=True, seed=2),
+    ],
+    ids=["plain", "shuffle", "seed-none", "buffer", "parallel", "parallel-buffer"],
+)
 def test_eachobs_resumes_exactly_from_any_step(options):
     assert_resumes_exactly(lambda: eachobs((X[:7], Y[:7]), **options), epochs=2)
 
@@ -191,8 +217,12 @@ def test_state_dict_right_after_load_state_dict_is_the_loaded_position():
     it = iter(loader)
     next(it)
     state = loader.state_dict()
-    assert {k: state[k] for k in ("seed", "epoch", "step", "steps")} == \
-        {"seed": 1, "epoch": 0, "step": 1, "steps": 4}
+    assert {k: state[k] for k in ("seed", "epoch", "step", "steps")} == {
+        "seed": 1,
+        "epoch": 0,
+        "step": 1,
+        "steps": 4,
+    }
     restored = DataLoader(Y, 3, shuffle=True, seed=1)
     restored.load_state_dict(state)
     assert restored.state_dict() == state
@@ -229,6 +259,7 @@ def test_stats_report_every_key_and_count_items_and_batches(parallel):
 def test_stats_count_a_collate_result_whose_first_member_is_a_0d_array():
     def summarize(observations):
         return {"mean": np.array(np.mean(observations)), "batch": np.stack(observations)}
+
     loader = DataLoader(X, 4, collate=summarize)
     batches = run_epochs(loader, 1)[0]
     assert [len(b["batch"]) for b in batches] == [4, 4, 2]

@@ -1,18 +1,36 @@
 """MLUtils.jl's data API in fastload: each test mirrors the examples of the MLUtils
 docstring it names (MLUtils counts from 1, fastload from 0), then checks that the views
 stay lazy index views that a loader gathers natively over arrays."""
+
 import numpy as np
 import pytest
+from helpers import assert_tree_equal, copy_tree
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fastload import (DataLoader, batchview, chunk, filterobs, getobs, group_counts,
-                      groupobs, kfolds, leavepout, mapobs, numobs, obsview, oversample,
-                      randobs, shuffleobs, slidingwindow, splitobs, undersample)
+from fastload import (
+    DataLoader,
+    batchview,
+    chunk,
+    filterobs,
+    getobs,
+    group_counts,
+    groupobs,
+    kfolds,
+    leavepout,
+    mapobs,
+    numobs,
+    obsview,
+    oversample,
+    randobs,
+    shuffleobs,
+    slidingwindow,
+    splitobs,
+    undersample,
+)
 from fastload.plan import ItemPlan, make_plan
 from fastload.schedule import schedule_of
 from fastload.views import ObsView
-from helpers import assert_tree_equal, copy_tree
 
 
 def values(view):
@@ -48,7 +66,7 @@ def test_groupobs_splits_by_the_value_of_f():
     length(datas) == 2``."""
     datas = groupobs(lambda x: x > 0, np.arange(-10, 11))
     assert len(datas) == 2
-    assert list(datas) == [False, True]                  # plain bools, in order of appearance
+    assert list(datas) == [False, True]  # plain bools, in order of appearance
     assert values(datas[True]) == list(range(1, 11))
     assert values(datas[False]) == list(range(-10, 1))
     assert gathers_natively(datas[True])
@@ -64,10 +82,10 @@ def test_oversample_repeats_the_smaller_classes():
     assert (Y_bal == "a").sum() == 4 and (Y_bal == "b").sum() == 4
     assert all(any(np.array_equal(row, x) for x in X) for row in X_bal)
     same = oversample(X, Y, seed=1)
-    assert values(same) == X_bal.tolist()               # classes= is the tuple's last member
+    assert values(same) == X_bal.tolist()  # classes= is the tuple's last member
     unshuffled = oversample(np.arange(6), Y, shuffle=False, seed=1)
     assert values(unshuffled)[:6] == list(range(6)) and set(values(unshuffled)[6:]) == {0, 5}
-    assert getobs(oversample(X, Y, fraction=0.5, seed=2)).shape == (6, 3)   # "a" already 2
+    assert getobs(oversample(X, Y, fraction=0.5, seed=2)).shape == (6, 3)  # "a" already 2
     assert gathers_natively(oversample((X, Y), seed=1))
 
 
@@ -82,7 +100,7 @@ def test_undersample_keeps_as_many_of_each_class_as_the_smallest_has():
     ordered = values(undersample(np.arange(6), Y, shuffle=False, seed=1))
     assert ordered == sorted(ordered) and {0, 5} <= set(ordered)
     with pytest.raises(ValueError):
-        undersample(X)                                  # no labels
+        undersample(X)  # no labels
 
 
 def test_slidingwindow_gives_windows_of_adjacent_observations():
@@ -100,7 +118,7 @@ def test_slidingwindow_gives_windows_of_adjacent_observations():
     frames = (np.arange(40.0).reshape(20, 2), np.arange(20))
     assert gathers_natively(slidingwindow(frames, 5, 2))
     loads_like_getobs(slidingwindow(frames, 5, 2))
-    words = slidingwindow([f"w{i}" for i in range(5)], 2)    # a list: windows are lists
+    words = slidingwindow([f"w{i}" for i in range(5)], 2)  # a list: windows are lists
     assert getobs(words, 3) == ["w3", "w4"]
     for bad in ({"size": 0}, {"size": 21}, {"size": 2, "stride": 0}):
         with pytest.raises(ValueError):
@@ -111,8 +129,13 @@ def test_chunk_splits_into_n_parts_or_parts_of_a_size():
     """MLUtils ``chunk``: ``chunk(1:10, 3)`` is 1:4, 5:8, 9:10; ``chunk(1:10; size = 2)``
     five parts of two; ``chunk(1:6; size = [2, 4])`` is 1:2, 3:6."""
     assert [values(c) for c in chunk(np.arange(1, 11), 3)] == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10]]
-    assert [values(c) for c in chunk(np.arange(1, 11), size=2)] == \
-        [[1, 2], [3, 4], [5, 6], [7, 8], [9, 10]]
+    assert [values(c) for c in chunk(np.arange(1, 11), size=2)] == [
+        [1, 2],
+        [3, 4],
+        [5, 6],
+        [7, 8],
+        [9, 10],
+    ]
     assert [values(c) for c in chunk(np.arange(1, 7), size=[2, 4])] == [[1, 2], [3, 4, 5, 6]]
     assert gathers_natively(chunk((np.arange(10), np.ones((10, 2))), 3)[1])
     for bad in ({"n": 0}, {"size": [2, 3]}, {"n": 2, "size": 2}, {}):
@@ -149,8 +172,9 @@ def test_kfolds_shuffled_and_stratified():
         assert sorted(y[values(validation)].tolist()) == [0, 0, 1]
         assert sorted(values(train) + values(validation)) == list(range(15))
     shuffled = kfolds(np.arange(15), 5, shuffle=True, seed=3, stratified=y)
-    assert [values(v) for _, v in shuffled] == \
-        [values(v) for _, v in kfolds(np.arange(15), 5, shuffle=True, seed=3, stratified=y)]
+    assert [values(v) for _, v in shuffled] == [
+        values(v) for _, v in kfolds(np.arange(15), 5, shuffle=True, seed=3, stratified=y)
+    ]
     assert [values(v) for _, v in shuffled] != [values(v) for _, v in folds]
     assert sorted(np.concatenate([values(v) for _, v in shuffled])) == list(range(15))
     with pytest.raises(ValueError, match="label 1"):
@@ -168,14 +192,21 @@ def test_leavepout_makes_folds_of_p():
         leavepout(np.arange(10), 6)
 
 
-@pytest.mark.parametrize("n, at, sizes", [
-    (100, 0.7, (70, 30)),               # splitobs(100, at=0.7) == (1:70, 71:100)
-    (100, (0.1, 0.4), (10, 40, 50)),    # splitobs(100, at=(0.1, 0.4)) == (1:10, 11:50, 51:100)
-    (15, (0.2, 0.3), (3, 4, 8)),        # the second fraction rounds on what is left
-    (7, (0.5, 0.5), (4, 3, 0)),         # half to even: round(3.5) == 4
-    (100, 1, (1, 99)), (100, 1.0, (100, 0)), (100, 0, (0, 100)), (100, 0.0, (0, 100)),
-    (15, (3, 4), (3, 4, 8)), (10, (0.5, 0.0), (5, 0, 5)),
-])
+@pytest.mark.parametrize(
+    "n, at, sizes",
+    [
+        (100, 0.7, (70, 30)),  # splitobs(100, at=0.7) == (1:70, 71:100)
+        (100, (0.1, 0.4), (10, 40, 50)),  # splitobs(100, at=(0.1, 0.4)) == (1:10, 11:50, 51:100)
+        (15, (0.2, 0.3), (3, 4, 8)),  # the second fraction rounds on what is left
+        (7, (0.5, 0.5), (4, 3, 0)),  # half to even: round(3.5) == 4
+        (100, 1, (1, 99)),
+        (100, 1.0, (100, 0)),
+        (100, 0, (0, 100)),
+        (100, 0.0, (0, 100)),
+        (15, (3, 4), (3, 4, 8)),
+        (10, (0.5, 0.0), (5, 0, 5)),
+    ],
+)
 def test_splitobs_sizes_follow_mlutils(n, at, sizes):
     """MLUtils ``splitobs``: ``splitobs(100, at=0.7)``, ``splitobs(100, at=(0.1, 0.4))``;
     an integer ``at`` is a number of observations (``at=1`` is one, ``at=1.0`` all)."""
@@ -187,8 +218,9 @@ def test_splitobs_sizes_follow_mlutils(n, at, sizes):
 def test_splitobs_shuffled_tuple_stays_aligned_and_stratified_keeps_proportions():
     """MLUtils ``splitobs``: ``train, test = splitobs((reshape(1.0:100.0, 1, :), 101:200),
     at=0.7, shuffle=true)``; ``vec(test[1]) .+ 100 == test[2]``."""
-    train, test = splitobs((np.arange(1.0, 101.0), np.arange(101, 201)), at=0.7, shuffle=True,
-                           seed=0)
+    train, test = splitobs(
+        (np.arange(1.0, 101.0), np.arange(101, 201)), at=0.7, shuffle=True, seed=0
+    )
     x, y = getobs(test)
     assert numobs(train) == 70 and numobs(test) == 30
     assert (x + 100 == y).all() and x.tolist() != sorted(x.tolist())
@@ -199,8 +231,13 @@ def test_splitobs_shuffled_tuple_stays_aligned_and_stratified_keeps_proportions(
     assert values(train) == sorted(values(train))
 
 
-@given(n=st.integers(0, 40), fractions=st.lists(st.floats(0, 0.5), min_size=1, max_size=3),
-       classes=st.integers(1, 4), shuffle=st.booleans(), seed=st.integers(0, 3))
+@given(
+    n=st.integers(0, 40),
+    fractions=st.lists(st.floats(0, 0.5), min_size=1, max_size=3),
+    classes=st.integers(1, 4),
+    shuffle=st.booleans(),
+    seed=st.integers(0, 3),
+)
 def test_every_split_partitions_the_observations(n, fractions, classes, shuffle, seed):
     """Property: ``splitobs`` (plain or stratified) and ``kfolds`` place every observation
     in exactly one subset (validation view), whatever the fractions."""
@@ -222,7 +259,7 @@ def test_randobs_draws_one_observation_or_a_batch_of_n():
     one, batch = randobs(X, seed=1), randobs(X, 5, seed=1)
     assert one.shape == (3,) and batch.shape == (5, 3)
     assert all(row.tolist() in X.tolist() for row in batch)
-    np.random.seed(123)                  # the global generator plays no part
+    np.random.seed(123)  # the global generator plays no part
     assert np.array_equal(randobs(X, 5, seed=1), batch)
     assert not np.array_equal(randobs(X, 5, seed=2), batch)
 
@@ -259,12 +296,16 @@ def test_mapobs_batched_calls_a_vectorised_function_once_per_batch():
     def scale(batch):
         calls.append(len(batch))
         return batch * 10
+
     mdata = mapobs(scale, np.arange(10), batched=True)
     assert getobs(mdata, 3) == 30 and calls == [1]
     assert getobs(mdata, [1, 2]).tolist() == [10, 20] and calls == [1, 2]
     calls.clear()
-    assert [b.tolist() for b in DataLoader(mdata, 4)] == \
-        [[0, 10, 20, 30], [40, 50, 60, 70], [80, 90]]
+    assert [b.tolist() for b in DataLoader(mdata, 4)] == [
+        [0, 10, 20, 30],
+        [40, 50, 60, 70],
+        [80, 90],
+    ]
     assert calls == [4, 4, 2]
 
 
@@ -278,10 +319,9 @@ def test_getobs_without_an_index_gives_all_observations():
 def test_views_compose_and_stay_index_remaps():
     X = np.arange(60.0).reshape(30, 2)
     y = np.arange(30) % 3
-    composed = oversample(filterobs(lambda obs: obs[1] != 2, shuffleobs((X, y), seed=0)),
-                          seed=1)
+    composed = oversample(filterobs(lambda obs: obs[1] != 2, shuffleobs((X, y), seed=0)), seed=1)
     assert gathers_natively(composed)
     loads_like_getobs(composed)
     train, _ = splitobs(chunk((X, y), 2)[1], at=0.5)
     assert gathers_natively(train)
-    assert getobs(train)[1].tolist() == y[15:23].tolist()      # round(7.5) == 8
+    assert getobs(train)[1].tolist() == y[15:23].tolist()  # round(7.5) == 8

@@ -1,14 +1,15 @@
 """The container protocol (fastload.obs): numobs, getobs and getobs_into."""
+
 import tracemalloc
 from collections import namedtuple
 
 import numpy as np
 import pytest
+from helpers import assert_tree_equal, leaves
 from hypothesis import given
 from hypothesis import strategies as st
 
 from fastload import getobs, getobs_into, numobs
-from helpers import assert_tree_equal, leaves
 
 Pair = namedtuple("Pair", "x y")
 
@@ -79,11 +80,20 @@ def _empty_like(x):
 X = np.arange(24).reshape(6, 4)
 
 
-@pytest.mark.parametrize("index, expected", [
-    (2, X[2]), (-1, X[5]), (-6, X[0]), (np.int32(3), X[3]),
-    ([4, 0, 4], X[[4, 0, 4]]), (np.array([1, -2]), X[[1, 4]]),
-    (slice(1, 6, 2), X[1:6:2]), (range(3, 0, -1), X[[3, 2, 1]]), ([], X[:0]),
-])
+@pytest.mark.parametrize(
+    "index, expected",
+    [
+        (2, X[2]),
+        (-1, X[5]),
+        (-6, X[0]),
+        (np.int32(3), X[3]),
+        ([4, 0, 4], X[[4, 0, 4]]),
+        (np.array([1, -2]), X[[1, 4]]),
+        (slice(1, 6, 2), X[1:6:2]),
+        (range(3, 0, -1), X[[3, 2, 1]]),
+        ([], X[:0]),
+    ],
+)
 def test_array_getobs_selects_rows_for_every_index_kind(index, expected):
     assert numobs(X) == 6
     assert_tree_equal(getobs(X, index), expected)
@@ -135,8 +145,11 @@ def test_mismatched_member_sizes_raise_value_error_naming_the_sizes():
         getobs({"x": X, "y": np.arange(3)}, 0)
 
 
-@pytest.mark.parametrize("data", [X, (X, X[:, 0]), {"x": X}, list(range(6)), Seq(list(range(6)))],
-                         ids=["array", "tuple", "dict", "list", "sequence"])
+@pytest.mark.parametrize(
+    "data",
+    [X, (X, X[:, 0]), {"x": X}, list(range(6)), Seq(list(range(6)))],
+    ids=["array", "tuple", "dict", "list", "sequence"],
+)
 @pytest.mark.parametrize("index, bad", [(6, 6), (-7, -7), ([0, 9], 9), (np.array([-8, 1]), -8)])
 def test_out_of_range_raises_index_error_naming_index_and_length(data, index, bad):
     with pytest.raises(IndexError, match=rf"index {bad} .*\b6\b"):
@@ -211,8 +224,9 @@ def test_getobs_into_allocates_nothing_the_size_of_the_batch():
 
 def _arrays(draw, n):
     shape = (n,) + tuple(draw(st.lists(st.integers(0, 3), max_size=2)))
-    dtype = draw(st.sampled_from(["int8", "uint16", "int64", "float32", "float64", "bool",
-                                  "complex64"]))
+    dtype = draw(
+        st.sampled_from(["int8", "uint16", "int64", "float32", "float64", "bool", "complex64"])
+    )
     array = (np.arange(int(np.prod(shape))) % 7).astype(dtype).reshape(shape)
     layout = draw(st.sampled_from(["c", "reversed", "fortran", "strided"]))
     if layout == "reversed":
@@ -229,8 +243,13 @@ def containers(draw):
     n = draw(st.integers(1, 8))
     kind = draw(st.sampled_from(["array", "tuple", "namedtuple", "dict", "nested"]))
     a, b = _arrays(draw, n), _arrays(draw, n)
-    return {"array": a, "tuple": (a, b), "namedtuple": Pair(a, b), "dict": {"a": a, "b": b},
-            "nested": (a, {"b": b, "c": (a,)})}[kind]
+    return {
+        "array": a,
+        "tuple": (a, b),
+        "namedtuple": Pair(a, b),
+        "dict": {"a": a, "b": b},
+        "nested": (a, {"b": b, "c": (a,)}),
+    }[kind]
 
 
 @st.composite
@@ -239,8 +258,11 @@ def indices(draw, n):
     if kind == "int":
         return draw(st.integers(-n, n - 1))
     if kind == "slice":
-        return slice(draw(st.integers(-n, n)), draw(st.integers(-n, n)),
-                     draw(st.sampled_from([1, 2, -1, -3])))
+        return slice(
+            draw(st.integers(-n, n)),
+            draw(st.integers(-n, n)),
+            draw(st.sampled_from([1, 2, -1, -3])),
+        )
     if kind == "range":
         start = draw(st.integers(0, n - 1))
         return range(start, draw(st.integers(0, n)), draw(st.sampled_from([1, 2, -1])))

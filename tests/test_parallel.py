@@ -1,6 +1,7 @@
 """Parallel loading on the native pool (fastload.engine, DataLoader(parallel=...)): the
 same output as sequential loading for any thread count, errors, and clean-up (early
 break, Ctrl-C, fork, many loaders)."""
+
 import _thread
 import gc
 import multiprocessing
@@ -14,15 +15,22 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from helpers import assert_tree_equal, copy_tree, deadline, run_epochs
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fastload import _core
-from fastload import (DataLoader, LoadError, batchview, eachobs, eachobs_parallel, mapobs,
-                      numobs)
+from fastload import (
+    DataLoader,
+    LoadError,
+    _core,
+    batchview,
+    eachobs,
+    eachobs_parallel,
+    mapobs,
+    numobs,
+)
 from fastload.engine import Engine
 from fastload.schedule import schedule_of
-from helpers import assert_tree_equal, copy_tree, deadline, run_epochs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -49,9 +57,16 @@ def array(n, dtype, layout, width=4):
 @st.composite
 def array_containers(draw, n):
     def one():
-        return array(n, draw(st.sampled_from(["uint8", "int16", "int64", "float32", "float64",
-                                              "bool", "complex64"])),
-                     draw(st.sampled_from(["c", "strided", "fortran", "reversed", "vector"])))
+        return array(
+            n,
+            draw(
+                st.sampled_from(
+                    ["uint8", "int16", "int64", "float32", "float64", "bool", "complex64"]
+                )
+            ),
+            draw(st.sampled_from(["c", "strided", "fortran", "reversed", "vector"])),
+        )
+
     kind = draw(st.sampled_from(["array", "tuple", "dict", "nested"]))
     if kind == "array":
         return one()
@@ -70,13 +85,20 @@ def sequential_and_parallel(data, parallel, **options):
 
 
 @pytest.mark.parametrize("parallel", [1, 2, 4])
-@given(data=st.data(), n=st.integers(0, 40), batch_size=st.integers(1, 12), drop_last=st.booleans(),
-       shuffle=st.booleans())
+@given(
+    data=st.data(),
+    n=st.integers(0, 40),
+    batch_size=st.integers(1, 12),
+    drop_last=st.booleans(),
+    shuffle=st.booleans(),
+)
 def test_parallel_output_equals_sequential_for_arrays_of_any_dtype_and_layout(
-        parallel, data, n, batch_size, drop_last, shuffle):
+    parallel, data, n, batch_size, drop_last, shuffle
+):
     container = data.draw(array_containers(n))
-    sequential_and_parallel(container, parallel, batch_size=batch_size, drop_last=drop_last,
-                            shuffle=shuffle, seed=n)
+    sequential_and_parallel(
+        container, parallel, batch_size=batch_size, drop_last=drop_last, shuffle=shuffle, seed=n
+    )
 
 
 def test_parallel_true_output_equals_sequential():
@@ -116,16 +138,23 @@ def total(observations):
 
 PYTHON_CONTAINERS = {
     "list-of-dicts": (lambda: [{"a": np.full(2, i), "b": float(i)} for i in range(23)], None),
-    "list-of-dicts-collate-true": (lambda: [{"a": np.full(2, i), "b": float(i)}
-                                            for i in range(23)], True),
+    "list-of-dicts-collate-true": (
+        lambda: [{"a": np.full(2, i), "b": float(i)} for i in range(23)],
+        True,
+    ),
     "sequence-collate-true": (lambda: Sequence(23), True),
     "mapobs-arrays": (lambda: mapobs(lambda x: x[::-1] * 2, array(23, "int16", "c")), None),
     "mapobs-tuple": (lambda: mapobs(lambda x: (x.sum(), x[:1]), array(23, "float64", "c")), None),
     "mapobs-scalars": (lambda: mapobs(lambda x: float(x) / 2, array(23, "int64", "vector")), None),
-    "mapobs-ragged-collate-false": (lambda: mapobs(lambda x: np.zeros(int(x) % 3 + 1),
-                                                   array(23, "int64", "vector")), False),
+    "mapobs-ragged-collate-false": (
+        lambda: mapobs(lambda x: np.zeros(int(x) % 3 + 1), array(23, "int64", "vector")),
+        False,
+    ),
     "custom-getobs": (lambda: Custom(23), None),
-    "collate-false": (lambda: (array(23, "float32", "strided"), array(23, "int64", "vector")), False),
+    "collate-false": (
+        lambda: (array(23, "float32", "strided"), array(23, "int64", "vector")),
+        False,
+    ),
     "collate-callable": (lambda: array(23, "float32", "fortran"), total),
 }
 
@@ -135,8 +164,9 @@ PYTHON_CONTAINERS = {
 def test_parallel_output_equals_sequential_for_python_containers(name, parallel):
     make, collate = PYTHON_CONTAINERS[name]
     for shuffle in (False, True):
-        sequential_and_parallel(make(), parallel, batch_size=5, shuffle=shuffle, seed=2,
-                                collate=collate)
+        sequential_and_parallel(
+            make(), parallel, batch_size=5, shuffle=shuffle, seed=2, collate=collate
+        )
 
 
 @pytest.mark.parametrize("parallel", [False, 2])
@@ -159,11 +189,14 @@ def test_parallel_output_equals_sequential_for_an_object_array():
         "got = [b.tolist() for e in range(3) for b in par]\n"
         "assert got == seq, (got, seq)\n"
         "del par, got; gc.collect()\n"
-        "print('ok', flush=True)\n")
-    child = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                           text=True, timeout=60)
-    assert child.returncode == 0 and child.stdout.strip() == "ok", \
+        "print('ok', flush=True)\n"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert child.returncode == 0 and child.stdout.strip() == "ok", (
         f"exit status {child.returncode}: {child.stdout[-500:]}{child.stderr[-2000:]}"
+    )
 
 
 @pytest.mark.parametrize("parallel", [2, 4])
@@ -171,8 +204,9 @@ def test_unordered_parallel_yields_the_same_multiset_of_batches(parallel):
     data = (array(61, "float32", "strided"), array(61, "int64", "vector"))
     for collate in (None, False):
         expected = run_epochs(DataLoader(data, 4, shuffle=True, seed=9, collate=collate), 2)
-        loader = DataLoader(data, 4, shuffle=True, seed=9, collate=collate, parallel=parallel,
-                            ordered=False)
+        loader = DataLoader(
+            data, 4, shuffle=True, seed=9, collate=collate, parallel=parallel, ordered=False
+        )
         for got, want in zip(run_epochs(loader, 2), expected):
             assert sorted(map(repr, got)) == sorted(map(repr, want))
 
@@ -226,6 +260,7 @@ def failing_at_7(calls=None):
                 calls.append(error)
             raise error
         return x * 2
+
     return f
 
 
@@ -261,8 +296,9 @@ def assert_load_error_at_7(error_info, original_type, function_name):
 def test_an_error_in_a_mapobs_function_surfaces_as_load_error_naming_index_7(parallel, shuffle):
     data = np.arange(400).reshape(100, 4)
     calls = []
-    loader = DataLoader(mapobs(failing_at_7(calls), data), 10, shuffle=shuffle, seed=1,
-                        parallel=parallel)
+    loader = DataLoader(
+        mapobs(failing_at_7(calls), data), 10, shuffle=shuffle, seed=1, parallel=parallel
+    )
     with deadline(10), pytest.raises(LoadError) as info:
         for _ in loader:
             pass
@@ -286,14 +322,16 @@ def test_the_pool_serves_new_loaders_after_an_error_and_after_an_early_break():
     with deadline(20):
         with pytest.raises(LoadError):
             list(DataLoader(FailsAt7(100), 8, parallel=2))
-        assert_tree_equal(run_epochs(DataLoader(data, 8, shuffle=True, seed=5, parallel=2), 1),
-                          expected)
+        assert_tree_equal(
+            run_epochs(DataLoader(data, 8, shuffle=True, seed=5, parallel=2), 1), expected
+        )
         for _ in range(3):
             for k, _ in enumerate(DataLoader(mapobs(lambda x: x + 1, data), 4, parallel=2)):
                 if k == 2:
                     break
-        assert_tree_equal(run_epochs(DataLoader(data, 8, shuffle=True, seed=5, parallel=4), 1),
-                          expected)
+        assert_tree_equal(
+            run_epochs(DataLoader(data, 8, shuffle=True, seed=5, parallel=4), 1), expected
+        )
 
 
 def wait_for_child(pid, timeout_s=30):
@@ -310,15 +348,16 @@ def wait_for_child(pid, timeout_s=30):
 
 def child_iterates(data, expected):
     got = run_epochs(DataLoader(data, 8, shuffle=True, seed=1, parallel=2), 1)
-    return all(np.array_equal(a, b) for a, b in zip(got[0], expected[0])) and \
-        len(got[0]) == len(expected[0])
+    return all(np.array_equal(a, b) for a, b in zip(got[0], expected[0])) and len(got[0]) == len(
+        expected[0]
+    )
 
 
 def test_a_forked_child_can_load_in_parallel_after_the_parent_used_the_pool():
     data = array(64, "float32", "strided")
     expected = run_epochs(DataLoader(data, 8, shuffle=True, seed=1, parallel=2), 1)
     live = iter(DataLoader(data, 8, parallel=2))
-    next(live)   # the parent has an iteration in progress while it forks
+    next(live)  # the parent has an iteration in progress while it forks
     pid = os.fork()
     if pid == 0:
         code = 1
@@ -369,8 +408,7 @@ def test_a_thousand_dropped_parallel_loaders_leave_no_threads_and_little_memory(
     with deadline(60):
         for k in range(1000):
             source = (data, labels) if k % 10 else mapobs(lambda x: x * 2, data)
-            loader = DataLoader(source, 16, shuffle=True, parallel=2, seed=k,
-                                buffer=bool(k % 2))
+            loader = DataLoader(source, 16, shuffle=True, parallel=2, seed=k, buffer=bool(k % 2))
             it = iter(loader)
             next(it)
             next(it)
@@ -385,7 +423,7 @@ def test_ctrl_c_reaches_the_consumer_promptly_and_a_new_loader_works_after():
     release = threading.Event()
 
     def slow(x):
-        for _ in range(5):          # a slow item, in small steps
+        for _ in range(5):  # a slow item, in small steps
             if release.wait(0.004):
                 break
         return x + 1
@@ -429,15 +467,21 @@ def test_loader_on_error_skip_gives_the_batches_of_the_engine_and_counts_the_ski
     loader = DataLoader(mapobs(failing_at_7(), data), 10, on_error="skip", parallel=parallel)
     with deadline(10), pytest.warns(RuntimeWarning, match="skipped 1"):
         batches = run_epochs(loader, 1)[0]
-    assert_tree_equal(batches, [np.delete(data[:10], 7, axis=0) * 2, data[10:20] * 2,
-                                data[20:] * 2])
+    assert_tree_equal(
+        batches, [np.delete(data[:10], 7, axis=0) * 2, data[10:20] * 2, data[20:] * 2]
+    )
     assert loader.stats()["skipped"] == 1
     assert loader.stats()["items"] == 29
 
 
 def test_engine_rejects_bad_options_with_value_error():
-    for options in ({"on_error": "ignore"}, {"parallel": 0}, {"prefetch": 0},
-                    {"backend": "fibers"}, {"backend": "process", "parallel": False}):
+    for options in (
+        {"on_error": "ignore"},
+        {"parallel": 0},
+        {"prefetch": 0},
+        {"backend": "fibers"},
+        {"backend": "process", "parallel": False},
+    ):
         with pytest.raises(ValueError):
             Engine(**options)
 
@@ -456,5 +500,5 @@ def test_two_iterations_of_one_loader_at_once_do_not_share_buffers(buffer):
     pairs = [(a.copy(), b.copy()) for a, b in zip(first, second)]
     assert len(pairs) == 5
     for k, (a, b) in enumerate(pairs):
-        assert np.array_equal(a, data[4 * k:4 * k + 4])
-        assert np.array_equal(b, data[4 * k:4 * k + 4])
+        assert np.array_equal(a, data[4 * k : 4 * k + 4])
+        assert np.array_equal(b, data[4 * k : 4 * k + 4])

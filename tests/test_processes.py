@@ -1,5 +1,6 @@
 """The process backend: same steps as the thread engine and as plain getobs, errors and
 dead workers reach the consumer, and nothing is left in /dev/shm."""
+
 import gc
 import os
 import signal
@@ -10,23 +11,30 @@ import time
 import numpy as np
 import pytest
 import simplejpeg
+from helpers import assert_tree_equal, copy_tree, deadline
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fastload import DataLoader, LoadError, batchview, getobs, mapobs, numobs, obsview
-from fastload import _core
+from fastload import DataLoader, LoadError, _core, batchview, getobs, mapobs, numobs, obsview
 from fastload.engine import Engine
 from fastload.processes import WorkerError
 from fastload.schedule import schedule_of
-from fastload.transforms import (IMAGENET_MEAN, IMAGENET_STD, Compose, DecodeImage, Normalize,
-                                 RandomHorizontalFlip, RandomResizedCrop, ToCHW)
-
-from helpers import assert_tree_equal, copy_tree, deadline
+from fastload.transforms import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    Compose,
+    DecodeImage,
+    Normalize,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    ToCHW,
+)
 
 
 def _shm_entries():
-    return {name for name in os.listdir("/dev/shm")
-            if name.startswith(("psm_", "pym-", "fastload"))}
+    return {
+        name for name in os.listdir("/dev/shm") if name.startswith(("psm_", "pym-", "fastload"))
+    }
 
 
 @pytest.fixture
@@ -81,7 +89,7 @@ def _configs():
     x = np.arange(60 * 3, dtype=np.float32).reshape(60, 3)
     y = np.arange(60, dtype=np.int64)
 
-    def local_square(v):      # a local function: only 'fork' can ship it
+    def local_square(v):  # a local function: only 'fork' can ship it
         return v * v
 
     records = [{"id": k, "name": f"item{k}"} for k in range(60)]
@@ -148,8 +156,13 @@ def test_unordered_delivers_the_same_set_of_steps():
 
 
 @pytest.mark.slow
-@given(n=st.integers(1, 40), batch_size=st.integers(1, 9), drop_last=st.booleans(),
-       workers=st.integers(1, 3), seed=st.integers(0, 100))
+@given(
+    n=st.integers(1, 40),
+    batch_size=st.integers(1, 9),
+    drop_last=st.booleans(),
+    workers=st.integers(1, 3),
+    seed=st.integers(0, 100),
+)
 def test_every_worker_count_gives_the_sequential_steps(n, batch_size, drop_last, workers, seed):
     data = (mapobs(lambda v: v * 3, np.arange(2 * n).reshape(n, 2)), np.arange(n) * 0.5)
     steps = _steps(data, n, batch_size, drop_last=drop_last, seed=seed)
@@ -168,8 +181,15 @@ def _jpegs(n):
 
 
 def test_image_pipeline_matches_the_native_thread_engine():
-    compose = Compose([DecodeImage(), RandomResizedCrop(32, scale=(0.5, 1)),
-                       RandomHorizontalFlip(), Normalize(IMAGENET_MEAN, IMAGENET_STD), ToCHW()])
+    compose = Compose(
+        [
+            DecodeImage(),
+            RandomResizedCrop(32, scale=(0.5, 1)),
+            RandomHorizontalFlip(),
+            Normalize(IMAGENET_MEAN, IMAGENET_STD),
+            ToCHW(),
+        ]
+    )
     steps = _steps((mapobs(compose, _jpegs(24)), np.arange(24)), 24, batch_size=8)
     engine = process_engine(2)
     try:
@@ -199,6 +219,7 @@ def _fails_at(bad):
         if int(v[0]) == bad:
             raise KeyError(f"no record {bad}")
         return v
+
     return load
 
 
@@ -216,7 +237,7 @@ def test_a_worker_that_raises_names_the_index_with_its_traceback(shm_clean):
             error = error.__cause__
         remote = [e for e in chain if isinstance(e, WorkerError)]
         assert remote, f"no worker traceback in {chain!r}"
-        original = [e for e in chain if type(e) is KeyError]   # as the thread backend gives
+        original = [e for e in chain if type(e) is KeyError]  # as the thread backend gives
         assert original and original[0].args == ("no record 13",), chain
         assert "KeyError: 'no record 13'" in str(remote[0]) and "in load" in str(remote[0])
         # The workers survive an error: the next epoch runs on them.
@@ -329,8 +350,9 @@ def test_close_is_idempotent_and_the_next_iteration_restarts():
     engine.close()
 
 
-@pytest.mark.parametrize("bad", [{"parallel": 0}, {"parallel": 2, "prefetch": 0},
-                                 {"parallel": 2, "on_error": "ignore"}])
+@pytest.mark.parametrize(
+    "bad", [{"parallel": 0}, {"parallel": 2, "prefetch": 0}, {"parallel": 2, "on_error": "ignore"}]
+)
 def test_bad_options_raise_value_error(bad):
     with pytest.raises(ValueError):
         Engine(backend="process", **bad)
@@ -349,18 +371,25 @@ def test_dataloader_process_backend_matches_threads():
 
 
 def test_workers_exit_quietly_when_the_consumer_dies():
-    code = ("import os, time, numpy as np\n"
-            "from fastload import DataLoader, mapobs\n"
-            "def slow(v):\n"
-            "    time.sleep(0.01)\n"
-            "    return v\n"
-            "loader = DataLoader(mapobs(slow, np.arange(400.0)), 4, parallel=2,\n"
-            "                    backend='process')\n"
-            "it = iter(loader)\n"
-            "next(it)\n"
-            "os._exit(0)   # dies with jobs in flight: the workers' replies have no reader\n")
+    code = (
+        "import os, time, numpy as np\n"
+        "from fastload import DataLoader, mapobs\n"
+        "def slow(v):\n"
+        "    time.sleep(0.01)\n"
+        "    return v\n"
+        "loader = DataLoader(mapobs(slow, np.arange(400.0)), 4, parallel=2,\n"
+        "                    backend='process')\n"
+        "it = iter(loader)\n"
+        "next(it)\n"
+        "os._exit(0)   # dies with jobs in flight: the workers' replies have no reader\n"
+    )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=60, env={**os.environ, "PYTHONPATH": root})
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": root},
+    )
     assert result.returncode == 0
     assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr

@@ -1,12 +1,13 @@
 """The QOI codec (csrc/qoi.c via fastload._core): spec conformance against the `qoi`
 package from PyPI, exact round trips, and safety on truncated or corrupted streams."""
+
 import numpy as np
 import pytest
+import qoi as qoi_ref
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fastload import _core  # noqa: E402
-import qoi as qoi_ref  # noqa: E402
+from fastload import _core
 
 END_MARKER = b"\x00" * 7 + b"\x01"
 
@@ -14,8 +15,9 @@ END_MARKER = b"\x00" * 7 + b"\x01"
 def smooth_image(h, w, c, seed=0):
     rng = np.random.default_rng(seed)
     y, x = np.mgrid[0:h, 0:w]
-    base = np.stack([(x * 3 + y) % 256, (y * 2) % 256, (x + y * 5) % 256, 255 - x % 256][:c],
-                    axis=-1)
+    base = np.stack(
+        [(x * 3 + y) % 256, (y * 2) % 256, (x + y * 5) % 256, 255 - x % 256][:c], axis=-1
+    )
     noise = rng.integers(-1, 2, size=(h, w, c))
     return np.clip(base + noise, 0, 255).astype(np.uint8)
 
@@ -28,15 +30,23 @@ def images(draw):
     w = draw(st.integers(1, 24))
     c = draw(st.sampled_from([3, 4]))
     palette_size = draw(st.integers(1, 8))
-    palette = np.array(draw(st.lists(st.lists(st.integers(0, 255), min_size=c, max_size=c),
-                                     min_size=palette_size, max_size=palette_size)), np.uint8)
+    palette = np.array(
+        draw(
+            st.lists(
+                st.lists(st.integers(0, 255), min_size=c, max_size=c),
+                min_size=palette_size,
+                max_size=palette_size,
+            )
+        ),
+        np.uint8,
+    )
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
     kind = draw(st.sampled_from(["palette", "runs", "diffs", "noise"]))
     if kind == "palette":
         img = palette[rng.integers(0, palette_size, size=(h, w))]
     elif kind == "runs":
-        idx = np.repeat(rng.integers(0, palette_size, size=h * w // 4 + 1), 4)[:h * w]
+        idx = np.repeat(rng.integers(0, palette_size, size=h * w // 4 + 1), 4)[: h * w]
         img = palette[idx].reshape(h, w, c)
     elif kind == "diffs":
         steps = rng.integers(-40, 41, size=(h * w, c))
@@ -106,8 +116,16 @@ def test_encode_rejects_bad_arrays():
         _core.qoi_encode(np.zeros((0, 4, 3), np.uint8))
 
 
-@pytest.mark.parametrize("bad", [b"", b"qoif", b"png!" + bytes(30), b"qoif" + bytes(30),
-                                 b"qoif\x00\x00\x00\x01\x00\x00\x00\x01\x05\x00" + END_MARKER])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"",
+        b"qoif",
+        b"png!" + bytes(30),
+        b"qoif" + bytes(30),
+        b"qoif\x00\x00\x00\x01\x00\x00\x00\x01\x05\x00" + END_MARKER,
+    ],
+)
 def test_bad_headers_raise_value_error(bad):
     with pytest.raises(ValueError):
         _core.qoi_decode(bad)
@@ -137,7 +155,7 @@ def test_random_mutations_never_crash():
             elif op == 1:
                 data.insert(pos, int(rng.integers(0, 256)))
             else:
-                del data[pos:pos + int(rng.integers(1, 9))]
+                del data[pos : pos + int(rng.integers(1, 9))]
         try:
             h, w, c = _core.qoi_header(bytes(data))
             if h * w > 10**6:
@@ -153,6 +171,7 @@ def test_random_mutations_never_crash():
 
 def test_threads_decode_concurrently():
     from concurrent.futures import ThreadPoolExecutor
+
     imgs = [smooth_image(64, 64, 3, seed=s) for s in range(16)]
     blobs = [_core.qoi_encode(i) for i in imgs]
     with ThreadPoolExecutor(8) as pool:

@@ -3,6 +3,7 @@
 are kept, with shards and with ``shard=``; chunks are let go only of rows no later step
 reads; ``shuffle=True`` warns once when the files outgrow the memory this process may use;
 the cgroup limits (v1 and v2) are read."""
+
 import os
 import warnings
 
@@ -24,8 +25,10 @@ def image(i):
 
 
 def rows(first, count):
-    return [{"image": image(i), "jpeg": simplejpeg.encode_jpeg(image(i), quality=90),
-             "label": i} for i in range(first, first + count)]
+    return [
+        {"image": image(i), "jpeg": simplejpeg.encode_jpeg(image(i), quality=90), "label": i}
+        for i in range(first, first + count)
+    ]
 
 
 FIELDS = {"image": Raw(), "jpeg": JPEG(), "label": "int64"}
@@ -36,8 +39,13 @@ def shards(tmp_path_factory):
     """A directory of 3 files of 60 rows, about 10 rows a chunk."""
     root = tmp_path_factory.mktemp("shards")
     for k in range(SHARDS):
-        write(str(root / f"part-{k}.arrow"), rows(k * ROWS_PER_SHARD, ROWS_PER_SHARD),
-              FIELDS, chunk_bytes=2500, progress=False)
+        write(
+            str(root / f"part-{k}.arrow"),
+            rows(k * ROWS_PER_SHARD, ROWS_PER_SHARD),
+            FIELDS,
+            chunk_bytes=2500,
+            progress=False,
+        )
     return str(root)
 
 
@@ -54,12 +62,15 @@ def recorded(monkeypatch, shards):
         def counted(self, *args, _real=real, _name=name, **kwargs):
             calls[_name] += 1
             return _real(self, *args, **kwargs)
+
         monkeypatch.setattr(filepages.FilePages, name, counted)
     aheads = []
     real_read_ahead = filepages.FilePages.read_ahead
-    monkeypatch.setattr(filepages.FilePages, "read_ahead",
-                        lambda self, *args: aheads.append(real_read_ahead(self, *args)) or
-                        aheads[-1])
+    monkeypatch.setattr(
+        filepages.FilePages,
+        "read_ahead",
+        lambda self, *args: aheads.append(real_read_ahead(self, *args)) or aheads[-1],
+    )
     calls["threads"] = aheads
     return calls
 
@@ -76,8 +87,7 @@ def labels_of(loader):
     return np.concatenate([np.asarray(batch["label"]).copy() for batch in loader])
 
 
-@pytest.mark.parametrize("parallel,backend", [(False, "thread"), (2, "thread"),
-                                              (2, "process")])
+@pytest.mark.parametrize("parallel,backend", [(False, "thread"), (2, "thread"), (2, "process")])
 def test_read_ahead_keeps_the_quasi_order_and_the_rows(shards, recorded, parallel, backend):
     ds = fastload.open(shards)
     assert ds.num_chunks > 10 and len(ds.files) == SHARDS
@@ -91,7 +101,7 @@ def test_read_ahead_keeps_the_quasi_order_and_the_rows(shards, recorded, paralle
             seen.extend(int(x) for x in batch["label"])
         assert seen == quasi_random_order(len(ds), ds.chunk_bounds, 5, epoch).tolist()
     loader.close()
-    assert finished(recorded)["load"] > 0 and recorded["drop"] > 0   # read and let go
+    assert finished(recorded)["load"] > 0 and recorded["drop"] > 0  # read and let go
 
 
 def test_read_ahead_over_columns_and_shards_covers_every_row_once(shards, recorded):
@@ -99,9 +109,14 @@ def test_read_ahead_over_columns_and_shards_covers_every_row_once(shards, record
     n, world = len(ds), 3
     parts = []
     for rank in range(world):
-        loader = DataLoader({"jpeg": ds["jpeg"].encoded, "label": ds["label"]}, 5,
-                            shuffle="quasi", seed=1, shard=(rank, world),
-                            parallel=2)
+        loader = DataLoader(
+            {"jpeg": ds["jpeg"].encoded, "label": ds["label"]},
+            5,
+            shuffle="quasi",
+            seed=1,
+            shard=(rank, world),
+            parallel=2,
+        )
         parts.append(labels_of(loader))
         loader.close()
     merged = np.concatenate(parts)
@@ -143,7 +158,7 @@ def test_chunks_are_let_go_only_of_rows_that_no_later_step_reads(rows, seed):
     order = quasi_random_order(n, np.arange(0, n + 1, 10), seed, 0, window=3)
     ahead = ReadAhead(FakePages(n), order, rows, 0, limit=1)
     ahead.plan()
-    for k, chunk in enumerate(ahead.queue):        # as if every chunk had been read
+    for k in range(len(ahead.queue)):  # as if every chunk had been read
         ahead._held.append((int(ahead.last[k]), k, 0))
     ahead._held.sort()
     steps = -(-n // rows)
@@ -166,10 +181,14 @@ def test_chunks_are_let_go_only_of_rows_that_no_later_step_reads(rows, seed):
 
 
 def test_file_pages_let_go_of_whole_pages_inside_the_chunk_but_the_kept_rows(tmp_path):
-    path = str(tmp_path / "pages.arrow")       # rows of 3 KB, chunks of 40 KB: 10 pages
-    write(path, [{"image": np.full((32, 32, 3), i % 256, np.uint8), "label": i}
-                 for i in range(100)], {"image": Raw(), "label": "int64"},
-          chunk_bytes=40_000, progress=False)
+    path = str(tmp_path / "pages.arrow")  # rows of 3 KB, chunks of 40 KB: 10 pages
+    write(
+        path,
+        [{"image": np.full((32, 32, 3), i % 256, np.uint8), "label": i} for i in range(100)],
+        {"image": Raw(), "label": "int64"},
+        chunk_bytes=40_000,
+        progress=False,
+    )
     ds = fastload.open(path)
     pages = ds.file_pages
     let_go = []
@@ -187,9 +206,11 @@ def test_file_pages_let_go_of_whole_pages_inside_the_chunk_but_the_kept_rows(tmp
         assert not any(s == shard and start < b and a < stop for s, a, b in kept)
     let_go.clear()
     pages.drop_rows(chunk, keep)
-    assert let_go and all(any(s == shard and a <= start and stop <= b
-                                  for s, a, b in inside) for shard, start, stop in let_go)
-    read = filepages._merged(pages.pieces(chunk))      # what load() reads: the chunk
+    assert let_go and all(
+        any(s == shard and a <= start and stop <= b for s, a, b in inside)
+        for shard, start, stop in let_go
+    )
+    read = filepages._merged(pages.pieces(chunk))  # what load() reads: the chunk
     for shard, start, stop in pages.spans()[chunk]:
         assert any(s == shard and a <= start and stop <= b for s, a, b in read)
 
@@ -198,7 +219,7 @@ def test_shuffle_true_warns_once_when_the_files_outgrow_memory(shards, monkeypat
     ds = fastload.open(shards)
     monkeypatch.setattr(filepages, "memory_limit", lambda: ds.nbytes - 1)
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")          # every warning the loader gives counts
+        warnings.simplefilter("always")  # every warning the loader gives counts
         loader = DataLoader(ds, 8, shuffle=True)
         for _ in range(2):
             labels_of(loader)
@@ -209,12 +230,12 @@ def test_shuffle_true_warns_once_when_the_files_outgrow_memory(shards, monkeypat
 
 
 @pytest.mark.parametrize("shuffle", [True, False, "quasi"])
-def test_no_warning_when_the_files_fit_or_the_order_is_chunk_local(shards, monkeypatch,
-                                                                    shuffle):
+def test_no_warning_when_the_files_fit_or_the_order_is_chunk_local(shards, monkeypatch, shuffle):
     ds = fastload.open(shards)
     fits = shuffle is True
-    monkeypatch.setattr(filepages, "memory_limit",
-                        lambda: ds.nbytes * 2 if fits else ds.nbytes // 2)
+    monkeypatch.setattr(
+        filepages, "memory_limit", lambda: ds.nbytes * 2 if fits else ds.nbytes // 2
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         labels_of(DataLoader(ds, 8, shuffle=shuffle))
@@ -244,8 +265,7 @@ def _cgroup_tree(tmp_path, version, limit, parent_limit):
         cgroup = "0::/jobs/job1\n"
         mount_line = f"40 30 0:35 / {mount} rw - cgroup2 cgroup2 rw\n"
     (tmp_path / "cgroup.txt").write_text(cgroup)
-    (tmp_path / "mountinfo.txt").write_text("22 1 8:1 / / rw - ext4 /dev/vda rw\n" +
-                                            mount_line)
+    (tmp_path / "mountinfo.txt").write_text("22 1 8:1 / / rw - ext4 /dev/vda rw\n" + mount_line)
     return str(tmp_path / "cgroup.txt"), str(tmp_path / "mountinfo.txt")
 
 
@@ -260,5 +280,4 @@ def test_the_memory_limit_is_the_smallest_of_the_cgroup_and_its_parents(tmp_path
 
 def test_the_memory_limit_is_at_most_the_ram():
     limit = memory.memory_limit()
-    assert limit is None or 0 < limit <= os.sysconf("SC_PAGE_SIZE") * os.sysconf(
-        "SC_PHYS_PAGES")
+    assert limit is None or 0 < limit <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

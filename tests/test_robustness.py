@@ -1,4 +1,5 @@
 """Hostile inputs and misuse that must end in a clear error, never a crash or a hang."""
+
 import os
 import struct
 import subprocess
@@ -7,21 +8,27 @@ import sys
 import numpy as np
 import pytest
 import simplejpeg
+from helpers import deadline
 
 from fastload import DataLoader, LoadError, mapobs
 from fastload.imagefolder import ImageFolder
 from fastload.transforms import CenterCrop, Compose, DecodeImage, Resize
 
-from helpers import deadline
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_child(code, timeout=60):
-    child = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                           text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": ROOT})
-    assert child.returncode == 0 and child.stdout.strip().endswith("ok"), \
+    child = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
+    assert child.returncode == 0 and child.stdout.strip().endswith("ok"), (
         f"exit status {child.returncode}: {child.stdout[-1000:]}{child.stderr[-3000:]}"
+    )
 
 
 def test_images_whose_output_size_follows_their_aspect_never_reach_a_fixed_slot():
@@ -38,7 +45,8 @@ def test_images_whose_output_size_follows_their_aspect_never_reach_a_fixed_slot(
         "        pass\n"
         "    else:\n"
         "        raise SystemExit('no error')\n"
-        "print('ok')\n")
+        "print('ok')\n"
+    )
 
 
 def test_closing_a_loader_mid_iteration_stops_it_with_an_error_not_stale_batches():
@@ -82,7 +90,8 @@ def test_a_forked_child_can_drop_an_iteration_of_its_parent_and_load_anew():
         "    os.kill(pid, 9)\n"
         "    raise SystemExit('the child hung')\n"
         "assert os.WEXITSTATUS(status) == 0, os.WEXITSTATUS(status)\n"
-        "print(sum(len(b) for b in batches), 'ok')\n")
+        "print(sum(len(b) for b in batches), 'ok')\n"
+    )
 
 
 def test_an_exception_whose_text_cannot_be_made_still_fails_its_item():
@@ -116,10 +125,10 @@ def test_a_fifo_among_image_files_fails_its_item_instead_of_blocking(tmp_path):
 
 
 @pytest.mark.parametrize("mode", ["jpeg", "raw"])
-def test_write_and_convert_refuse_a_fifo_named_like_an_image_instead_of_blocking(tmp_path,
-                                                                              mode):
+def test_write_and_convert_refuse_a_fifo_named_like_an_image_instead_of_blocking(tmp_path, mode):
     from fastload.storage import JPEG, write
     from fastload.storage.convert import convert
+
     jpeg = simplejpeg.encode_jpeg(np.zeros((16, 16, 3), np.uint8))
     (tmp_path / "src" / "a").mkdir(parents=True)
     for k in range(3):
@@ -128,14 +137,24 @@ def test_write_and_convert_refuse_a_fifo_named_like_an_image_instead_of_blocking
     with deadline(20), pytest.raises(LoadError, match="3.jpg: not a regular file"):
         convert(tmp_path / "src", tmp_path / f"{mode}.arrow", mode=mode, progress=False)
     with deadline(20), pytest.raises(LoadError, match="not a regular file"):
-        write(tmp_path / "w.arrow", ImageFolder(tmp_path / "src"),
-              {"image": JPEG(), "label": "int64"}, progress=False)
+        write(
+            tmp_path / "w.arrow",
+            ImageFolder(tmp_path / "src"),
+            {"image": JPEG(), "label": "int64"},
+            progress=False,
+        )
     assert not os.path.exists(tmp_path / f"{mode}.arrow")
 
 
 def test_a_forged_qoi_header_is_refused_before_memory_is_set_aside():
-    huge = b"qoif" + struct.pack(">II", 10_000_000, 1) + bytes([3, 0]) + bytes(100) + \
-        bytes(7) + b"\x01"
+    huge = (
+        b"qoif"
+        + struct.pack(">II", 10_000_000, 1)
+        + bytes([3, 0])
+        + bytes(100)
+        + bytes(7)
+        + b"\x01"
+    )
     data = mapobs(Compose([DecodeImage(), Resize(16), CenterCrop(16)]), [huge, huge])
     with deadline(10), pytest.raises(LoadError, match="truncated QOI"):
         list(DataLoader(data, 2, parallel=2))
@@ -145,7 +164,7 @@ def _forged_jpeg(h, w):
     """A small valid JPEG whose frame header (SOF0) declares h x w."""
     data = bytearray(simplejpeg.encode_jpeg(np.zeros((8, 8, 3), np.uint8)))
     sof = data.index(b"\xff\xc0")
-    data[sof + 5:sof + 9] = struct.pack(">HH", h, w)
+    data[sof + 5 : sof + 9] = struct.pack(">HH", h, w)
     return bytes(data)
 
 
@@ -163,6 +182,7 @@ def test_a_forged_jpeg_header_is_refused_before_memory_is_set_aside(parallel):
 @pytest.mark.parametrize("parallel", [False, 2])
 def test_the_limits_are_settable_and_every_path_follows_them(tmp_path, monkeypatch, parallel):
     from fastload import files, limits
+
     image = simplejpeg.encode_jpeg(np.zeros((20, 20, 3), np.uint8))
     path = tmp_path / "a.jpg"
     path.write_bytes(image)
@@ -180,24 +200,32 @@ def test_the_limits_are_settable_and_every_path_follows_them(tmp_path, monkeypat
 
 def test_a_huge_file_that_is_no_image_is_refused_without_reading_it(tmp_path):
     from fastload import files
+
     big = tmp_path / "zeros.jpg"
     with open(big, "wb") as f:
-        f.truncate(250 << 20)          # sparse: 250 MB of zeros, no image header
+        f.truncate(250 << 20)  # sparse: 250 MB of zeros, no image header
     # In a child, so that its peak memory is its own: reading the file would add 250 MB.
-    code = ("import resource, sys\n"
-            "import numpy as np\n"
-            "from fastload import DataLoader, LoadError, files, mapobs\n"
-            "from fastload.transforms import CenterCrop, Compose, DecodeImage\n"
-            "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-            "loader = DataLoader(mapobs(Compose([DecodeImage(), CenterCrop(8)]),\n"
-            "                           files([sys.argv[1]])), 1, parallel=2)\n"
-            "try:\n"
-            "    list(loader)\n"
-            "except LoadError as error:\n"
-            "    print(error)\n"
-            "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n")
-    child = subprocess.run([sys.executable, "-c", code, str(big)], capture_output=True,
-                           text=True, timeout=60, env={**os.environ, "PYTHONPATH": ROOT})
+    code = (
+        "import resource, sys\n"
+        "import numpy as np\n"
+        "from fastload import DataLoader, LoadError, files, mapobs\n"
+        "from fastload.transforms import CenterCrop, Compose, DecodeImage\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "loader = DataLoader(mapobs(Compose([DecodeImage(), CenterCrop(8)]),\n"
+        "                           files([sys.argv[1]])), 1, parallel=2)\n"
+        "try:\n"
+        "    list(loader)\n"
+        "except LoadError as error:\n"
+        "    print(error)\n"
+        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", code, str(big)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     assert child.returncode == 0, child.stderr[-3000:]
     out = child.stdout.splitlines()
     assert "not an image file fastload reads" in out[0] and str(big) in out[0]
@@ -206,6 +234,6 @@ def test_a_huge_file_that_is_no_image_is_refused_without_reading_it(tmp_path):
     huge = tmp_path / "huge.jpg"
     with open(huge, "wb") as f:
         f.write(_forged_jpeg(64, 64))
-        f.truncate(2 << 30)            # sparse 2 GB behind a JPEG header
+        f.truncate(2 << 30)  # sparse 2 GB behind a JPEG header
     with deadline(10), pytest.raises(LoadError, match="MAX_FILE_BYTES"):
         list(DataLoader(mapobs(chain, files([huge])), 1, parallel=2))

@@ -1,16 +1,15 @@
 """Samplers and batch samplers (fastload.samplers): weighted draws, a given order per
 epoch, batches of different sizes through the native engine, resume and sharding."""
+
 import numpy as np
 import pytest
+from helpers import assert_resumes_exactly, assert_tree_equal, copy_tree, run_epochs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastload import (BucketBatchSampler, DataLoader, LoadError, WeightedSampler, eachobs,
-                      getobs)
+from fastload import BucketBatchSampler, DataLoader, LoadError, WeightedSampler, eachobs, getobs
 from fastload.engine import Engine
 from fastload.schedule import Schedule
-
-from helpers import assert_resumes_exactly, assert_tree_equal, copy_tree, run_epochs
 
 
 def _data(n):
@@ -42,9 +41,15 @@ def test_weighted_draws_depend_on_seed_and_epoch_only():
     assert not np.array_equal(sampler(2, 9), sampler(2, 10))
 
 
-@pytest.mark.parametrize("kwargs", [dict(weights=[-1.0, 2.0]), dict(weights=[0.0, 0.0]),
-                                    dict(weights=[np.nan]),
-                                    dict(weights=[1.0, 0.0], num_samples=2, replacement=False)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(weights=[-1.0, 2.0]),
+        dict(weights=[0.0, 0.0]),
+        dict(weights=[np.nan]),
+        dict(weights=[1.0, 0.0], num_samples=2, replacement=False),
+    ],
+)
 def test_bad_weights_raise_value_error(kwargs):
     with pytest.raises(ValueError):
         WeightedSampler(**kwargs)
@@ -74,6 +79,7 @@ def test_a_sampler_may_be_a_function_or_a_container_of_positions():
 def test_a_pytorch_sampler_is_iterated_once_per_epoch():
     torch = pytest.importorskip("torch")
     from torch.utils.data import SequentialSampler
+
     loader = DataLoader(np.arange(5), 2, sampler=SequentialSampler(range(5)))
     assert [b.tolist() for b in loader] == [[0, 1], [2, 3], [4]]
     assert torch is not None
@@ -84,11 +90,16 @@ def test_a_position_outside_the_data_raises_index_error():
         list(DataLoader(np.arange(10), 2, sampler=[1, 12]))
 
 
-@pytest.mark.parametrize("kwargs", [dict(shuffle=True, sampler=[0]),
-                                    dict(batch_sampler=[[0]], batch_size=2),
-                                    dict(batch_sampler=[[0]], shuffle=True),
-                                    dict(batch_sampler=[[0]], drop_last=True),
-                                    dict(batch_sampler=[[0]], sampler=[0])])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(shuffle=True, sampler=[0]),
+        dict(batch_sampler=[[0]], batch_size=2),
+        dict(batch_sampler=[[0]], shuffle=True),
+        dict(batch_sampler=[[0]], drop_last=True),
+        dict(batch_sampler=[[0]], sampler=[0]),
+    ],
+)
 def test_samplers_exclude_the_options_they_replace(kwargs):
     with pytest.raises(ValueError):
         DataLoader(np.arange(4), **kwargs)
@@ -101,19 +112,19 @@ def test_bucket_batches_cover_every_position_once_and_group_similar_lengths():
     assert sorted(np.concatenate(batches).tolist()) == list(range(1000))
     assert sum(len(b) < 16 for b in batches) == 1
     spread = np.mean([np.ptp(lengths[b]) for b in batches])
-    assert spread < 0.1 * np.ptp(lengths)        # sorted within pools: little padding
+    assert spread < 0.1 * np.ptp(lengths)  # sorted within pools: little padding
     assert [b.tolist() for b in batches] == [b.tolist() for b in sampler(0, 1)]
     assert [b.tolist() for b in batches] != [b.tolist() for b in sampler(1, 1)]
 
 
 def test_bucket_batches_by_max_tokens_fit_the_budget():
     lengths = np.random.default_rng(1).integers(1, 100, 500)
-    lengths[7] = 500                              # longer than the budget: alone
+    lengths[7] = 500  # longer than the budget: alone
     batches = BucketBatchSampler(lengths, max_tokens=256)(0, 0)
     assert sorted(np.concatenate(batches).tolist()) == list(range(500))
     for b in batches:
         assert len(b) * lengths[b].max() <= 256 or len(b) == 1
-    assert len({len(b) for b in batches}) > 3     # batches of different sizes
+    assert len({len(b) for b in batches}) > 3  # batches of different sizes
 
 
 def test_bucket_drop_last_drops_the_partial_batch():
@@ -143,8 +154,13 @@ def _sizes_batches(n, seed=0):
 def test_batches_of_different_sizes_load_natively_as_given(parallel, buffer):
     data = _data(300)
     batches = _sizes_batches(300)
-    loader = DataLoader(data, batch_sampler=batches, parallel=parallel, buffer=buffer,
-                        prefetch=2 if parallel else None)
+    loader = DataLoader(
+        data,
+        batch_sampler=batches,
+        parallel=parallel,
+        buffer=buffer,
+        prefetch=2 if parallel else None,
+    )
     got = run_epochs(loader, 2)
     expected = [getobs(data, b) for b in batches]
     for epoch in got:
@@ -155,8 +171,7 @@ def test_batches_of_different_sizes_load_natively_as_given(parallel, buffer):
 def test_batches_of_different_sizes_unordered_give_the_same_batches():
     data = _data(200)
     batches = _sizes_batches(200, seed=2)
-    got = [copy_tree(b) for b in DataLoader(data, batch_sampler=batches, parallel=3,
-                                            ordered=False)]
+    got = [copy_tree(b) for b in DataLoader(data, batch_sampler=batches, parallel=3, ordered=False)]
     assert sorted(b[1].tolist() for b in got) == sorted(data[1][b].tolist() for b in batches)
 
 
@@ -200,27 +215,35 @@ def test_the_process_backend_loads_batches_of_different_sizes():
 
 def test_an_epoch_with_larger_batches_grows_the_slots():
     data = _data(50)
-    draw = lambda epoch, seed: [list(range(k, min(k + 3 + 5 * epoch, 50)))   # noqa: E731
-                                for k in range(0, 50, 3 + 5 * epoch)]
+    draw = lambda epoch, seed: [
+        list(range(k, min(k + 3 + 5 * epoch, 50))) for k in range(0, 50, 3 + 5 * epoch)
+    ]
     loader = DataLoader(data, batch_sampler=draw, buffer=True, parallel=2, seed=0)
     for epoch in range(3):
-        assert len(loader) == len(draw(epoch, 0))      # the coming epoch's batches
+        assert len(loader) == len(draw(epoch, 0))  # the coming epoch's batches
         batches = run_epochs(loader, 1)[0]
         assert_tree_equal(batches, [getobs(data, b) for b in draw(epoch, 0)])
     it = iter(loader)
     next(it)
-    assert len(loader) == len(draw(3, 0))              # the epoch being iterated
+    assert len(loader) == len(draw(3, 0))  # the epoch being iterated
 
 
 @pytest.mark.parametrize("parallel", [False, 2])
 def test_sampler_loaders_resume_exactly(parallel):
     data = _data(23)
-    assert_resumes_exactly(lambda: DataLoader(
-        data, 4, sampler=WeightedSampler(np.arange(1.0, 24.0), 18), seed=3,
-        parallel=parallel))
-    assert_resumes_exactly(lambda: DataLoader(
-        data, batch_sampler=BucketBatchSampler(np.arange(23) % 7, max_tokens=12), seed=5,
-        parallel=parallel))
+    assert_resumes_exactly(
+        lambda: DataLoader(
+            data, 4, sampler=WeightedSampler(np.arange(1.0, 24.0), 18), seed=3, parallel=parallel
+        )
+    )
+    assert_resumes_exactly(
+        lambda: DataLoader(
+            data,
+            batch_sampler=BucketBatchSampler(np.arange(23) % 7, max_tokens=12),
+            seed=5,
+            parallel=parallel,
+        )
+    )
 
 
 @settings(max_examples=30, deadline=None)
@@ -228,8 +251,13 @@ def test_sampler_loaders_resume_exactly(parallel):
 def test_sharded_batch_samplers_give_every_rank_as_many_whole_batches(n, world, seed):
     sampler = BucketBatchSampler(np.arange(n) % 5 + 1, max_tokens=9)
     batches = sampler(0, seed)
-    parts = [[b.tolist() for b in DataLoader(np.arange(n), batch_sampler=sampler, seed=seed,
-                                             shard=(r, world))] for r in range(world)]
+    parts = [
+        [
+            b.tolist()
+            for b in DataLoader(np.arange(n), batch_sampler=sampler, seed=seed, shard=(r, world))
+        ]
+        for r in range(world)
+    ]
     assert len({len(p) for p in parts}) == 1
     assert len(parts[0]) == -(-len(batches) // world)
     got = {tuple(b) for p in parts for b in p}
@@ -239,8 +267,10 @@ def test_sharded_batch_samplers_give_every_rank_as_many_whole_batches(n, world, 
 def test_sharded_samplers_split_the_drawn_positions():
     sampler = WeightedSampler(np.ones(30), 40)
     drawn = sampler(0, 8)
-    parts = [np.concatenate(list(DataLoader(np.arange(30), 5, sampler=sampler, seed=8,
-                                            shard=(r, 2)))) for r in range(2)]
+    parts = [
+        np.concatenate(list(DataLoader(np.arange(30), 5, sampler=sampler, seed=8, shard=(r, 2))))
+        for r in range(2)
+    ]
     assert np.array_equal(np.concatenate(parts), drawn)
 
 

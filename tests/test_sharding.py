@@ -1,6 +1,8 @@
 """Distributed sharding: ranks simulated in one process."""
+
 import numpy as np
 import pytest
+from helpers import assert_resumes_exactly, run_epochs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -8,43 +10,54 @@ from fastload import DataLoader, eachobs
 from fastload.order import quasi_random_order
 from fastload.sharding import resolve_shard, shard_order
 
-from helpers import assert_resumes_exactly, run_epochs
-
 
 def epoch_indices(loader):
     return np.concatenate([np.asarray(b) for b in loader] or [np.empty(0, np.int64)])
 
 
 @settings(max_examples=60, deadline=None)
-@given(n=st.integers(0, 200), world=st.integers(1, 6), batch_size=st.integers(1, 17),
-       drop_last=st.booleans(), shuffle=st.booleans(), seed=st.integers(0, 2**32))
+@given(
+    n=st.integers(0, 200),
+    world=st.integers(1, 6),
+    batch_size=st.integers(1, 17),
+    drop_last=st.booleans(),
+    shuffle=st.booleans(),
+    seed=st.integers(0, 2**32),
+)
 def test_ranks_are_disjoint_cover_every_index_and_get_equal_batches(
-        n, world, batch_size, drop_last, shuffle, seed):
+    n, world, batch_size, drop_last, shuffle, seed
+):
     data = np.arange(n)
-    loaders = [DataLoader(data, batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed,
-                          shard=(rank, world)) for rank in range(world)]
+    loaders = [
+        DataLoader(
+            data, batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed, shard=(rank, world)
+        )
+        for rank in range(world)
+    ]
     assert len({len(loader) for loader in loaders}) == 1
-    for _ in range(2):   # two epochs
+    for _ in range(2):  # two epochs
         parts = [epoch_indices(loader) for loader in loaders]
         counts = np.bincount(np.concatenate(parts), minlength=n) if n else np.zeros(0)
         if drop_last:
             per_rank = (n // world) // batch_size * batch_size
             assert all(len(p) == per_rank for p in parts)
-            assert counts.max(initial=0) <= 1      # disjoint, the remainder dropped
+            assert counts.max(initial=0) <= 1  # disjoint, the remainder dropped
         else:
             per_rank = -(-n // world)
             assert all(len(p) == per_rank for p in parts)
-            assert (counts >= 1).all()             # every index at least once
-            assert counts.sum() - n == per_rank * world - n   # padding only, by wrapping
-            if n:   # wrapping repeats every index about equally often
+            assert (counts >= 1).all()  # every index at least once
+            assert counts.sum() - n == per_rank * world - n  # padding only, by wrapping
+            if n:  # wrapping repeats every index about equally often
                 assert counts.max() <= -(-per_rank * world // n)
 
 
 def test_every_rank_draws_the_same_order_and_takes_a_contiguous_block():
     data = np.arange(100)
     whole = np.concatenate(run_epochs(DataLoader(data, 5, shuffle=True, seed=3), 1))
-    blocks = [np.concatenate(run_epochs(DataLoader(data, 5, shuffle=True, seed=3,
-                                                   shard=(r, 4)), 1)) for r in range(4)]
+    blocks = [
+        np.concatenate(run_epochs(DataLoader(data, 5, shuffle=True, seed=3, shard=(r, 4)), 1))
+        for r in range(4)
+    ]
     assert np.array_equal(np.concatenate(blocks), whole)
 
 
@@ -58,8 +71,11 @@ def test_padding_wraps_around_to_the_start_of_the_order():
 def test_each_rank_resumes_exactly(parallel):
     data = (np.arange(53) * 2.0, np.arange(53))
     for rank in range(3):
-        assert_resumes_exactly(lambda: DataLoader(data, 4, shuffle=True, seed=5,
-                                                  shard=(rank, 3), parallel=parallel))
+        assert_resumes_exactly(
+            lambda rank=rank: DataLoader(
+                data, 4, shuffle=True, seed=5, shard=(rank, 3), parallel=parallel
+            )
+        )
 
 
 def test_a_state_from_another_rank_is_refused():
@@ -90,13 +106,15 @@ class Chunked:
 
 def test_quasi_random_order_shards_stay_chunk_local_and_cover_the_epoch():
     data = Chunked(400, 20)
-    parts = [epoch_indices(DataLoader(data, 10, shuffle="quasi", seed=2, shard=(r, 4),
-                                      drop_last=True)) for r in range(4)]
+    parts = [
+        epoch_indices(DataLoader(data, 10, shuffle="quasi", seed=2, shard=(r, 4), drop_last=True))
+        for r in range(4)
+    ]
     merged = np.concatenate(parts)
     assert sorted(merged.tolist()) == list(range(400))
     expected = quasi_random_order(400, data.chunk_bounds, 2, 0)
     assert np.array_equal(merged, expected)
-    for part in parts:    # 100 items per rank: within two windows of 8 chunks
+    for part in parts:  # 100 items per rank: within two windows of 8 chunks
         assert len(np.unique(part // 20)) <= 16
 
 
@@ -140,11 +158,17 @@ def test_two_rank_processes_without_a_seed_load_disjoint_blocks_of_one_order():
     import os
     import subprocess
     import sys
+
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    procs = [subprocess.Popen([sys.executable, "-c", _RANK_SCRIPT], stdout=subprocess.PIPE,
-                              text=True, env={**os.environ, "RANK": str(r), "WORLD_SIZE": "2",
-                                              "PYTHONPATH": root})
-             for r in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RANK_SCRIPT],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "RANK": str(r), "WORLD_SIZE": "2", "PYTHONPATH": root},
+        )
+        for r in range(2)
+    ]
     parts = []
     for proc in procs:
         out, _ = proc.communicate(timeout=120)
@@ -153,4 +177,4 @@ def test_two_rank_processes_without_a_seed_load_disjoint_blocks_of_one_order():
     assert len(parts[0]) == len(parts[1]) == 153
     together = parts[0] + parts[1]
     assert set(together) == set(range(305))
-    assert len(together) - len(set(together)) == 1      # the one index padding repeats
+    assert len(together) - len(set(together)) == 1  # the one index padding repeats

@@ -1,5 +1,6 @@
 """Packed datasets (fastload.storage): encodings round-trip, files are plain Arrow, shards,
 zero-copy buffers, safe writes, corrupt files, quasi-random order."""
+
 import builtins
 import json
 import os
@@ -8,18 +9,17 @@ import sys
 import threading
 
 import numpy as np
+import pyarrow as pa
 import pytest
+import simplejpeg
 from hypothesis import given
 from hypothesis import strategies as st
 
-import pyarrow as pa  # noqa: E402
-import simplejpeg  # noqa: E402
-
-from fastload import LoadError, getobs  # noqa: E402
-from fastload.order import quasi_random_order  # noqa: E402
-from fastload.storage import JPEG, QOI, Bytes, NDArray, Raw, Smart, Str, open, write  # noqa: E402
-from fastload.storage.columns import RawArray, RawColumn  # noqa: E402
-from fastload.storage.meta import META_FORMAT  # noqa: E402
+from fastload import LoadError, getobs
+from fastload.order import quasi_random_order
+from fastload.storage import JPEG, QOI, Bytes, NDArray, Raw, Smart, Str, open, write
+from fastload.storage.columns import RawArray, RawColumn
+from fastload.storage.meta import META_FORMAT
 
 
 def smooth_image(h, w, seed=0, channels=3):
@@ -36,21 +36,31 @@ def sample_rows(n, seed=0):
     rows = []
     for i in range(n):
         h, w = int(rng.integers(8, 48)), int(rng.integers(8, 48))
-        rows.append({
-            "jpeg": smooth_image(h, w, seed=i),
-            "qoi": rng.integers(0, 256, (h, w, 3 + i % 2), dtype=np.uint8),
-            "raw": rng.standard_normal((3, 5)).astype(np.float32),
-            "nd": rng.integers(-9, 9, size=(i % 4, 3)),
-            "blob": bytes(rng.integers(0, 256, i, dtype=np.uint8)),
-            "text": "ünïcode " * (i % 3) + str(i),
-            "label": i,
-            "weight": float(i) / 2,
-        })
+        rows.append(
+            {
+                "jpeg": smooth_image(h, w, seed=i),
+                "qoi": rng.integers(0, 256, (h, w, 3 + i % 2), dtype=np.uint8),
+                "raw": rng.standard_normal((3, 5)).astype(np.float32),
+                "nd": rng.integers(-9, 9, size=(i % 4, 3)),
+                "blob": bytes(rng.integers(0, 256, i, dtype=np.uint8)),
+                "text": "ünïcode " * (i % 3) + str(i),
+                "label": i,
+                "weight": float(i) / 2,
+            }
+        )
     return rows
 
 
-FIELDS = {"jpeg": JPEG(quality=90), "qoi": QOI(), "raw": Raw(), "nd": NDArray(),
-          "blob": Bytes(), "text": Str(), "label": "int64", "weight": "float32"}
+FIELDS = {
+    "jpeg": JPEG(quality=90),
+    "qoi": QOI(),
+    "raw": Raw(),
+    "nd": NDArray(),
+    "blob": Bytes(),
+    "text": Str(),
+    "label": "int64",
+    "weight": "float32",
+}
 
 
 @pytest.fixture(scope="module")
@@ -90,9 +100,16 @@ def test_memory_cache_reads_the_same(written):
 def test_columns_expose_encodings_and_sizes(written):
     path, rows = written
     ds = open(path)
-    assert ds.encodings == {"jpeg": "jpeg", "qoi": "qoi", "raw": "raw", "nd": "ndarray",
-                            "blob": "bytes", "text": "str", "label": "scalar",
-                            "weight": "scalar"}
+    assert ds.encodings == {
+        "jpeg": "jpeg",
+        "qoi": "qoi",
+        "raw": "raw",
+        "nd": "ndarray",
+        "blob": "bytes",
+        "text": "str",
+        "label": "scalar",
+        "weight": "scalar",
+    }
     assert np.array_equal(ds["label"], np.arange(40))
     assert ds["label"].encoding == "scalar"
     assert [int(h) for h in ds["qoi"].height] == [r["qoi"].shape[0] for r in rows]
@@ -119,11 +136,11 @@ def test_buffers_are_zero_copy_views_of_the_file(written):
     assert offsets.dtype == np.int64 and len(offsets) == len(ds) + 1
     assert np.all(np.diff(offsets) > 0)
     for i in (0, 13, 39):
-        item = data[offsets[i]:offsets[i + 1]]
+        item = data[offsets[i] : offsets[i + 1]]
         assert bytes(item) == bytes(col.encoded[i])
         assert np.shares_memory(np.frombuffer(col.encoded[i], np.uint8), data)
     text_data, text_offsets = ds["text"].buffers()
-    assert bytes(text_data[text_offsets[5]:text_offsets[6]]).decode() == rows[5]["text"]
+    assert bytes(text_data[text_offsets[5] : text_offsets[6]]).decode() == rows[5]["text"]
 
 
 def test_raw_column_is_one_array_view_of_the_file(written):
@@ -175,8 +192,9 @@ def test_dict_of_arrays_container_writes(tmp_path):
 
 def test_jpeg_bytes_are_stored_without_reencoding(tmp_path):
     blobs = [simplejpeg.encode_jpeg(smooth_image(20, 30, seed=s), quality=75) for s in range(3)]
-    write(tmp_path / "j.arrow", [{"im": b} for b in blobs], {"im": JPEG(quality=95)},
-          progress=False)
+    write(
+        tmp_path / "j.arrow", [{"im": b} for b in blobs], {"im": JPEG(quality=95)}, progress=False
+    )
     ds = open(tmp_path / "j.arrow")
     assert [bytes(ds["im"].encoded[i]) for i in range(3)] == blobs
     assert ds[0]["im"].shape == (20, 30, 3)
@@ -186,8 +204,12 @@ def test_max_side_shrinks_images_keeping_aspect(tmp_path):
     img = smooth_image(100, 40)
     jpeg = simplejpeg.encode_jpeg(img, quality=95)
     rows = [{"a": img, "b": jpeg, "c": img}]
-    write(tmp_path / "m.arrow", rows, {"a": QOI(max_side=50), "b": JPEG(max_side=50),
-                                       "c": Smart(10**6, max_side=25)}, progress=False)
+    write(
+        tmp_path / "m.arrow",
+        rows,
+        {"a": QOI(max_side=50), "b": JPEG(max_side=50), "c": Smart(10**6, max_side=25)},
+        progress=False,
+    )
     ds = open(tmp_path / "m.arrow")
     assert ds[0]["a"].shape == (50, 20, 3)
     assert ds[0]["b"].shape == (50, 20, 3)
@@ -199,8 +221,12 @@ def test_max_side_shrinks_images_keeping_aspect(tmp_path):
 def test_smart_stores_small_images_raw_and_large_ones_as_jpeg(tmp_path):
     small = np.random.default_rng(0).integers(0, 256, (8, 8, 4), dtype=np.uint8)
     large = smooth_image(64, 64)
-    write(tmp_path / "s.arrow", [{"im": small}, {"im": large}],
-          {"im": Smart(threshold_bytes=1000)}, progress=False)
+    write(
+        tmp_path / "s.arrow",
+        [{"im": small}, {"im": large}],
+        {"im": Smart(threshold_bytes=1000)},
+        progress=False,
+    )
     ds = open(tmp_path / "s.arrow")
     assert list(ds["im"].format) == [0, 1]
     assert np.array_equal(ds[0]["im"], small)
@@ -216,6 +242,7 @@ def test_pyarrow_and_pandas_read_the_file(written):
     assert meta[META_FORMAT] == b"2"
     assert json.loads(meta[b"fastload.fields"])["qoi"]["encoding"] == "qoi"
     import pandas as pd
+
     df = pd.read_feather(path)
     assert list(df["text"]) == [r["text"] for r in rows]
     assert df["blob"][7] == rows[7]["blob"]
@@ -226,8 +253,13 @@ def test_directory_of_shards_opens_as_one_dataset(tmp_path):
     shard_dir = tmp_path / "shards"
     shard_dir.mkdir()
     for k in range(3):
-        write(shard_dir / f"part-{k}.arrow", rows[10 * k:10 * k + 10], FIELDS,
-              chunk_bytes=3000, progress=False)
+        write(
+            shard_dir / f"part-{k}.arrow",
+            rows[10 * k : 10 * k + 10],
+            FIELDS,
+            chunk_bytes=3000,
+            progress=False,
+        )
     (shard_dir / "README.txt").write_text("not a shard")
     ds = open(shard_dir)
     assert len(ds) == 30 and len(ds.files) == 3
@@ -239,11 +271,11 @@ def test_directory_of_shards_opens_as_one_dataset(tmp_path):
         ds["qoi"].buffers()
     for k, shard in enumerate(ds.shards):
         data, offsets = shard["qoi"].buffers()
-        assert bytes(data[offsets[0]:offsets[1]]) == bytes(ds["qoi"].encoded[10 * k])
-    bases, base_of, starts, ends = ds["qoi"].encoded.spans()   # every item, across the files
+        assert bytes(data[offsets[0] : offsets[1]]) == bytes(ds["qoi"].encoded[10 * k])
+    bases, base_of, starts, ends = ds["qoi"].encoded.spans()  # every item, across the files
     assert len(bases) == 3
     for i in range(30):
-        at = bases[base_of[i]][starts[i]:ends[i]]
+        at = bases[base_of[i]][starts[i] : ends[i]]
         assert bytes(at) == bytes(ds["qoi"].encoded[i])
     assert len(open(str(shard_dir / "part-*.arrow"))) == 30
 
@@ -256,18 +288,28 @@ def test_shards_with_different_schemas_are_rejected(tmp_path):
 
 
 def test_plain_arrow_files_and_streams_open(tmp_path):
-    table = pa.table({"img": pa.array([b"ab", b"", b"xyz"]), "name": ["a", "b", "c"],
-                      "n": pa.array([1, 2, 3], pa.int32()),
-                      "tags": pa.array([[1], [], [2, 3]]),
-                      "maybe": pa.array([b"x", None, b"y"])})
+    table = pa.table(
+        {
+            "img": pa.array([b"ab", b"", b"xyz"]),
+            "name": ["a", "b", "c"],
+            "n": pa.array([1, 2, 3], pa.int32()),
+            "tags": pa.array([[1], [], [2, 3]]),
+            "maybe": pa.array([b"x", None, b"y"]),
+        }
+    )
     with pa.ipc.new_file(str(tmp_path / "f.arrow"), table.schema) as w:
         w.write_table(table, max_chunksize=2)
     with pa.ipc.new_stream(str(tmp_path / "s.arrows"), table.schema) as w:
         w.write_table(table)
     for name in ("f.arrow", "s.arrows"):
         ds = open(tmp_path / name)
-        assert ds.encodings == {"img": "bytes", "name": "str", "n": "scalar", "tags": "arrow",
-                                "maybe": "arrow"}
+        assert ds.encodings == {
+            "img": "bytes",
+            "name": "str",
+            "n": "scalar",
+            "tags": "arrow",
+            "maybe": "arrow",
+        }
         assert ds[2] == {"img": b"xyz", "name": "c", "n": 3, "tags": [2, 3], "maybe": b"y"}
         assert ds["maybe"][1] is None
 
@@ -305,8 +347,7 @@ def test_scalar_fields_reject_lossy_values(tmp_path):
     for value, dtype in [(1.5, "int64"), (300, "uint8"), ("7", "int32")]:
         with pytest.raises(LoadError, match="row 0"):
             write(tmp_path / "s.arrow", [{"v": value}], {"v": dtype}, progress=False)
-    write(tmp_path / "s.arrow", [{"v": 3, "f": 2}], {"v": "uint8", "f": "float32"},
-          progress=False)
+    write(tmp_path / "s.arrow", [{"v": 3, "f": 2}], {"v": "uint8", "f": "float32"}, progress=False)
     assert open(tmp_path / "s.arrow")[0] == {"v": 3, "f": 2.0}
 
 
@@ -333,8 +374,14 @@ class Exploding:
 def test_error_in_a_row_names_it_and_leaves_no_file(tmp_path, threads):
     data = Exploding(300, 123, RuntimeError("disk on fire"))
     with pytest.raises(LoadError, match="(row|observation) 123") as info:
-        write(tmp_path / "out.arrow", data, {"x": QOI(), "y": "int64"}, chunk_bytes=5000,
-              num_threads=threads, progress=False)
+        write(
+            tmp_path / "out.arrow",
+            data,
+            {"x": QOI(), "y": "int64"},
+            chunk_bytes=5000,
+            num_threads=threads,
+            progress=False,
+        )
     cause = info.value
     while cause.__cause__ is not None:
         cause = cause.__cause__
@@ -346,8 +393,14 @@ def test_error_in_a_row_names_it_and_leaves_no_file(tmp_path, threads):
 def test_keyboard_interrupt_leaves_no_file(tmp_path, threads):
     data = Exploding(300, 200, KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
-        write(tmp_path / "out.arrow", data, {"x": Raw(), "y": "int64"}, chunk_bytes=5000,
-              num_threads=threads, progress=False)
+        write(
+            tmp_path / "out.arrow",
+            data,
+            {"x": Raw(), "y": "int64"},
+            chunk_bytes=5000,
+            num_threads=threads,
+            progress=False,
+        )
     assert leftovers(tmp_path) == []
 
 
@@ -388,7 +441,7 @@ def test_random_corruptions_give_clean_errors_or_data(tmp_path):
     for trial in range(200):
         data = bytearray(original)
         if trial % 4 == 0:
-            data = data[:int(rng.integers(0, len(data)))]
+            data = data[: int(rng.integers(0, len(data)))]
         else:
             for _ in range(int(rng.integers(1, 8))):
                 data[int(rng.integers(0, len(data)))] = int(rng.integers(0, 256))
@@ -404,8 +457,10 @@ def test_random_corruptions_give_clean_errors_or_data(tmp_path):
 
 
 def test_import_fastload_storage_does_not_import_pyarrow():
-    code = ("import sys, fastload, fastload.storage; "
-            "assert 'pyarrow' not in sys.modules, 'pyarrow imported'")
+    code = (
+        "import sys, fastload, fastload.storage; "
+        "assert 'pyarrow' not in sys.modules, 'pyarrow imported'"
+    )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
 
@@ -418,8 +473,12 @@ def check_permutation(order, n):
     assert np.array_equal(np.sort(order), np.arange(n))
 
 
-@given(st.lists(st.integers(0, 40), min_size=1, max_size=30), st.integers(0, 2**32),
-       st.integers(0, 100), st.integers(1, 6))
+@given(
+    st.lists(st.integers(0, 40), min_size=1, max_size=30),
+    st.integers(0, 2**32),
+    st.integers(0, 100),
+    st.integers(1, 6),
+)
 def test_quasi_order_visits_every_index_once(sizes, seed, epoch, window):
     n = sum(sizes)
     order = quasi_random_order(n, sizes, seed, epoch, window=window)
@@ -468,15 +527,15 @@ def test_quasi_order_rejects_bad_chunks():
 def test_quasi_order_over_columns_reads_the_datasets_chunks(written):
     from fastload import DataLoader, mapobs
     from fastload.transforms import CenterCrop, Compose, DecodeImage
-    path, rows = written
+
+    path, _ = written
     ds = open(path)
-    assert len(ds.chunk_bounds) > 2          # several chunks, so the order is quasi-random
+    assert len(ds.chunk_bounds) > 2  # several chunks, so the order is quasi-random
     images = mapobs(Compose([DecodeImage(), CenterCrop(8)]), ds["jpeg"].encoded)
     loader = DataLoader((images, ds["label"]), 4, shuffle="quasi", seed=3, parallel=2)
     for epoch in range(2):
         labels = np.concatenate([b[1].copy() for b in loader])
-        assert labels.tolist() == quasi_random_order(len(ds), ds.chunk_bounds, 3,
-                                                     epoch).tolist()
+        assert labels.tolist() == quasi_random_order(len(ds), ds.chunk_bounds, 3, epoch).tolist()
 
 
 class _Tagged(pa.ExtensionType):
@@ -512,34 +571,51 @@ def test_a_file_with_an_extension_type_is_refused_registered_or_not(tmp_path, ne
 
 
 def test_the_next_write_removes_what_a_killed_or_interrupted_write_left(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    stale = [tmp_path / f".out.arrow.{dead}-12345.tmp",                    # a killed process
-             tmp_path / f".out.arrow.{os.getpid()}-{threading.get_ident()}.tmp"]  # this thread
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    stale = [
+        tmp_path / f".out.arrow.{dead}-12345.tmp",  # a killed process
+        tmp_path / f".out.arrow.{os.getpid()}-{threading.get_ident()}.tmp",
+    ]  # this thread
     for folder in stale:
         folder.mkdir()
         (folder / "column.0").write_bytes(b"x" * 1000)
-    other = tmp_path / ".other.arrow.1-1.tmp"     # another destination's: not ours to touch
+    other = tmp_path / ".other.arrow.1-1.tmp"  # another destination's: not ours to touch
     other.mkdir()
     write(tmp_path / "out.arrow", [{"y": 1}, {"y": 2}], {"y": "int64"}, progress=False)
     assert leftovers(tmp_path) == [".other.arrow.1-1.tmp", "out.arrow"]
 
 
 def test_a_write_killed_midway_leaves_only_its_work_directory(tmp_path):
-    code = ("import numpy as np, sys\n"
-            "sys.path.insert(0, sys.argv[2])\n"
-            "from fastload.storage import Raw, write\n"
-            "class Slow:\n"
-            "    def __len__(self):\n"
-            "        return 10**6\n"
-            "    def __getitem__(self, i):\n"
-            "        if i == 2000:\n"
-            "            print('writing', flush=True)\n"
-            "        return {'x': np.full((32, 32), i % 256, np.uint8)}\n"
-            "write(sys.argv[1], Slow(), {'x': Raw()}, progress=False, num_threads=1)\n")
+    code = (
+        "import numpy as np, sys\n"
+        "sys.path.insert(0, sys.argv[2])\n"
+        "from fastload.storage import Raw, write\n"
+        "class Slow:\n"
+        "    def __len__(self):\n"
+        "        return 10**6\n"
+        "    def __getitem__(self, i):\n"
+        "        if i == 2000:\n"
+        "            print('writing', flush=True)\n"
+        "        return {'x': np.full((32, 32), i % 256, np.uint8)}\n"
+        "write(sys.argv[1], Slow(), {'x': Raw()}, progress=False, num_threads=1)\n"
+    )
     out = tmp_path / "big.arrow"
-    child = subprocess.Popen([sys.executable, "-c", code, str(out), os.path.dirname(
-        os.path.dirname(os.path.abspath(__file__)))], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            code,
+            str(out),
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert child.stdout.readline().strip() == "writing"
     child.kill()
     child.wait(30)
@@ -560,16 +636,17 @@ def _rewrite(src, dst, *, metadata=None, batch_rows=None):
 
 def test_every_chunk_is_checksummed_and_a_flipped_byte_is_found(written, tmp_path, capsys):
     from fastload.__main__ import main
+
     path, rows = written
     result = open(path, verify="open").verify()
     assert result["files"] == 1 and result["chunks"] == len(open(path).chunk_bounds) - 1 > 2
     assert main(["verify", path, "--no-progress"]) == 0
     data = bytearray(builtins.open(path, "rb").read())
-    at = data.index(rows[39]["blob"])               # 39 random bytes: one place in the file
+    at = data.index(rows[39]["blob"])  # 39 random bytes: one place in the file
     data[at] ^= 0xFF
     bad = tmp_path / "flipped.arrow"
     bad.write_bytes(bytes(data))
-    assert open(bad)["blob"][39] != rows[39]["blob"]   # opens unverified, data differs
+    assert open(bad)["blob"][39] != rows[39]["blob"]  # opens unverified, data differs
     with pytest.raises(LoadError, match=r"chunk \d+ \(rows \d+\.\.\d+\) does not match"):
         open(bad, verify="open")
     assert main(["verify", str(bad), "--no-progress"]) == 2
@@ -590,13 +667,16 @@ def test_a_metadata_edit_is_found_and_rebatching_keeps_the_checksums(written, tm
 
 def test_a_file_without_checksums_opens_and_says_it_was_not_verified(written, tmp_path):
     path, rows = written
-    meta = {k: v for k, v in pa.ipc.open_file(path).schema.metadata.items()
-            if k != b"fastload.checksums"}
-    damaged = tmp_path / "damaged.arrow"       # version 2 must have them
+    meta = {
+        k: v
+        for k, v in pa.ipc.open_file(path).schema.metadata.items()
+        if k != b"fastload.checksums"
+    }
+    damaged = tmp_path / "damaged.arrow"  # version 2 must have them
     _rewrite(path, damaged, metadata=meta)
     with pytest.raises(LoadError, match="without its checksums"):
         open(damaged)
-    old = tmp_path / "old.arrow"               # version 1 had none
+    old = tmp_path / "old.arrow"  # version 1 had none
     _rewrite(path, old, metadata={**meta, META_FORMAT: b"1"})
     assert open(old)["label"].tolist() == [r["label"] for r in rows]
     with pytest.warns(UserWarning, match="no checksums"):
@@ -607,13 +687,14 @@ def test_a_file_without_checksums_opens_and_says_it_was_not_verified(written, tm
 @pytest.mark.parametrize("options", [{}, {"parallel": 2}, {"parallel": 2, "backend": "process"}])
 def test_verify_read_checks_a_chunk_before_any_of_its_rows_is_read(written, tmp_path, options):
     from fastload import DataLoader
+
     path, rows = written
     data = bytearray(builtins.open(path, "rb").read())
-    data[data.index(rows[39]["raw"].tobytes())] ^= 0xFF     # a raw (numpy-read) value
+    data[data.index(rows[39]["raw"].tobytes())] ^= 0xFF  # a raw (numpy-read) value
     bad = tmp_path / "flipped.arrow"
     bad.write_bytes(bytes(data))
     ds = open(bad, verify="read")
-    assert ds[0]["label"] == 0 and ds["blob"][1] == rows[1]["blob"]   # other chunks: fine
+    assert ds[0]["label"] == 0 and ds["blob"][1] == rows[1]["blob"]  # other chunks: fine
     loader = DataLoader((ds["raw"], ds["label"]), 4, **options)
     delivered = []
     with pytest.raises(LoadError, match=r"chunk \d+ \(rows \d+\.\.39\) does not match"):
@@ -622,4 +703,4 @@ def test_verify_read_checks_a_chunk_before_any_of_its_rows_is_read(written, tmp_
     assert 0 < len(delivered) < 39 and 39 not in delivered
     with pytest.raises(LoadError, match="does not match"):
         ds[39]
-    assert open(path, verify="read")[39]["label"] == 39      # the intact file reads
+    assert open(path, verify="read")[39]["label"] == 39  # the intact file reads

@@ -1,6 +1,7 @@
 """Streams (fastload.streams, fastload.windows): iterables without a length loaded by the
 engine a window at a time; the shuffle buffer, sharding by file, resume by replay, files
 over HTTP through fsspec, and clean-up."""
+
 import functools
 import http.server
 import io
@@ -10,13 +11,12 @@ import threading
 
 import numpy as np
 import pytest
+from helpers import assert_tree_equal, deadline, run_epochs
 
 from fastload import DataLoader, LoadError, Shards, eachobs, mapobs
 from fastload.streams import rank_records, tar_samples
 from fastload.transforms import Compose, RandomCrop
 from fastload.windows import ShuffleBuffer, window_size
-
-from helpers import assert_tree_equal, copy_tree, deadline, run_epochs
 
 
 class Records:
@@ -44,8 +44,9 @@ def test_a_stream_loads_in_order_in_batches_with_a_partial_last_one(parallel, bu
     batches = run_epochs(loader, 1)[0]
     assert [len(b["label"]) for b in batches] == [64] * 39 + [4]
     assert labels(batches) == list(range(2500))
-    assert_tree_equal(batches[3]["x"], np.repeat(np.arange(192, 256, dtype=np.float32), 3)
-                      .reshape(64, 3))
+    assert_tree_equal(
+        batches[3]["x"], np.repeat(np.arange(192, 256, dtype=np.float32), 3).reshape(64, 3)
+    )
     dropped = DataLoader(Records(2500), 64, drop_last=True, parallel=parallel)
     assert labels(run_epochs(dropped, 1)[0]) == list(range(2496))
 
@@ -93,8 +94,7 @@ def test_shuffle_buffer_draws_the_same_for_the_same_groups():
     out = []
     for _ in range(2):
         buffer = ShuffleBuffer(4, seed=3, epoch=0)
-        out.append(buffer.push(list(range(10))) + buffer.push(list(range(10, 12)))
-                   + buffer.drain())
+        out.append(buffer.push(list(range(10))) + buffer.push(list(range(10, 12))) + buffer.drain())
     assert out[0] == out[1] and sorted(out[0]) == list(range(12))
 
 
@@ -118,26 +118,27 @@ def _resume_stream(make_loader, epochs=2):
 
 @pytest.mark.parametrize("parallel", [False, 2])
 def test_a_stream_resumes_exactly_by_replaying_its_epoch(parallel):
-    _resume_stream(lambda: DataLoader(Records(700), 32, shuffle=100, seed=4,
-                                      parallel=parallel))
+    _resume_stream(lambda: DataLoader(Records(700), 32, shuffle=100, seed=4, parallel=parallel))
 
 
 def test_random_transforms_of_a_stream_draw_the_same_resumed_and_for_any_threads():
     image = np.random.default_rng(0).integers(0, 255, (12, 12, 3), np.uint8)
-    images = [image] * 1500       # the same pixels: crops differ only by their draws
+    images = [image] * 1500  # the same pixels: crops differ only by their draws
 
     class Images:
         def __iter__(self):
             return iter(images)
 
     def make(parallel=False):
-        return DataLoader(mapobs(Compose([RandomCrop(8)]), Images()), 100, seed=2,
-                          parallel=parallel)
+        return DataLoader(
+            mapobs(Compose([RandomCrop(8)]), Images()), 100, seed=2, parallel=parallel
+        )
+
     one, three = run_epochs(make(), 1)[0], run_epochs(make(3), 1)[0]
     assert_tree_equal(one, three)
     windows = window_size(100)
     crops = np.concatenate(one)
-    assert not np.array_equal(crops[0], crops[windows])   # windows draw apart
+    assert not np.array_equal(crops[0], crops[windows])  # windows draw apart
     assert len({c.tobytes() for c in crops[:50]}) > 5
     _resume_stream(make, epochs=1)
 
@@ -163,13 +164,15 @@ class Sharded:
 def test_ranks_read_their_own_files_or_shards_or_records():
     paths = [f"f{k}" for k in range(6)]
     files = Shards(paths, read=lambda f: [f])
-    files.records = lambda path: [path]           # no file system needed
-    parts = [list(rank_records(files, r, 3, seed=0, epoch=0, shuffle_files=False))
-             for r in range(3)]
+    files.records = lambda path: [path]  # no file system needed
+    parts = [
+        list(rank_records(files, r, 3, seed=0, epoch=0, shuffle_files=False)) for r in range(3)
+    ]
     assert parts == [["f0", "f3"], ["f1", "f4"], ["f2", "f5"]]
-    shuffled = [list(rank_records(files, r, 3, seed=0, epoch=1, shuffle_files=True))
-                for r in range(3)]
-    assert sorted(sum(shuffled, [])) == paths and shuffled != parts
+    shuffled = [
+        list(rank_records(files, r, 3, seed=0, epoch=1, shuffle_files=True)) for r in range(3)
+    ]
+    assert sorted(p for part in shuffled for p in part) == paths and shuffled != parts
     source = Sharded(10, num_shards=4)
     assert list(rank_records(source, 1, 2, 0, 5, False)) == [1, 3, 5, 7, 9]
     assert source.epochs == [5]
@@ -179,8 +182,9 @@ def test_ranks_read_their_own_files_or_shards_or_records():
 
 
 def test_sharded_stream_loaders_are_disjoint_and_cover_the_records():
-    parts = [labels(DataLoader(Records(103), 10, shuffle=20, shard=(r, 2), seed=3))
-             for r in range(2)]
+    parts = [
+        labels(DataLoader(Records(103), 10, shuffle=20, shard=(r, 2), seed=3)) for r in range(2)
+    ]
     assert sorted(parts[0] + parts[1]) == list(range(103))
 
 
@@ -197,8 +201,9 @@ def test_shards_are_read_one_after_the_other_and_shared_out_by_file(tmp_path):
     paths = _write_shards(tmp_path, 4, 25)
     stream = mapobs(lambda r: r["id"], Shards(paths, read=lambda f: map(json.loads, f)))
     assert np.concatenate(list(DataLoader(stream, 10))).tolist() == list(range(100))
-    ranks = [np.concatenate(list(DataLoader(stream, 10, shard=(r, 2), shuffle=True)))
-             for r in range(2)]
+    ranks = [
+        np.concatenate(list(DataLoader(stream, 10, shard=(r, 2), shuffle=True))) for r in range(2)
+    ]
     assert sorted(np.concatenate(ranks).tolist()) == list(range(100))
     assert {int(v) // 25 for v in ranks[0]}.isdisjoint({int(v) // 25 for v in ranks[1]})
 
@@ -237,15 +242,21 @@ def test_shards_at_urls_are_read_through_fsspec(http_folder):
 def test_tar_samples_group_members_by_key():
     data = io.BytesIO()
     with tarfile.open(fileobj=data, mode="w") as tar:
-        for name, payload in [("a/0.jpg", b"J0"), ("a/0.cls", b"3"), ("a/1.jpg", b"J1"),
-                              ("a/1.cls", b"5"), ("a/1.meta.json", b"{}")]:
+        for name, payload in [
+            ("a/0.jpg", b"J0"),
+            ("a/0.cls", b"3"),
+            ("a/1.jpg", b"J1"),
+            ("a/1.cls", b"5"),
+            ("a/1.meta.json", b"{}"),
+        ]:
             info = tarfile.TarInfo(name)
             info.size = len(payload)
             tar.addfile(info, io.BytesIO(payload))
     data.seek(0)
     assert list(tar_samples(data)) == [
         {"__key__": "a/0", "jpg": b"J0", "cls": b"3"},
-        {"__key__": "a/1", "jpg": b"J1", "cls": b"5", "meta.json": b"{}"}]
+        {"__key__": "a/1", "jpg": b"J1", "cls": b"5", "meta.json": b"{}"},
+    ]
 
 
 def test_an_error_in_the_stream_or_in_an_item_reaches_the_consumer():
@@ -260,6 +271,7 @@ def test_an_error_in_the_stream_or_in_an_item_reaches_the_consumer():
         if record["label"] == 1234:
             raise ValueError("bad record")
         return record["x"]
+
     with pytest.raises(LoadError, match="bad record"):
         list(DataLoader(mapobs(fail, Records(2000)), 100, parallel=2))
 
@@ -272,13 +284,22 @@ def test_breaking_out_of_a_stream_stops_its_reader():
             break
     loader.close()
     with deadline(10):
-        while any(t.name == "fastload-stream-reader" and t.ident not in before
-                  for t in threading.enumerate()):
+        while any(
+            t.name == "fastload-stream-reader" and t.ident not in before
+            for t in threading.enumerate()
+        ):
             threading.Event().wait(0.01)
 
 
-@pytest.mark.parametrize("kwargs", [dict(shuffle="quasi"), dict(shuffle=0),
-                                    dict(sampler=[0]), dict(parallel=2, backend="process")])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(shuffle="quasi"),
+        dict(shuffle=0),
+        dict(sampler=[0]),
+        dict(parallel=2, backend="process"),
+    ],
+)
 def test_options_that_need_a_container_are_refused_for_a_stream(kwargs):
     with pytest.raises(ValueError):
         DataLoader(Records(3), 2, **kwargs)
@@ -307,8 +328,11 @@ def test_a_pytorch_iterable_dataset_is_a_stream():
 
     for dataset in (Numbers(), Sized()):
         loader = DataLoader(dataset, 10, parallel=2)
-        assert [b.tolist() for b in loader] == [list(range(10)), list(range(10, 20)),
-                                               list(range(20, 25))]
+        assert [b.tolist() for b in loader] == [
+            list(range(10)),
+            list(range(10, 20)),
+            list(range(20, 25)),
+        ]
 
 
 def test_closing_the_loader_mid_stream_ends_the_iteration_with_an_error():

@@ -3,6 +3,7 @@ workers, interrupted writes, a full disk. Not part of `make test` (they take min
 `make stress` runs them. Each ends in a clear error or the right data, never a crash, a
 hang or plausible wrong data.
 """
+
 import os
 import signal
 import subprocess
@@ -13,11 +14,11 @@ import warnings
 import numpy as np
 import pytest
 import simplejpeg
+from helpers import deadline
 
 from fastload import DataLoader, mapobs, open, write
 from fastload.storage import JPEG, QOI, Bytes, Raw, Str
 from fastload.transforms import Compose, DecodeImage, RandomResizedCrop
-from helpers import deadline
 
 pytestmark = pytest.mark.stress
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,7 +34,7 @@ def _mutations(data, count, seed):
             for at in rng.integers(0, len(b), rng.integers(1, 8)):
                 b[at] ^= int(rng.integers(1, 256))
         elif kind == 1:
-            b = b[:int(rng.integers(0, len(b)))]
+            b = b[: int(rng.integers(0, len(b)))]
         else:
             at = int(rng.integers(0, len(b)))
             b[at:at] = bytes(rng.integers(0, 256, int(rng.integers(1, 64)), dtype=np.uint8))
@@ -42,6 +43,7 @@ def _mutations(data, count, seed):
 
 def test_mutated_jpeg_and_qoi_images_load_or_fail_cleanly():
     from fastload import _core
+
     rng = np.random.default_rng(0)
     image = rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)
     sources = [simplejpeg.encode_jpeg(image, quality=90), _core.qoi_encode(image)]
@@ -51,8 +53,8 @@ def test_mutated_jpeg_and_qoi_images_load_or_fail_cleanly():
     with deadline(300), pytest.warns(RuntimeWarning, match="skipped"):
         loaded = sum(len(batch) for batch in loader)
     assert loaded + loader.stats()["skipped"] == len(mutated)
-    for data in mutated[::40]:        # the Python path: an array of the right shape, or a
-        try:                          # ValueError
+    for data in mutated[::40]:  # the Python path: an array of the right shape, or a
+        try:  # ValueError
             assert chain(data).shape == (24, 24, 3)
         except ValueError:
             pass
@@ -60,21 +62,43 @@ def test_mutated_jpeg_and_qoi_images_load_or_fail_cleanly():
 
 def _rows(n):
     rng = np.random.default_rng(1)
-    return [{"jpeg": rng.integers(0, 256, (16, 20, 3), dtype=np.uint8),
-             "qoi": rng.integers(0, 256, (12, 10, 3), dtype=np.uint8),
-             "raw": rng.standard_normal((2, 3)).astype(np.float32),
-             "blob": bytes(rng.integers(0, 256, k % 17, dtype=np.uint8)),
-             "text": f"row {k}", "label": k} for k in range(n)]
+    return [
+        {
+            "jpeg": rng.integers(0, 256, (16, 20, 3), dtype=np.uint8),
+            "qoi": rng.integers(0, 256, (12, 10, 3), dtype=np.uint8),
+            "raw": rng.standard_normal((2, 3)).astype(np.float32),
+            "blob": bytes(rng.integers(0, 256, k % 17, dtype=np.uint8)),
+            "text": f"row {k}",
+            "label": k,
+        }
+        for k in range(n)
+    ]
 
 
-FIELDS = {"jpeg": JPEG(quality=95), "qoi": QOI(), "raw": Raw(), "blob": Bytes(),
-          "text": Str(), "label": "int64"}
+FIELDS = {
+    "jpeg": JPEG(quality=95),
+    "qoi": QOI(),
+    "raw": Raw(),
+    "blob": Bytes(),
+    "text": Str(),
+    "label": "int64",
+}
 
 
 def _values(ds):
-    return [(ds["jpeg"].encoded[k].tobytes() if hasattr(ds["jpeg"].encoded[k], "tobytes")
-             else bytes(ds["jpeg"].encoded[k]), ds["qoi"][k].tobytes(), ds["raw"][k].tobytes(),
-             ds["blob"][k], ds["text"][k], int(ds["label"][k])) for k in range(len(ds))]
+    return [
+        (
+            ds["jpeg"].encoded[k].tobytes()
+            if hasattr(ds["jpeg"].encoded[k], "tobytes")
+            else bytes(ds["jpeg"].encoded[k]),
+            ds["qoi"][k].tobytes(),
+            ds["raw"][k].tobytes(),
+            ds["blob"][k],
+            ds["text"][k],
+            int(ds["label"][k]),
+        )
+        for k in range(len(ds))
+    ]
 
 
 def test_a_corrupted_packed_file_never_opens_verified_with_other_data(tmp_path):
@@ -88,14 +112,14 @@ def test_a_corrupted_packed_file_never_opens_verified_with_other_data(tmp_path):
         bad.write_bytes(damaged)
         try:
             with warnings.catch_warnings():
-                warnings.simplefilter("error")   # "not verified" counts as found
+                warnings.simplefilter("error")  # "not verified" counts as found
                 ds = open(bad, verify="open")
             values = _values(ds)
-        except (ValueError, UserWarning):        # LoadError is a ValueError
+        except (ValueError, UserWarning):  # LoadError is a ValueError
             found += 1
             continue
         assert values == expected, f"mutation {k} opened verified with other data"
-    assert found > 1000            # most damage is found; the rest changed nothing read
+    assert found > 1000  # most damage is found; the rest changed nothing read
 
 
 def _slow(x):
@@ -118,8 +142,10 @@ def test_killed_workers_always_end_in_an_error_and_the_next_loader_works():
                 pass
         loader.close()
     with deadline(30):
-        got = [b.copy() for b in DataLoader(mapobs(_slow, np.arange(40.0)), 8, parallel=2,
-                                            backend="process")]
+        got = [
+            b.copy()
+            for b in DataLoader(mapobs(_slow, np.arange(40.0)), 8, parallel=2, backend="process")
+        ]
     assert np.array_equal(np.concatenate(got), np.arange(40.0))
 
 
@@ -144,14 +170,18 @@ def test_interrupted_writes_leave_the_old_file_and_the_next_write_cleans_up(tmp_
     out = tmp_path / "out.arrow"
     write(out, [{"y": 1}], {"y": "int64"}, progress=False)
     for _ in range(7):
-        child = subprocess.Popen([sys.executable, "-c", WRITER, str(out), ROOT],
-                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        child = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(out), ROOT],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         assert child.stdout.readline().strip() == "writing"
         time.sleep(float(rng.uniform(0, 0.3)))
         child.send_signal(how)
         child.wait(60)
-        assert open(out)["y"].tolist() == [1]         # the old file, whole
-        if how == signal.SIGINT:                      # Python saw it: nothing left behind
+        assert open(out)["y"].tolist() == [1]  # the old file, whole
+        if how == signal.SIGINT:  # Python saw it: nothing left behind
             assert sorted(os.listdir(tmp_path)) == ["out.arrow"]
     write(out, [{"y": 2}], {"y": "int64"}, progress=False)
     assert sorted(os.listdir(tmp_path)) == ["out.arrow"]

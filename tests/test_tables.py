@@ -1,6 +1,7 @@
 """Tables as containers of rows (fastload.tables): pandas, pyarrow and a stand-in for a
 Hugging Face ``datasets.Dataset``; every column type converts to an array or a list, or
 fails naming the column."""
+
 import datetime
 import decimal
 import subprocess
@@ -10,13 +11,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from helpers import assert_tree_equal, copy_tree
 
 from fastload import DataLoader, getobs, getobs_into, numobs, splitobs
 from fastload.plan import ItemPlan, make_plan
 from fastload.schedule import schedule_of
 from fastload.tables import columns
 from fastload.views import batchview
-from helpers import assert_tree_equal, copy_tree
 
 N = 10
 X = np.arange(N * 2, dtype=np.float32).reshape(N, 2)
@@ -24,16 +25,24 @@ WORDS = [f"w{i}" for i in range(N)]
 
 
 def arrow_table():
-    return pa.table({"x": pa.array(np.arange(N, dtype=np.float64)),
-                     "v": pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), 2),
-                     "label": pa.array(np.arange(N) % 3),
-                     "word": WORDS})
+    return pa.table(
+        {
+            "x": pa.array(np.arange(N, dtype=np.float64)),
+            "v": pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), 2),
+            "label": pa.array(np.arange(N) % 3),
+            "word": WORDS,
+        }
+    )
 
 
 def expected_rows(idx):
     idx = np.asarray(idx)
-    return {"x": np.arange(N, dtype=np.float64)[idx], "v": X[idx], "label": (np.arange(N) % 3)[idx],
-            "word": [WORDS[i] for i in idx]}
+    return {
+        "x": np.arange(N, dtype=np.float64)[idx],
+        "v": X[idx],
+        "label": (np.arange(N) % 3)[idx],
+        "word": [WORDS[i] for i in idx],
+    }
 
 
 def loaded(data, **options):
@@ -54,8 +63,12 @@ class FakeDataset:
     def __init__(self, table, indices=None, fmt=None):
         self._table = table
         self._indices = np.arange(table.num_rows) if indices is None else np.asarray(indices)
-        self._format = fmt or {"type": None, "format_kwargs": {}, "columns": None,
-                               "output_all_columns": False}
+        self._format = fmt or {
+            "type": None,
+            "format_kwargs": {},
+            "columns": None,
+            "output_all_columns": False,
+        }
 
     @property
     def column_names(self):
@@ -68,13 +81,24 @@ class FakeDataset:
         return fmt
 
     def with_format(self, type=None, columns=None, output_all_columns=False):
-        return FakeDataset(self._table, self._indices,
-                           {"type": type, "format_kwargs": {}, "columns": columns,
-                            "output_all_columns": output_all_columns})
+        return FakeDataset(
+            self._table,
+            self._indices,
+            {
+                "type": type,
+                "format_kwargs": {},
+                "columns": columns,
+                "output_all_columns": output_all_columns,
+            },
+        )
 
     def set_transform(self, transform):
-        self._format = {"type": "custom", "format_kwargs": {"transform": transform},
-                        "columns": None, "output_all_columns": False}
+        self._format = {
+            "type": "custom",
+            "format_kwargs": {"transform": transform},
+            "columns": None,
+            "output_all_columns": False,
+        }
 
     def select(self, indices):
         return FakeDataset(self._table, self._indices[list(indices)], self._format)
@@ -83,8 +107,11 @@ class FakeDataset:
         return len(self._indices)
 
     def __getitem__(self, key):
-        rows = self._indices[key] if isinstance(key, slice) else \
-            self._indices[np.atleast_1d(np.asarray(key, np.int64))]
+        rows = (
+            self._indices[key]
+            if isinstance(key, slice)
+            else self._indices[np.atleast_1d(np.asarray(key, np.int64))]
+        )
         table = self._table.take(pa.array(rows)).select(self.format["columns"])
         if self._format["type"] == "arrow":
             return table
@@ -124,7 +151,7 @@ def test_numeric_arrow_columns_are_views_of_the_arrow_buffers():
     table = pa.Table.from_batches([pa.record_batch({"x": np.arange(N, dtype=np.int32)})])
     converted = columns(table)["x"]
     assert np.shares_memory(converted, table.column("x").chunk(0).to_numpy())
-    assert columns(table) is not None and columns(table)["x"] is converted   # converted once
+    assert columns(table) is not None and columns(table)["x"] is converted  # converted once
 
 
 def test_a_table_of_several_chunks_and_a_record_batch_load_alike():
@@ -145,14 +172,18 @@ def test_arrow_columns_are_containers_of_values():
 
 
 def test_a_pandas_dataframe_is_a_container_of_rows_by_position():
-    frame = pd.DataFrame({"x": np.arange(N, dtype=np.float64), "label": np.arange(N) % 3,
-                          "word": WORDS}, index=np.arange(N) * 10 + 5)
+    frame = pd.DataFrame(
+        {"x": np.arange(N, dtype=np.float64), "label": np.arange(N) % 3, "word": WORDS},
+        index=np.arange(N) * 10 + 5,
+    )
     expected = {k: v for k, v in expected_rows(range(N)).items() if k != "v"}
     assert numobs(frame) == N
     assert_tree_equal(getobs(frame, 0), {k: v[0] for k, v in expected.items()})
     assert_tree_equal(getobs(frame, [1, 2]), {k: v[1:3] for k, v in expected.items()})
-    sequential, parallel = loaded(frame, shuffle=True, seed=3), \
-        loaded(frame, shuffle=True, seed=3, parallel=2)
+    sequential, parallel = (
+        loaded(frame, shuffle=True, seed=3),
+        loaded(frame, shuffle=True, seed=3, parallel=2),
+    )
     assert_tree_equal(parallel, sequential)
     assert sorted(np.concatenate([b["x"] for b in sequential]).tolist()) == list(range(N))
     assert set(sequential[0]) == {"x", "label", "word"}
@@ -170,31 +201,37 @@ def test_splits_of_a_table_stay_index_views_that_load_natively():
     train, test = splitobs(arrow_table(), at=0.7)
     assert native_leaves(train) == ["gather", "gather", "gather", "object"]
     assert_tree_equal(loaded(test), [expected_rows([7, 8, 9])])
-    buffer = {"x": np.zeros(2), "v": np.zeros((2, 2), np.float32), "label": np.zeros(2, np.int64),
-              "word": []}
+    buffer = {
+        "x": np.zeros(2),
+        "v": np.zeros((2, 2), np.float32),
+        "label": np.zeros(2, np.int64),
+        "word": [],
+    }
     assert_tree_equal(getobs_into(buffer, train, [0, 6])["v"], X[[0, 6]])
 
 
 def test_arrow_column_types_convert_to_arrays_or_lists():
     n = 3
     stamps = np.array(["2024-01-01T00:00", "2024-01-02T12:00", "NaT"], "datetime64[ms]")
-    table = pa.table({
-        "f16": pa.array(np.arange(n, dtype=np.float16)),
-        "flag": [True, False, True],
-        "float_with_null": pa.array([1.5, None, 2.5]),
-        "when": pa.array(stamps),
-        "day": pa.array([datetime.date(2024, 1, d) for d in (1, 2, 3)]),
-        "wait": pa.array(np.array([1, 2, 3], "timedelta64[s]")),
-        "category": pa.array(["x", "y", "x"]).dictionary_encode(),
-        "text_with_null": ["a", None, "c"],
-        "blob": [b"\x00", b"\x01", b""],
-        "tokens": [[1, 2, 3], [], [4]],
-        "point": [{"a": 1, "b": "p"}, {"a": 2, "b": "q"}, {"a": 3, "b": "r"}],
-        "price": pa.array([decimal.Decimal("1.10"), decimal.Decimal("2.20"), None]),
-        "clock": pa.array([datetime.time(1, 2), datetime.time(3, 4), None]),
-        "grid": pa.array([[[1, 2], [3, 4]]] * n, pa.list_(pa.list_(pa.int16(), 2), 2)),
-        "ragged_fixed": pa.array([[1, None], [2, 3], [4, 5]], pa.list_(pa.int64(), 2)),
-    })
+    table = pa.table(
+        {
+            "f16": pa.array(np.arange(n, dtype=np.float16)),
+            "flag": [True, False, True],
+            "float_with_null": pa.array([1.5, None, 2.5]),
+            "when": pa.array(stamps),
+            "day": pa.array([datetime.date(2024, 1, d) for d in (1, 2, 3)]),
+            "wait": pa.array(np.array([1, 2, 3], "timedelta64[s]")),
+            "category": pa.array(["x", "y", "x"]).dictionary_encode(),
+            "text_with_null": ["a", None, "c"],
+            "blob": [b"\x00", b"\x01", b""],
+            "tokens": [[1, 2, 3], [], [4]],
+            "point": [{"a": 1, "b": "p"}, {"a": 2, "b": "q"}, {"a": 3, "b": "r"}],
+            "price": pa.array([decimal.Decimal("1.10"), decimal.Decimal("2.20"), None]),
+            "clock": pa.array([datetime.time(1, 2), datetime.time(3, 4), None]),
+            "grid": pa.array([[[1, 2], [3, 4]]] * n, pa.list_(pa.list_(pa.int16(), 2), 2)),
+            "ragged_fixed": pa.array([[1, None], [2, 3], [4, 5]], pa.list_(pa.int64(), 2)),
+        }
+    )
     got = getobs(table, [0, 1, 2])
     assert got["f16"].dtype == np.float16 and got["flag"].tolist() == [True, False, True]
     assert np.isnan(got["float_with_null"][1]) and got["float_with_null"][2] == 2.5
@@ -207,22 +244,24 @@ def test_arrow_column_types_convert_to_arrays_or_lists():
     assert got["price"][:2] == [decimal.Decimal("1.10"), decimal.Decimal("2.20")]
     assert got["clock"][0] == datetime.time(1, 2)
     assert got["grid"].shape == (3, 2, 2) and got["grid"].dtype == np.int16
-    assert got["ragged_fixed"] == [[1, None], [2, 3], [4, 5]]     # a null: kept as a list
+    assert got["ragged_fixed"] == [[1, None], [2, 3], [4, 5]]  # a null: kept as a list
     row = getobs(table, 1)
     assert row["text_with_null"] is None and row["tokens"] == [] and row["grid"].shape == (2, 2)
 
 
 def test_pandas_column_types_convert_to_arrays_or_lists():
-    frame = pd.DataFrame({
-        "nullable": pd.array([1, 2, 3], dtype="Int64"),
-        "nullable_float": pd.array([1.0, None, 3.0], dtype="Float64"),
-        "boolean": pd.array([True, False, True], dtype="boolean"),
-        "category": pd.Categorical(["b", "a", "b"]),
-        "int_category": pd.Categorical([3, 1, 3]),
-        "when": pd.to_datetime(["2024-01-01", "2024-01-02", None]),
-        "objects": [np.zeros(2), np.ones(2), np.full(2, 2.0)],
-        "arrow_ints": pd.array([4, 5, 6], dtype="int64[pyarrow]"),
-    })
+    frame = pd.DataFrame(
+        {
+            "nullable": pd.array([1, 2, 3], dtype="Int64"),
+            "nullable_float": pd.array([1.0, None, 3.0], dtype="Float64"),
+            "boolean": pd.array([True, False, True], dtype="boolean"),
+            "category": pd.Categorical(["b", "a", "b"]),
+            "int_category": pd.Categorical([3, 1, 3]),
+            "when": pd.to_datetime(["2024-01-01", "2024-01-02", None]),
+            "objects": [np.zeros(2), np.ones(2), np.full(2, 2.0)],
+            "arrow_ints": pd.array([4, 5, 6], dtype="int64[pyarrow]"),
+        }
+    )
     got = getobs(frame, [0, 1, 2])
     assert_tree_equal(got["nullable"], np.array([1, 2, 3]))
     assert np.isnan(got["nullable_float"][1]) and got["nullable_float"].dtype == np.float64
@@ -231,23 +270,42 @@ def test_pandas_column_types_convert_to_arrays_or_lists():
     assert got["when"].dtype.kind == "M" and np.isnat(got["when"][2])
     assert_tree_equal(got["arrow_ints"], np.array([4, 5, 6]))
     batch = next(iter(DataLoader(frame, 3)))
-    assert_tree_equal(batch["objects"], np.stack(frame["objects"].tolist()))   # collated
+    assert_tree_equal(batch["objects"], np.stack(frame["objects"].tolist()))  # collated
 
 
-@pytest.mark.parametrize("column, error, words", [
-    (pa.array([1, None, 3]), ValueError, "missing"),
-    (pa.array([True, None, False]), ValueError, "missing"),
-    (pa.array(np.arange(3), pa.timestamp("s", tz="UTC")), TypeError, "time zone"),
-    (pa.RunEndEncodedArray.from_arrays([2, 3], [1, 5]), TypeError, "run_end_encoded"),
-    (pd.array([1, None, 3], dtype="Int64"), ValueError, "missing"),
-    (pd.Series(pd.to_datetime(["2024-01-01"] * 3)).dt.tz_localize("UTC"), TypeError, "time zone"),
-    (pd.period_range("2024-01", periods=3, freq="M"), TypeError, "period"),
-    (pd.arrays.SparseArray([0, 1, 0]), TypeError, "Sparse"),
-], ids=["arrow-int-nulls", "arrow-bool-nulls", "arrow-tz", "arrow-run-end", "pandas-Int64-NA",
-        "pandas-tz", "pandas-period", "pandas-sparse"])
+@pytest.mark.parametrize(
+    "column, error, words",
+    [
+        (pa.array([1, None, 3]), ValueError, "missing"),
+        (pa.array([True, None, False]), ValueError, "missing"),
+        (pa.array(np.arange(3), pa.timestamp("s", tz="UTC")), TypeError, "time zone"),
+        (pa.RunEndEncodedArray.from_arrays([2, 3], [1, 5]), TypeError, "run_end_encoded"),
+        (pd.array([1, None, 3], dtype="Int64"), ValueError, "missing"),
+        (
+            pd.Series(pd.to_datetime(["2024-01-01"] * 3)).dt.tz_localize("UTC"),
+            TypeError,
+            "time zone",
+        ),
+        (pd.period_range("2024-01", periods=3, freq="M"), TypeError, "period"),
+        (pd.arrays.SparseArray([0, 1, 0]), TypeError, "Sparse"),
+    ],
+    ids=[
+        "arrow-int-nulls",
+        "arrow-bool-nulls",
+        "arrow-tz",
+        "arrow-run-end",
+        "pandas-Int64-NA",
+        "pandas-tz",
+        "pandas-period",
+        "pandas-sparse",
+    ],
+)
 def test_a_column_that_cannot_convert_without_loss_raises_naming_it(column, error, words):
-    table = pa.table({"fine": [1.0, 2.0, 3.0], "bad": column}) if isinstance(
-        column, pa.Array) else pd.DataFrame({"fine": [1.0, 2.0, 3.0], "bad": column})
+    table = (
+        pa.table({"fine": [1.0, 2.0, 3.0], "bad": column})
+        if isinstance(column, pa.Array)
+        else pd.DataFrame({"fine": [1.0, 2.0, 3.0], "bad": column})
+    )
     with pytest.raises(error, match=r"(?s)'bad'.*" + words):
         getobs(table, [0, 1, 2])
     with pytest.raises(error, match="'bad'"):
@@ -290,16 +348,21 @@ def test_a_datasets_dataset_is_read_through_its_arrow_rows():
 def test_a_datasets_dataset_keeps_its_format_columns_and_its_transform():
     dataset = FakeDataset(arrow_table()).with_format("numpy", columns=["label", "word"])
     assert_tree_equal(getobs(dataset, [1, 2]), {"label": np.array([1, 2]), "word": ["w1", "w2"]})
-    dataset.set_transform(lambda batch: {"upper": [w.upper() for w in batch["word"]],
-                                         "label": batch["label"]})
+    dataset.set_transform(
+        lambda batch: {"upper": [w.upper() for w in batch["word"]], "label": batch["label"]}
+    )
     assert getobs(dataset, 3) == {"upper": "W3", "label": 0}
-    assert_tree_equal(next(iter(DataLoader(dataset, 2))),
-                      {"upper": ["W0", "W1"], "label": np.array([0, 1])})
+    assert_tree_equal(
+        next(iter(DataLoader(dataset, 2))), {"upper": ["W0", "W1"], "label": np.array([0, 1])}
+    )
 
 
 def test_importing_fastload_imports_no_table_or_tensor_library():
-    code = ("import sys, fastload; print(sorted({'pandas', 'pyarrow', 'torch', 'datasets'}"
-            " & set(sys.modules)))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
+    code = (
+        "import sys, fastload; print(sorted({'pandas', 'pyarrow', 'torch', 'datasets'}"
+        " & set(sys.modules)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "[]"

@@ -1,5 +1,6 @@
 """The PyTorch integration: tensors on the ring's memory, device passthrough on CPU, the
 pin_memory paths, and the training example."""
+
 import os
 import re
 import subprocess
@@ -11,11 +12,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from helpers import assert_tree_equal, copy_tree  # noqa: E402
+
 import fastload.torch as fltorch  # noqa: E402
 from fastload import DataLoader, mapobs  # noqa: E402
 from fastload.torch import TorchLoader, to_device  # noqa: E402
-
-from helpers import assert_tree_equal, copy_tree  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,9 +33,12 @@ def _loader(**kw):
 
 
 def test_import_fastload_does_not_import_torch():
-    code = "import sys, fastload; assert 'torch' not in sys.modules; assert 'jax' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT,
-                   env={**os.environ, "PYTHONPATH": ROOT})
+    code = (
+        "import sys, fastload; assert 'torch' not in sys.modules; assert 'jax' not in sys.modules"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code], check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}
+    )
 
 
 def test_tensors_share_memory_with_the_ring_and_equal_numpy_batches():
@@ -45,8 +49,11 @@ def test_tensors_share_memory_with_the_ring_and_equal_numpy_batches():
             assert isinstance(tensor, torch.Tensor)
             np.testing.assert_array_equal(tensor.numpy(), array)
         ring = [leaf for slot in tensors.loader._engine.ring for leaf in slot]
-        addresses = {a.ctypes.data for part in ring for a in
-                     (part.values() if isinstance(part, dict) else [part])}
+        addresses = {
+            a.ctypes.data
+            for part in ring
+            for a in (part.values() if isinstance(part, dict) else [part])
+        }
         assert tensor_batch["x"].data_ptr() in addresses
 
 
@@ -91,8 +98,10 @@ def test_to_device_takes_a_plain_loader_and_tuples():
     assert torch.equal(batches[-1][0], torch.tensor([8.0, 9.0], dtype=torch.float64))
 
 
-@pytest.mark.skipif(torch.cuda.is_available(),
-                    reason="checks what pin_memory does without CUDA; this machine has CUDA")
+@pytest.mark.skipif(
+    torch.cuda.is_available(),
+    reason="checks what pin_memory does without CUDA; this machine has CUDA",
+)
 def test_pin_memory_without_cuda_warns_once_and_changes_nothing(monkeypatch):
     monkeypatch.setattr(fltorch, "_warned_no_cuda", False)
     loader = _loader()
@@ -105,29 +114,40 @@ def test_pin_memory_without_cuda_warns_once_and_changes_nothing(monkeypatch):
     assert len(list(TorchLoader(loader))) == len(loader)
 
 
-@pytest.mark.parametrize("kw, message", [({"buffer": False}, "buffer=True"),
-                                         ({"backend": "process"}, "thread backend")])
+@pytest.mark.parametrize(
+    "kw, message", [({"buffer": False}, "buffer=True"), ({"backend": "process"}, "thread backend")]
+)
 def test_pin_memory_says_what_it_needs(kw, message):
     with pytest.raises(ValueError, match=message):
         TorchLoader(_loader(**kw), pin_memory=True)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(),
-                    reason="needs a CUDA device: checks the pinned ring and side-stream copies")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="needs a CUDA device: checks the pinned ring and side-stream copies",
+)
 def test_pinned_ring_and_cuda_prefetch_match_the_cpu_batches():
     expected = [copy_tree(b) for b in _loader()]
     loader = TorchLoader(_loader(), pin_memory=True)
     got = [{k: v.cpu().numpy() for k, v in b.items()} for b in to_device(loader, "cuda")]
     assert_tree_equal(got, expected)
-    assert all(leaf.is_pinned() for slot in loader.loader._engine.ring
-               for leaf in map(torch.from_numpy, slot[:2]))
+    assert all(
+        leaf.is_pinned()
+        for slot in loader.loader._engine.ring
+        for leaf in map(torch.from_numpy, slot[:2])
+    )
 
 
 @pytest.mark.slow
 def test_the_training_example_runs_and_its_loss_decreases():
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "train_torch.py")],
-                            capture_output=True, text=True, timeout=300, cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": ROOT})
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "examples", "train_torch.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     assert result.returncode == 0, result.stderr
     losses = [float(v) for v in re.findall(r"loss (\d+\.\d+)", result.stdout)]
     assert len(losses) >= 4

@@ -1,4 +1,5 @@
 """Compose chains (fastload.transforms) and ImageFolder against numpy/PIL references."""
+
 import io
 import warnings
 
@@ -6,12 +7,23 @@ import numpy as np
 import pytest
 import simplejpeg
 from PIL import Image
+from test_image_kernels import ModelRng, assert_close_pixels, natural_image, pil_resize
 
 from fastload.imagefolder import ImageFolder
-from fastload.transforms import (IMAGENET_MEAN, IMAGENET_STD, CenterCrop, Compose, DecodeImage,
-                                 Normalize, RandomCrop, RandomHorizontalFlip,
-                                 RandomResizedCrop, Resize, ToCHW, decode_jpeg_header)
-from test_image_kernels import ModelRng, assert_close_pixels, natural_image, pil_resize
+from fastload.transforms import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    CenterCrop,
+    Compose,
+    DecodeImage,
+    Normalize,
+    RandomCrop,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+    ToCHW,
+    decode_jpeg_header,
+)
 
 
 def jpeg(img, quality=92):
@@ -37,7 +49,7 @@ def test_random_crop_with_padding_and_flip_is_exact():
     for index in range(20):
         rng = ModelRng(0, 0, index, 0)
         y, x = rng.below(40 - 28 + 1), rng.below(40 - 28 + 1)
-        ref = padded[y:y + 28, x:x + 28]
+        ref = padded[y : y + 28, x : x + 28]
         if flips(0, 0, index, 1):
             ref = ref[:, ::-1]
         assert np.array_equal(t(img, index=index), ref)
@@ -58,7 +70,7 @@ def test_resize_then_center_crop_matches_pil(shape):
     rh, rw = torchvision_resize_size(*shape, 256)
     big = pil_resize(img, rh, rw)
     y, x = int(round((rh - 224) / 2.0)), int(round((rw - 224) / 2.0))
-    assert_close_pixels(out, big[y:y + 224, x:x + 224])
+    assert_close_pixels(out, big[y : y + 224, x : x + 224])
 
 
 def test_enlarging_resize_matches_pil():
@@ -81,7 +93,7 @@ def test_random_resized_crop_pipeline_matches_pil_and_flip():
     full = simplejpeg.decode_jpeg(data)
     for index in range(8):
         (y, x, ch, cw), denom = t.pipeline.prepare(375, 500, 0, 0, index)
-        ref = pil_resize(np.ascontiguousarray(full[y:y + ch, x:x + cw]), 224, 224)
+        ref = pil_resize(np.ascontiguousarray(full[y : y + ch, x : x + cw]), 224, 224)
         if flips(0, 0, index, 2):
             ref = ref[:, ::-1]
         out = t.pipeline.run(full, 375, 500, 1, 0, 0, index)
@@ -94,13 +106,24 @@ def smooth_image(h, w):
     """Photo-like without hard edges: smooth waves, mild noise."""
     yy, xx = np.mgrid[0:h, 0:w].astype(np.float64)
     noise = np.random.default_rng(0).normal(0, 2, (h, w, 3))
-    img = np.stack([128 + 100 * np.sin(xx / 29.0), 128 + 100 * np.sin(yy / 37.0),
-                    128 + 100 * np.sin(xx / 23.0 + yy / 31.0)], axis=-1) + noise
+    img = (
+        np.stack(
+            [
+                128 + 100 * np.sin(xx / 29.0),
+                128 + 100 * np.sin(yy / 37.0),
+                128 + 100 * np.sin(xx / 23.0 + yy / 31.0),
+            ],
+            axis=-1,
+        )
+        + noise
+    )
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-REDUCED_CHAINS = [Compose([DecodeImage(), RandomResizedCrop(128, scale=(0.3, 1.0))]),
-                  Compose([DecodeImage(), Resize(150), CenterCrop(128)])]
+REDUCED_CHAINS = [
+    Compose([DecodeImage(), RandomResizedCrop(128, scale=(0.3, 1.0))]),
+    Compose([DecodeImage(), Resize(150), CenterCrop(128)]),
+]
 
 
 @pytest.mark.parametrize("t", REDUCED_CHAINS)
@@ -130,7 +153,7 @@ def test_reduced_scale_decode_differs_only_at_hard_edges(t):
 def test_scale_denom_keeps_the_crop_at_least_the_output_size():
     t = Compose([DecodeImage(), RandomResizedCrop(224)])
     for index in range(200):
-        (y, x, ch, cw), denom = t.pipeline.prepare(1000, 1500, 3, 0, index)
+        (_, _, ch, cw), denom = t.pipeline.prepare(1000, 1500, 3, 0, index)
         assert denom in (1, 2, 4, 8)
         assert ch // denom >= 224 and cw // denom >= 224
         if denom < 8:
@@ -154,8 +177,14 @@ def test_uint8_chw_without_normalize():
 
 def test_same_key_same_output_and_indices_differ():
     data = jpeg(natural_image(300, 400, seed=6))
-    t = Compose([DecodeImage(), RandomResizedCrop(96), RandomHorizontalFlip(),
-                 Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    t = Compose(
+        [
+            DecodeImage(),
+            RandomResizedCrop(96),
+            RandomHorizontalFlip(),
+            Normalize(IMAGENET_MEAN, IMAGENET_STD),
+        ]
+    )
     a = t(data, index=5, seed=11, epoch=2)
     assert np.array_equal(a, t(data, index=5, seed=11, epoch=2))
     rects = {t.pipeline.prepare(300, 400, 11, 2, i)[0] for i in range(20)}
@@ -204,17 +233,20 @@ def test_grayscale_and_rgba_arrays_keep_their_channels():
         Compose([Normalize(IMAGENET_MEAN, IMAGENET_STD)])(rgba)
 
 
-@pytest.mark.parametrize("ops,message", [
-    ([Normalize(0.5, 0.5), CenterCrop(10)], "must come before Normalize"),
-    ([RandomHorizontalFlip(), Resize(10)], "must come before"),
-    ([CenterCrop(10), RandomCrop(8)], "second crop"),
-    ([RandomResizedCrop(10), Resize(8)], "already resizes"),
-    ([Resize(8), Resize(9)], "second Resize"),
-    ([ToCHW(), Normalize(0.5, 0.5)], "ToCHW"),
-    ([CenterCrop(10), DecodeImage()], "first"),
-    ([CenterCrop(10), "flip"], "not a fastload transform"),
-    ([DecodeImage(1), Normalize(IMAGENET_MEAN, IMAGENET_STD)], "3 values for 1 channels"),
-])
+@pytest.mark.parametrize(
+    "ops,message",
+    [
+        ([Normalize(0.5, 0.5), CenterCrop(10)], "must come before Normalize"),
+        ([RandomHorizontalFlip(), Resize(10)], "must come before"),
+        ([CenterCrop(10), RandomCrop(8)], "second crop"),
+        ([RandomResizedCrop(10), Resize(8)], "already resizes"),
+        ([Resize(8), Resize(9)], "second Resize"),
+        ([ToCHW(), Normalize(0.5, 0.5)], "ToCHW"),
+        ([CenterCrop(10), DecodeImage()], "first"),
+        ([CenterCrop(10), "flip"], "not a fastload transform"),
+        ([DecodeImage(1), Normalize(IMAGENET_MEAN, IMAGENET_STD)], "3 values for 1 channels"),
+    ],
+)
 def test_compose_rejects_chains_that_do_not_fit(ops, message):
     with pytest.raises(ValueError, match=message):
         Compose(ops)
@@ -229,8 +261,9 @@ def test_transform_arguments_are_validated():
         Normalize(0.5, 0.5, dtype="float64")
 
 
-@pytest.mark.parametrize("damage", [lambda b: b[: len(b) // 2], lambda b: b"not a jpeg" + b[10:],
-                                    lambda b: b""])
+@pytest.mark.parametrize(
+    "damage", [lambda b: b[: len(b) // 2], lambda b: b"not a jpeg" + b[10:], lambda b: b""]
+)
 def test_corrupt_or_truncated_jpeg_raises_value_error(damage):
     data = damage(jpeg(natural_image(64, 64)))
     with pytest.raises(ValueError, match="JPEG"):
@@ -293,6 +326,7 @@ def test_misuse_of_a_chain_gets_a_message_that_says_what_to_do():
 
 def test_a_ragged_batch_says_how_to_give_it_one_shape():
     from fastload import DataLoader, LoadError, mapobs
+
     images = [natural_image(40, 50), natural_image(60, 50)]
     with pytest.raises(LoadError, match="CenterCrop.*collate=False"):
         list(DataLoader(mapobs(Compose([Resize(32)]), images), 2))
@@ -310,11 +344,12 @@ def test_normalize_with_values_on_the_0_255_scale_warns():
 def test_files_loads_images_listed_by_path_and_names_a_bad_one(tmp_path, parallel):
     import fastload
     from fastload import DataLoader, LoadError, mapobs
+
     paths = []
     for k in range(5):
         path = tmp_path / f"{k}.jpg"
         path.write_bytes(jpeg(natural_image(30 + k, 40, seed=k)))
-        paths.append(path if k % 2 else str(path))       # str or os.PathLike
+        paths.append(path if k % 2 else str(path))  # str or os.PathLike
     images = fastload.files(paths)
     chain = Compose([DecodeImage(), CenterCrop(24)])
     batches = [b.copy() for b in DataLoader(mapobs(chain, images), 5, parallel=parallel)]
@@ -331,10 +366,17 @@ def test_a_path_given_to_decodejpeg_points_to_files():
         Compose([DecodeImage(), CenterCrop(8)])("images/0.jpg")
 
 
-@pytest.mark.parametrize("ops", [[Resize(20), CenterCrop((30, 44))],
-                                 [Resize((25, 31)), CenterCrop((20, 40))],
-                                 [RandomResizedCrop(17)], [CenterCrop(20), Resize(9)],
-                                 [RandomCrop(50, padding=9), Resize(13)], [CenterCrop(70)]])
+@pytest.mark.parametrize(
+    "ops",
+    [
+        [Resize(20), CenterCrop((30, 44))],
+        [Resize((25, 31)), CenterCrop((20, 40))],
+        [RandomResizedCrop(17)],
+        [CenterCrop(20), Resize(9)],
+        [RandomCrop(50, padding=9), Resize(13)],
+        [CenterCrop(70)],
+    ],
+)
 def test_a_flip_mirrors_the_output_whatever_the_geometry(ops):
     """The flip is fused into the resampling (or the copy), also for a window reaching
     outside the image (zero padding): it must equal the unflipped output mirrored."""

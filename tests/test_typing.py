@@ -1,6 +1,7 @@
 """The public API is typed: every parameter annotated, the annotations resolve at run
 time (no broken strings), the package says it is typed (py.typed), and mypy checks a
 user's code against them: what the library accepts passes, what it refuses is flagged."""
+
 import importlib.resources
 import inspect
 import sys
@@ -36,8 +37,11 @@ def _constructors(*modules):
 def _missing_annotations(f):
     """The parameters of ``f`` without an annotation (``self`` aside), and "return"."""
     signature = inspect.signature(f)
-    missing = [name for name, p in signature.parameters.items()
-               if name not in ("self", "cls") and p.annotation is inspect.Parameter.empty]
+    missing = [
+        name
+        for name, p in signature.parameters.items()
+        if name not in ("self", "cls") and p.annotation is inspect.Parameter.empty
+    ]
     if signature.return_annotation is inspect.Signature.empty:
         missing.append("return")
     return missing
@@ -53,9 +57,21 @@ def test_dataloader_annotates_every_argument():
     assert typing.get_args(hints["on_error"]) == ("raise", "skip")
 
 
-@pytest.mark.parametrize("name", ["__iter__", "__len__", "__enter__", "__exit__", "close",
-                                  "order", "schedule", "stats", "state_dict",
-                                  "load_state_dict"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "__iter__",
+        "__len__",
+        "__enter__",
+        "__exit__",
+        "close",
+        "order",
+        "schedule",
+        "stats",
+        "state_dict",
+        "load_state_dict",
+    ],
+)
 def test_dataloader_methods_are_annotated(name):
     method = getattr(DataLoader, name)
     assert _missing_annotations(method) == []
@@ -81,8 +97,9 @@ def test_every_public_name_has_complete_annotations_that_resolve(obj):
 UNANNOTATED = {("GaussianBlur", "sigma")}
 
 
-@pytest.mark.parametrize("obj", _constructors(fastload.transforms, fastload.storage),
-                         ids=lambda obj: obj.__name__)
+@pytest.mark.parametrize(
+    "obj", _constructors(fastload.transforms, fastload.storage), ids=lambda obj: obj.__name__
+)
 def test_transform_and_encoding_constructors_annotate_their_arguments(obj):
     f = _typed_callable(obj)
     names = set(inspect.signature(f).parameters) - {"self"}
@@ -98,7 +115,7 @@ def test_the_package_is_marked_typed():
 
 
 # A user's code: each line marked "# error" must be flagged, nothing else.
-USER_CODE = '''\
+USER_CODE = """\
 import numpy as np
 from fastload import DataLoader, batchview, eachobs, numobs, splitobs
 from fastload.transforms import Compose, Normalize, RandomResizedCrop
@@ -117,14 +134,15 @@ DataLoader(data, 4, num_workers=2)  # error
 DataLoader(data, 4, shuffle="yes")  # error
 eachobs(data, backend="processes")  # error
 batchview(data, "4")  # error
-'''
+"""
 
 
 @pytest.mark.slow
 def test_mypy_accepts_typical_use_and_flags_the_mistakes(tmp_path):
     api = pytest.importorskip("mypy.api")
     (tmp_path / "user.py").write_text(USER_CODE)
-    (tmp_path / "mypy.ini").write_text(textwrap.dedent(f"""\
+    (tmp_path / "mypy.ini").write_text(
+        textwrap.dedent(f"""\
         [mypy]
         mypy_path = {ROOT}
         cache_dir = {tmp_path / "cache"}
@@ -133,13 +151,16 @@ def test_mypy_accepts_typical_use_and_flags_the_mistakes(tmp_path):
         [mypy-torch.*,jax.*,pyarrow.*,pandas.*,simplejpeg.*,tqdm.*,fsspec.*]
         follow_imports = skip
         ignore_missing_imports = True
-        """))
-    out, err, _ = api.run(["--config-file", str(tmp_path / "mypy.ini"),
-                           str(tmp_path / "user.py")])
+        """)
+    )
+    out, err, _ = api.run(["--config-file", str(tmp_path / "mypy.ini"), str(tmp_path / "user.py")])
     flagged = {int(line.split(":")[1]) for line in out.splitlines() if ": error:" in line}
     expected = {k for k, line in enumerate(USER_CODE.splitlines(), 1) if "# error" in line}
     assert flagged == expected, out + err
-    revealed = [line.split("Revealed type is ")[1].replace("builtins.", "")
-                for line in out.splitlines() if "Revealed type is" in line]
+    revealed = [
+        line.split("Revealed type is ")[1].replace("builtins.", "")
+        for line in out.splitlines()
+        if "Revealed type is" in line
+    ]
     assert revealed[:3] == ['"int"', '"dict[str, int]"', '"int"'], out
     assert revealed[3].startswith('"numpy.ndarray['), out

@@ -1,13 +1,25 @@
 """Lazy views (fastload.views): what each selects, and that every view keeps the container
 protocol: numobs, getobs and getobs_into agree, and getobs_into fills the caller's buffer."""
+
 import numpy as np
 import pytest
+from helpers import assert_fills, assert_tree_equal, stacked
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fastload import (batchview, getobs, getobs_into, joinobs, kfolds, mapobs, numobs, obsview,
-                      randobs, shuffleobs, splitobs)
-from helpers import assert_fills, assert_tree_equal, stacked
+from fastload import (
+    batchview,
+    getobs,
+    getobs_into,
+    joinobs,
+    kfolds,
+    mapobs,
+    numobs,
+    obsview,
+    randobs,
+    shuffleobs,
+    splitobs,
+)
 
 N = 12
 X2 = np.arange(N * 3, dtype=np.float32).reshape(N, 3)
@@ -42,8 +54,10 @@ VIEWS = {
     "kfolds-validation": (lambda d: kfolds(d, 3)[1][1], np.arange(4, 8)),
     "mapobs": (lambda d: mapobs(double, d), np.arange(N)),
     "joinobs": (lambda d: joinobs(d, obsview(d, [0, 1])), np.r_[0:N, 0:2]),
-    "nested": (lambda d: mapobs(double, obsview(joinobs(obsview(d, [5, 6]), d), range(1, 9))),
-               np.r_[6, 0:7]),
+    "nested": (
+        lambda d: mapobs(double, obsview(joinobs(obsview(d, [5, 6]), d), range(1, 9))),
+        np.r_[6, 0:7],
+    ),
 }
 DOUBLED = {"mapobs", "nested"}
 
@@ -80,7 +94,8 @@ def view_index(draw, n):
 @pytest.mark.parametrize("view_name", list(VIEWS))
 @given(st.data())
 def test_every_view_agrees_on_numobs_getobs_and_getobs_into_and_fills_the_buffer(
-        view_name, data_kind, data):
+    view_name, data_kind, data
+):
     build, _ = VIEWS[view_name]
     container = DATA[data_kind]
     view = build(container)
@@ -110,13 +125,22 @@ def test_shuffleobs_with_a_seed_is_a_reproducible_permutation(n):
     assert sorted(getobs(a, slice(None)).tolist()) == list(range(n))
     if n == 100:
         assert getobs(a, slice(None)).tolist() != list(range(n))
-        assert getobs(a, slice(None)).tolist() != getobs(shuffleobs(data, seed=12), slice(None)).tolist()
+        assert (
+            getobs(a, slice(None)).tolist()
+            != getobs(shuffleobs(data, seed=12), slice(None)).tolist()
+        )
 
 
-@pytest.mark.parametrize("n, at, sizes", [
-    (10, 0.8, (8, 2)), (10, 0.5, (5, 5)), (10, (0.2, 0.3), (2, 3, 5)), (7, (0.5, 0.5), (4, 3, 0)),
-    (3, 0.1, (0, 3)),
-])
+@pytest.mark.parametrize(
+    "n, at, sizes",
+    [
+        (10, 0.8, (8, 2)),
+        (10, 0.5, (5, 5)),
+        (10, (0.2, 0.3), (2, 3, 5)),
+        (7, (0.5, 0.5), (4, 3, 0)),
+        (3, 0.1, (0, 3)),
+    ],
+)
 def test_splitobs_sizes_follow_the_fractions_and_cover_everything_in_order(n, at, sizes):
     parts = splitobs(np.arange(n), at=at)
     assert tuple(numobs(p) for p in parts) == sizes
@@ -126,8 +150,12 @@ def test_splitobs_sizes_follow_the_fractions_and_cover_everything_in_order(n, at
 def test_splitobs_with_shuffle_is_a_seeded_partition():
     parts = splitobs(np.arange(50), at=(0.6, 0.2), shuffle=True, seed=5)
     values = np.concatenate([getobs(p, slice(None)) for p in parts])
-    again = np.concatenate([getobs(p, slice(None)) for p in
-                            splitobs(np.arange(50), at=(0.6, 0.2), shuffle=True, seed=5)])
+    again = np.concatenate(
+        [
+            getobs(p, slice(None))
+            for p in splitobs(np.arange(50), at=(0.6, 0.2), shuffle=True, seed=5)
+        ]
+    )
     assert [numobs(p) for p in parts] == [30, 10, 10]
     assert sorted(values.tolist()) == list(range(50))
     assert values.tolist() != list(range(50))
@@ -174,6 +202,7 @@ def test_mapobs_applies_the_function_once_per_observation():
     def f(x):
         calls.append(int(x))
         return x + 1
+
     view = mapobs(f, X1)
     assert numobs(view) == N
     assert getobs(view, 3) == X1[3] + 1
@@ -183,9 +212,13 @@ def test_mapobs_applies_the_function_once_per_observation():
 
 def test_mapobs_stacks_array_results_keeps_lists_of_other_results_and_rejects_ragged_ones():
     vectors = mapobs(lambda x: {"v": np.full(2, x), "s": (x, float(x))}, X1)
-    assert_tree_equal(getobs(vectors, [1, 2]),
-                      {"v": np.stack([np.full(2, X1[1]), np.full(2, X1[2])]),
-                       "s": (X1[[1, 2]], X1[[1, 2]].astype(float))})
+    assert_tree_equal(
+        getobs(vectors, [1, 2]),
+        {
+            "v": np.stack([np.full(2, X1[1]), np.full(2, X1[2])]),
+            "s": (X1[[1, 2]], X1[[1, 2]].astype(float)),
+        },
+    )
     assert getobs(mapobs(str, X1), [0, 1]) == ["0", "10"]
     with pytest.raises(ValueError, match="collate=False"):
         getobs(mapobs(lambda x: np.zeros(int(x) // 10 + 1), X1), [0, 1])
@@ -199,15 +232,18 @@ def test_mapobs_rejects_a_non_callable():
 def test_joinobs_concatenates_containers_of_different_sizes():
     view = joinobs(X1[:3], X1[5:6], X1[:0], X1[8:])
     assert numobs(view) == 3 + 1 + 0 + 4
-    assert [int(getobs(view, i)) for i in range(numobs(view))] == \
-        X1[[0, 1, 2, 5, 8, 9, 10, 11]].tolist()
+    assert [int(getobs(view, i)) for i in range(numobs(view))] == X1[
+        [0, 1, 2, 5, 8, 9, 10, 11]
+    ].tolist()
     assert int(getobs(view, -1)) == X1[-1]
     with pytest.raises(IndexError):
         getobs(view, 8)
 
 
-@pytest.mark.parametrize("n, size, drop_last", [(10, 3, False), (10, 3, True), (9, 3, False),
-                                                (2, 5, False), (2, 5, True), (0, 4, False)])
+@pytest.mark.parametrize(
+    "n, size, drop_last",
+    [(10, 3, False), (10, 3, True), (9, 3, False), (2, 5, False), (2, 5, True), (0, 4, False)],
+)
 def test_batchview_sizes_and_drop_last(n, size, drop_last):
     view = batchview(np.arange(n), size, drop_last=drop_last)
     batches = [getobs(view, b).tolist() for b in range(numobs(view))]
@@ -228,19 +264,24 @@ def test_batchview_collate_none_true_false_and_callable():
     rows = [1, 2, 3]
     assert_tree_equal(getobs(batchview(data, 3), 1), (X2[3:6], X1[3:6]))
     assert_tree_equal(getobs(batchview(data, 3, collate=True), 1), (X2[3:6], X1[3:6]))
-    assert_tree_equal(getobs(batchview(data, 3, collate=False), 0),
-                      [(X2[i], X1[i]) for i in range(3)])
+    assert_tree_equal(
+        getobs(batchview(data, 3, collate=False), 0), [(X2[i], X1[i]) for i in range(3)]
+    )
     assert getobs(batchview(data, 3, collate=len), 0) == 3
     dicts = [{"a": np.full(2, i), "b": i} for i in rows]
-    assert_tree_equal(getobs(batchview(dicts, 2, collate=True), 0),
-                      {"a": np.array([[1, 1], [2, 2]]), "b": np.array([1, 2])})
+    assert_tree_equal(
+        getobs(batchview(dicts, 2, collate=True), 0),
+        {"a": np.array([[1, 1], [2, 2]]), "b": np.array([1, 2])},
+    )
     with pytest.raises(TypeError):
         batchview(data, 3, collate="stack")
 
 
 @pytest.mark.parametrize("collate", [None, True])
 @pytest.mark.parametrize("data_kind", list(DATA))
-def test_batchview_getobs_into_fills_the_buffer_including_the_partial_last_batch(collate, data_kind):
+def test_batchview_getobs_into_fills_the_buffer_including_the_partial_last_batch(
+    collate, data_kind
+):
     data = DATA[data_kind]
     view = batchview(data, 5, collate=collate)
     buffer = _empty_like(getobs(view, 0))

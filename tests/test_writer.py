@@ -3,6 +3,7 @@
 byte for byte, and report failed and skipped rows the same way; the file is a plain Arrow
 IPC file whatever its first column; a header that outgrows its reserve still gives one;
 a worker that dies ends the write with no file left."""
+
 import filecmp
 import os
 
@@ -31,15 +32,31 @@ class Source:
             raise ValueError(f"row {i} is broken")
         rng = np.random.default_rng(i)
         pixels = rng.integers(0, 256, (6 + i % 5, 10, 3), dtype=np.uint8)
-        return {"jpeg": simplejpeg.encode_jpeg(pixels, quality=90), "label": i,
-                "raw": rng.integers(-9, 9, 4).astype(np.int16), "text": "é" * (i % 4) + str(i),
-                "nd": rng.integers(0, 9, (i % 3, 2)), "blob": bytes(i % 13)}
+        return {
+            "jpeg": simplejpeg.encode_jpeg(pixels, quality=90),
+            "label": i,
+            "raw": rng.integers(-9, 9, 4).astype(np.int16),
+            "text": "é" * (i % 4) + str(i),
+            "nd": rng.integers(0, 9, (i % 3, 2)),
+            "blob": bytes(i % 13),
+        }
 
 
-ENCODINGS = {"jpeg": JPEG(), "label": "int64", "raw": Raw(), "text": Str(), "nd": NDArray(),
-             "blob": Bytes()}
-ORDERS = [("jpeg", "label", "raw"), ("text", "nd", "label"), ("label", "blob", "raw"),
-          ("nd", "jpeg"), ("raw", "text")]
+ENCODINGS = {
+    "jpeg": JPEG(),
+    "label": "int64",
+    "raw": Raw(),
+    "text": Str(),
+    "nd": NDArray(),
+    "blob": Bytes(),
+}
+ORDERS = [
+    ("jpeg", "label", "raw"),
+    ("text", "nd", "label"),
+    ("label", "blob", "raw"),
+    ("nd", "jpeg"),
+    ("raw", "text"),
+]
 
 
 def write_both(tmp_path, data, names, **options):
@@ -48,8 +65,21 @@ def write_both(tmp_path, data, names, **options):
     out = []
     for backend in ("thread", "process"):
         path = str(tmp_path / f"{backend}.arrow")
-        out.append((path, write(path, data, fields, backend=backend, num_threads=2,
-                                chunk_bytes=400, progress=False, **options)))
+        out.append(
+            (
+                path,
+                write(
+                    path,
+                    data,
+                    fields,
+                    backend=backend,
+                    num_threads=2,
+                    chunk_bytes=400,
+                    progress=False,
+                    **options,
+                ),
+            )
+        )
     return out
 
 
@@ -83,8 +113,9 @@ def test_processes_write_the_same_file_as_threads(tmp_path, names):
 @pytest.mark.parametrize("names", ORDERS[:3])
 def test_processes_skip_and_report_rows_as_threads_do(tmp_path, names):
     source = Source(60, bad=(0, 17, 18, 59))
-    (threads, by_threads), (processes, by_processes) = write_both(tmp_path, source, names,
-                                                                  on_error="skip")
+    (threads, by_threads), (processes, by_processes) = write_both(
+        tmp_path, source, names, on_error="skip"
+    )
     assert filecmp.cmp(threads, processes, shallow=False)
     assert [e.index for e in by_processes] == [e.index for e in by_threads] == [0, 17, 18, 59]
     assert [str(e) for e in by_processes] == [str(e) for e in by_threads]
@@ -96,8 +127,15 @@ def test_processes_skip_and_report_rows_as_threads_do(tmp_path, names):
 @pytest.mark.parametrize("backend", ["thread", "process"])
 def test_the_first_failed_row_is_raised_and_no_file_is_left(tmp_path, backend):
     with pytest.raises(LoadError, match="row 33") as info:
-        write(str(tmp_path / "out.arrow"), Source(300, bad=(33, 250)), {"jpeg": JPEG()},
-              backend=backend, num_threads=2, chunk_bytes=400, progress=False)
+        write(
+            str(tmp_path / "out.arrow"),
+            Source(300, bad=(33, 250)),
+            {"jpeg": JPEG()},
+            backend=backend,
+            num_threads=2,
+            chunk_bytes=400,
+            progress=False,
+        )
     assert info.value.index == 33
     assert isinstance(info.value.__cause__, ValueError)
     assert "row 33 is broken" in str(info.value.__cause__)
@@ -119,20 +157,29 @@ class DiesInAWorker:
 
 def test_a_worker_that_dies_ends_the_write_with_no_file_left(tmp_path):
     with pytest.raises(RuntimeError, match="worker process .* exited with code 3"):
-        write(str(tmp_path / "out.arrow"), DiesInAWorker(os.getpid()), {"x": Raw()},
-              backend="process", num_threads=2, progress=False)
+        write(
+            str(tmp_path / "out.arrow"),
+            DiesInAWorker(os.getpid()),
+            {"x": Raw()},
+            backend="process",
+            num_threads=2,
+            progress=False,
+        )
     assert os.listdir(tmp_path) == []
 
 
 def test_a_header_that_outgrows_its_reserve_is_written_by_pyarrow(tmp_path, monkeypatch):
     finished = []
     real = ipcfile.InPlaceFile.finish
-    monkeypatch.setattr(ipcfile.InPlaceFile, "finish",
-                        lambda self, *args: finished.append(real(self, *args)) or finished[-1])
+    monkeypatch.setattr(
+        ipcfile.InPlaceFile,
+        "finish",
+        lambda self, *args: finished.append(real(self, *args)) or finished[-1],
+    )
     rows = [{"b": b"x"}] + [{"b": bytes([i % 256]) * 100} for i in range(6000)]
     path = str(tmp_path / "many.arrow")
     write(path, rows, {"b": Bytes()}, chunk_bytes=100, progress=False)
-    assert finished == [False]            # 6000 chunks: far more than the first row said
+    assert finished == [False]  # 6000 chunks: far more than the first row said
     ds = fastload.open(path, verify="open")
     assert ds.num_chunks == 6000 and ds[4]["b"] == bytes([3]) * 100
     pa.ipc.open_file(path).get_batch(0).validate(full=True)
@@ -153,6 +200,12 @@ class Interrupted(Source):
 @pytest.mark.parametrize("backend", ["thread", "process"])
 def test_an_interrupt_in_a_row_is_raised_as_it_is_and_leaves_no_file(tmp_path, backend):
     with pytest.raises(KeyboardInterrupt):
-        write(str(tmp_path / "out.arrow"), Interrupted(300), {"raw": Raw()}, backend=backend,
-              num_threads=2, progress=False)
+        write(
+            str(tmp_path / "out.arrow"),
+            Interrupted(300),
+            {"raw": Raw()},
+            backend=backend,
+            num_threads=2,
+            progress=False,
+        )
     assert os.listdir(tmp_path) == []

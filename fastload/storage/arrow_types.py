@@ -3,6 +3,7 @@
 pyarrow is imported by ``import_pyarrow`` only, called where a file is written or opened,
 so that ``import fastload`` never loads it.
 """
+
 import numpy as np
 
 
@@ -10,7 +11,7 @@ def import_pyarrow():
     """The pyarrow module; raises ImportError saying how to install it."""
     try:
         import pyarrow
-        import pyarrow.ipc  # noqa: F401  (submodule used by reader and writer)
+        import pyarrow.ipc
     except ImportError:
         raise ImportError("packed datasets need pyarrow: pip install pyarrow") from None
     return pyarrow

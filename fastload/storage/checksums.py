@@ -10,6 +10,7 @@ releasing the GIL), stored in the schema metadata under ``fastload.checksums`` a
 ``{"crc32": [one per chunk], "metadata": crc}``. Files without it (written before
 checksums existed) open as before and are reported as not verifiable.
 """
+
 import json
 import zlib
 
@@ -18,8 +19,13 @@ import numpy as np
 from fastload.errors import LoadError
 from fastload.storage.meta import META_CHUNKS, META_FIELDS, META_USER, read_chunks
 
-__all__ = ["META_CHECKSUMS", "ShardChecksums", "chunk_checksums", "metadata_checksum",
-           "shard_checksums"]
+__all__ = [
+    "META_CHECKSUMS",
+    "ShardChecksums",
+    "chunk_checksums",
+    "metadata_checksum",
+    "shard_checksums",
+]
 
 META_CHECKSUMS = b"fastload.checksums"
 
@@ -51,22 +57,26 @@ def _row_bytes(pa, array, first, n):
     if pa.types.is_boolean(t):
         yield array.slice(first, n).to_numpy(zero_copy_only=False).astype(np.uint8)
     elif pa.types.is_fixed_size_binary(t):
-        yield memoryview(buffers[1])[start * t.byte_width:(start + n) * t.byte_width]
-    elif pa.types.is_binary(t) or pa.types.is_string(t) or pa.types.is_large_binary(t) \
-            or pa.types.is_large_string(t):
+        yield memoryview(buffers[1])[start * t.byte_width : (start + n) * t.byte_width]
+    elif (
+        pa.types.is_binary(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_large_string(t)
+    ):
         large = pa.types.is_large_binary(t) or pa.types.is_large_string(t)
-        offsets = np.frombuffer(buffers[1], np.int64 if large else np.int32)[start:start + n + 1]
-        yield memoryview(buffers[2])[int(offsets[0]):int(offsets[-1])] if n else b""
+        offsets = np.frombuffer(buffers[1], np.int64 if large else np.int32)[start : start + n + 1]
+        yield memoryview(buffers[2])[int(offsets[0]) : int(offsets[-1])] if n else b""
         yield np.diff(offsets).astype("<i8")
     elif pa.types.is_list(t) or pa.types.is_large_list(t):
         large = pa.types.is_large_list(t)
-        offsets = np.frombuffer(buffers[1], np.int64 if large else np.int32)[start:start + n + 1]
-        values = array.values    # the whole child array: the offsets index into it
+        offsets = np.frombuffer(buffers[1], np.int64 if large else np.int32)[start : start + n + 1]
+        values = array.values  # the whole child array: the offsets index into it
         yield from _row_bytes(pa, values, int(offsets[0]), int(offsets[-1] - offsets[0]))
         yield np.diff(offsets).astype("<i8")
     elif pa.types.is_integer(t) or pa.types.is_floating(t):
         size = t.bit_width // 8
-        yield memoryview(buffers[1])[start * size:(start + n) * size]
+        yield memoryview(buffers[1])[start * size : (start + n) * size]
     else:
         raise ValueError(f"no checksum for Arrow type {t}")
 
@@ -83,30 +93,41 @@ class ShardChecksums:
             self.sums, meta_sum = list(stored["crc32"]), stored["metadata"]
         except (UnicodeDecodeError, ValueError, TypeError, KeyError):
             raise LoadError(f"{path}: bad checksum metadata", source=path) from None
-        if metadata_checksum(meta.get(META_FIELDS), meta.get(META_CHUNKS),
-                             meta.get(META_USER)) != meta_sum:
-            raise LoadError(f"{path}: the metadata does not match its checksum: the file "
-                            f"is corrupt", source=path)
+        if (
+            metadata_checksum(meta.get(META_FIELDS), meta.get(META_CHUNKS), meta.get(META_USER))
+            != meta_sum
+        ):
+            raise LoadError(
+                f"{path}: the metadata does not match its checksum: the file is corrupt",
+                source=path,
+            )
         try:
             self.bounds = read_chunks(meta, rows)
         except ValueError as exc:
             raise LoadError(f"{path}: {exc}", source=path) from exc
         if self.bounds is None or len(self.sums) != len(self.bounds) - 1:
-            raise LoadError(f"{path}: {len(self.sums)} checksums for the file's chunks",
-                            source=path)
+            raise LoadError(
+                f"{path}: {len(self.sums)} checksums for the file's chunks", source=path
+            )
         self.pa, self.path = pa, path
         self._batches, self._ncolumns, self._columns = batches, len(schema), None
 
     def check(self, k):
         """Raise ``LoadError`` unless chunk ``k`` matches its checksum."""
-        if self._columns is None:   # one array per column (several batches: joined once)
-            self._columns = [self.pa.concat_arrays([b.column(c) for b in self._batches])
-                             if len(self._batches) > 1 else self._batches[0].column(c)
-                             for c in range(self._ncolumns)]
+        if self._columns is None:  # one array per column (several batches: joined once)
+            self._columns = [
+                self.pa.concat_arrays([b.column(c) for b in self._batches])
+                if len(self._batches) > 1
+                else self._batches[0].column(c)
+                for c in range(self._ncolumns)
+            ]
         a, b = int(self.bounds[k]), int(self.bounds[k + 1])
         if chunk_checksums(self.pa, self._columns, [a, b])[0] != self.sums[k]:
-            raise LoadError(f"{self.path}: chunk {k} (rows {a}..{b - 1}) does not match its "
-                            f"checksum: the file is corrupt", source=self.path)
+            raise LoadError(
+                f"{self.path}: chunk {k} (rows {a}..{b - 1}) does not match its "
+                f"checksum: the file is corrupt",
+                source=self.path,
+            )
 
 
 def shard_checksums(pa, path, schema, batches, rows):

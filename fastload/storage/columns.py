@@ -4,6 +4,7 @@ A column is built from pieces, one per record batch: the piece's Arrow array and
 "base", a uint8 numpy view of the whole mapped file the array lives in. Items of binary
 columns are located once, at open, as absolute (start, end) byte positions in their base.
 """
+
 from typing import Any
 
 import numpy as np
@@ -53,25 +54,30 @@ def locate(pieces):
             bases.append(base)
         base_ids.append(known[key])
         if width > 0:
-            offs = (np.arange(arr.offset, arr.offset + len(arr) + 1, dtype=np.int64) * width)
+            offs = np.arange(arr.offset, arr.offset + len(arr) + 1, dtype=np.int64) * width
         else:
             dtype = np.int64 if arr.type.id in _large_ids() else np.int32
-            offs = np.zeros(1, np.int64) if bufs[1] is None else \
-                np.frombuffer(bufs[1], dtype, count=arr.offset + len(arr) + 1)[arr.offset:]
+            offs = (
+                np.zeros(1, np.int64)
+                if bufs[1] is None
+                else np.frombuffer(bufs[1], dtype, count=arr.offset + len(arr) + 1)[arr.offset :]
+            )
             offs = offs.astype(np.int64)
         starts.append(at + offs[:-1])
         ends.append(at + offs[1:])
-    cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))
+    cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)
     return bases, np.asarray(base_ids, np.int64), cat(starts), cat(ends)
 
 
 def _is_fixed_binary(typ):
     import pyarrow as pa
+
     return pa.types.is_fixed_size_binary(typ)
 
 
 def _large_ids():
     import pyarrow as pa
+
     return {pa.large_binary().id, pa.large_string().id}
 
 
@@ -131,8 +137,9 @@ class EncodedColumn:
         self._base_of_row = np.repeat(base_of_piece, counts) if len(self._bases) > 1 else None
         # sources: the file of each piece; kept per row only when there are several.
         self._sources = sources
-        self._source_of_row = np.repeat(np.arange(len(sources)), counts) \
-            if len(set(sources)) > 1 else None
+        self._source_of_row = (
+            np.repeat(np.arange(len(sources)), counts) if len(set(sources)) > 1 else None
+        )
         self.encoded = ItemBytes(self)
         self._offsets = None
 
@@ -174,8 +181,10 @@ class EncodedColumn:
     def _global_offsets(self):
         """The n + 1 offsets, or a str saying why there are none."""
         if len(self._bases) != 1:
-            return (f"spans {len(self._bases)} mapped buffers (several files); "
-                    f"call buffers() on each of dataset.shards")
+            return (
+                f"spans {len(self._bases)} mapped buffers (several files); "
+                f"call buffers() on each of dataset.shards"
+            )
         if not np.array_equal(self._starts[1:], self._ends[:-1]):
             return "its items are not back to back (a file with several record batches)"
         offsets = np.empty(len(self) + 1, np.int64)
@@ -184,17 +193,19 @@ class EncodedColumn:
         return offsets
 
     def _view(self, i):
-        base = self._bases[0] if self._base_of_row is None else \
-            self._bases[self._base_of_row[i]]
-        return memoryview(base[self._starts[i]:self._ends[i]])
+        base = self._bases[0] if self._base_of_row is None else self._bases[self._base_of_row[i]]
+        return memoryview(base[self._starts[i] : self._ends[i]])
 
     def _decode(self, i):
         try:
             return self.codec.decode(self._view(i), *(p[i] for p in self.parts.values()))
         except Exception as exc:
             src = self._sources[0 if self._source_of_row is None else self._source_of_row[i]]
-            raise LoadError(f"{src}: cannot decode row {i} of field {self.name!r} "
-                            f"({self.encoding}): {exc}", index=i, source=src) from exc
+            raise LoadError(
+                f"{src}: cannot decode row {i} of field {self.name!r} ({self.encoding}): {exc}",
+                index=i,
+                source=src,
+            ) from exc
 
     def __getitem__(self, i: "slice | np.typing.ArrayLike"):
         i = normalize_index(i, len(self))
@@ -214,7 +225,7 @@ class ShapeList:
         return len(self._offsets) - 1
 
     def __getitem__(self, i: int) -> tuple[int, ...]:
-        return tuple(int(s) for s in self._values[self._offsets[i]:self._offsets[i + 1]])
+        return tuple(int(s) for s in self._values[self._offsets[i] : self._offsets[i + 1]])
 
 
 def shape_list(chunked):
@@ -222,11 +233,12 @@ def shape_list(chunked):
     values, offsets, total = [], [np.zeros(1, np.int64)], 0
     for arr in chunked.chunks:
         offs = np.asarray(arr.offsets, dtype=np.int64)
-        values.append(np.asarray(arr.values, dtype=np.int64)[offs[0]:offs[-1]])
+        values.append(np.asarray(arr.values, dtype=np.int64)[offs[0] : offs[-1]])
         offsets.append(offs[1:] - offs[0] + total)
         total += int(offs[-1] - offs[0])
-    return ShapeList(np.concatenate(values) if values else np.zeros(0, np.int64),
-                     np.concatenate(offsets))
+    return ShapeList(
+        np.concatenate(values) if values else np.zeros(0, np.int64), np.concatenate(offsets)
+    )
 
 
 class RawArray(np.ndarray):
@@ -255,8 +267,8 @@ class RawColumn:
         for piece in pieces:
             arr = piece.array
             nb = codec.nbytes
-            flat = np.frombuffer(arr.buffers()[1], np.uint8)[arr.offset * nb:]
-            flat = flat[:len(arr) * nb]
+            flat = np.frombuffer(arr.buffers()[1], np.uint8)[arr.offset * nb :]
+            flat = flat[: len(arr) * nb]
             self.chunks.append(flat.view(codec.dtype).reshape((len(arr),) + codec.shape))
         self._bounds = np.asarray(piece_rows, np.int64)
         self.shape = (int(self._bounds[-1]),) + codec.shape
@@ -266,8 +278,10 @@ class RawColumn:
         return self.shape[0]
 
     def __repr__(self) -> str:
-        return f"<raw column {self.name!r}: shape {self.shape}, {self.dtype}, " \
-               f"{len(self.chunks)} chunks>"
+        return (
+            f"<raw column {self.name!r}: shape {self.shape}, {self.dtype}, "
+            f"{len(self.chunks)} chunks>"
+        )
 
     def _item(self, i):
         c = int(np.searchsorted(self._bounds, i, side="right")) - 1
@@ -283,8 +297,8 @@ class RawColumn:
             return out
         return self._item(i)
 
-    def __array__(self, dtype: "np.typing.DTypeLike | None" = None,
-                  copy: bool | None = None) -> np.ndarray:
-        out = np.concatenate(self.chunks) if self.chunks else \
-            np.zeros(self.shape, self.dtype)
+    def __array__(
+        self, dtype: "np.typing.DTypeLike | None" = None, copy: bool | None = None
+    ) -> np.ndarray:
+        out = np.concatenate(self.chunks) if self.chunks else np.zeros(self.shape, self.dtype)
         return out if dtype is None else out.astype(dtype)

@@ -1,4 +1,5 @@
 """Converting a folder of class subfolders of images into a packed dataset."""
+
 import os
 
 from fastload.imagefolder import ImageFolder
@@ -43,9 +44,19 @@ class _DecodedImages:
         return images.resize_area(img, target), label
 
 
-def convert(src, dst, *, mode="jpeg", quality=90, max_side=None,
-            threshold_bytes=DEFAULT_SMART_THRESHOLD, num_threads=None, progress=True,
-            chunk_bytes=64 << 20, on_error="raise"):
+def convert(
+    src,
+    dst,
+    *,
+    mode="jpeg",
+    quality=90,
+    max_side=None,
+    threshold_bytes=DEFAULT_SMART_THRESHOLD,
+    num_threads=None,
+    progress=True,
+    chunk_bytes=64 << 20,
+    on_error="raise",
+):
     """Packs ``src/<class>/<image files>`` into the file ``dst`` with fields ``image``
     (encoded per ``mode``) and ``label`` (int64, classes in sorted name order; the class
     names are kept in ``Dataset.metadata["classes"]``). Returns ``(written, skipped)``:
@@ -61,8 +72,14 @@ def convert(src, dst, *, mode="jpeg", quality=90, max_side=None,
     if not os.path.isdir(dst_dir):
         raise FileNotFoundError(f"output directory {dst_dir!r} does not exist")
     data = _DecodedImages(folder, max_side) if mode == "raw" else folder
-    skipped = write(dst, data, {"image": encoding, "label": "int64"}, chunk_bytes=chunk_bytes,
-                    num_threads=num_threads, progress=progress, on_error=on_error,
-                    metadata={"classes": folder.classes,
-                              "source": os.path.abspath(folder.root)})
+    skipped = write(
+        dst,
+        data,
+        {"image": encoding, "label": "int64"},
+        chunk_bytes=chunk_bytes,
+        num_threads=num_threads,
+        progress=progress,
+        on_error=on_error,
+        metadata={"classes": folder.classes, "source": os.path.abspath(folder.root)},
+    )
     return len(folder) - len(skipped), skipped

@@ -19,6 +19,7 @@ one worker, or holds the block handed out last (reused only once the consumer as
 next one); blocks are handed out in row order; every job gets one reply; every wait is a
 timed wait on the pipes and the workers' sentinels, so a worker that dies raises at once.
 """
+
 import collections
 import mmap
 import multiprocessing
@@ -46,9 +47,9 @@ from fastload.workers import describe_error
 
 __all__ = ["SLOT_BYTES", "process_blocks"]
 
-SLOT_BYTES = 8 << 20      # a worker's slot; jobs aim at half of it
-_WAIT_S = 0.5             # one timed wait on the pipes and sentinels
-_PARENT_CHECK_S = 1.0     # how often an idle worker checks that the writer is alive
+SLOT_BYTES = 8 << 20  # a worker's slot; jobs aim at half of it
+_WAIT_S = 0.5  # one timed wait on the pipes and sentinels
+_PARENT_CHECK_S = 1.0  # how often an idle worker checks that the writer is alive
 
 
 def process_blocks(data, n, encodings, kinds, count, skip, block_rows):
@@ -57,13 +58,18 @@ def process_blocks(data, n, encodings, kinds, count, skip, block_rows):
     cause and the worker's traceback chained) unless ``skip``, and ``RuntimeError`` when a
     worker dies or fork is not available."""
     if "fork" not in multiprocessing.get_all_start_methods():
-        raise RuntimeError("backend='process' needs the 'fork' start method (Linux); use "
-                           "backend='thread' on this platform")
+        raise RuntimeError(
+            "backend='process' needs the 'fork' start method (Linux); use "
+            "backend='thread' on this platform"
+        )
     nslots = 3 * count
-    mapping = mmap.mmap(-1, nslots * SLOT_BYTES)    # anonymous, shared with the children
-    procs, conns = fork_workers(count, _worker_main, "fastload-write",
-                                lambda theirs, others: (theirs, data, encodings, kinds, skip,
-                                                        mapping, others))
+    mapping = mmap.mmap(-1, nslots * SLOT_BYTES)  # anonymous, shared with the children
+    procs, conns = fork_workers(
+        count,
+        _worker_main,
+        "fastload-write",
+        lambda theirs, others: (theirs, data, encodings, kinds, skip, mapping, others),
+    )
     try:
         yield from _Jobs(procs, conns, mapping, nslots).blocks(n, block_rows)
     finally:
@@ -78,8 +84,8 @@ class _Jobs:
         self.view = memoryview(mapping)
         self.free = collections.deque(range(nslots))
         self.outstanding = [0] * len(procs)
-        self.arrived = {}        # first row -> reply
-        self.slot_of = {}        # first row -> slot
+        self.arrived = {}  # first row -> reply
+        self.slot_of = {}  # first row -> slot
 
     def blocks(self, n, block_rows):
         next_row = expected = 0
@@ -108,10 +114,10 @@ class _Jobs:
         _, first, stop, columns, errors = reply
         at = slot * SLOT_BYTES
         for k, column in enumerate(columns):
-            if isinstance(column, tuple):      # (offset in the slot, lengths)
+            if isinstance(column, tuple):  # (offset in the slot, lengths)
                 offset, lengths = column
                 size = int(lengths.sum())
-                columns[k] = ByteValues(self.view[at + offset:at + offset + size], lengths)
+                columns[k] = ByteValues(self.view[at + offset : at + offset + size], lengths)
         return Block(first, stop, columns, [remote_error(*e[1:]) for e in errors])
 
     def _send(self, worker, message):
@@ -122,7 +128,8 @@ class _Jobs:
 
     def _receive(self):
         ready = multiprocessing.connection.wait(
-            self.conns + [p.sentinel for p in self.procs], _WAIT_S)
+            self.conns + [p.sentinel for p in self.procs], _WAIT_S
+        )
         for k, conn in enumerate(self.conns):
             if conn in ready:
                 try:
@@ -137,21 +144,23 @@ class _Jobs:
 
     def _died(self, proc):
         proc.join(1.0)
-        raise RuntimeError(f"{death_message(proc)}; the write cannot continue (a worker "
-                           f"killed for memory is a common cause)")
+        raise RuntimeError(
+            f"{death_message(proc)}; the write cannot continue (a worker "
+            f"killed for memory is a common cause)"
+        )
 
 
 def _worker_main(conn, data, encodings, kinds, skip, mapping, others):
     # Ctrl-C reaches the whole process group: the writer handles it and stops the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for other in others:
-        other.close()    # so that a worker sees EOF when the writer's end closes
+        other.close()  # so that a worker sees EOF when the writer's end closes
     parent = os.getppid()
     view = memoryview(mapping)
     while True:
         if not conn.poll(_PARENT_CHECK_S):
             if os.getppid() != parent:
-                return       # the writer died
+                return  # the writer died
             continue
         try:
             message = conn.recv()
@@ -162,14 +171,19 @@ def _worker_main(conn, data, encodings, kinds, skip, mapping, others):
         _, first, stop, slot = message
         try:
             columns, errors = encode_rows(data, first, stop, encodings, skip)
-            reply = ("done", first, stop, _into_slot(columns, kinds, view, slot),
-                     [describe_error(e) for e in errors])
-        except BaseException as exc:     # raised in the writer, as a thread's would be
+            reply = (
+                "done",
+                first,
+                stop,
+                _into_slot(columns, kinds, view, slot),
+                [describe_error(e) for e in errors],
+            )
+        except BaseException as exc:  # raised in the writer, as a thread's would be
             reply = ("error", first) + describe_error(exc)
         try:
             conn.send(reply)
         except (BrokenPipeError, ConnectionResetError):
-            return       # the writer is gone
+            return  # the writer is gone
 
 
 def _into_slot(columns, kinds, view, slot):
@@ -188,7 +202,7 @@ def _into_slot(columns, kinds, view, slot):
             continue
         start = at + used
         for value in data:
-            view[start:start + len(value)] = value
+            view[start : start + len(value)] = value
             start += len(value)
         out.append((used, lengths))
         used += size

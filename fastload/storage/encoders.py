@@ -7,6 +7,7 @@ out (``on_error="skip"``). ``thread_blocks`` encodes them on encoder threads, a 
 task (JPEG and QOI encoding release the GIL; a container's Python code holds it);
 ``encoder_processes.py`` in forked worker processes.
 """
+
 import collections
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -17,8 +18,19 @@ from fastload.errors import LoadError
 from fastload.obs import getobs
 from fastload.views import source_of
 
-__all__ = ["Block", "ByteValues", "as_bytes", "at_row", "column_values", "encode_block",
-           "encode_row", "encode_rows", "is_byte_kind", "observation", "thread_blocks"]
+__all__ = [
+    "Block",
+    "ByteValues",
+    "as_bytes",
+    "at_row",
+    "column_values",
+    "encode_block",
+    "encode_row",
+    "encode_rows",
+    "is_byte_kind",
+    "observation",
+    "thread_blocks",
+]
 
 
 class ByteValues:
@@ -35,7 +47,7 @@ class Block:
     """Rows [first, stop) encoded: ``columns`` (one per column, in schema order) hold the
     rows written; ``errors`` the ``LoadError`` of each row left out, in row order."""
 
-    __slots__ = ("first", "stop", "columns", "errors")
+    __slots__ = ("columns", "errors", "first", "stop")
 
     def __init__(self, first, stop, columns, errors):
         self.first, self.stop, self.columns, self.errors = first, stop, columns, errors
@@ -46,6 +58,7 @@ def is_byte_kind(kind):
 
 
 # One row
+
 
 def at_row(i, field, fn, data):
     """``fn()``, with any exception re-raised as a LoadError naming row ``i`` (and the
@@ -62,14 +75,17 @@ def at_row(i, field, fn, data):
 
 def _row_error(i, field, exc, data):
     source = source_of(data, i)
-    where = f"row {i}" + (f" ({source})" if source else "") + \
-        (f", field {field!r}" if field else "")
-    return LoadError(f"cannot write {where}: {type(exc).__name__}: {exc}",
-                     index=i, source=source or field)
+    where = (
+        f"row {i}" + (f" ({source})" if source else "") + (f", field {field!r}" if field else "")
+    )
+    return LoadError(
+        f"cannot write {where}: {type(exc).__name__}: {exc}", index=i, source=source or field
+    )
 
 
 def observation(data, i, names):
     """Observation ``i`` as a dict with the ``names`` fields."""
+
     def get():
         obs = getobs(data, i)
         if isinstance(obs, dict):
@@ -79,10 +95,13 @@ def observation(data, i, names):
             return obs
         if isinstance(obs, (tuple, list)):
             if len(obs) != len(names):
-                raise ValueError(f"observation is a {type(obs).__name__} of {len(obs)} values "
-                                 f"for {len(names)} fields {names}")
+                raise ValueError(
+                    f"observation is a {type(obs).__name__} of {len(obs)} values "
+                    f"for {len(names)} fields {names}"
+                )
             return dict(zip(names, obs))
         raise TypeError(f"an observation must be a dict or tuple, got {type(obs).__name__}")
+
     return at_row(i, None, get, data)
 
 
@@ -90,8 +109,10 @@ def encode_row(data, i, encodings, skip=False):
     """Row ``i`` encoded, field by field; with ``skip``, its LoadError instead of raising."""
     try:
         obs = observation(data, i, list(encodings))
-        return [at_row(i, k, lambda: enc.encode(obs[k]), data)
-                for k, enc in encodings.items()]
+        return [
+            at_row(i, k, lambda enc=enc, k=k: enc.encode(obs[k]), data)
+            for k, enc in encodings.items()
+        ]
     except LoadError as exc:
         if not skip:
             raise
@@ -120,8 +141,9 @@ def encode_block(data, first, stop, encodings, kinds, skip):
     """Rows [first, stop) encoded as a ``Block``."""
     columns, errors = encode_rows(data, first, stop, encodings, skip)
     columns = columns or [[] for _ in kinds]
-    return Block(first, stop, [_column(values, kind) for values, kind in zip(columns, kinds)],
-                 errors)
+    return Block(
+        first, stop, [_column(values, kind) for values, kind in zip(columns, kinds)], errors
+    )
 
 
 def _column(values, kind):
@@ -152,8 +174,11 @@ def thread_blocks(data, n, encodings, kinds, threads, skip, block_rows):
     pending: collections.deque[Future[Any]] = collections.deque()
     try:
         for first in starts:
-            pending.append(pool.submit(encode_block, data, first, min(n, first + block_rows),
-                                       encodings, kinds, skip))
+            pending.append(
+                pool.submit(
+                    encode_block, data, first, min(n, first + block_rows), encodings, kinds, skip
+                )
+            )
             if len(pending) >= 2 * threads:
                 yield pending.popleft().result()
         while pending:

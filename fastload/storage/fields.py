@@ -9,6 +9,7 @@ numpy scalar dtype name (``"int32"``).
 Image encodings take a uint8 array (h, w), (h, w, 1|3|4) or encoded image bytes, and
 decode to uint8 (h, w, 3|4) RGB(A). A JPEG field stores RGB (alpha is dropped).
 """
+
 import numbers
 
 import numpy as np
@@ -16,8 +17,19 @@ import numpy as np
 from fastload import _core, codecs
 from fastload.storage import images
 
-__all__ = ["Bytes", "Encoding", "JPEG", "NDArray", "QOI", "Raw", "Scalar", "Smart", "Str",
-           "as_encoding", "from_meta"]
+__all__ = [
+    "JPEG",
+    "QOI",
+    "Bytes",
+    "Encoding",
+    "NDArray",
+    "Raw",
+    "Scalar",
+    "Smart",
+    "Str",
+    "as_encoding",
+    "from_meta",
+]
 
 # Values of the ".format" column of a Smart field.
 FORMAT_RAW = 0
@@ -53,8 +65,11 @@ class Encoding:
         return {}
 
     def to_meta(self, field):
-        return {"encoding": self.name, "columns": [c for c, _ in self.columns(field)],
-                **self.params()}
+        return {
+            "encoding": self.name,
+            "columns": [c for c, _ in self.columns(field)],
+            **self.params(),
+        }
 
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
@@ -105,8 +120,11 @@ class Raw(Encoding):
 
     name = "raw"
 
-    def __init__(self, shape: tuple[int, ...] | list[int] | None = None,
-                 dtype: "np.typing.DTypeLike | None" = None) -> None:
+    def __init__(
+        self,
+        shape: tuple[int, ...] | list[int] | None = None,
+        dtype: "np.typing.DTypeLike | None" = None,
+    ) -> None:
         self.shape = None if shape is None else tuple(int(s) for s in shape)
         self.dtype = None if dtype is None else np.dtype(dtype)
         if self.dtype is not None and self.dtype.hasobject:
@@ -122,8 +140,10 @@ class Raw(Encoding):
 
     def bind(self, value):
         arr = np.asarray(value)
-        return Raw(arr.shape if self.shape is None else self.shape,
-                   arr.dtype if self.dtype is None else self.dtype)
+        return Raw(
+            arr.shape if self.shape is None else self.shape,
+            arr.dtype if self.dtype is None else self.dtype,
+        )
 
     def encode(self, value):
         arr = np.asarray(value)
@@ -137,8 +157,10 @@ class Raw(Encoding):
         return np.frombuffer(data, self.dtype).reshape(self.shape)
 
     def params(self):
-        return {"shape": None if self.shape is None else list(self.shape),
-                "dtype": None if self.dtype is None else self.dtype.str}
+        return {
+            "shape": None if self.shape is None else list(self.shape),
+            "dtype": None if self.dtype is None else self.dtype.str,
+        }
 
 
 class NDArray(Encoding):
@@ -163,10 +185,10 @@ class NDArray(Encoding):
 
     def decode(self, data, shape):
         shape = tuple(int(s) for s in shape)
-        if any(s < 0 for s in shape) or \
-                int(np.prod(shape, dtype=np.int64)) * self.dtype.itemsize != len(data):
-            raise ValueError(f"{len(data)} bytes do not hold a {self.dtype} array of "
-                             f"shape {shape}")
+        if any(s < 0 for s in shape) or int(
+            np.prod(shape, dtype=np.int64)
+        ) * self.dtype.itemsize != len(data):
+            raise ValueError(f"{len(data)} bytes do not hold a {self.dtype} array of shape {shape}")
         return np.frombuffer(data, self.dtype).reshape(shape)
 
     def params(self):
@@ -203,8 +225,11 @@ class Str(Encoding):
 
 
 def _check_quality(quality: int) -> int:
-    if isinstance(quality, bool) or not isinstance(quality, numbers.Integral) \
-            or not 1 <= quality <= 100:
+    if (
+        isinstance(quality, bool)
+        or not isinstance(quality, numbers.Integral)
+        or not 1 <= quality <= 100
+    ):
         raise ValueError(f"quality must be an int in 1..100, got {quality!r}")
     return int(quality)
 
@@ -219,8 +244,9 @@ def _check_max_side(max_side: int | None) -> int | None:
 
 def _check_shape(img, h, w):
     if img.shape[0] != h or img.shape[1] != w:
-        raise ValueError(f"decoded image is {img.shape[0]} x {img.shape[1]}, "
-                         f"the file says {h} x {w}")
+        raise ValueError(
+            f"decoded image is {img.shape[0]} x {img.shape[1]}, the file says {h} x {w}"
+        )
     return img
 
 
@@ -247,8 +273,10 @@ class _Image(Encoding):
 
 def _encode_jpeg(img, quality):
     import simplejpeg
-    return simplejpeg.encode_jpeg(np.ascontiguousarray(img[:, :, :3]), quality=quality,
-                                  colorspace="RGB")
+
+    return simplejpeg.encode_jpeg(
+        np.ascontiguousarray(img[:, :, :3]), quality=quality, colorspace="RGB"
+    )
 
 
 def _decode_jpeg(data):
@@ -265,8 +293,11 @@ class JPEG(_Image):
         self.max_side = _check_max_side(max_side)
 
     def encode(self, value):
-        if isinstance(value, (bytes, bytearray, memoryview)) and images.is_jpeg(value) \
-                and not self._needs_resize(value):
+        if (
+            isinstance(value, (bytes, bytearray, memoryview))
+            and images.is_jpeg(value)
+            and not self._needs_resize(value)
+        ):
             h, w = images.image_size(value)
             return bytes(value), h, w
         img = self._pixels(value)
@@ -288,8 +319,11 @@ class QOI(_Image):
         self.max_side = _check_max_side(max_side)
 
     def encode(self, value):
-        if isinstance(value, (bytes, bytearray, memoryview)) and images.is_qoi(value) \
-                and not self._needs_resize(value):
+        if (
+            isinstance(value, (bytes, bytearray, memoryview))
+            and images.is_qoi(value)
+            and not self._needs_resize(value)
+        ):
             h, w, _ = _core.qoi_header(value)
             return bytes(value), h, w
         img = self._pixels(value)
@@ -310,10 +344,14 @@ class Smart(_Image):
     name = "smart"
     parts = _Image.parts + (("format", "uint8"),)
 
-    def __init__(self, threshold_bytes: int, quality: int = 90,
-                 max_side: int | None = None) -> None:
-        if isinstance(threshold_bytes, bool) or not isinstance(threshold_bytes, numbers.Integral) \
-                or threshold_bytes < 0:
+    def __init__(
+        self, threshold_bytes: int, quality: int = 90, max_side: int | None = None
+    ) -> None:
+        if (
+            isinstance(threshold_bytes, bool)
+            or not isinstance(threshold_bytes, numbers.Integral)
+            or threshold_bytes < 0
+        ):
             raise ValueError(f"threshold_bytes must be an int >= 0, got {threshold_bytes!r}")
         self.threshold_bytes = int(threshold_bytes)
         self.quality = _check_quality(quality)
@@ -333,13 +371,15 @@ class Smart(_Image):
         if fmt == FORMAT_JPEG:
             return _check_shape(_decode_jpeg(data), h, w)
         if fmt != FORMAT_RAW or h < 1 or w < 1 or len(data) not in (h * w * 3, h * w * 4):
-            raise ValueError(f"bad raw image record: format {fmt}, {h} x {w}, "
-                             f"{len(data)} bytes")
+            raise ValueError(f"bad raw image record: format {fmt}, {h} x {w}, {len(data)} bytes")
         return np.frombuffer(data, np.uint8).reshape(h, w, -1)
 
     def params(self):
-        return {"threshold_bytes": self.threshold_bytes, "quality": self.quality,
-                "max_side": self.max_side}
+        return {
+            "threshold_bytes": self.threshold_bytes,
+            "quality": self.quality,
+            "max_side": self.max_side,
+        }
 
 
 ENCODINGS = {cls.name: cls for cls in (Scalar, Raw, NDArray, Bytes, Str, JPEG, QOI, Smart)}

@@ -13,6 +13,7 @@ A page at the border of two chunks belongs to both: it is read with either and l
 with neither, since a page let go too early is read again with the kernel's read-around
 (``read_ahead_kb``, up to megabytes) around it.
 """
+
 import mmap
 import os
 import threading
@@ -47,7 +48,7 @@ class FilePages:
                 self._pieces.append((row, k, batch))
                 row += batch.num_rows
         self._piece_starts = np.asarray(starts, np.int64)
-        self._spans = None       # per chunk: [(shard, start, stop)], sorted, merged
+        self._spans = None  # per chunk: [(shard, start, stop)], sorted, merged
         self._lock = threading.Lock()
 
     def fits_in_memory(self):
@@ -61,21 +62,26 @@ class FilePages:
         with self._lock:
             if self._spans is None:
                 bounds = self.chunk_bounds
-                self._spans = [_merged(self._rows_spans(int(bounds[c]), int(bounds[c + 1])))
-                               for c in range(len(bounds) - 1)]
+                self._spans = [
+                    _merged(self._rows_spans(int(bounds[c]), int(bounds[c + 1])))
+                    for c in range(len(bounds) - 1)
+                ]
             return self._spans
 
     def chunk_nbytes(self):
         """The bytes each chunk takes in the files (int64, one per chunk)."""
-        return np.array([sum(stop - start for _, start, stop in spans)
-                         for spans in self.spans()], np.int64)
+        return np.array(
+            [sum(stop - start for _, start, stop in spans) for spans in self.spans()], np.int64
+        )
 
     def pieces(self, chunk):
         """The page-aligned ranges ``(shard, start, stop)`` that ``load`` reads for
         ``chunk``, at most 8 MiB each (a reader can attend to other work between two)."""
-        return [(shard, at, min(at + _PIECE, stop))
-                for shard, start, stop in _pages(self.spans()[chunk], outward=True)
-                for at in range(start, stop, _PIECE)]
+        return [
+            (shard, at, min(at + _PIECE, stop))
+            for shard, start, stop in _pages(self.spans()[chunk], outward=True)
+            for at in range(start, stop, _PIECE)
+        ]
 
     def load(self, piece):
         """Read ``piece`` (one of ``pieces``) into the page cache; returns when it is
@@ -98,8 +104,12 @@ class FilePages:
 
     def drop_rows(self, chunk, rows):
         """Let go of the pages of ``rows`` (rows of ``chunk``) that lie inside the chunk."""
-        self._let_go(_intersect(_pages(self._row_spans(rows), outward=True),
-                                _pages(self.spans()[chunk], outward=False)))
+        self._let_go(
+            _intersect(
+                _pages(self._row_spans(rows), outward=True),
+                _pages(self.spans()[chunk], outward=False),
+            )
+        )
 
     def read_ahead(self, order, rows, start=0):
         """A ``ReadAhead`` (not started) for loading ``order`` (rows of the dataset,
@@ -120,8 +130,9 @@ class FilePages:
 
     def _row_spans(self, rows):
         """The byte ranges of the single ``rows`` (global), sorted and merged."""
-        return _merged([span for row in np.unique(rows)
-                        for span in self._rows_spans(int(row), int(row) + 1)])
+        return _merged(
+            [span for row in np.unique(rows) for span in self._rows_spans(int(row), int(row) + 1)]
+        )
 
     def _rows_spans(self, lo, hi):
         """The byte ranges ``(shard, start, stop)`` of rows [lo, hi) in every column of the
@@ -175,16 +186,21 @@ def _column_spans(pa, array, first, n):
     """(address, bytes) of the buffers that rows [first, first + n) of ``array`` take (as
     ``checksums._row_bytes`` reads them)."""
     t, start, buffers = array.type, array.offset + first, array.buffers()
-    if pa.types.is_fixed_size_binary(t) or pa.types.is_integer(t) or \
-            pa.types.is_floating(t):
+    if pa.types.is_fixed_size_binary(t) or pa.types.is_integer(t) or pa.types.is_floating(t):
         yield buffers[1].address + start * t.byte_width, n * t.byte_width
     elif pa.types.is_boolean(t):
         yield buffers[1].address + start // 8, -(-(start + n) // 8) - start // 8
-    elif pa.types.is_binary(t) or pa.types.is_string(t) or pa.types.is_large_binary(t) \
-            or pa.types.is_large_string(t) or pa.types.is_list(t) or \
-            pa.types.is_large_list(t):
-        large = pa.types.is_large_binary(t) or pa.types.is_large_string(t) or \
-            pa.types.is_large_list(t)
+    elif (
+        pa.types.is_binary(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+    ):
+        large = (
+            pa.types.is_large_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_list(t)
+        )
         width = 8 if large else 4
         offsets = np.frombuffer(buffers[1], np.int64 if large else np.int32)
         lo, hi = int(offsets[start]), int(offsets[start + n])
@@ -237,6 +253,9 @@ def _subtract(ranges, holes):
 
 def _intersect(ranges, other):
     """The parts of ``ranges`` inside ``other`` (both sorted and merged)."""
-    return [(shard, max(start, o_start), min(stop, o_stop))
-            for shard, start, stop in ranges for o_shard, o_start, o_stop in other
-            if o_shard == shard and max(start, o_start) < min(stop, o_stop)]
+    return [
+        (shard, max(start, o_start), min(stop, o_stop))
+        for shard, start, stop in ranges
+        for o_shard, o_start, o_stop in other
+        if o_shard == shard and max(start, o_start) < min(stop, o_stop)
+    ]

@@ -3,6 +3,7 @@
 Pixels are uint8 arrays of shape (height, width, channels), RGB or RGBA. Decoding is
 ``fastload.codecs.decode``'s (simplejpeg for JPEG, C for QOI, Pillow for the rest).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -53,8 +54,9 @@ def image_size(value: npt.ArrayLike | bytes | bytearray | memoryview) -> tuple[i
     return np.shape(value)[:2]
 
 
-def decode_image_bytes(data: bytes | bytearray | memoryview,
-                       min_size: tuple[int, int] | None = None) -> np.ndarray:
+def decode_image_bytes(
+    data: bytes | bytearray | memoryview, min_size: tuple[int, int] | None = None
+) -> np.ndarray:
     """Decodes JPEG, QOI or (through Pillow) any other image file bytes to RGB(A)
     (``fastload.codecs.decode``). ``min_size`` = (h, w) lets JPEG decode at a reduced
     scale no smaller than that. Raises ValueError when the bytes are not a readable image."""

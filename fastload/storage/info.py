@@ -13,21 +13,26 @@ def format_bytes(n):
 
 def describe(ds):
     """Lines describing ``ds``: files, rows, chunks, sizes, and one line per field."""
-    lines = [f"files:  {len(ds.files)} ({', '.join(ds.files[:3])}"
-             f"{', ...' if len(ds.files) > 3 else ''})",
-             f"rows:   {len(ds)}",
-             f"chunks: {ds.num_chunks}",
-             f"size:   {format_bytes(ds.nbytes)} on disk"]
+    lines = [
+        f"files:  {len(ds.files)} ({', '.join(ds.files[:3])}"
+        f"{', ...' if len(ds.files) > 3 else ''})",
+        f"rows:   {len(ds)}",
+        f"chunks: {ds.num_chunks}",
+        f"size:   {format_bytes(ds.nbytes)} on disk",
+    ]
     if ds.metadata.get("classes"):
         classes = ds.metadata["classes"]
-        lines.append(f"classes: {len(classes)} ({', '.join(map(str, classes[:5]))}"
-                     f"{', ...' if len(classes) > 5 else ''})")
+        lines.append(
+            f"classes: {len(classes)} ({', '.join(map(str, classes[:5]))}"
+            f"{', ...' if len(classes) > 5 else ''})"
+        )
     sizes = ds.field_nbytes()
     width = max(len(k) for k in ds.keys())
     lines.append("fields:")
     for name in ds.keys():
         enc = ds.fields[name]
         desc = repr(enc) if enc is not None else "arrow"
-        lines.append(f"  {name:<{width}}  {ds[name].encoding:<8} {format_bytes(sizes[name]):>10}"
-                     f"  {desc}")
+        lines.append(
+            f"  {name:<{width}}  {ds[name].encoding:<8} {format_bytes(sizes[name]):>10}  {desc}"
+        )
     return lines

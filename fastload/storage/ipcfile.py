@@ -21,6 +21,7 @@ Metadata padded past the flatbuffer and gaps between buffers (a reserved place l
 partly empty when rows were skipped) are within the format: readers locate the metadata
 by its length and every buffer by its offset.
 """
+
 import io
 import os
 import struct
@@ -51,7 +52,7 @@ class InPlaceFile:
 
     def __init__(self, path, header, lead):
         self.path, self.header, self.lead = path, header, lead
-        self.size = 0                  # bytes of the first column's data written
+        self.size = 0  # bytes of the first column's data written
         self._file = open(path, "w+b")
         if lead is not None:
             self._file.seek(header + lead)
@@ -69,7 +70,7 @@ class InPlaceFile:
         if self.size == 0:
             return pa.py_buffer(b"")
         start = self.header + self.lead
-        return pa.memory_map(self.path, "r").read_buffer()[start:start + self.size]
+        return pa.memory_map(self.path, "r").read_buffer()[start : start + self.size]
 
     def close(self):
         """Stop flushing and close the file; raises what a flush met (a full disk)."""
@@ -101,8 +102,7 @@ class InPlaceFile:
                 f.seek(self.header + offset)
                 f.write(memoryview(buf))
         nodes = [node for column in batch.columns for node in _nodes(pa, column)]
-        meta = _batch_metadata(template, schema_end, meta_len, layout, nodes, batch.num_rows,
-                               body)
+        meta = _batch_metadata(template, schema_end, meta_len, layout, nodes, batch.num_rows, body)
         f.seek(0)
         f.write(template[:schema_end])
         f.write(_CONTINUATION + struct.pack("<i", self.header - schema_end - 8))
@@ -132,8 +132,9 @@ class _Flusher:
         if self.pending >= FLUSH_BYTES:
             self.pending = 0
             if self.thread is None:
-                self.thread = threading.Thread(target=self._run, daemon=True,
-                                               name="fastload-write-flush")
+                self.thread = threading.Thread(
+                    target=self._run, daemon=True, name="fastload-write-flush"
+                )
                 self.thread.start()
             self.wake.set()
 
@@ -169,7 +170,7 @@ def _template(pa, batch):
 def _framing(template):
     """(end of the schema message, record batch metadata length) in ``template``."""
     schema_end = 16 + struct.unpack_from("<i", template, 12)[0]
-    if template[schema_end:schema_end + 4] != _CONTINUATION:
+    if template[schema_end : schema_end + 4] != _CONTINUATION:
         raise ValueError("unexpected IPC framing")
     return schema_end, struct.unpack_from("<i", template, schema_end + 4)[0]
 
@@ -205,7 +206,7 @@ def _required(position, what):
 
 def _batch_metadata(template, schema_end, meta_len, layout, nodes, rows, body):
     """The template's record batch metadata (a Message flatbuffer) set to this batch."""
-    meta = bytearray(template[schema_end + 8:schema_end + 8 + meta_len])
+    meta = bytearray(template[schema_end + 8 : schema_end + 8 + meta_len])
     root = struct.unpack_from("<I", meta, 0)[0]
     struct.pack_into("<q", meta, _required(_field(meta, root, 3), "body length"), body)
     batch = _target(meta, _required(_field(meta, root, 2), "record batch"))
@@ -223,7 +224,7 @@ def _footer(template, batch_at, meta_size, body):
     """The template's footer, its record batch block set to this batch; with the footer
     size and the closing magic."""
     size = struct.unpack_from("<i", template, len(template) - 10)[0]
-    footer = bytearray(template[len(template) - 10 - size:len(template) - 10])
+    footer = bytearray(template[len(template) - 10 - size : len(template) - 10])
     root = struct.unpack_from("<I", footer, 0)[0]
     blocks = _target(footer, _required(_field(footer, root, 3), "record batch blocks"))
     if struct.unpack_from("<I", footer, blocks)[0] != 1:

@@ -6,11 +6,12 @@ Both cgroup versions are read: v1 (``memory.limit_in_bytes``) and v2 (``memory.m
 of the process's own cgroup (``/proc/self/cgroup``) and of every cgroup above it, since a
 parent's limit binds its children too.
 """
+
 import os
 
 __all__ = ["memory_limit"]
 
-_UNLIMITED = 1 << 60      # v1 writes "no limit" as a huge number (2^63 rounded to pages)
+_UNLIMITED = 1 << 60  # v1 writes "no limit" as a huge number (2^63 rounded to pages)
 
 
 def memory_limit():
@@ -47,8 +48,9 @@ def _cgroup_limits(cgroup="/proc/self/cgroup", mountinfo="/proc/self/mountinfo")
         if hierarchy == "0" and controllers == "":
             limits += _limits_under(_mount_of(mounts, "cgroup2", None), path, "memory.max")
         elif "memory" in controllers.split(","):
-            limits += _limits_under(_mount_of(mounts, "cgroup", "memory"), path,
-                                    "memory.limit_in_bytes")
+            limits += _limits_under(
+                _mount_of(mounts, "cgroup", "memory"), path, "memory.limit_in_bytes"
+            )
     return limits
 
 
@@ -75,7 +77,7 @@ def _limits_under(mount, path, name):
         return []
     point, root = mount
     if root != "/" and (path == root or path.startswith(root + "/")):
-        path = path[len(root):]
+        path = path[len(root) :]
     parts = [p for p in path.split("/") if p]
     limits = []
     for depth in range(len(parts), -1, -1):
@@ -92,6 +94,6 @@ def _read_limit(path):
     except OSError:
         return None
     if not text.isdigit():
-        return None       # "max": no limit
+        return None  # "max": no limit
     value = int(text)
     return value if value < _UNLIMITED else None

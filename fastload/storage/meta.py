@@ -13,13 +13,14 @@ was damaged), where a version-1 file is merely older.
 Additions that older readers may ignore (a new metadata key, a new parameter with a
 default) keep the version; anything that changes how existing columns are read bumps it.
 """
+
 import json
 
 import numpy as np
 
 from fastload.storage.fields import from_meta
 
-FORMAT_VERSION = 2     # 2: chunk checksums, which a version-2 file must have
+FORMAT_VERSION = 2  # 2: chunk checksums, which a version-2 file must have
 META_FORMAT = b"fastload.format"
 META_FIELDS = b"fastload.fields"
 META_USER = b"fastload.user"
@@ -38,8 +39,10 @@ def read_fields(schema_metadata, column_names):
     except (UnicodeDecodeError, ValueError):
         raise ValueError(f"bad fastload format version {meta[META_FORMAT][:20]!r}") from None
     if version > FORMAT_VERSION or version < 1:
-        raise ValueError(f"fastload format version {version} is not supported (this "
-                         f"fastload reads versions 1..{FORMAT_VERSION}); upgrade fastload")
+        raise ValueError(
+            f"fastload format version {version} is not supported (this "
+            f"fastload reads versions 1..{FORMAT_VERSION}); upgrade fastload"
+        )
     try:
         described = json.loads(meta[META_FIELDS].decode("utf-8"))
     except (KeyError, UnicodeDecodeError, ValueError) as exc:
@@ -53,8 +56,10 @@ def read_fields(schema_metadata, column_names):
         enc = from_meta(fmeta)
         cols = [c for c, _ in enc.columns(name)]
         if fmeta.get("columns") != cols or any(c not in column_names for c in cols):
-            raise ValueError(f"field {name!r}: metadata names columns {fmeta.get('columns')}, "
-                             f"the file has {list(column_names)}")
+            raise ValueError(
+                f"field {name!r}: metadata names columns {fmeta.get('columns')}, "
+                f"the file has {list(column_names)}"
+            )
         fields[name] = (enc, cols)
     return fields
 
@@ -79,7 +84,12 @@ def read_chunks(schema_metadata, rows):
         bounds = np.asarray(json.loads(raw.decode("utf-8")), dtype=np.int64)
     except (UnicodeDecodeError, ValueError, TypeError, OverflowError):
         raise ValueError("bad fastload chunk metadata") from None
-    if bounds.ndim != 1 or len(bounds) < 2 or bounds[0] != 0 or bounds[-1] != rows or \
-            np.any(np.diff(bounds) <= 0):
+    if (
+        bounds.ndim != 1
+        or len(bounds) < 2
+        or bounds[0] != 0
+        or bounds[-1] != rows
+        or np.any(np.diff(bounds) <= 0)
+    ):
         raise ValueError(f"fastload chunk metadata does not describe {rows} rows")
     return bounds

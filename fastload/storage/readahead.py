@@ -24,6 +24,7 @@ that memory, less the process's own and an eighth of it for slack, between one a
 working sets (the most bytes the order reads at once: a window of the quasi-random
 order): the current window plus as much of the next as fits.
 """
+
 import heapq
 import os
 import threading
@@ -33,7 +34,7 @@ import numpy as np
 
 __all__ = ["ReadAhead"]
 
-_AHEAD_ROWS = 4096   # rows past the last delivered step that the engine may be loading
+_AHEAD_ROWS = 4096  # rows past the last delivered step that the engine may be loading
 
 
 class ReadAhead:
@@ -53,15 +54,15 @@ class ReadAhead:
         self.order = np.asarray(order, np.int64)
         self.drop = limit is not None and pages.nbytes > limit
         self.ahead = max(1, -(-_AHEAD_ROWS // self.rows))
-        self.queue: Any = None   # chunks in the order they are read (``_plan``)
+        self.queue: Any = None  # chunks in the order they are read (``_plan``)
         self._start = start
         self._low = start
         self._delivered = set()
-        self._next = 0           # the position in ``queue`` of the next chunk to read
-        self._reading = -1       # the position of the chunk being read
-        self._held = []          # heap of (step due, queue position, part)
+        self._next = 0  # the position in ``queue`` of the next chunk to read
+        self._reading = -1  # the position of the chunk being read
+        self._held = []  # heap of (step due, queue position, part)
         self._nbytes = 0
-        self._release = []       # (queue position, part) for the releaser
+        self._release = []  # (queue position, part) for the releaser
         self._closed = False
         self._cond = threading.Condition()
         self._threads = []
@@ -69,8 +70,9 @@ class ReadAhead:
     def start(self):
         """Start the threads (once)."""
         for target, name in ((self._read, "reader"), (self._let_go, "releaser")):
-            thread = threading.Thread(target=_hinting, args=(target,), daemon=True,
-                                      name=f"fastload-read-ahead-{name}")
+            thread = threading.Thread(
+                target=_hinting, args=(target,), daemon=True, name=f"fastload-read-ahead-{name}"
+            )
             thread.start()
             self._threads.append(thread)
         return self
@@ -107,7 +109,7 @@ class ReadAhead:
         step), ``first`` and ``last`` (their first and last steps), ``sizes`` (bytes),
         ``working_set`` and ``budget`` (bytes). Runs on the reader thread, not the
         consumer's: it takes a sort of the order."""
-        order = self.order[self._start * self.rows:]
+        order = self.order[self._start * self.rows :]
         chunk = np.searchsorted(self.pages.chunk_bounds, order, side="right") - 1
         used, first = np.unique(chunk, return_index=True)
         _, from_end = np.unique(chunk[::-1], return_index=True)
@@ -131,7 +133,7 @@ class ReadAhead:
                 if not self._closed:
                     heapq.heappush(self._held, (step + 1, q, 1))
             if q == self._reading:
-                self._reading = -1      # the reader stops reading what is let go
+                self._reading = -1  # the reader stops reading what is let go
             self._release.append((q, part))
             found = True
         return found
@@ -139,7 +141,7 @@ class ReadAhead:
     def _readable(self):
         """The position of the next chunk to read now, or None. Under ``_cond``."""
         while self._next < len(self.queue) and self.last[self._next] < self._low:
-            self._next += 1      # its steps were delivered already: not worth reading
+            self._next += 1  # its steps were delivered already: not worth reading
         k = self._next
         if self._closed or k >= len(self.queue):
             return None
@@ -185,7 +187,7 @@ class ReadAhead:
             self.pages.drop(chunk)
             return
         last = int(self.last[q])
-        rows = self.order[last * self.rows:(last + 1) * self.rows]
+        rows = self.order[last * self.rows : (last + 1) * self.rows]
         bounds = self.pages.chunk_bounds
         rows = rows[(rows >= bounds[chunk]) & (rows < bounds[chunk + 1])]
         if part == 0:
@@ -210,7 +212,7 @@ def _working_set(first, last, sizes):
         return 0
     steps = np.concatenate([first, last])
     change = np.concatenate([sizes, -sizes])
-    by_step = np.lexsort((change, steps))      # at one step, let go before taking
+    by_step = np.lexsort((change, steps))  # at one step, let go before taking
     return int(max(np.max(np.cumsum(change[by_step])), np.max(sizes)))
 
 

@@ -3,6 +3,7 @@
 pyarrow is used at open time only, to parse the file and locate the buffers; items are
 then read through numpy views of the mapped file.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -22,13 +23,18 @@ from fastload.errors import LoadError
 from fastload.obs import Index, is_batch_index, normalize_index
 from fastload.storage.arrow_types import arrow_type, import_pyarrow
 from fastload.storage.checksums import META_CHECKSUMS, shard_checksums
-from fastload.storage.columns import (EncodedColumn, Piece, RawArray, RawColumn,
-                                      ScalarArray, shape_list)
+from fastload.storage.columns import (
+    EncodedColumn,
+    Piece,
+    RawArray,
+    RawColumn,
+    ScalarArray,
+    shape_list,
+)
 from fastload.storage.fields import Bytes, Encoding, Raw, Scalar, Str
 from fastload.storage.filepages import FilePages
+from fastload.storage.meta import META_FIELDS, META_FORMAT, read_chunks, read_fields, read_user
 from fastload.storage.progress import progress_bar
-from fastload.storage.meta import (META_FIELDS, META_FORMAT, read_chunks, read_fields,
-                                   read_user)
 
 __all__ = ["Dataset", "open", "resolve_files"]
 
@@ -36,8 +42,12 @@ SUFFIXES = (".arrow", ".arrows", ".feather", ".ipc")
 CACHES = ("os", "memory")
 
 
-def open(path: str | os.PathLike[str], *, cache: Literal["os", "memory"] = "os",
-         verify: Literal["open", "read"] | None = None) -> Dataset:
+def open(
+    path: str | os.PathLike[str],
+    *,
+    cache: Literal["os", "memory"] = "os",
+    verify: Literal["open", "read"] | None = None,
+) -> Dataset:
     """Open a packed dataset: a file, a directory of shard files (``*.arrow``, ``*.ipc``,
     ``*.feather``, ``*.arrows``; opened in name order as one dataset) or a glob pattern.
 
@@ -75,9 +85,12 @@ def open(path: str | os.PathLike[str], *, cache: Literal["os", "memory"] = "os",
         # verify="read" made the dataset's checks
         unverified = dataset._checks.unverified  # type: ignore[union-attr]
     if unverified:
-        warnings.warn(f"{len(unverified)} file(s) have no checksums (written by an older "
-                      f"fastload) and are not verified: {unverified[:3]}", UserWarning,
-                      stacklevel=2)
+        warnings.warn(
+            f"{len(unverified)} file(s) have no checksums (written by an older "
+            f"fastload) and are not verified: {unverified[:3]}",
+            UserWarning,
+            stacklevel=2,
+        )
     return dataset
 
 
@@ -86,11 +99,15 @@ def resolve_files(path: str | os.PathLike[str]) -> list[str]:
     matches, sorted. Raises FileNotFoundError when there are none."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        files = sorted(os.path.join(path, f) for f in os.listdir(path)
-                       if f.endswith(SUFFIXES) and not f.startswith("."))
+        files = sorted(
+            os.path.join(path, f)
+            for f in os.listdir(path)
+            if f.endswith(SUFFIXES) and not f.startswith(".")
+        )
         if not files:
-            raise FileNotFoundError(f"no dataset files ({', '.join(SUFFIXES)}) in directory "
-                                    f"{path!r}")
+            raise FileNotFoundError(
+                f"no dataset files ({', '.join(SUFFIXES)}) in directory {path!r}"
+            )
         return files
     if os.path.exists(path):
         return [path]
@@ -106,8 +123,14 @@ class _Shard:
     """One opened file: its bytes (``mapping``: the mmap, None when read into memory),
     and its record batches."""
 
-    def __init__(self, path: str, mapping: mmap.mmap | None, base: npt.NDArray[np.uint8],
-                 schema: Any, batches: list[Any]) -> None:
+    def __init__(
+        self,
+        path: str,
+        mapping: mmap.mmap | None,
+        base: npt.NDArray[np.uint8],
+        schema: Any,
+        batches: list[Any],
+    ) -> None:
         self.path, self.mapping, self.base = path, mapping, base
         self.schema, self.batches = schema, batches
         self.rows = sum(b.num_rows for b in batches)
@@ -130,14 +153,18 @@ def _read_file(path: str, cache: str) -> _Shard:
         for b in batches:
             b.validate(full=True)
     except Exception as exc:  # pyarrow reports bad bytes with several exception types
-        raise LoadError(f"{path}: not a readable Arrow IPC file (truncated or corrupt?): "
-                        f"{exc}", source=path) from exc
+        raise LoadError(
+            f"{path}: not a readable Arrow IPC file (truncated or corrupt?): {exc}", source=path
+        ) from exc
     for field in schema:
         _refuse_extension_types(pa, field, path)
     meta = schema.metadata or {}
     if meta.get(META_FORMAT) == b"2" and META_CHECKSUMS not in meta:
-        raise LoadError(f"{path}: a fastload file of format version 2 without its "
-                        f"checksums: the file is corrupt", source=path)
+        raise LoadError(
+            f"{path}: a fastload file of format version 2 without its "
+            f"checksums: the file is corrupt",
+            source=path,
+        )
     return _Shard(path, mapping, np.frombuffer(buf, np.uint8), schema, batches)
 
 
@@ -149,8 +176,11 @@ def _refuse_extension_types(pa: ModuleType, field: Any, path: str, where: str = 
     name = (field.metadata or {}).get(b"ARROW:extension:name")
     if isinstance(field.type, pa.BaseExtensionType) or name is not None:
         kind = name.decode("utf-8", "replace") if name is not None else field.type
-        raise LoadError(f"{path}: field {where!r} has the Arrow extension type {kind}; "
-                        f"fastload reads plain Arrow types only", source=path)
+        raise LoadError(
+            f"{path}: field {where!r} has the Arrow extension type {kind}; "
+            f"fastload reads plain Arrow types only",
+            source=path,
+        )
     t = field.type
     children = [t.field(k) for k in range(t.num_fields)] if pa.types.is_struct(t) else []
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
@@ -206,8 +236,10 @@ class Dataset:
         self.metadata = read_user(first.schema.metadata)
         self._field_columns = {name: cols for name, (_, cols) in described.items()}
         try:
-            self._columns = {name: self._column(name, enc, cols, pieces, piece_bounds)
-                             for name, (enc, cols) in described.items()}
+            self._columns = {
+                name: self._column(name, enc, cols, pieces, piece_bounds)
+                for name, (enc, cols) in described.items()
+            }
         except LoadError:
             raise
         except Exception as exc:  # inconsistent buffers that Arrow's validation let by
@@ -228,8 +260,14 @@ class Dataset:
             bounds.append(_own_chunks(s)[1:] + start)
         return np.concatenate(bounds)
 
-    def _column(self, name: str, enc: Encoding | None, cols: list[str],
-                pieces: list[tuple[_Shard, Any]], piece_bounds: npt.NDArray[np.int64]) -> Any:
+    def _column(
+        self,
+        name: str,
+        enc: Encoding | None,
+        cols: list[str],
+        pieces: list[tuple[_Shard, Any]],
+        piece_bounds: npt.NDArray[np.int64],
+    ) -> Any:
         """The read-side column of field ``name``; raises LoadError when the file's
         columns do not fit the field's encoding."""
         pa = import_pyarrow()
@@ -240,8 +278,9 @@ class Dataset:
         arrays = {col: [b.column(col) for _, b in pieces] for col in cols}
         if any(a.null_count for col in cols for a in arrays[col]):
             if not self._inferred:
-                raise LoadError(f"{self.files[0]}: field {name!r} has missing values",
-                                source=self.files[0])
+                raise LoadError(
+                    f"{self.files[0]}: field {name!r} has missing values", source=self.files[0]
+                )
             enc = None  # a foreign column with nulls: read through pyarrow
         if enc is None:
             return ArrowColumn(name, pa.chunked_array(arrays[name], schema.field(name).type))
@@ -255,17 +294,20 @@ class Dataset:
         parts = {}
         for col, kind in enc.columns(name)[1:]:
             chunked = pa.chunked_array(arrays[col], schema.field(col).type)
-            parts[col.split(".", 1)[1]] = shape_list(chunked) if kind == "shape" else \
-                chunked.to_numpy()
-        return EncodedColumn(name, enc, main, parts, piece_bounds,
-                             [s.path for s, _ in pieces])
+            parts[col.split(".", 1)[1]] = (
+                shape_list(chunked) if kind == "shape" else chunked.to_numpy()
+            )
+        return EncodedColumn(name, enc, main, parts, piece_bounds, [s.path for s, _ in pieces])
 
     def _check_types(self, pa: ModuleType, schema: Any, name: str, enc: Encoding) -> None:
         for col, kind in enc.columns(name):
             if schema.field(col).type != arrow_type(pa, kind):
-                raise LoadError(f"{self.files[0]}: column {col!r} has type "
-                                f"{schema.field(col).type}, field {name!r} ({enc.name}) "
-                                f"needs {arrow_type(pa, kind)}", source=self.files[0])
+                raise LoadError(
+                    f"{self.files[0]}: column {col!r} has type "
+                    f"{schema.field(col).type}, field {name!r} ({enc.name}) "
+                    f"needs {arrow_type(pa, kind)}",
+                    source=self.files[0],
+                )
 
     def __len__(self) -> int:
         return int(self.shard_bounds[-1])
@@ -320,9 +362,10 @@ class Dataset:
 
     def field_nbytes(self) -> dict[str, int]:
         """Field name -> bytes its columns take in the files (Arrow buffers)."""
-        return {name: sum(b.column(c).nbytes for s in self._shards for b in s.batches
-                          for c in cols)
-                for name, cols in self._field_columns.items()}
+        return {
+            name: sum(b.column(c).nbytes for s in self._shards for b in s.batches for c in cols)
+            for name, cols in self._field_columns.items()
+        }
 
     @property
     def shards(self) -> list[Dataset]:
@@ -359,8 +402,9 @@ def _own_chunks(shard: _Shard) -> npt.NDArray[np.int64]:
     return own if own is not None else _bounds([b.num_rows for b in shard.batches])
 
 
-def _mark_chunks(column: Any, bounds: npt.NDArray[np.int64], checks: _ChunkChecks | None,
-                 pages: FilePages | None) -> None:
+def _mark_chunks(
+    column: Any, bounds: npt.NDArray[np.int64], checks: _ChunkChecks | None, pages: FilePages | None
+) -> None:
     """A column, and its stored bytes, know the dataset's chunks and where they lie in the
     files (``file_pages``): a loader over columns (``mapobs(f, ds["image"].encoded)``,
     ``ds["label"]``) can read chunk by chunk (``shuffle="quasi"``), reading ahead, as it
@@ -387,8 +431,7 @@ class _ChunkChecks:
         self.unverified: list[str] = []
         for s in dataset._shards:
             sums = shard_checksums(pa, s.path, s.schema, s.batches, s.rows)
-            count = len(sums.sums) if sums is not None else \
-                len(_own_chunks(s)) - 1
+            count = len(sums.sums) if sums is not None else len(_own_chunks(s)) - 1
             if sums is None:
                 self.unverified.append(s.path)
             self.owner.extend((sums, k) for k in range(count))
@@ -421,8 +464,11 @@ def _check_same_schema(shards: Sequence[_Shard]) -> None:
     meta = [{k: (s.schema.metadata or {}).get(k) for k in keys} for s in shards]
     for s, m in zip(shards[1:], meta[1:]):
         if not s.schema.equals(first.schema) or m != meta[0]:
-            raise LoadError(f"{s.path}: its schema differs from {first.path}'s; shards "
-                            f"of one dataset must share one schema", source=s.path)
+            raise LoadError(
+                f"{s.path}: its schema differs from {first.path}'s; shards "
+                f"of one dataset must share one schema",
+                source=s.path,
+            )
 
 
 def _bounds(counts: Sequence[int]) -> npt.NDArray[np.int64]:
@@ -436,13 +482,15 @@ def _infer_fields(schema: Any) -> dict[str, tuple[Encoding | None, list[str]]]:
     fields: dict[str, tuple[Encoding | None, list[str]]] = {}
     for f in schema:
         t = f.type
-        if pa.types.is_binary(t) or pa.types.is_large_binary(t) or \
-                pa.types.is_fixed_size_binary(t):
+        if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
             enc = Bytes()
         elif pa.types.is_string(t) or pa.types.is_large_string(t):
             enc = Str()
-        elif pa.types.is_integer(t) or pa.types.is_floating(t) and t.bit_width > 16 or \
-                pa.types.is_boolean(t):
+        elif (
+            pa.types.is_integer(t)
+            or (pa.types.is_floating(t) and t.bit_width > 16)
+            or pa.types.is_boolean(t)
+        ):
             enc = Scalar(t.to_pandas_dtype())
         else:
             enc = None

@@ -6,6 +6,7 @@ as one (n, *shape) array and a binary column as one data buffer with n + 1 offse
 Memory stays bounded: byte columns go through the page cache; only numbers (8 bytes per
 row) and NDArray shapes stay in RAM until the end.
 """
+
 import builtins
 import os
 
@@ -27,10 +28,10 @@ class ColumnSpill:
         self.path, self.kind, self.into = path, kind, into
         self.rows = 0
         self._file = None
-        self._values = []        # numbers: one array per block; shapes: one list per row
+        self._values = []  # numbers: one array per block; shapes: one list per row
         if kind in BYTE_KINDS or kind.startswith("fixed:"):
             self._file = into if into is not None else builtins.open(path, "wb")
-            self._lengths = []   # one int64 array per block
+            self._lengths = []  # one int64 array per block
 
     def extend(self, values):
         """Adds a block's values: a ``ByteValues`` for a byte column, an array of numbers,
@@ -54,8 +55,9 @@ class ColumnSpill:
         if self._file is None:
             if self.kind == "shape":
                 return pa.array(self._values, typ)
-            values = np.concatenate(self._values) if self._values else \
-                np.zeros(0, np.dtype(self.kind))
+            values = (
+                np.concatenate(self._values) if self._values else np.zeros(0, np.dtype(self.kind))
+            )
             return pa.array(values, typ)
         if self.into is not None:
             data = self.into.data(pa)

@@ -8,6 +8,7 @@ sample order are row ranges kept in the metadata. The file is written under a te
 name in the destination's directory and renamed when complete, so an error or Ctrl-C
 never leaves a partial file under the final name.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,12 +28,10 @@ from fastload.obs import Container, numobs
 from fastload.storage.arrow_types import arrow_type, import_pyarrow
 from fastload.storage.checksums import META_CHECKSUMS, chunk_checksums, metadata_checksum
 from fastload.storage.encoder_processes import SLOT_BYTES, process_blocks
-from fastload.storage.encoders import (at_row, encode_row, is_byte_kind, observation,
-                                       thread_blocks)
+from fastload.storage.encoders import at_row, encode_row, is_byte_kind, observation, thread_blocks
 from fastload.storage.fields import Encoding, as_encoding
 from fastload.storage.ipcfile import InPlaceFile, body_lead
-from fastload.storage.meta import (FORMAT_VERSION, META_CHUNKS, META_FIELDS, META_FORMAT,
-                                   META_USER)
+from fastload.storage.meta import FORMAT_VERSION, META_CHUNKS, META_FIELDS, META_FORMAT, META_USER
 from fastload.storage.progress import progress_bar
 from fastload.storage.spill import ColumnSpill
 
@@ -41,12 +40,18 @@ __all__ = ["write"]
 DEFAULT_CHUNK_BYTES = 64 << 20
 
 
-def write(path: str | os.PathLike[str], data: Container,
-          fields: dict[str, Encoding | str | np.dtype[Any]], *,
-          chunk_bytes: int = DEFAULT_CHUNK_BYTES, num_threads: int | None = None,
-          backend: Literal["thread", "process"] = "thread", progress: bool = True,
-          metadata: dict[str, Any] | None = None,
-          on_error: Literal["raise", "skip"] = "raise") -> list[LoadError]:
+def write(
+    path: str | os.PathLike[str],
+    data: Container,
+    fields: dict[str, Encoding | str | np.dtype[Any]],
+    *,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    num_threads: int | None = None,
+    backend: Literal["thread", "process"] = "thread",
+    progress: bool = True,
+    metadata: dict[str, Any] | None = None,
+    on_error: Literal["raise", "skip"] = "raise",
+) -> list[LoadError]:
     """Encode every observation of ``data`` and write them to the packed file ``path``.
 
     ``data`` is a container (``numobs``/``getobs``) whose observations are dicts holding
@@ -95,17 +100,19 @@ def write(path: str | os.PathLike[str], data: Container,
         with ExitStack() as stack:
             # The first column's bytes go straight into the file (ipcfile.py), the others
             # to spill files.
-            out = InPlaceFile(tmp, _header_bytes(pa, encodings, user_meta, n, row_bytes,
-                                                 chunk_bytes),
-                              body_lead(kinds[0], n) if is_byte_kind(kinds[0]) else None)
+            out = InPlaceFile(
+                tmp,
+                _header_bytes(pa, encodings, user_meta, n, row_bytes, chunk_bytes),
+                body_lead(kinds[0], n) if is_byte_kind(kinds[0]) else None,
+            )
             stack.callback(out.close)
             spills = _spills(stack, os.path.join(work, "column"), kinds, out)
-            blocks = stack.enter_context(closing(
-                _blocks(data, n, encodings, kinds, threads, backend, skip, row_bytes)))
+            blocks = stack.enter_context(
+                closing(_blocks(data, n, encodings, kinds, threads, backend, skip, row_bytes))
+            )
             bounds = _spill_blocks(blocks, spills, chunk_bytes, n, progress, skipped)
             arrays = [s.to_arrow(pa) for s in spills]
-            schema = _schema(pa, encodings, user_meta, bounds,
-                             chunk_checksums(pa, arrays, bounds))
+            schema = _schema(pa, encodings, user_meta, bounds, chunk_checksums(pa, arrays, bounds))
             batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
             del arrays
             if not out.finish(pa, batch):
@@ -122,14 +129,22 @@ def write(path: str | os.PathLike[str], data: Container,
     return skipped
 
 
-def _blocks(data: Container, n: int, encodings: dict[str, Encoding], kinds: list[str],
-            count: int, backend: str, skip: bool,
-            row_bytes: int) -> Generator[Any, None, None]:
+def _blocks(
+    data: Container,
+    n: int,
+    encodings: dict[str, Encoding],
+    kinds: list[str],
+    count: int,
+    backend: str,
+    skip: bool,
+    row_bytes: int,
+) -> Generator[Any, None, None]:
     """The encoded blocks of rows, in order: about 1 MiB each on threads, half a worker's
     slot in processes."""
     if backend == "process":
-        return process_blocks(data, n, encodings, kinds, count, skip,
-                              _rows_for(SLOT_BYTES // 2, row_bytes))
+        return process_blocks(
+            data, n, encodings, kinds, count, skip, _rows_for(SLOT_BYTES // 2, row_bytes)
+        )
     return thread_blocks(data, n, encodings, kinds, count, skip, _rows_for(1 << 20, row_bytes))
 
 
@@ -144,13 +159,24 @@ def _row_bytes(data: Container, i: int, encodings: dict[str, Encoding]) -> int:
         for value in parts:
             if isinstance(value, str):
                 value = value.encode("utf-8")
-            size += 8 * len(value) if isinstance(value, list) else \
-                len(value) if isinstance(value, bytes) else 8
+            size += (
+                8 * len(value)
+                if isinstance(value, list)
+                else len(value)
+                if isinstance(value, bytes)
+                else 8
+            )
     return size
 
 
-def _header_bytes(pa: ModuleType, encodings: dict[str, Encoding], user_meta: bytes, n: int,
-                  row_bytes: int, chunk_bytes: int) -> int:
+def _header_bytes(
+    pa: ModuleType,
+    encodings: dict[str, Encoding],
+    user_meta: bytes,
+    n: int,
+    row_bytes: int,
+    chunk_bytes: int,
+) -> int:
     """Bytes reserved before the body for the schema and record batch metadata: enough
     for four times the chunks that the first row's size predicts (a chunk has a row at
     least), rounded up to 64 KiB."""
@@ -178,21 +204,20 @@ def _remove_stale(path: str) -> None:
         name = entry.name
         if not (name.startswith(prefix) and name.endswith(".tmp") and entry.is_dir()):
             continue
-        pid, _, tid = name[len(prefix):-len(".tmp")].partition("-")
+        pid, _, tid = name[len(prefix) : -len(".tmp")].partition("-")
         if pid.isdigit() and tid.isdigit() and not _writing(int(pid), int(tid)):
             shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def _writing(pid: int, tid: int) -> bool:
-    if pid == os.getpid():   # this thread is about to write: its old directory is stale
-        return tid != threading.get_ident() and any(t.ident == tid
-                                                     for t in threading.enumerate())
+    if pid == os.getpid():  # this thread is about to write: its old directory is stale
+        return tid != threading.get_ident() and any(t.ident == tid for t in threading.enumerate())
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True      # another user's process: leave its files alone
+        return True  # another user's process: leave its files alone
     return True
 
 
@@ -206,25 +231,35 @@ def _fsync(path: str) -> None:
         os.close(fd)
 
 
-# No return after the loop: with n >= 1 rows its last pass returns or raises.
-def _bound(data: Container, n: int, encodings: dict[str, Encoding],  # type: ignore[return]
-           skip: bool) -> tuple[dict[str, Encoding], int]:
+def _bound(
+    data: Container,
+    n: int,
+    encodings: dict[str, Encoding],
+    skip: bool,
+) -> tuple[dict[str, Encoding], int]:
     """(the encodings bound to the first row that loads, that row): the first row, unless
     ``skip``."""
     names = list(encodings)
     for i in range(n):
         try:
             first = observation(data, i, names)
-            return {k: at_row(i, k, lambda: enc.bind(first[k]), data)
-                    for k, enc in encodings.items()}, i
+            return {
+                k: at_row(i, k, lambda enc=enc, k=k, first=first: enc.bind(first[k]), data)
+                for k, enc in encodings.items()
+            }, i
         except LoadError:
             if not skip or i == n - 1:
                 raise
+    raise ValueError("there is no row to write")
 
 
-def _check_args(path: str, fields: dict[str, Encoding | str | np.dtype[Any]],
-                chunk_bytes: int, num_threads: int | None,
-                backend: str) -> tuple[dict[str, Encoding], int]:
+def _check_args(
+    path: str,
+    fields: dict[str, Encoding | str | np.dtype[Any]],
+    chunk_bytes: int,
+    num_threads: int | None,
+    backend: str,
+) -> tuple[dict[str, Encoding], int]:
     if not isinstance(fields, dict) or not fields:
         raise TypeError("fields must be a non-empty dict: field name -> encoding")
     encodings: dict[str, Encoding] = {}
@@ -235,8 +270,11 @@ def _check_args(path: str, fields: dict[str, Encoding | str | np.dtype[Any]],
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be a positive int, got {chunk_bytes!r}")
     if num_threads is None:
-        num_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        num_threads = (
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
             else (os.cpu_count() or 1)
+        )
     if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
         raise ValueError(f"num_threads must be a positive int or None, got {num_threads!r}")
     if backend not in ("thread", "process"):
@@ -254,29 +292,48 @@ def _spills(stack: ExitStack, tmp: str, kinds: list[str], out: InPlaceFile) -> l
     bytes go into ``out`` when they can."""
     spills = []
     for k, kind in enumerate(kinds):
-        spill = ColumnSpill(f"{tmp}.{k}", kind, out if k == 0 and out.lead is not None
-                            else None)
+        spill = ColumnSpill(f"{tmp}.{k}", kind, out if k == 0 and out.lead is not None else None)
         stack.callback(spill.close)
         spills.append(spill)
     return spills
 
 
-def _schema(pa: ModuleType, encodings: dict[str, Encoding], user_meta: bytes,
-            bounds: Sequence[int], sums: Sequence[int]) -> Any:
+def _schema(
+    pa: ModuleType,
+    encodings: dict[str, Encoding],
+    user_meta: bytes,
+    bounds: Sequence[int],
+    sums: Sequence[int],
+) -> Any:
     """The file's schema, with the fastload metadata and the chunks' checksums ``sums``."""
-    cols = [pa.field(col, arrow_type(pa, kind), nullable=False)
-            for name, enc in encodings.items() for col, kind in enc.columns(name)]
+    cols = [
+        pa.field(col, arrow_type(pa, kind), nullable=False)
+        for name, enc in encodings.items()
+        for col, kind in enc.columns(name)
+    ]
     fields = json.dumps({name: enc.to_meta(name) for name, enc in encodings.items()}).encode()
     chunks = json.dumps(bounds).encode()
     sums = {"crc32": sums, "metadata": metadata_checksum(fields, chunks, user_meta)}
-    return pa.schema(cols, metadata={META_FORMAT: str(FORMAT_VERSION).encode(),
-                                     META_FIELDS: fields, META_CHUNKS: chunks,
-                                     META_USER: user_meta,
-                                     META_CHECKSUMS: json.dumps(sums).encode()})
+    return pa.schema(
+        cols,
+        metadata={
+            META_FORMAT: str(FORMAT_VERSION).encode(),
+            META_FIELDS: fields,
+            META_CHUNKS: chunks,
+            META_USER: user_meta,
+            META_CHECKSUMS: json.dumps(sums).encode(),
+        },
+    )
 
 
-def _spill_blocks(blocks: Iterable[Any], spills: list[ColumnSpill], chunk_bytes: int, n: int,
-                  progress: bool, skipped: list[LoadError]) -> list[int]:
+def _spill_blocks(
+    blocks: Iterable[Any],
+    spills: list[ColumnSpill],
+    chunk_bytes: int,
+    n: int,
+    progress: bool,
+    skipped: list[LoadError],
+) -> list[int]:
     """Appends every block to the spills (the LoadErrors of skipped rows to ``skipped``);
     returns the chunk boundaries [0, ..., rows written]: a chunk ends after the row that
     brings it to ``chunk_bytes`` or more."""
@@ -288,8 +345,13 @@ def _spill_blocks(blocks: Iterable[Any], spills: list[ColumnSpill], chunk_bytes:
                 bar.update(block.stop - block.first)
             skipped.extend(block.errors)
             sizes = sum(spill.extend(values) for spill, values in zip(spills, block.columns))
-            size = _cut(np.cumsum(sizes) if len(spills) else np.zeros(0, np.int64),
-                        size, i, chunk_bytes, bounds)
+            size = _cut(
+                np.cumsum(sizes) if len(spills) else np.zeros(0, np.int64),
+                size,
+                i,
+                chunk_bytes,
+                bounds,
+            )
             i += block.stop - block.first - len(block.errors)
     finally:
         if bar is not None:
@@ -299,8 +361,9 @@ def _spill_blocks(blocks: Iterable[Any], spills: list[ColumnSpill], chunk_bytes:
     return bounds
 
 
-def _cut(cumulative: npt.NDArray[np.int64], size: int, i: int, chunk_bytes: int,
-         bounds: list[int]) -> int:
+def _cut(
+    cumulative: npt.NDArray[np.int64], size: int, i: int, chunk_bytes: int, bounds: list[int]
+) -> int:
     """Chunk ends among rows i, i + 1, ... whose sizes sum to ``cumulative``, after
     ``size`` bytes of the current chunk; returns the bytes of the chunk left open."""
     used = 0
