@@ -23,8 +23,7 @@ cdef int _check(int err, str what) except -1:
         raise RuntimeError(f"{what}: scratch buffer too small (a fastload bug)")
     if err == FL_ENOMEM:
         raise MemoryError(what)
-    text = fl_strerror(err).decode()
-    raise ValueError(f"{what}: {text}" + (" (error {err})" if err == FL_EINVAL else ""))
+    raise ValueError(f"{what}: {fl_strerror(err).decode()}")
 
 
 cdef fl_image _view(cnp.ndarray a) except *:

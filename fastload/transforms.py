@@ -308,7 +308,9 @@ class GaussianBlur(Transform):
 
     kind = "colour"
 
-    def __init__(self, kernel_size: int | tuple[int, int], sigma=(0.1, 2.0)) -> None:
+    def __init__(
+        self, kernel_size: int | tuple[int, int], sigma: float | tuple[float, float] = (0.1, 2.0)
+    ) -> None:
         ks = kernel_size
         if isinstance(ks, numbers.Integral):
             ks = (ks, ks)
@@ -321,9 +323,11 @@ class GaussianBlur(Transform):
                 f"(kx, ky) pair of them, got {kernel_size!r}"
             )
         self.kernel_size = (int(ks[0]), int(ks[1]))
-        if isinstance(sigma, numbers.Real):
-            sigma = (sigma, sigma)
-        lo, hi = (float(s) for s in sigma)
+        pair = sigma if isinstance(sigma, tuple | list | np.ndarray) else (sigma, sigma)
+        try:
+            lo, hi = (float(s) for s in pair)
+        except (TypeError, ValueError):
+            lo = hi = float("nan")  # refused below, with what was given
         if not 0 < lo <= hi:
             raise ValueError(
                 f"GaussianBlur: sigma must be > 0, or (min, max) with 0 < min <= max, got {sigma!r}"

@@ -356,3 +356,11 @@ def test_stream_stats_count_items_and_batches():
 def test_fewer_files_than_ranks_is_refused_at_construction():
     with pytest.raises(ValueError, match="2 files"):
         DataLoader(Shards(["a", "b"], read=list), 4, shard=(0, 3))
+
+
+def test_a_stream_has_neither_an_order_nor_a_schedule_drawn_up_front():
+    loader = DataLoader(Records(100), 10)
+    with pytest.raises(TypeError, match="stream"):
+        loader.schedule(0)
+    with pytest.raises(TypeError, match="stream"):
+        loader.order(0)

@@ -92,18 +92,12 @@ def test_every_public_name_has_complete_annotations_that_resolve(obj):
     assert set(inspect.signature(f).parameters) - {"self"} <= set(hints)
 
 
-# GaussianBlur's body tells a number from a pair with isinstance(sigma, numbers.Real),
-# which mypy cannot follow for a float: its sigma stays unannotated until that body changes.
-UNANNOTATED = {("GaussianBlur", "sigma")}
-
-
 @pytest.mark.parametrize(
     "obj", _constructors(fastload.transforms, fastload.storage), ids=lambda obj: obj.__name__
 )
 def test_transform_and_encoding_constructors_annotate_their_arguments(obj):
     f = _typed_callable(obj)
     names = set(inspect.signature(f).parameters) - {"self"}
-    names -= {name for kind, name in UNANNOTATED if kind == obj.__name__}
     assert names <= set(typing.get_type_hints(f))
 
 

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fastload import (
+    LoadError,
     batchview,
     getobs,
     getobs_into,
@@ -290,3 +291,12 @@ def test_batchview_getobs_into_fills_the_buffer_including_the_partial_last_batch
         result = getobs_into(buffer, view, b)
         assert_tree_equal(result, expected)
         assert_fills(result, buffer)
+
+
+def test_a_batched_function_that_raises_on_an_empty_batch_gives_the_load_error():
+    def fails(batch):
+        raise RuntimeError("no")
+
+    with pytest.raises(LoadError, match="no") as info:
+        getobs(mapobs(fails, np.arange(5), batched=True), [])
+    assert info.value.index is None

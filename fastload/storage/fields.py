@@ -134,9 +134,19 @@ class Raw(Encoding):
     def kind(self) -> str:  # type: ignore[override]  # fixed by the shape and dtype
         return f"fixed:{self.nbytes}"
 
+    def _layout(self) -> tuple[tuple[int, ...], np.dtype]:
+        """(shape, dtype); ValueError before the field is bound to an observation."""
+        if self.shape is None or self.dtype is None:
+            raise ValueError(
+                "a Raw field without a shape and dtype takes them from the first observation: "
+                "bind() it (write() does) before encoding or decoding"
+            )
+        return self.shape, self.dtype
+
     @property
-    def nbytes(self):
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+    def nbytes(self) -> int:
+        shape, dtype = self._layout()
+        return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
 
     def bind(self, value):
         arr = np.asarray(value)
@@ -146,15 +156,17 @@ class Raw(Encoding):
         )
 
     def encode(self, value):
+        shape, dtype = self._layout()
         arr = np.asarray(value)
-        if arr.shape != self.shape:
-            raise ValueError(f"a Raw field of shape {self.shape} got shape {arr.shape}")
-        if not np.can_cast(arr.dtype, self.dtype, casting="same_kind"):
-            raise ValueError(f"a Raw field of dtype {self.dtype} got dtype {arr.dtype}")
-        return (np.ascontiguousarray(arr, dtype=self.dtype).tobytes(),)
+        if arr.shape != shape:
+            raise ValueError(f"a Raw field of shape {shape} got shape {arr.shape}")
+        if not np.can_cast(arr.dtype, dtype, casting="same_kind"):
+            raise ValueError(f"a Raw field of dtype {dtype} got dtype {arr.dtype}")
+        return (np.ascontiguousarray(arr, dtype=dtype).tobytes(),)
 
     def decode(self, data):
-        return np.frombuffer(data, self.dtype).reshape(self.shape)
+        shape, dtype = self._layout()
+        return np.frombuffer(data, dtype).reshape(shape)
 
     def params(self):
         return {
@@ -176,20 +188,30 @@ class NDArray(Encoding):
     def bind(self, value):
         return self if self.dtype is not None else NDArray(np.asarray(value).dtype)
 
+    def _bound_dtype(self) -> np.dtype:
+        """The dtype; ValueError before the field is bound to an observation."""
+        if self.dtype is None:
+            raise ValueError(
+                "an NDArray field without a dtype takes it from the first observation: "
+                "bind() it (write() does) before encoding or decoding"
+            )
+        return self.dtype
+
     def encode(self, value):
+        dtype = self._bound_dtype()
         arr = np.asarray(value)
-        if arr.dtype.hasobject or not np.can_cast(arr.dtype, self.dtype, casting="same_kind"):
-            raise ValueError(f"an NDArray field of dtype {self.dtype} got dtype {arr.dtype}")
-        arr = np.ascontiguousarray(arr, dtype=self.dtype)
+        if arr.dtype.hasobject or not np.can_cast(arr.dtype, dtype, casting="same_kind"):
+            raise ValueError(f"an NDArray field of dtype {dtype} got dtype {arr.dtype}")
+        arr = np.ascontiguousarray(arr, dtype=dtype)
         return arr.tobytes(), list(arr.shape)
 
     def decode(self, data, shape):
+        dtype = self._bound_dtype()
         shape = tuple(int(s) for s in shape)
-        if any(s < 0 for s in shape) or int(
-            np.prod(shape, dtype=np.int64)
-        ) * self.dtype.itemsize != len(data):
-            raise ValueError(f"{len(data)} bytes do not hold a {self.dtype} array of shape {shape}")
-        return np.frombuffer(data, self.dtype).reshape(shape)
+        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if any(s < 0 for s in shape) or size != len(data):
+            raise ValueError(f"{len(data)} bytes do not hold a {dtype} array of shape {shape}")
+        return np.frombuffer(data, dtype).reshape(shape)
 
     def params(self):
         return {"dtype": None if self.dtype is None else self.dtype.str}
@@ -254,16 +276,18 @@ class _Image(Encoding):
     """Common part of image encodings: height and width columns, the max_side cap."""
 
     parts: tuple[tuple[str, str], ...] = (("height", "int32"), ("width", "int32"))
+    max_side: int | None = None
 
     def _pixels(self, value):
         """``value`` as pixels no larger than max_side (JPEG bytes are decoded at a
         reduced scale when that suffices)."""
         if isinstance(value, (bytes, bytearray, memoryview)) and images.is_jpeg(value):
-            target = images.fit_size(*images.image_size(value), self.max_side)
+            h, w = images.image_size(value)
+            target = images.fit_size(h, w, self.max_side)
             img = images.decode_image_bytes(value, min_size=target)
         else:
             img = images.as_pixels(value)
-            target = images.fit_size(*img.shape[:2], self.max_side)
+            target = images.fit_size(img.shape[0], img.shape[1], self.max_side)
         return images.resize_area(img, target)
 
     def _needs_resize(self, value):
@@ -343,6 +367,8 @@ class Smart(_Image):
 
     name = "smart"
     parts = _Image.parts + (("format", "uint8"),)
+    threshold_bytes: int
+    quality: int
 
     def __init__(
         self, threshold_bytes: int, quality: int = 90, max_side: int | None = None
