@@ -46,7 +46,9 @@ fl_image_source *fl_image_source_create(const fl_pipeline *pipeline, int channel
                                         const char *name, int64_t max_pixels,
                                         int64_t max_file_bytes, fl_decode_fn decode_jpeg,
                                         fl_decode_other_fn decode_other, void *decode_ctx) {
-    if (!pipeline || (channels != 1 && channels != 3 && channels != 4) || !name) return NULL;
+    if (!pipeline || (channels != 1 && channels != 3 && channels != 4) || !name || !decode_jpeg ||
+        !decode_other)
+        return NULL;
     fl_image_source *src = calloc(1, sizeof *src);
     if (!src) return NULL;
     src->name = strdup(name);

@@ -46,7 +46,8 @@ int fl_qoi_header(const uint8_t *buf, size_t n, int *w, int *h, int *channels) {
     if (buf == NULL || n < FL_QOI_HEADER_SIZE || memcmp(buf, "qoif", 4) != 0) return FL_EFORMAT;
     uint32_t width = read_be32(buf + 4), height = read_be32(buf + 8);
     if ((buf[12] != 3 && buf[12] != 4) || buf[13] > 1) return FL_EFORMAT;
-    if (width == 0 || height == 0 || width > FL_QOI_PIXELS_MAX || height > FL_QOI_PIXELS_MAX ||
+    if (width == 0 || height == 0) return FL_EFORMAT;
+    if (width > FL_QOI_PIXELS_MAX || height > FL_QOI_PIXELS_MAX ||
         !pixels_ok((int)width, (int)height))
         return FL_ELIMIT;
     if (w) *w = (int)width;

@@ -1,6 +1,7 @@
 """Types of fastload._core, the binding of the C core (fastload/_core.pyx)."""
 
 from collections.abc import Callable, Sequence
+from os import PathLike
 from types import ModuleType
 from typing import Any, Literal
 
@@ -21,9 +22,12 @@ def rng_bits(seed: int, epoch: int, index: int, op: int, n: int) -> npt.NDArray[
 
 # Runs of a schedule and the delivery loop.
 class Fields:
-    nfields: int
-    kinds: list[str]
-    row_bytes: list[int]
+    @property
+    def nfields(self) -> int: ...
+    @property
+    def kinds(self) -> list[str]: ...
+    @property
+    def row_bytes(self) -> list[int]: ...
     def __init__(self, fields: list[tuple[str, Any]], row_bytes: list[int]) -> None: ...
 
 class Stats:
@@ -39,9 +43,12 @@ class Progress:
     def __init__(self, epoch: int = 0, step: int = 0) -> None: ...
 
 class Iteration:
-    plan: Any
-    objects: list[Any]
-    done: bool
+    @property
+    def plan(self) -> Any: ...
+    @property
+    def objects(self) -> list[Any]: ...
+    @property
+    def done(self) -> bool: ...
     def __init__(
         self,
         plan: Any,
@@ -140,8 +147,10 @@ def mixup_(batch: np.ndarray, lam: float) -> np.ndarray: ...
 def cutmix_(batch: np.ndarray, box: _Box, chw: bool) -> np.ndarray: ...
 
 class Pipeline:
-    chw: bool
-    normalize: bool
+    @property
+    def chw(self) -> bool: ...
+    @property
+    def normalize(self) -> bool: ...
     def __init__(
         self,
         *,
@@ -188,7 +197,8 @@ def jpeg_library_version() -> int: ...
 def jpeg_size(data: _Bytes) -> tuple[int, int]: ...
 
 class ImageSource:
-    count: int
+    @property
+    def count(self) -> int: ...
     def __init__(
         self,
         pipeline: Pipeline,
@@ -203,7 +213,7 @@ class ImageSource:
         spans: tuple[Sequence[_U8], npt.ArrayLike | None, npt.ArrayLike, npt.ArrayLike]
         | None = None,
         offsets: tuple[_U8, npt.NDArray[np.int64]] | None = None,
-        paths: Sequence[str | bytes] | None = None,
+        paths: Sequence[str | bytes | PathLike[str]] | None = None,
         pixels: Sequence[_U8] | None = None,
     ) -> None: ...
     def run(

@@ -114,6 +114,8 @@ cdef class Fields:
     cdef _gather(self, int f, cnp.ndarray array, int64_t row_bytes):
         cdef int64_t shape[FL_MAX_DIMS]
         cdef int64_t strides[FL_MAX_DIMS + 1]
+        if array is None or array.ndim < 1:
+            raise ValueError(f"field {f}: a gather field needs an array of observations")
         cdef int d, ndim = array.ndim - 1
         if ndim > FL_MAX_DIMS:
             raise ValueError(f"arrays of more than {FL_MAX_DIMS + 1} dimensions are not "
@@ -124,8 +126,10 @@ cdef class Fields:
             strides[d + 1] = array.strides[d + 1]
         contiguous = array[0:1].flags.c_contiguous if array.shape[0] else True
         self.owners.append(array)
-        fl_field_set_gather(self.fields, f, <const char *>cnp.PyArray_DATA(array), ndim, shape,
-                            strides, array.itemsize, array.shape[0], contiguous, row_bytes)
+        if fl_field_set_gather(self.fields, f, <const char *>cnp.PyArray_DATA(array), ndim,
+                               shape, strides, array.itemsize, array.shape[0], contiguous,
+                               row_bytes) != FL_OK:
+            raise ValueError(f"field {f}: cannot gather from an array of {array.ndim} dimensions")
 
     def __dealloc__(self):
         fl_fields_destroy(self.fields)

@@ -109,7 +109,9 @@ cdef class ImageSource:
                                              max_file_bytes, _decode_jpeg, _decode_other,
                                              <void *>decoder)
         if self.source == NULL:
-            raise ValueError(f"cannot make an image source of {channels} channels")
+            if channels not in (1, 3, 4):
+                raise ValueError(f"an image source decodes to 1, 3 or 4 channels, not {channels}")
+            raise MemoryError("out of memory making an image source")
         if buffers is not None:
             self._buffers(buffers)
         elif spans is not None:
@@ -139,14 +141,16 @@ cdef class ImageSource:
     cdef _buffers(self, buffers):
         cdef const uint8_t[::1] view
         cdef Py_ssize_t i, n = len(buffers)
-        kept = list(buffers)
+        # The exports, not just the objects: while one is held, a bytearray cannot be
+        # resized nor an mmap closed under the pointer C keeps.
+        kept = [memoryview(b).cast("B") for b in buffers]
         self.owners.append(kept)
         ptrs = self._keep(np.zeros(n, np.uintp), np.uintp)
         lens = self._keep(np.zeros(n, np.int64), np.int64)
         cdef size_t[::1] p = ptrs
         cdef int64_t[::1] l = lens
         for i in range(n):
-            view = memoryview(kept[i]).cast("B")
+            view = kept[i]
             l[i] = view.shape[0]
             p[i] = <size_t>&view[0] if view.shape[0] else 0
         self.count = n
@@ -167,22 +171,24 @@ cdef class ImageSource:
         sizes = np.array([b.shape[0] for b in bases], np.int64)
         if n and ((starts < 0) | (ends < starts) | (ends > sizes[where])).any():
             raise ValueError("spans reach outside their base")
-        ptrs = self._keep(np.zeros(n, np.uintp), np.uintp)
-        cdef size_t[::1] p = ptrs
-        for i in range(n):
-            base = bases[where[i]]
-            p[i] = <size_t>&base[0] + <size_t>starts[i] if base.shape[0] else 0
+        # Each base's first byte, then each item's: base_of[i]'s plus its start.
+        firsts = np.zeros(len(bases), np.uintp)
+        for i in range(len(bases)):
+            base = bases[i]
+            firsts[i] = <size_t>&base[0] if base.shape[0] else 0
+        ptrs = self._keep(firsts[where] + starts.astype(np.uintp), np.uintp)
         lens = self._keep(ends - starts, np.int64)
         self.count = n
         fl_image_source_buffers(self.source, n, <const uint8_t *const *>self._data(ptrs),
                                 <const int64_t *>self._data(lens))
 
     cdef _offsets(self, base, offsets):
-        base = self._keep(base, np.uint8)
-        offsets = self._keep(offsets, np.int64)
+        base = np.ascontiguousarray(base, np.uint8).reshape(-1)
+        offsets = np.ascontiguousarray(offsets, np.int64).reshape(-1)
         n = offsets.shape[0] - 1
         if n < 0 or offsets[0] < 0 or offsets[n] > base.shape[0] or (np.diff(offsets) < 0).any():
             raise ValueError("offsets must rise from 0 to at most the size of the base")
+        base, offsets = self._keep(base, np.uint8), self._keep(offsets, np.int64)
         self.count = n
         fl_image_source_offsets(self.source, n, <const uint8_t *>self._data(base),
                                 <const int64_t *>self._data(offsets))

@@ -297,6 +297,7 @@ cdef class Pipeline:
     cdef fl_pipeline *p
     cdef readonly bint chw, normalize
     cdef int erasing_values
+    cdef bint built
 
     def __cinit__(self):
         self.p = fl_pipeline_create()
@@ -313,6 +314,9 @@ cdef class Pipeline:
                  bint chw=False, erasing=None):
         cdef float m[4]
         cdef float s[4]
+        if self.built:
+            raise RuntimeError("a Pipeline is built once: image sources may run it already")
+        self.built = True
         _check(fl_pipeline_set_channels(self.p, channels), "channels")
         _check(fl_pipeline_set_crop(self.p, CROP_KINDS[crop], crop_op, crop_after_resize,
                                     crop_size[0], crop_size[1], padding, scale[0], scale[1],
@@ -346,6 +350,9 @@ cdef class Pipeline:
         cdef int present = 0
         kind = spec["kind"]
         if kind == "jitter":
+            if len(spec["ranges"]) != 4:
+                raise ValueError("ColorJitter: 4 ranges (brightness, contrast, saturation, "
+                                 "hue), None where off")
             for k, pair in enumerate(spec["ranges"]):
                 lo[k], hi[k] = (0.0, 0.0) if pair is None else pair
                 present |= (pair is not None) << k

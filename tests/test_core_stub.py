@@ -37,6 +37,9 @@ def test_the_stub_gives_each_function_the_parameters_of_the_compiled_one():
         assert list(compiled.parameters) == stubbed, name
     for cls, node in classes.items():
         for method in (n for n in node.body if isinstance(n, ast.FunctionDef)):
+            if method.decorator_list:  # a read-only attribute
+                assert not callable(getattr(getattr(_core, cls), method.name)), method.name
+                continue
             if method.name.startswith("__"):
                 continue
             compiled = inspect.signature(getattr(getattr(_core, cls), method.name))

@@ -1,0 +1,111 @@
+"""The binding of the C core (fastload/_core.pyx) refuses what C cannot use safely, with a
+clear error, and keeps alive what C points into."""
+
+import struct
+
+import numpy as np
+import pytest
+
+from fastload import _core, codecs, limits
+
+
+def image_source(**where):
+    pipeline = _core.Pipeline()
+    return _core.ImageSource(
+        pipeline, 3, "test", codecs, limits.MAX_IMAGE_PIXELS, limits.MAX_FILE_BYTES, **where
+    )
+
+
+def test_an_image_source_holds_its_buffers_so_they_cannot_be_resized_under_it():
+    data = bytearray(_core.qoi_encode(np.zeros((4, 4, 3), np.uint8)))
+    source = image_source(buffers=[data])
+    with pytest.raises(BufferError):
+        data[:] = b""
+    del source
+    data[:] = b""  # released with the source
+
+
+def test_an_image_source_decodes_its_buffers():
+    image = np.arange(48, dtype=np.uint8).reshape(4, 4, 3)
+    source = image_source(buffers=[_core.qoi_encode(image)])
+    pixels, where, denom = source.decode(_core.qoi_encode(image))
+    assert np.array_equal(pixels, image) and where == (0, 0) and denom == 1
+
+
+@pytest.mark.parametrize(
+    "offsets",
+    [[0, 1], [1, 0], [0, 5, 3], []],
+    ids=["past-an-empty-base", "falling", "not-rising", "none"],
+)
+def test_offsets_outside_their_base_are_refused(offsets):
+    with pytest.raises(ValueError, match="offsets"):
+        image_source(offsets=(np.zeros(0 if offsets == [0, 1] else 4, np.uint8), offsets))
+
+
+def test_offsets_are_checked_against_every_byte_of_a_base_of_several_dimensions():
+    source = image_source(offsets=(np.zeros((2, 8), np.uint8), [0, 16]))
+    assert source.count == 1
+
+
+def test_spans_outside_their_base_or_naming_no_base_are_refused():
+    base = np.zeros(10, np.uint8)
+    with pytest.raises(ValueError, match="outside"):
+        image_source(spans=([base], None, [0], [11]))
+    with pytest.raises(ValueError, match="not there"):
+        image_source(spans=([base], [1], [0], [5]))
+
+
+def test_an_image_source_needs_exactly_one_kind_of_images_and_a_channel_count_it_decodes_to():
+    with pytest.raises(ValueError, match="exactly one"):
+        image_source()
+    with pytest.raises(ValueError, match="exactly one"):
+        image_source(buffers=[], paths=[])
+    with pytest.raises(ValueError, match="1, 3 or 4"):
+        _core.ImageSource(_core.Pipeline(), 2, "x", codecs, 10, 10, buffers=[])
+
+
+@pytest.mark.parametrize("value", [None, np.array(1.0)], ids=["none", "0-d"])
+def test_a_gather_field_without_observations_is_refused(value):
+    with pytest.raises(ValueError, match="gather"):
+        _core.Fields([("gather", value)], [0])
+
+
+def test_a_field_of_an_unknown_kind_or_a_wrong_source_is_refused():
+    with pytest.raises(ValueError, match="unknown field kind"):
+        _core.Fields([("native", None)], [0])
+    with pytest.raises(TypeError):
+        _core.Fields([("image", object())], [0])
+
+
+def test_a_pipeline_is_built_once():
+    pipeline = _core.Pipeline(flip_p=0.5)
+    with pytest.raises(RuntimeError, match="built once"):
+        pipeline.__init__(flip_p=0.5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"pixel_ops": [{"kind": "jitter", "op": 0, "ranges": [None] * 6}]}, "4 ranges"),
+        ({"pixel_ops": [{"kind": "sepia", "op": 0}]}, "unknown colour op"),
+        ({"mean": [0.5, 0.5], "std": [0.5]}, "normalize"),
+        ({"mean": [0.5] * 5, "std": [0.5] * 5}, "normalize"),
+        ({"flip_p": 1.5}, "flip"),
+        ({"channels": 2}, "channels"),
+    ],
+    ids=["jitter-ranges", "colour-op", "mean-std", "five-means", "flip", "channels"],
+)
+def test_a_pipeline_refuses_stages_c_does_not_accept(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        _core.Pipeline(**kwargs)
+
+
+def test_a_qoi_header_of_no_pixels_is_not_a_qoi_stream_and_one_too_large_is_over_the_limit():
+    def header(w, h):
+        return b"qoif" + struct.pack(">II", w, h) + bytes([3, 0]) + bytes(8)
+
+    with pytest.raises(ValueError, match="expected format"):
+        _core.qoi_header(header(0, 5))
+    with pytest.raises(ValueError, match="limit"):
+        _core.qoi_header(header(100_000, 100_000))
+    assert _core.qoi_header(header(7, 5)) == (5, 7, 3)
