@@ -155,9 +155,9 @@ fl_run *fl_run_create(const int64_t *order, const int64_t *bounds, int64_t end_i
 /* Record the first fatal error of a slot's step, or (with skip_errors, unless `fatal`)
  * mark an item skipped and keep the first skip's message for the report. Called with the
  * run's lock held. */
-static void item_failed(fl_slot *slot, int skip_errors, int64_t pos, int field, const char *message,
-                        int fatal) {
-    int first;
+static void item_failed(fl_slot *slot, int skip_errors, int64_t pos, int field, int code,
+                        const char *message) {
+    int first, fatal = code == FL_EINTERRUPT || code == FL_ECANCELLED;
     if (skip_errors && !fatal) {
         slot->skipped_items[pos] = 1;
         first = slot->skipped++ == 0;
@@ -168,14 +168,15 @@ static void item_failed(fl_slot *slot, int skip_errors, int64_t pos, int field, 
     if (first) {
         slot->fail_pos = pos;
         slot->fail_field = field;
+        slot->fail_code = code;
         snprintf(slot->message, sizeof slot->message, "%s", message);
     }
 }
 
-static void fail_item(fl_run *r, fl_slot *slot, int64_t pos, int field, const char *message,
-                      int fatal) {
+static void fail_item(fl_run *r, fl_slot *slot, int64_t pos, int field, int code,
+                      const char *message) {
     pthread_mutex_lock(&r->lock);
-    item_failed(slot, r->skip_errors, pos, field, message, fatal);
+    item_failed(slot, r->skip_errors, pos, field, code, message);
     pthread_mutex_unlock(&r->lock);
 }
 
@@ -212,7 +213,7 @@ static void run_items(fl_run *r, int slot_index, int64_t first, int64_t last, fl
         if (__atomic_load_n(&slot->failed, __ATOMIC_ACQUIRE)) return;
         if (fl_run_cancelled(r)) {
             /* The step will not be complete: it must never pass for a loaded one. */
-            fail_item(r, slot, pos, -1, "loading was cancelled", 1);
+            fail_item(r, slot, pos, -1, FL_ECANCELLED, "loading was cancelled");
             return;
         }
         item.pos = pos;
@@ -223,7 +224,7 @@ static void run_items(fl_run *r, int slot_index, int64_t first, int64_t last, fl
             int rc =
                 field->fill(field, &item, slot->dst[f] + pos * field->row_bytes, scratch, message);
             if (rc != 0) {
-                fail_item(r, slot, pos, f, message, rc == FL_EINTERRUPT);
+                fail_item(r, slot, pos, f, rc, message);
                 break;
             }
         }

@@ -123,6 +123,7 @@ typedef struct fl_slot {
     int failed;   /* a fatal error happened at `fail_pos` */
     int64_t fail_pos;
     int fail_field;
+    int fail_code; /* the first failure's code (status.h): FL_EINTERRUPT for Ctrl-C */
     int64_t skipped;
     char message[FL_MESSAGE_BYTES];
 } fl_slot;

@@ -27,6 +27,7 @@ cdef extern from "engine.h" nogil:
         int failed
         int64_t fail_pos
         int fail_field
+        int fail_code
         int64_t skipped
         uint8_t *skipped_items
         char message[FL_MESSAGE_BYTES]

@@ -445,6 +445,8 @@ cdef class Iteration:
         cdef int64_t first = s.step * self.rows if self.bounds is None else self.bounds[s.step]
         cdef int64_t index = (<int64_t *>cnp.PyArray_DATA(self.order))[first + s.fail_pos]
         cause = self.errors.get(slot, {}).get(s.fail_pos)
+        if cause is None and s.fail_code == FL_EINTERRUPT:
+            cause = KeyboardInterrupt()   # in a decoder called from C, which keeps no traceback
         field = s.fail_field if s.fail_field >= 0 else None
         cdef const char *message = &s.message[0]
         return s.step, field, index, message.decode("utf-8", "replace"), cause

@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 import simplejpeg
-from helpers import copy_tree
+from helpers import copy_tree, deadline
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
@@ -642,3 +642,24 @@ def test_jpeg_size_never_crashes_on_truncated_or_flipped_jpeg(cut, flips):
     elif not flips:
         with pytest.raises(ValueError):
             _core.jpeg_size(bytes(data[:cut]))
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_ctrl_c_in_a_decoder_called_from_c_stops_the_loader_with_keyboard_interrupt(
+    monkeypatch, on_error
+):
+    pngs = []
+    for k in range(8):
+        out = io.BytesIO()
+        Image.fromarray(natural_image(20, 30, seed=k)).save(out, format="PNG")
+        pngs.append(out.getvalue())
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fastload.codecs, "decode_pillow", interrupted)
+    chain = Compose([DecodeImage(), Resize((8, 8))])
+    loader = DataLoader(mapobs(chain, pngs), 4, parallel=2, on_error=on_error)
+    with deadline(10), pytest.raises(KeyboardInterrupt):
+        next(iter(loader))
+    loader.close()
