@@ -254,6 +254,7 @@ class _EpochLoader:
             collate=self.collate,
             rank=self.rank,
             world_size=self.world_size,
+            skip=self.on_error == "skip",
         )
 
     def _open_container(self, sampler: Sampler | None, batch_sampler: BatchSampler | None) -> None:

@@ -12,16 +12,23 @@ stream of ``f`` applied to each record. How a loader reads a stream is in
                      any other       -> every world-th record, from the rank-th
 
 URLs are read through fsspec (``pip install fsspec``, with ``aiohttp`` for HTTP), imported
-only when a URL is opened.
+only when a URL is opened. Every call into fsspec (opening, each read of up to 1 MiB,
+closing) runs on a helper thread that the reader waits for at most ``timeout`` seconds,
+whatever the filesystem: a server that accepts and never answers raises ``TimeoutError``
+naming the URL instead of blocking the stream. A call that timed out is abandoned: its
+helper thread ends when the filesystem's own timeout (or the server) ends the call.
 """
 
 from __future__ import annotations
 
 import collections.abc
+import io
 import itertools
+import math
 import os
 import sys
 import tarfile
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any
 
@@ -31,23 +38,107 @@ from .obs import Container, numobs
 from .tree import rebuild
 from .views import MappedObs
 
-__all__ = ["Shards", "open_shard", "rank_records", "stream_source", "tar_samples"]
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "Shards",
+    "open_shard",
+    "rank_records",
+    "stream_source",
+    "tar_samples",
+]
+
+DEFAULT_TIMEOUT_S = 60.0  # longest wait for one call into fsspec (open, read, close)
+_READ_BYTES = 1 << 20  # bytes asked of fsspec per read: one timed call per MiB
 
 
 def _is_url(path: str | os.PathLike[str]) -> bool:
     return "://" in str(path)
 
 
-def open_shard(path: str | os.PathLike[str]) -> IO[bytes]:
-    """A binary file object for ``path``: a local file, or a URL through fsspec. Raises
-    ``ImportError`` naming the package when a URL needs fsspec and it is missing."""
+def open_shard(
+    path: str | os.PathLike[str],
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    storage_options: dict[str, Any] | None = None,
+) -> IO[bytes]:
+    """A binary file object for ``path``: a local file, or a URL through fsspec, opened
+    with ``storage_options`` (the filesystem's keyword arguments: credentials, headers,
+    ``client_kwargs``, ...). A URL's file raises ``TimeoutError`` naming it when opening,
+    a read or closing takes more than ``timeout`` seconds. Raises ``ImportError`` naming
+    the package when a URL needs fsspec and it is missing."""
     if not _is_url(path):
         return open(path, "rb")
     try:
         import fsspec
     except ImportError:
         raise ImportError(f"reading {path} needs fsspec (pip install fsspec aiohttp)") from None
-    return fsspec.open(str(path), "rb").open()
+    url = str(path)
+    opener = fsspec.open(url, "rb", **(storage_options or {}))
+    remote = _timed(opener.open, timeout, f"opening {url}")
+    return io.BufferedReader(_TimedFile(remote, url, timeout), buffer_size=_READ_BYTES)
+
+
+def _timed(call: Callable[[], Any], timeout: float, what: str) -> Any:
+    """``call()`` run on a helper thread, waited for at most ``timeout`` seconds. Raises
+    ``TimeoutError`` naming ``what`` when it takes longer (the thread is abandoned: a
+    blocked socket read cannot be interrupted from outside), or what ``call`` raised."""
+    outcome: list[tuple[bool, Any]] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as exc:  # handed to the waiting thread, which raises it
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="fastload-remote-read", daemon=True).start()
+    if not done.wait(timeout):
+        raise TimeoutError(
+            f"{what}: no answer in {timeout:g} s (the server stalled or the network is "
+            f"down); Shards(..., timeout=) sets the limit"
+        )
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
+
+
+class _TimedFile(io.RawIOBase):
+    """A remote file whose every call is bounded by ``timeout`` seconds (``_timed``)."""
+
+    def __init__(self, remote: IO[bytes], url: str, timeout: float) -> None:
+        super().__init__()
+        self._remote, self.name, self._timeout = remote, url, timeout
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        data = _timed(lambda: self._remote.read(len(view)), self._timeout, f"reading {self.name}")
+        view[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                _timed(self._remote.close, self._timeout, f"closing {self.name}")
+            except TimeoutError:
+                pass  # nothing more is read from it: the stalled call is left to end
+            super().close()
+
+
+def _check_timeout(timeout: float) -> float:
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return float(timeout)
 
 
 class Shards:
@@ -62,13 +153,23 @@ class Shards:
         stream = Shards(["s3://bucket/train-000.tar", ...], read=tar_samples)
         lines = Shards(glob.glob("data/*.jsonl"), read=lambda f: map(json.loads, f))
 
-    Raises ``ValueError`` for no paths and ``TypeError`` when ``read`` is not callable.
+    URLs are opened with fsspec's ``storage_options`` (``{"anon": True}``, ``{"headers":
+    {...}}``, ...), and every call into fsspec (opening, each read of up to 1 MiB)
+    that takes more than ``timeout`` seconds raises ``TimeoutError`` naming the URL.
+    In a loader with ``on_error="skip"``, a file that fails to read (a timeout, a damaged
+    tar file) is left out from where it failed and counted in ``stats()["skipped"]``.
+
+    Raises ``ValueError`` for no paths or a timeout that is not a positive number of
+    seconds, and ``TypeError`` when ``read`` is not callable.
     """
 
     def __init__(
         self,
         paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
         read: Callable[[IO[bytes]], Iterable[Any]],
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
         if isinstance(paths, (str, bytes, os.PathLike)):
             paths = [paths]
@@ -78,10 +179,17 @@ class Shards:
         if not callable(read):
             raise TypeError(f"read must be a callable f -> records, got {type(read).__name__}")
         self.read = read
+        self.timeout = _check_timeout(timeout)
+        if storage_options is not None and not isinstance(storage_options, dict):
+            raise TypeError(
+                f"storage_options must be a dict of fsspec options, got "
+                f"{type(storage_options).__name__}"
+            )
+        self.storage_options = dict(storage_options or {})
 
     def records(self, path: str) -> Iterator[Any]:
         """The records of the file at ``path``."""
-        with open_shard(path) as f:
+        with open_shard(path, timeout=self.timeout, storage_options=self.storage_options) as f:
             yield from self.read(f)
 
     def __iter__(self) -> Iterator[Any]:
@@ -92,25 +200,69 @@ class Shards:
         return f"Shards({len(self.paths)} files, read={getattr(self.read, '__name__', self.read)})"
 
 
+# The block of zeros that ends an archive (tarfile's, missing from typeshed's stubs).
+_EOF_HEADER: type[Exception] = getattr(tarfile, "EOFHeaderError")  # noqa: B009
+
+
+class _CheckedTarInfo(tarfile.TarInfo):
+    """A tar header that tells the end of an archive (a block of zeros) from a header
+    that is missing or damaged, where ``tarfile`` ends quietly after the first member."""
+
+    @classmethod
+    def fromtarfile(cls, tar: tarfile.TarFile) -> _CheckedTarInfo:
+        try:
+            return super().fromtarfile(tar)
+        except _EOF_HEADER:
+            raise  # the end-of-archive marker
+        except tarfile.HeaderError as exc:
+            raise _DamagedTar(tar.offset, str(exc) or type(exc).__name__) from None
+
+
+class _DamagedTar(Exception):
+    def __init__(self, offset: int, reason: str) -> None:
+        super().__init__(reason)
+        self.offset, self.reason = offset, reason
+
+
 def tar_samples(f: IO[bytes]) -> Iterator[dict[str, Any]]:
     """The samples of a tar file in webdataset's layout, read as a stream: consecutive
     members that share a name up to the first dot of the file name form one sample, a
     dict ``{"__key__": name, ext: bytes, ...}`` (``a/b.jpg``, ``a/b.cls`` ->
-    ``{"__key__": "a/b", "jpg": ..., "cls": ...}``)."""
+    ``{"__key__": "a/b", "jpg": ..., "cls": ...}``).
+
+    The file must end in tar's end-of-archive marker: a file cut short (even between two
+    members) or with a damaged header raises ``ValueError`` naming the file and the byte
+    offset in the archive, after the samples before the damage (the sample being read
+    there is not yielded: it may be incomplete)."""
+    name = getattr(f, "name", None) or "tar stream"
     sample: dict[str, Any] | None = None
-    with tarfile.open(fileobj=f, mode="r|*") as tar:
-        for member in tar:
-            if not member.isfile():
-                continue
-            folder, name = os.path.split(member.name)
-            stem, _, ext = name.partition(".")
-            key = os.path.join(folder, stem)
-            if sample is not None and sample["__key__"] != key:
-                yield sample
-                sample = None
-            if sample is None:
-                sample = {"__key__": key}
-            sample[ext] = tar.extractfile(member).read()  # type: ignore[union-attr]  # isfile()
+    member: tarfile.TarInfo | None = None
+    try:
+        with tarfile.open(fileobj=f, mode="r|*", tarinfo=_CheckedTarInfo) as tar:
+            for member in tar:
+                if not member.isfile():
+                    continue
+                folder, file_name = os.path.split(member.name)
+                stem, _, ext = file_name.partition(".")
+                key = os.path.join(folder, stem)
+                if sample is not None and sample["__key__"] != key:
+                    yield sample
+                    sample = None
+                if sample is None:
+                    sample = {"__key__": key}
+                sample[ext] = tar.extractfile(member).read()  # type: ignore[union-attr]
+    except _DamagedTar as exc:
+        raise ValueError(
+            f"{name}: not a complete tar file: no valid header or end-of-archive at byte "
+            f"{exc.offset:,} ({exc.reason}); the file is truncated or damaged"
+        ) from None
+    except tarfile.ReadError as exc:
+        where = "at its start" if member is None else f"in member {member.name!r}"
+        offset = 0 if member is None else member.offset
+        raise ValueError(
+            f"{name}: not a complete tar file: {exc} {where} (header at byte {offset:,}); "
+            f"the file is truncated or damaged"
+        ) from None
     if sample is not None:
         yield sample
 
@@ -187,15 +339,35 @@ def _shard_count(source: Any) -> int | None:
     return count if isinstance(count, int) and callable(getattr(source, "shard", None)) else None
 
 
+def _shard_records(
+    source: Shards, paths: list[str], on_skip: Callable[[str, Exception], None] | None
+) -> Iterator[Any]:
+    for path in paths:
+        try:
+            yield from source.records(path)
+        except Exception as exc:
+            if on_skip is None:
+                raise
+            on_skip(path, exc)
+
+
 def rank_records(
-    source: Any, rank: int, world: int, seed: int, epoch: int, shuffle_files: bool
+    source: Any,
+    rank: int,
+    world: int,
+    seed: int,
+    epoch: int,
+    shuffle_files: bool,
+    on_skip: Callable[[str, Exception], None] | None = None,
 ) -> Iterator[Any]:
     """The records of ``source`` that ``rank`` of ``world`` reads in ``epoch``, in order.
     ``Shards`` are shared out by file (in a new order each epoch when ``shuffle_files``),
     a source with ``shard(num_shards, index)`` and a number of shards that ``world``
     divides by its own shards, anything else record by record (every rank reads it all).
     A source with ``set_epoch`` is told the epoch first (a Hugging Face dataset reshuffles
-    its own files then). Raises ``ValueError`` when there are fewer files than ranks."""
+    its own files then). A file of ``Shards`` that raises is passed to ``on_skip(path,
+    error)`` and left from there when ``on_skip`` is given, else the error propagates.
+    Raises ``ValueError`` when there are fewer files than ranks."""
     set_epoch = getattr(source, "set_epoch", None)
     if callable(set_epoch):
         set_epoch(epoch)
@@ -209,7 +381,7 @@ def rank_records(
         if shuffle_files:
             rng = np.random.Generator(np.random.PCG64([int(seed), int(epoch)]))
             paths = [paths[k] for k in rng.permutation(len(paths))]
-        return itertools.chain.from_iterable(source.records(p) for p in paths[rank::world])
+        return _shard_records(source, paths[rank::world], on_skip)
     if world == 1:
         return iter(source)
     count = _shard_count(source)

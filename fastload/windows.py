@@ -169,11 +169,31 @@ class _Reader:
         self.stopped.set()
 
 
+class _SkippedFiles:
+    """Files of ``Shards`` that failed and were left out (``on_error="skip"``): counted by
+    the reader thread, taken into the loader's stats by the consumer."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count = 0
+
+    def add(self, path: str, error: Exception) -> None:
+        with self._lock:
+            self._count += 1
+
+    def take(self) -> int:
+        """The files skipped since the last call."""
+        with self._lock:
+            count, self._count = self._count, 0
+        return count
+
+
 class StreamEpochs:
     """How a loader reads a stream: the epochs of ``data`` (views of the stream
     ``source``), cut into steps of ``batch_size`` (None: single records), loaded by
     ``engines`` (two to load a window ahead, or one). ``shuffle``: records in the shuffle
-    buffer (0: none)."""
+    buffer (0: none). ``skip``: a file of ``Shards`` that fails is left out and counted
+    as one skipped item, as an observation that fails to load."""
 
     def __init__(
         self,
@@ -187,8 +207,10 @@ class StreamEpochs:
         collate: CollateOption,
         rank: int,
         world_size: int,
+        skip: bool = False,
     ) -> None:
         self.data, self.source, self.engines = data, source, engines
+        self.skip = skip
         self.batch_size, self.drop_last, self.collate = batch_size, drop_last, collate
         self.shuffle = shuffle
         self.rank, self.world_size = rank, world_size
@@ -221,13 +243,28 @@ class StreamEpochs:
             )
         self._started = True
         rows = self.batch_size or 1
+        skipped = _SkippedFiles() if self.skip else None
         records = rank_records(
-            self.source, self.rank, self.world_size, seed, epoch, bool(self.shuffle)
+            self.source,
+            self.rank,
+            self.world_size,
+            seed,
+            epoch,
+            bool(self.shuffle),
+            None if skipped is None else skipped.add,
         )
         buffer = ShuffleBuffer(self.shuffle, seed, epoch) if self.shuffle else None
         reader = _Reader(records, self.window, buffer, start * rows // self.window)
         iteration = _StreamIteration(
-            self, reader, seed, epoch, start * rows % self.window // rows, stats, progress, on_end
+            self,
+            reader,
+            seed,
+            epoch,
+            start * rows % self.window // rows,
+            stats,
+            progress,
+            on_end,
+            skipped,
         )
         self._live = weakref.ref(iteration)
         return iteration
@@ -302,8 +339,9 @@ class _StreamIteration:
         stats: Any,
         progress: Any,
         on_end: Callable[[], None] | None,
+        skipped: _SkippedFiles | None = None,
     ) -> None:
-        self.epochs, self.reader = epochs, reader
+        self.epochs, self.reader, self.skipped = epochs, reader, skipped
         self.seed, self.epoch, self.start = seed, epoch, start
         self.stats, self.progress, self.on_end = stats, progress, on_end
         self.current = self.ahead = None
@@ -357,6 +395,8 @@ class _StreamIteration:
             waited = time.perf_counter()
             item = self.reader.get(block)
             self.stats.wait_s += time.perf_counter() - waited
+            if self.skipped is not None:
+                self.stats.skipped += self.skipped.take()
             if item is None:
                 return False
             if item[0] == "end":

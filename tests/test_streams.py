@@ -6,6 +6,7 @@ import functools
 import http.server
 import io
 import json
+import socket
 import tarfile
 import threading
 
@@ -364,3 +365,152 @@ def test_a_stream_has_neither_an_order_nor_a_schedule_drawn_up_front():
         loader.schedule(0)
     with pytest.raises(TypeError, match="stream"):
         loader.order(0)
+
+
+def _tar_shard(path, first, count):
+    """A tar file of ``count`` samples (a payload and a label each), keys ``first`` ...
+    ``first + count - 1``; returns the byte offsets of its members."""
+    with tarfile.open(path, mode="w") as tar:
+        for k in range(first, first + count):
+            for ext, payload in (("bin", bytes([k % 256]) * 700), ("cls", str(k).encode())):
+                info = tarfile.TarInfo(f"s/{k:05d}.{ext}")
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+    with tarfile.open(path) as tar:
+        return [m.offset for m in tar.getmembers()]
+
+
+def _cut(path, size):
+    data = path.read_bytes()
+    path.write_bytes(data[:size])
+
+
+def test_tar_samples_cut_between_members_raises_naming_the_file_and_offset(tmp_path):
+    path = tmp_path / "cut.tar"
+    offsets = _tar_shard(path, 0, 100)
+    _cut(path, offsets[100])  # the end of sample 49: a cut on a member boundary
+    got = []
+    with open(path, "rb") as f, pytest.raises(ValueError, match=r"cut\.tar.*byte 128,000"):
+        got.extend(tar_samples(f))
+    assert [s["__key__"] for s in got] == [f"s/{k:05d}" for k in range(49)]
+
+
+@pytest.mark.parametrize("where", ["header", "inside a member", "header cut"])
+def test_tar_samples_damaged_or_truncated_after_the_first_member_raise(tmp_path, where):
+    path = tmp_path / "bad.tar"
+    offsets = _tar_shard(path, 0, 10)
+    data = bytearray(path.read_bytes())
+    if where == "header":
+        data[offsets[4] : offsets[4] + 512] = b"\x07" * 512
+    else:
+        data = data[: offsets[4] + (700 if where == "inside a member" else 100)]
+    path.write_bytes(bytes(data))
+    with open(path, "rb") as f, pytest.raises(ValueError, match="bad.tar: not a complete tar"):
+        list(tar_samples(f))
+
+
+def test_a_loader_over_tar_shards_raises_for_a_truncated_one_or_skips_it(tmp_path):
+    paths = []
+    for s in range(3):
+        paths.append(tmp_path / f"shard-{s}.tar")
+        offsets = _tar_shard(paths[-1], 1000 * s, 1000)
+    _cut(paths[1], offsets[1000])  # shard 1 ends after 500 samples, on a boundary
+    keys = mapobs(lambda sample: int(sample["cls"]), Shards(paths, read=tar_samples))
+    with deadline(60), pytest.raises(ValueError, match=r"shard-1\.tar.*byte"):
+        list(DataLoader(keys, 100, parallel=2))
+    loader = DataLoader(keys, 100, parallel=2, on_error="skip")
+    with deadline(60), pytest.warns(RuntimeWarning, match="skipped 1"):
+        got = np.concatenate(list(loader)).tolist()
+    # What shard 1 held before the cut is kept, but its sample at the cut is not.
+    assert got == list(range(1000)) + list(range(1000, 1499)) + list(range(2000, 3000))
+    assert loader.stats()["skipped"] == 1
+
+
+@pytest.fixture
+def stalled_server():
+    """A loopback address whose server accepts connections and never answers."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted = []
+    stop = threading.Event()
+
+    def accept():
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(5)
+        for connection in accepted:
+            connection.close()
+        listener.close()
+
+
+def test_a_stalled_server_times_out_naming_the_url(stalled_server, tmp_path):
+    pytest.importorskip("fsspec")
+    pytest.importorskip("aiohttp")
+    url = f"{stalled_server}/part-0.jsonl"
+    stream = Shards([url], read=lambda f: map(json.loads, f), timeout=0.5)
+    with deadline(30), pytest.raises(TimeoutError, match=f"{url}: no answer in 0.5 s"):
+        list(DataLoader(stream, 16, parallel=2))
+
+
+def test_a_stalled_shard_is_skipped_and_counted_with_on_error_skip(stalled_server, tmp_path):
+    pytest.importorskip("fsspec")
+    pytest.importorskip("aiohttp")
+    paths = [str(p) for p in _write_shards(tmp_path, 2, 30)]
+    stream = Shards(
+        [paths[0], f"{stalled_server}/x.jsonl", paths[1]],
+        read=lambda f: map(json.loads, f),
+        timeout=0.5,
+    )
+    loader = DataLoader(mapobs(lambda r: r["id"], stream), 16, on_error="skip")
+    with deadline(30), pytest.warns(RuntimeWarning, match="skipped 1"):
+        assert np.concatenate(list(loader)).tolist() == list(range(60))
+
+
+class _TokenHandler(_QuietHandler):
+    """Serves files only to a request with the header ``X-Token: secret``."""
+
+    def do_GET(self):
+        if self.headers.get("X-Token") != "secret":
+            self.send_error(403)
+            return
+        super().do_GET()
+
+    do_HEAD = do_GET
+
+
+def test_shards_pass_storage_options_to_fsspec(tmp_path):
+    pytest.importorskip("fsspec")
+    pytest.importorskip("aiohttp")
+    _write_shards(tmp_path, 1, 20)
+    handler = functools.partial(_TokenHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/part-0.jsonl"
+        read = lambda f: map(json.loads, f)
+        with deadline(30):
+            with pytest.raises(OSError):  # fsspec: the server refused (403)
+                list(Shards(url, read=read))
+            stream = Shards(url, read=read, storage_options={"headers": {"X-Token": "secret"}})
+            assert [r["id"] for r in stream] == list(range(20))
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("inf"), "5", True])
+def test_shards_refuse_a_timeout_that_is_not_a_positive_number(timeout):
+    with pytest.raises(ValueError, match="timeout must be a positive number"):
+        Shards(["a.tar"], read=tar_samples, timeout=timeout)
