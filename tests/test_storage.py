@@ -579,18 +579,22 @@ def test_the_next_write_removes_what_a_killed_or_interrupted_write_left(tmp_path
     ).stdout.strip()
     stale = [
         tmp_path / f".out.arrow.{dead}-12345.tmp",  # a killed process
-        tmp_path / f".out.arrow.{os.getpid()}-{threading.get_ident()}.tmp",
-    ]  # this thread
+        tmp_path / f".out.arrow.{os.getpid()}-{threading.get_ident()}.tmp",  # this thread
+        tmp_path / f".other.arrow.{dead}-1.tmp",  # a killed write of another file
+    ]
     for folder in stale:
         folder.mkdir()
         (folder / "column.0").write_bytes(b"x" * 1000)
-    other = tmp_path / ".other.arrow.1-1.tmp"  # another destination's: not ours to touch
-    other.mkdir()
+    alive = tmp_path / ".other.arrow.1-1.tmp"  # process 1 is running: it may be writing
+    alive.mkdir()
+    foreign = tmp_path / f".notes.{dead}-2.tmp"  # a name alike, but files no write makes
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep")
     write(tmp_path / "out.arrow", [{"y": 1}, {"y": 2}], {"y": "int64"}, progress=False)
-    assert leftovers(tmp_path) == [".other.arrow.1-1.tmp", "out.arrow"]
+    assert leftovers(tmp_path) == sorted([alive.name, foreign.name, "out.arrow"])
 
 
-def test_a_write_killed_midway_leaves_only_its_work_directory(tmp_path):
+def test_a_write_killed_midway_leaves_its_work_directory_that_any_next_write_removes(tmp_path):
     code = (
         "import numpy as np, sys\n"
         "sys.path.insert(0, sys.argv[2])\n"
@@ -620,8 +624,8 @@ def test_a_write_killed_midway_leaves_only_its_work_directory(tmp_path):
     child.kill()
     child.wait(30)
     assert [p.endswith(".tmp") for p in leftovers(tmp_path)] == [True]
-    write(out, [{"y": 1}], {"y": "int64"}, progress=False)
-    assert leftovers(tmp_path) == ["big.arrow"]
+    write(tmp_path / "small.arrow", [{"y": 1}], {"y": "int64"}, progress=False)
+    assert leftovers(tmp_path) == ["small.arrow"]  # a write of another file cleans up
 
 
 def _rewrite(src, dst, *, metadata=None, batch_rows=None):

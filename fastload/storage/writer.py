@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import threading
 from collections.abc import Generator, Iterable, Sequence
@@ -58,10 +59,11 @@ def write(
     the fields, or tuples with the fields in the order of ``fields``. ``fields`` maps each
     field name to an encoding (``Raw()``, ``JPEG(quality=90)``, ``"int64"``, ...).
     Encoded rows are written as they come, in a temporary directory next to ``path``
-    (removed at the end, or by the next write after a kill), so memory stays bounded: the
-    first field's bytes straight into the file, the other columns to spill files copied in
-    at the end. Rows are cut into chunks of about ``chunk_bytes`` encoded bytes, the unit
-    of the quasi-random order. ``num_threads`` encoders (default: one per CPU) run at
+    (removed at the end; one that a killed writer left is removed by the next write into
+    the same folder, of any file), so memory stays bounded: the first field's bytes
+    straight into the file, the other columns to spill files copied in at the end. Rows
+    are cut into chunks of about ``chunk_bytes`` encoded bytes, the unit of the
+    quasi-random order. ``num_threads`` encoders (default: one per CPU) run at
     once: threads, or with ``backend="process"`` forked worker processes, for containers
     whose Python code holds the GIL (as ``DataLoader(..., backend="process")`` loads them;
     the container is not pickled; Linux). Either way the file is the same. ``progress``
@@ -194,19 +196,32 @@ def _work_dir(path: str) -> str:
     return os.path.join(head, f".{tail}.{os.getpid()}-{threading.get_ident()}.tmp")
 
 
+# A write's temporary directory, ".<file name>.<pid>-<thread id>.tmp" (``_work_dir``), and
+# the files it holds (``write``, ``_spills``).
+_WORK_DIR = re.compile(r"\.(?P<file>.+)\.(?P<pid>\d+)-(?P<tid>\d+)\.tmp")
+_WORK_FILE = re.compile(r"dataset\.arrow|copy\.arrow|column\.\d+")
+
+
 def _remove_stale(path: str) -> None:
-    """Remove the temporary directories that earlier writes of ``path`` left behind: those
-    of a process that is gone (killed), or of a thread of this one that is no longer
-    running (an interrupt that came too late for the clean-up)."""
-    head, tail = os.path.split(os.path.abspath(path))
-    prefix = f".{tail}."
+    """Remove the temporary directories that earlier writes into the folder of ``path``
+    left behind, whatever file they wrote: those of a process that is gone (killed), or
+    of a thread of this one that is no longer running (an interrupt that came too late
+    for the clean-up). A directory that holds anything a write does not make is left."""
+    head = os.path.dirname(os.path.abspath(path))
     for entry in os.scandir(head):
-        name = entry.name
-        if not (name.startswith(prefix) and name.endswith(".tmp") and entry.is_dir()):
+        match = _WORK_DIR.fullmatch(entry.name)
+        if match is None or not entry.is_dir(follow_symlinks=False):
             continue
-        pid, _, tid = name[len(prefix) : -len(".tmp")].partition("-")
-        if pid.isdigit() and tid.isdigit() and not _writing(int(pid), int(tid)):
-            shutil.rmtree(entry.path, ignore_errors=True)
+        if _writing(int(match["pid"]), int(match["tid"])) or not _only_work_files(entry.path):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _only_work_files(folder: str) -> bool:
+    try:
+        return all(_WORK_FILE.fullmatch(name) for name in os.listdir(folder))
+    except OSError:
+        return False  # gone already, or not ours to read
 
 
 def _writing(pid: int, tid: int) -> bool:
