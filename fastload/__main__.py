@@ -66,10 +66,16 @@ def _add_convert_args(p):
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
+        "--no-check",
+        action="store_true",
+        help="store JPEG (and QOI) files as they are without decoding them first: faster, "
+        "but a file that cannot be decoded is then found in training, not here",
+    )
+    p.add_argument(
         "--on-error",
         choices=("raise", "skip"),
         default="raise",
-        help="a file that cannot be read or encoded stops the conversion "
+        help="a file that cannot be read, decoded or encoded stops the conversion "
         "(raise) or is left out and listed at the end (skip); "
         "default: %(default)s",
     )
@@ -86,6 +92,7 @@ def _run_convert(args):
         num_threads=args.threads,
         progress=not args.no_progress,
         on_error=args.on_error,
+        check=not args.no_check,
     )
     print(f"wrote {n} images to {args.dst}")
     if skipped:

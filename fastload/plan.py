@@ -390,8 +390,9 @@ class ItemPlan:
         if isinstance(cause, LoadError):
             return cause
         source = None if field is None else source_of(self.leaves[field].container, index)
+        where = f" ({source})" if source and source not in message else ""
         error = LoadError(
-            f"could not load observation {index}: {message}", index=index, source=source
+            f"could not load observation {index}{where}: {message}", index=index, source=source
         )
         error.__cause__ = cause
         return error

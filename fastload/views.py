@@ -187,11 +187,15 @@ class MappedObs(_View):
 
 def source_of(data: Container, i: int) -> str | None:
     """The file that observation ``i`` of ``data`` is read from, when the container says
-    (a ``paths`` attribute, through ``mapobs``); else None."""
+    (a ``paths`` attribute, or a ``row_source(i)`` method as a packed dataset's columns
+    have, through ``mapobs``); else None."""
     while isinstance(data, MappedObs):
         data = data.data
     paths = getattr(data, "paths", None)
-    return None if paths is None else str(paths[i])
+    if paths is not None:
+        return str(paths[i])
+    row_source = getattr(data, "row_source", None)
+    return None if row_source is None else str(row_source(i))
 
 
 @overload

@@ -162,3 +162,54 @@ def test_info_without_a_path_says_what_this_build_decodes_with(capsys):
     out = capsys.readouterr().out
     assert f"jpeg_decoder: {fastload.codecs.decoder_name()}" in out
     assert "other_formats: Pillow" in out
+
+
+def _truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])  # a whole header, half the scan
+
+
+@pytest.mark.parametrize("mode", ["jpeg", "smart"])
+def test_convert_decodes_jpeg_files_it_stores_as_they_are_and_names_a_truncated_one(
+    image_folder, tmp_path, capsys, mode
+):
+    src, _ = image_folder
+    big = np.random.default_rng(1).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    Image.fromarray(big).save(src / "dog" / "cut.jpg", quality=95)
+    _truncate(src / "dog" / "cut.jpg")
+    dst = tmp_path / "out.arrow"
+    args = ["convert", str(src), str(dst), "--no-progress", "--mode", mode]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "cut.jpg" in err and "corrupt or truncated JPEG" in err
+    assert not dst.exists()
+    assert main(args + ["--on-error", "skip"]) == 0
+    assert "skipped 1 files" in capsys.readouterr().out
+    ds = open_dataset(str(dst))
+    assert len(ds) == 6 and "dog/cut.jpg" not in ds["path"][:]
+    for k in range(6):  # every row written decodes
+        assert ds["image"][k].shape[2] == 3
+
+
+def test_a_row_that_fails_to_load_names_its_packed_file_row_and_source_file(image_folder, tmp_path):
+    from fastload import DataLoader, LoadError, mapobs
+    from fastload.transforms import CenterCrop, Compose, DecodeImage
+
+    src, _ = image_folder
+    big = np.random.default_rng(1).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    Image.fromarray(big).save(src / "dog" / "cut.jpg", quality=95)
+    _truncate(src / "dog" / "cut.jpg")
+    dst = tmp_path / "unchecked.arrow"
+    assert main(["convert", str(src), str(dst), "--no-progress", "--no-check"]) == 0
+    ds = open_dataset(str(dst))
+    row = ds["path"][:].index(os.path.join("dog", "cut.jpg"))
+    where = f"{dst}, row {row} (from {os.path.join('dog', 'cut.jpg')})"
+    with pytest.raises(LoadError) as info:
+        ds["image"][row]
+    assert where in str(info.value) and info.value.index == row
+    native = mapobs(Compose([DecodeImage(), CenterCrop(16)]), ds["image"].encoded)
+    for data, collate in ((native, True), (ds["image"], False)):  # the column's vary in size
+        with pytest.raises(LoadError) as info:
+            list(DataLoader(data, 4, parallel=2, collate=collate))
+        assert where in str(info.value) and info.value.source == where
+        assert "corrupt or truncated JPEG" in str(info.value)

@@ -708,3 +708,62 @@ def test_verify_read_checks_a_chunk_before_any_of_its_rows_is_read(written, tmp_
     with pytest.raises(LoadError, match="does not match"):
         ds[39]
     assert open(path, verify="read")[39]["label"] == 39  # the intact file reads
+
+
+def _cut_in_half(data):
+    return data[: len(data) // 2]
+
+
+@pytest.mark.parametrize(
+    "encoding, encoded",
+    [
+        (JPEG(), lambda img: simplejpeg.encode_jpeg(img, quality=95)),
+        (Smart(0), lambda img: simplejpeg.encode_jpeg(img, quality=95)),
+        (QOI(), lambda img: _qoi_encode(img)),
+    ],
+)
+def test_image_bytes_stored_as_given_are_decoded_first_unless_check_is_off(
+    tmp_path, encoding, encoded
+):
+    rng = np.random.default_rng(0)
+    good = [encoded(rng.integers(0, 256, (48, 40, 3), dtype=np.uint8)) for _ in range(3)]
+    rows = [{"image": good[0]}, {"image": _cut_in_half(good[1])}, {"image": good[2]}]
+    path = tmp_path / "images.arrow"
+    with pytest.raises(LoadError, match=r"row 1, field 'image'.*(truncated|QOI)"):
+        write(path, rows, {"image": encoding}, progress=False)
+    skipped = write(path, rows, {"image": encoding}, progress=False, on_error="skip")
+    assert [e.index for e in skipped] == [1]
+    assert [bytes(b) for b in open(path)["image"].encoded[:]] == [good[0], good[2]]
+    encoding.check = False  # the opt-out: stored as given, found when loaded
+    write(path, rows, {"image": encoding}, progress=False)
+    with pytest.raises(LoadError, match=f"{path}, row 1"):
+        open(path)["image"][1]
+
+
+def _qoi_encode(img):
+    from fastload import _core
+
+    return _core.qoi_encode(img)
+
+
+def test_check_must_be_a_bool():
+    with pytest.raises(TypeError, match="check must be True or False"):
+        JPEG(check="no")
+
+
+def test_source_field_must_name_a_str_field(tmp_path):
+    rows = [{"y": 1, "name": "a.txt"}]
+    for bad in ("y", "missing"):
+        with pytest.raises(ValueError, match="source_field must name a Str"):
+            write(tmp_path / "x.arrow", rows, {"y": "int64", "name": Str()}, source_field=bad)
+
+
+def test_errors_on_a_row_name_the_source_the_file_records(tmp_path):
+    rows = [{"blob": b"\x00" * 3, "origin": f"raw/{k}.bin"} for k in range(3)]
+    path = tmp_path / "nd.arrow"
+    write(path, rows, {"blob": Bytes(), "origin": Str()}, progress=False, source_field="origin")
+    ds = open(path)
+    assert ds.source_field == "origin"
+    assert ds["blob"].row_source(2) == f"{path}, row 2 (from raw/2.bin)"
+    write(path, rows, {"blob": Bytes(), "origin": Str()}, progress=False)
+    assert open(path)["blob"].row_source(2) == f"{path}, row 2"

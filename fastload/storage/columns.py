@@ -119,6 +119,10 @@ class ItemBytes:
         """The column's ``spans()``: these items, wherever they are mapped."""
         return self._column.spans()
 
+    def row_source(self, i: int) -> str:
+        """The column's ``row_source(i)``: where item ``i`` is, for errors."""
+        return self._column.row_source(i)
+
 
 class EncodedColumn:
     """A binary-backed field (jpeg, qoi, smart, ndarray, bytes, str, ...): ``col[i]``
@@ -126,8 +130,12 @@ class EncodedColumn:
     Auxiliary columns (``height``, ``width``, ``format``, ``shape``) are in ``col.parts``
     (and ``col.height``, ``col.width`` for images).
 
-    Raises ``LoadError`` naming the row and the file when an item cannot be decoded.
+    Raises ``LoadError`` naming the row and the file (and the row's source file, when the
+    dataset records it) when an item cannot be decoded.
     """
+
+    # The Str column of the rows' source files, when the dataset has one (set by it).
+    sources = None
 
     def __init__(self, name, codec, pieces, parts, piece_rows, sources):
         self.name, self.codec, self.encoding = name, codec, codec.name
@@ -196,15 +204,27 @@ class EncodedColumn:
         base = self._bases[0] if self._base_of_row is None else self._bases[self._base_of_row[i]]
         return memoryview(base[self._starts[i] : self._ends[i]])
 
+    def row_source(self, i: int) -> str:
+        """Where row ``i`` is, for errors: ``"train.arrow, row 7"``, and ``" (from
+        cat/3.jpg)"`` when the dataset records the rows' source files."""
+        where = f"{self._sources[0 if self._source_of_row is None else self._source_of_row[i]]}"
+        where += f", row {i}"
+        if self.sources is not None and self.sources is not self:
+            try:
+                where += f" (from {self.sources[i]})"
+            except LoadError:
+                pass  # the source column is damaged too: the row and file still say where
+        return where
+
     def _decode(self, i):
         try:
             return self.codec.decode(self._view(i), *(p[i] for p in self.parts.values()))
         except Exception as exc:
-            src = self._sources[0 if self._source_of_row is None else self._source_of_row[i]]
+            where = self.row_source(i)
             raise LoadError(
-                f"{src}: cannot decode row {i} of field {self.name!r} ({self.encoding}): {exc}",
+                f"{where}: cannot decode field {self.name!r} ({self.encoding}): {exc}",
                 index=i,
-                source=src,
+                source=where,
             ) from exc
 
     def __getitem__(self, i: "slice | np.typing.ArrayLike"):

@@ -4,7 +4,7 @@ import os
 
 from fastload.imagefolder import ImageFolder
 from fastload.storage import images
-from fastload.storage.fields import JPEG, QOI, NDArray, Smart
+from fastload.storage.fields import JPEG, QOI, NDArray, Smart, Str
 from fastload.storage.writer import write
 
 __all__ = ["MODES", "convert", "image_encoding"]
@@ -13,17 +13,37 @@ MODES = ("jpeg", "raw", "qoi", "smart")
 DEFAULT_SMART_THRESHOLD = 64 * 64 * 3
 
 
-def image_encoding(mode, quality=90, max_side=None, threshold_bytes=DEFAULT_SMART_THRESHOLD):
-    """The image field encoding for a convert ``mode``; raises ValueError for another."""
+def image_encoding(
+    mode, quality=90, max_side=None, threshold_bytes=DEFAULT_SMART_THRESHOLD, check=True
+):
+    """The image field encoding for a convert ``mode``; raises ValueError for another.
+    ``check``: image files stored as given are decoded once first (raw mode decodes
+    every image anyway)."""
     if mode == "jpeg":
-        return JPEG(quality=quality, max_side=max_side)
+        return JPEG(quality=quality, max_side=max_side, check=check)
     if mode == "qoi":
-        return QOI(max_side=max_side)
+        return QOI(max_side=max_side, check=check)
     if mode == "smart":
-        return Smart(threshold_bytes, quality=quality, max_side=max_side)
+        return Smart(threshold_bytes, quality=quality, max_side=max_side, check=check)
     if mode == "raw":
         return NDArray("uint8")
     raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+
+
+class _Sources:
+    """ImageFolder observations with each image's path under the folder: ``(image,
+    label, path)``, the rows convert writes."""
+
+    def __init__(self, images, folder):
+        self.images, self.paths = images, folder.paths
+        self.root = os.path.abspath(folder.root)
+
+    def __len__(self):
+        return len(self.images)
+
+    def __getitem__(self, i):
+        image, label = self.images[i]
+        return image, label, os.path.relpath(os.path.abspath(self.paths[i]), self.root)
 
 
 class _DecodedImages:
@@ -56,30 +76,36 @@ def convert(
     progress=True,
     chunk_bytes=64 << 20,
     on_error="raise",
+    check=True,
 ):
     """Packs ``src/<class>/<image files>`` into the file ``dst`` with fields ``image``
-    (encoded per ``mode``) and ``label`` (int64, classes in sorted name order; the class
-    names are kept in ``Dataset.metadata["classes"]``). Returns ``(written, skipped)``:
+    (encoded per ``mode``), ``label`` (int64, classes in sorted name order; the class
+    names are kept in ``Dataset.metadata["classes"]``) and ``path`` (the image's file
+    under ``src``, which errors in loading a row name). Returns ``(written, skipped)``:
     the number of images written and the ``LoadError`` of each file left out.
+
+    Every image is decoded once: JPEG (or QOI) files stored as they are too, unless
+    ``check=False`` (faster; a file that cannot be decoded then fails in training).
 
     Raises FileNotFoundError for a missing ``src`` or ``dst`` directory, ValueError for a
     folder without images or a bad option, LoadError naming the file that fails (with
     ``on_error="skip"``: files that fail are left out and returned instead).
     """
-    encoding = image_encoding(mode, quality, max_side, threshold_bytes)
+    encoding = image_encoding(mode, quality, max_side, threshold_bytes, check)
     folder = ImageFolder(src)
     dst_dir = os.path.dirname(os.path.abspath(os.fspath(dst)))
     if not os.path.isdir(dst_dir):
         raise FileNotFoundError(f"output directory {dst_dir!r} does not exist")
-    data = _DecodedImages(folder, max_side) if mode == "raw" else folder
+    data = _Sources(_DecodedImages(folder, max_side) if mode == "raw" else folder, folder)
     skipped = write(
         dst,
         data,
-        {"image": encoding, "label": "int64"},
+        {"image": encoding, "label": "int64", "path": Str()},
         chunk_bytes=chunk_bytes,
         num_threads=num_threads,
         progress=progress,
         on_error=on_error,
         metadata={"classes": folder.classes, "source": os.path.abspath(folder.root)},
+        source_field="path",
     )
     return len(folder) - len(skipped), skipped

@@ -7,7 +7,9 @@ main column carries the field's name; auxiliary columns are named ``"<field>.<pa
 numpy scalar dtype name (``"int32"``).
 
 Image encodings take a uint8 array (h, w), (h, w, 1|3|4) or encoded image bytes, and
-decode to uint8 (h, w, 3|4) RGB(A). A JPEG field stores RGB (alpha is dropped).
+decode to uint8 (h, w, 3|4) RGB(A). A JPEG field stores RGB (alpha is dropped). JPEG or
+QOI bytes that are stored as given are decoded once first (``check=True``, the default),
+so that a file that cannot be decoded is refused when written, not met in training.
 """
 
 import numbers
@@ -256,6 +258,12 @@ def _check_quality(quality: int) -> int:
     return int(quality)
 
 
+def _check_flag(check: bool) -> bool:
+    if not isinstance(check, bool):
+        raise TypeError(f"check must be True or False, got {check!r}")
+    return check
+
+
 def _check_max_side(max_side: int | None) -> int | None:
     if max_side is None:
         return None
@@ -277,6 +285,16 @@ class _Image(Encoding):
 
     parts: tuple[tuple[str, str], ...] = (("height", "int32"), ("width", "int32"))
     max_side: int | None = None
+    check: bool = True
+
+    def _as_given(self, value):
+        """``value``'s bytes, to be stored as given: decoded first when ``check`` (JPEG at
+        its smallest DCT scale, which still reads every byte of the entropy-coded data).
+        Raises ValueError for bytes that do not decode."""
+        data = bytes(value)
+        if self.check:
+            images.decode_image_bytes(data, min_size=(1, 1))
+        return data
 
     def _pixels(self, value):
         """``value`` as pixels no larger than max_side (JPEG bytes are decoded at a
@@ -308,13 +326,15 @@ def _decode_jpeg(data):
 
 
 class JPEG(_Image):
-    """A JPEG image. JPEG bytes that need no resize are stored as given (no re-encode)."""
+    """A JPEG image. JPEG bytes that need no resize are stored as given (no re-encode),
+    once decoded to check them unless ``check=False``."""
 
     name = "jpeg"
 
-    def __init__(self, quality: int = 90, max_side: int | None = None) -> None:
+    def __init__(self, quality: int = 90, max_side: int | None = None, check: bool = True) -> None:
         self.quality = _check_quality(quality)
         self.max_side = _check_max_side(max_side)
+        self.check = _check_flag(check)
 
     def encode(self, value):
         if (
@@ -323,7 +343,7 @@ class JPEG(_Image):
             and not self._needs_resize(value)
         ):
             h, w = images.image_size(value)
-            return bytes(value), h, w
+            return self._as_given(value), h, w
         img = self._pixels(value)
         return _encode_jpeg(img, self.quality), img.shape[0], img.shape[1]
 
@@ -335,12 +355,14 @@ class JPEG(_Image):
 
 
 class QOI(_Image):
-    """A lossless QOI image (RGB or RGBA), decoded natively."""
+    """A lossless QOI image (RGB or RGBA), decoded natively. QOI bytes that need no
+    resize are stored as given, once decoded to check them unless ``check=False``."""
 
     name = "qoi"
 
-    def __init__(self, max_side: int | None = None) -> None:
+    def __init__(self, max_side: int | None = None, check: bool = True) -> None:
         self.max_side = _check_max_side(max_side)
+        self.check = _check_flag(check)
 
     def encode(self, value):
         if (
@@ -349,7 +371,7 @@ class QOI(_Image):
             and not self._needs_resize(value)
         ):
             h, w, _ = _core.qoi_header(value)
-            return bytes(value), h, w
+            return self._as_given(value), h, w
         img = self._pixels(value)
         return _core.qoi_encode(img), img.shape[0], img.shape[1]
 
@@ -363,7 +385,7 @@ class QOI(_Image):
 class Smart(_Image):
     """Raw pixels when the (resized) image takes at most ``threshold_bytes``, else JPEG.
     A ``.format`` column says which, per row (0: raw, 1: JPEG). Raw rows decode to
-    read-only views of the file."""
+    read-only views of the file. JPEG bytes stored as given are checked as ``JPEG``'s."""
 
     name = "smart"
     parts = _Image.parts + (("format", "uint8"),)
@@ -371,7 +393,11 @@ class Smart(_Image):
     quality: int
 
     def __init__(
-        self, threshold_bytes: int, quality: int = 90, max_side: int | None = None
+        self,
+        threshold_bytes: int,
+        quality: int = 90,
+        max_side: int | None = None,
+        check: bool = True,
     ) -> None:
         if (
             isinstance(threshold_bytes, bool)
@@ -382,12 +408,13 @@ class Smart(_Image):
         self.threshold_bytes = int(threshold_bytes)
         self.quality = _check_quality(quality)
         self.max_side = _check_max_side(max_side)
+        self.check = _check_flag(check)
 
     def encode(self, value):
         if isinstance(value, (bytes, bytearray, memoryview)) and images.is_jpeg(value):
             h, w = images.fit_size(*images.image_size(value), self.max_side)
             if h * w * 3 > self.threshold_bytes and not self._needs_resize(value):
-                return bytes(value), h, w, FORMAT_JPEG
+                return self._as_given(value), h, w, FORMAT_JPEG
         img = self._pixels(value)
         if img.nbytes <= self.threshold_bytes:
             return np.ascontiguousarray(img).tobytes(), img.shape[0], img.shape[1], FORMAT_RAW

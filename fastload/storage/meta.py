@@ -6,6 +6,8 @@ Keys of the Arrow schema metadata:
 - ``fastload.chunks``: JSON, the row boundaries [0, ..., rows] of the file's chunks.
 - ``fastload.user``: JSON, the ``metadata`` dict given to ``write`` (class names, ...).
 - ``fastload.checksums``: JSON, CRC-32s of the chunks and the metadata (``checksums.py``).
+- ``fastload.source``: the name of a ``str`` field that holds where each row came from
+  (its source file), named by errors in loading the row; absent when there is none.
 
 Version rule: a reader opens files of its version or older and rejects newer ones.
 Version 2 added ``fastload.checksums``; a version-2 file without it is corrupt (the key
@@ -25,6 +27,7 @@ META_FORMAT = b"fastload.format"
 META_FIELDS = b"fastload.fields"
 META_USER = b"fastload.user"
 META_CHUNKS = b"fastload.chunks"
+META_SOURCE = b"fastload.source"
 
 
 def read_fields(schema_metadata, column_names):
@@ -62,6 +65,17 @@ def read_fields(schema_metadata, column_names):
             )
         fields[name] = (enc, cols)
     return fields
+
+
+def read_source_field(schema_metadata, fields):
+    """The name of the ``str`` field of ``fields`` ({name: Encoding}) that holds each row's
+    source, or None when the file names none (or names no such field)."""
+    raw = (schema_metadata or {}).get(META_SOURCE)
+    try:
+        name = raw.decode("utf-8") if raw else None
+    except UnicodeDecodeError:
+        return None
+    return name if name in fields and fields[name].name == "str" else None
 
 
 def read_user(schema_metadata):

@@ -33,7 +33,14 @@ from fastload.storage.columns import (
 )
 from fastload.storage.fields import Bytes, Encoding, Raw, Scalar, Str
 from fastload.storage.filepages import FilePages
-from fastload.storage.meta import META_FIELDS, META_FORMAT, read_chunks, read_fields, read_user
+from fastload.storage.meta import (
+    META_FIELDS,
+    META_FORMAT,
+    read_chunks,
+    read_fields,
+    read_source_field,
+    read_user,
+)
 from fastload.storage.progress import progress_bar
 
 __all__ = ["Dataset", "open", "resolve_files"]
@@ -244,6 +251,11 @@ class Dataset:
             raise
         except Exception as exc:  # inconsistent buffers that Arrow's validation let by
             raise LoadError(f"{first.path}: corrupt dataset: {exc}", source=first.path) from exc
+        self.source_field = read_source_field(first.schema.metadata, self.fields)
+        if self.source_field is not None:
+            for column in self._columns.values():
+                if isinstance(column, EncodedColumn):
+                    column.sources = self._columns[self.source_field]
         self._checks = _ChunkChecks(self) if verify_reads else None
         if self._checks is not None:
             self.verify_rows = self._checks.rows

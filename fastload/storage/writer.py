@@ -32,7 +32,14 @@ from fastload.storage.encoder_processes import SLOT_BYTES, process_blocks
 from fastload.storage.encoders import at_row, encode_row, is_byte_kind, observation, thread_blocks
 from fastload.storage.fields import Encoding, as_encoding
 from fastload.storage.ipcfile import InPlaceFile, body_lead
-from fastload.storage.meta import FORMAT_VERSION, META_CHUNKS, META_FIELDS, META_FORMAT, META_USER
+from fastload.storage.meta import (
+    FORMAT_VERSION,
+    META_CHUNKS,
+    META_FIELDS,
+    META_FORMAT,
+    META_SOURCE,
+    META_USER,
+)
 from fastload.storage.progress import progress_bar
 from fastload.storage.spill import ColumnSpill
 
@@ -52,6 +59,7 @@ def write(
     progress: bool = True,
     metadata: dict[str, Any] | None = None,
     on_error: Literal["raise", "skip"] = "raise",
+    source_field: str | None = None,
 ) -> list[LoadError]:
     """Encode every observation of ``data`` and write them to the packed file ``path``.
 
@@ -68,7 +76,9 @@ def write(
     whose Python code holds the GIL (as ``DataLoader(..., backend="process")`` loads them;
     the container is not pickled; Linux). Either way the file is the same. ``progress``
     shows a tqdm bar when tqdm is installed. ``metadata`` is an optional JSON-serializable
-    dict kept in the file (``Dataset.metadata``), e.g. class names.
+    dict kept in the file (``Dataset.metadata``), e.g. class names. ``source_field``
+    names a ``Str()`` field that holds where each row came from (a file path): an error
+    in loading a row of the written file names it.
 
     Raises ValueError/TypeError for bad arguments, FileNotFoundError for a missing
     directory, ``LoadError`` naming the row (and its file, when the container has
@@ -82,6 +92,7 @@ def write(
     """
     path = os.fspath(path)
     encodings, threads = _check_args(path, fields, chunk_bytes, num_threads, backend)
+    source = _check_source_field(source_field, encodings)
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     user_meta = json.dumps({} if metadata is None else metadata).encode()
@@ -104,7 +115,7 @@ def write(
             # to spill files.
             out = InPlaceFile(
                 tmp,
-                _header_bytes(pa, encodings, user_meta, n, row_bytes, chunk_bytes),
+                _header_bytes(pa, encodings, user_meta, n, row_bytes, chunk_bytes, source),
                 body_lead(kinds[0], n) if is_byte_kind(kinds[0]) else None,
             )
             stack.callback(out.close)
@@ -114,7 +125,8 @@ def write(
             )
             bounds = _spill_blocks(blocks, spills, chunk_bytes, n, progress, skipped)
             arrays = [s.to_arrow(pa) for s in spills]
-            schema = _schema(pa, encodings, user_meta, bounds, chunk_checksums(pa, arrays, bounds))
+            sums = chunk_checksums(pa, arrays, bounds)
+            schema = _schema(pa, encodings, user_meta, bounds, sums, source)
             batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
             del arrays
             if not out.finish(pa, batch):
@@ -178,12 +190,13 @@ def _header_bytes(
     n: int,
     row_bytes: int,
     chunk_bytes: int,
+    source: bytes,
 ) -> int:
     """Bytes reserved before the body for the schema and record batch metadata: enough
     for four times the chunks that the first row's size predicts (a chunk has a row at
     least), rounded up to 64 KiB."""
     chunks = min(n, 4 * (n * max(row_bytes, 1) // chunk_bytes + 1) + 16)
-    schema = _schema(pa, encodings, user_meta, [n] * (chunks + 1), [2**32 - 1] * chunks)
+    schema = _schema(pa, encodings, user_meta, [n] * (chunks + 1), [2**32 - 1] * chunks, source)
     columns = sum(len(enc.columns(name)) for name, enc in encodings.items())
     size = 8 + schema.serialize().size + 1024 + 64 * columns
     return -(-size // (64 << 10)) * (64 << 10)
@@ -302,6 +315,18 @@ def _check_args(
     return encodings, num_threads
 
 
+def _check_source_field(source_field: str | None, encodings: dict[str, Encoding]) -> bytes:
+    """The name of the field of rows' sources, as stored (empty for none)."""
+    if source_field is None:
+        return b""
+    if source_field not in encodings or encodings[source_field].name != "str":
+        raise ValueError(
+            f"source_field must name a Str() field of fields, got {source_field!r} "
+            f"(fields: {', '.join(f'{k}: {e.name}' for k, e in encodings.items())})"
+        )
+    return source_field.encode()
+
+
 def _spills(stack: ExitStack, tmp: str, kinds: list[str], out: InPlaceFile) -> list[ColumnSpill]:
     """One ColumnSpill per column, each deleted when ``stack`` closes; the first column's
     bytes go into ``out`` when they can."""
@@ -319,8 +344,10 @@ def _schema(
     user_meta: bytes,
     bounds: Sequence[int],
     sums: Sequence[int],
+    source: bytes,
 ) -> Any:
-    """The file's schema, with the fastload metadata and the chunks' checksums ``sums``."""
+    """The file's schema, with the fastload metadata, the chunks' checksums ``sums`` and
+    the name of the field of rows' sources (``source``, empty for none)."""
     cols = [
         pa.field(col, arrow_type(pa, kind), nullable=False)
         for name, enc in encodings.items()
@@ -337,6 +364,7 @@ def _schema(
             META_CHUNKS: chunks,
             META_USER: user_meta,
             META_CHECKSUMS: json.dumps(sums).encode(),
+            **({META_SOURCE: source} if source else {}),
         },
     )
 
