@@ -376,8 +376,8 @@ class _EpochLoader:
         if self._stats.skipped and not self._warned_skips:
             self._warned_skips = True
             warnings.warn(
-                f"skipped {self._stats.skipped} observations that failed to load "
-                f"(on_error='skip'); loader.stats()['skipped'] keeps the count",
+                f"skipped {self._stats.skipped} observations (or files of a stream) that "
+                f"failed to load (on_error='skip'); loader.stats()['skipped'] keeps the count",
                 RuntimeWarning,
                 stacklevel=2,
             )
@@ -512,7 +512,8 @@ class DataLoader(_EpochLoader):
       epoch; all ranks get the same number of batches (see ``fastload.sharding``).
     - ``on_error="skip"`` drops observations that fail to load from their batch (the batch
       is shorter), counts them in ``stats()["skipped"]`` and warns once; the default
-      ``"raise"`` raises ``fastload.LoadError`` naming the index.
+      ``"raise"`` raises ``fastload.LoadError`` naming the index. A file of ``Shards``
+      that fails to read is left from where it failed and counts as one.
     - ``allocator(shape, dtype) -> array`` makes the batch buffers of the ring
       (``numpy.empty`` by default); ``loader.allocator = f`` changes it for the next
       epoch (``fastload.torch`` pins memory this way).

@@ -117,9 +117,16 @@ class _TimedFile(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
-        data = _timed(lambda: self._remote.read(len(view)), self._timeout, f"reading {self.name}")
+        size = min(len(view), _READ_BYTES)  # a read of the whole file is one call a MiB
+        data = _timed(lambda: self._remote.read(size), self._timeout, f"reading {self.name}")
         view[: len(data)] = data
         return len(data)
+
+    def readall(self) -> bytes:
+        chunks = []
+        while chunk := self.read(_READ_BYTES):
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     def close(self) -> None:
         if not self.closed:

@@ -514,3 +514,45 @@ def test_shards_pass_storage_options_to_fsspec(tmp_path):
 def test_shards_refuse_a_timeout_that_is_not_a_positive_number(timeout):
     with pytest.raises(ValueError, match="timeout must be a positive number"):
         Shards(["a.tar"], read=tar_samples, timeout=timeout)
+
+
+def test_a_read_that_stalls_mid_file_times_out_on_any_fsspec_filesystem(tmp_path):
+    fsspec = pytest.importorskip("fsspec")
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    release = threading.Event()
+
+    class Stalling(io.RawIOBase):
+        """A remote file that gives its first 100 bytes, then waits until released."""
+
+        def __init__(self):
+            self.sent = 0
+
+        def readable(self):
+            return True
+
+        def readinto(self, buffer):
+            if self.sent >= 100:
+                release.wait(30)
+                return 0
+            size = min(len(buffer), 100 - self.sent)
+            buffer[:size] = b"x" * size
+            self.sent += size
+            return size
+
+    class StallingFileSystem(MemoryFileSystem):
+        protocol = "fastload-stall-test"
+
+        def _open(self, path, mode="rb", **kwargs):
+            return Stalling()  # a read gives what has come, as a socket does
+
+    fsspec.register_implementation(StallingFileSystem.protocol, StallingFileSystem, clobber=True)
+    url = "fastload-stall-test://bucket/part-0.bin"
+    stream = Shards([url], read=lambda f: iter(lambda: f.read(10), b""), timeout=0.5)
+    got = []
+    try:
+        with deadline(30), pytest.raises(TimeoutError, match=f"reading {url}: no answer"):
+            got.extend(stream)
+    finally:
+        release.set()
+    assert got == [b"x" * 10] * 10
