@@ -65,7 +65,9 @@ def open_shard(
     with ``storage_options`` (the filesystem's keyword arguments: credentials, headers,
     ``client_kwargs``, ...). A URL's file raises ``TimeoutError`` naming it when opening,
     a read or closing takes more than ``timeout`` seconds. Raises ``ImportError`` naming
-    the package when a URL needs fsspec and it is missing."""
+    the package when a URL needs fsspec and it is missing, ``ValueError`` for a timeout
+    that is not a positive number of seconds."""
+    timeout = _check_timeout(timeout)
     if not _is_url(path):
         return open(path, "rb")
     try:
