@@ -13,9 +13,10 @@ Each column converts by its type, never silently losing information:
   values); Arrow fixed-size lists of numbers: an array of shape ``(rows, size, ...)``;
 - strings, bytes, variable-size lists, structs, maps, decimals, times of day and Python
   objects: a list of Python values;
-- missing values: NaN in float columns, NaT in date and time columns, None in lists; an
-  integer or boolean column with missing values raises ``ValueError`` naming it (numpy
-  has no missing integer: fill them first);
+- missing values: NaN in float columns, NaT in date and time columns, None in lists (a
+  missing string or object is None from pandas, whether it held NaN or NA, as from
+  pyarrow); an integer or boolean column with missing values raises ``ValueError``
+  naming it (numpy has no missing integer: fill them first);
 - anything else (an extension type, a time zone numpy would drop, an interval or a
   sparse pandas column) raises ``TypeError`` naming the column and its type.
 
@@ -299,24 +300,24 @@ def _pandas_values(
     import pandas as pd
 
     dtype = series.dtype
-    if isinstance(dtype, np.dtype):
+    if isinstance(dtype, np.dtype) and dtype.kind != "O":
         values = series.to_numpy()
         if positions is not None:
             values = values[positions]
         if dtype.kind in "biufcmM":
             return values
-        if dtype.kind == "O":
-            return values.tolist()
         raise _unsupported(name, dtype)
     if positions is not None:
         series = series.iloc[positions]
+    if isinstance(dtype, np.dtype):  # object: the other numpy kinds are handled above
+        return _python_values(series)
     if isinstance(dtype, pd.CategoricalDtype):
         category = dtype.categories.dtype
         if series.hasnans and isinstance(category, np.dtype) and category.kind in "biu":
             raise _missing(name, int(series.isna().sum()))
         return _pandas_values(series.astype(category), name, None)
     if isinstance(dtype, pd.StringDtype):
-        return series.tolist()
+        return _python_values(series)
     if type(dtype).__name__ == "ArrowDtype":
         import pyarrow as pa
 
@@ -331,3 +332,11 @@ def _pandas_values(
             return series.to_numpy(dtype=numpy_dtype, na_value=np.nan)
         return series.to_numpy(dtype=numpy_dtype)
     raise _unsupported(name, dtype)
+
+
+def _python_values(series: Any) -> list[Any]:
+    """A column of strings or objects as a list, its missing values (None, NaN, NA or NaT
+    as pandas sees them) None, as pyarrow gives them: a string column's missing value would
+    otherwise be NaN or NA by the pandas version and dtype, a number in a list of strings."""
+    values: list[Any] = series.to_numpy(dtype=object, na_value=None).tolist()
+    return values

@@ -273,6 +273,46 @@ def test_pandas_column_types_convert_to_arrays_or_lists():
     assert_tree_equal(batch["objects"], np.stack(frame["objects"].tolist()))  # collated
 
 
+TEXT = [None, "a", "bb", None, "c", "dd"]
+TEXT_COLUMNS = {
+    "pandas-default-str": lambda: pd.DataFrame({"s": TEXT}),
+    "pandas-object": lambda: pd.DataFrame({"s": pd.Series(TEXT, dtype=object)}),
+    "pandas-object-nan": lambda: pd.DataFrame(
+        {"s": pd.Series([np.nan if t is None else t for t in TEXT], dtype=object)}
+    ),
+    "pandas-string-NA": lambda: pd.DataFrame({"s": pd.Series(TEXT, dtype="string")}),
+    "pandas-category": lambda: pd.DataFrame({"s": pd.Categorical(TEXT)}),
+    "pandas-arrow-str": lambda: pd.DataFrame({"s": pd.Series(TEXT, dtype="string[pyarrow]")}),
+    "arrow-string": lambda: pa.table({"s": TEXT}),
+    "arrow-dictionary": lambda: pa.table({"s": pa.array(TEXT).dictionary_encode()}),
+}
+
+
+@pytest.mark.parametrize("make", TEXT_COLUMNS.values(), ids=TEXT_COLUMNS.keys())
+@pytest.mark.parametrize("parallel", [False, 2])
+def test_text_columns_load_in_every_order_with_none_for_missing(make, parallel):
+    table = make()
+    row = np.arange(6)
+    table = (
+        table.assign(row=row)
+        if isinstance(table, pd.DataFrame)
+        else table.append_column("row", [row])
+    )
+    assert getobs(table, 0)["s"] is None and getobs(table, [3, 1])["s"] == [None, "a"]
+    for seed in range(6):  # some orders start with a missing value, some do not
+        for batch in loaded(table, shuffle=True, seed=seed, parallel=parallel):
+            assert batch["s"] == [TEXT[i] for i in batch["row"]]
+    first = next(iter(DataLoader(table, 2, sampler=[3, 0])))
+    assert first["s"] == [None, None]
+
+
+def test_a_column_of_objects_loads_as_getobs_gives_it_whatever_comes_first():
+    frame = pd.DataFrame({"o": pd.Series([7, "x", None, 3.5], dtype=object)})
+    for order in ([0, 1, 2, 3], [2, 0, 3, 1]):
+        batch = next(iter(DataLoader(frame, 4, sampler=order)))
+        assert batch["o"] == getobs(frame, order)["o"] == [[7, "x", None, 3.5][i] for i in order]
+
+
 @pytest.mark.parametrize(
     "column, error, words",
     [
