@@ -278,8 +278,7 @@ def _array_positions(values: np.ndarray, n: int, what: str) -> npt.NDArray[np.in
     if values.size and values.dtype.kind not in "iu":
         raise TypeError(
             f"{what} gave positions of dtype {values.dtype} ({values[:1].tolist()[0]!r} at "
-            f"place 0): "
-            f"positions are ints, not rounded from other values; convert them first"
+            f"place 0): positions are ints, not rounded from other values; convert them first"
         )
     bad = (values < 0) | (values >= n)
     if bad.any():
@@ -296,11 +295,11 @@ def _position(value: Any, what: str, place: int) -> int:
         "bool",
         "torch.bool",
     )
-    try:
-        if not is_bool:
+    if not is_bool:
+        try:
             return operator.index(value)
-    except TypeError:
-        pass
+        except TypeError:
+            pass  # no integer: refused below, with its place
     raise TypeError(
         f"{what} gave {value!r} (a {type(value).__name__}) at place {place}: positions are "
         f"ints (Python, numpy or tensor integers), not bools, floats or strings, and are not "
