@@ -58,6 +58,7 @@ def normalize_index(i: Index, n: int) -> int | npt.NDArray[np.int64]:
     Negative positions count from the end, as in Python. Raises ``IndexError`` naming the
     index and the length, ``TypeError`` for something that is not an index.
     """
+    _refuse_bools(i)
     if isinstance(i, (Integral, np.integer)):
         j = int(i)
         if not -n <= j < n:
@@ -80,6 +81,20 @@ def normalize_index(i: Index, n: int) -> int | npt.NDArray[np.int64]:
         if lo < 0:
             idx = np.where(idx < 0, idx + n, idx)
     return idx
+
+
+def _refuse_bools(i: Index) -> None:
+    """Raise ``TypeError`` for a bool, or a list or tuple holding one: numpy would make
+    ``[1, True]`` the positions ``[1, 1]``, and ``True`` is an ``Integral``."""
+    if isinstance(i, (bool, np.bool_)):
+        raise TypeError(f"an index must be an int or a 1-D array of ints, not a bool ({i})")
+    if isinstance(i, (list, tuple)):
+        place = next((k for k, v in enumerate(i) if isinstance(v, (bool, np.bool_))), None)
+        if place is not None:
+            raise TypeError(
+                f"an index must be an int or a 1-D array of ints: it holds the bool "
+                f"{i[place]} at place {place}"
+            )
 
 
 @singledispatch

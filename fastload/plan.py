@@ -250,6 +250,8 @@ def _leaf(container, stacks):
     """How to load ``container`` item by item, or None when only whole steps will do;
     ``stacks``: every observation goes into the step's arrays (single observations, or
     ``collate=True``), so even a container with batches of its own loads item by item."""
+    if isinstance(container, Leaf):
+        return container  # a table's column, whose kind its type decides
     if tensors.is_tensor(container) and container.dim() >= 1:
         view = tensors.numpy_view(container)
         if view is not None and not view.dtype.hasobject:
@@ -276,10 +278,19 @@ def _lowered(data):
     """What the engine loads for ``data``: a table's columns, a slidingwindow's windows,
     else ``data`` itself."""
     if tables.is_table(data):
-        return tables.columns(data)
+        return _table_members(tables.columns(data))
     if isinstance(data, SlidingWindow) and data.windows is not None:
         return data.windows
     return data
+
+
+def _table_members(values):
+    """A table's columns, those of Python values (strings, objects; None where missing)
+    made object leaves: the column's type says that its values are no arrays, where its
+    first value (None, or a number in a column of objects) would not."""
+    if isinstance(values, dict):
+        return {name: _table_members(column) for name, column in values.items()}
+    return Leaf(values, "object") if isinstance(values, list) else values
 
 
 def _flatten(data):
@@ -304,6 +315,7 @@ class ItemPlan:
     def __init__(self, layout, leaves, batch_size, collate_mode):
         self.layout = layout
         self.leaves = leaves
+        self.paths = list(_paths(layout))
         self.batch_size = batch_size
         self.rows = batch_size or 1
         self.collate = collate_mode  # object leaves: None collate, True stack, False list
@@ -351,13 +363,7 @@ class ItemPlan:
         except ValueError as error:
             if "does not fit" not in str(error):
                 raise
-            raise ValueError(
-                f"{error}. The batch buffers take the shape and dtype of "
-                f"observation 0, and one batch holds one shape: make every "
-                f"observation that shape and dtype (for images, a crop after "
-                f"Resize, e.g. CenterCrop), or use collate=False to get "
-                f"lists"
-            ) from None
+            raise ValueError(_misfit(error, leaf, self.paths[field])) from None
 
     def assemble(self, dests, objects, n, keep=None):
         """The step's value from its slot: views of the first ``n`` rows (or row 0), with
@@ -396,6 +402,36 @@ class ItemPlan:
         )
         error.__cause__ = cause
         return error
+
+
+def _paths(layout, prefix=""):
+    """Where each leaf of ``layout`` is in an observation: "" for the observation itself,
+    else its keys, as ``['image']`` or ``[0]['label']``."""
+    if layout is None:
+        yield prefix
+        return
+    for key, sub in layout[1]:
+        yield from _paths(sub, f"{prefix}[{key!r}]")
+
+
+def _misfit(error, leaf, path):
+    """The message for an observation of ``leaf`` that does not fit the slot made for
+    observation 0 (``error`` says how), in the words of the data at hand."""
+    where = f" (member {path} of the observations)" if path else ""
+    images = isinstance(leaf.container, MappedObs) and isinstance(leaf.container.f, Compose)
+    hint = " (for images, a crop after Resize, e.g. CenterCrop)" if images else ""
+    return (
+        f"{error}{where}: the batch buffers take the shape and dtype of observation 0 "
+        f"({_describe(leaf.spec)}) and one batch holds one shape and dtype: make them all "
+        f"that shape and dtype{hint}, or use collate=False to get lists"
+    )
+
+
+def _describe(spec):
+    """A Spec (or a tuple/dict of them) in words: "shape (2, 3) of float32"."""
+    if isinstance(spec, Spec):
+        return f"shape {spec.shape} of {spec.dtype}"
+    return repr(map_tree(lambda leaf: f"{leaf.dtype}{list(leaf.shape)}", spec))
 
 
 def _rebuild(layout, outputs):

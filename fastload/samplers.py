@@ -16,6 +16,7 @@ are deterministic, and a resumed run exact, only as far as iterating them is.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable
 from numbers import Integral
 from typing import Any, TypeAlias
@@ -138,9 +139,7 @@ class BucketBatchSampler:
         pool_size: int | None = None,
         drop_last: bool = False,
     ) -> None:
-        lengths = np.asarray(lengths)
-        if lengths.ndim != 1 or (lengths.size and lengths.dtype.kind not in "iuf"):
-            raise ValueError("lengths must be a 1-D sequence of numbers, one per observation")
+        lengths = _lengths(lengths)
         if (batch_size is None) == (max_tokens is None):
             raise ValueError("give one of batch_size and max_tokens")
         for name, value in (
@@ -148,7 +147,9 @@ class BucketBatchSampler:
             ("max_tokens", max_tokens),
             ("pool_size", pool_size),
         ):
-            if value is not None and (not isinstance(value, Integral) or value < 1):
+            if value is not None and (
+                not isinstance(value, Integral) or isinstance(value, (bool, np.bool_)) or value < 1
+            ):
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if drop_last and batch_size is None:
             raise ValueError(
@@ -214,6 +215,24 @@ class BucketBatchSampler:
         return f"BucketBatchSampler({len(self.lengths)} lengths, {size}, shuffle={self.shuffle})"
 
 
+def _lengths(values: npt.ArrayLike) -> np.ndarray:
+    """The lengths of a ``BucketBatchSampler``, checked: one finite number >= 0 per
+    observation (a negative or NaN length would sort, and cut batches, at random)."""
+    lengths = np.asarray(values)
+    if lengths.ndim != 1 or (lengths.size and lengths.dtype.kind not in "iuf"):
+        raise ValueError(
+            f"lengths must be a 1-D sequence of numbers (not bools), one per observation; "
+            f"got an array of shape {lengths.shape} and dtype {lengths.dtype}"
+        )
+    bad = ~np.isfinite(lengths) | (lengths < 0) if lengths.dtype.kind == "f" else lengths < 0
+    if bad.any():
+        place = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"lengths must be finite numbers >= 0: lengths[{place}] is {lengths[place].item()!r}"
+        )
+    return lengths
+
+
 def _set_epoch(sampler: object, epoch: int) -> None:
     set_epoch = getattr(sampler, "set_epoch", None)
     if callable(set_epoch):
@@ -221,20 +240,71 @@ def _set_epoch(sampler: object, epoch: int) -> None:
 
 
 def _positions(values: Any, n: int, what: str) -> npt.NDArray[np.int64]:
-    """``values`` as int64 positions in ``range(n)``; IndexError naming the first outside."""
-    if isinstance(values, np.ndarray):
-        positions = values
-    elif hasattr(values, "numpy") and hasattr(values, "dim"):  # a tensor
-        positions = values.detach().cpu().numpy()
-    else:
-        positions = np.fromiter((int(v) for v in values), np.int64)
-    if positions.size and positions.dtype.kind not in "iu":
-        raise TypeError(f"{what} must give int positions, got {positions.dtype}")
-    positions = np.ascontiguousarray(positions, dtype=np.int64).reshape(-1)
-    bad = (positions < 0) | (positions >= n)
+    """``values`` (an iterable of positions) as int64 positions in ``range(n)``.
+
+    Positions are integers: Python ints, numpy integers or integer tensors, and arrays of
+    them, one dimension; never a float, a bool, a string or a nested array (none of them is
+    rounded or flattened). Raises ``TypeError`` naming the first value that is no position
+    and its place, or ``IndexError`` naming the first outside the data."""
+    if hasattr(values, "numpy") and hasattr(values, "dim"):  # a tensor
+        values = values.detach().cpu().numpy()
+    if isinstance(values, np.ndarray) and values.dtype != object:
+        return _array_positions(values, n, what)
+    try:
+        items = iter(values) if not isinstance(values, (str, bytes)) else None
+    except TypeError:
+        items = None
+    if items is None:
+        raise TypeError(f"{what} gave {values!r} where it must give an iterable of int positions")
+    positions = []
+    for place, value in enumerate(items):
+        if type(value) is not int:  # the common case, checked first
+            value = _position(value, what, place)
+        if not 0 <= value < n:
+            raise IndexError(
+                f"{what} gave position {value} (at place {place}), outside the {n} observations"
+            )
+        positions.append(value)
+    return np.array(positions, dtype=np.int64)
+
+
+def _array_positions(values: np.ndarray, n: int, what: str) -> npt.NDArray[np.int64]:
+    """An array of positions (of any dtype but object), checked as ``_positions`` says."""
+    if values.ndim != 1:
+        raise TypeError(
+            f"{what} gave an array of shape {values.shape}: positions come as one dimension "
+            f"(a batch sampler gives one array per batch)"
+        )
+    if values.size and values.dtype.kind not in "iu":
+        raise TypeError(
+            f"{what} gave positions of dtype {values.dtype} ({values[:1].tolist()[0]!r} at "
+            f"place 0): positions are ints, not rounded from other values; convert them first"
+        )
+    bad = (values < 0) | (values >= n)
     if bad.any():
-        raise IndexError(f"{what} gave position {positions[bad][0]}, outside the {n} observations")
-    return positions
+        place = int(np.flatnonzero(bad)[0])
+        raise IndexError(
+            f"{what} gave position {values[place]} (at place {place}), outside the {n} observations"
+        )
+    return np.ascontiguousarray(values, dtype=np.int64)
+
+
+def _position(value: Any, what: str, place: int) -> int:
+    """``value`` as a Python int when it is an integer (``__index__``) and no bool."""
+    is_bool = isinstance(value, (bool, np.bool_)) or str(getattr(value, "dtype", "")) in (
+        "bool",
+        "torch.bool",
+    )
+    if not is_bool:
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass  # no integer: refused below, with its place
+    raise TypeError(
+        f"{what} gave {value!r} (a {type(value).__name__}) at place {place}: positions are "
+        f"ints (Python, numpy or tensor integers), not bools, floats or strings, and are not "
+        f"rounded; convert them first"
+    )
 
 
 def draw_order(sampler: Sampler, n: int, seed: int, epoch: int) -> npt.NDArray[np.int64]:
@@ -256,7 +326,10 @@ def draw_batches(
     else:
         _set_epoch(batch_sampler, epoch)
         batches = batch_sampler
-    out = [_positions(batch, n, "the batch sampler") for batch in batches]
-    if any(len(batch) == 0 for batch in out):
-        raise ValueError("the batch sampler gave an empty batch")
+    out = [
+        _positions(batch, n, f"the batch sampler's batch {k}") for k, batch in enumerate(batches)
+    ]
+    empty = next((k for k, batch in enumerate(out) if len(batch) == 0), None)
+    if empty is not None:
+        raise ValueError(f"the batch sampler gave an empty batch (batch {empty})")
     return out

@@ -7,10 +7,20 @@ import numpy as np
 import pytest
 from helpers import assert_tree_equal, copy_tree
 
-from fastload import DataLoader, LoadError, batchview, getobs, getobs_into, joinobs, numobs
+from fastload import (
+    DataLoader,
+    LoadError,
+    batchview,
+    getobs,
+    getobs_into,
+    joinobs,
+    mapobs,
+    numobs,
+)
 from fastload.collate import collate
 from fastload.plan import make_plan
 from fastload.schedule import schedule_of
+from fastload.transforms import Compose, Lambda
 
 torch = pytest.importorskip("torch")
 
@@ -92,6 +102,22 @@ def test_a_value_that_does_not_fit_the_batch_dtype_raises_instead_of_truncating(
     with pytest.raises(LoadError, match="dtype"):
         list(DataLoader(mixed, 4))
     assert getobs(mixed, [0, 2]).tolist() == [1.0, 2.5]
+
+
+def test_a_value_that_does_not_fit_is_named_with_its_member_and_observation_0():
+    records = {"id": np.arange(4), "score": [1, "high", 2, 3]}
+    with pytest.raises(LoadError, match="observation 1") as caught:
+        list(DataLoader(records, 4))
+    message = str(caught.value)
+    assert "<U4" in message and "['score']" in message and "shape () of int64" in message
+    assert "image" not in message and "CenterCrop" not in message
+
+
+def test_images_that_do_not_fit_are_told_to_crop():
+    images = [np.zeros((8, 8, 3), np.uint8), np.zeros((6, 6, 3), np.uint8)]
+    flipped = mapobs(Compose([Lambda(lambda image: image[:, ::-1])]), images)
+    with pytest.raises(LoadError, match=r"(?s)shape \(6, 6, 3\).*CenterCrop"):
+        list(DataLoader(flipped, 2))
 
 
 def test_a_tensor_is_a_container_that_gives_tensors():

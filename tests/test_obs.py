@@ -9,7 +9,7 @@ from helpers import assert_tree_equal, leaves
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fastload import getobs, getobs_into, numobs
+from fastload import getobs, getobs_into, numobs, obsview
 
 Pair = namedtuple("Pair", "x y")
 
@@ -168,6 +168,14 @@ def test_non_containers_and_bad_indices_raise_type_error():
         getobs(X, np.array([True, False] * 3))
     with pytest.raises(TypeError):
         getobs(X, [[0, 1]])
+
+
+@pytest.mark.parametrize("index", [True, np.bool_(False), [1, True], (np.bool_(True), 0)])
+def test_a_bool_is_no_position_even_among_ints(index):
+    with pytest.raises(TypeError, match="bool"):
+        getobs(X, index)
+    with pytest.raises(TypeError, match="bool"):
+        getobs(obsview(X, [0, 1, 2]), index)
 
 
 def test_getobs_into_returns_the_buffer_itself_for_arrays():

@@ -1,6 +1,9 @@
 """Samplers and batch samplers (fastload.samplers): weighted draws, a given order per
 epoch, batches of different sizes through the native engine, resume and sharding."""
 
+import decimal
+import fractions
+
 import numpy as np
 import pytest
 from helpers import assert_resumes_exactly, assert_tree_equal, copy_tree, run_epochs
@@ -88,6 +91,67 @@ def test_a_pytorch_sampler_is_iterated_once_per_epoch():
 def test_a_position_outside_the_data_raises_index_error():
     with pytest.raises(IndexError, match="12"):
         list(DataLoader(np.arange(10), 2, sampler=[1, 12]))
+
+
+NOT_POSITIONS = [
+    ([0.5, 1.9, 2.0], "0.5"),
+    ([decimal.Decimal("1.5")], "Decimal"),
+    ([fractions.Fraction(3, 2)], "Fraction"),
+    ([1, True], "True"),
+    ([np.bool_(False)], "False"),
+    (["1"], "'1'"),
+    (np.array([[0, 1], [2, 3]]), r"shape \(2, 2\)"),
+    (np.array([0.0, 1.0]), "float64"),
+    (np.array([True, False]), "bool"),
+    ("12", "iterable"),
+]
+
+
+@pytest.mark.parametrize("positions, words", NOT_POSITIONS)
+def test_a_sampler_that_gives_no_integer_positions_raises_naming_the_value(positions, words):
+    with pytest.raises(TypeError, match=words):
+        list(DataLoader(np.arange(10), 2, sampler=positions))
+
+
+@pytest.mark.parametrize("positions, words", NOT_POSITIONS)
+def test_a_batch_sampler_checks_positions_as_a_sampler_does(positions, words):
+    with pytest.raises(TypeError, match=f"batch 1 gave.*{words}"):
+        list(DataLoader(np.arange(10), batch_sampler=[[0, 1], positions]))
+
+
+def test_positions_name_their_place_and_any_integer_type_is_one():
+    with pytest.raises(TypeError, match=r"1\.0 \(a float\) at place 2"):
+        list(DataLoader(np.arange(10), batch_sampler=[[4, 5, 1.0]]))
+    with pytest.raises(IndexError, match=r"12 \(at place 1\)"):
+        list(DataLoader(np.arange(10), batch_sampler=[[1, 12]]))
+    loader = DataLoader(np.arange(10), 4, sampler=[np.int64(2), 3, np.uint8(1), np.array(4)])
+    assert [b.tolist() for b in loader] == [[2, 3, 1, 4]]
+
+
+def test_integer_tensors_are_positions_and_bool_tensors_are_not():
+    torch = pytest.importorskip("torch")
+    loader = DataLoader(np.arange(10), 2, sampler=[torch.tensor(5), 1])
+    assert [b.tolist() for b in loader] == [[5, 1]]
+    by_tensor = DataLoader(np.arange(10), batch_sampler=[torch.tensor([7, 0]), np.array([3])])
+    assert [b.tolist() for b in by_tensor] == [[7, 0], [3]]
+    with pytest.raises(TypeError, match="bool"):
+        list(DataLoader(np.arange(10), 2, sampler=[torch.tensor(True)]))
+    with pytest.raises(TypeError, match="bool"):
+        list(DataLoader(np.arange(10), 2, sampler=torch.tensor([True, False])))
+
+
+@pytest.mark.parametrize(
+    "lengths, words",
+    [([3, -1, 2], r"lengths\[1\] is -1"), ([1.0, np.nan], "nan"), ([np.inf], "inf")],
+)
+def test_bucket_lengths_must_be_finite_and_not_negative(lengths, words):
+    with pytest.raises(ValueError, match=words):
+        BucketBatchSampler(lengths, 2)
+
+
+def test_bucket_sizes_are_ints_not_bools():
+    with pytest.raises(ValueError, match="batch_size"):
+        BucketBatchSampler([1, 2], True)
 
 
 @pytest.mark.parametrize(

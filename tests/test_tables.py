@@ -56,9 +56,12 @@ def native_leaves(view):
 
 
 class FakeDataset:
-    """What fastload uses of ``datasets.Dataset`` (2.x-3.x): ``__len__``, ``format``,
-    ``with_format`` and ``__getitem__`` (rows as dicts, or a pyarrow Table in the "arrow"
-    format), with an optional indices mapping as ``select``/``shuffle`` make."""
+    """What fastload uses of ``datasets.Dataset``'s documented API (2.x-3.x): ``__len__``,
+    ``column_names``, ``format`` (a dict of "type", "format_kwargs", "columns" and
+    "output_all_columns"), ``with_format``/``set_format`` and ``__getitem__`` (rows as
+    dicts, or a pyarrow Table in the "arrow" format), with an optional indices mapping as
+    ``select``/``shuffle`` make. Only the "arrow" and custom formats are applied here:
+    fastload reads the others through "arrow" and applies them itself."""
 
     def __init__(self, table, indices=None, fmt=None):
         self._table = table
@@ -80,17 +83,20 @@ class FakeDataset:
         fmt["columns"] = fmt["columns"] or self.column_names
         return fmt
 
-    def with_format(self, type=None, columns=None, output_all_columns=False):
+    def with_format(self, type=None, columns=None, output_all_columns=False, **format_kwargs):
         return FakeDataset(
             self._table,
             self._indices,
             {
                 "type": type,
-                "format_kwargs": {},
+                "format_kwargs": format_kwargs,
                 "columns": columns,
                 "output_all_columns": output_all_columns,
             },
         )
+
+    def set_format(self, type=None, columns=None, output_all_columns=False, **format_kwargs):
+        self._format = self.with_format(type, columns, output_all_columns, **format_kwargs)._format
 
     def set_transform(self, transform):
         self._format = {
@@ -273,6 +279,46 @@ def test_pandas_column_types_convert_to_arrays_or_lists():
     assert_tree_equal(batch["objects"], np.stack(frame["objects"].tolist()))  # collated
 
 
+TEXT = [None, "a", "bb", None, "c", "dd"]
+TEXT_COLUMNS = {
+    "pandas-default-str": lambda: pd.DataFrame({"s": TEXT}),
+    "pandas-object": lambda: pd.DataFrame({"s": pd.Series(TEXT, dtype=object)}),
+    "pandas-object-nan": lambda: pd.DataFrame(
+        {"s": pd.Series([np.nan if t is None else t for t in TEXT], dtype=object)}
+    ),
+    "pandas-string-NA": lambda: pd.DataFrame({"s": pd.Series(TEXT, dtype="string")}),
+    "pandas-category": lambda: pd.DataFrame({"s": pd.Categorical(TEXT)}),
+    "pandas-arrow-str": lambda: pd.DataFrame({"s": pd.Series(TEXT, dtype="string[pyarrow]")}),
+    "arrow-string": lambda: pa.table({"s": TEXT}),
+    "arrow-dictionary": lambda: pa.table({"s": pa.array(TEXT).dictionary_encode()}),
+}
+
+
+@pytest.mark.parametrize("make", TEXT_COLUMNS.values(), ids=TEXT_COLUMNS.keys())
+@pytest.mark.parametrize("parallel", [False, 2])
+def test_text_columns_load_in_every_order_with_none_for_missing(make, parallel):
+    table = make()
+    row = np.arange(6)
+    table = (
+        table.assign(row=row)
+        if isinstance(table, pd.DataFrame)
+        else table.append_column("row", [row])
+    )
+    assert getobs(table, 0)["s"] is None and getobs(table, [3, 1])["s"] == [None, "a"]
+    for seed in range(6):  # some orders start with a missing value, some do not
+        for batch in loaded(table, shuffle=True, seed=seed, parallel=parallel):
+            assert batch["s"] == [TEXT[i] for i in batch["row"]]
+    first = next(iter(DataLoader(table, 2, sampler=[3, 0])))
+    assert first["s"] == [None, None]
+
+
+def test_a_column_of_objects_loads_as_getobs_gives_it_whatever_comes_first():
+    frame = pd.DataFrame({"o": pd.Series([7, "x", None, 3.5], dtype=object)})
+    for order in ([0, 1, 2, 3], [2, 0, 3, 1]):
+        batch = next(iter(DataLoader(frame, 4, sampler=order)))
+        assert batch["o"] == getobs(frame, order)["o"] == [[7, "x", None, 3.5][i] for i in order]
+
+
 @pytest.mark.parametrize(
     "column, error, words",
     [
@@ -355,6 +401,97 @@ def test_a_datasets_dataset_keeps_its_format_columns_and_its_transform():
     assert_tree_equal(
         next(iter(DataLoader(dataset, 2))), {"upper": ["W0", "W1"], "label": np.array([0, 1])}
     )
+
+
+def formats_table():
+    return pa.table(
+        {
+            "x": pa.array(np.arange(N, dtype=np.float64)),
+            "label": pa.array(np.arange(N, dtype=np.int32) % 3),
+            "flag": pa.array(np.arange(N) % 2 == 0),
+            "pair": [[i, -i] for i in range(N)],  # lists of one length: not an Arrow fixed size
+            "grid": [[[i, 0], [0, i]] for i in range(N)],
+            "ragged": [[i] * (1 + (i == N - 1)) for i in range(N)],  # one longer list, last
+            "word": WORDS,
+        }
+    )
+
+
+def test_a_torch_format_gives_tensors_as_the_dataset_does():
+    torch = pytest.importorskip("torch")
+    dataset = FakeDataset(formats_table()).select([9, 0, 4, 4, 2]).with_format("torch")
+    rows = [9, 0, 4, 4, 2]
+    for parallel in (False, 2):
+        batch = next(iter(DataLoader(dataset, 4, parallel=parallel)))
+        assert batch["x"].dtype == torch.float32 and batch["label"].dtype == torch.int64
+        assert torch.equal(batch["x"], torch.tensor([float(i) for i in rows[:4]]))
+        assert torch.equal(batch["label"], torch.tensor([i % 3 for i in rows[:4]]))
+        assert torch.equal(batch["flag"], torch.tensor([i % 2 == 0 for i in rows[:4]]))
+        assert torch.equal(batch["pair"], torch.tensor([[i, -i] for i in rows[:4]]))
+        assert batch["grid"].shape == (4, 2, 2) and batch["word"] == ["w9", "w0", "w4", "w4"]
+        assert batch["ragged"] == [[9, 9], [0], [4], [4]]
+    row = getobs(dataset, 1)
+    assert isinstance(row["label"], torch.Tensor) and row["label"].item() == 0
+    assert torch.equal(row["pair"], torch.tensor([0, 0]))
+
+
+def test_a_numpy_format_makes_lists_of_one_length_arrays_in_every_batch():
+    dataset = FakeDataset(formats_table()).with_format("numpy")
+    batches = loaded(dataset)
+    assert batches[0]["x"].dtype == np.float32 and batches[0]["label"].dtype == np.int64
+    assert_tree_equal(batches[0]["pair"], np.array([[i, -i] for i in range(4)]))
+    assert_tree_equal(
+        getobs(dataset, [5, 1])["grid"], np.array([[[5, 0], [0, 5]], [[1, 0], [0, 1]]])
+    )
+    # Only the last row of "ragged" is longer: every batch keeps lists, not the first two arrays.
+    assert [b["ragged"] for b in batches] == [
+        [[0], [1], [2], [3]],
+        [[4], [5], [6], [7]],
+        [[8], [9, 9]],
+    ]
+    plain = FakeDataset(formats_table())  # the python format: fastload's own conversion
+    assert getobs(plain, [0, 1])["pair"] == [[0, 0], [1, -1]]
+    assert getobs(plain, [0, 1])["x"].dtype == np.float64
+
+
+def test_a_format_applies_to_its_columns_with_its_dtype():
+    torch = pytest.importorskip("torch")
+    dataset = FakeDataset(formats_table()).with_format(
+        "torch", columns=["x", "pair"], output_all_columns=True, dtype=torch.float16
+    )
+    batch = next(iter(DataLoader(dataset, 2)))
+    assert batch["x"].dtype == torch.float16 and batch["pair"].dtype == torch.float16
+    assert_tree_equal(batch["label"], np.array([0, 1], np.int32))  # not in the format
+    assert batch["pair"].tolist() == [[0, 0], [1, -1]] and batch["word"] == ["w0", "w1"]
+    dataset.set_format("numpy", columns=["label"])  # in place: read anew
+    assert_tree_equal(next(iter(DataLoader(dataset, 2))), {"label": np.array([0, 1])})
+
+
+@pytest.mark.parametrize(
+    "fmt, kwargs, words",
+    [
+        ("jax", {}, "'jax' format"),
+        ("tensorflow", {}, "'tensorflow' format"),
+        ("pandas", {}, "'pandas' format"),
+        ("numpy", {"copy": False}, "format_kwargs.*copy"),
+        (None, {"dtype": np.float32}, "format_kwargs.*dtype"),
+    ],
+)
+def test_a_format_fastload_cannot_give_raises_naming_it(fmt, kwargs, words):
+    dataset = FakeDataset(formats_table()).with_format(fmt, **kwargs)
+    with pytest.raises(TypeError, match=words):
+        getobs(dataset, 0)
+    with pytest.raises(TypeError, match=words):
+        list(DataLoader(dataset, 2))
+
+
+def test_a_torch_format_refuses_a_column_torch_cannot_hold():
+    pytest.importorskip("torch")
+    table = pa.table({"when": pa.array(np.arange(3).astype("datetime64[s]"))})
+    dataset = FakeDataset(table).with_format("torch")
+    with pytest.raises(TypeError, match="'when'.*datetime64.*torch"):
+        list(DataLoader(dataset, 2))
+    assert getobs(dataset.with_format("numpy"), [1])["when"].dtype == np.dtype("datetime64[s]")
 
 
 def test_importing_fastload_imports_no_table_or_tensor_library():
