@@ -2,7 +2,8 @@
 
 A container is anything with a number of observations that can be indexed by position:
 numpy arrays and torch tensors (observations along axis 0), tuples and dicts of
-containers (members indexed alike), tables (rows; see ``tables.py``), lists and any object
+containers (members indexed alike), tables (rows; see ``tables.py``), scipy.sparse CSR
+matrices (rows; see ``sparse.py``), lists and any object
 with ``__len__`` and ``__getitem__``. A type opts in with ``__numobs__``, ``__getobs__``
 and ``__getobs_into__``, or by registering implementations with ``numobs.register``,
 ``getobs.register`` and ``getobs_into.register``.
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from . import tables, tensors
+from . import sparse, tables, tensors
 from .collate import collate
 from .errors import load_error
 from .tree import map_tree, members, rebuild, tree_leaves
@@ -93,6 +94,8 @@ def numobs(data: Container) -> int:
         return int(data.shape[0])
     if tables.is_table(data):
         return tables.table_numobs(data)
+    if sparse.is_sparse(data):
+        return sparse.sparse_numobs(data)
     if hasattr(data, "__len__") and hasattr(data, "__getitem__"):
         return len(data)
     raise TypeError(
@@ -149,6 +152,8 @@ def _getobs(data: Container, i: Index) -> Any:
         return tensors.take(data, i)
     if tables.is_table(data):
         return tables.table_getobs(data, i)
+    if sparse.is_sparse(data):
+        return sparse.sparse_getobs(data, i)
     if is_batch_index(i):
         return collate([_item(data, int(j)) for j in i])
     return _item(data, i)
@@ -194,11 +199,15 @@ def _getobs_into(data: Container, buffer: Any, i: Index) -> Any:
         if view is not None and isinstance(target, np.ndarray):
             getobs_into(target, view, i)  # the gather of arrays, on the same memory
             return buffer
-    return copy_into(buffer, getobs(data, i))
+    value = getobs(data, i)
+    if sparse.is_sparse(value) and isinstance(buffer, np.ndarray):
+        value = value.toarray().reshape(value.shape)  # a dense buffer takes the rows dense
+    return copy_into(buffer, value)
 
 
-def getobs_into(buffer: Any, data: Container, i: Index) -> Any:
-    """Fill ``buffer`` with ``getobs(data, i)`` and return the filled buffer.
+def getobs_into(buffer: Any, data: Container, i: Index | None = None) -> Any:
+    """Fill ``buffer`` with ``getobs(data, i)`` (all observations when ``i`` is None) and
+    return the filled buffer.
 
     For arrays and tuples/dicts of arrays nothing is allocated. Any other container
     falls back to ``getobs`` plus a copy into the buffer; a buffer that is not an array,
@@ -208,7 +217,7 @@ def getobs_into(buffer: Any, data: Container, i: Index) -> Any:
     ``getobs_into.register(MyType, f)`` (or as a decorator) registers an implementation
     ``f(buffer, data, i)`` for containers of ``MyType``; dispatch is on the container.
     """
-    return _getobs_into.dispatch(type(data))(data, buffer, i)
+    return _getobs_into.dispatch(type(data))(data, buffer, slice(None) if i is None else i)
 
 
 def _register_into(cls: type, func: Callable[..., Any] | None = None) -> Any:

@@ -36,8 +36,8 @@ def test_every_pytorch_keyword_has_a_hint_and_eachobs_refuses_them_too():
 
 
 def test_an_unknown_keyword_raises_the_usual_type_error():
-    with pytest.raises(TypeError, match="unexpected keyword argument 'batchsize'"):
-        DataLoader(np.arange(4), batchsize=2)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'batches'"):
+        DataLoader(np.arange(4), batches=2)
 
 
 def test_batch_size_none_points_to_eachobs():
