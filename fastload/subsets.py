@@ -151,7 +151,7 @@ def splitobs(
     seed: int | None = None,
     *,
     stratified: Container | None = None,
-) -> tuple[ObsView, ...]:
+) -> tuple[Any, ...]:
     """Split ``data`` into ``len(at) + 1`` consecutive views (two for a single ``at``).
 
     ``at`` is a fraction (the share of the first view), an int (its number of
@@ -171,7 +171,9 @@ def splitobs(
     """
     data, positions = _positions(data)
     views = _split(data, at, shuffle, seed, stratified)
-    return tuple(_as_positions(v) for v in views) if positions else views
+    if positions:
+        return tuple(_as_positions(v) for v in views)
+    return views
 
 
 def _split(
