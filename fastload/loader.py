@@ -26,13 +26,13 @@ from .collate import CollateOption
 from .engine import Allocator, Backend, Engine, OnError
 from .epochs import Epochs, Shuffle
 from .keywords import refuse_unknown_keywords
-from .obs import Container, copy_into, numobs
+from .obs import Container, copy_into, getobs, is_batch_index, numobs
 from .samplers import BatchSampler, Sampler
 from .schedule import Schedule, schedule_of
 from .sharding import Shard, default_seed, resolve_shard
 from .streams import stream_source
 from .tree import head, map_tree, tree_leaves
-from .views import MappedObs
+from .views import MappedObs, collate_batch
 from .windows import DEFAULT_BUFFER, StreamEpochs
 
 __all__ = ["DataLoader", "eachobs", "eachobs_parallel"]
@@ -407,6 +407,28 @@ class _EpochLoader:
             )
         live = self._live_position()
         return self._steps(self.seed, live[0] if live else self._epoch)
+
+    def __numobs__(self) -> int:
+        """The steps of the epoch the next iteration starts: a loader over a container is
+        itself a container of its steps (MLUtils' ``getobs(loader, i)``), so views such as
+        ``mapobs`` apply to it. Raises ``TypeError`` for a stream."""
+        if self._stream is not None:
+            raise TypeError("a stream has no steps known up front: it is not a container")
+        return self._steps(self.seed, self._epoch)
+
+    def __getobs__(self, i: int | npt.NDArray[np.int64]) -> Any:
+        """Step ``i`` of the epoch the next iteration starts (a list of those steps for
+        several ``i``), formed as the loader forms it and owned by the caller."""
+        schedule = self.schedule(self._epoch)
+        if is_batch_index(i):
+            return [self._step(schedule, int(j)) for j in i]
+        return self._step(schedule, i)
+
+    def _step(self, schedule: Schedule, step: int) -> Any:
+        positions = schedule.positions(step)
+        if self.batch_size is None and self.batch_sampler is None:
+            return getobs(self.data, int(positions[0]))
+        return collate_batch(self.data, positions, self.collate)
 
     def __bool__(self) -> bool:
         """True: a loader is one also when it has no length (a stream)."""

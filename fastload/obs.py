@@ -210,9 +210,10 @@ def getobs_into(buffer: Any, data: Container, i: Index | None = None) -> Any:
     return the filled buffer.
 
     For arrays and tuples/dicts of arrays nothing is allocated. Any other container
-    falls back to ``getobs`` plus a copy into the buffer; a buffer that is not an array,
-    tuple or dict (a list, say) cannot be filled in place and ``getobs(data, i)`` is
-    returned instead. Raises ``ValueError`` when the buffer's shape does not fit.
+    falls back to ``getobs`` plus a copy into the buffer; a list buffer takes a batch of
+    values (strings, say) item by item; a buffer of another kind (None, a string) cannot
+    be filled in place and ``getobs(data, i)`` is returned instead. Raises ``ValueError``
+    when the buffer's shape does not fit.
 
     ``getobs_into.register(MyType, f)`` (or as a decorator) registers an implementation
     ``f(buffer, data, i)`` for containers of ``MyType``; dispatch is on the container.
@@ -237,7 +238,7 @@ def _(data: np.ndarray, buffer: Any, i: Index) -> Any:
     if not isinstance(buffer, np.ndarray):
         view = tensors.numpy_view(buffer) if tensors.is_tensor(buffer) else None
         if view is None:
-            return getobs(data, i)
+            return copy_into(buffer, getobs(data, i))  # a list is filled, None is not
         getobs_into(view, data, i)
         return buffer
     expected = (len(i),) + data.shape[1:] if is_batch_index(i) else data.shape[1:]
@@ -258,7 +259,10 @@ def _getobs_into_members(data: tuple[Any, ...] | dict[Any, Any], buffer: Any, i:
     i = normalize_index(i, numobs(data))
     if not isinstance(buffer, type(data)) or len(buffer) != len(data):
         return copy_into(buffer, getobs(data, i))
-    return rebuild(data, [getobs_into(buffer[key], member, i) for key, member in members(data)])
+    filled = [getobs_into(buffer[key], member, i) for key, member in members(data)]
+    if all(f is buffer[key] for f, (key, _) in zip(filled, members(data))):
+        return buffer  # every member filled in place: the buffer itself, as given
+    return rebuild(data, filled)
 
 
 _getobs_into.register(tuple, _getobs_into_members)
@@ -274,8 +278,9 @@ def _fits(dtype: np.dtype[Any], buffer_dtype: np.dtype[Any]) -> bool:
 
 
 def copy_into(buffer: Any, value: Any) -> Any:
-    """Copy ``value`` into ``buffer`` (an array, or a tuple/dict of them) and return the
-    filled buffer; a buffer of any other kind cannot be filled and ``value`` is returned.
+    """Copy ``value`` into ``buffer`` (an array, a list for a list or 1-D array of values,
+    or a tuple/dict of them) and return the filled buffer; a buffer of any other kind
+    cannot be filled and ``value`` is returned.
     Raises ``ValueError`` when the value's shape differs, or when its dtype would lose
     information in the buffer's (a float into an int buffer, a longer string)."""
     if tensors.is_tensor(buffer) and tensors.numpy_view(buffer) is not None:
@@ -294,6 +299,13 @@ def copy_into(buffer: Any, value: Any) -> Any:
                 f"buffer of dtype {buffer.dtype} does not fit an observation of dtype {value.dtype}"
             )
         buffer[...] = value
+        return buffer
+    if isinstance(buffer, list) and isinstance(value, (list, np.ndarray)) and np.ndim(value) == 1:
+        if len(buffer) != len(value):
+            raise ValueError(
+                f"buffer of {len(buffer)} items does not fit {len(value)} observations"
+            )
+        buffer[:] = value.tolist() if isinstance(value, np.ndarray) else value
         return buffer
     if isinstance(buffer, (tuple, dict)) and isinstance(value, (tuple, dict)):
         if len(buffer) != len(value):

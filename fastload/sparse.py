@@ -1,10 +1,11 @@
 """scipy.sparse matrices as containers, without importing scipy.
 
-A sparse matrix's observations are its rows, as an array's are. Rows are read with
-scipy's own indexing, so several observations come back as a sparse matrix of those rows
-(of the container's type) and one as scipy gives a row (a 1-row ``csr_matrix``, or a 1-D
-sparse array for a ``csr_array``). Only the CSR format indexes rows directly: a matrix in
-another format is refused with the conversion to use, rather than converted on every read.
+A sparse matrix's observations are its rows, as an array's are (a 1-D sparse array's, its
+entries). Rows are read with scipy's own indexing, so several observations come back as a
+sparse matrix of those rows (of the container's type) and one as scipy gives a row (a
+1-row ``csr_matrix``, or a 1-D sparse array for a ``csr_array``). Only the CSR format
+indexes rows directly: a matrix in another format is refused with the conversion to use,
+rather than converted on every read.
 
 scipy is never imported here: a sparse matrix exists only once scipy was imported.
 """
@@ -25,16 +26,16 @@ def is_sparse(data: Any) -> bool:
 
 
 def _rows(data: Any) -> Any:
-    if data.format != "csr" or len(data.shape) != 2:
+    if data.format != "csr" or len(data.shape) not in (1, 2):
         raise TypeError(
             f"a scipy.sparse {data.format} container of shape {data.shape} cannot be read by "
-            f"rows: convert it once with .tocsr() (a 2-D CSR matrix's observations are its rows)"
+            f"rows: convert it once with .tocsr() (a CSR matrix's observations are its rows)"
         )
     return data
 
 
 def sparse_numobs(data: Any) -> int:
-    """The number of rows of ``data``. Raises ``TypeError`` unless it is a 2-D CSR matrix."""
+    """The number of rows of ``data``. Raises ``TypeError`` unless it is in CSR format."""
     return int(_rows(data).shape[0])
 
 

@@ -593,3 +593,50 @@ def test_sparse_rows_are_observations_and_batches_stay_sparse(parallel):
     assert np.array_equal(dense, A.toarray())
     with pytest.raises(TypeError, match="tocsr"):
         numobs(A.tocoo())
+
+
+def test_shuffled_sparse_members_stay_aligned():
+    """MLUtils' "Tuple of SparseArray": ``x1, y1 = getobs(shuffleobs((sparse(X1),
+    sparse(Y1))))`` keeps every observation once, both members shuffled alike; a sparse
+    vector's observations are its entries."""
+    sparse = pytest.importorskip("scipy.sparse")
+    X1 = np.tile(np.arange(1.0, 16.0)[:, None], (1, 10))  # observation i is i + 1 ten times
+    Y1 = sparse.csr_array(np.arange(1.0, 16.0))
+    x1, y1 = getobs(shuffleobs((sparse.csr_matrix(X1), Y1), seed=4))
+    assert numobs(Y1) == 15 and sparse.issparse(x1) and sparse.issparse(y1)
+    assert x1.sum(axis=0).tolist() == [[120.0] * 10] and y1.sum() == 120
+    assert np.array_equal(x1.toarray()[:, 0], y1.toarray())
+    assert y1.toarray().tolist() != sorted(y1.toarray().tolist())
+
+
+def test_getobs_into_a_tuple_buffer_returns_it_and_fills_a_list_of_strings():
+    """MLUtils ``getobs!((xbuf, ybuf), (X, y), 2:3) === (xbuf, ybuf)`` with ``ybuf =
+    ["foo", "bar"]``: both filled in place; ``getobs!(nothing, y, 1)`` is ``getobs``; a
+    buffer with a member too few is an error."""
+    y = np.array([f"label{i}" for i in range(15)])
+    xbuf, ybuf = np.zeros((2, 4)), ["foo", "bar"]
+    buffer = (xbuf, ybuf)
+    assert getobs_into(buffer, (X, y), [13, 4]) is buffer
+    assert np.array_equal(xbuf, X[[13, 4]]) and ybuf == ["label13", "label4"]
+    assert getobs_into(None, y, 1) == "label1"
+    got = getobs_into((None, None), (X, y), range(1, 3))
+    assert_tree_equal(got, getobs((X, y), range(1, 3)))
+    with pytest.raises(ValueError, match="members"):
+        getobs_into((xbuf,), (X, y), range(5))
+    with pytest.raises(ValueError, match="3 items"):
+        getobs_into(["a", "b", "c"], y, range(2))
+
+
+def test_a_loader_is_a_container_of_its_next_epochs_batches():
+    """MLUtils' ``mapobs(f, DataLoader(X, batchsize=2, collate=false))``: mapping over a
+    loader maps its batches (``getobs(loader, i)`` is batch ``i`` of the coming epoch)."""
+    ones = np.ones((6, 3))
+    per_batch = mapobs(lambda b: b[0].sum(), DataLoader(ones, batch_size=2, collate=False))
+    assert [float(v) for v in per_batch] == [3.0, 3.0, 3.0]
+    summed = mapobs(lambda b: b.sum(), DataLoader(ones, batch_size=2, collate=True))
+    assert [float(v) for v in summed] == [6.0, 6.0, 6.0]
+    loader = DataLoader(np.arange(10), 3, shuffle=True, seed=1)
+    coming = [getobs(loader, b).tolist() for b in range(numobs(loader))]
+    assert [b.tolist() for b in loader] == coming
+    assert [getobs(loader, b).tolist() for b in range(4)] != coming  # the next epoch's
+    assert getobs(eachobs(np.arange(5) * 2), 3) == 6
