@@ -31,7 +31,7 @@ from .samplers import BatchSampler, Sampler
 from .schedule import Schedule, schedule_of
 from .sharding import Shard, default_seed, resolve_shard
 from .streams import stream_source
-from .tree import head, map_tree, tree_leaves
+from .tree import head, map_tree, members, tree_leaves
 from .views import MappedObs, collate_batch
 from .windows import DEFAULT_BUFFER, StreamEpochs
 
@@ -202,6 +202,21 @@ def _structure(tree: Any) -> Any:
     return map_tree(lambda leaf: None, tree)
 
 
+def _check_dtypes(buffer: Any, value: Any) -> None:
+    """Raise ``ValueError`` where an array of ``value`` has another dtype than the array
+    of ``buffer`` it goes into (member by member, by key)."""
+    if isinstance(buffer, (tuple, dict)):
+        for key, member in members(buffer):
+            _check_dtypes(member, value[key])
+        return
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and buffer.dtype != dtype:
+        raise ValueError(
+            f"buffer= has dtype {buffer.dtype} where the steps have {dtype}: "
+            f"make the buffer {dtype}"
+        )
+
+
 def _fill(target: Any, value: Any, batched: bool) -> Any:
     """``value`` (a step: a batch when ``batched``) copied into ``target`` (its first
     rows for a shorter last batch), which is returned. Raises ``ValueError`` when the
@@ -216,13 +231,7 @@ def _fill(target: Any, value: Any, batched: bool) -> Any:
         rows = len(tree_leaves(value)[0])
         if rows < len(tree_leaves(target)[0]):
             part = head(target, rows)  # the shorter last batch
-    for have, want in zip(tree_leaves(part), tree_leaves(value)):
-        dtype = getattr(want, "dtype", None)
-        if dtype is not None and have.dtype != dtype:
-            raise ValueError(
-                f"buffer= has dtype {have.dtype} where the batches have {dtype}: "
-                f"make the buffer {dtype}"
-            )
+    _check_dtypes(part, value)
     try:
         return copy_into(part, value)
     except ValueError as error:
@@ -611,8 +620,11 @@ class DataLoader(_EpochLoader):
       False: list of observations; a callable: applied to that list).
     - ``buffer=True`` fills preallocated buffers in place and yields them: **a yielded
       batch is valid only until the next batch is requested**; copy what you keep.
-    - ``parallel``: False (the consumer's thread), True (all CPUs of the native pool) or a
-      number of threads. Output is identical for every value.
+      ``buffer=b`` (an array, or a tuple/dict of them, of one batch's shape and dtype)
+      fills *your* buffer with each batch and yields it (its first rows for the last
+      partial batch), as MLUtils' ``getobs!`` into a buffer of yours.
+    - ``parallel``: False or 0 (the consumer's thread), True (all CPUs of the native pool)
+      or a number of threads. Output is identical for every value.
     - ``ordered=False`` (parallel only) yields batches as they complete: the same batches
       per epoch, in an order that depends on timing. ``prefetch``: batches in flight.
     - ``backend="process"`` (with ``parallel=n``) loads in n worker processes instead of
@@ -626,9 +638,11 @@ class DataLoader(_EpochLoader):
       (``numpy.empty`` by default); ``loader.allocator = f`` changes it for the next
       epoch (``fastload.torch`` pins memory this way).
 
-    Raises ``ValueError`` for ``batch_size < 1`` or an unknown option value, and
-    ``TypeError`` for a keyword it does not take: for PyTorch's (``num_workers``,
-    ``collate_fn``, ``pin_memory``, ...) the message says what to write instead.
+    Raises ``ValueError`` for a ``batch_size`` that is not an int ``>= 1`` (a bool is
+    not) or an unknown option value, ``TypeError`` for a flag that is not a bool, and
+    one ``TypeError`` for all the keywords it does not take: for PyTorch's
+    (``num_workers``, ``collate_fn``, ``pin_memory``, ...) and MLUtils' (``batchsize``,
+    ``partial``, ``rng``) the message says what to write instead.
     """
 
     def __init__(

@@ -408,7 +408,7 @@ def test_a_loader_buffer_of_a_tuple_gets_the_partial_batch_in_its_first_rows():
     [
         (np.zeros((3, 4)), "batch_size=2"),
         (np.zeros((2, 5)), "shape"),
-        (np.zeros((2, 4), np.float32), "dtype float32 where the batches have float64"),
+        (np.zeros((2, 4), np.float32), "dtype float32 where the steps have float64"),
         ((np.zeros((2, 4)), np.zeros(2)), "structure"),
         ([np.zeros((2, 4))], "numpy array"),
     ],

@@ -477,8 +477,9 @@ def test_loader_on_error_skip_gives_the_batches_of_the_engine_and_counts_the_ski
 def test_engine_rejects_bad_options_with_value_error():
     for options in (
         {"on_error": "ignore"},
-        {"parallel": 0},
+        {"parallel": -1},
         {"prefetch": 0},
+        {"prefetch": True},
         {"backend": "fibers"},
         {"backend": "process", "parallel": False},
     ):
