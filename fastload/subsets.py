@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from numbers import Integral, Real
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import numpy.typing as npt
 
 from .arguments import is_size
+from .keywords import refuse_unknown_keywords
 from .obs import Container, getobs, numobs
 from .views import ObsView, rng
 
@@ -151,6 +152,7 @@ def splitobs(
     seed: int | None = None,
     *,
     stratified: Container | None = None,
+    **unknown: NoReturn,
 ) -> tuple[Any, ...]:
     """Split ``data`` into ``len(at) + 1`` consecutive views (two for a single ``at``).
 
@@ -169,6 +171,7 @@ def splitobs(
     >>> splitobs(10, at=0.7)
     (range(0, 7), range(7, 10))
     """
+    refuse_unknown_keywords("splitobs", unknown)
     data, positions = _positions(data)
     views = _split(data, at, shuffle, seed, stratified)
     if positions:
@@ -217,6 +220,7 @@ def kfolds(
     shuffle: bool = False,
     seed: int | None = None,
     stratified: Container | None = None,
+    **unknown: NoReturn,
 ) -> list[tuple[Any, Any]]:
     """``k`` pairs ``(train, validation)`` of views: fold ``j`` validates on the j-th of
     ``k`` consecutive parts (the first ``n % k`` one observation larger) and trains on the
@@ -225,6 +229,7 @@ def kfolds(
     validation view keeps the label proportions (each label needs ``k`` observations).
     For an int ``data`` (a number of observations) the pairs hold positions. Raises
     ``ValueError`` unless ``2 <= k <= numobs(data)``."""
+    refuse_unknown_keywords("kfolds", unknown)
     data, positions = _positions(data)
     folds = _folds(data, k, shuffle, seed, stratified)
     if positions:
@@ -384,6 +389,7 @@ def oversample(
     fraction: float = 1,
     shuffle: bool = True,
     seed: int | None = None,
+    **unknown: NoReturn,
 ) -> ObsView:
     """A view of ``data`` in which every class has at least ``round(fraction * m)``
     observations, ``m`` being the size of the largest class: a smaller class is repeated
@@ -392,6 +398,7 @@ def oversample(
     tuple (or a view of one) whose last member holds them. Unshuffled, the added
     observations follow the original ones, class by class. Raises ``ValueError`` without
     labels."""
+    refuse_unknown_keywords("oversample", unknown)
     groups = _classes(data, classes, "oversample")
     draw = rng(seed)
     target = round(fraction * max((len(g) for g in groups.values()), default=0))
@@ -413,10 +420,12 @@ def undersample(
     *,
     shuffle: bool = True,
     seed: int | None = None,
+    **unknown: NoReturn,
 ) -> ObsView:
     """A view of ``data`` with as many observations of every class as the smallest class
     has, drawn at random without replacement. ``classes`` as for ``oversample``.
     Unshuffled, the observations keep their order in ``data``."""
+    refuse_unknown_keywords("undersample", unknown)
     groups = _classes(data, classes, "undersample")
     draw = rng(seed)
     smallest = min((len(g) for g in groups.values()), default=0)

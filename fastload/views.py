@@ -109,14 +109,18 @@ def obsview(data: Container, indices: Index | None = None) -> ObsView:
     return ObsView(data, np.arange(numobs(data)) if indices is None else indices)
 
 
-def shuffleobs(data: Container, seed: int | None = None) -> ObsView:
+def shuffleobs(data: Container, seed: int | None = None, **unknown: NoReturn) -> ObsView:
     """A lazy view of ``data`` in a random order drawn from ``seed`` (fresh when None)."""
+    refuse_unknown_keywords("shuffleobs", unknown)
     return ObsView(data, rng(seed).permutation(numobs(data)))
 
 
-def randobs(data: Container, n: int | None = None, *, seed: int | None = None) -> Any:
+def randobs(
+    data: Container, n: int | None = None, *, seed: int | None = None, **unknown: NoReturn
+) -> Any:
     """One observation of ``data`` drawn at random from ``seed`` (fresh when None), or a
     batch of ``n`` drawn with replacement. Raises ``ValueError`` for an empty container."""
+    refuse_unknown_keywords("randobs", unknown)
     count = numobs(data)
     if count == 0:
         raise ValueError("randobs needs a container with at least one observation")

@@ -6,7 +6,18 @@ import re
 import numpy as np
 import pytest
 
-from fastload import DataLoader, batchview, eachobs, eachobs_parallel
+from fastload import (
+    DataLoader,
+    batchview,
+    eachobs,
+    eachobs_parallel,
+    kfolds,
+    oversample,
+    randobs,
+    shuffleobs,
+    splitobs,
+    undersample,
+)
 from fastload.keywords import PYTORCH_KEYWORDS
 
 
@@ -108,3 +119,12 @@ def test_numpy_bools_and_ints_are_taken():
         batchview(np.arange(5), True)
     with pytest.raises(TypeError, match="drop_last"):
         batchview(np.arange(5), 2, drop_last="no")
+
+
+def test_random_views_point_rng_to_seed():
+    """MLUtils' ``shuffleobs(data; rng)``, ``splitobs(data; at, rng)`` and the samplers'
+    ``rng`` are fastload's ``seed=``."""
+    data = (np.arange(6), np.arange(6) % 2)
+    for make in (shuffleobs, splitobs, kfolds, oversample, undersample, randobs):
+        with pytest.raises(TypeError, match=rf"{make.__name__}\(\) has no rng= .*seed="):
+            make(data, rng=1)
