@@ -726,12 +726,14 @@ def eachobs(
 ) -> _EpochLoader:
     """Iterates ``data`` (a container or a stream), epoch after epoch: one observation at a
     time, or with ``batch_size`` (or ``batch_sampler``) batches, as ``DataLoader`` with the
-    same arguments does (MLUtils' ``eachobs`` takes its ``DataLoader``'s arguments).
+    same arguments does (MLUtils' ``eachobs`` takes its ``DataLoader``'s arguments). One
+    observation at a time, ``drop_last`` and ``collate=True/False`` have nothing to act on.
 
     ``buffer=`` may be an array (or a tuple/dict of them) shaped like one step: each step
     is then copied into it and the buffer itself is yielded (the first rows of it for a
     shorter last batch), as MLUtils' ``getobs!`` with a buffer of your own. Raises
-    ``ValueError`` when such a buffer does not fit the steps (shape, structure or dtype).
+    ``ValueError`` when such a buffer does not fit the steps (shape, structure or dtype),
+    and for a collate function without a batch size (it would never be called).
     """
     refuse_unknown_keywords("eachobs", unknown, _LOADER_HINTS)
     options: dict[str, Any] = dict(
@@ -751,12 +753,16 @@ def eachobs(
         allocator=allocator,
     )
     if batch_size is None and batch_sampler is None:
-        if drop_last is not False or collate is not None:
+        # One observation per step: no partial batch to drop and nothing to stack, so
+        # drop_last and a flag collate have nothing to act on; a collate function would
+        # go uncalled, which is refused.
+        if callable(collate):
             raise ValueError(
-                "drop_last= and collate= shape batches: give eachobs a batch_size (or a "
-                "batch_sampler), or leave them out for single observations"
+                "collate= is applied to the observations of a batch: give eachobs a "
+                "batch_size (or a batch_sampler) for it to be called"
             )
-        return _EpochLoader(data, **options)
+        check_flag("drop_last", drop_last)
+        return _EpochLoader(data, **dict(options, drop_last=False, collate=None))
     return DataLoader(data, 1 if batch_size is None else batch_size, **options)
 
 

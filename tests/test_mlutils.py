@@ -437,8 +437,6 @@ def test_eachobs_reshuffles_each_iteration_and_a_shuffled_view_does_not():
 def test_eachobs_argument_combinations(batch_size, buffer, parallel, shuffle, drop_last):
     """MLUtils' "Argument combinations": every combination of batch size, buffer (a flag or
     a buffer of one batch), parallel, shuffle and partial iterates the whole epoch."""
-    if batch_size is None and drop_last:
-        return  # drop_last= shapes batches: single observations have none to drop
     if buffer == "array":
         buffer = np.zeros((2, 4) if batch_size else (4,))
     loader = eachobs(
@@ -451,10 +449,17 @@ def test_eachobs_argument_combinations(batch_size, buffer, parallel, shuffle, dr
         seed=0,
     )
     rows = [np.atleast_2d(v).copy() for v in loader]
-    expected = 14 if drop_last else 15
+    expected = 14 if drop_last and batch_size else 15  # one at a time: nothing partial
     assert sum(len(r) for r in rows) == expected
     got = sorted(map(tuple, np.concatenate(rows).tolist()))
     assert set(got) <= set(map(tuple, X.tolist())) and len(set(got)) == expected
+
+
+def test_eachobs_of_single_observations_refuses_a_collate_function():
+    """A collate function would go uncalled with one observation per step: an error."""
+    with pytest.raises(ValueError, match="batch_size"):
+        eachobs(X, collate=lambda observations: observations)
+    assert len(eachobs(X, drop_last=True, collate=False)) == 15
 
 
 def test_parallel_zero_loads_in_the_callers_thread():
