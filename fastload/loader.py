@@ -308,7 +308,7 @@ class _EpochLoader:
         self.batch_sampler = batch_sampler
         self.drop_last = drop_last
         self.collate = collate
-        self.buffer = buffer
+        self.buffer = options["buffer"]  # True also for buffers of the user's
         self.parallel = parallel
         self.ordered = ordered
         self.on_error = on_error

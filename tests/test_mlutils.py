@@ -401,6 +401,7 @@ def test_a_loader_buffer_of_a_tuple_gets_the_partial_batch_in_its_first_rows():
     order = DataLoader((X, y), 4, shuffle=True, seed=1).order(0)
     assert_tree_equal(batches, [(X[order[s : s + 4]], y[order[s : s + 4]]) for s in (0, 4, 8, 12)])
     assert len(batches[-1][1]) == 3
+    assert DataLoader(X, 2, buffer=np.zeros((2, 4))).buffer is True  # batches go to buffers
 
 
 @pytest.mark.parametrize(
