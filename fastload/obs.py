@@ -278,9 +278,9 @@ def _fits(dtype: np.dtype[Any], buffer_dtype: np.dtype[Any]) -> bool:
 
 
 def copy_into(buffer: Any, value: Any) -> Any:
-    """Copy ``value`` into ``buffer`` (an array, a list for a list or 1-D array of values,
-    or a tuple/dict of them) and return the filled buffer; a buffer of any other kind
-    cannot be filled and ``value`` is returned.
+    """Copy ``value`` into ``buffer`` (an array; a list, which takes a list or 1-D array
+    of values whatever its length; or a tuple/dict of them) and return the filled buffer;
+    a buffer of any other kind cannot be filled and ``value`` is returned.
     Raises ``ValueError`` when the value's shape differs, or when its dtype would lose
     information in the buffer's (a float into an int buffer, a longer string)."""
     if tensors.is_tensor(buffer) and tensors.numpy_view(buffer) is not None:
@@ -301,10 +301,7 @@ def copy_into(buffer: Any, value: Any) -> Any:
         buffer[...] = value
         return buffer
     if isinstance(buffer, list) and isinstance(value, (list, np.ndarray)) and np.ndim(value) == 1:
-        if len(buffer) != len(value):
-            raise ValueError(
-                f"buffer of {len(buffer)} items does not fit {len(value)} observations"
-            )
+        # A list takes the values in place, resized to hold them as a list would be.
         buffer[:] = value.tolist() if isinstance(value, np.ndarray) else value
         return buffer
     if isinstance(buffer, (tuple, dict)) and isinstance(value, (tuple, dict)):
