@@ -593,6 +593,7 @@ def test_sparse_rows_are_observations_and_batches_stay_sparse(parallel):
         assert sparse.issparse(xb) and xb.format == "csr"
         assert np.array_equal(xb.toarray(), A.toarray()[order[4 * k : 4 * k + 4]])
         assert yb.tolist() == order[4 * k : 4 * k + 4].tolist()
+    assert loader.stats()["items"] == 11  # rows counted, though a sparse matrix has no len()
     _, test = splitobs(A, at=0.7)
     assert getobs(test).shape == (3, 7)
     dense = getobs_into(np.empty((11, 7)), A)
