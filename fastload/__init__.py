@@ -22,6 +22,7 @@ from .subsets import (
     leavepout,
     oversample,
     splitobs,
+    timeseries_kfolds,
     undersample,
 )
 from .views import batchview, joinobs, mapobs, obsview, randobs, shuffleobs, slidingwindow
@@ -57,6 +58,7 @@ __all__ = [
     "shuffleobs",
     "slidingwindow",
     "splitobs",
+    "timeseries_kfolds",
     "undersample",
     "write",
 ]

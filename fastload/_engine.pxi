@@ -176,6 +176,10 @@ cdef int64_t _count_items(value):
         value = next(iter(value.values())) if isinstance(value, dict) else value[0]
     if isinstance(value, cnp.ndarray):
         return value.shape[0] if value.ndim else 1
+    # Rows first: a sparse matrix has a shape but refuses len().
+    shape = getattr(value, "shape", None)
+    if isinstance(shape, tuple) and len(shape):
+        return shape[0]
     return len(value) if hasattr(value, "__len__") else 1
 
 

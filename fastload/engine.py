@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
+from .arguments import is_size
 from .context import loading
 from .obs import Container
 from .plan import make_plan
@@ -88,7 +89,7 @@ def _check_options(
         raise ValueError(
             f"parallel must be False, True or a number of threads >= 1, got {parallel!r}"
         )
-    if prefetch is not None and (not isinstance(prefetch, Integral) or prefetch < 1):
+    if prefetch is not None and (not is_size(prefetch) or prefetch < 1):
         raise ValueError(f"prefetch must be a positive int or None, got {prefetch!r}")
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
@@ -103,7 +104,7 @@ def _check_options(
 class Engine:
     """Loads the steps of a schedule into a ring of reused slots and delivers them.
 
-    ``parallel``: False (the caller's thread), True (the pool's threads, or as many
+    ``parallel``: False or 0 (the caller's thread), True (the pool's threads, or as many
     worker processes as ``FASTLOAD_NUM_THREADS`` or the CPUs say) or a number of threads
     (processes with ``backend="process"``). ``buffer``: yield views into a ring slot
     (valid until the next ``next()``) instead of arrays the caller owns. ``ordered``:
@@ -125,6 +126,8 @@ class Engine:
         backend: Backend = "thread",
         allocator: Allocator = np.empty,
     ) -> None:
+        if is_size(parallel) and parallel == 0:
+            parallel = False  # no threads: the caller's (MLUtils' parallel=0)
         _check_options(parallel, buffer, ordered, prefetch, on_error, backend)
         self.parallel = parallel
         self.buffer = buffer

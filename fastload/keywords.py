@@ -1,11 +1,12 @@
-"""The keyword arguments of PyTorch's DataLoader that fastload spells differently or does
-not need: a loader given one raises a ``TypeError`` that says what to write instead."""
+"""The keyword arguments that fastload spells differently or does not need: PyTorch
+DataLoader's and MLUtils.jl's. A loader given any raises one ``TypeError`` that names
+each of them and says what to write instead."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
-__all__ = ["refuse_unknown_keywords"]
+__all__ = ["MLUTILS_KEYWORDS", "PYTORCH_KEYWORDS", "refuse_unknown_keywords"]
 
 PYTORCH_KEYWORDS = {
     "num_workers": "use parallel=n (n native threads; parallel=True for every CPU), or "
@@ -28,12 +29,45 @@ PYTORCH_KEYWORDS = {
     "in_order": "use ordered=",
 }
 
+MLUTILS_KEYWORDS = {
+    "batchsize": "use batch_size=",
+    "partial": "use drop_last= (drop_last=True is partial=false)",
+    "rng": "use seed= (an int): random draws come from the seed alone, never from a "
+    "generator's state",
+    "obsdim": "observations lie along the first axis: move yours there with "
+    "numpy.moveaxis(x, obsdim, 0)",
+}
 
-def refuse_unknown_keywords(what: str, keywords: Iterable[str]) -> None:
-    """Raise ``TypeError`` for the first of ``keywords`` (names a loader does not take),
-    saying what fastload calls it when it is one of PyTorch's."""
-    for name in keywords:
-        hint = PYTORCH_KEYWORDS.get(name)
-        if hint is not None:
-            raise TypeError(f"{what}() has no {name}= (a PyTorch DataLoader argument): {hint}")
-        raise TypeError(f"{what}() got an unexpected keyword argument {name!r}")
+_ORIGINS = (
+    (PYTORCH_KEYWORDS, "a PyTorch DataLoader argument"),
+    (MLUTILS_KEYWORDS, "MLUtils' name"),
+)
+
+
+def _complaint(what: str, name: str, hints: Mapping[str, str]) -> str:
+    """What to say about ``name``: its hint when the name is known, else that it is
+    unexpected."""
+    if name in hints:
+        return f"{name}= ({hints[name]})"
+    for table, origin in _ORIGINS:
+        if name in table:
+            return f"{name}= ({origin}): {table[name]}"
+    return f"unexpected keyword argument {name!r}"
+
+
+def refuse_unknown_keywords(
+    what: str, keywords: Iterable[str], hints: Mapping[str, str] | None = None
+) -> None:
+    """Raise one ``TypeError`` for all of ``keywords`` (names ``what`` does not take),
+    saying for each what fastload calls it when it is PyTorch's or MLUtils' (or in
+    ``hints``, the function's own translations). Returns when ``keywords`` is empty."""
+    names = list(keywords)
+    if not names:
+        return
+    complaints = [_complaint(what, name, hints or {}) for name in names]
+    if len(complaints) == 1:
+        complaint = complaints[0]
+        prefix = "got an " if complaint.startswith("unexpected") else "has no "
+        raise TypeError(f"{what}() {prefix}{complaint}")
+    listed = "; ".join(complaints)
+    raise TypeError(f"{what}() does not take {len(names)} of the keywords given: {listed}")

@@ -21,23 +21,38 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
+from .arguments import check_flag, check_size, is_flag, is_size
 from .collate import CollateOption
 from .engine import Allocator, Backend, Engine, OnError
 from .epochs import Epochs, Shuffle
 from .keywords import refuse_unknown_keywords
-from .obs import Container, numobs
+from .obs import Container, copy_into, getobs, is_batch_index, numobs
 from .samplers import BatchSampler, Sampler
 from .schedule import Schedule, schedule_of
 from .sharding import Shard, default_seed, resolve_shard
 from .streams import stream_source
-from .views import MappedObs
+from .tree import head, map_tree, members, tree_leaves
+from .views import MappedObs, collate_batch
 from .windows import DEFAULT_BUFFER, StreamEpochs
 
 __all__ = ["DataLoader", "eachobs", "eachobs_parallel"]
 
-_SHUFFLES = (False, True, "quasi")
+# What buffer= takes: a flag (the loader's own ring of buffers), or buffers of the user's.
+BufferOption = bool | np.ndarray | tuple[Any, ...] | dict[Any, Any]
 
 _Loader = TypeVar("_Loader", bound="_EpochLoader")
+
+
+# The two spellings of buffering, each refused where the other is the name: the loaders
+# take MLUtils' buffer= (a flag, or arrays of your own), eachobs_parallel takes
+# DataLoaders.jl's buffered= (a flag: the values are views into its ring).
+_LOADER_HINTS = {
+    "buffered": "use buffer=True (or buffer=arrays of your own); buffered= is eachobs_parallel's",
+}
+_PARALLEL_HINTS = {
+    "buffer": "use buffered=True or False; buffer= (which also takes arrays of your "
+    "own) is DataLoader's and eachobs'",
+}
 
 
 class StatsReport(dict[str, float]):
@@ -159,6 +174,76 @@ def _check_stream(
         raise ValueError("backend='process' loads containers; a stream loads on threads")
 
 
+def _external_buffer(buffer: BufferOption, batch_size: int | None) -> Any:
+    """The user's buffers given as ``buffer=`` (an array, or a tuple/dict of them), or
+    None for a flag. Raises ``TypeError`` for anything else and ``ValueError`` when an
+    array does not hold ``batch_size`` rows."""
+    if is_flag(buffer):
+        return None
+    leaves = tree_leaves(buffer)
+    if not leaves or not all(isinstance(leaf, np.ndarray) for leaf in leaves):
+        raise TypeError(
+            f"buffer must be True, False, or arrays to fill in place (a numpy array, or a "
+            f"tuple/dict of them shaped like one batch), got {type(buffer).__name__}"
+        )
+    for leaf in leaves:
+        if not leaf.flags.writeable:
+            raise ValueError("buffer= must be writeable: it is filled in place")
+        if batch_size is not None and (leaf.ndim == 0 or leaf.shape[0] != batch_size):
+            raise ValueError(
+                f"buffer= holds one batch of batch_size={batch_size} observations along "
+                f"its first axis, got an array of shape {leaf.shape}"
+            )
+    return buffer
+
+
+def _structure(tree: Any) -> Any:
+    """The nesting of tuples and dicts of ``tree``, without its leaves."""
+    return map_tree(lambda leaf: None, tree)
+
+
+def _check_dtypes(buffer: Any, value: Any) -> None:
+    """Raise ``ValueError`` where an array of ``value`` has another dtype than the array
+    of ``buffer`` it goes into (member by member, by key)."""
+    if isinstance(buffer, (tuple, dict)):
+        for key, member in members(buffer):
+            _check_dtypes(member, value[key])
+        return
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and buffer.dtype != dtype:
+        raise ValueError(
+            f"buffer= has dtype {buffer.dtype} where the steps have {dtype}: "
+            f"make the buffer {dtype}"
+        )
+
+
+def _fill(target: Any, value: Any, batched: bool) -> Any:
+    """``value`` (a step: a batch when ``batched``) copied into ``target`` (its first
+    rows for a shorter last batch), which is returned. Raises ``ValueError`` when the
+    structure, shapes or dtypes differ: the buffer must match the steps exactly."""
+    if _structure(target) != _structure(value):
+        raise ValueError(
+            f"buffer= must have the structure of the steps (tuples and dicts of arrays): "
+            f"the buffer is {_structure(target)}, a step is {_structure(value)}"
+        )
+    part = target
+    if batched:
+        rows = len(tree_leaves(value)[0])
+        if rows < len(tree_leaves(target)[0]):
+            part = head(target, rows)  # the shorter last batch
+    _check_dtypes(part, value)
+    try:
+        return copy_into(part, value)
+    except ValueError as error:
+        raise ValueError(f"buffer= does not fit the batches: {error}") from error
+
+
+def _filled(target: Any, steps: Iterator[Any], batched: bool) -> Iterator[Any]:
+    """The steps of ``steps`` each copied into ``target`` in place: ``buffer=`` arrays."""
+    for value in steps:
+        yield _fill(target, value, batched)
+
+
 class _EpochLoader:
     """What ``DataLoader`` and ``eachobs`` share: epochs, order, state, and the engine.
     ``batch_size=None`` makes each step one observation."""
@@ -177,7 +262,7 @@ class _EpochLoader:
         batch_sampler: BatchSampler | None = None,
         drop_last: bool = False,
         collate: CollateOption = None,
-        buffer: bool = False,
+        buffer: BufferOption = False,
         parallel: bool | int = False,
         seed: int | None = None,
         ordered: bool = True,
@@ -190,19 +275,23 @@ class _EpochLoader:
         source = stream_source(data)
         if source is not None:
             _check_stream(shuffle, sampler, batch_sampler, backend)
-        elif shuffle not in _SHUFFLES:
+        elif not (is_flag(shuffle) or (isinstance(shuffle, str) and shuffle == "quasi")):
             raise ValueError(
                 f"shuffle must be False, True or 'quasi', got {shuffle!r} "
                 f"(an int is a stream's shuffle buffer)"
             )
+        drop_last = check_flag("drop_last", drop_last)
         _check_samplers(shuffle, batch_size, sampler, batch_sampler, drop_last)
-        if seed is not None and not isinstance(seed, Integral):
-            raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+        if seed is not None and not is_size(seed):
+            raise TypeError(f"seed must be an int or None, got {seed!r}")
+        self._target = _external_buffer(buffer, batch_size)
+        if is_size(parallel) and parallel == 0:
+            parallel = False  # MLUtils' spelling of sequential loading
         options: dict[str, Any]
         options = dict(
             parallel=parallel,
-            buffer=bool(buffer),
-            ordered=bool(ordered),
+            buffer=self._target is not None or check_flag("buffer", buffer),
+            ordered=check_flag("ordered", ordered),
             prefetch=prefetch,
             on_error=on_error,
             backend=backend,
@@ -217,9 +306,9 @@ class _EpochLoader:
         self.shuffle = shuffle
         self.sampler = sampler
         self.batch_sampler = batch_sampler
-        self.drop_last = bool(drop_last)
+        self.drop_last = drop_last
         self.collate = collate
-        self.buffer = bool(buffer)
+        self.buffer = options["buffer"]  # True also for buffers of the user's
         self.parallel = parallel
         self.ordered = ordered
         self.on_error = on_error
@@ -329,6 +418,28 @@ class _EpochLoader:
         live = self._live_position()
         return self._steps(self.seed, live[0] if live else self._epoch)
 
+    def __numobs__(self) -> int:
+        """The steps of the epoch the next iteration starts: a loader over a container is
+        itself a container of its steps (MLUtils' ``getobs(loader, i)``), so views such as
+        ``mapobs`` apply to it. Raises ``TypeError`` for a stream."""
+        if self._stream is not None:
+            raise TypeError("a stream has no steps known up front: it is not a container")
+        return self._steps(self.seed, self._epoch)
+
+    def __getobs__(self, i: int | npt.NDArray[np.int64]) -> Any:
+        """Step ``i`` of the epoch the next iteration starts (a list of those steps for
+        several ``i``), formed as the loader forms it and owned by the caller."""
+        schedule = self.schedule(self._epoch)
+        if is_batch_index(i):
+            return [self._step(schedule, int(j)) for j in i]
+        return self._step(schedule, i)
+
+    def _step(self, schedule: Schedule, step: int) -> Any:
+        positions = schedule.positions(step)
+        if self.batch_size is None and self.batch_sampler is None:
+            return getobs(self.data, int(positions[0]))
+        return collate_batch(self.data, positions, self.collate)
+
     def __bool__(self) -> bool:
         """True: a loader is one also when it has no length (a stream)."""
         return True
@@ -338,9 +449,17 @@ class _EpochLoader:
         self._epoch, self._resume_at = epoch + 1, 0
         self._progress = _core.Progress(epoch, start)
         if self._stream is not None:
-            return self._stream.iterate(
+            steps = self._stream.iterate(
                 self.seed, epoch, start, self._stats, self._progress, self._epoch_done
             )
+        else:
+            steps = self._iterate_container(epoch, start)
+        if self._target is None:
+            return steps
+        batched = self.batch_size is not None or self.batch_sampler is not None
+        return _filled(self._target, steps, batched)
+
+    def _iterate_container(self, epoch: int, start: int) -> Iterator[Any]:
         schedule = self.schedule(epoch, start)
         self._stop_read_ahead()
         if self._pages is not None:
@@ -502,8 +621,11 @@ class DataLoader(_EpochLoader):
       False: list of observations; a callable: applied to that list).
     - ``buffer=True`` fills preallocated buffers in place and yields them: **a yielded
       batch is valid only until the next batch is requested**; copy what you keep.
-    - ``parallel``: False (the consumer's thread), True (all CPUs of the native pool) or a
-      number of threads. Output is identical for every value.
+      ``buffer=b`` (an array, or a tuple/dict of them, of one batch's shape and dtype)
+      fills *your* buffer with each batch and yields it (its first rows for the last
+      partial batch), as MLUtils' ``getobs!`` into a buffer of yours.
+    - ``parallel``: False or 0 (the consumer's thread), True (all CPUs of the native pool)
+      or a number of threads. Output is identical for every value.
     - ``ordered=False`` (parallel only) yields batches as they complete: the same batches
       per epoch, in an order that depends on timing. ``prefetch``: batches in flight.
     - ``backend="process"`` (with ``parallel=n``) loads in n worker processes instead of
@@ -518,9 +640,11 @@ class DataLoader(_EpochLoader):
       (``numpy.empty`` by default); ``loader.allocator = f`` changes it for the next
       epoch (``fastload.torch`` pins memory this way).
 
-    Raises ``ValueError`` for ``batch_size < 1`` or an unknown option value, and
-    ``TypeError`` for a keyword it does not take: for PyTorch's (``num_workers``,
-    ``collate_fn``, ``pin_memory``, ...) the message says what to write instead.
+    Raises ``ValueError`` for a ``batch_size`` that is not an int ``>= 1`` (a bool is
+    not) or an unknown option value, ``TypeError`` for a flag that is not a bool, and
+    one ``TypeError`` for all the keywords it does not take: for PyTorch's
+    (``num_workers``, ``collate_fn``, ``pin_memory``, ...) and MLUtils' (``batchsize``,
+    ``partial``, ``rng``) the message says what to write instead.
     """
 
     def __init__(
@@ -533,7 +657,7 @@ class DataLoader(_EpochLoader):
         batch_sampler: BatchSampler | None = None,
         drop_last: bool = False,
         collate: CollateOption = None,
-        buffer: bool = False,
+        buffer: BufferOption = False,
         parallel: bool | int = False,
         seed: int | None = None,
         ordered: bool = True,
@@ -544,14 +668,13 @@ class DataLoader(_EpochLoader):
         allocator: Allocator | None = None,
         **unknown: NoReturn,
     ) -> None:
-        refuse_unknown_keywords("DataLoader", unknown)
+        refuse_unknown_keywords("DataLoader", unknown, _LOADER_HINTS)
         if batch_size is None:
             raise ValueError(
                 "batch_size must be a positive int, got None (single "
                 "observations: use fastload.eachobs)"
             )
-        if not isinstance(batch_size, Integral) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        check_size("batch_size", batch_size)
         if not (collate is None or isinstance(collate, bool) or callable(collate)):
             raise TypeError(f"collate must be None, True, False or a callable, got {collate!r}")
         _check_samplers(shuffle, batch_size, sampler, batch_sampler, drop_last)
@@ -586,9 +709,13 @@ class DataLoader(_EpochLoader):
 def eachobs(
     data: Container,
     *,
+    batch_size: int | None = None,
     shuffle: Shuffle = False,
     sampler: Sampler | None = None,
-    buffer: bool = False,
+    batch_sampler: BatchSampler | None = None,
+    drop_last: bool = False,
+    collate: CollateOption = None,
+    buffer: BufferOption = False,
     parallel: bool | int = False,
     seed: int | None = None,
     ordered: bool = True,
@@ -599,14 +726,24 @@ def eachobs(
     allocator: Allocator | None = None,
     **unknown: NoReturn,
 ) -> _EpochLoader:
-    """Iterates the observations of ``data`` (a container or a stream) one at a time,
-    with the options of ``DataLoader`` (shuffling per epoch, a sampler, buffers, parallel
-    loading, sharding, resumable state)."""
-    refuse_unknown_keywords("eachobs", unknown)
-    return _EpochLoader(
-        data,
+    """Iterates ``data`` (a container or a stream), epoch after epoch: one observation at a
+    time, or with ``batch_size`` (or ``batch_sampler``) batches, as ``DataLoader`` with the
+    same arguments does (MLUtils' ``eachobs`` takes its ``DataLoader``'s arguments). One
+    observation at a time, ``drop_last`` and ``collate=True/False`` have nothing to act on.
+
+    ``buffer=`` may be an array (or a tuple/dict of them) shaped like one step: each step
+    is then copied into it and the buffer itself is yielded (the first rows of it for a
+    shorter last batch), as MLUtils' ``getobs!`` with a buffer of your own. Raises
+    ``ValueError`` when such a buffer does not fit the steps (shape, structure or dtype),
+    and for a collate function without a batch size (it would never be called).
+    """
+    refuse_unknown_keywords("eachobs", unknown, _LOADER_HINTS)
+    options: dict[str, Any] = dict(
         shuffle=shuffle,
         sampler=sampler,
+        batch_sampler=batch_sampler,
+        drop_last=drop_last,
+        collate=collate,
         buffer=buffer,
         parallel=parallel,
         seed=seed,
@@ -617,6 +754,18 @@ def eachobs(
         backend=backend,
         allocator=allocator,
     )
+    if batch_size is None and batch_sampler is None:
+        # One observation per step: no partial batch to drop and nothing to stack, so
+        # drop_last and a flag collate have nothing to act on; a collate function would
+        # go uncalled, which is refused.
+        if callable(collate):
+            raise ValueError(
+                "collate= is applied to the observations of a batch: give eachobs a "
+                "batch_size (or a batch_sampler) for it to be called"
+            )
+        check_flag("drop_last", drop_last)
+        return _EpochLoader(data, **dict(options, drop_last=False, collate=None))
+    return DataLoader(data, 1 if batch_size is None else batch_size, **options)
 
 
 class _ParallelIterable:
@@ -636,25 +785,33 @@ class _ParallelIterable:
 def eachobs_parallel(
     data: Container,
     *,
-    buffer: bool = True,
+    buffered: bool = True,
     parallel: bool | int = True,
     ordered: bool = True,
     prefetch: int | None = None,
+    **unknown: NoReturn,
 ) -> _ParallelIterable:
     """Iterate the observations of any container, loaded in parallel on the native pool.
 
     Pass a ``batchview`` to iterate batches: ``eachobs_parallel(batchview(data, 64))``
     is what ``DataLoader(data, 64, parallel=True, buffer=True)`` does each epoch.
-    ``parallel``: True (the pool's threads) or a number of threads. ``ordered=True``
-    yields in index order whatever finished first; ``ordered=False`` in completion order
-    (the same set). With ``buffer=True`` **each value is a view into a reused slot, valid
-    until the next value is requested**; with ``buffer=False`` the caller owns it.
+    ``parallel``: True (the pool's threads) or a number of threads (0 or False: the
+    caller's thread). ``ordered=True`` yields in index order whatever finished first;
+    ``ordered=False`` in completion order (the same set). With ``buffered=True`` **each
+    value is a view into a reused slot, valid until the next value is requested**; with
+    ``buffered=False`` the caller owns it.
 
     Arrays (and tuples/dicts of them) load natively with no Python work per item. Any
     other container is read by Python code that holds the GIL per item: it runs in
     parallel only as far as that code releases the GIL (numpy, simplejpeg, PIL do).
-    Raises ``fastload.LoadError`` naming the index when an observation fails to load.
+    Raises ``fastload.LoadError`` naming the index when an observation fails to load, and
+    ``TypeError`` for a keyword it does not take (``buffer=`` is ``DataLoader``'s).
     """
-    return _ParallelIterable(
-        data, Engine(parallel=parallel, buffer=buffer, ordered=ordered, prefetch=prefetch)
+    refuse_unknown_keywords("eachobs_parallel", unknown, _PARALLEL_HINTS)
+    engine = Engine(
+        parallel=parallel,
+        buffer=check_flag("buffered", buffered),
+        ordered=check_flag("ordered", ordered),
+        prefetch=prefetch,
     )
+    return _ParallelIterable(data, engine)

@@ -2,7 +2,8 @@
 
 A container is anything with a number of observations that can be indexed by position:
 numpy arrays and torch tensors (observations along axis 0), tuples and dicts of
-containers (members indexed alike), tables (rows; see ``tables.py``), lists and any object
+containers (members indexed alike), tables (rows; see ``tables.py``), scipy.sparse CSR
+matrices (rows; see ``sparse.py``), lists and any object
 with ``__len__`` and ``__getitem__``. A type opts in with ``__numobs__``, ``__getobs__``
 and ``__getobs_into__``, or by registering implementations with ``numobs.register``,
 ``getobs.register`` and ``getobs_into.register``.
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from . import tables, tensors
+from . import sparse, tables, tensors
 from .collate import collate
 from .errors import load_error
 from .tree import map_tree, members, rebuild, tree_leaves
@@ -108,6 +109,8 @@ def numobs(data: Container) -> int:
         return int(data.shape[0])
     if tables.is_table(data):
         return tables.table_numobs(data)
+    if sparse.is_sparse(data):
+        return sparse.sparse_numobs(data)
     if hasattr(data, "__len__") and hasattr(data, "__getitem__"):
         return len(data)
     raise TypeError(
@@ -164,6 +167,8 @@ def _getobs(data: Container, i: Index) -> Any:
         return tensors.take(data, i)
     if tables.is_table(data):
         return tables.table_getobs(data, i)
+    if sparse.is_sparse(data):
+        return sparse.sparse_getobs(data, i)
     if is_batch_index(i):
         return collate([_item(data, int(j)) for j in i])
     return _item(data, i)
@@ -209,21 +214,26 @@ def _getobs_into(data: Container, buffer: Any, i: Index) -> Any:
         if view is not None and isinstance(target, np.ndarray):
             getobs_into(target, view, i)  # the gather of arrays, on the same memory
             return buffer
-    return copy_into(buffer, getobs(data, i))
+    value = getobs(data, i)
+    if sparse.is_sparse(value) and isinstance(buffer, np.ndarray):
+        value = value.toarray().reshape(value.shape)  # a dense buffer takes the rows dense
+    return copy_into(buffer, value)
 
 
-def getobs_into(buffer: Any, data: Container, i: Index) -> Any:
-    """Fill ``buffer`` with ``getobs(data, i)`` and return the filled buffer.
+def getobs_into(buffer: Any, data: Container, i: Index | None = None) -> Any:
+    """Fill ``buffer`` with ``getobs(data, i)`` (all observations when ``i`` is None) and
+    return the filled buffer.
 
     For arrays and tuples/dicts of arrays nothing is allocated. Any other container
-    falls back to ``getobs`` plus a copy into the buffer; a buffer that is not an array,
-    tuple or dict (a list, say) cannot be filled in place and ``getobs(data, i)`` is
-    returned instead. Raises ``ValueError`` when the buffer's shape does not fit.
+    falls back to ``getobs`` plus a copy into the buffer; a list buffer takes a batch of
+    values (strings, say) item by item; a buffer of another kind (None, a string) cannot
+    be filled in place and ``getobs(data, i)`` is returned instead. Raises ``ValueError``
+    when the buffer's shape does not fit.
 
     ``getobs_into.register(MyType, f)`` (or as a decorator) registers an implementation
     ``f(buffer, data, i)`` for containers of ``MyType``; dispatch is on the container.
     """
-    return _getobs_into.dispatch(type(data))(data, buffer, i)
+    return _getobs_into.dispatch(type(data))(data, buffer, slice(None) if i is None else i)
 
 
 def _register_into(cls: type, func: Callable[..., Any] | None = None) -> Any:
@@ -243,7 +253,7 @@ def _(data: np.ndarray, buffer: Any, i: Index) -> Any:
     if not isinstance(buffer, np.ndarray):
         view = tensors.numpy_view(buffer) if tensors.is_tensor(buffer) else None
         if view is None:
-            return getobs(data, i)
+            return copy_into(buffer, getobs(data, i))  # a list is filled, None is not
         getobs_into(view, data, i)
         return buffer
     expected = (len(i),) + data.shape[1:] if is_batch_index(i) else data.shape[1:]
@@ -264,7 +274,10 @@ def _getobs_into_members(data: tuple[Any, ...] | dict[Any, Any], buffer: Any, i:
     i = normalize_index(i, numobs(data))
     if not isinstance(buffer, type(data)) or len(buffer) != len(data):
         return copy_into(buffer, getobs(data, i))
-    return rebuild(data, [getobs_into(buffer[key], member, i) for key, member in members(data)])
+    filled = [getobs_into(buffer[key], member, i) for key, member in members(data)]
+    if all(f is buffer[key] for f, (key, _) in zip(filled, members(data))):
+        return buffer  # every member filled in place: the buffer itself, as given
+    return rebuild(data, filled)
 
 
 _getobs_into.register(tuple, _getobs_into_members)
@@ -280,8 +293,9 @@ def _fits(dtype: np.dtype[Any], buffer_dtype: np.dtype[Any]) -> bool:
 
 
 def copy_into(buffer: Any, value: Any) -> Any:
-    """Copy ``value`` into ``buffer`` (an array, or a tuple/dict of them) and return the
-    filled buffer; a buffer of any other kind cannot be filled and ``value`` is returned.
+    """Copy ``value`` into ``buffer`` (an array; a list, which takes a list or 1-D array
+    of values whatever its length; or a tuple/dict of them) and return the filled buffer;
+    a buffer of any other kind cannot be filled and ``value`` is returned.
     Raises ``ValueError`` when the value's shape differs, or when its dtype would lose
     information in the buffer's (a float into an int buffer, a longer string)."""
     if tensors.is_tensor(buffer) and tensors.numpy_view(buffer) is not None:
@@ -300,6 +314,10 @@ def copy_into(buffer: Any, value: Any) -> Any:
                 f"buffer of dtype {buffer.dtype} does not fit an observation of dtype {value.dtype}"
             )
         buffer[...] = value
+        return buffer
+    if isinstance(buffer, list) and isinstance(value, (list, np.ndarray)) and np.ndim(value) == 1:
+        # A list takes the values in place, resized to hold them as a list would be.
+        buffer[:] = value.tolist() if isinstance(value, np.ndarray) else value
         return buffer
     if isinstance(buffer, (tuple, dict)) and isinstance(value, (tuple, dict)):
         if len(buffer) != len(value):

@@ -29,6 +29,7 @@ from . import _core, codecs, limits, tables, tensors
 from .collate import collate, stack
 from .errors import LoadError
 from .obs import getobs, getobs_into
+from .sparse import is_sparse
 from .transforms import Compose
 from .tree import head, map_tree, rebuild, row, tree_leaves
 from .views import MappedObs, SlidingWindow, collate_batch, source_of
@@ -39,7 +40,11 @@ __all__ = ["ItemPlan", "StepPlan", "make_plan"]
 def _custom_getobs(data):
     """True when ``data`` defines how several observations form a batch."""
     dispatch = getobs.dispatch  # type: ignore[attr-defined]  # set by obs.py's dispatcher
-    return hasattr(data, "__getobs__") or dispatch(type(data)) is not dispatch(object)
+    return (
+        hasattr(data, "__getobs__")
+        or dispatch(type(data)) is not dispatch(object)
+        or is_sparse(data)  # rows gathered by scipy into a sparse batch
+    )
 
 
 def _per_item(data):

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from numbers import Integral, Real
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import numpy.typing as npt
 
+from .arguments import is_size
+from .keywords import refuse_unknown_keywords
 from .obs import Container, getobs, numobs
 from .views import ObsView, rng
 
@@ -31,8 +33,27 @@ __all__ = [
     "leavepout",
     "oversample",
     "splitobs",
+    "timeseries_kfolds",
     "undersample",
 ]
+
+
+def _positions(data: Container | int) -> tuple[Container, bool]:
+    """(the container, whether ``data`` was a number of observations): an int ``n``
+    stands for the positions ``0..n-1``, and its subsets come back as positions."""
+    if is_size(data):
+        if data < 0:
+            raise ValueError(f"a number of observations must be >= 0, got {data}")
+        return np.arange(int(data), dtype=np.int64), True
+    return data, False
+
+
+def _as_positions(view: ObsView) -> range | npt.NDArray[np.int64]:
+    """The positions a subset of ``0..n-1`` holds: a range when they are consecutive."""
+    idx = view.indices
+    if len(idx) and np.array_equal(idx, np.arange(idx[0], idx[0] + len(idx))):
+        return range(int(idx[0]), int(idx[0]) + len(idx))
+    return idx if len(idx) else range(0)
 
 
 def _hashable(x: Any) -> Hashable:
@@ -125,13 +146,14 @@ def _split_sizes(n: int, parts: Sequence[float]) -> list[int]:
 
 
 def splitobs(
-    data: Container,
+    data: Container | int,
     at: float | Sequence[float] = 0.8,
     shuffle: bool = False,
     seed: int | None = None,
     *,
     stratified: Container | None = None,
-) -> tuple[ObsView, ...]:
+    **unknown: NoReturn,
+) -> tuple[Any, ...]:
     """Split ``data`` into ``len(at) + 1`` consecutive views (two for a single ``at``).
 
     ``at`` is a fraction (the share of the first view), an int (its number of
@@ -140,12 +162,30 @@ def splitobs(
     3, 4 and 8). With ``shuffle=True`` the observations are permuted first (``seed``).
     ``stratified=labels`` splits each label's observations alike, so every view keeps the
     label proportions; each view keeps the order of the data. Raises ``ValueError`` for
-    a bad ``at``.
+    a bad ``at``. For an int ``data`` (a number of observations, as in MLUtils) the
+    subsets are positions: ranges (index arrays once shuffled or stratified).
 
     >>> train, test = splitobs(np.arange(10), at=0.8)
     >>> numobs(train), numobs(test)
     (8, 2)
+    >>> splitobs(10, at=0.7)
+    (range(0, 7), range(7, 10))
     """
+    refuse_unknown_keywords("splitobs", unknown)
+    data, positions = _positions(data)
+    views = _split(data, at, shuffle, seed, stratified)
+    if positions:
+        return tuple(_as_positions(v) for v in views)
+    return views
+
+
+def _split(
+    data: Container,
+    at: float | Sequence[float],
+    shuffle: bool,
+    seed: int | None,
+    stratified: Container | None,
+) -> tuple[ObsView, ...]:
     n = numobs(data)
     parts = _parts(at, n)
     order = rng(seed).permutation(n) if shuffle else np.arange(n, dtype=np.int64)
@@ -174,19 +214,32 @@ def _fold_bounds(n: int, k: int) -> npt.NDArray[np.int64]:
 
 
 def kfolds(
-    data: Container,
+    data: Container | int,
     k: int = 5,
     *,
     shuffle: bool = False,
     seed: int | None = None,
     stratified: Container | None = None,
-) -> list[tuple[ObsView, ObsView]]:
+    **unknown: NoReturn,
+) -> list[tuple[Any, Any]]:
     """``k`` pairs ``(train, validation)`` of views: fold ``j`` validates on the j-th of
     ``k`` consecutive parts (the first ``n % k`` one observation larger) and trains on the
     rest, in the order of the data. ``shuffle=True`` permutes the observations first
     (``seed``); ``stratified=labels`` makes the folds of each label separately, so every
     validation view keeps the label proportions (each label needs ``k`` observations).
-    Raises ``ValueError`` unless ``2 <= k <= numobs(data)``."""
+    For an int ``data`` (a number of observations) the pairs hold positions. Raises
+    ``ValueError`` unless ``2 <= k <= numobs(data)``."""
+    refuse_unknown_keywords("kfolds", unknown)
+    data, positions = _positions(data)
+    folds = _folds(data, k, shuffle, seed, stratified)
+    if positions:
+        return [(_as_positions(train), _as_positions(check)) for train, check in folds]
+    return folds
+
+
+def _folds(
+    data: Container, k: int, shuffle: bool, seed: int | None, stratified: Container | None
+) -> list[tuple[ObsView, ObsView]]:
     n = numobs(data)
     if not isinstance(k, Integral) or isinstance(k, bool) or not 2 <= k <= n:
         raise ValueError(f"kfolds needs 2 <= k <= {n} (the number of observations), got {k!r}")
@@ -214,14 +267,64 @@ def kfolds(
     ]
 
 
-def leavepout(data: Container, p: int = 1) -> list[tuple[ObsView, ObsView]]:
+def leavepout(data: Container | int, p: int = 1) -> list[tuple[Any, Any]]:
     """``kfolds(data, numobs(data) // p)``: folds whose validation views hold ``p``
     observations (a few ``p + 1`` when ``p`` does not divide the number). ``p=1`` is
-    leave-one-out. Raises ``ValueError`` unless ``1 <= p <= numobs(data) // 2``."""
-    n = numobs(data)
+    leave-one-out; an int ``data`` gives positions. Raises ``ValueError`` unless
+    ``1 <= p <= numobs(data) // 2``."""
+    n = data if is_size(data) else numobs(data)
     if not isinstance(p, Integral) or isinstance(p, bool) or not 1 <= p <= n // 2:
         raise ValueError(f"leavepout needs 1 <= p <= {n // 2} (half the observations), got {p!r}")
     return kfolds(data, n // p)
+
+
+def timeseries_kfolds(
+    data: Container | int,
+    k: int = 5,
+    *,
+    test_size: int | None = None,
+    gap: int = 0,
+    max_train_size: int | None = None,
+) -> list[tuple[Any, Any]]:
+    """``k`` pairs ``(train, validation)`` for ordered data (a time series): validation
+    ``j`` is the j-th of the last ``k`` blocks of ``test_size`` observations
+    (``n // (k + 1)`` by default) and training is everything before it, so the training
+    windows grow and never look ahead. ``gap`` observations are left out between the two
+    (against leakage from overlapping windows); ``max_train_size`` keeps only the latest
+    ones. Views in the order of the data; positions (ranges) for an int ``data``. Raises
+    ``ValueError`` when the first training window would be empty.
+
+    >>> [(list(train), list(check)) for train, check in timeseries_kfolds(6, 2)]
+    [([0, 1], [2, 3]), ([0, 1, 2, 3], [4, 5])]
+    """
+    data, positions = _positions(data)
+    n = numobs(data)
+    if not is_size(k) or k < 1:
+        raise ValueError(f"timeseries_kfolds needs an int k >= 1, got {k!r}")
+    size = n // (k + 1) if test_size is None else test_size
+    if not is_size(size) or size < 1 or not is_size(gap) or gap < 0:
+        raise ValueError(
+            f"timeseries_kfolds needs test_size >= 1 and gap >= 0 (ints), got "
+            f"test_size={size!r} (of {n} observations), gap={gap!r}"
+        )
+    if max_train_size is not None and (not is_size(max_train_size) or max_train_size < 1):
+        raise ValueError(f"max_train_size must be an int >= 1 or None, got {max_train_size!r}")
+    first = n - k * size
+    if first - gap < 1:
+        raise ValueError(
+            f"timeseries_kfolds of {n} observations into k={k} blocks of {size} with a gap "
+            f"of {gap} leaves no observation to train the first fold on"
+        )
+    folds = []
+    for start in range(first, n, size):
+        end = start - gap
+        begin = 0 if max_train_size is None else max(0, end - max_train_size)
+        folds.append(
+            (ObsView(data, np.arange(begin, end)), ObsView(data, np.arange(start, start + size)))
+        )
+    if positions:
+        return [(_as_positions(train), _as_positions(check)) for train, check in folds]
+    return folds
 
 
 def chunk(
@@ -286,6 +389,7 @@ def oversample(
     fraction: float = 1,
     shuffle: bool = True,
     seed: int | None = None,
+    **unknown: NoReturn,
 ) -> ObsView:
     """A view of ``data`` in which every class has at least ``round(fraction * m)``
     observations, ``m`` being the size of the largest class: a smaller class is repeated
@@ -294,6 +398,7 @@ def oversample(
     tuple (or a view of one) whose last member holds them. Unshuffled, the added
     observations follow the original ones, class by class. Raises ``ValueError`` without
     labels."""
+    refuse_unknown_keywords("oversample", unknown)
     groups = _classes(data, classes, "oversample")
     draw = rng(seed)
     target = round(fraction * max((len(g) for g in groups.values()), default=0))
@@ -315,10 +420,12 @@ def undersample(
     *,
     shuffle: bool = True,
     seed: int | None = None,
+    **unknown: NoReturn,
 ) -> ObsView:
     """A view of ``data`` with as many observations of every class as the smallest class
     has, drawn at random without replacement. ``classes`` as for ``oversample``.
     Unshuffled, the observations keep their order in ``data``."""
+    refuse_unknown_keywords("undersample", unknown)
     groups = _classes(data, classes, "undersample")
     draw = rng(seed)
     smallest = min((len(g) for g in groups.values()), default=0)

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from numbers import Integral
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeAlias, overload
 
 import numpy as np
 import numpy.typing as npt
 
+from .arguments import check_flag, check_size, is_flag
 from .collate import CollateOption, collate, stack
 from .context import current
 from .errors import load_error
+from .keywords import refuse_unknown_keywords
 from .obs import (
     Container,
     Index,
@@ -27,6 +29,7 @@ from .obs import (
 from .tree import head, map_tree, row, tree_leaves
 
 __all__ = [
+    "Batched",
     "BatchView",
     "JoinedObs",
     "MappedObs",
@@ -42,6 +45,10 @@ __all__ = [
     "slidingwindow",
     "source_of",
 ]
+
+
+# How mapobs calls f: per observation (False), per batch (True), or as it is read ("auto").
+Batched: TypeAlias = bool | Literal["auto"]
 
 
 def rng(seed: int | None) -> np.random.Generator:
@@ -102,14 +109,18 @@ def obsview(data: Container, indices: Index | None = None) -> ObsView:
     return ObsView(data, np.arange(numobs(data)) if indices is None else indices)
 
 
-def shuffleobs(data: Container, seed: int | None = None) -> ObsView:
+def shuffleobs(data: Container, seed: int | None = None, **unknown: NoReturn) -> ObsView:
     """A lazy view of ``data`` in a random order drawn from ``seed`` (fresh when None)."""
+    refuse_unknown_keywords("shuffleobs", unknown)
     return ObsView(data, rng(seed).permutation(numobs(data)))
 
 
-def randobs(data: Container, n: int | None = None, *, seed: int | None = None) -> Any:
+def randobs(
+    data: Container, n: int | None = None, *, seed: int | None = None, **unknown: NoReturn
+) -> Any:
     """One observation of ``data`` drawn at random from ``seed`` (fresh when None), or a
     batch of ``n`` drawn with replacement. Raises ``ValueError`` for an empty container."""
+    refuse_unknown_keywords("randobs", unknown)
     count = numobs(data)
     if count == 0:
         raise ValueError("randobs needs a container with at least one observation")
@@ -129,16 +140,20 @@ class MappedObs(_View):
 
     Several observations come back collated (``collate.py``): stacked into arrays when
     ``f`` returns arrays or numbers (or tuples/dicts of them) of one shape. With
-    ``batched=True``, ``f`` takes and returns a whole batch instead."""
+    ``batched=True``, ``f`` takes and returns a whole batch instead; with
+    ``batched="auto"``, whatever it is given: a batch for several indices, the
+    observation for one."""
 
-    def __init__(self, f: Callable[..., Any], data: Container, batched: bool = False) -> None:
+    def __init__(self, f: Callable[..., Any], data: Container, batched: Batched = False) -> None:
         if not callable(f):
             raise TypeError(f"mapobs needs a callable, got {type(f).__name__}")
-        if batched and getattr(f, "wants_index", False):
+        if not (is_flag(batched) or (isinstance(batched, str) and batched == "auto")):
+            raise ValueError(f"batched must be False, True or 'auto', got {batched!r}")
+        if batched is not False and getattr(f, "wants_index", False):
             raise TypeError("a random transform draws per observation: use it with batched=False")
         self.f = f
         self.data = data
-        self.batched = bool(batched)
+        self.batched: Batched = batched if batched == "auto" else bool(batched)
 
     def __numobs__(self) -> int:
         return numobs(self.data)
@@ -159,6 +174,8 @@ class MappedObs(_View):
 
     def __getobs__(self, i: Index) -> Any:
         i = normalize_index(i, numobs(self.data))
+        if self.batched == "auto":
+            return self._apply(i)
         if self.batched:
             return (
                 self._apply(i)
@@ -181,7 +198,7 @@ class MappedObs(_View):
 
     def __repr__(self) -> str:
         name = getattr(self.f, "__name__", type(self.f).__name__)
-        batched = ", batched=True" if self.batched else ""
+        batched = f", batched={self.batched!r}" if self.batched is not False else ""
         return f"mapobs({name}, {type(self.data).__name__}{batched})"
 
 
@@ -200,25 +217,25 @@ def source_of(data: Container, i: int) -> str | None:
 
 @overload
 def mapobs(
-    f: tuple[Callable[..., Any], ...], data: Container, *, batched: bool = False
+    f: tuple[Callable[..., Any], ...], data: Container, *, batched: Batched = False
 ) -> tuple[MappedObs, ...]: ...
 
 
 @overload
 def mapobs(
-    f: dict[str, Callable[..., Any]], data: Container, *, batched: bool = False
+    f: dict[str, Callable[..., Any]], data: Container, *, batched: Batched = False
 ) -> dict[str, MappedObs]: ...
 
 
 @overload
-def mapobs(f: Callable[..., Any], data: Container, *, batched: bool = False) -> MappedObs: ...
+def mapobs(f: Callable[..., Any], data: Container, *, batched: Batched = False) -> MappedObs: ...
 
 
 def mapobs(
     f: Callable[..., Any] | tuple[Callable[..., Any], ...] | dict[str, Callable[..., Any]],
     data: Container,
     *,
-    batched: bool = False,
+    batched: Batched = False,
 ) -> MappedObs | tuple[MappedObs, ...] | dict[str, MappedObs]:
     """A lazy view of ``data`` with ``f`` applied to each observation when it is read.
 
@@ -226,7 +243,9 @@ def mapobs(
     of them (a dict of views: each observation is ``{name: f(x)}`` and ``view[name]`` is
     one of them). With ``batched=True``, ``f`` is vectorised: it is called once on each
     batch ``getobs(data, indices)`` and returns the batch (a single observation is row 0
-    of the batch of one). Raises ``TypeError`` when ``f`` is not callable.
+    of the batch of one). With ``batched="auto"`` (MLUtils' ``:auto``), ``f`` gets what
+    is read: the batch for several indices, the observation for one. Raises
+    ``TypeError`` when ``f`` is not callable, ``ValueError`` for another ``batched``.
 
     >>> features = mapobs({"x": np.sqrt, "y": np.log}, np.arange(1.0, 11.0))
     >>> sorted(getobs(features, 9)), float(getobs(features["x"], 3))
@@ -375,13 +394,12 @@ class BatchView(_View):
         drop_last: bool = False,
         collate: CollateOption = None,
     ) -> None:
-        if not isinstance(batch_size, Integral) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        check_size("batch_size", batch_size)
         if not (collate is None or isinstance(collate, bool) or callable(collate)):
             raise TypeError(f"collate must be None, True, False or a callable, got {collate!r}")
         self.data = data
         self.batch_size = int(batch_size)
-        self.drop_last = bool(drop_last)
+        self.drop_last = check_flag("drop_last", drop_last)
         self.collate = collate
         n = numobs(data)
         self._n = n // self.batch_size if drop_last else -(-n // self.batch_size)
@@ -440,7 +458,11 @@ def collate_batch(
 
 
 def batchview(
-    data: Container, batch_size: int, drop_last: bool = False, collate: CollateOption = None
+    data: Container,
+    batch_size: int | None = None,
+    drop_last: bool = False,
+    collate: CollateOption = None,
+    **unknown: NoReturn,
 ) -> BatchView:
     """A lazy container whose observations are batches of ``batch_size`` observations of
     ``data``; the last one is partial unless ``drop_last``.
@@ -450,6 +472,8 @@ def batchview(
     collated: arrays and numbers stacked, through tuples and dicts, strings and other
     values as lists), ``True`` stacks every leaf into arrays with a new leading axis,
     ``False`` gives the list of observations, and a callable is applied to that list.
-    Raises ``ValueError`` for ``batch_size < 1``.
+    Raises ``ValueError`` for ``batch_size < 1``, ``TypeError`` for a keyword it does not
+    take (MLUtils' ``batchsize=`` and ``partial=`` say what fastload calls them).
     """
-    return BatchView(data, batch_size, drop_last, collate)
+    refuse_unknown_keywords("batchview", unknown)
+    return BatchView(data, check_size("batch_size", batch_size), drop_last, collate)

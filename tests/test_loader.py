@@ -58,7 +58,7 @@ def test_batch_size_below_one_or_not_an_int_raises_value_error(batch_size):
     [
         {"shuffle": "yes"},
         {"shuffle": None},
-        {"parallel": 0},
+        {"shuffle": 1},
         {"parallel": -2},
         {"parallel": "2"},
         {"parallel": 1.5},

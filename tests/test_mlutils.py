@@ -12,8 +12,11 @@ from fastload import (
     DataLoader,
     batchview,
     chunk,
+    eachobs,
+    eachobs_parallel,
     filterobs,
     getobs,
+    getobs_into,
     group_counts,
     groupobs,
     kfolds,
@@ -26,6 +29,7 @@ from fastload import (
     shuffleobs,
     slidingwindow,
     splitobs,
+    timeseries_kfolds,
     undersample,
 )
 from fastload.plan import ItemPlan, make_plan
@@ -325,3 +329,321 @@ def test_views_compose_and_stay_index_remaps():
     train, _ = splitobs(chunk((X, y), 2)[1], at=0.5)
     assert gathers_natively(train)
     assert getobs(train)[1].tolist() == y[15:23].tolist()  # round(7.5) == 8
+
+
+# MLUtils' test/eachobs.jl and test/dataloader.jl: X holds 15 observations of 4 features
+# (MLUtils puts them in the columns of a 4x15 matrix, fastload in the rows of a 15x4 one).
+X = np.random.default_rng(0).random((15, 4))
+
+
+def test_eachobs_parallel_takes_buffered_as_the_design_names_it():
+    """The design's ``eachobs_parallel(data, buffered=True)``: views into a reused slot;
+    ``buffered=False`` yields values the caller owns."""
+    assert [float(v) for v in eachobs_parallel(np.arange(8.0), buffered=True)] == list(
+        map(float, range(8))
+    )
+    owned = list(eachobs_parallel(batchview(X, 4), buffered=False, parallel=2))
+    assert_tree_equal(owned, [X[0:4], X[4:8], X[8:12], X[12:15]])
+    with pytest.raises(TypeError, match="buffered=True or False"):
+        eachobs_parallel(X, buffer=True)
+    with pytest.raises(TypeError, match="buffered must be True or False"):
+        eachobs_parallel(X, buffered="yes")
+
+
+def test_eachobs_yields_each_observation_with_or_without_buffer():
+    """``for (i, x) in enumerate(eachobs(X)) x == X[:, i]``, also with ``buffer=true``."""
+    for buffer in (False, True):
+        for i, x in enumerate(eachobs(X, buffer=buffer)):
+            assert np.array_equal(x, X[i])
+
+
+def test_eachobs_fills_a_buffer_of_the_users_in_place():
+    """``b = zeros(size(X, 1)); for (i, x) in enumerate(eachobs(X, buffer=b)) x == X[:, i]``
+    and afterwards ``b == X[:, end]``: each observation is written into ``b``."""
+    b = np.zeros(4)
+    for i, x in enumerate(eachobs(X, buffer=b)):
+        assert x is b and np.array_equal(x, X[i])
+    assert np.array_equal(b, X[-1])
+
+
+@pytest.mark.parametrize("parallel", [False, 2])
+def test_eachobs_with_batch_size_and_a_buffer_fills_it_with_each_batch(parallel):
+    """``eachobs(X, batchsize=2, buffer=b, partial=false)`` with ``b = zeros(4, 2)``: every
+    batch is ``b``, and afterwards ``b`` holds the last one."""
+    b = np.zeros((2, 4))
+    got = []
+    for x in eachobs(X, batch_size=2, buffer=b, drop_last=True, parallel=parallel):
+        assert x is b
+        got.append(x.copy())
+    assert_tree_equal(got, [X[2 * i : 2 * i + 2] for i in range(7)])
+    assert np.array_equal(b, X[12:14])
+
+
+def test_eachobs_batched_keeps_the_partial_last_batch():
+    """``eachobs(X, batchsize=2, partial=true)``: seven batches of 2, then one of 1;
+    ``buffer=true, partial=false``: seven of 2."""
+    batches = [x.copy() for x in eachobs(X, batch_size=2)]
+    assert [len(x) for x in batches] == [2] * 7 + [1]
+    assert np.array_equal(batches[-1], X[14:15])
+    buffered = [x.copy() for x in eachobs(X, batch_size=2, buffer=True, drop_last=True)]
+    assert_tree_equal(buffered, [X[2 * i : 2 * i + 2] for i in range(7)])
+
+
+def test_a_loader_buffer_of_a_tuple_gets_the_partial_batch_in_its_first_rows():
+    """``DataLoader((X, y), batch_size=4, buffer=(bx, by))``: the last batch of 3 fills
+    the first 3 rows and is yielded as views of them."""
+    y = np.arange(15)
+    bx, by = np.zeros((4, 4)), np.zeros(4, np.int64)
+    batches = []
+    for xb, yb in DataLoader((X, y), batch_size=4, buffer=(bx, by), shuffle=True, seed=1):
+        assert np.shares_memory(xb, bx) and np.shares_memory(yb, by)
+        batches.append((xb.copy(), yb.copy()))
+    order = DataLoader((X, y), 4, shuffle=True, seed=1).order(0)
+    assert_tree_equal(batches, [(X[order[s : s + 4]], y[order[s : s + 4]]) for s in (0, 4, 8, 12)])
+    assert len(batches[-1][1]) == 3
+    assert DataLoader(X, 2, buffer=np.zeros((2, 4))).buffer is True  # batches go to buffers
+
+
+@pytest.mark.parametrize(
+    "buffer, message",
+    [
+        (np.zeros((3, 4)), "batch_size=2"),
+        (np.zeros((2, 5)), "shape"),
+        (np.zeros((2, 4), np.float32), "dtype float32 where the steps have float64"),
+        ((np.zeros((2, 4)), np.zeros(2)), "structure"),
+        ([np.zeros((2, 4))], "numpy array"),
+    ],
+)
+def test_a_buffer_that_does_not_fit_the_batches_is_a_clear_error(buffer, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        list(DataLoader(X, batch_size=2, buffer=buffer))
+
+
+def test_eachobs_reshuffles_each_iteration_and_a_shuffled_view_does_not():
+    """``eachobs(shuffleobs(1:50))`` gives the same order twice; ``eachobs(1:50,
+    shuffle=true)`` (buffered, parallel or both) a new one each time."""
+    shuffled = eachobs(shuffleobs(np.arange(50), seed=0))
+    assert [int(v) for v in shuffled] == [int(v) for v in shuffled]
+    for options in ({}, {"buffer": True}, {"parallel": True}, {"buffer": True, "parallel": 2}):
+        reshuffled = eachobs(np.arange(50), shuffle=True, **options)
+        first, second = [int(v) for v in reshuffled], [int(v) for v in reshuffled]
+        assert first != second and sorted(first) == sorted(second) == list(range(50))
+
+
+@pytest.mark.parametrize("batch_size", [None, 2])
+@pytest.mark.parametrize("buffer", [False, True, "array"])
+@pytest.mark.parametrize("parallel", [0, 2])
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_eachobs_argument_combinations(batch_size, buffer, parallel, shuffle, drop_last):
+    """MLUtils' "Argument combinations": every combination of batch size, buffer (a flag or
+    a buffer of one batch), parallel, shuffle and partial iterates the whole epoch."""
+    if buffer == "array":
+        buffer = np.zeros((2, 4) if batch_size else (4,))
+    loader = eachobs(
+        X,
+        batch_size=batch_size,
+        buffer=buffer,
+        parallel=parallel,
+        shuffle=shuffle,
+        drop_last=drop_last,
+        seed=0,
+    )
+    rows = [np.atleast_2d(v).copy() for v in loader]
+    expected = 14 if drop_last and batch_size else 15  # one at a time: nothing partial
+    assert sum(len(r) for r in rows) == expected
+    got = sorted(map(tuple, np.concatenate(rows).tolist()))
+    assert set(got) <= set(map(tuple, X.tolist())) and len(set(got)) == expected
+
+
+def test_eachobs_of_single_observations_refuses_a_collate_function():
+    """A collate function would go uncalled with one observation per step: an error."""
+    with pytest.raises(ValueError, match="batch_size"):
+        eachobs(X, collate=lambda observations: observations)
+    assert len(eachobs(X, drop_last=True, collate=False)) == 15
+
+
+def test_parallel_zero_loads_in_the_callers_thread():
+    """MLUtils' ``parallel`` is a flag; ``parallel=0`` (no threads) is sequential."""
+    loader = DataLoader(X, 4, parallel=0)
+    assert loader.parallel is False
+    assert_tree_equal(list(loader), list(DataLoader(X, 4)))
+
+
+def test_getobs_into_without_an_index_fills_every_observation():
+    """MLUtils ``getobs!(buffer, data)``: all observations into the buffer."""
+    buffer = (np.empty((15, 4)), np.empty(15, np.int64))
+    filled = getobs_into(buffer, (X, np.arange(15)))
+    assert filled[0] is buffer[0] and np.array_equal(buffer[0], X)
+    assert buffer[1].tolist() == list(range(15))
+    view = np.empty((5, 4))
+    getobs_into(view, obsview(X, [4, 3, 2, 1, 0]))
+    assert np.array_equal(view, X[4::-1])
+
+
+def test_splitobs_of_an_int_gives_index_ranges():
+    """MLUtils ``splitobs(10, at=0.7) == (1:7, 8:10)``, ``splitobs(10, at=(0.5, 0.3)) ==
+    (1:5, 6:8, 9:10)``, ``numobs.(splitobs(150, at=(.1,.2,.3))) == (15, 30, 45, 60)``, and
+    the parts of 150 sum to the positions' sum (11325 from 1, 11175 from 0)."""
+    assert splitobs(10, at=0.7) == (range(0, 7), range(7, 10))
+    assert splitobs(10, at=0.5) == (range(0, 5), range(5, 10))
+    assert splitobs(10, at=(0.5, 0.3)) == (range(0, 5), range(5, 8), range(8, 10))
+    assert splitobs(10, at=0.0) == (range(0, 0), range(0, 10))
+    assert tuple(map(numobs, splitobs(150, at=0.7))) == (105, 45)
+    assert tuple(map(numobs, splitobs(150, at=(0.2, 0.3)))) == (30, 45, 75)
+    assert tuple(map(numobs, splitobs(150, at=(0.1, 0.2, 0.3)))) == (15, 30, 45, 60)
+    for at in (0.1, (0.2, 0.1), (0.1, 0.4, 0.2)):
+        assert sum(sum(part) for part in splitobs(150, at=at)) == 11175
+    assert tuple(map(sum, splitobs(150, at=0.7))) == (5460, 5715)
+    shuffled = splitobs(20, at=0.5, shuffle=True, seed=0)
+    assert sorted(np.concatenate(shuffled).tolist()) == list(range(20))
+    again = splitobs(20, at=0.5, shuffle=True, seed=0)
+    assert [list(p) for p in shuffled] == [list(p) for p in again]
+    with pytest.raises(ValueError):
+        splitobs(-1, at=0.5)
+
+
+def test_kfolds_and_leavepout_of_an_int_give_positions():
+    """MLUtils ``kfolds(15, k=5)``: 5 folds of 12 training and 3 validation positions that
+    together are 1:15; ``leavepout(15) == kfolds(15, k=15)``, ``leavepout(1:15, p=5)`` is
+    ``kfolds(1:15, 3)``."""
+    folds = kfolds(15, k=5)
+    assert len(folds) == 5
+    for train, validation in folds:
+        assert len(train) == 12 and len(validation) == 3
+        assert sorted([*train, *validation]) == list(range(15))
+    same = [(list(t), list(v)) for t, v in kfolds(15, 5)]
+    assert [(list(t), list(v)) for t, v in folds] == same
+    assert [(list(t), list(v)) for t, v in leavepout(15)] == [
+        (list(t), list(v)) for t, v in kfolds(15, k=15)
+    ]
+    assert [(values(t), values(v)) for t, v in leavepout(np.arange(1, 16), p=5)] == [
+        (values(t), values(v)) for t, v in kfolds(np.arange(1, 16), 3)
+    ]
+    for (xtr, ytr), (xval, yval) in (
+        (getobs(t), getobs(v)) for t, v in kfolds((np.arange(1, 16), np.arange(11, 26)), k=5)
+    ):
+        assert len(xtr) == len(ytr) == 12 and len(xval) == len(yval) == 3
+        assert sorted([*xtr, *xval]) == list(range(1, 16))
+        assert sorted([*ytr, *yval]) == list(range(11, 26))
+
+
+def test_timeseries_kfolds_train_on_the_past_only():
+    """Folds for ordered data: validation blocks of ``n // (k + 1)`` at the end, training
+    on everything before each (growing windows), a ``gap`` left out between them and
+    ``max_train_size`` keeping the latest."""
+    folds = timeseries_kfolds(np.arange(12) * 10, 3)
+    assert [(values(t), values(v)) for t, v in folds] == [
+        ([0, 10, 20], [30, 40, 50]),
+        ([0, 10, 20, 30, 40, 50], [60, 70, 80]),
+        ([0, 10, 20, 30, 40, 50, 60, 70, 80], [90, 100, 110]),
+    ]
+    for train, validation in folds:
+        assert max(values(train)) < min(values(validation))
+        assert gathers_natively(train) and gathers_natively(validation)
+    assert timeseries_kfolds(10, 3, gap=1, max_train_size=3) == [
+        (range(0, 3), range(4, 6)),
+        (range(2, 5), range(6, 8)),
+        (range(4, 7), range(8, 10)),
+    ]
+    assert timeseries_kfolds(7, 2, test_size=3) == [
+        (range(0, 1), range(1, 4)),
+        (range(0, 4), range(4, 7)),
+    ]
+    for bad in ({"k": 0}, {"k": 3, "test_size": 4}, {"k": 2, "gap": 5}, {"k": 2, "test_size": 0}):
+        with pytest.raises(ValueError):
+            timeseries_kfolds(12, **bad)
+
+
+def test_mapobs_batched_auto_calls_f_on_what_is_read():
+    """MLUtils ``mapobs(f, data; batched=:auto)``: ``f`` gets the batch for several indices
+    (once per batch in a loader) and the observation for one."""
+    seen = []
+
+    def f(x):
+        seen.append(np.shape(x))
+        return x * 2
+
+    mdata = mapobs(f, np.arange(10), batched="auto")
+    assert getobs(mdata, 3) == 6 and seen == [()]
+    assert getobs(mdata, [1, 2]).tolist() == [2, 4] and seen[-1] == (2,)
+    seen.clear()
+    assert [b.tolist() for b in DataLoader(mdata, 4, parallel=2)] == [
+        [0, 2, 4, 6],
+        [8, 10, 12, 14],
+        [16, 18],
+    ]
+    assert sorted(seen) == [(2,), (4,), (4,)]
+    with pytest.raises(ValueError, match="'auto'"):
+        mapobs(f, np.arange(3), batched="always")
+
+
+@pytest.mark.parametrize("parallel", [False, 2])
+def test_sparse_rows_are_observations_and_batches_stay_sparse(parallel):
+    """A ``scipy.sparse`` CSR matrix is a container of its rows (MLUtils: a sparse
+    matrix's columns); batches are sparse matrices of those rows."""
+    sparse = pytest.importorskip("scipy.sparse")
+    A = sparse.random(11, 7, density=0.3, format="csr", random_state=0)
+    y = np.arange(11)
+    assert numobs(A) == 11
+    assert (getobs(A, [3, 1]) != A[[3, 1]]).nnz == 0
+    loader = DataLoader((A, y), 4, shuffle=True, seed=2, parallel=parallel)
+    order = loader.order(0)
+    for k, (xb, yb) in enumerate(loader):
+        assert sparse.issparse(xb) and xb.format == "csr"
+        assert np.array_equal(xb.toarray(), A.toarray()[order[4 * k : 4 * k + 4]])
+        assert yb.tolist() == order[4 * k : 4 * k + 4].tolist()
+    assert loader.stats()["items"] == 11  # rows counted, though a sparse matrix has no len()
+    _, test = splitobs(A, at=0.7)
+    assert getobs(test).shape == (3, 7)
+    dense = getobs_into(np.empty((11, 7)), A)
+    assert np.array_equal(dense, A.toarray())
+    with pytest.raises(TypeError, match="tocsr"):
+        numobs(A.tocoo())
+
+
+def test_shuffled_sparse_members_stay_aligned():
+    """MLUtils' "Tuple of SparseArray": ``x1, y1 = getobs(shuffleobs((sparse(X1),
+    sparse(Y1))))`` keeps every observation once, both members shuffled alike; a sparse
+    vector's observations are its entries."""
+    sparse = pytest.importorskip("scipy.sparse")
+    X1 = np.tile(np.arange(1.0, 16.0)[:, None], (1, 10))  # observation i is i + 1 ten times
+    Y1 = sparse.csr_array(np.arange(1.0, 16.0))
+    x1, y1 = getobs(shuffleobs((sparse.csr_matrix(X1), Y1), seed=4))
+    assert numobs(Y1) == 15 and sparse.issparse(x1) and sparse.issparse(y1)
+    assert x1.sum(axis=0).tolist() == [[120.0] * 10] and y1.sum() == 120
+    assert np.array_equal(x1.toarray()[:, 0], y1.toarray())
+    assert y1.toarray().tolist() != sorted(y1.toarray().tolist())
+
+
+def test_getobs_into_a_tuple_buffer_returns_it_and_fills_a_list_of_strings():
+    """MLUtils ``getobs!((xbuf, ybuf), (X, y), 2:3) === (xbuf, ybuf)`` with ``ybuf =
+    ["foo", "bar"]``: both filled in place; ``getobs!(nothing, y, 1)`` is ``getobs``; a
+    buffer with a member too few is an error."""
+    y = np.array([f"label{i}" for i in range(15)])
+    xbuf, ybuf = np.zeros((2, 4)), ["foo", "bar"]
+    buffer = (xbuf, ybuf)
+    assert getobs_into(buffer, (X, y), [13, 4]) is buffer
+    assert np.array_equal(xbuf, X[[13, 4]]) and ybuf == ["label13", "label4"]
+    assert getobs_into(None, y, 1) == "label1"
+    got = getobs_into((None, None), (X, y), range(1, 3))
+    assert_tree_equal(got, getobs((X, y), range(1, 3)))
+    with pytest.raises(ValueError, match="members"):
+        getobs_into((xbuf,), (X, y), range(5))
+    words = ["a", "b", "c"]
+    assert getobs_into(words, y, range(2)) is words and words == ["label0", "label1"]
+
+
+def test_a_loader_is_a_container_of_its_next_epochs_batches():
+    """MLUtils' ``mapobs(f, DataLoader(X, batchsize=2, collate=false))``: mapping over a
+    loader maps its batches (``getobs(loader, i)`` is batch ``i`` of the coming epoch)."""
+    ones = np.ones((6, 3))
+    per_batch = mapobs(lambda b: b[0].sum(), DataLoader(ones, batch_size=2, collate=False))
+    assert [float(v) for v in per_batch] == [3.0, 3.0, 3.0]
+    summed = mapobs(lambda b: b.sum(), DataLoader(ones, batch_size=2, collate=True))
+    assert [float(v) for v in summed] == [6.0, 6.0, 6.0]
+    loader = DataLoader(np.arange(10), 3, shuffle=True, seed=1)
+    coming = [getobs(loader, b).tolist() for b in range(numobs(loader))]
+    assert [b.tolist() for b in loader] == coming
+    assert [getobs(loader, b).tolist() for b in range(4)] != coming  # the next epoch's
+    assert getobs(eachobs(np.arange(5) * 2), 3) == 6

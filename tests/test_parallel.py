@@ -211,13 +211,13 @@ def test_unordered_parallel_yields_the_same_multiset_of_batches(parallel):
             assert sorted(map(repr, got)) == sorted(map(repr, want))
 
 
-@pytest.mark.parametrize("buffer", [False, True])
-def test_eachobs_parallel_yields_every_observation_and_every_batch_in_order(buffer):
+@pytest.mark.parametrize("buffered", [False, True])
+def test_eachobs_parallel_yields_every_observation_and_every_batch_in_order(buffered):
     x, y = array(37, "float64", "fortran"), array(37, "int64", "vector")
-    observations = [copy_tree(o) for o in eachobs_parallel((x, y), buffer=buffer)]
+    observations = [copy_tree(o) for o in eachobs_parallel((x, y), buffered=buffered)]
     assert_tree_equal(observations, [(x[i], y[i]) for i in range(37)])
     view = batchview((x, y), 5)
-    batches = [copy_tree(b) for b in eachobs_parallel(view, buffer=buffer, parallel=2)]
+    batches = [copy_tree(b) for b in eachobs_parallel(view, buffered=buffered, parallel=2)]
     assert_tree_equal(batches, [view[b] for b in range(numobs(view))])
     assert len(eachobs_parallel(view)) == numobs(view) == 8
 
@@ -477,8 +477,9 @@ def test_loader_on_error_skip_gives_the_batches_of_the_engine_and_counts_the_ski
 def test_engine_rejects_bad_options_with_value_error():
     for options in (
         {"on_error": "ignore"},
-        {"parallel": 0},
+        {"parallel": -1},
         {"prefetch": 0},
+        {"prefetch": True},
         {"backend": "fibers"},
         {"backend": "process", "parallel": False},
     ):

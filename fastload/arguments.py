@@ -1,0 +1,37 @@
+"""Checks of option values at the API edge: a flag is a bool and a size is an int (a bool
+is neither a size nor a count), so that ``batch_size=True`` or ``drop_last="no"`` raise
+instead of being read as 1 or as true."""
+
+from __future__ import annotations
+
+from numbers import Integral
+from typing import Any
+
+import numpy as np
+
+__all__ = ["check_flag", "check_size", "is_flag", "is_size"]
+
+
+def is_flag(value: Any) -> bool:
+    """True for ``True`` and ``False`` (numpy's booleans included)."""
+    return isinstance(value, (bool, np.bool_))
+
+
+def is_size(value: Any) -> bool:
+    """True for an int that is not a bool (numpy's integers included)."""
+    return isinstance(value, (Integral, np.integer)) and not is_flag(value)
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """``value`` as a bool; raises ``TypeError`` naming ``name`` unless it is one."""
+    if not is_flag(value):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def check_size(name: str, value: Any, minimum: int = 1) -> int:
+    """``value`` as an int ``>= minimum``; raises ``ValueError`` naming ``name`` when it is
+    not an int (a bool, a float, a string) or is too small."""
+    if not is_size(value) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return int(value)
