@@ -646,7 +646,9 @@ def test_every_chunk_is_checksummed_and_a_flipped_byte_is_found(written, tmp_pat
     data[at] ^= 0xFF
     bad = tmp_path / "flipped.arrow"
     bad.write_bytes(bytes(data))
-    assert open(bad)["blob"][39] != rows[39]["blob"]  # opens unverified, data differs
+    assert open(bad, verify=None)["blob"][39] != rows[39]["blob"]  # unverified: other data
+    with pytest.raises(LoadError, match=r"flipped.arrow: chunk \d+ \(rows \d+\.\.39\)"):
+        open(bad)["blob"][39]  # verified at the first read by default
     with pytest.raises(LoadError, match=r"chunk \d+ \(rows \d+\.\.\d+\) does not match"):
         open(bad, verify="open")
     assert main(["verify", str(bad), "--no-progress"]) == 2
@@ -678,7 +680,9 @@ def test_a_file_without_checksums_opens_and_says_it_was_not_verified(written, tm
         open(damaged)
     old = tmp_path / "old.arrow"  # version 1 had none
     _rewrite(path, old, metadata={**meta, META_FORMAT: b"1"})
-    assert open(old)["label"].tolist() == [r["label"] for r in rows]
+    with pytest.warns(UserWarning, match="no checksums"):  # verify="read" by default
+        assert open(old)["label"].tolist() == [r["label"] for r in rows]
+    assert open(old, verify=None)["label"].tolist() == [r["label"] for r in rows]
     with pytest.warns(UserWarning, match="no checksums"):
         ds = open(old, verify="open")
     assert ds.verify() == {"files": 0, "chunks": 0, "unverified": [str(old)]}
