@@ -28,8 +28,9 @@ _HELP = (
 
 def check_framing(fd: int, size: int, path: str) -> str:
     """``"file"`` or ``"stream"``: what the first and last bytes of the open file ``fd``
-    (``size`` bytes, named ``path``) say it is; reads 18 bytes at most. Raises ``LoadError`` naming ``path`` for a file
-    that is not Arrow IPC, or an IPC file whose end is missing (truncated)."""
+    (``size`` bytes, named ``path``) say it is; reads 18 bytes at most. Raises
+    ``LoadError`` naming ``path`` for a file that is not Arrow IPC, or an IPC file whose
+    end is missing (truncated)."""
     head = os.pread(fd, 8, 0)
     if head[: len(MAGIC)] == MAGIC:
         _check_file_end(fd, size, path)
