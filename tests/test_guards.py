@@ -16,13 +16,14 @@ import numpy as np
 import pytest
 from helpers import deadline
 
-from fastload import LoadError, _core, write
+from fastload import DataLoader, LoadError, _core, write
 from fastload.storage import JPEG, Bytes, Raw, open
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Loads a packed file in batches and truncates it to a third after the first batch; one
-# output line per order and verify setting: "error: <message>" or "no error".
+# Loads a packed file in batches and truncates it: to a third after the first batch (for
+# each order and verify setting), or before the first batch (to nothing, and to a half).
+# One output line per case: "error: <message>" or "no error".
 CHILD = r"""
 import os, shutil, sys
 sys.path.insert(0, sys.argv[1])
@@ -30,24 +31,26 @@ from fastload import DataLoader, LoadError, mapobs, open
 from fastload.transforms import Compose, DecodeImage
 
 source, parallel, backend = sys.argv[2], int(sys.argv[3]) or False, sys.argv[4]
-for shuffle in (True, "quasi"):
-    for verify in ("read", None):
-        path = f"{source}.{shuffle}.{verify}.arrow"
-        shutil.copyfile(source, path)
-        ds = open(path, verify=verify)
-        data = (ds["raw"], mapobs(Compose([DecodeImage()]), ds["jpeg"].encoded), ds["label"])
-        loader = DataLoader(data, 20, shuffle=shuffle, parallel=parallel, backend=backend,
-                            seed=0)
-        batches = iter(loader)
+cases = [(s, v, 1, 3) for s in (True, "quasi") for v in ("read", None)]
+cases += [(True, "read", 0, 0), ("quasi", None, 0, 2)]
+for shuffle, verify, batches_first, part in cases:
+    path = f"{source}.{shuffle}.{verify}.{part}.arrow"
+    shutil.copyfile(source, path)
+    ds = open(path, verify=verify)
+    data = (ds["raw"], mapobs(Compose([DecodeImage()]), ds["jpeg"].encoded), ds["label"])
+    loader = DataLoader(data, 20, shuffle=shuffle, parallel=parallel, backend=backend,
+                        seed=0)
+    batches = iter(loader)
+    for _ in range(batches_first):
         next(batches)
-        os.truncate(path, os.path.getsize(path) // 3)
-        try:
-            for _ in batches:
-                pass
-            print("no error", flush=True)
-        except LoadError as exc:
-            print("error:", str(exc).replace(chr(10), " "), flush=True)
-        del batches, loader, data, ds
+    os.truncate(path, os.path.getsize(path) // part if part else 0)
+    try:
+        for _ in batches:
+            pass
+        print("no error", flush=True)
+    except LoadError as exc:
+        print("error:", str(exc).replace(chr(10), " "), flush=True)
+    del batches, loader, data, ds
 """
 
 
@@ -87,12 +90,14 @@ def test_a_file_truncated_under_a_running_loader_raises_load_error_naming_it(
         timeout=300,
     )
     assert child.returncode == 0, f"the loader died ({child.returncode}): {child.stderr[-2000:]}"
+    assert child.stderr == ""
+    names = [f"{s}.{v}.3" for s in (True, "quasi") for v in ("read", None)]
+    names += ["True.read.0", "quasi.None.2"]
     lines = child.stdout.splitlines()
-    assert len(lines) == 4  # shuffle True and "quasi", each with verify "read" and None
-    cases = [(shuffle, verify) for shuffle in (True, "quasi") for verify in ("read", None)]
-    for line, (shuffle, verify) in zip(lines, cases):
-        name = f"data.arrow.{shuffle}.{verify}.arrow"
-        assert line.startswith("error: ") and name in line and "shrank while it was read" in line
+    assert len(lines) == len(names)
+    for line, name in zip(lines, names):
+        assert line.startswith("error: ") and f"data.arrow.{name}.arrow" in line, line
+        assert "shrank while it was read" in line
 
 
 def test_items_read_after_the_file_shrank_raise_instead_of_reading_zeros(packed, tmp_path):
@@ -110,6 +115,32 @@ def test_items_read_after_the_file_shrank_raise_instead_of_reading_zeros(packed,
     with pytest.raises(LoadError, match="shrank"):
         ds.verify()
     assert want == bytes(want)  # read before the cut, kept
+
+
+def test_rows_in_the_page_that_holds_the_new_end_raise_though_they_read_without_fault(
+    tmp_path,
+):
+    """The system zeroes the page holding a file's new end past it instead of cutting it:
+    reading there raises no fault, and the file's size says it was cut."""
+    path = tmp_path / "data.arrow"
+    labels = 0x5EED0000 + np.arange(1000)
+    write(
+        path,
+        {"x": np.zeros((1000, 16), np.uint8), "label": labels},
+        {"x": Raw(), "label": "int64"},
+        progress=False,
+    )
+    data = path.read_bytes()
+    cut = data.index(int(labels[-1]).to_bytes(8, "little"))
+    assert len(data) - cut < mmap.PAGESIZE  # the rest of the file lies in the cut page
+    ds = open(path, verify=None)
+    os.truncate(path, cut)
+    with pytest.raises(LoadError, match="data.arrow: the file shrank while it was read"):
+        ds[999]
+    batches = DataLoader(ds, 100)
+    with pytest.raises(LoadError, match="data.arrow: the file shrank"):
+        for _ in batches:
+            pass
 
 
 def test_a_file_read_into_memory_is_not_affected_by_a_later_cut(packed, tmp_path):

@@ -264,7 +264,7 @@ class Dataset:
             raise
         except Exception as exc:  # inconsistent buffers that Arrow's validation let by
             raise LoadError(f"{first.path}: corrupt dataset: {exc}", source=first.path) from exc
-        self._files = MappedFiles(shards)
+        self._files = MappedFiles(shards, self.shard_bounds)
         self._checks = _ChunkChecks(self, self._files) if verify_reads else None
         if self._checks is not None or self._files:
             self.verify_rows = self._verify_rows
@@ -279,7 +279,7 @@ class Dataset:
         """Before what was read of ``rows`` is handed out: raise ``LoadError`` when a file
         shrank under its map, or (``verify="read"``) when a chunk of ``rows`` not checked
         yet does not match its checksum."""
-        self._files.check()
+        self._files.check(rows)
         if self._checks is not None:
             self._checks.rows(rows)
 
@@ -357,13 +357,13 @@ class Dataset:
         bar = progress_bar(len(self.chunk_bounds) - 1, progress, "chunk", "verifying")
         checked, chunks, unverified = 0, 0, []
         try:
-            for s in self._shards:
+            for s, first in zip(self._shards, self.shard_bounds):
                 sums = shard_checksums(pa, s.path, s.schema, s.batches, s.rows)
                 if sums is None:
                     unverified.append(s.path)
                     continue
                 for k in range(len(sums.sums)):
-                    _check_chunk(sums, k, self._files)
+                    _check_chunk(sums, k, self._files, first)
                     if bar is not None:
                         bar.update(1)
                 checked, chunks = checked + 1, chunks + len(sums.sums)
@@ -423,9 +423,9 @@ class Dataset:
         try:
             item = {k: _plain(col[i]) for k, col in self._columns.items()}
         except LoadError:
-            self._files.check()  # an item that does not decode: read past a file's end?
+            self._files.check(i)  # an item that does not decode: read past a file's end?
             raise
-        self._files.check()
+        self._files.check(i)
         return item
 
     def __getobs__(self, i: Index) -> dict[str, Any]:
@@ -492,17 +492,17 @@ class _ChunkChecks:
                     continue
                 sums, local = self.owner[k]
                 if sums is not None:
-                    _check_chunk(sums, local, self.files)
+                    _check_chunk(sums, local, self.files, self.bounds[k])
                 self.done[k] = True
 
 
-def _check_chunk(sums: Any, k: int, files: MappedFiles) -> None:
-    """``sums.check(k)``; a mismatch read past the end of a file that shrank is reported as
-    that."""
+def _check_chunk(sums: Any, k: int, files: MappedFiles, row: int) -> None:
+    """``sums.check(k)``; a mismatch read past the end of a file that shrank (the file of
+    dataset row ``row``) is reported as that."""
     try:
         sums.check(k)
     except LoadError:
-        files.check()
+        files.check(row)
         raise
 
 
