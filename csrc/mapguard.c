@@ -61,15 +61,14 @@ static void on_sigbus(int sig, siginfo_t *info, void *context) {
      * end: one map of zero pages covers them (one map, whatever the size of the cut). */
     uintptr_t from = page_floor((uintptr_t)info->si_addr);
     uintptr_t to = page_ceil(__atomic_load_n(&slots[k].hi, __ATOMIC_ACQUIRE));
-    void *zeros = mmap((void *)from, to - from, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-                       -1, 0);
+    void *zeros =
+        mmap((void *)from, to - from, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
     if (zeros == MAP_FAILED) {
         pass_on(sig, info);
         return;
     }
     __atomic_add_fetch(&slots[k].faults, 1, __ATOMIC_RELEASE);
-    __atomic_add_fetch(shared_faults != NULL ? shared_faults : &local_faults, 1,
-                       __ATOMIC_RELEASE);
+    __atomic_add_fetch(shared_faults != NULL ? shared_faults : &local_faults, 1, __ATOMIC_RELEASE);
 }
 
 int fl_guard_install(void) {
@@ -128,6 +127,5 @@ uint64_t fl_guard_faults(int id) {
 }
 
 uint64_t fl_guard_all_faults(void) {
-    return __atomic_load_n(shared_faults != NULL ? shared_faults : &local_faults,
-                           __ATOMIC_ACQUIRE);
+    return __atomic_load_n(shared_faults != NULL ? shared_faults : &local_faults, __ATOMIC_ACQUIRE);
 }
