@@ -45,6 +45,7 @@ C_UNITS = [
     "csrc/qoi.c",
     "csrc/jpeg.c",
     "csrc/imagesource.c",
+    "csrc/mapguard.c",
 ]
 
 

@@ -17,10 +17,20 @@ run (medians of interleaved repeats, `common.compare`):
    padding=4) + flip through `mapobs` in fastload's DataLoader vs PyTorch's DataLoader
    (2 workers, a map-style Dataset doing the same crop and flip in numpy per item) over
    the same arrays (target fastload >= 10x PyTorch).
+4. The cost of checksum verification at the first read (`open`'s default, verify="read")
+   against the explicit opt-out (verify=None): one epoch of a freshly opened file, the
+   CIFAR-like file of 3. read natively (the cheapest loader: the worst case for the
+   relative cost) and the JPEG file of 1. through the RandomResizedCrop pipeline of 2.;
+   in RAM (page cache warm) and cold (the page cache dropped before each run with
+   `echo 3 > /proc/sys/vm/drop_caches`, which needs root; without it the files' pages are
+   dropped with posix_fadvise, which the output says).
 
 Usage: python bench/storage.py [--n 4000] [--repeats 3] [--root DIR] [--out DIR]
+[--raw-rows 50000] [--parts 1234]
 (--root: an existing ImageFolder of JPEGs, used as it is; default: `images.generate`
-with --n images under bench/.cache/images. --out: where packed files go.)
+with --n images under bench/.cache/images. --out: where packed files go. --raw-rows: rows
+of the CIFAR-like file. --parts: which of the parts above to run; 4 needs the files of 1
+and 3, and writes them when they are not there.)
 """
 
 import argparse
@@ -254,16 +264,17 @@ class PaddedCropFlip:
         return np.ascontiguousarray(img), self.labels[i]
 
 
-def write_raw(path):
-    """Writes the CIFAR-like dataset to ``path``; returns rows/s of the write."""
+def write_raw(path, rows):
+    """Writes the CIFAR-like dataset of ``rows`` rows to ``path``; returns rows/s of the
+    write."""
     rng = np.random.default_rng(0)
-    images = rng.integers(0, 256, (RAW_ROWS, RAW_SIDE, RAW_SIDE, 3), dtype=np.uint8)
-    labels = rng.integers(0, 10, RAW_ROWS).astype(np.int64)
+    images = rng.integers(0, 256, (rows, RAW_SIDE, RAW_SIDE, 3), dtype=np.uint8)
+    labels = rng.integers(0, 10, rows).astype(np.int64)
     start = time.perf_counter()
     fastload.write(
         path, {"image": images, "label": labels}, {"image": Raw(), "label": "int64"}, progress=False
     )
-    return RAW_ROWS / (time.perf_counter() - start)
+    return rows / (time.perf_counter() - start)
 
 
 def torch_loader(images, labels, workers):
@@ -278,10 +289,10 @@ def torch_loader(images, labels, workers):
     )
 
 
-def bench_raw(out, repeats, cores):
+def bench_raw(out, rows, repeats, cores):
     """Prints images/s of padded crop + flip on small raw images, fastload vs PyTorch."""
     path = os.path.join(out, "storage_cifar.arrow")
-    write_rate = write_raw(path)
+    write_rate = write_raw(path, rows)
     ds = fastload.open(path)
     images, labels = ds["image"], ds["label"]
     augment = Compose([RandomCrop(RAW_SIDE, padding=PAD), RandomHorizontalFlip()])
@@ -297,15 +308,89 @@ def bench_raw(out, repeats, cores):
         torch_name: torch_loader(images, labels, cores),
     }
     print(
-        f"3. {RAW_ROWS:,} x {RAW_SIDE}x{RAW_SIDE}x3 uint8 + int64 labels, Raw() packed file "
+        f"3. {rows:,} x {RAW_SIDE}x{RAW_SIDE}x3 uint8 + int64 labels, Raw() packed file "
         f"(written at {write_rate:,.0f} rows/s; image column: {type(images).__name__} "
         f"{images.shape}); RandomCrop({RAW_SIDE}, padding={PAD}) + flip, batch {BATCH}, "
         f"shuffled; both warm (one epoch each before timing)"
     )
     for loader in loaders.values():
         epoch(loader)()
-    medians = compare({k: (epoch(v), RAW_ROWS) for k, v in loaders.items()}, repeats, torch_name)
+    medians = compare({k: (epoch(v), rows) for k, v in loaders.items()}, repeats, torch_name)
     verdict("fastload / torch DataLoader", medians[fast_name] / medians[torch_name], 10, "x")
+
+
+# 4. Verification at the first read vs none
+
+
+def drop_page_cache(paths):
+    """Drop the page cache (all of it, as root), else the pages of ``paths``; returns how."""
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return "drop_caches"
+    except OSError:
+        _evict(paths)
+        return "posix_fadvise"
+
+
+def verified_epoch(path, verify, loader_of, cold):
+    """One run: (the page cache dropped when ``cold``) open ``path`` with ``verify`` and
+    load one epoch of ``loader_of(ds)``."""
+    how = []
+
+    def run():
+        if cold:
+            how.append(drop_page_cache([path]))
+        for _ in loader_of(fastload.open(path, verify=verify)):
+            pass
+
+    return run, how
+
+
+def raw_epoch_loader(ds):
+    return fastload.DataLoader(
+        (ds["image"], ds["label"]), BATCH, shuffle=True, parallel=True, buffer=True
+    )
+
+
+def jpeg_epoch_loader(ds):
+    return rrc_loader(ds["image"].encoded, ds["label"])
+
+
+def bench_verify(files, repeats):
+    """Prints items/s of one epoch of a freshly opened file, verify="read" vs None."""
+    print(
+        '4. checksums verified at the first read (verify="read", the default) vs the '
+        "opt-out (verify=None): one epoch of a freshly opened file, shuffled, parallel, "
+        "buffered"
+    )
+    for name, path, loader_of in files:
+        rows = len(fastload.open(path, verify=None))
+        size = os.path.getsize(path) / 2**20
+        for cold in (False, True):
+            where = "cold" if cold else "in RAM"
+            checked, unchecked = (
+                f'verify="read" ({name}, {where})',
+                f"verify=None ({name}, {where})",
+            )
+            runs = {
+                checked: verified_epoch(path, "read", loader_of, cold),
+                unchecked: verified_epoch(path, None, loader_of, cold),
+            }
+            if not cold:
+                for run, _ in runs.values():
+                    run()  # the page cache holds the file
+            print(f"  {name}: {rows:,} rows, {size:,.0f} MiB, {where}")
+            medians = compare({k: (run, rows) for k, (run, _) in runs.items()}, repeats, unchecked)
+            cost = 100 * (medians[unchecked] / medians[checked] - 1)
+            dropped = {how for _, hows in runs.values() for how in hows}
+            note = ""
+            if cold and dropped != {"drop_caches"}:
+                note = (
+                    " (the page cache could not be dropped: not root, or /proc/sys is "
+                    "read-only; the file's pages were dropped with posix_fadvise)"
+                )
+            print(f"  => verification adds {cost:+.1f}% to the epoch's time{note}")
 
 
 def main():
@@ -318,6 +403,8 @@ def main():
         help=f"an existing ImageFolder (default: generate --n images in {DEFAULT_ROOT})",
     )
     parser.add_argument("--out", default=DEFAULT_OUT, help="where packed files go")
+    parser.add_argument("--raw-rows", type=int, default=RAW_ROWS, help="rows of the raw file")
+    parser.add_argument("--parts", default="1234", help="which parts to run (1 to 4)")
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
@@ -329,9 +416,21 @@ def main():
         f"{fastload._core.pool_size()} threads, {args.repeats} repeats, medians; "
         f"images in {root}, packed files in {args.out}"
     )
-    packed = bench_convert(root, args.out, args.repeats)
-    bench_pipeline(root, packed, args.repeats, cores)
-    bench_raw(args.out, args.repeats, cores)
+    packed = os.path.join(args.out, "storage_jpeg.arrow")
+    raw = os.path.join(args.out, "storage_cifar.arrow")
+    if "1" in args.parts:
+        packed = bench_convert(root, args.out, args.repeats)
+    if "2" in args.parts:
+        bench_pipeline(root, packed, args.repeats, cores)
+    if "3" in args.parts:
+        bench_raw(args.out, args.raw_rows, args.repeats, cores)
+    if "4" in args.parts:
+        if not os.path.exists(packed):
+            convert(root, packed, mode="jpeg", progress=False)
+        if not os.path.exists(raw):
+            write_raw(raw, args.raw_rows)
+        files = [("raw", raw, raw_epoch_loader), ("jpeg + RRC", packed, jpeg_epoch_loader)]
+        bench_verify(files, args.repeats)
     print(f"peak RSS of this process and its waited-for children: {peak_rss_mb():,.0f} MB")
 
 

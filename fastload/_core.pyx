@@ -6,7 +6,8 @@ handles owned by the classes here, and addresses never cross into Python.
 - the pool, runs of a schedule and the delivery loop (``_engine.pxi``);
 - image kernels, batch mixes and compiled pipelines (``_kernels.pxi``);
 - the QOI codec (``_qoi.pxi``);
-- native image fields: decode and pipeline in C, item by item (``_imagesource.pxi``).
+- native image fields: decode and pipeline in C, item by item (``_imagesource.pxi``);
+- guarded file maps, which a file shrinking under them cannot crash (``_mapguard.pxi``).
 """
 import numpy as np
 
@@ -18,3 +19,4 @@ include "_engine.pxi"
 include "_kernels.pxi"
 include "_qoi.pxi"
 include "_imagesource.pxi"
+include "_mapguard.pxi"

@@ -218,7 +218,11 @@ class Engine:
             progress if progress is not None else _core.Progress(schedule.epoch, schedule.start)
         )
         skip = self.on_error == "skip"
-        plan = make_plan(data, schedule, skip=skip, stats=stats)
+        try:
+            plan = make_plan(data, schedule, skip=skip, stats=stats)
+        except Exception:
+            _recheck(verify_rows)  # a probe that read past a file's new end says so
+            raise
         parallel = self._parallel()
         count = self._slots(plan, parallel)
         if self._workers is not None:
@@ -248,8 +252,9 @@ class Engine:
             self._ring_owner = weakref.ref(iteration)
         self._iterations.add(iteration)
         if self._workers is not None:
+            transport = self._workers.begin(schedule, plan, self.ordered, skip, stats)
             iteration.start_transport(
-                self._workers.begin(schedule, plan, self.ordered, skip, stats)
+                _Rechecked(transport, verify_rows) if verify_rows else transport
             )
             return iteration
         filler = _filler(plan, ring, iteration.objects, schedule) if plan.has_python else None
@@ -284,6 +289,32 @@ class Engine:
             self._workers.close()
         with self._lock:
             self._ring = self._ring_owner = None
+
+
+def _recheck(verify_rows):
+    """Run each of ``verify_rows`` on no rows: what they check whatever the rows (a file
+    that shrank under a read, in this process or a worker) raises its own error."""
+    for verify in verify_rows:
+        verify(np.zeros(0, np.int64))
+
+
+class _Rechecked:
+    """A worker transport whose failures (a worker's plan that differs from the
+    consumer's, say) are preceded by ``_recheck``: when a worker read past the new end of
+    a file that shrank, the error names the file rather than what the zeros it read did."""
+
+    def __init__(self, transport, verify_rows):
+        self.transport, self.verify_rows = transport, verify_rows
+
+    def next(self, release):
+        try:
+            return self.transport.next(release)
+        except Exception:
+            _recheck(self.verify_rows)
+            raise
+
+    def close(self):
+        self.transport.close()
 
 
 def _checker(schedule, verify_rows, delivered):

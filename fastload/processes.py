@@ -27,6 +27,7 @@ import collections
 import mmap
 import multiprocessing
 import multiprocessing.connection
+import os
 import pickle
 import signal
 import time
@@ -73,8 +74,13 @@ def fork_workers(count, target, name, args_of):
     return procs, [mine for mine, _ in pipes]
 
 
-def shutdown_workers(procs, conns, graceful):
-    """Stop worker processes: ask them to (``graceful``), then kill what is left."""
+def shutdown_workers(procs, conns, graceful, parent=None):
+    """Stop worker processes: ask them to (``graceful``), then kill what is left. With
+    ``parent`` (the pid that forked them), nothing happens in another process: one forked
+    while their pool was alive (a worker of another loader) holds a copy of the pool,
+    whose finalizer runs there too."""
+    if parent is not None and parent != os.getpid():
+        return
     if graceful:
         for conn in conns:
             try:
@@ -160,7 +166,9 @@ class WorkerPool:
             lambda theirs, others: (theirs, data, slots, control, others),
         )
         self.procs, self.conns = procs, conns
-        self._finalizer = weakref.finalize(self, shutdown_workers, procs, self.conns, False)
+        self._finalizer = weakref.finalize(
+            self, shutdown_workers, procs, self.conns, False, os.getpid()
+        )
         self.outstanding = [0] * self.count
         self.root, self.key = data, key
         self.slots, self.control = slots, control

@@ -4,6 +4,7 @@ zero-copy buffers, safe writes, corrupt files, quasi-random order."""
 import builtins
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -456,6 +457,72 @@ def test_random_corruptions_give_clean_errors_or_data(tmp_path):
     assert outcomes["open error"] > 0 and outcomes["opened"] > 0
 
 
+def _same(got, want):
+    """Two rows (dicts of arrays, bytes, str, numbers) hold the same values."""
+    return got.keys() == want.keys() and all(
+        np.array_equal(got[k], want[k]) if isinstance(want[k], np.ndarray) else got[k] == want[k]
+        for k in want
+    )
+
+
+def _damaged(original, path, scratch, trial, rng):
+    """A damaged copy of the packed file ``original`` (bytes; written at ``path``): a
+    byte flipped in the data, random flips anywhere, or a self-consistent metadata edit
+    (rewritten through ``scratch``)."""
+    kind = trial % 3
+    if kind == 2:
+        meta = dict(pa.ipc.open_file(path).schema.metadata)
+        key = [b"fastload.user", b"fastload.chunks", b"fastload.fields"][trial % 9 // 3]
+        value = bytearray(meta.get(key) or b"{}")
+        at = int(rng.integers(0, len(value)))
+        value[at] = ord(str((int(chr(value[at])) + 1) % 10)) if chr(value[at]).isdigit() else 32
+        _rewrite(path, scratch, metadata={**meta, key: bytes(value)})
+        return scratch.read_bytes()
+    data = bytearray(original)
+    lo, hi = (len(data) // 8, len(data) * 7 // 8) if kind == 0 else (0, len(data))
+    for _ in range(1 if kind == 0 else int(rng.integers(1, 8))):
+        data[int(rng.integers(lo, hi))] ^= int(rng.integers(1, 256))
+    return bytes(data)
+
+
+def test_a_corrupted_file_never_loads_other_data_with_the_default_settings(written, tmp_path):
+    """Flipped bytes in the data, random flips, metadata edits: with ``open(path)``'s
+    defaults each row (read by ``ds[i]``, or by a loader on threads) raises ``LoadError``
+    naming the file (and, for changed bytes, the chunk and its rows) or is the row
+    written."""
+    from fastload import DataLoader
+
+    path, _ = written
+    original = builtins.open(path, "rb").read()
+    expected = [open(path)[i] for i in range(40)]
+    rng = np.random.default_rng(258)
+    bad = tmp_path / "bad.arrow"
+    errors = 0
+    for trial in range(90):
+        bad.write_bytes(_damaged(original, path, tmp_path / "edited.arrow", trial, rng))
+        try:
+            ds = open(bad)
+        except LoadError as exc:
+            assert "bad.arrow" in str(exc)
+            errors += 1
+            continue
+        for i in range(40):
+            try:
+                assert _same(ds[i], expected[i]), f"trial {trial}: row {i} differs"
+            except LoadError as exc:
+                assert re.search(r"bad.arrow: (chunk \d+ \(rows \d+\.\.\d+\)|cannot)", str(exc))
+                errors += 1
+        loader = DataLoader((open(bad)["raw"], open(bad)["blob"]), 8, parallel=2)
+        try:
+            for step, (raw, blob) in enumerate(loader):
+                rows = expected[8 * step : 8 * step + 8]
+                assert np.array_equal(raw, [r["raw"] for r in rows])
+                assert blob == [r["blob"] for r in rows]
+        except LoadError as exc:
+            assert "bad.arrow" in str(exc)
+    assert errors > 30  # most damage is found; the rest changed nothing read
+
+
 def test_import_fastload_storage_does_not_import_pyarrow():
     code = (
         "import sys, fastload, fastload.storage; "
@@ -650,7 +717,9 @@ def test_every_chunk_is_checksummed_and_a_flipped_byte_is_found(written, tmp_pat
     data[at] ^= 0xFF
     bad = tmp_path / "flipped.arrow"
     bad.write_bytes(bytes(data))
-    assert open(bad)["blob"][39] != rows[39]["blob"]  # opens unverified, data differs
+    assert open(bad, verify=None)["blob"][39] != rows[39]["blob"]  # unverified: other data
+    with pytest.raises(LoadError, match=r"flipped.arrow: chunk \d+ \(rows \d+\.\.39\)"):
+        open(bad)["blob"][39]  # verified at the first read by default
     with pytest.raises(LoadError, match=r"chunk \d+ \(rows \d+\.\.\d+\) does not match"):
         open(bad, verify="open")
     assert main(["verify", str(bad), "--no-progress"]) == 2
@@ -682,7 +751,9 @@ def test_a_file_without_checksums_opens_and_says_it_was_not_verified(written, tm
         open(damaged)
     old = tmp_path / "old.arrow"  # version 1 had none
     _rewrite(path, old, metadata={**meta, META_FORMAT: b"1"})
-    assert open(old)["label"].tolist() == [r["label"] for r in rows]
+    with pytest.warns(UserWarning, match="no checksums"):  # verify="read" by default
+        assert open(old)["label"].tolist() == [r["label"] for r in rows]
+    assert open(old, verify=None)["label"].tolist() == [r["label"] for r in rows]
     with pytest.warns(UserWarning, match="no checksums"):
         ds = open(old, verify="open")
     assert ds.verify() == {"files": 0, "chunks": 0, "unverified": [str(old)]}

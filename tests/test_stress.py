@@ -204,3 +204,52 @@ def test_a_full_disk_is_a_clear_error_that_leaves_nothing_behind(tmp_path):
         assert len(open(mount / "small.arrow")) == 10
     finally:
         subprocess.run(["umount", str(mount)])
+
+
+SHRINKING = """
+import sys
+sys.path.insert(0, sys.argv[2])
+from fastload import DataLoader, LoadError, open
+parallel, backend, shuffle = int(sys.argv[3]) or False, sys.argv[4], sys.argv[5]
+ds = open(sys.argv[1])
+loader = DataLoader(ds, 16, shuffle={"True": True}.get(shuffle, shuffle), parallel=parallel,
+                    backend=backend, seed=0)
+print("loading", flush=True)
+try:
+    for epoch in range(1000):
+        for batch in loader:
+            pass
+except LoadError as exc:
+    print("error:", exc, flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    "parallel, backend", [(0, "thread"), (2, "thread"), (2, "process")], ids=["seq", "thr", "proc"]
+)
+def test_a_file_truncated_at_any_moment_under_a_loader_raises_load_error_naming_it(
+    tmp_path, parallel, backend
+):
+    """Another process truncates the file at a random moment while a loader reads it, in
+    a loop of epochs: the loader raises ``LoadError`` naming the file, never dies by
+    SIGBUS."""
+    rng = np.random.default_rng(parallel + len(backend))
+    source = tmp_path / "source.arrow"
+    rows = [{"x": np.full((40, 40), k % 256, np.uint8), "blob": bytes(k % 97)} for k in range(4000)]
+    write(source, rows, {"x": Raw(), "blob": Bytes()}, chunk_bytes=1 << 16, progress=False)
+    for trial in range(8):
+        path = tmp_path / f"data{trial}.arrow"
+        path.write_bytes(source.read_bytes())
+        shuffle = ("True", "quasi")[trial % 2]
+        child = subprocess.Popen(
+            [sys.executable, "-c", SHRINKING, str(path), ROOT, str(parallel), backend, shuffle],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout.readline().strip() == "loading"
+        time.sleep(float(rng.uniform(0, 0.5)))
+        os.truncate(path, int(rng.integers(0, path.stat().st_size)))
+        out, err = child.communicate(timeout=120)
+        assert child.returncode == 0, f"trial {trial} died ({child.returncode}): {err[-1500:]}"
+        assert out.startswith("error: ") and f"data{trial}.arrow" in out, out + err[-1500:]

@@ -110,24 +110,31 @@ class ShardChecksums:
                 f"{path}: {len(self.sums)} checksums for the file's chunks", source=path
             )
         self.pa, self.path = pa, path
-        self._batches, self._ncolumns, self._columns = batches, len(schema), None
+        self._batches, self._ncolumns = batches, len(schema)
+        self._starts = np.cumsum([0] + [b.num_rows for b in batches])
 
     def check(self, k):
         """Raise ``LoadError`` unless chunk ``k`` matches its checksum."""
-        if self._columns is None:  # one array per column (several batches: joined once)
-            self._columns = [
-                self.pa.concat_arrays([b.column(c) for b in self._batches])
-                if len(self._batches) > 1
-                else self._batches[0].column(c)
-                for c in range(self._ncolumns)
-            ]
         a, b = int(self.bounds[k]), int(self.bounds[k + 1])
-        if chunk_checksums(self.pa, self._columns, [a, b])[0] != self.sums[k]:
+        columns = [self._rows(c, a, b) for c in range(self._ncolumns)]
+        if chunk_checksums(self.pa, columns, [0, b - a])[0] != self.sums[k]:
             raise LoadError(
                 f"{self.path}: chunk {k} (rows {a}..{b - 1}) does not match its "
                 f"checksum: the file is corrupt",
                 source=self.path,
             )
+
+    def _rows(self, column, a, b):
+        """Rows [a, b) of ``column``: a slice of the record batch holding them (zero
+        copy), or the slices of several joined (a copy of this chunk's rows alone)."""
+        parts = [
+            batch.column(column).slice(max(a, start) - start, min(b, start + n) - max(a, start))
+            for start, batch, n in zip(self._starts, self._batches, np.diff(self._starts))
+            if max(a, start) < min(b, start + n)
+        ]
+        if len(parts) == 1:
+            return parts[0]
+        return self.pa.concat_arrays(parts) if parts else self._batches[0].column(column)[:0]
 
 
 def shard_checksums(pa, path, schema, batches, rows):

@@ -82,7 +82,9 @@ def _large_ids():
 
 
 def _check_rows(column, rows):
-    """With ``open(..., verify="read")``: check the chunks of ``rows`` before they are read."""
+    """The dataset's checks of ``rows`` (``Dataset.verify_rows``): before they are read,
+    their chunks' checksums (``verify="read"``); before what was read is handed out, that
+    no file shrank under the read."""
     verify_rows = getattr(column, "verify_rows", None)
     if verify_rows is not None:
         verify_rows(rows)
@@ -230,9 +232,13 @@ class EncodedColumn:
     def __getitem__(self, i: "slice | np.typing.ArrayLike"):
         i = normalize_index(i, len(self))
         _check_rows(self, i)
-        if is_batch_index(i):
-            return [self._decode(int(j)) for j in i]
-        return self._decode(i)
+        try:
+            items = [self._decode(int(j)) for j in i] if is_batch_index(i) else self._decode(i)
+        except LoadError:
+            _check_rows(self, i)  # bytes that do not decode: read past a file's new end?
+            raise
+        _check_rows(self, i)
+        return items
 
 
 class ShapeList:
@@ -314,6 +320,7 @@ class RawColumn:
             out = np.empty((len(i),) + self.codec.shape, self.dtype)
             for k, j in enumerate(i):
                 out[k] = self._item(int(j))
+            _check_rows(self, i)
             return out
         return self._item(i)
 

@@ -25,9 +25,11 @@ working sets (the most bytes the order reads at once: a window of the quasi-rand
 order): the current window plus as much of the next as fits.
 """
 
+import atexit
 import heapq
 import os
 import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -35,6 +37,20 @@ import numpy as np
 __all__ = ["ReadAhead"]
 
 _AHEAD_ROWS = 4096  # rows past the last delivered step that the engine may be loading
+
+_running: "weakref.WeakSet[ReadAhead]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all_at_exit():
+    """Stop reading ahead and wait for the threads while Python still runs: a daemon thread
+    that runs Python code during the interpreter's finalization is ended where it stands,
+    and ended inside a C++ destructor (pyarrow's, letting go of a mapped file) it aborts
+    the process."""
+    for ahead in list(_running):
+        ahead.close()
+    for ahead in list(_running):
+        ahead.join(timeout=10)
 
 
 class ReadAhead:
@@ -75,6 +91,7 @@ class ReadAhead:
             )
             thread.start()
             self._threads.append(thread)
+        _running.add(self)
         return self
 
     def delivered(self, step):

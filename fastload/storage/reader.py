@@ -19,6 +19,7 @@ from typing import Any, Literal, overload
 import numpy as np
 import numpy.typing as npt
 
+from fastload import _core
 from fastload.errors import LoadError
 from fastload.obs import Index, is_batch_index, normalize_index
 from fastload.storage.arrow_types import arrow_type, import_pyarrow
@@ -33,6 +34,8 @@ from fastload.storage.columns import (
 )
 from fastload.storage.fields import Bytes, Encoding, Raw, Scalar, Str
 from fastload.storage.filepages import FilePages
+from fastload.storage.framing import check_framing
+from fastload.storage.guards import MappedFiles, shrunk_error
 from fastload.storage.meta import (
     META_FIELDS,
     META_FORMAT,
@@ -47,13 +50,14 @@ __all__ = ["Dataset", "open", "resolve_files"]
 
 SUFFIXES = (".arrow", ".arrows", ".feather", ".ipc")
 CACHES = ("os", "memory")
+VERIFY = ("read", "open", None)
 
 
 def open(
     path: str | os.PathLike[str],
     *,
     cache: Literal["os", "memory"] = "os",
-    verify: Literal["open", "read"] | None = None,
+    verify: Literal["read", "open"] | None = "read",
 ) -> Dataset:
     """Open a packed dataset: a file, a directory of shard files (``*.arrow``, ``*.ipc``,
     ``*.feather``, ``*.arrows``; opened in name order as one dataset) or a glob pattern.
@@ -61,18 +65,27 @@ def open(
     ``cache="os"`` memory-maps the files (the OS page cache holds what is read);
     ``cache="memory"`` reads each file into RAM once. Any Arrow IPC file or stream opens;
     without fastload metadata its binary columns read as bytes, strings as str and
-    numbers as arrays.
+    numbers as arrays. A file that is not one is refused after its first and last bytes
+    are read, before it is mapped or read.
 
-    ``verify="open"`` checks every chunk against the checksums the writer stored (a full
-    read of the files, at about 3 GB/s of CRC-32 plus the disk's time); ``verify="read"``
-    checks each chunk the first time one of its rows is read (by ``ds[i]``, a column's
-    items, or a loader before it hands out a batch); ``verify=None`` checks nothing
-    (``Dataset.verify()`` and ``python -m fastload verify`` check later). Files written
-    before checksums existed open unverified, with a warning.
+    ``verify="read"``, the default, checks each chunk against the checksums the writer
+    stored the first time one of its rows is read (by ``ds[i]``, a column's items, or a
+    loader before it hands out a batch): one CRC-32 pass over each chunk, once (about
+    3 GB/s). ``verify="open"`` checks every chunk at open (a full read of the files);
+    ``verify=None`` checks nothing (``Dataset.verify()`` and ``python -m fastload
+    verify`` check later). Files written before checksums existed open unverified, with
+    a warning (unless ``verify=None``); so do Arrow files that fastload did not write,
+    with a warning only for ``verify="open"``.
+
+    A mapped file that shrinks while it is read (truncated or rewritten in place) raises
+    ``LoadError`` naming it where the rows past its new end would have been handed out,
+    whatever ``verify`` says.
 
     Raises FileNotFoundError for a missing path, ``LoadError`` (a ValueError) for a file
-    that is truncated, corrupt (with ``verify="open"``: any chunk whose bytes differ from
-    its checksum), of an unknown format version or inconsistent with the other shards.
+    that is not Arrow IPC, truncated, corrupt (any chunk whose bytes differ from its
+    checksum: at open with ``verify="open"``, at its first read with ``verify="read"``,
+    naming the file, the chunk and its rows), of an unknown format version or
+    inconsistent with the other shards.
     Example::
 
         ds = open("train.arrow")
@@ -81,20 +94,26 @@ def open(
     """
     if cache not in CACHES:
         raise ValueError(f"cache must be one of {CACHES}, got {cache!r}")
-    if verify not in (None, "open", "read"):
-        raise ValueError(f"verify must be None, 'open' or 'read', got {verify!r}")
+    if verify not in VERIFY:
+        raise ValueError(f"verify must be 'read', 'open' or None, got {verify!r}")
     files = resolve_files(path)
     dataset = Dataset([_read_file(f, cache) for f in files], verify_reads=verify == "read")
     unverified: list[str] = []
     if verify == "open":
         unverified = dataset.verify()["unverified"]
     elif verify == "read":
-        # verify="read" made the dataset's checks
-        unverified = dataset._checks.unverified  # type: ignore[union-attr]
+        # verify="read" made the dataset's checks; files that fastload did not write have
+        # no checksums to check by default, and say so only when asked to verify at open
+        unverified = [
+            f
+            for f, s in zip(dataset.files, dataset._shards)
+            if f in dataset._checks.unverified  # type: ignore[union-attr]
+            and META_FORMAT in (s.schema.metadata or {})
+        ]
     if unverified:
         warnings.warn(
-            f"{len(unverified)} file(s) have no checksums (written by an older "
-            f"fastload) and are not verified: {unverified[:3]}",
+            f"{len(unverified)} file(s) have no checksums (written by an older fastload, "
+            f"or not by fastload) and are not verified: {unverified[:3]}",
             UserWarning,
             stacklevel=2,
         )
@@ -127,39 +146,46 @@ def resolve_files(path: str | os.PathLike[str]) -> list[str]:
 
 
 class _Shard:
-    """One opened file: its bytes (``mapping``: the mmap, None when read into memory),
-    and its record batches."""
+    """One opened file: its bytes (``mapping``: the mmap, None when read into memory;
+    ``guard``: the ``FileGuard`` the bytes are read through when mapped), and its record
+    batches."""
 
     def __init__(
         self,
         path: str,
         mapping: mmap.mmap | None,
+        guard: Any,
         base: npt.NDArray[np.uint8],
         schema: Any,
         batches: list[Any],
     ) -> None:
-        self.path, self.mapping, self.base = path, mapping, base
+        self.path, self.mapping, self.guard, self.base = path, mapping, guard, base
         self.schema, self.batches = schema, batches
         self.rows = sum(b.num_rows for b in batches)
 
 
 def _read_file(path: str, cache: str) -> _Shard:
     pa = import_pyarrow()
-    mapping = None
+    mapping = guard = None
     try:
         with builtins.open(path, "rb") as f:
-            if cache == "os" and os.fstat(f.fileno()).st_size > 0:
+            size = os.fstat(f.fileno()).st_size
+            kind = check_framing(f.fileno(), size, path)
+            if cache == "os":
                 mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-                buf = pa.py_buffer(mapping)
+                guard = _core.FileGuard(mapping)
+                buf = pa.py_buffer(guard)
             else:
                 buf = pa.py_buffer(f.read())
     except OSError as exc:
         raise LoadError(f"{path}: cannot read: {exc}", source=path) from exc
     try:
-        schema, batches = _parse_ipc(pa, buf)
+        schema, batches = _parse_ipc(pa, buf, kind)
         for b in batches:
             b.validate(full=True)
     except Exception as exc:  # pyarrow reports bad bytes with several exception types
+        if guard is not None and guard.faults:
+            raise shrunk_error(path, buf.size, mapping.size()) from exc  # type: ignore[union-attr]
         raise LoadError(
             f"{path}: not a readable Arrow IPC file (truncated or corrupt?): {exc}", source=path
         ) from exc
@@ -172,7 +198,7 @@ def _read_file(path: str, cache: str) -> _Shard:
             f"checksums: the file is corrupt",
             source=path,
         )
-    return _Shard(path, mapping, np.frombuffer(buf, np.uint8), schema, batches)
+    return _Shard(path, mapping, guard, np.frombuffer(buf, np.uint8), schema, batches)
 
 
 def _refuse_extension_types(pa: ModuleType, field: Any, path: str, where: str = "") -> None:
@@ -198,19 +224,13 @@ def _refuse_extension_types(pa: ModuleType, field: Any, path: str, where: str = 
         _refuse_extension_types(pa, child, path, where)
 
 
-def _parse_ipc(pa: ModuleType, buf: Any) -> tuple[Any, list[Any]]:
-    """(schema, record batches) of an IPC file, else of an IPC stream."""
-    try:
+def _parse_ipc(pa: ModuleType, buf: Any, kind: str) -> tuple[Any, list[Any]]:
+    """(schema, record batches) of an IPC file or stream (``kind``, from its framing)."""
+    if kind == "file":
         reader = pa.ipc.open_file(pa.BufferReader(buf))
         return reader.schema, [reader.get_batch(i) for i in range(reader.num_record_batches)]
-    except pa.ArrowInvalid as exc:
-        if buf.size >= 6 and buf.to_pybytes()[:6] == b"ARROW1":
-            raise  # a file format header: the file is damaged, not a stream
-        try:
-            reader = pa.ipc.open_stream(pa.BufferReader(buf))
-            return reader.schema, list(reader)
-        except pa.ArrowInvalid:
-            raise exc from None
+    reader = pa.ipc.open_stream(pa.BufferReader(buf))
+    return reader.schema, list(reader)
 
 
 class Dataset:
@@ -256,13 +276,24 @@ class Dataset:
             for column in self._columns.values():
                 if isinstance(column, EncodedColumn):
                     column.sources = self._columns[self.source_field]
-        self._checks = _ChunkChecks(self) if verify_reads else None
-        if self._checks is not None:
-            self.verify_rows = self._checks.rows
+        self._files = MappedFiles(shards, self.shard_bounds)
+        self._checks = _ChunkChecks(self, self._files) if verify_reads else None
+        if self._checks is not None or self._files:
+            self.verify_rows = self._verify_rows
         mapped = all(s.mapping is not None for s in shards)
         self.file_pages = FilePages(shards, self.chunk_bounds) if mapped else None
         for column in self._columns.values():
-            _mark_chunks(column, self.chunk_bounds, self._checks, self.file_pages)
+            _mark_chunks(
+                column, self.chunk_bounds, getattr(self, "verify_rows", None), self.file_pages
+            )
+
+    def _verify_rows(self, rows: int | npt.NDArray[np.int64]) -> None:
+        """Before what was read of ``rows`` is handed out: raise ``LoadError`` when a file
+        shrank under its map, or (``verify="read"``) when a chunk of ``rows`` not checked
+        yet does not match its checksum."""
+        self._files.check(rows)
+        if self._checks is not None:
+            self._checks.rows(rows)
 
     def _chunk_bounds(self) -> npt.NDArray[np.int64]:
         """Row boundaries of the chunks over all files: a file's chunk metadata, else its
@@ -338,13 +369,13 @@ class Dataset:
         bar = progress_bar(len(self.chunk_bounds) - 1, progress, "chunk", "verifying")
         checked, chunks, unverified = 0, 0, []
         try:
-            for s in self._shards:
+            for s, first in zip(self._shards, self.shard_bounds):
                 sums = shard_checksums(pa, s.path, s.schema, s.batches, s.rows)
                 if sums is None:
                     unverified.append(s.path)
                     continue
                 for k in range(len(sums.sums)):
-                    sums.check(k)
+                    _check_chunk(sums, k, self._files, first)
                     if bar is not None:
                         bar.update(1)
                 checked, chunks = checked + 1, chunks + len(sums.sums)
@@ -382,7 +413,9 @@ class Dataset:
     @property
     def shards(self) -> list[Dataset]:
         """One Dataset per file (sharing the mapped files)."""
-        return [self] if len(self._shards) == 1 else [Dataset([s]) for s in self._shards]
+        if len(self._shards) == 1:
+            return [self]
+        return [Dataset([s], verify_reads=self._checks is not None) for s in self._shards]
 
     @overload
     def __getitem__(self, key: str) -> Any: ...
@@ -399,7 +432,13 @@ class Dataset:
         i = normalize_index(key, len(self))
         if self._checks is not None:
             self._checks.rows(i)
-        return {k: _plain(col[i]) for k, col in self._columns.items()}
+        try:
+            item = {k: _plain(col[i]) for k, col in self._columns.items()}
+        except LoadError:
+            self._files.check(i)  # an item that does not decode: read past a file's end?
+            raise
+        self._files.check(i)
+        return item
 
     def __getobs__(self, i: Index) -> dict[str, Any]:
         return self[i]
@@ -415,27 +454,33 @@ def _own_chunks(shard: _Shard) -> npt.NDArray[np.int64]:
 
 
 def _mark_chunks(
-    column: Any, bounds: npt.NDArray[np.int64], checks: _ChunkChecks | None, pages: FilePages | None
+    column: Any,
+    bounds: npt.NDArray[np.int64],
+    verify_rows: Any,
+    pages: FilePages | None,
 ) -> None:
     """A column, and its stored bytes, know the dataset's chunks and where they lie in the
     files (``file_pages``): a loader over columns (``mapobs(f, ds["image"].encoded)``,
     ``ds["label"]``) can read chunk by chunk (``shuffle="quasi"``), reading ahead, as it
-    can over the dataset; with ``verify="read"`` they also carry ``verify_rows``, which
-    checks the chunks of the rows about to be read."""
+    can over the dataset. They also carry the dataset's ``verify_rows`` (when it checks
+    anything), which a loader runs on each batch's rows before it hands the batch out."""
     for part in (column, getattr(column, "encoded", None)):
         if part is not None:
             part.chunk_bounds = bounds
             part.file_pages = pages
-            if checks is not None:
-                part.verify_rows = checks.rows
+            if verify_rows is not None:
+                part.verify_rows = verify_rows
 
 
 class _ChunkChecks:
     """``verify="read"``: each chunk is checked against its checksum the first time one of
-    its rows is read, once (under a lock, so threads reading one chunk check it once)."""
+    its rows is read, once (under a lock, so threads reading one chunk check it once).
+    ``files``: the dataset's ``MappedFiles``, which say when a mismatch is a file that
+    shrank while it was read."""
 
-    def __init__(self, dataset: Dataset) -> None:
+    def __init__(self, dataset: Dataset, files: MappedFiles) -> None:
         pa = import_pyarrow()
+        self.files = files
         self.bounds = dataset.chunk_bounds
         self.done = np.zeros(len(self.bounds) - 1, bool)
         # per chunk: (the file's ShardChecksums or None, its index)
@@ -459,8 +504,18 @@ class _ChunkChecks:
                     continue
                 sums, local = self.owner[k]
                 if sums is not None:
-                    sums.check(local)
+                    _check_chunk(sums, local, self.files, self.bounds[k])
                 self.done[k] = True
+
+
+def _check_chunk(sums: Any, k: int, files: MappedFiles, row: int) -> None:
+    """``sums.check(k)``; a mismatch read past the end of a file that shrank (the file of
+    dataset row ``row``) is reported as that."""
+    try:
+        sums.check(k)
+    except LoadError:
+        files.check(row)
+        raise
 
 
 def _plain(value: Any) -> Any:
