@@ -115,9 +115,11 @@ cdef class ImageSource:
         if buffers is not None:
             self._buffers(buffers)
         elif spans is not None:
-            self._spans(spans[0], spans[1], spans[2], spans[3])
+            bases, base_of, starts, ends = _items(spans, 4, "spans (bases, base_of, starts, ends)")
+            self._spans(bases, base_of, starts, ends)
         elif offsets is not None:
-            self._offsets(offsets[0], offsets[1])
+            base, where = _items(offsets, 2, "offsets (base, offsets)")
+            self._offsets(base, where)
         elif paths is not None:
             self._paths(paths)
         else:
@@ -232,18 +234,23 @@ cdef class ImageSource:
         """Decodes the encoded image ``data`` and runs the pipeline on it into ``out`` (a
         writable C-contiguous array sized for this image), as a loader does for item
         ``index``. Raises ValueError naming what is wrong with the image."""
+        if (not isinstance(out, np.ndarray) or not out.flags.c_contiguous
+                or not out.flags.writeable):
+            # Anything else would be reshaped into a copy, and the output lost in it.
+            raise ValueError("out must be a writable C-contiguous array")
         cdef const uint8_t[::1] src = memoryview(data).cast("B")
         cdef uint8_t[::1] dst = out.reshape(-1).view(np.uint8)
         cdef fl_scratch scratch
         cdef char message[FL_MESSAGE_BYTES]
         cdef int rc
         cdef const uint8_t *p = &src[0] if src.shape[0] else NULL
+        cdef char *d = <char *>&dst[0] if dst.shape[0] else NULL
         fl_scratch_init(&scratch)
         message[0] = 0
         try:
             with nogil:
                 rc = fl_image_source_run(self.source, p, src.shape[0], seed, epoch, index,
-                                         <char *>&dst[0], dst.shape[0], &scratch, message)
+                                         d, dst.shape[0], &scratch, message)
         finally:
             fl_scratch_release(&scratch)
         if rc != FL_OK:
