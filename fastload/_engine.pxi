@@ -375,6 +375,9 @@ cdef class Iteration:
             raise StopIteration
         if self.busy:
             raise ValueError("this iteration is already in next() on another thread")
+        if self.run == NULL and self.transport is None:
+            raise RuntimeError("this iteration was not started: call start_run or "
+                               "start_transport first")
         if self.last > 0:
             self.stats.compute_s += start - self.last
         self.busy = True

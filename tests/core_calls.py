@@ -1,28 +1,65 @@
-"""Runs calls of fastload._core, given as Python expressions, one after the other in this
-process, and reports each: the child that tests/test_core_fuzz.py starts, so that a call
-which kills the interpreter kills only this process.
+"""Runs calls of fastload._core, given as Python expressions, one after the other in a
+child process, and reports each: a call which kills the interpreter kills only the child.
+``run(expressions)`` starts the child (this file as a script) and returns what it reported.
 
     python tests/core_calls.py < calls.json     (a JSON list of expressions)
 
-Before each call it writes ``start <i>`` to stdout, after it ``ok <i>`` or ``raised <i>
-<type>``, and ``done`` at the end, after a garbage collection and a pool shutdown (so that
-a crash in a destructor or on a pool thread shows too). The expressions may use the names
-of NAMESPACE: numpy, the module, and the builders below of arrays, encoded images and
-ready objects of each class of the module. Memory is capped, so a call asking for a huge
-array fails with MemoryError instead of taking the machine's memory.
+Before each call the child writes ``start <i>`` to stdout, after it ``ok <i>`` or
+``raised <i> <type>: <message>``, and ``done`` at the end, after a garbage collection and a
+pool shutdown (so that a crash in a destructor or on a pool thread shows too). The
+expressions may use the names of NAMESPACE: numpy, the module, and the builders below of
+arrays, encoded images and ready objects of each class of the module. Memory is capped, so
+a call asking for a huge array fails with MemoryError instead of taking the machine's
+memory.
 """
 
 import gc
 import io
 import json
+import os
 import resource
+import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 
+import fastload
 from fastload import _core, codecs, limits
 
 MEMORY_CAP_BYTES = 3 << 30
+# The child imports the fastload under test, wherever this script lies.
+PACKAGE_ROOT = Path(fastload.__file__).resolve().parent.parent
+
+
+def run(expressions, timeout_s=120):
+    """Runs the calls in one child: (its return code, or "hung" if it ran past timeout_s;
+    the index of the last call started, or None; its output)."""
+    path = os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")])
+    try:
+        done = subprocess.run(
+            [sys.executable, __file__],
+            input=json.dumps(expressions),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=PACKAGE_ROOT,
+            env={**os.environ, "PYTHONPATH": path},
+        )
+    except subprocess.TimeoutExpired as exc:
+        stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        return "hung", _last_started(stdout), stdout
+    return done.returncode, _last_started(done.stdout), done.stdout + done.stderr
+
+
+def _last_started(stdout):
+    started = [int(line.split()[1]) for line in stdout.splitlines() if line.startswith("start")]
+    return started[-1] if started else None
+
+
+def completed(code, output):
+    """Whether a child ran every call and ended normally."""
+    return code == 0 and "\ndone\n" in output
 
 
 def arr(shape, dtype="uint8", layout="c"):
@@ -117,7 +154,12 @@ def source(k=0, kind="buffers"):
         "pixels": [arr((4, 5, 3)), arr((2, 2)), arr((3, 3, 4))],
     }[kind]  # fmt: skip
     return _core.ImageSource(
-        pipeline(k), 3, "fuzz", codecs, limits.MAX_IMAGE_PIXELS, limits.MAX_FILE_BYTES,
+        pipeline(k),
+        3,
+        "fuzz",
+        codecs,
+        limits.MAX_IMAGE_PIXELS,
+        limits.MAX_FILE_BYTES,
         **{kind: where},
     )
 

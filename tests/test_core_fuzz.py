@@ -10,13 +10,12 @@ batches (default 8, some seconds); `make fuzz` runs many more.
 
 import ast
 import inspect
-import json
 import math
 import os
-import subprocess
-import sys
+import signal
 from pathlib import Path
 
+import core_calls
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -24,10 +23,6 @@ from hypothesis import strategies as st
 import fastload
 from fastload import _core
 
-CHILD = Path(__file__).with_name("core_calls.py")
-# The child imports the fastload under test, wherever the script lies.
-PACKAGE_ROOT = Path(fastload.__file__).resolve().parent.parent
-PYTHONPATH = os.environ.get("PYTHONPATH", "")
 EXAMPLES = int(os.environ.get("FASTLOAD_FUZZ_EXAMPLES", "8"))
 CALLS_PER_CHILD = 150
 CHILD_TIMEOUT_S = 120  # a hang guard: a batch takes about a second
@@ -86,7 +81,9 @@ IMAGES = st.builds(
     st.sampled_from(["c", "c", "f", "strided", "reversed", "readonly"]),
 )
 ENCODED = st.one_of(
-    st.builds("qoi({}, {}, {})".format, st.integers(1, 9), st.integers(1, 9), st.sampled_from([3, 4])),
+    st.builds(
+        "qoi({}, {}, {})".format, st.integers(1, 9), st.integers(1, 9), st.sampled_from([3, 4])
+    ),
     st.builds("jpeg({}, {})".format, st.integers(1, 20), st.integers(1, 20)),
     st.builds("png({}, {})".format, st.integers(1, 9), st.integers(1, 9)),
     st.binary(max_size=24).map(repr),
@@ -244,42 +241,29 @@ def calls(draw):
     return f"{draw(callee)}({', '.join(parts)})"
 
 
-def run_calls(expressions):
-    """Runs the calls in one child; (return code, last call started, output)."""
-    try:
-        done = subprocess.run(
-            [sys.executable, str(CHILD)],
-            input=json.dumps(expressions),
-            capture_output=True,
-            text=True,
-            timeout=CHILD_TIMEOUT_S,
-            cwd=PACKAGE_ROOT,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), PYTHONPATH])},
-        )
-    except subprocess.TimeoutExpired as exc:
-        stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
-        return "hung", _last_started(stdout), stdout
-    return done.returncode, _last_started(done.stdout), done.stdout + done.stderr
-
-
-def _last_started(stdout):
-    started = [int(line.split()[1]) for line in stdout.splitlines() if line.startswith("start")]
-    return started[-1] if started else None
+def _fate(code):
+    if code == "hung":
+        return f"hangs (over {CHILD_TIMEOUT_S} s)"
+    if code < 0:
+        return f"dies by {signal.Signals(-code).name}"
+    return f"exits with status {code}"
 
 
 def check_calls(expressions):
     """Fails naming the call that killed (or hung) a child, alone if it does so alone,
     else with the calls before it."""
-    code, last, output = run_calls(expressions)
-    if code == 0 and output.startswith("start") and "\ndone\n" in output:
+    code, last, output = core_calls.run(expressions, CHILD_TIMEOUT_S)
+    if core_calls.completed(code, output):
         return
     if last is None:
-        pytest.fail(f"the child failed before any call ({code}):\n{output[-3000:]}")
-    alone, _, alone_output = run_calls([expressions[last]])
-    if alone != 0:
-        pytest.fail(f"{expressions[last]} kills the interpreter ({alone}):\n{alone_output[-3000:]}")
+        pytest.fail(f"the child {_fate(code)} before any call:\n{output[-3000:]}")
+    alone, _, alone_output = core_calls.run([expressions[last]], CHILD_TIMEOUT_S)
+    if not core_calls.completed(alone, alone_output):
+        pytest.fail(
+            f"the interpreter {_fate(alone)} in {expressions[last]}:\n{alone_output[-3000:]}"
+        )
     batch = "\n".join(expressions[: last + 1])
-    pytest.fail(f"these calls, in this order, kill the interpreter ({code}):\n{batch}")
+    pytest.fail(f"the interpreter {_fate(code)} in the last of these calls:\n{batch}")
 
 
 @settings(
