@@ -271,6 +271,8 @@ cdef class Iteration:
             raise RuntimeError("this iteration was started already")
         if order.dtype != np.int64 or not order.flags.c_contiguous or order.ndim != 1:
             raise TypeError("a schedule's order must be a 1-D C-contiguous int64 array")
+        if fields.nfields < 1:
+            raise ValueError("a run loads at least one field")
         if first_step < 0 or end_step < 0:
             raise ValueError(f"steps [{first_step}, {end_step}) of a schedule: they count from 0")
         cdef const int64_t *bounds_data = NULL

@@ -61,6 +61,25 @@ cdef int _decode_other(void *ctx, const uint8_t *data, size_t n, int channels,
             return FL_EFAILED if isinstance(exc, Exception) else FL_EINTERRUPT
 
 
+cdef object _bytes_of(base, str what):
+    """``base``, a uint8 array (any shape) or bytes-like object, as flat C-contiguous bytes;
+    a ValueError for an array of another type, whose values a cast would change."""
+    a = np.asarray(base)
+    if a.dtype != np.uint8:
+        raise ValueError(f"{what} must be a uint8 array or a bytes-like object, got {a.dtype}")
+    return np.ascontiguousarray(a).reshape(-1)
+
+
+cdef object _positions(values, str what):
+    """``values`` as a 1-D int64 array; a ValueError for anything but 1-D integers (a
+    float would be truncated, a 2-D array paired up the wrong way)."""
+    a = np.asarray(values)
+    if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+        raise ValueError(f"{what} must be a 1-D sequence of integers, got {a.dtype} of shape "
+                         f"{a.shape}")
+    return a.astype(np.int64)
+
+
 def jpeg_library_version():
     """The libjpeg-turbo version number the JPEG decoder in C links (e.g. 2001005), or 0
     when this build decodes JPEG through simplejpeg."""
@@ -162,10 +181,10 @@ cdef class ImageSource:
     cdef _spans(self, bases, base_of, starts, ends):
         cdef Py_ssize_t i, n = len(starts)
         cdef const uint8_t[::1] base
-        bases = [np.ascontiguousarray(b, np.uint8).reshape(-1) for b in bases]
+        bases = [_bytes_of(b, "spans: each base") for b in bases]
         self.owners.append(bases)
-        where = np.zeros(n, np.int64) if base_of is None else np.asarray(base_of, np.int64)
-        starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+        where = np.zeros(n, np.int64) if base_of is None else _positions(base_of, "spans: base_of")
+        starts, ends = _positions(starts, "spans: starts"), _positions(ends, "spans: ends")
         if where.shape[0] != n or ends.shape[0] != n:
             raise ValueError("spans need a base, a start and an end per image")
         if n and (where.min() < 0 or where.max() >= len(bases)):
@@ -185,8 +204,8 @@ cdef class ImageSource:
                                 <const int64_t *>self._data(lens))
 
     cdef _offsets(self, base, offsets):
-        base = np.ascontiguousarray(base, np.uint8).reshape(-1)
-        offsets = np.ascontiguousarray(offsets, np.int64).reshape(-1)
+        base = _bytes_of(base, "offsets: the base")
+        offsets = _positions(offsets, "offsets")
         n = offsets.shape[0] - 1
         if n < 0 or offsets[0] < 0 or offsets[n] > base.shape[0] or (np.diff(offsets) < 0).any():
             raise ValueError("offsets must rise from 0 to at most the size of the base")

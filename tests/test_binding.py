@@ -180,3 +180,28 @@ def test_image_source_run_refuses_an_out_it_would_fill_through_a_copy():
         source.run(_core.qoi_encode(image), out)
     whole = np.zeros((4, 4, 3), np.uint8)
     assert np.array_equal(source.run(_core.qoi_encode(image), whole), image)
+
+
+@pytest.mark.parametrize(
+    "where, match",
+    [
+        ({"offsets": (np.zeros(8, np.int64), [0, 8])}, "the base must be a uint8 array"),
+        ({"offsets": (np.zeros(8, np.uint8), [0.0, 7.9])}, "offsets must be a 1-D"),
+        ({"offsets": (np.zeros(8, np.uint8), [[0, 4], [4, 8]])}, "offsets must be a 1-D"),
+        ({"spans": ([np.zeros(8, np.float32)], None, [0], [4])}, "each base must be a uint8"),
+        ({"spans": ([np.zeros(8, np.uint8)], None, [[0, 1]], [[4, 5]])}, "starts must be a 1-D"),
+        ({"spans": ([np.zeros(8, np.uint8)], [0.5], [0], [4])}, "base_of must be a 1-D"),
+    ],
+    ids=["int64-base", "float-offsets", "2d-offsets", "float-base", "2d-spans", "float-base-of"],
+)
+def test_spans_and_offsets_that_a_cast_would_change_are_refused(where, match):
+    # A cast would have read other bytes than the ones given, without a word.
+    with pytest.raises(ValueError, match=match):
+        image_source(**where)
+
+
+def test_a_run_without_fields_is_refused():
+    it = core_calls.iteration()
+    fields = _core.Fields([], [])
+    with pytest.raises(ValueError, match="at least one field"):
+        it.start_run(fields, np.arange(3), None, 0, 1, 0, 0, 0, 1, True, False, True, None)
