@@ -258,9 +258,10 @@ cdef class Iteration:
         self.errors = {}
         self.held = -1
 
-    def start_run(self, Fields fields not None, cnp.ndarray order not None, bounds, int64_t first_step,
-                  int64_t end_step, uint64_t seed, uint64_t epoch, int parallel, int64_t chunk,
-                  bint ordered, bint skip_errors, bint release_gil, filler):
+    def start_run(self, Fields fields not None, cnp.ndarray order not None, bounds,
+                  int64_t first_step, int64_t end_step, uint64_t seed, uint64_t epoch,
+                  int parallel, int64_t chunk, bint ordered, bint skip_errors, bint release_gil,
+                  filler):
         """Load steps [first_step, end_step) of ``order`` (int64, C-contiguous) natively:
         ``rows`` items a step, or at the offsets ``bounds`` (int64, ``end_step + 1`` of
         them, each step 1 to ``rows`` items). In the caller's thread when ``parallel`` is

@@ -52,6 +52,20 @@ cdef tuple _items(value, Py_ssize_t n, str what):
     return items
 
 
+cdef double _finite(value, str what) except? -1:
+    """``value`` as a finite float; a ValueError naming ``what`` for NaN or an infinity,
+    which C would turn into an arbitrary integer or a picture of NaNs."""
+    cdef double x = value
+    if not isfinite(x):
+        raise ValueError(f"{what} must be a finite number, got {value!r}")
+    return x
+
+
+cdef tuple _reals(value, Py_ssize_t n, str what):
+    """``value`` as a tuple of its n items, each a finite float (see _items, _finite)."""
+    return tuple([_finite(x, what) for x in _items(value, n, what)])
+
+
 cdef int _kind(dict kinds, value, str what) except -1:
     """The C code of a stage kind named by ``value``; a ValueError naming the choices."""
     try:
@@ -109,14 +123,27 @@ def flip_horizontal(img):
     return a
 
 
+cdef tuple _means_and_stds(mean, std, str what):
+    """(mean, std) as tuples of 1 to 4 finite floats each, as many stds as means, none 0."""
+    mean, std = tuple(mean), tuple(std)
+    if not 1 <= len(mean) <= 4 or len(std) != len(mean):
+        raise ValueError(f"{what}: 1 to 4 means and as many stds, got {len(mean)} and "
+                         f"{len(std)}")
+    mean = _reals(mean, len(mean), f"{what}: mean")
+    std = _reals(std, len(std), f"{what}: std")
+    if 0.0 in std:
+        raise ValueError(f"{what}: a std of 0 divides by 0, got {std}")
+    return mean, std
+
+
 def normalize(img, mean, std, bint chw=False):
     """float32 (x/255 - mean[c]) / std[c] of img (uint8 HWC), HWC or CHW."""
     cdef cnp.ndarray a = as_image(img)
     cdef fl_image im = _view(a)
     cdef float m[4]
     cdef float s[4]
-    mean, std = tuple(mean), tuple(std)
-    if len(mean) != im.c or len(std) != im.c:
+    mean, std = _means_and_stds(mean, std, "normalize")
+    if len(mean) != im.c:
         raise ValueError(f"normalize: need {im.c} means and stds")
     for i in range(im.c):
         m[i] = mean[i]
@@ -147,8 +174,8 @@ def rrc_params(int h, int w, scale, ratio, uint64_t seed=0, uint64_t epoch=0,
     """RandomResizedCrop's (y, x, h, w) for an h x w image, drawn from the given key."""
     cdef fl_rng rng = fl_rng_for(seed, epoch, index, op)
     cdef int y, x, ch, cw
-    scale_lo, scale_hi = _items(scale, 2, "rrc_params: scale")
-    ratio_lo, ratio_hi = _items(ratio, 2, "rrc_params: ratio")
+    scale_lo, scale_hi = _reals(scale, 2, "rrc_params: scale")
+    ratio_lo, ratio_hi = _reals(ratio, 2, "rrc_params: ratio")
     _check(fl_rrc_params(&rng, h, w, scale_lo, scale_hi, ratio_lo, ratio_hi,
                          &y, &x, &ch, &cw), "rrc_params")
     return y, x, ch, cw
@@ -181,7 +208,7 @@ def color_jitter(img, factors, order=(0, 1, 2, 3)):
     if len(factors) != 4 or sorted(order) != [0, 1, 2, 3]:
         raise ValueError("color_jitter: 4 factors and a permutation of 0..3 as the order")
     for k in range(4):
-        f[k] = 0.0 if factors[k] is None else factors[k]
+        f[k] = 0.0 if factors[k] is None else _finite(factors[k], "color_jitter: a factor")
         present |= (factors[k] is not None) << k
         o[k] = order[k]
     with nogil:
@@ -217,8 +244,9 @@ def erasing_params(int h, int w, double p, scale, ratio, uint64_t seed=0, uint64
     """RandomErasing's (y, x, h, w) box for an h x w output from the given key, or None."""
     cdef fl_rng rng = fl_rng_for(seed, epoch, index, op)
     cdef fl_rect b
-    scale_lo, scale_hi = _items(scale, 2, "erasing_params: scale")
-    ratio_lo, ratio_hi = _items(ratio, 2, "erasing_params: ratio")
+    _finite(p, "erasing_params: p")
+    scale_lo, scale_hi = _reals(scale, 2, "erasing_params: scale")
+    ratio_lo, ratio_hi = _reals(ratio, 2, "erasing_params: ratio")
     if not fl_erasing_params(&rng, p, scale_lo, scale_hi, ratio_lo, ratio_hi, h, w, &b):
         return None
     return b.y, b.x, b.h, b.w
@@ -292,6 +320,7 @@ def mixup_(cnp.ndarray batch not None, double lam):
     """Mixes batch (n items, float32 or uint8, C-contiguous) in place with itself rolled
     by one: x[i] = lam * x[i] + (1 - lam) * x[i - 1]. Returns batch."""
     cdef int dtype = _batch_dtype(batch)
+    _finite(lam, "mixup: lam")
     if batch.ndim == 0:
         raise ValueError("mixup: the batch must have an axis of items, got a 0-D array")
     cdef int n = <int>batch.shape[0]
@@ -372,8 +401,8 @@ cdef class Pipeline:
         self.built = True
         _check(fl_pipeline_set_channels(self.p, channels), "channels")
         crop_h, crop_w = _items(crop_size, 2, "crop_size")
-        scale_lo, scale_hi = _items(scale, 2, "scale")
-        ratio_lo, ratio_hi = _items(ratio, 2, "ratio")
+        scale_lo, scale_hi = _reals(scale, 2, "scale")
+        ratio_lo, ratio_hi = _reals(ratio, 2, "ratio")
         resize_h, resize_w = _items(resize_size, 2, "resize_size")
         _check(fl_pipeline_set_crop(self.p, _kind(CROP_KINDS, crop, "crop"), crop_op,
                                     crop_after_resize, crop_h, crop_w, padding, scale_lo,
@@ -387,10 +416,7 @@ cdef class Pipeline:
         for spec in pixel_ops:
             self._add_pixel_op(spec)
         if mean is not None:
-            mean, std = tuple(mean), tuple(std)
-            if not 1 <= len(mean) <= 4 or len(std) != len(mean):
-                raise ValueError(f"normalize: 1 to 4 means and as many stds, got {len(mean)} "
-                                 f"and {len(std)}")
+            mean, std = _means_and_stds(mean, std, "normalize")
             for i in range(len(mean)):
                 m[i], s[i] = mean[i], std[i]
             _check(fl_pipeline_set_normalize(self.p, m, s, len(mean)), "normalize")
@@ -411,14 +437,16 @@ cdef class Pipeline:
             ranges = _items(spec["ranges"], 4, "ColorJitter: ranges (brightness, contrast, "
                             "saturation, hue; None where off)")
             for k, pair in enumerate(ranges):
-                lo[k], hi[k] = (0.0, 0.0) if pair is None else pair
+                lo[k], hi[k] = (0.0, 0.0) if pair is None else _reals(pair, 2, "ColorJitter")
                 present |= (pair is not None) << k
             _check(fl_pipeline_add_jitter(self.p, spec["op"], present, lo, hi), "ColorJitter")
         elif kind == "grayscale":
-            _check(fl_pipeline_add_grayscale(self.p, spec["op"], spec["p"]), "RandomGrayscale")
+            _check(fl_pipeline_add_grayscale(self.p, spec["op"],
+                                             _finite(spec["p"], "RandomGrayscale: p")),
+                   "RandomGrayscale")
         elif kind == "blur":
             kh, kw = _items(spec["kernel"], 2, "GaussianBlur: kernel")
-            sigma_lo, sigma_hi = _items(spec["sigma"], 2, "GaussianBlur: sigma")
+            sigma_lo, sigma_hi = _reals(spec["sigma"], 2, "GaussianBlur: sigma")
             _check(fl_pipeline_add_blur(self.p, spec["op"], kh, kw, sigma_lo, sigma_hi),
                    "GaussianBlur")
         else:
@@ -433,11 +461,12 @@ cdef class Pipeline:
         if not 1 <= len(values) <= 4:
             raise ValueError(f"erasing: 1 to 4 values, got {len(values)}")
         for i, x in enumerate(values):
-            v[i] = x
-        scale_lo, scale_hi = _items(spec["scale"], 2, "RandomErasing: scale")
-        ratio_lo, ratio_hi = _items(spec["ratio"], 2, "RandomErasing: ratio")
-        _check(fl_pipeline_set_erasing(self.p, spec["op"], spec["p"], scale_lo, scale_hi,
-                                       ratio_lo, ratio_hi, value == "random", v, len(values)),
+            v[i] = _finite(x, "RandomErasing: value")
+        scale_lo, scale_hi = _reals(spec["scale"], 2, "RandomErasing: scale")
+        ratio_lo, ratio_hi = _reals(spec["ratio"], 2, "RandomErasing: ratio")
+        p = _finite(spec["p"], "RandomErasing: p")
+        _check(fl_pipeline_set_erasing(self.p, spec["op"], p, scale_lo, scale_hi, ratio_lo,
+                                       ratio_hi, value == "random", v, len(values)),
                "RandomErasing")
         self.erasing_values = len(values)
 

@@ -48,8 +48,8 @@ for target in "${targets[@]}"; do
     fi
     if [ "$target" = binding ]; then
         log=$out/$target.log
-        if FASTLOAD_FUZZ_EXAMPLES=$seconds "$py" -m pytest -q -m fuzz \
-            tests/test_core_fuzz.py >"$log" 2>&1; then
+        if FASTLOAD_FUZZ_EXAMPLES=$seconds FASTLOAD_HANG_GUARD_S=$((seconds * 10 + 60)) \
+            "$py" -m pytest -q -m fuzz tests/test_core_fuzz.py >"$log" 2>&1; then
             echo "$target: $seconds batches of calls, none fatal"
         else
             failed+=("$target")

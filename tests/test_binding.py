@@ -205,3 +205,60 @@ def test_a_run_without_fields_is_refused():
     fields = _core.Fields([], [])
     with pytest.raises(ValueError, match="at least one field"):
         it.start_run(fields, np.arange(3), None, 0, 1, 0, 0, 0, 1, True, False, True, None)
+
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: _core.Pipeline(crop="random_resized", crop_size=(4, 4), scale=(NAN, 1)), "scale"),
+        (lambda: _core.Pipeline(mean=(0.5,) * 3, std=(0.5, 0.0, 0.5)), "std of 0"),
+        (lambda: _core.Pipeline(mean=(NAN,) * 3, std=(0.5,) * 3), "mean must be a finite"),
+        (
+            lambda: _core.Pipeline(
+                pixel_ops=[{"kind": "jitter", "op": 0, "ranges": [(NAN, 1.0), None, None, None]}]
+            ),
+            "ColorJitter must be a finite",
+        ),
+        (
+            lambda: _core.Pipeline(pixel_ops=[{"kind": "grayscale", "op": 0, "p": NAN}]),
+            "RandomGrayscale: p",
+        ),
+        (
+            lambda: _core.Pipeline(
+                pixel_ops=[{"kind": "blur", "op": 0, "kernel": (3, 3), "sigma": (NAN, 1.0)}]
+            ),
+            "GaussianBlur: sigma",
+        ),
+        (
+            lambda: _core.Pipeline(
+                erasing={"op": 0, "p": 0.5, "scale": (0.1, 0.2), "ratio": (0.3, 3), "value": [NAN]}
+            ),
+            "RandomErasing: value",
+        ),
+        (lambda: _core.color_jitter(np.zeros((2, 2, 3), np.uint8), [NAN, None, None, None]), "fac"),
+        (lambda: _core.normalize(np.zeros((2, 2, 1), np.uint8), [0.5], [0.0]), "std of 0"),
+        (lambda: _core.erasing_params(9, 9, NAN, (0.1, 0.2), (0.3, 3)), "erasing_params: p"),
+        (lambda: _core.mixup_(np.zeros((2, 3), np.float32), NAN), "mixup: lam"),
+    ],
+    ids=[
+        "rrc-scale",
+        "std-0",
+        "mean-nan",
+        "jitter",
+        "grayscale",
+        "blur",
+        "erasing-value",
+        "color-jitter",
+        "normalize",
+        "erasing-p",
+        "mixup",
+    ],
+)
+def test_nan_parameters_are_refused_before_c_turns_them_into_pixels(make, match):
+    # A NaN made black pixels (color_jitter), pixels of NaN (mixup_), or an error only
+    # when the first image ran.
+    with pytest.raises(ValueError, match=match):
+        make()
