@@ -5,7 +5,7 @@ exception. A child that dies by a signal, exits abnormally or hangs fails the te
 the call that did it (run again alone in a fresh process to make sure).
 
 Each example is a batch of calls run by one child. FASTLOAD_FUZZ_EXAMPLES sets how many
-batches (default 8, some seconds); `make fuzz` runs many more.
+batches (default 12, about ten seconds); `make fuzz` runs many more.
 """
 
 import ast
@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import fastload
 from fastload import _core
 
-EXAMPLES = int(os.environ.get("FASTLOAD_FUZZ_EXAMPLES", "8"))
+EXAMPLES = int(os.environ.get("FASTLOAD_FUZZ_EXAMPLES", "12"))
 CALLS_PER_CHILD = 150
 CHILD_TIMEOUT_S = 120  # a hang guard: a batch takes about a second
 
@@ -174,9 +174,14 @@ def _stub_parameters():
     out = {}
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
-            init = [n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"]
-            args = init[0].args if init else ast.arguments([], [], None, [], [], None, [])
-            out[node.name] = ([a.arg for a in args.args[1:]], [a.arg for a in args.kwonlyargs])
+            out[node.name] = ([], [])
+            for init in node.body:
+                if isinstance(init, ast.FunctionDef) and init.name == "__init__":
+                    args = init.args
+                    out[node.name] = (
+                        [a.arg for a in args.args[1:]],
+                        [a.arg for a in args.kwonlyargs],
+                    )
     return out
 
 
@@ -268,6 +273,7 @@ def check_calls(expressions):
 
 @settings(
     max_examples=EXAMPLES,
+    deadline=None,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],  # the failure names its call
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
