@@ -87,7 +87,8 @@ clang:
 	          || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q clang >/dev/null 2>&1; }; }; } \
 	|| { echo "clang not found and not installable here: make fuzz needs it"; exit 1; }
 
-# Each fuzz target of fuzz/ for FUZZ_SECONDS (the packed-file target through atheris).
+# Each fuzz target of fuzz/ for FUZZ_SECONDS (the packed-file target through atheris), and
+# the binding's random calls (tests/test_core_fuzz.py), FUZZ_SECONDS batches of them.
 FUZZ_SECONDS ?= 30
 fuzz: build clang
 	$(PY) -m pip install --quiet atheris \

@@ -108,6 +108,8 @@ setup(
         [core_extension()],
         include_path=["csrc"],
         language_level=3,
-        compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True},
+        # Indexing is bounds-checked but in the few inner loops that turn it off for
+        # themselves: unchecked, a short tuple read past its end kills the interpreter.
+        compiler_directives={"wraparound": False, "cdivision": True},
     ),
 )

@@ -1,4 +1,5 @@
 """Pool, runs and the delivery loop: the binding of pool.h, rng.h and engine.h."""
+cimport cython
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport strncpy
@@ -33,6 +34,7 @@ def shutdown_pool():
         fl_pool_shutdown()
 
 
+@cython.boundscheck(False)
 def rng_uniform(uint64_t seed, uint64_t epoch, uint64_t index, uint64_t op, Py_ssize_t n):
     """The first ``n`` uniform [0, 1) draws of the stream for (seed, epoch, index, op)."""
     cdef fl_rng r = fl_rng_for(seed, epoch, index, op)
@@ -44,6 +46,7 @@ def rng_uniform(uint64_t seed, uint64_t epoch, uint64_t index, uint64_t op, Py_s
     return out
 
 
+@cython.boundscheck(False)
 def rng_bits(uint64_t seed, uint64_t epoch, uint64_t index, uint64_t op, Py_ssize_t n):
     """The first ``n`` 64-bit words of the stream for (seed, epoch, index, op)."""
     cdef fl_rng r = fl_rng_for(seed, epoch, index, op)
@@ -103,8 +106,11 @@ cdef class Fields:
             if kind == "gather":
                 self._gather(f, value, row_bytes[f])
             elif kind == "image":
+                if not isinstance(value, ImageSource):
+                    raise TypeError(f"field {f}: an image field needs an ImageSource, got "
+                                    f"{type(value).__name__}")
                 self.owners.append(value)
-                fl_image_source_field(self.fields, f, (<ImageSource?>value).source,
+                fl_image_source_field(self.fields, f, (<ImageSource>value).source,
                                       row_bytes[f])
             elif kind == "python":
                 fl_field_set_fill(self.fields, f, _fill_python, NULL, NULL, row_bytes[f])
@@ -116,6 +122,12 @@ cdef class Fields:
         cdef int64_t strides[FL_MAX_DIMS + 1]
         if array is None or array.ndim < 1:
             raise ValueError(f"field {f}: a gather field needs an array of observations")
+        # C copies row_bytes per observation, from the array and into the destination: it
+        # must be an observation's size exactly.
+        if row_bytes != array.itemsize * np.prod((<object>array).shape[1:], dtype=np.int64):
+            raise ValueError(f"field {f}: an observation of an array of shape "
+                             f"{(<object>array).shape} and {array.dtype} is not {row_bytes} "
+                             f"bytes")
         cdef int d, ndim = array.ndim - 1
         if ndim > FL_MAX_DIMS:
             raise ValueError(f"arrays of more than {FL_MAX_DIMS + 1} dimensions are not "
@@ -232,11 +244,13 @@ cdef class Iteration:
     cdef double last
     cdef object __weakref__
 
-    def __cinit__(self, plan, list ring, list values, list objects, int64_t rows, bint buffer,
-                  Stats stats, Progress progress, on_end=None, bint count_values=False,
-                  check=None):
+    def __cinit__(self, plan, list ring not None, list values not None, list objects not None,
+                  int64_t rows, bint buffer, Stats stats not None, Progress progress not None,
+                  on_end=None, bint count_values=False, check=None):
         if len(values) != len(ring) or len(objects) != len(ring) or not ring:
             raise ValueError("a ring needs at least one slot, with a value and objects each")
+        if rows < 1:
+            raise ValueError(f"a step holds at least one observation, not {rows}")
         self.plan = plan
         self.ring, self.values, self.objects = ring, values, objects
         self.rows = rows
@@ -248,9 +262,10 @@ cdef class Iteration:
         self.errors = {}
         self.held = -1
 
-    def start_run(self, Fields fields, cnp.ndarray order, bounds, int64_t first_step,
-                  int64_t end_step, uint64_t seed, uint64_t epoch, int parallel, int64_t chunk,
-                  bint ordered, bint skip_errors, bint release_gil, filler):
+    def start_run(self, Fields fields not None, cnp.ndarray order not None, bounds,
+                  int64_t first_step, int64_t end_step, uint64_t seed, uint64_t epoch,
+                  int parallel, int64_t chunk, bint ordered, bint skip_errors, bint release_gil,
+                  filler):
         """Load steps [first_step, end_step) of ``order`` (int64, C-contiguous) natively:
         ``rows`` items a step, or at the offsets ``bounds`` (int64, ``end_step + 1`` of
         them, each step 1 to ``rows`` items). In the caller's thread when ``parallel`` is
@@ -259,15 +274,24 @@ cdef class Iteration:
         GIL). Raises ValueError for bounds that do not fit."""
         if self.run != NULL or self.transport is not None:
             raise RuntimeError("this iteration was started already")
-        if order.dtype != np.int64 or not order.flags.c_contiguous:
-            raise TypeError("a schedule's order must be a C-contiguous int64 array")
+        if order.dtype != np.int64 or not order.flags.c_contiguous or order.ndim != 1:
+            raise TypeError("a schedule's order must be a 1-D C-contiguous int64 array")
+        if fields.nfields < 1:
+            raise ValueError("a run loads at least one field")
+        if first_step < 0 or end_step < 0:
+            raise ValueError(f"steps [{first_step}, {end_step}) of a schedule: they count from 0")
         cdef const int64_t *bounds_data = NULL
         if bounds is not None:
             if (not isinstance(bounds, np.ndarray) or bounds.dtype != np.int64
-                    or not bounds.flags.c_contiguous or bounds.shape[0] < end_step + 1):
+                    or not bounds.flags.c_contiguous or bounds.ndim != 1
+                    or bounds.shape[0] <= end_step):
                 raise TypeError("a schedule's bounds must be a C-contiguous int64 array of "
                                 "steps + 1 offsets")
             bounds_data = <const int64_t *>cnp.PyArray_DATA(<cnp.ndarray>bounds)
+        else:
+            # No more steps than the order holds (C multiplies steps by rows).
+            end_step = min(end_step, order.shape[0] // self.rows
+                           + (order.shape[0] % self.rows != 0))
         cdef int nslots = len(self.ring), f, s
         cdef char **dst = <char **>calloc(nslots * max(fields.nfields, 1), sizeof(char *))
         if dst == NULL:
@@ -358,6 +382,9 @@ cdef class Iteration:
             raise StopIteration
         if self.busy:
             raise ValueError("this iteration is already in next() on another thread")
+        if self.run == NULL and self.transport is None:
+            raise RuntimeError("this iteration was not started: call start_run or "
+                               "start_transport first")
         if self.last > 0:
             self.stats.compute_s += start - self.last
         self.busy = True

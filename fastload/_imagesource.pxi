@@ -61,6 +61,25 @@ cdef int _decode_other(void *ctx, const uint8_t *data, size_t n, int channels,
             return FL_EFAILED if isinstance(exc, Exception) else FL_EINTERRUPT
 
 
+cdef object _bytes_of(base, str what):
+    """``base``, a uint8 array (any shape) or bytes-like object, as flat C-contiguous bytes;
+    a ValueError for an array of another type, whose values a cast would change."""
+    a = np.asarray(base)
+    if a.dtype != np.uint8:
+        raise ValueError(f"{what} must be a uint8 array or a bytes-like object, got {a.dtype}")
+    return np.ascontiguousarray(a).reshape(-1)
+
+
+cdef object _positions(values, str what):
+    """``values`` as a 1-D int64 array; a ValueError for anything but 1-D integers (a
+    float would be truncated, a 2-D array paired up the wrong way)."""
+    a = np.asarray(values)
+    if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+        raise ValueError(f"{what} must be a 1-D sequence of integers, got {a.dtype} of shape "
+                         f"{a.shape}")
+    return a.astype(np.int64)
+
+
 def jpeg_library_version():
     """The libjpeg-turbo version number the JPEG decoder in C links (e.g. 2001005), or 0
     when this build decodes JPEG through simplejpeg."""
@@ -115,9 +134,11 @@ cdef class ImageSource:
         if buffers is not None:
             self._buffers(buffers)
         elif spans is not None:
-            self._spans(spans[0], spans[1], spans[2], spans[3])
+            bases, base_of, starts, ends = _items(spans, 4, "spans (bases, base_of, starts, ends)")
+            self._spans(bases, base_of, starts, ends)
         elif offsets is not None:
-            self._offsets(offsets[0], offsets[1])
+            base, where = _items(offsets, 2, "offsets (base, offsets)")
+            self._offsets(base, where)
         elif paths is not None:
             self._paths(paths)
         else:
@@ -160,10 +181,10 @@ cdef class ImageSource:
     cdef _spans(self, bases, base_of, starts, ends):
         cdef Py_ssize_t i, n = len(starts)
         cdef const uint8_t[::1] base
-        bases = [np.ascontiguousarray(b, np.uint8).reshape(-1) for b in bases]
+        bases = [_bytes_of(b, "spans: each base") for b in bases]
         self.owners.append(bases)
-        where = np.zeros(n, np.int64) if base_of is None else np.asarray(base_of, np.int64)
-        starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+        where = np.zeros(n, np.int64) if base_of is None else _positions(base_of, "spans: base_of")
+        starts, ends = _positions(starts, "spans: starts"), _positions(ends, "spans: ends")
         if where.shape[0] != n or ends.shape[0] != n:
             raise ValueError("spans need a base, a start and an end per image")
         if n and (where.min() < 0 or where.max() >= len(bases)):
@@ -183,8 +204,8 @@ cdef class ImageSource:
                                 <const int64_t *>self._data(lens))
 
     cdef _offsets(self, base, offsets):
-        base = np.ascontiguousarray(base, np.uint8).reshape(-1)
-        offsets = np.ascontiguousarray(offsets, np.int64).reshape(-1)
+        base = _bytes_of(base, "offsets: the base")
+        offsets = _positions(offsets, "offsets")
         n = offsets.shape[0] - 1
         if n < 0 or offsets[0] < 0 or offsets[n] > base.shape[0] or (np.diff(offsets) < 0).any():
             raise ValueError("offsets must rise from 0 to at most the size of the base")
@@ -232,18 +253,23 @@ cdef class ImageSource:
         """Decodes the encoded image ``data`` and runs the pipeline on it into ``out`` (a
         writable C-contiguous array sized for this image), as a loader does for item
         ``index``. Raises ValueError naming what is wrong with the image."""
+        if (not isinstance(out, np.ndarray) or not out.flags.c_contiguous
+                or not out.flags.writeable):
+            # Anything else would be reshaped into a copy, and the output lost in it.
+            raise ValueError("out must be a writable C-contiguous array")
         cdef const uint8_t[::1] src = memoryview(data).cast("B")
         cdef uint8_t[::1] dst = out.reshape(-1).view(np.uint8)
         cdef fl_scratch scratch
         cdef char message[FL_MESSAGE_BYTES]
         cdef int rc
         cdef const uint8_t *p = &src[0] if src.shape[0] else NULL
+        cdef char *d = <char *>&dst[0] if dst.shape[0] else NULL
         fl_scratch_init(&scratch)
         message[0] = 0
         try:
             with nogil:
                 rc = fl_image_source_run(self.source, p, src.shape[0], seed, epoch, index,
-                                         <char *>&dst[0], dst.shape[0], &scratch, message)
+                                         d, dst.shape[0], &scratch, message)
         finally:
             fl_scratch_release(&scratch)
         if rc != FL_OK:

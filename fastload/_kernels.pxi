@@ -1,6 +1,9 @@
 """Image kernels, batch mixes and compiled pipelines: the binding of image.h and augment.h.
 Numpy arrays in, numpy arrays out; no pixel work here. Every call that touches pixels
 releases the GIL. Arrays are 8-bit HWC with contiguous pixels (row stride free)."""
+cimport cython
+from libc.limits cimport INT_MAX
+from libc.math cimport isfinite
 from libc.stdint cimport uint8_t, uint64_t
 
 from augment cimport *
@@ -35,6 +38,48 @@ cdef fl_image _view(cnp.ndarray a) except *:
         raise ValueError(f"empty image of shape {(<object>a).shape}")
     return fl_image_of(<uint8_t *>cnp.PyArray_DATA(a), <int>a.shape[0], <int>a.shape[1], c,
                        a.strides[0])
+
+
+cdef tuple _items(value, Py_ssize_t n, str what):
+    """``value`` as a tuple of its n items; a ValueError naming ``what`` for anything that
+    is not a sequence of n items (C reads exactly n: fewer would be read past their end)."""
+    try:
+        items = tuple(value)
+    except TypeError:
+        items = None
+    if items is None or len(items) != n or isinstance(value, (str, bytes, dict)):
+        raise ValueError(f"{what} must be a sequence of {n} values, got {value!r}")
+    return items
+
+
+cdef double _finite(value, str what) except? -1:
+    """``value`` as a finite float; a ValueError naming ``what`` for NaN or an infinity,
+    which C would turn into an arbitrary integer or a picture of NaNs."""
+    cdef double x = value
+    if not isfinite(x):
+        raise ValueError(f"{what} must be a finite number, got {value!r}")
+    return x
+
+
+cdef tuple _reals(value, Py_ssize_t n, str what):
+    """``value`` as a tuple of its n items, each a finite float (see _items, _finite)."""
+    return tuple([_finite(x, what) for x in _items(value, n, what)])
+
+
+cdef int _kind(dict kinds, value, str what) except -1:
+    """The C code of a stage kind named by ``value``; a ValueError naming the choices."""
+    try:
+        return kinds[value]
+    except (KeyError, TypeError):
+        raise ValueError(f"{what} must be one of {list(kinds)}, got {value!r}") from None
+
+
+cdef int _positive(double value, str what) except -1:
+    """Refuses a parameter of a Gamma draw that is not a finite number > 0: the sampler
+    would never stop (or recurse without end) on one, or draw NaN."""
+    if not (value > 0 and isfinite(value)):
+        raise ValueError(f"{what} must be a finite number > 0, got {value}")
+    return 0
 
 
 def as_image(x):
@@ -78,13 +123,27 @@ def flip_horizontal(img):
     return a
 
 
+cdef tuple _means_and_stds(mean, std, str what):
+    """(mean, std) as tuples of 1 to 4 finite floats each, as many stds as means, none 0."""
+    mean, std = tuple(mean), tuple(std)
+    if not 1 <= len(mean) <= 4 or len(std) != len(mean):
+        raise ValueError(f"{what}: 1 to 4 means and as many stds, got {len(mean)} and "
+                         f"{len(std)}")
+    mean = _reals(mean, len(mean), f"{what}: mean")
+    std = _reals(std, len(std), f"{what}: std")
+    if 0.0 in std:
+        raise ValueError(f"{what}: a std of 0 divides by 0, got {std}")
+    return mean, std
+
+
 def normalize(img, mean, std, bint chw=False):
     """float32 (x/255 - mean[c]) / std[c] of img (uint8 HWC), HWC or CHW."""
     cdef cnp.ndarray a = as_image(img)
     cdef fl_image im = _view(a)
     cdef float m[4]
     cdef float s[4]
-    if len(mean) != im.c or len(std) != im.c:
+    mean, std = _means_and_stds(mean, std, "normalize")
+    if len(mean) != im.c:
         raise ValueError(f"normalize: need {im.c} means and stds")
     for i in range(im.c):
         m[i] = mean[i]
@@ -115,7 +174,9 @@ def rrc_params(int h, int w, scale, ratio, uint64_t seed=0, uint64_t epoch=0,
     """RandomResizedCrop's (y, x, h, w) for an h x w image, drawn from the given key."""
     cdef fl_rng rng = fl_rng_for(seed, epoch, index, op)
     cdef int y, x, ch, cw
-    _check(fl_rrc_params(&rng, h, w, scale[0], scale[1], ratio[0], ratio[1],
+    scale_lo, scale_hi = _reals(scale, 2, "rrc_params: scale")
+    ratio_lo, ratio_hi = _reals(ratio, 2, "rrc_params: ratio")
+    _check(fl_rrc_params(&rng, h, w, scale_lo, scale_hi, ratio_lo, ratio_hi,
                          &y, &x, &ch, &cw), "rrc_params")
     return y, x, ch, cw
 
@@ -147,7 +208,7 @@ def color_jitter(img, factors, order=(0, 1, 2, 3)):
     if len(factors) != 4 or sorted(order) != [0, 1, 2, 3]:
         raise ValueError("color_jitter: 4 factors and a permutation of 0..3 as the order")
     for k in range(4):
-        f[k] = 0.0 if factors[k] is None else factors[k]
+        f[k] = 0.0 if factors[k] is None else _finite(factors[k], "color_jitter: a factor")
         present |= (factors[k] is not None) << k
         o[k] = order[k]
     with nogil:
@@ -183,11 +244,15 @@ def erasing_params(int h, int w, double p, scale, ratio, uint64_t seed=0, uint64
     """RandomErasing's (y, x, h, w) box for an h x w output from the given key, or None."""
     cdef fl_rng rng = fl_rng_for(seed, epoch, index, op)
     cdef fl_rect b
-    if not fl_erasing_params(&rng, p, scale[0], scale[1], ratio[0], ratio[1], h, w, &b):
+    _finite(p, "erasing_params: p")
+    scale_lo, scale_hi = _reals(scale, 2, "erasing_params: scale")
+    ratio_lo, ratio_hi = _reals(ratio, 2, "erasing_params: ratio")
+    if not fl_erasing_params(&rng, p, scale_lo, scale_hi, ratio_lo, ratio_hi, h, w, &b):
         return None
     return b.y, b.x, b.h, b.w
 
 
+@cython.boundscheck(False)
 def normal_draws(Py_ssize_t n, uint64_t seed=0):
     """n standard normal draws of one stream (the sampler RandomErasing uses)."""
     cdef fl_rng rng = fl_rng_for(seed, 0, 0, 0)
@@ -198,10 +263,11 @@ def normal_draws(Py_ssize_t n, uint64_t seed=0):
     return out
 
 
+@cython.boundscheck(False)
 def beta_draws(double a, double b, Py_ssize_t n, uint64_t seed=0):
     """n Beta(a, b) draws of one stream (the sampler MixUp and CutMix use)."""
-    if not (a > 0 and b > 0):
-        raise ValueError(f"beta_draws: a and b must be > 0, got {a}, {b}")
+    _positive(a, "beta_draws: a")
+    _positive(b, "beta_draws: b")
     cdef fl_rng rng = fl_rng_for(seed, 0, 0, 0)
     cdef cnp.ndarray out = np.empty(n, np.float64)
     cdef double[::1] o = out
@@ -212,12 +278,16 @@ def beta_draws(double a, double b, Py_ssize_t n, uint64_t seed=0):
 
 def mixup_lambda(double alpha, uint64_t seed, uint64_t epoch, uint64_t step):
     """MixUp's lambda ~ Beta(alpha, alpha) for the batch of (seed, epoch, step)."""
+    _positive(alpha, "mixup_lambda: alpha")
     return fl_mixup_lambda(alpha, seed, epoch, step)
 
 
 def cutmix_params(double alpha, uint64_t seed, uint64_t epoch, uint64_t step, int h, int w):
     """CutMix's (lambda corrected to the box, (y, x, h, w) box) for h x w images."""
     cdef fl_rect b
+    _positive(alpha, "cutmix_params: alpha")
+    if h < 1 or w < 1:
+        raise ValueError(f"cutmix_params: images of {h} x {w} pixels have no box to cut")
     cdef double lam = fl_cutmix_params(alpha, seed, epoch, step, h, w, &b)
     return lam, (b.y, b.x, b.h, b.w)
 
@@ -225,6 +295,10 @@ def cutmix_params(double alpha, uint64_t seed, uint64_t epoch, uint64_t step, in
 def cutmix_box(double lam, int cy, int cx, int h, int w):
     """CutMix's (corrected lambda, (y, x, h, w) box) for a drawn lambda and centre."""
     cdef fl_rect b
+    if not 0 <= lam <= 1:
+        raise ValueError(f"cutmix_box: lam must be in [0, 1], got {lam}")
+    if not (0 <= cy < h and 0 <= cx < w):
+        raise ValueError(f"cutmix_box: the centre ({cy}, {cx}) is not in a {h} x {w} image")
     cdef double adjusted = fl_cutmix_box(lam, cy, cx, h, w, &b)
     return adjusted, (b.y, b.x, b.h, b.w)
 
@@ -233,6 +307,8 @@ cdef int _batch_dtype(cnp.ndarray a) except -1:
     if not a.flags.c_contiguous or not a.flags.writeable:
         raise ValueError("the batch must be a writable C-contiguous array: it is mixed in "
                          "place (np.ascontiguousarray(batch) makes one)")
+    if any(n > INT_MAX for n in (<object>a).shape):
+        raise ValueError(f"a batch of shape {(<object>a).shape} is too large to mix")
     if a.dtype == np.float32:
         return FL_DTYPE_FLOAT32
     if a.dtype == np.uint8:
@@ -240,10 +316,13 @@ cdef int _batch_dtype(cnp.ndarray a) except -1:
     raise ValueError(f"the batch must be float32 or uint8, got {a.dtype}")
 
 
-def mixup_(cnp.ndarray batch, double lam):
+def mixup_(cnp.ndarray batch not None, double lam):
     """Mixes batch (n items, float32 or uint8, C-contiguous) in place with itself rolled
     by one: x[i] = lam * x[i] + (1 - lam) * x[i - 1]. Returns batch."""
     cdef int dtype = _batch_dtype(batch)
+    _finite(lam, "mixup: lam")
+    if batch.ndim == 0:
+        raise ValueError("mixup: the batch must have an axis of items, got a 0-D array")
     cdef int n = <int>batch.shape[0]
     if n == 0:
         return batch
@@ -258,7 +337,7 @@ def mixup_(cnp.ndarray batch, double lam):
     return batch
 
 
-def cutmix_(cnp.ndarray batch, box, bint chw):
+def cutmix_(cnp.ndarray batch not None, box, bint chw):
     """Pastes the (y, x, h, w) box of item i - 1 into item i of batch (NCHW when chw, else
     NHWC; float32 or uint8, C-contiguous), in place; item 0 takes item n - 1."""
     cdef int dtype = _batch_dtype(batch)
@@ -270,7 +349,10 @@ def cutmix_(cnp.ndarray batch, box, bint chw):
     cdef int w = <int>batch.shape[3 if chw else 2]
     if n == 0:
         return batch
-    cdef fl_rect b = fl_rect_of(box[0], box[1], box[2], box[3])
+    y, x, bh, bw = _items(box, 4, "cutmix: box (y, x, h, w)")
+    if not (0 <= y and 0 <= x and 0 <= bh and 0 <= bw and y + bh <= h and x + bw <= w):
+        raise ValueError(f"cutmix: the box {tuple(box)} is not inside a {h} x {w} image")
+    cdef fl_rect b = fl_rect_of(y, x, bh, bw)
     cdef cnp.ndarray scratch = np.empty(max(batch.nbytes // n, 1), np.uint8)
     cdef void *bp = cnp.PyArray_DATA(batch)
     cdef void *sp = cnp.PyArray_DATA(scratch)
@@ -318,11 +400,15 @@ cdef class Pipeline:
             raise RuntimeError("a Pipeline is built once: image sources may run it already")
         self.built = True
         _check(fl_pipeline_set_channels(self.p, channels), "channels")
-        _check(fl_pipeline_set_crop(self.p, CROP_KINDS[crop], crop_op, crop_after_resize,
-                                    crop_size[0], crop_size[1], padding, scale[0], scale[1],
-                                    ratio[0], ratio[1]), "crop")
-        _check(fl_pipeline_set_resize(self.p, RESIZE_KINDS[resize], resize_size[0],
-                                      resize_size[1]), "resize")
+        crop_h, crop_w = _items(crop_size, 2, "crop_size")
+        scale_lo, scale_hi = _reals(scale, 2, "scale")
+        ratio_lo, ratio_hi = _reals(ratio, 2, "ratio")
+        resize_h, resize_w = _items(resize_size, 2, "resize_size")
+        _check(fl_pipeline_set_crop(self.p, _kind(CROP_KINDS, crop, "crop"), crop_op,
+                                    crop_after_resize, crop_h, crop_w, padding, scale_lo,
+                                    scale_hi, ratio_lo, ratio_hi), "crop")
+        _check(fl_pipeline_set_resize(self.p, _kind(RESIZE_KINDS, resize, "resize"), resize_h,
+                                      resize_w), "resize")
         _check(fl_pipeline_set_flip(self.p, flip_p, flip_op), "flip")
         if len(pixel_ops) > FL_MAX_PIXEL_OPS:
             raise ValueError(f"at most {FL_MAX_PIXEL_OPS} colour ops in one pipeline, "
@@ -330,9 +416,7 @@ cdef class Pipeline:
         for spec in pixel_ops:
             self._add_pixel_op(spec)
         if mean is not None:
-            if not 1 <= len(mean) <= 4 or len(std) != len(mean):
-                raise ValueError(f"normalize: 1 to 4 means and as many stds, got {len(mean)} "
-                                 f"and {len(std)}")
+            mean, std = _means_and_stds(mean, std, "normalize")
             for i in range(len(mean)):
                 m[i], s[i] = mean[i], std[i]
             _check(fl_pipeline_set_normalize(self.p, m, s, len(mean)), "normalize")
@@ -350,18 +434,19 @@ cdef class Pipeline:
         cdef int present = 0
         kind = spec["kind"]
         if kind == "jitter":
-            if len(spec["ranges"]) != 4:
-                raise ValueError("ColorJitter: 4 ranges (brightness, contrast, saturation, "
-                                 "hue), None where off")
-            for k, pair in enumerate(spec["ranges"]):
-                lo[k], hi[k] = (0.0, 0.0) if pair is None else pair
+            ranges = _items(spec["ranges"], 4, "ColorJitter: ranges (brightness, contrast, "
+                            "saturation, hue; None where off)")
+            for k, pair in enumerate(ranges):
+                lo[k], hi[k] = (0.0, 0.0) if pair is None else _reals(pair, 2, "ColorJitter")
                 present |= (pair is not None) << k
             _check(fl_pipeline_add_jitter(self.p, spec["op"], present, lo, hi), "ColorJitter")
         elif kind == "grayscale":
-            _check(fl_pipeline_add_grayscale(self.p, spec["op"], spec["p"]), "RandomGrayscale")
+            _check(fl_pipeline_add_grayscale(self.p, spec["op"],
+                                             _finite(spec["p"], "RandomGrayscale: p")),
+                   "RandomGrayscale")
         elif kind == "blur":
-            kh, kw = spec["kernel"]
-            sigma_lo, sigma_hi = spec["sigma"]
+            kh, kw = _items(spec["kernel"], 2, "GaussianBlur: kernel")
+            sigma_lo, sigma_hi = _reals(spec["sigma"], 2, "GaussianBlur: sigma")
             _check(fl_pipeline_add_blur(self.p, spec["op"], kh, kw, sigma_lo, sigma_hi),
                    "GaussianBlur")
         else:
@@ -376,10 +461,12 @@ cdef class Pipeline:
         if not 1 <= len(values) <= 4:
             raise ValueError(f"erasing: 1 to 4 values, got {len(values)}")
         for i, x in enumerate(values):
-            v[i] = x
-        (scale_lo, scale_hi), (ratio_lo, ratio_hi) = spec["scale"], spec["ratio"]
-        _check(fl_pipeline_set_erasing(self.p, spec["op"], spec["p"], scale_lo, scale_hi,
-                                       ratio_lo, ratio_hi, value == "random", v, len(values)),
+            v[i] = _finite(x, "RandomErasing: value")
+        scale_lo, scale_hi = _reals(spec["scale"], 2, "RandomErasing: scale")
+        ratio_lo, ratio_hi = _reals(spec["ratio"], 2, "RandomErasing: ratio")
+        p = _finite(spec["p"], "RandomErasing: p")
+        _check(fl_pipeline_set_erasing(self.p, spec["op"], p, scale_lo, scale_hi, ratio_lo,
+                                       ratio_hi, value == "random", v, len(values)),
                "RandomErasing")
         self.erasing_values = len(values)
 

@@ -13,6 +13,7 @@ Each batch is paired with itself rolled by one: item i is mixed with item i - 1 
 with the last), as torchvision does.
 """
 
+import math
 import numbers
 
 import numpy as np
@@ -25,8 +26,8 @@ _CHANNELS = (1, 3, 4)
 
 
 def _check_args(what, alpha, num_classes, seed):
-    if not (isinstance(alpha, numbers.Real) and float(alpha) > 0):
-        raise ValueError(f"{what}: alpha must be > 0, got {alpha!r}")
+    if not (isinstance(alpha, numbers.Real) and 0 < float(alpha) < math.inf):
+        raise ValueError(f"{what}: alpha must be a finite number > 0, got {alpha!r}")
     if not (isinstance(num_classes, numbers.Integral) and int(num_classes) > 0):
         raise ValueError(f"{what}: num_classes must be an int > 0, got {num_classes!r}")
     if not (isinstance(seed, numbers.Integral) and 0 <= int(seed) < 1 << 64):

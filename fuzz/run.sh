@@ -4,7 +4,9 @@
 #   fuzz/run.sh [SECONDS] [TARGET...]     (default: 30 s each, every target)
 #
 # The C targets are libFuzzer binaries (clang, with ASan and UBSan) linked with the C core;
-# `packed` is the Python target, coverage-guided through atheris when it is installed.
+# `packed` is the Python target, coverage-guided through atheris when it is installed;
+# `binding` calls every entry point of fastload._core with random arguments in child
+# processes (tests/test_core_fuzz.py, SECONDS batches of calls: about a second each).
 # Each target's corpus grows in build/fuzz/corpus/<target>, from the seeds that
 # fuzz/seeds.py writes; a failing input is kept as build/fuzz/crashes/<target>-*, and the
 # run fails naming the command that reproduces it.
@@ -13,7 +15,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-30}
 [ $# -gt 0 ] && shift
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(qoi_decode jpeg_size jpeg_decode pipeline packed)
+[ ${#targets[@]} -gt 0 ] || targets=(qoi_decode jpeg_size jpeg_decode pipeline packed binding)
 out=build/fuzz
 py=$PWD/.venv/bin/python
 mkdir -p "$out/crashes"
@@ -42,6 +44,18 @@ failed=()
 for target in "${targets[@]}"; do
     if [ "$target" = jpeg_decode ] && [ ${#jpeg[@]} -eq 0 ]; then
         echo "$target: skipped (built without libjpeg)"
+        continue
+    fi
+    if [ "$target" = binding ]; then
+        log=$out/$target.log
+        if FASTLOAD_FUZZ_EXAMPLES=$seconds FASTLOAD_HANG_GUARD_S=$((seconds * 10 + 60)) \
+            "$py" -m pytest -q -m fuzz tests/test_core_fuzz.py >"$log" 2>&1; then
+            echo "$target: $seconds batches of calls, none fatal"
+        else
+            failed+=("$target")
+            grep -E 'interpreter|Error' "$log" | head -20
+            echo "$target: FAILED (log: $log)"
+        fi
         continue
     fi
     corpus=$out/corpus/$target

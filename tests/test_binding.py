@@ -3,6 +3,7 @@ clear error, and keeps alive what C points into."""
 
 import struct
 
+import core_calls
 import numpy as np
 import pytest
 
@@ -86,7 +87,7 @@ def test_a_pipeline_is_built_once():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"pixel_ops": [{"kind": "jitter", "op": 0, "ranges": [None] * 6}]}, "4 ranges"),
+        ({"pixel_ops": [{"kind": "jitter", "op": 0, "ranges": [None] * 6}]}, "ranges.*4 values"),
         ({"pixel_ops": [{"kind": "sepia", "op": 0}]}, "unknown colour op"),
         ({"mean": [0.5, 0.5], "std": [0.5]}, "normalize"),
         ({"mean": [0.5] * 5, "std": [0.5] * 5}, "normalize"),
@@ -109,3 +110,155 @@ def test_a_qoi_header_of_no_pixels_is_not_a_qoi_stream_and_one_too_large_is_over
     with pytest.raises(ValueError, match="limit"):
         _core.qoi_header(header(100_000, 100_000))
     assert _core.qoi_header(header(7, 5)) == (5, 7, 3)
+
+
+# Calls that killed the interpreter (reading past a short tuple or a 0-D array's shape, a
+# None where C expects an object, a box whose end overflows an int, a Gamma draw with a
+# parameter it recurses on without end) or handed C what it cannot use (NaN draws, rows of
+# the wrong size, no rows), each with what it now raises. They run in a child process, so
+# that a regression fails this test rather than killing the suite.
+RUN = "0, 1, 0, 0, 0, 1, True, False, True, None"  # steps [0, 1), inline, no filler
+REFUSED = {
+    "_core.rrc_params(10, 10, (0.5,), (0.75, 1.33))": "ValueError: rrc_params: scale",
+    "_core.erasing_params(10, 10, 1.0, (), (0.3, 3.3))": "ValueError: erasing_params: scale",
+    "_core.cutmix_(arr((2, 4, 4, 3)), (), False)": "ValueError: cutmix: box",
+    "_core.cutmix_(arr((2, 4, 4, 3)), (2**31 - 1, 0, 1, 1), False)": "ValueError: cutmix: the box",
+    "_core.Pipeline(resize='exact', resize_size=())": "ValueError: resize_size",
+    "_core.Pipeline(crop='random_resized', crop_size=(5, 5), scale=(), ratio=())": (
+        "ValueError: scale"
+    ),
+    "_core.Pipeline(pixel_ops=[{'kind': 'blur', 'op': 0, 'kernel': (3,), 'sigma': (1, 2)}])": (
+        "ValueError: GaussianBlur: kernel"
+    ),
+    "_core.Pipeline(crop=[])": "ValueError: crop must be one of",
+    "source(0, 'spans')": None,
+    "_core.ImageSource(pipeline(), 3, 'x', codecs, 99, 99, spans=(arr((9,)),))": (
+        "ValueError: spans"
+    ),
+    "_core.ImageSource(pipeline(), 3, 'x', codecs, 99, 99, offsets=(arr((9,)),))": (
+        "ValueError: offsets"
+    ),
+    "_core.mixup_(arr((), 'float32', 'scalar'), 0.5)": "ValueError: mixup: the batch",
+    "_core.mixup_(None, 0.5)": "TypeError",
+    "_core.mixup_lambda(-1e300, 0, 0, 0)": "ValueError: mixup_lambda: alpha",
+    "_core.mixup_lambda(float('nan'), 0, 0, 0)": "ValueError: mixup_lambda: alpha",
+    "_core.cutmix_params(float('-inf'), 0, 0, 0, 4, 4)": "ValueError: cutmix_params: alpha",
+    "_core.beta_draws(float('inf'), 1.0, 3)": "ValueError: beta_draws: a",
+    "_core.Fields([('image', None)], [0])": "TypeError: field 0: an image field",
+    "_core.Fields([('gather', arr((3, 4)))], [1])": "ValueError: field 0: an observation",
+    f"iteration().start_run(fields(), np.array(3), None, {RUN})": (
+        "TypeError: a schedule's order must be a 1-D"
+    ),
+    f"iteration().start_run(None, np.arange(3), None, {RUN})": "TypeError",
+    f"iteration().start_run(fields(), np.arange(3), np.array(0), {RUN})": (
+        "TypeError: a schedule's bounds"
+    ),
+    "_core.Iteration(Plan(), [[]], [None], [[]], 1, False, None, _core.Progress())": "TypeError",
+    "_core.Iteration(Plan(), [[]], [None], [[]], 0, False, _core.Stats(), _core.Progress())": (
+        "ValueError: a step holds at least one observation"
+    ),
+    "next(iteration())": "RuntimeError: this iteration was not started",
+}
+
+
+@pytest.mark.parametrize("call", list(REFUSED))
+def test_a_call_that_killed_the_interpreter_raises_instead(call):
+    code, _, output = core_calls.run([call], timeout_s=60)
+    assert core_calls.completed(code, output), f"{call}: {code}\n{output[-2000:]}"
+    expected = REFUSED[call]
+    if expected is None:
+        assert "ok 0" in output.splitlines()
+    else:
+        assert f"raised 0 {expected}" in output
+
+
+def test_image_source_run_refuses_an_out_it_would_fill_through_a_copy():
+    image = np.arange(48, dtype=np.uint8).reshape(4, 4, 3)
+    source = image_source(buffers=[_core.qoi_encode(image)])
+    out = np.zeros((4, 8, 3), np.uint8)[:, ::2]  # reshaped, a copy: the output lost in it
+    with pytest.raises(ValueError, match="writable C-contiguous"):
+        source.run(_core.qoi_encode(image), out)
+    whole = np.zeros((4, 4, 3), np.uint8)
+    assert np.array_equal(source.run(_core.qoi_encode(image), whole), image)
+
+
+@pytest.mark.parametrize(
+    "where, match",
+    [
+        ({"offsets": (np.zeros(8, np.int64), [0, 8])}, "the base must be a uint8 array"),
+        ({"offsets": (np.zeros(8, np.uint8), [0.0, 7.9])}, "offsets must be a 1-D"),
+        ({"offsets": (np.zeros(8, np.uint8), [[0, 4], [4, 8]])}, "offsets must be a 1-D"),
+        ({"spans": ([np.zeros(8, np.float32)], None, [0], [4])}, "each base must be a uint8"),
+        ({"spans": ([np.zeros(8, np.uint8)], None, [[0, 1]], [[4, 5]])}, "starts must be a 1-D"),
+        ({"spans": ([np.zeros(8, np.uint8)], [0.5], [0], [4])}, "base_of must be a 1-D"),
+    ],
+    ids=["int64-base", "float-offsets", "2d-offsets", "float-base", "2d-spans", "float-base-of"],
+)
+def test_spans_and_offsets_that_a_cast_would_change_are_refused(where, match):
+    # A cast would have read other bytes than the ones given, without a word.
+    with pytest.raises(ValueError, match=match):
+        image_source(**where)
+
+
+def test_a_run_without_fields_is_refused():
+    it = core_calls.iteration()
+    fields = _core.Fields([], [])
+    with pytest.raises(ValueError, match="at least one field"):
+        it.start_run(fields, np.arange(3), None, 0, 1, 0, 0, 0, 1, True, False, True, None)
+
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: _core.Pipeline(crop="random_resized", crop_size=(4, 4), scale=(NAN, 1)), "scale"),
+        (lambda: _core.Pipeline(mean=(0.5,) * 3, std=(0.5, 0.0, 0.5)), "std of 0"),
+        (lambda: _core.Pipeline(mean=(NAN,) * 3, std=(0.5,) * 3), "mean must be a finite"),
+        (
+            lambda: _core.Pipeline(
+                pixel_ops=[{"kind": "jitter", "op": 0, "ranges": [(NAN, 1.0), None, None, None]}]
+            ),
+            "ColorJitter must be a finite",
+        ),
+        (
+            lambda: _core.Pipeline(pixel_ops=[{"kind": "grayscale", "op": 0, "p": NAN}]),
+            "RandomGrayscale: p",
+        ),
+        (
+            lambda: _core.Pipeline(
+                pixel_ops=[{"kind": "blur", "op": 0, "kernel": (3, 3), "sigma": (NAN, 1.0)}]
+            ),
+            "GaussianBlur: sigma",
+        ),
+        (
+            lambda: _core.Pipeline(
+                erasing={"op": 0, "p": 0.5, "scale": (0.1, 0.2), "ratio": (0.3, 3), "value": [NAN]}
+            ),
+            "RandomErasing: value",
+        ),
+        (lambda: _core.color_jitter(np.zeros((2, 2, 3), np.uint8), [NAN, None, None, None]), "fac"),
+        (lambda: _core.normalize(np.zeros((2, 2, 1), np.uint8), [0.5], [0.0]), "std of 0"),
+        (lambda: _core.erasing_params(9, 9, NAN, (0.1, 0.2), (0.3, 3)), "erasing_params: p"),
+        (lambda: _core.mixup_(np.zeros((2, 3), np.float32), NAN), "mixup: lam"),
+    ],
+    ids=[
+        "rrc-scale",
+        "std-0",
+        "mean-nan",
+        "jitter",
+        "grayscale",
+        "blur",
+        "erasing-value",
+        "color-jitter",
+        "normalize",
+        "erasing-p",
+        "mixup",
+    ],
+)
+def test_nan_parameters_are_refused_before_c_turns_them_into_pixels(make, match):
+    # A NaN made black pixels (color_jitter), pixels of NaN (mixup_), or an error only
+    # when the first image ran.
+    with pytest.raises(ValueError, match=match):
+        make()
