@@ -46,6 +46,7 @@ RECEIVERS = {
     ),
     "Stats": st.just("_core.Stats()"),
     "Progress": st.just("_core.Progress()"),
+    "FileGuard": st.just("_core.FileGuard(bytes(range(16)))"),
 }
 
 
@@ -133,6 +134,7 @@ HINTS = {
         ["scale", "ratio", "crop_size", "resize_size", "box", "factors", "mean", "std"], PAIRS
     ),
     "data": ENCODED,
+    "mapping": st.one_of(ENCODED, ARRAYS),
     "crop": st.sampled_from(["None", "'center'", "'random'", "'random_resized'", "'other'"]),
     "resize": st.sampled_from(["None", "'shorter'", "'exact'", "'other'"]),
     "pixel_ops": _sequence(DICTS, 3),
