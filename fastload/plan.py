@@ -28,7 +28,7 @@ import numpy as np
 from . import _core, codecs, limits, tables, tensors
 from .collate import collate, stack
 from .errors import LoadError
-from .obs import getobs, getobs_into
+from .obs import exact_dtypes, getobs, getobs_into
 from .transforms import Compose
 from .tree import head, map_tree, rebuild, row, tree_leaves
 from .views import MappedObs, SlidingWindow, collate_batch, source_of
@@ -347,17 +347,12 @@ class ItemPlan:
             objects[field][pos] = getobs(leaf.container, index)
             return
         try:
-            getobs_into(row(dests[field], pos), leaf.container, index)
+            with exact_dtypes():
+                getobs_into(row(dests[field], pos), leaf.container, index)
         except ValueError as error:
             if "does not fit" not in str(error):
                 raise
-            raise ValueError(
-                f"{error}. The batch buffers take the shape and dtype of "
-                f"observation 0, and one batch holds one shape: make every "
-                f"observation that shape and dtype (for images, a crop after "
-                f"Resize, e.g. CenterCrop), or use collate=False to get "
-                f"lists"
-            ) from None
+            raise ValueError(f"{error}. {_misfit_hint(error)}") from None
 
     def assemble(self, dests, objects, n, keep=None):
         """The step's value from its slot: views of the first ``n`` rows (or row 0), with
@@ -395,6 +390,23 @@ class ItemPlan:
         )
         error.__cause__ = cause
         return error
+
+
+def _misfit_hint(error):
+    """What to do about an observation whose shape or dtype is not observation 0's."""
+    if "dtype" in str(error):
+        return (
+            "The batch buffers take the dtype of observation 0, and a batch holds what "
+            "np.stack of its observations gives: a cast could lose information, and "
+            "np.stack would promote to another dtype. Give every observation one dtype: "
+            "a table's column with astype, any container with a cast in mapobs, e.g. "
+            "mapobs(lambda x: np.asarray(x, np.float64), data)"
+        )
+    return (
+        "The batch buffers take the shape of observation 0, and one batch holds one "
+        "shape: make every observation that shape (for images, a crop after Resize, "
+        "e.g. CenterCrop), or use collate=False to get lists"
+    )
 
 
 def _rebuild(layout, outputs):
