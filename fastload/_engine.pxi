@@ -79,13 +79,10 @@ cdef void _clear_frames(exc) noexcept:
     reused after the failure is reported (and would look like a batch kept by the
     consumer). A worker process sends tracebacks as text, without variables, likewise."""
     seen = set()
-    try:
-        while exc is not None and id(exc) not in seen:
-            seen.add(id(exc))
-            traceback.clear_frames(exc.__traceback__)
-            exc = exc.__cause__ if exc.__cause__ is not None else exc.__context__
-    except BaseException:
-        pass  # the traceback stays whole; the failure is still reported
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        exc = exc.__cause__ if exc.__cause__ is not None else exc.__context__
 
 
 cdef int _fill_python(const fl_field *field, const fl_item *item, char *dst,
@@ -202,7 +199,6 @@ cdef int64_t _count_items(value):
     return len(value) if hasattr(value, "__len__") else 1
 
 
-
 cdef void _collect(value, list into, bint bases) except *:
     """The arrays of ``value`` and the tuples and dicts holding them, into ``into``; with
     ``bases``, the arrays each one is a view of too (numpy makes a new view refer to the
@@ -294,9 +290,8 @@ cdef class Iteration:
     Each ``next()`` releases the slot handed out before (with ``buffer``, the one before
     that, warning once if the consumer still refers to it: see ``SlotWatch``), waits for
     the next step's slot (in order, or the first finished with ``ordered=False``) and
-    returns its value: the
-    slot's cached arrays when the step is whole, else ``plan.assemble(...)``; a copy the
-    caller owns unless ``buffer``. A failed item raises ``plan.load_error(...)``; skipped
+    returns its value: the slot's cached arrays when the step is whole, else
+    ``plan.assemble(...)``; a copy the caller owns unless ``buffer``. A failed item raises ``plan.load_error(...)``; skipped
     ones are counted, and a step none of whose observations loaded is passed over. The
     steps come from a native run (``start_run``: inline or on the pool) or from a
     transport object (``start_transport``: worker processes), whose ``next(release)``
