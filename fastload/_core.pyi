@@ -42,6 +42,11 @@ class Progress:
     step: int
     def __init__(self, epoch: int = 0, step: int = 0) -> None: ...
 
+class SlotWatch:
+    def __init__(self, dests: list[Any], value: Any) -> None: ...
+
+def watch_ring(ring: list[Any], values: list[Any]) -> list[SlotWatch]: ...
+
 class Iteration:
     @property
     def plan(self) -> Any: ...
@@ -62,6 +67,7 @@ class Iteration:
         on_end: Callable[[], None] | None = None,
         count_values: bool = False,
         check: Callable[[int], None] | None = None,
+        watches: list[SlotWatch] | None = None,
     ) -> None: ...
     def start_run(
         self,

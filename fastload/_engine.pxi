@@ -4,6 +4,8 @@ from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport strncpy
 from cpython.exc cimport PyErr_CheckSignals
+from cpython.list cimport PyList_GET_ITEM
+from cpython.object cimport PyObject
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 from engine cimport *
@@ -11,6 +13,12 @@ from imagesource cimport fl_image_source_field
 from pool cimport *
 from rng cimport fl_rng, fl_rng_for, fl_rng_next, fl_rng_uniform
 from status cimport *
+
+import traceback
+import warnings
+
+cdef extern from "Python.h":
+    Py_ssize_t Py_REFCNT(PyObject *o)
 
 
 def pool_size():
@@ -66,6 +74,18 @@ cdef void _write_message(char *message, exc) noexcept:
         text = type(exc).__name__.encode("ascii", "replace")
     strncpy(message, text[:FL_MESSAGE_BYTES - 1], FL_MESSAGE_BYTES - 1)
     message[FL_MESSAGE_BYTES - 1] = 0
+
+
+cdef void _clear_frames(exc) noexcept:
+    """Drop the variables of the frames in the tracebacks of ``exc`` and the exceptions
+    chained to it, keeping the lines: they hold views of the slot being loaded, which is
+    reused after the failure is reported (and would look like a batch kept by the
+    consumer). A worker process sends tracebacks as text, without variables, likewise."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        exc = exc.__cause__ if exc.__cause__ is not None else exc.__context__
 
 
 cdef int _fill_python(const fl_field *field, const fl_item *item, char *dst,
@@ -195,6 +215,79 @@ cdef int64_t _count_items(value):
     return len(value) if hasattr(value, "__len__") else 1
 
 
+cdef void _collect(value, list into, bint bases) except *:
+    """The arrays of ``value`` and the tuples and dicts holding them, into ``into``; with
+    ``bases``, the arrays each one is a view of too (numpy makes a new view refer to the
+    first array of the chain that owns its memory or sits on a foreign buffer)."""
+    if isinstance(value, cnp.ndarray):
+        into.append(value)
+        while bases and isinstance(value.base, cnp.ndarray):
+            value = value.base
+            into.append(value)
+    elif isinstance(value, (tuple, dict)):
+        into.append(value)
+        for member in (value.values() if isinstance(value, dict) else value):
+            _collect(member, into, bases)
+
+
+cdef class SlotWatch:
+    """Whether anything outside the loader still refers to what a slot handed out.
+
+    The watched objects are the slot's arrays (every view of them, and every tensor made
+    from a view, holds a reference to one of them) and its cached value's views, tuples and
+    dicts; their reference counts are taken when the ring is made, before anyone else can
+    hold them. A count above that later means the consumer kept part of a batch. An
+    iteration starts by raising the limit to the counts it finds (``arm``): a loop variable
+    of an earlier iteration over the same ring is not a batch kept from this one. The check
+    reads one count per object: tens of nanoseconds a step."""
+    cdef list objects
+    cdef Py_ssize_t *base
+    cdef Py_ssize_t *counts
+    cdef Py_ssize_t n
+
+    def __cinit__(self, dests, value):
+        self.objects = []
+        _collect(value, self.objects, False)
+        for dest in dests:
+            _collect(dest, self.objects, True)
+        self.n = len(self.objects)
+        self.base = <Py_ssize_t *>calloc(2 * max(self.n, 1), sizeof(Py_ssize_t))
+        if self.base == NULL:
+            raise MemoryError()
+        self.counts = self.base + max(self.n, 1)
+
+    cdef void measure(self) noexcept:
+        cdef Py_ssize_t k
+        for k in range(self.n):
+            self.base[k] = self.counts[k] = Py_REFCNT(PyList_GET_ITEM(self.objects, k))
+
+    cdef void arm(self) noexcept:
+        cdef Py_ssize_t k
+        for k in range(self.n):
+            self.counts[k] = max(self.base[k], Py_REFCNT(PyList_GET_ITEM(self.objects, k)))
+
+    cdef bint held(self) noexcept:
+        cdef Py_ssize_t k
+        for k in range(self.n):
+            if Py_REFCNT(PyList_GET_ITEM(self.objects, k)) > self.counts[k]:
+                return True
+        return False
+
+    def __dealloc__(self):
+        free(self.base)
+
+
+def watch_ring(list ring, list values):
+    """A ``SlotWatch`` per slot of a ring just made (``ring[s]``: the slot's destinations,
+    ``values[s]``: its cached value or None), counting the references the loader holds."""
+    if len(values) != len(ring):
+        raise ValueError("a ring needs one value per slot")
+    watches = [SlotWatch(ring[s], values[s]) for s in range(len(ring))]
+    for watch in watches:
+        (<SlotWatch>watch).measure()
+    return watches
+
+
 cdef double _WAIT_S = 0.1      # longest wait between two checks for Ctrl-C
 cdef object _END = object()
 cdef object _EMPTY = object()   # a step none of whose observations loaded
@@ -210,10 +303,11 @@ _STOPPED = {
 cdef class Iteration:
     """One pass over a schedule's steps: the delivery loop shared by every transport.
 
-    Each ``next()`` releases the slot handed out before, waits for the next step's slot
-    (in order, or the first finished with ``ordered=False``) and returns its value: the
-    slot's cached arrays when the step is whole, else ``plan.assemble(...)``; a copy the
-    caller owns unless ``buffer``. A failed item raises ``plan.load_error(...)``; skipped
+    Each ``next()`` releases the slot handed out before (with ``buffer``, the one before
+    that, warning once if the consumer still refers to it: see ``SlotWatch``), waits for
+    the next step's slot (in order, or the first finished with ``ordered=False``) and
+    returns its value: the slot's cached arrays when the step is whole, else
+    ``plan.assemble(...)``; a copy the caller owns unless ``buffer``. A failed item raises ``plan.load_error(...)``; skipped
     ones are counted, and a step none of whose observations loaded is passed over. The
     steps come from a native run (``start_run``: inline or on the pool) or from a
     transport object (``start_transport``: worker processes), whose ``next(release)``
@@ -223,21 +317,23 @@ cdef class Iteration:
 
     Slots: ``ring[slot]`` is the list of a slot's destination arrays (None for fields with
     no array); ``values[slot]`` its whole step's value (None: assemble every time);
-    ``objects[slot]`` the lists Python fields collect into. Only the running step's
-    tasks write into a slot, and a slot is reused only after the consumer released it.
+    ``objects[slot]`` the lists Python fields collect into; ``watches[slot]`` its
+    ``SlotWatch`` (with ``buffer``). Only the running step's tasks write into a slot, and a
+    slot is reused only after the consumer released it.
     """
     cdef fl_run *run
     cdef object transport
     cdef Fields fields
     cdef object order, bounds
     cdef readonly object plan
-    cdef list ring, values
+    cdef list ring, values, watches
     cdef readonly list objects
     cdef dict errors
     cdef object filler, on_end, check
     cdef bint buffer, release_gil, count_values, busy
     cdef readonly bint done
-    cdef int held
+    cdef bint warned
+    cdef int held, previous
     cdef int64_t rows
     cdef Stats stats
     cdef Progress progress
@@ -246,11 +342,16 @@ cdef class Iteration:
 
     def __cinit__(self, plan, list ring not None, list values not None, list objects not None,
                   int64_t rows, bint buffer, Stats stats not None, Progress progress not None,
-                  on_end=None, bint count_values=False, check=None):
+                  on_end=None, bint count_values=False, check=None, list watches=None):
         if len(values) != len(ring) or len(objects) != len(ring) or not ring:
             raise ValueError("a ring needs at least one slot, with a value and objects each")
         if rows < 1:
             raise ValueError(f"a step holds at least one observation, not {rows}")
+        if watches is not None and len(watches) != len(ring):
+            raise ValueError("a ring needs one SlotWatch per slot")
+        if buffer and len(ring) < 2:
+            raise ValueError("buffer=True needs a ring of at least two slots: the consumer "
+                             "holds the last step and the one before it")
         self.plan = plan
         self.ring, self.values, self.objects = ring, values, objects
         self.rows = rows
@@ -260,7 +361,10 @@ cdef class Iteration:
         self.check = check
         self.count_values = count_values
         self.errors = {}
-        self.held = -1
+        self.watches = watches
+        self.held = self.previous = -1
+        for watch in watches or ():
+            (<SlotWatch>watch).arm()
 
     def start_run(self, Fields fields not None, cnp.ndarray order not None, bounds,
                   int64_t first_step, int64_t end_step, uint64_t seed, uint64_t epoch,
@@ -410,10 +514,29 @@ cdef class Iteration:
         self.progress.step += 1
         return value
 
+    cdef int _release(self):
+        """The slot to give back before the next step. With ``buffer``, the one handed out
+        two steps ago: the consumer's loop variables have moved on to the last step, so
+        anything that still refers to that slot is a batch kept past its validity, about
+        to be overwritten (warned about once). Else the last step's slot, copied already."""
+        cdef int release
+        if not self.buffer:
+            release, self.held = self.held, -1
+            return release
+        release, self.previous, self.held = self.previous, self.held, -1
+        if (release >= 0 and not self.warned and self.watches is not None
+                and (<SlotWatch>self.watches[release]).held()):
+            self.warned = True
+            warnings.warn(
+                "a batch of a buffer=True loader is still referenced when its memory is "
+                "about to be reused for a later batch: what was kept will change. Copy what "
+                "you keep (np.copy(x), tensor.clone()) or load with buffer=False",
+                RuntimeWarning, stacklevel=1)
+        return release
+
     cdef object _next_native(self):
-        cdef int slot, release = self.held
+        cdef int slot, release = self._release()
         cdef const fl_slot *s
-        self.held = -1
         while True:
             if self.release_gil:
                 with nogil:
@@ -439,7 +562,7 @@ cdef class Iteration:
         return value if self.buffer else _owned(value)
 
     cdef object _next_transport(self):
-        release, self.held = self.held, -1
+        release = self._release()
         reply = self.transport.next(release)
         if reply is None:
             return _END
@@ -496,6 +619,7 @@ cdef class Iteration:
             self.filler(slot, field, pos, index)
             return FL_OK
         except BaseException as exc:
+            _clear_frames(exc)
             self.errors.setdefault(slot, {}).setdefault(pos, exc)
             _write_message(message, exc)
             # Ctrl-C (or SystemExit) in the user's code stops the step, skip or not.

@@ -19,8 +19,9 @@
 
 Slot invariants: a slot is free, loading (only the tasks of its step write into it),
 ready, or held by the consumer (its value was handed out and ``next()`` was not called
-again); a slot is reused only after the consumer released it, and an iteration waits for
-its tasks before its ring can be freed.
+again; with ``buffer=True`` also the step before, until the next ``next()`` checks that
+nothing refers to it any more); a slot is reused only after the consumer released it, and
+an iteration waits for its tasks before its ring can be freed.
 """
 
 from __future__ import annotations
@@ -136,8 +137,10 @@ class Engine:
         self.on_error = on_error
         self.backend = backend
         self.allocator = allocator
-        # (signature, slots, values) reused across iterations
-        self._ring: tuple[Any, list[Any], list[Any]] | None = None
+        # (signature, slots, values, watches) reused across iterations
+        self._ring: tuple[Any, list[Any], list[Any], list[Any] | None] | None = None
+        # (slots, values, watches) of the worker processes' ring, while it is the same
+        self._worker_ring_values: tuple[list[Any], list[Any], list[Any] | None] | None = None
         # weakref to the iteration using the ring
         self._ring_owner: Callable[[], Any] | None = None
         self._lock = threading.Lock()
@@ -163,21 +166,26 @@ class Engine:
         return int(self.parallel)
 
     def _slots(self, plan, parallel):
-        """Slots of the ring: ``prefetch`` steps in flight and one held by the consumer."""
+        """Slots of the ring: ``prefetch`` steps in flight and those held by the consumer
+        (with ``buffer``, two: the last step, and the one before it while its references
+        are checked)."""
+        return self._in_flight(plan, parallel) + (2 if self.buffer else 1)
+
+    def _in_flight(self, plan, parallel):
         if self._workers is not None:
-            return (self.prefetch or 2 * self._workers.count) + 1
+            return self.prefetch or 2 * self._workers.count
         if parallel == 0:
-            return 1
+            return 0
         if self.prefetch:
-            return self.prefetch + 1
+            return self.prefetch
         if plan.expensive:
-            return 3 if plan.batch_size else 2 * parallel + 1
+            return 2 if plan.batch_size else 2 * parallel
         # Cheap steps: enough of them in flight that a wake-up pays for many.
         prefetch = max(2, min(128, -(-1024 // plan.rows)))
         slot_bytes = max(1, sum(plan.row_bytes) * plan.rows)
         while prefetch > 2 and (prefetch + 1) * slot_bytes > _RING_BYTES:
             prefetch //= 2
-        return prefetch + 1
+        return prefetch
 
     def _ring_for(self, plan, count):
         """Slots for ``plan``: the engine's ring, made once and reused while its layout is
@@ -189,12 +197,27 @@ class Engine:
             if not busy:
                 self._ring_owner = _claimed  # until the iteration that uses it exists
                 if self._ring is not None and self._ring[0] == key:
-                    return self._ring[1], self._ring[2], True
+                    return self._ring[1], self._ring[2], self._ring[3], True
         slots = [plan.allocate(self.allocator) for _ in range(count)]
         values = [plan.whole_value(slot) for slot in slots]
+        watches = self._watch(slots, values)
         if not busy:
-            self._ring = (key, slots, values)
-        return slots, values, not busy
+            self._ring = (key, slots, values, watches)
+        return slots, values, watches, not busy
+
+    def _worker_ring(self, workers, data, plan, count):
+        """The worker processes' ring for ``plan`` (made before they fork), its values and
+        watches, kept while the workers keep it."""
+        slots = workers.ring(data, plan, count)
+        if self._worker_ring_values is None or self._worker_ring_values[0] is not slots:
+            values = [plan.whole_value(slot) for slot in slots]
+            self._worker_ring_values = (slots, values, self._watch(slots, values))
+        return self._worker_ring_values
+
+    def _watch(self, slots, values):
+        """What tells, with ``buffer``, that the consumer kept a batch of a slot about to be
+        reused (``_core.SlotWatch``); counted now, while nothing outside holds the ring."""
+        return _core.watch_ring(slots, values) if self.buffer else None
 
     def iterate(
         self,
@@ -226,10 +249,10 @@ class Engine:
         parallel = self._parallel()
         count = self._slots(plan, parallel)
         if self._workers is not None:
-            ring = self._workers.ring(data, plan, count)  # made before the workers fork
-            values, shared = [plan.whole_value(slot) for slot in ring], False
+            ring, values, watches = self._worker_ring(self._workers, data, plan, count)
+            shared = False
         else:
-            ring, values, shared = self._ring_for(plan, count)
+            ring, values, watches, shared = self._ring_for(plan, count)
         try:
             iteration = _core.Iteration(
                 plan,
@@ -243,6 +266,7 @@ class Engine:
                 on_end,
                 plan.whole_steps and schedule.batch_size is not None,
                 _checker(schedule, verify_rows, delivered),
+                watches,
             )
         except BaseException:
             if shared:
@@ -288,7 +312,7 @@ class Engine:
         if self._workers is not None:
             self._workers.close()
         with self._lock:
-            self._ring = self._ring_owner = None
+            self._ring = self._ring_owner = self._worker_ring_values = None
 
 
 def _recheck(verify_rows):

@@ -13,6 +13,7 @@ An index is an int (one observation) or a 1-D integer array, list, range or slic
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from functools import singledispatch
 from numbers import Integral
@@ -33,6 +34,7 @@ __all__ = [
     "Container",
     "Index",
     "copy_into",
+    "exact_dtypes",
     "getobs",
     "getobs_into",
     "is_batch_index",
@@ -228,7 +230,8 @@ def getobs_into(buffer: Any, data: Container, i: Index | None = None) -> Any:
     falls back to ``getobs`` plus a copy into the buffer; a list buffer takes a batch of
     values (strings, say) item by item; a buffer of another kind (None, a string) cannot
     be filled in place and ``getobs(data, i)`` is returned instead. Raises ``ValueError``
-    when the buffer's shape does not fit.
+    when the buffer's shape does not fit, or when the observations' dtype would lose
+    information in the buffer's (see ``copy_into``).
 
     ``getobs_into.register(MyType, f)`` (or as a decorator) registers an implementation
     ``f(buffer, data, i)`` for containers of ``MyType``; dispatch is on the container.
@@ -261,11 +264,12 @@ def _(data: np.ndarray, buffer: Any, i: Index) -> Any:
         raise ValueError(
             f"buffer of shape {buffer.shape} does not fit observations of shape {expected}"
         )
-    if is_batch_index(i):
+    _check_dtype(data.dtype, buffer.dtype)
+    if is_batch_index(i) and data.dtype == buffer.dtype:
         # The range is checked above; mode="clip" lets numpy write straight into `out`
         # where mode="raise" would buffer the whole result first.
         np.take(data, i, axis=0, out=buffer, mode="clip")
-    else:
+    else:  # one observation, or a cast numpy calls safe (which np.take's `out` refuses)
         buffer[...] = data[i]
     return buffer
 
@@ -284,12 +288,39 @@ _getobs_into.register(tuple, _getobs_into_members)
 _getobs_into.register(dict, _getobs_into_members)
 
 
+_local = threading.local()  # .exact: this thread fills a loader's batch (exact_dtypes)
+
+
+class exact_dtypes:
+    """Within this block, on this thread, ``getobs_into`` and ``copy_into`` take only
+    observations of the buffer's own dtype: a loader fills the batch buffers that
+    observation 0 declared, and a batch must be what ``np.stack`` of its observations
+    gives, so another dtype (even a narrower one) is refused rather than cast."""
+
+    def __enter__(self) -> None:
+        self.previous = getattr(_local, "exact", False)
+        _local.exact = True
+
+    def __exit__(self, *exc: object) -> None:
+        _local.exact = self.previous
+
+
 def _fits(dtype: np.dtype[Any], buffer_dtype: np.dtype[Any]) -> bool:
-    """True when values of ``dtype`` go into a buffer of ``buffer_dtype`` without a change
-    of kind (int to float is fine, float to int is not) or a truncated string."""
+    """True when values of ``dtype`` go into a buffer of ``buffer_dtype`` unchanged: a
+    cast numpy calls safe (int8 to int16, int32 to float64, bool to int), or a string no
+    longer than the buffer's; only the same dtype within ``exact_dtypes``."""
+    if getattr(_local, "exact", False):
+        return dtype == buffer_dtype
     if dtype.kind in "USV" or buffer_dtype.kind in "USV":
         return dtype.kind == buffer_dtype.kind and dtype.itemsize <= buffer_dtype.itemsize
-    return np.can_cast(dtype, buffer_dtype, "same_kind")
+    return np.can_cast(dtype, buffer_dtype, "safe")
+
+
+def _check_dtype(dtype: np.dtype[Any], buffer_dtype: np.dtype[Any]) -> None:
+    if not _fits(dtype, buffer_dtype):
+        raise ValueError(
+            f"buffer of dtype {buffer_dtype} does not fit an observation of dtype {dtype}"
+        )
 
 
 def copy_into(buffer: Any, value: Any) -> Any:
@@ -297,7 +328,8 @@ def copy_into(buffer: Any, value: Any) -> Any:
     of values whatever its length; or a tuple/dict of them) and return the filled buffer;
     a buffer of any other kind cannot be filled and ``value`` is returned.
     Raises ``ValueError`` when the value's shape differs, or when its dtype would lose
-    information in the buffer's (a float into an int buffer, a longer string)."""
+    information in the buffer's (a float into an int buffer, int64 into int32, float64
+    into float32, a longer string)."""
     if tensors.is_tensor(buffer) and tensors.numpy_view(buffer) is not None:
         copy_into(tensors.numpy_view(buffer), value)
         return buffer
@@ -309,10 +341,7 @@ def copy_into(buffer: Any, value: Any) -> Any:
             raise ValueError(
                 f"buffer of shape {buffer.shape} does not fit an observation of shape {value.shape}"
             )
-        if not _fits(value.dtype, buffer.dtype):
-            raise ValueError(
-                f"buffer of dtype {buffer.dtype} does not fit an observation of dtype {value.dtype}"
-            )
+        _check_dtype(value.dtype, buffer.dtype)
         buffer[...] = value
         return buffer
     if isinstance(buffer, list) and isinstance(value, (list, np.ndarray)) and np.ndim(value) == 1:

@@ -28,7 +28,7 @@ import numpy as np
 from . import _core, codecs, limits, tables, tensors
 from .collate import collate, stack
 from .errors import LoadError
-from .obs import getobs, getobs_into
+from .obs import exact_dtypes, getobs, getobs_into
 from .sparse import is_sparse
 from .transforms import Compose
 from .tree import head, map_tree, rebuild, row, tree_leaves
@@ -364,7 +364,8 @@ class ItemPlan:
             objects[field][pos] = getobs(leaf.container, index)
             return
         try:
-            getobs_into(row(dests[field], pos), leaf.container, index)
+            with exact_dtypes():
+                getobs_into(row(dests[field], pos), leaf.container, index)
         except ValueError as error:
             if "does not fit" not in str(error):
                 raise
@@ -423,12 +424,22 @@ def _misfit(error, leaf, path):
     """The message for an observation of ``leaf`` that does not fit the slot made for
     observation 0 (``error`` says how), in the words of the data at hand."""
     where = f" (member {path} of the observations)" if path else ""
+    head = (
+        f"{error}{where}: the batch buffers take the shape and dtype of observation 0 "
+        f"({_describe(leaf.spec)})"
+    )
+    if "dtype" in str(error):
+        return (
+            f"{head}, and a batch holds what np.stack of its observations gives: a cast "
+            "could lose information, and np.stack would promote to another dtype. Give "
+            "every observation one dtype: a table's column with astype, any container with "
+            "a cast in mapobs, e.g. mapobs(lambda x: np.asarray(x, np.float64), data)"
+        )
     images = isinstance(leaf.container, MappedObs) and isinstance(leaf.container.f, Compose)
     hint = " (for images, a crop after Resize, e.g. CenterCrop)" if images else ""
     return (
-        f"{error}{where}: the batch buffers take the shape and dtype of observation 0 "
-        f"({_describe(leaf.spec)}) and one batch holds one shape and dtype: make them all "
-        f"that shape and dtype{hint}, or use collate=False to get lists"
+        f"{head}, and one batch holds one shape: make every observation that shape{hint}, "
+        "or use collate=False to get lists"
     )
 
 

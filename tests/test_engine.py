@@ -273,3 +273,97 @@ def test_a_step_whose_every_observation_is_skipped_is_passed_over(parallel):
     assert next(it).tolist() == [[0, 1]]
     assert next(it).tolist() == [[4, 5]]  # step 1 had nothing left
     assert batches.state_dict()["step"] == 3  # a resume starts after the skipped step
+
+
+BUFFERED = {
+    "sequential": {},
+    "threads": {"parallel": 2},
+    "threads-unordered": {"parallel": 2, "ordered": False},
+    "processes": {"parallel": 2, "backend": "process"},
+}
+_KEPT = "still referenced when its memory is about to be reused"
+
+
+def _kept_warnings(record):
+    return [w for w in record if issubclass(w.category, RuntimeWarning) and _KEPT in str(w.message)]
+
+
+@pytest.mark.parametrize("transport", BUFFERED)
+@pytest.mark.parametrize(
+    "keep",
+    [
+        lambda batch: batch,  # the batch itself
+        lambda batch: batch[0],  # one of its arrays
+        lambda batch: batch[0][:2],  # a view of it
+    ],
+    ids=["batch", "array", "view"],
+)
+def test_a_buffered_batch_kept_past_its_validity_is_warned_of_once(transport, keep):
+    loader = DataLoader(_arrays(40), 4, buffer=True, **BUFFERED[transport])
+    kept = []
+    with deadline(20), pytest.warns(RuntimeWarning, match=_KEPT) as record:
+        for batch in loader:
+            kept.append(keep(batch))
+    assert len(_kept_warnings(record)) == 1
+    assert "buffer=False" in str(_kept_warnings(record)[0].message)
+    loader.close()
+
+
+def test_a_batch_kept_by_a_python_leaf_or_a_partial_step_is_warned_of():
+    data = (views.mapobs(lambda v: v * 2, np.arange(10.0)), np.arange(10))
+    kept = []
+    with deadline(20), pytest.warns(RuntimeWarning, match=_KEPT):
+        for x, _ in DataLoader(data, 3, buffer=True, parallel=2):  # 3, 3, 3, then 1
+            kept.append(x)
+
+
+@pytest.mark.parametrize("transport", BUFFERED)
+def test_loops_that_keep_nothing_are_never_warned_of(transport, recwarn):
+    n = 30
+    data = (views.mapobs(lambda v: v + 1, np.arange(n * 2.0).reshape(n, 2)), np.arange(n))
+    loader = DataLoader(data, 4, buffer=True, shuffle=True, seed=0, **BUFFERED[transport])
+    totals = []
+    with deadline(30):
+        for _ in range(3):  # the last batch of an epoch stays bound while the next starts
+            for x, y in loader:
+                totals.append(float(x.sum() + y.sum()))
+            for batch in loader:
+                first = batch[0][:1]  # a view, dropped at the next step
+                totals.append(float(first.sum()))
+            for step, (x, y) in enumerate(loader):
+                x = x * 2 + step  # rebinding to an array of its own
+                totals.append(float(x.sum() + y.sum()))
+    for x in eachobs_parallel(batchview(np.arange(40.0), 5), buffer=True, parallel=2):
+        totals.append(float(x.sum()))
+    assert _kept_warnings(recwarn) == []
+    loader.close()
+
+
+def test_a_failing_item_leaves_no_reference_to_its_slot(recwarn):
+    # The traceback of a skipped item held views of the slot being loaded.
+    def fail_on_odd(v):
+        if int(v[0]) % 2:
+            raise ValueError("odd")
+        return v
+
+    data = views.mapobs(fail_on_odd, np.arange(40.0).reshape(20, 2))
+    with deadline(20):
+        for _ in DataLoader(data, 4, buffer=True, parallel=2, on_error="skip"):
+            pass
+    assert _kept_warnings(recwarn) == []
+
+
+@pytest.mark.parametrize("transport", BUFFERED)
+def test_an_unbuffered_batch_is_the_caller_s_to_keep(transport, recwarn):
+    with deadline(20):
+        kept = list(DataLoader(_arrays(40), 4, **BUFFERED[transport]))
+    x, y = (np.concatenate(part) for part in zip(*kept))
+    assert_tree_equal(x[np.argsort(y)], _arrays(40)[0])
+    assert _kept_warnings(recwarn) == []
+
+
+def test_a_buffered_batch_stays_valid_until_the_next_one_is_requested():
+    x, _ = _arrays(40)
+    with deadline(20):
+        for k, (batch, _) in enumerate(DataLoader(_arrays(40), 4, buffer=True)):
+            np.testing.assert_array_equal(batch, x[4 * k : 4 * k + 4])

@@ -204,6 +204,33 @@ def test_getobs_into_with_a_wrong_shape_raises_value_error():
         getobs_into(np.empty((2, 4)), X, [0, 1, 2])
 
 
+@pytest.mark.parametrize(
+    "data",
+    [
+        np.full(3, 2**40, np.int64),  # the array gather
+        [np.int64(2**40)] * 3,  # getobs, then a copy
+    ],
+)
+@pytest.mark.parametrize("index", [1, [0, 2]])
+def test_getobs_into_refuses_a_buffer_that_would_lose_information(data, index):
+    shape = () if isinstance(index, int) else (len(index),)
+    buffer = np.zeros(shape, np.int32)
+    with pytest.raises(ValueError, match="dtype int32 does not fit .* dtype int64"):
+        getobs_into(buffer, data, index)
+    assert not buffer.any()
+    with pytest.raises(ValueError, match="dtype float32 does not fit .* dtype float64"):
+        getobs_into(np.zeros(shape, np.float32), np.full(3, 1e300), index)
+
+
+def test_getobs_into_takes_the_casts_numpy_calls_safe():
+    buffer = np.zeros(3, np.float64)
+    getobs_into(buffer, np.array([1, 2, 3], np.int32), [2, 1, 0])
+    assert buffer.tolist() == [3.0, 2.0, 1.0]
+    wide = np.zeros(2, np.int64)
+    getobs_into(wide, [True, np.int8(-5)], [0, 1])
+    assert wide.tolist() == [1, -5]
+
+
 def test_getobs_into_falls_back_to_getobs_for_a_list_buffer_or_plain_sequences():
     assert getobs_into([], X, [1]).tolist() == [X[1].tolist()]
     buffer = np.empty(2, np.int64)

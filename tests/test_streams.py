@@ -556,3 +556,34 @@ def test_a_read_that_stalls_mid_file_times_out_on_any_fsspec_filesystem(tmp_path
     finally:
         release.set()
     assert got == [b"x" * 10] * 10
+
+
+_KEPT = "still referenced when its memory is about to be reused"
+
+
+@pytest.mark.parametrize("parallel", [False, 2])
+def test_a_buffered_stream_batch_kept_too_long_is_warned_of_and_a_plain_loop_is_not(
+    parallel, recwarn
+):
+    loader = DataLoader(Records(3000), 16, buffer=True, parallel=parallel)  # three windows
+    with deadline(30):
+        for batch in loader:
+            total = batch["x"].sum() + batch["label"].sum()
+    assert total > 0
+    assert not [w for w in recwarn if _KEPT in str(w.message)]
+    kept = []
+    with deadline(30), pytest.warns(RuntimeWarning, match=_KEPT):
+        for batch in loader:
+            kept.append(batch["x"])
+
+
+def test_records_of_mixed_dtypes_raise_rather_than_being_cast():
+    records = [{"x": np.float32(1), "label": k} for k in range(4)]
+    records += [{"x": np.float64(1e300), "label": k} for k in range(4, 8)]
+
+    class Stream:
+        def __iter__(self):
+            return iter(records)
+
+    with deadline(30), pytest.raises(LoadError, match="dtype float32 does not fit .*float64"):
+        list(DataLoader(Stream(), 4))

@@ -48,13 +48,18 @@ def test_tensors_share_memory_with_the_ring_and_equal_numpy_batches():
             tensor, array = tensor_batch[key], batch[key]
             assert isinstance(tensor, torch.Tensor)
             np.testing.assert_array_equal(tensor.numpy(), array)
-        ring = [leaf for slot in tensors.loader._engine.ring for leaf in slot]
-        addresses = {
-            a.ctypes.data
-            for part in ring
-            for a in (part.values() if isinstance(part, dict) else [part])
-        }
-        assert tensor_batch["x"].data_ptr() in addresses
+        assert tensor_batch["x"].data_ptr() in _ring_addresses(tensors.loader)
+
+
+def _ring_addresses(loader):
+    """The addresses of the ring's arrays (no reference to them is kept: the loader would
+    take it for a batch kept past its validity)."""
+    ring = [leaf for slot in loader._engine.ring for leaf in slot]
+    return {
+        a.ctypes.data
+        for part in ring
+        for a in (part.values() if isinstance(part, dict) else [part])
+    }
 
 
 def test_tensor_is_the_yielded_array_without_a_copy():
@@ -111,7 +116,7 @@ def test_pin_memory_without_cuda_warns_once_and_changes_nothing(monkeypatch):
         warnings.simplefilter("error")
         TorchLoader(_loader(), pin_memory=True)
     assert loader._engine.allocator is np.empty
-    assert len(list(TorchLoader(loader))) == len(loader)
+    assert sum(1 for _ in TorchLoader(loader)) == len(loader)
 
 
 @pytest.mark.parametrize(
@@ -153,3 +158,41 @@ def test_the_training_example_runs_and_its_loss_decreases():
     assert len(losses) >= 4
     assert np.mean(losses[-2:]) < np.mean(losses[:2])
     assert "accuracy" in result.stdout and "items/s, waited for data" in result.stdout
+
+
+_KEPT = "still referenced when its memory is about to be reused"
+
+
+def _tensor_memory(shape, dtype):
+    """What the pinned ring's allocator makes, in pageable memory: an array on a tensor's."""
+    torch_dtype = torch.from_numpy(np.empty(0, dtype)).dtype
+    return torch.empty(tuple(shape), dtype=torch_dtype).numpy()
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_tensors_kept_from_a_buffered_torch_loader_are_warned_of(pinned, monkeypatch):
+    loader = _loader()
+    if pinned:  # the pin_memory=True path, on a machine without CUDA
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(fltorch, "_pinned_empty", _tensor_memory)
+    tensors = TorchLoader(loader, pin_memory=pinned)
+    kept = []
+    with pytest.warns(RuntimeWarning, match=_KEPT):
+        for batch in tensors:
+            kept.append(batch["x"])
+    assert (loader.allocator is _tensor_memory) == pinned
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_a_torch_loop_that_keeps_nothing_is_not_warned_of(pinned, monkeypatch):
+    if pinned:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(fltorch, "_pinned_empty", _tensor_memory)
+    tensors = TorchLoader(_loader(), pin_memory=pinned)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(2):
+            for batch in tensors:
+                total = batch["x"].sum() + batch["z"].float().mean()
+            for batch in to_device(tensors, "cpu"):
+                total = total + batch["y"].sum()

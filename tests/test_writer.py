@@ -209,3 +209,36 @@ def test_an_interrupt_in_a_row_is_raised_as_it_is_and_leaves_no_file(tmp_path, b
             progress=False,
         )
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "field, values, dtype",
+    [
+        (Raw(), [np.ones(2, np.int32), np.full(2, 2**40, np.int64)], "int32"),  # would wrap
+        (NDArray(), [np.ones(3, np.float32), np.full(2, 1e300)], "float32"),  # would be inf
+        ("float32", [np.float32(1), 1e300], "float32"),
+        ("int32", [1, 2**40], "int32"),
+        ("uint8", [np.int16(3), np.int16(-1)], "uint8"),
+    ],
+)
+def test_a_value_the_field_dtype_cannot_hold_is_refused_naming_row_and_field(
+    tmp_path, field, values, dtype
+):
+    path = tmp_path / "cast.arrow"
+    with pytest.raises(LoadError, match=f"row 1, field 'x'.* dtype {dtype} cannot hold") as caught:
+        write(path, [{"x": v} for v in values], {"x": field}, progress=False)
+    assert caught.value.index == 1
+    assert not path.exists()
+
+
+def test_values_that_survive_the_field_dtype_are_cast_as_before(tmp_path):
+    path = tmp_path / "cast.arrow"
+    rows = [
+        {"raw": np.ones(2, np.float32), "f": 1, "i": np.int64(-7)},
+        {"raw": np.full(2, 0.1), "f": 2.5, "i": True},  # float rounding is the field's
+    ]
+    write(path, rows, {"raw": Raw(), "f": "float32", "i": "int8"}, progress=False)
+    got = fastload.getobs(fastload.storage.open(path), [0, 1])
+    np.testing.assert_array_equal(got["raw"], np.array([[1, 1], [0.1, 0.1]], np.float32))
+    np.testing.assert_array_equal(got["f"], np.array([1, 2.5], np.float32))
+    np.testing.assert_array_equal(got["i"], np.array([-7, 1], np.int8))

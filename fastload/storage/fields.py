@@ -84,6 +84,27 @@ class Encoding:
         return hash((type(self), repr(self)))
 
 
+def _cast(arr: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
+    """``arr`` as a C-contiguous array of ``dtype``. Raises ValueError when a value would
+    change beyond a float's rounding: an integer that wraps or is cut, a bool from other
+    than 0 and 1, a float (or a large integer) that overflows to inf."""
+    if arr.dtype == dtype:
+        return np.asarray(arr, order="C")
+    with np.errstate(over="ignore", invalid="ignore"):
+        cast = np.asarray(arr, dtype=dtype, order="C")
+    if dtype.kind in "biu":
+        kept = bool(np.array_equal(cast, arr))
+    else:
+        kept = bool(np.array_equal(np.isinf(cast), np.isinf(arr)))
+    if not kept:
+        raise ValueError(
+            f"{what} of dtype {dtype} cannot hold these {arr.dtype} values unchanged (an "
+            f"integer would wrap, a float overflow to inf): declare a wider dtype, or cast "
+            f"the values first"
+        )
+    return cast
+
+
 class Scalar(Encoding):
     """One number per observation, of a numpy dtype (bool, int, uint or float)."""
 
@@ -104,10 +125,7 @@ class Scalar(Encoding):
         int_ok = arr.dtype.kind in "biu" and self.dtype.kind in "iuf"
         if not (int_ok or np.can_cast(arr.dtype, self.dtype, casting="same_kind")):
             raise ValueError(f"a {self.dtype} scalar field got {value!r} ({arr.dtype})")
-        cast = arr.astype(self.dtype)
-        if self.dtype.kind in "iu" and cast != arr:
-            raise ValueError(f"{value!r} does not fit a {self.dtype} scalar field")
-        return (cast[()],)
+        return (_cast(arr, self.dtype, "a scalar field")[()],)
 
     def decode(self, value):
         return value
@@ -164,7 +182,7 @@ class Raw(Encoding):
             raise ValueError(f"a Raw field of shape {shape} got shape {arr.shape}")
         if not np.can_cast(arr.dtype, dtype, casting="same_kind"):
             raise ValueError(f"a Raw field of dtype {dtype} got dtype {arr.dtype}")
-        return (np.ascontiguousarray(arr, dtype=dtype).tobytes(),)
+        return (_cast(arr, dtype, "a Raw field").tobytes(),)
 
     def decode(self, data):
         shape, dtype = self._layout()
@@ -179,7 +197,8 @@ class Raw(Encoding):
 
 class NDArray(Encoding):
     """An array of any shape per observation: its bytes (C order) and its shape. The
-    dtype defaults to the first observation's; others are cast to it (same kind only)."""
+    dtype defaults to the first observation's; others are cast to it (same kind only,
+    and only values that survive the cast: see ``_cast``)."""
 
     name = "ndarray"
     parts = (("shape", "shape"),)
@@ -204,7 +223,7 @@ class NDArray(Encoding):
         arr = np.asarray(value)
         if arr.dtype.hasobject or not np.can_cast(arr.dtype, dtype, casting="same_kind"):
             raise ValueError(f"an NDArray field of dtype {dtype} got dtype {arr.dtype}")
-        arr = np.ascontiguousarray(arr, dtype=dtype)
+        arr = _cast(arr, dtype, "an NDArray field")
         return arr.tobytes(), list(arr.shape)
 
     def decode(self, data, shape):
