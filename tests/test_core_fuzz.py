@@ -47,6 +47,7 @@ RECEIVERS = {
     "Stats": st.just("_core.Stats()"),
     "Progress": st.just("_core.Progress()"),
     "FileGuard": st.just("_core.FileGuard(bytes(range(16)))"),
+    "SlotWatch": st.just("_core.SlotWatch([np.zeros(4)], (np.zeros(2),))"),
 }
 
 

@@ -333,7 +333,7 @@ def test_loops_that_keep_nothing_are_never_warned_of(transport, recwarn):
             for step, (x, y) in enumerate(loader):
                 x = x * 2 + step  # rebinding to an array of its own
                 totals.append(float(x.sum() + y.sum()))
-    for x in eachobs_parallel(batchview(np.arange(40.0), 5), buffer=True, parallel=2):
+    for x in eachobs_parallel(batchview(np.arange(40.0), 5), buffered=True, parallel=2):
         totals.append(float(x.sum()))
     assert _kept_warnings(recwarn) == []
     loader.close()
