@@ -1,0 +1,447 @@
+"""``fastload.torch.DataLoader``: PyTorch's ``DataLoader``, signature and semantics, on
+fastload's engine. Switching is one line::
+
+    from fastload.torch import DataLoader   # instead of torch.utils.data's
+
+Each epoch the batches of indices are drawn as PyTorch draws them (its samplers, its
+batch sampler, the same draws from ``generator`` or the global generator), then loaded
+by one of three paths, which ``loader.path`` and ``loader.stats()["path"]`` name:
+
+- ``"native"``: a container fastload loads without Python code (numpy arrays, tensors,
+  ``TensorDataset``, tuples and dicts of them, ``fastload.files``, ``mapobs`` with
+  fastload transforms, packed datasets) with the default ``collate_fn`` and no
+  ``worker_init_fn``: the batch sampler's batches become one ``Schedule`` handed to the
+  engine, which loads them on ``num_workers`` native threads without the GIL (0: in the
+  caller's thread);
+- ``"process"``: any other dataset with ``num_workers > 0``: worker processes under
+  PyTorch's worker contract (``torch_workers.py``);
+- ``"inline"``: any other dataset with ``num_workers=0``: fetched in the caller's process.
+
+Batches are what ``default_collate`` makes (tensors; tuples as lists, dicts and
+namedtuples kept; strings as lists).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+import warnings
+import weakref
+from collections.abc import Callable, Iterator
+from math import ceil
+from typing import Any
+
+import numpy as np
+import torch
+import torch.utils.data as tud
+
+from .engine import Engine
+from .loader import StatsReport
+from .plan import make_plan
+from .schedule import Schedule
+from .torch_workers import Fetcher, WorkerIteration, WorkerPool, base_seed
+
+__all__ = ["DataLoader"]
+
+_FROZEN = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
+_warned_no_cuda = False
+
+
+class _Counts:
+    """What ``StatsReport`` reads: items and batches delivered, the consumer's time."""
+
+    def __init__(self) -> None:
+        self.items = self.batches = self.skipped = 0
+        self.wait_s = self.compute_s = 0.0
+
+
+def _native_container(dataset: Any) -> Any:
+    """What the engine loads for ``dataset`` when it is a container fastload loads
+    natively (no Python code per item), else None."""
+    if isinstance(dataset, tud.TensorDataset):
+        data: Any = tuple(dataset.tensors)
+    elif isinstance(dataset, (np.ndarray, torch.Tensor)):
+        data = dataset
+    elif isinstance(dataset, (tuple, dict)) or type(dataset).__module__.startswith("fastload"):
+        data = dataset
+    else:
+        return None
+    if isinstance(data, torch.Tensor) and data.device.type != "cpu":
+        return None
+    try:
+        plan = make_plan(data, Schedule(np.zeros(1, np.int64), 1))
+    except (TypeError, ValueError, IndexError):
+        return None  # not a container fastload reads: PyTorch's way then
+    return None if plan.has_python or getattr(plan, "whole_steps", False) else data
+
+
+def _as_collated(batch: Any) -> Any:
+    """A native batch as ``default_collate`` gives it: arrays as tensors, tuples as lists
+    (namedtuples and dicts kept)."""
+    if isinstance(batch, np.ndarray):
+        return torch.from_numpy(batch) if batch.dtype != object else list(batch)
+    if isinstance(batch, dict):
+        return {k: _as_collated(v) for k, v in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(_as_collated(v) for v in batch))
+    if isinstance(batch, (tuple, list)):
+        return [_as_collated(v) for v in batch]
+    return batch
+
+
+def _pinned(batch: Any) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.pin_memory()
+    if isinstance(batch, dict):
+        return {k: _pinned(v) for k, v in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(_pinned(v) for v in batch))
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_pinned(v) for v in batch)
+    return batch
+
+
+def _context(value: Any, num_workers: int) -> Any:
+    """``multiprocessing_context`` checked as PyTorch checks it; a context or None."""
+    if value is None:
+        return None
+    if num_workers == 0:
+        raise ValueError(
+            "multiprocessing_context can only be used with multi-process loading "
+            f"(num_workers > 0), but got num_workers={num_workers}"
+        )
+    if isinstance(value, str):
+        methods = multiprocessing.get_all_start_methods()
+        if value not in methods:
+            raise ValueError(
+                f"multiprocessing_context option should specify a valid start method in "
+                f"{methods!r}, but got multiprocessing_context={value!r}"
+            )
+        value = multiprocessing.get_context(value)
+    if not isinstance(value, multiprocessing.context.BaseContext):
+        raise TypeError(
+            "multiprocessing_context option should be a valid context object or a "
+            f"string specifying the start method, but got multiprocessing_context={value!r}"
+        )
+    return value
+
+
+class DataLoader:
+    """PyTorch's ``torch.utils.data.DataLoader`` (same arguments, checks, attributes,
+    ``len`` and batches) loading on fastload's engine; see the module docstring for
+    which path a dataset takes.
+
+    Raises ``ValueError`` (and ``TypeError`` for a ``multiprocessing_context`` of the wrong
+    type) for the combinations PyTorch refuses. In worker processes, an exception in the
+    dataset is raised in the caller with its original type and the worker's traceback in
+    its message; a worker that dies, or no batch within ``timeout`` seconds (0: no
+    limit), raises ``RuntimeError``.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        num_workers: int = 0,
+        collate_fn: Callable[[Any], Any] | None = None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Callable[[int], None] | None = None,
+        multiprocessing_context: Any = None,
+        generator: torch.Generator | None = None,
+        *,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+    ) -> None:
+        if num_workers < 0:
+            raise ValueError(
+                "num_workers option should be non-negative; use num_workers=0 to disable "
+                "multiprocessing."
+            )
+        if timeout < 0:
+            raise ValueError("timeout option should be non-negative")
+        prefetch_factor = _prefetch_factor(prefetch_factor, num_workers)
+        if persistent_workers and num_workers == 0:
+            raise ValueError("persistent_workers option needs num_workers > 0")
+        iterable = isinstance(dataset, tud.IterableDataset)
+        if iterable:
+            _check_iterable(shuffle, sampler, batch_sampler)
+        shuffle = bool(shuffle)
+        if sampler is not None and shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle")
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError(
+                    "batch_sampler option is mutually exclusive with batch_size, shuffle, "
+                    "sampler, and drop_last"
+                )
+            batch_size, drop_last = None, False
+        elif batch_size is None and drop_last:
+            raise ValueError(
+                "batch_size=None option disables auto-batching and is mutually exclusive "
+                "with drop_last"
+            )
+        if sampler is None:
+            sampler = _default_sampler(dataset, iterable, shuffle, generator)
+        if batch_size is not None and batch_sampler is None:
+            batch_sampler = tud.BatchSampler(sampler, batch_size, drop_last)
+        self.dataset = dataset
+        self.num_workers = num_workers
+        self.prefetch_factor = prefetch_factor
+        self.pin_memory = pin_memory
+        self.pin_memory_device = pin_memory_device
+        self.timeout = timeout
+        self.worker_init_fn = worker_init_fn
+        self.multiprocessing_context = _context(multiprocessing_context, num_workers)
+        self.in_order = in_order
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        self.generator = generator
+        self.persistent_workers = persistent_workers
+        self._iterable = iterable
+        self._default_collate = collate_fn is None
+        if collate_fn is None:
+            collate_fn = tud.default_collate if self._auto_collation else tud.default_convert
+        self.collate_fn = collate_fn
+        self._native = self._native_data()
+        self._engine: Engine | None = None
+        self._pool: WorkerPool | None = None
+        self._counts = _Counts()
+        self._initialized = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if getattr(self, "_initialized", False) and name in _FROZEN:
+            raise ValueError(
+                f"{name} attribute should not be set after {type(self).__name__} is initialized"
+            )
+        super().__setattr__(name, value)
+
+    @property
+    def _auto_collation(self) -> bool:
+        return self.batch_sampler is not None
+
+    @property
+    def _index_sampler(self) -> Any:
+        return self.batch_sampler if self._auto_collation else self.sampler
+
+    @property
+    def path(self) -> str:
+        """How batches are loaded: ``"native"`` (fastload's engine, native threads),
+        ``"process"`` (worker processes, PyTorch's contract) or ``"inline"`` (the
+        caller's process)."""
+        if self._native is not None:
+            return "native"
+        return "process" if self.num_workers > 0 else "inline"
+
+    def _native_data(self) -> Any:
+        if self._iterable or not self._default_collate or self.worker_init_fn is not None:
+            return None
+        if not self._auto_collation:
+            return None
+        return _native_container(self.dataset)
+
+    def __len__(self) -> int:
+        """Batches per epoch (PyTorch's ``len``: for an iterable dataset, its ``len``
+        divided by the batch size; ``TypeError`` when it has none)."""
+        if self._iterable:
+            length = len(self.dataset)
+            if self.batch_size is not None:
+                length = length // self.batch_size if self.drop_last else ceil(
+                    length / self.batch_size
+                )
+            return length
+        return len(self._index_sampler)
+
+    def __iter__(self) -> Iterator[Any]:
+        tasks = self._tasks()
+        # Drawn after the sampler's iterator is made, as PyTorch does (persistent workers
+        # keep their first epoch's seed), so seeded scripts draw the same orders.
+        reused = self.persistent_workers and self._pool is not None
+        seed = 0 if reused else base_seed(self.generator)
+        if self._native is not None:
+            batches = self._native_batches(tasks, seed)
+        elif self.num_workers == 0:
+            batches = self._inline_batches(tasks)
+        else:
+            batches = self._worker_batches(tasks, seed)
+        return self._delivered(batches)
+
+    def _tasks(self) -> Iterator[Any]:
+        if self._iterable:
+            return iter(lambda: None, 0)  # no indices: the workers iterate the dataset
+        return iter(self._index_sampler)
+
+    def _native_batches(self, tasks: Iterator[Any], seed: int) -> Iterator[Any]:
+        steps = [np.asarray(list(batch), dtype=np.int64) for batch in tasks]
+        sizes = np.array([len(step) for step in steps], dtype=np.int64)
+        if not len(steps) or sizes.min() == 0:
+            return iter(())
+        order = np.concatenate(steps)
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+        schedule = Schedule(order, int(sizes.max()), bounds=bounds, seed=seed & (2**63 - 1))
+        if self._engine is None:
+            prefetch = self.prefetch_factor * self.num_workers if self.num_workers else None
+            self._engine = Engine(parallel=self.num_workers or False, prefetch=prefetch)
+        return (_as_collated(b) for b in self._engine.iterate(self._native, schedule))
+
+    def _inline_batches(self, tasks: Iterator[Any]) -> Iterator[Any]:
+        fetch = Fetcher(
+            self.dataset, self._iterable, self.batch_size, self.drop_last, self.collate_fn
+        )
+        for indices in tasks:
+            try:
+                yield fetch(indices)
+            except StopIteration:
+                return
+
+    def _worker_batches(self, tasks: Iterator[Any], seed: int) -> Iterator[Any]:
+        pool = self._pool
+        if pool is None:
+            spec = dict(
+                num_workers=self.num_workers,
+                worker_init_fn=self.worker_init_fn,
+                iterable=self._iterable,
+                batch_size=self.batch_size,
+                drop_last=self.drop_last,
+                collate_fn=self.collate_fn,
+            )
+            context = self.multiprocessing_context or multiprocessing.get_context("fork")
+            pool = WorkerPool(self.dataset, spec, seed, context, self.num_workers)
+            if self.persistent_workers:
+                self._pool = pool
+                weakref.finalize(self, pool.close)
+        on_end = (lambda: None) if self.persistent_workers else pool.close
+        iteration = WorkerIteration(
+            pool, tasks, self.prefetch_factor, self.in_order, self.timeout, on_end
+        )
+        if not self.persistent_workers:
+            weakref.finalize(iteration, pool.close)  # an epoch left before its end
+        return iteration
+
+    def _delivered(self, batches: Iterator[Any]) -> Iterator[Any]:
+        return _Delivered(batches, self._counts, self._pins())
+
+    def _pins(self) -> bool:
+        global _warned_no_cuda
+        if not self.pin_memory:
+            return False
+        if torch.cuda.is_available():
+            return True
+        if not _warned_no_cuda:
+            warnings.warn("pin_memory=True does nothing: CUDA is not available", stacklevel=3)
+            _warned_no_cuda = True
+        return False
+
+    def stats(self) -> StatsReport:
+        """Items/s and where the consumer's time went since the loader was made (as
+        ``fastload.DataLoader.stats()``), and ``path``: how batches are loaded."""
+        report = StatsReport(self._counts)
+        report["path"] = self.path  # type: ignore[assignment]
+        return report
+
+    def close(self) -> None:
+        """Stop persistent workers and release the engine's buffers. Idempotent."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+        if self._engine is not None:
+            self._engine.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"fastload.torch.DataLoader({type(self.dataset).__name__}, "
+            f"batch_size={self.batch_size}, num_workers={self.num_workers}, path={self.path!r})"
+        )
+
+
+class _Delivered:
+    """The batches of one epoch, counted, and pinned when asked. An iterator class, not a
+    generator: an exception from a worker leaves the epoch going on, as in PyTorch."""
+
+    def __init__(self, batches: Iterator[Any], counts: _Counts, pin: bool) -> None:
+        self.batches = batches
+        self.counts = counts
+        self.pin = pin
+        self.ready = time.perf_counter()
+
+    def __iter__(self) -> _Delivered:
+        return self
+
+    def __next__(self) -> Any:
+        counts = self.counts
+        start = time.perf_counter()
+        counts.compute_s += start - self.ready
+        try:
+            batch = next(self.batches)
+        finally:
+            self.ready = time.perf_counter()
+            counts.wait_s += self.ready - start
+        if self.pin:
+            batch = _pinned(batch)
+        counts.batches += 1
+        counts.items += _items(batch)
+        return batch
+
+
+def _items(batch: Any) -> int:
+    """Observations in a batch: the length of its first tensor or list, else 1."""
+    while isinstance(batch, (dict, list, tuple)) and len(batch):
+        if isinstance(batch, list) and not isinstance(batch[0], (torch.Tensor, list, dict)):
+            return len(batch)
+        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
+    return int(batch.shape[0]) if isinstance(batch, torch.Tensor) and batch.dim() else 1
+
+
+def _prefetch_factor(prefetch_factor: int | None, num_workers: int) -> int | None:
+    if num_workers == 0 and prefetch_factor is not None:
+        raise ValueError(
+            "prefetch_factor option could only be specified in multiprocessing."
+            "let num_workers > 0 to enable multiprocessing, otherwise set prefetch_factor "
+            "to None."
+        )
+    if num_workers > 0 and prefetch_factor is None:
+        return 2
+    if prefetch_factor is not None and prefetch_factor < 0:
+        raise ValueError("prefetch_factor option should be non-negative")
+    return prefetch_factor
+
+
+def _check_iterable(shuffle: Any, sampler: Any, batch_sampler: Any) -> None:
+    if shuffle not in {False, None}:
+        raise ValueError(
+            "DataLoader with IterableDataset: expected unspecified shuffle option, but got "
+            f"shuffle={shuffle}"
+        )
+    if sampler is not None:
+        raise ValueError(
+            "DataLoader with IterableDataset: expected unspecified sampler option, but got "
+            f"sampler={sampler}"
+        )
+    if batch_sampler is not None:
+        raise ValueError(
+            "DataLoader with IterableDataset: expected unspecified batch_sampler option, "
+            f"but got batch_sampler={batch_sampler}"
+        )
+
+
+class _Endless:
+    """The sampler of an iterable dataset: no positions, as many steps as it gives."""
+
+    def __iter__(self) -> Iterator[None]:
+        return iter(lambda: None, 0)
+
+
+def _default_sampler(dataset: Any, iterable: bool, shuffle: bool, generator: Any) -> Any:
+    if iterable:
+        return _Endless()
+    if shuffle:
+        return tud.RandomSampler(dataset, generator=generator)
+    return tud.SequentialSampler(dataset)
