@@ -24,6 +24,7 @@ namedtuples kept; strings as lists).
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 import warnings
 import weakref
@@ -215,6 +216,8 @@ class DataLoader:
         self._engine: Engine | None = None
         self._pool: WorkerPool | None = None
         self._counts = _Counts()
+        self._IterableDataset_len_called: int | None = None
+        _check_worker_count(num_workers)
         self._initialized = True
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -252,10 +255,10 @@ class DataLoader:
         """Batches per epoch (PyTorch's ``len``: for an iterable dataset, its ``len``
         divided by the batch size; ``TypeError`` when it has none)."""
         if self._iterable:
-            length = len(self.dataset)
+            length = self._IterableDataset_len_called = len(self.dataset)
             if self.batch_size is not None:
-                length = length // self.batch_size if self.drop_last else ceil(
-                    length / self.batch_size
+                length = (
+                    length // self.batch_size if self.drop_last else ceil(length / self.batch_size)
                 )
             return length
         return len(self._index_sampler)
@@ -282,25 +285,30 @@ class DataLoader:
     def _native_batches(self, tasks: Iterator[Any], seed: int) -> Iterator[Any]:
         steps = [np.asarray(list(batch), dtype=np.int64) for batch in tasks]
         sizes = np.array([len(step) for step in steps], dtype=np.int64)
-        if not len(steps) or sizes.min() == 0:
+        if not len(steps):
             return iter(())
+        if sizes.min() == 0:
+            empty = int(np.argmin(sizes))
+            raise ValueError(f"the batch sampler gave an empty batch (batch {empty})")
         order = np.concatenate(steps)
         bounds = np.concatenate([[0], np.cumsum(sizes)])
         schedule = Schedule(order, int(sizes.max()), bounds=bounds, seed=seed & (2**63 - 1))
         if self._engine is None:
-            prefetch = self.prefetch_factor * self.num_workers if self.num_workers else None
+            workers = self.num_workers
+            prefetch = max(1, (self.prefetch_factor or 1) * workers) if workers else None
             self._engine = Engine(parallel=self.num_workers or False, prefetch=prefetch)
-        return (_as_collated(b) for b in self._engine.iterate(self._native, schedule))
+        return _Mapped(_as_collated, self._engine.iterate(self._native, schedule))
 
     def _inline_batches(self, tasks: Iterator[Any]) -> Iterator[Any]:
         fetch = Fetcher(
-            self.dataset, self._iterable, self.batch_size, self.drop_last, self.collate_fn
+            self.dataset,
+            self._iterable,
+            self._auto_collation,
+            self.batch_size,
+            self.drop_last,
+            self.collate_fn,
         )
-        for indices in tasks:
-            try:
-                yield fetch(indices)
-            except StopIteration:
-                return
+        return _Mapped(fetch, tasks)
 
     def _worker_batches(self, tasks: Iterator[Any], seed: int) -> Iterator[Any]:
         pool = self._pool
@@ -309,6 +317,7 @@ class DataLoader:
                 num_workers=self.num_workers,
                 worker_init_fn=self.worker_init_fn,
                 iterable=self._iterable,
+                auto_collation=self._auto_collation,
                 batch_size=self.batch_size,
                 drop_last=self.drop_last,
                 collate_fn=self.collate_fn,
@@ -320,14 +329,21 @@ class DataLoader:
                 weakref.finalize(self, pool.close)
         on_end = (lambda: None) if self.persistent_workers else pool.close
         iteration = WorkerIteration(
-            pool, tasks, self.prefetch_factor, self.in_order, self.timeout, on_end
+            pool, tasks, max(1, self.prefetch_factor or 1), self.in_order, self.timeout, on_end
         )
         if not self.persistent_workers:
             weakref.finalize(iteration, pool.close)  # an epoch left before its end
         return iteration
 
-    def _delivered(self, batches: Iterator[Any]) -> Iterator[Any]:
-        return _Delivered(batches, self._counts, self._pins())
+    def _delivered(self, batches: Iterator[Any]) -> _Delivered:
+        delivered = _Delivered(batches, self._counts, self._pins())
+        if isinstance(batches, WorkerIteration):
+            delivered._workers = list(batches.pool.procs)
+        if self._iterable:
+            delivered.expected = self._IterableDataset_len_called
+            delivered.what = f"IterableDataset {self.dataset}"
+            delivered.in_workers = self.num_workers > 0
+        return delivered
 
     def _pins(self) -> bool:
         global _warned_no_cuda
@@ -362,15 +378,35 @@ class DataLoader:
         )
 
 
+class _Mapped:
+    """``f`` of each value of ``values``: an iterator class, not a generator, so that an
+    exception in one step leaves the next ones to come, as in PyTorch."""
+
+    def __init__(self, f: Callable[[Any], Any], values: Iterator[Any]) -> None:
+        self.f = f
+        self.values = values
+
+    def __iter__(self) -> _Mapped:
+        return self
+
+    def __next__(self) -> Any:
+        return self.f(next(self.values))
+
+
 class _Delivered:
-    """The batches of one epoch, counted, and pinned when asked. An iterator class, not a
-    generator: an exception from a worker leaves the epoch going on, as in PyTorch."""
+    """The batches of one epoch, counted, and pinned when asked. ``_workers``: the worker
+    processes that load them (empty on the other paths)."""
 
     def __init__(self, batches: Iterator[Any], counts: _Counts, pin: bool) -> None:
         self.batches = batches
         self.counts = counts
         self.pin = pin
         self.ready = time.perf_counter()
+        self._workers: list[Any] = []
+        self.yielded = 0
+        self.expected: int | None = None  # an iterable dataset's len(), once asked
+        self.what = ""
+        self.in_workers = False
 
     def __iter__(self) -> _Delivered:
         return self
@@ -388,7 +424,38 @@ class _Delivered:
             batch = _pinned(batch)
         counts.batches += 1
         counts.items += _items(batch)
+        self.yielded += 1
+        if self.expected is not None and self.yielded > self.expected:
+            self._warn_length()
         return batch
+
+    def _warn_length(self) -> None:
+        message = (
+            f"Length of {self.what} was reported to be {self.expected} (when accessing "
+            f"len(dataloader)), but {self.yielded} samples have been fetched. "
+        )
+        if self.in_workers:
+            message += (
+                "For multiprocessing data-loading, this could be caused by not properly "
+                "configuring the IterableDataset replica at each worker (see "
+                "torch.utils.data.get_worker_info)."
+            )
+        warnings.warn(message, UserWarning, stacklevel=3)
+
+
+def _check_worker_count(num_workers: int) -> None:
+    """Warn, as PyTorch does, when there are more workers than CPUs to run them."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if cpus and num_workers > cpus:
+        warnings.warn(
+            f"This DataLoader will create {num_workers} worker processes in total. The "
+            f"suggested max number of workers on this system is {cpus}, which is smaller "
+            f"than what this DataLoader is going to create. Please be aware that excessive "
+            f"worker creation might get DataLoader running slow or even freeze, lower the "
+            f"worker number to avoid potential slowness/freeze if necessary.",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def _items(batch: Any) -> int:

@@ -27,6 +27,7 @@ import os
 import pickle
 import queue
 import random
+import signal
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -58,11 +59,13 @@ class Fetcher:
         self,
         dataset: Any,
         iterable: bool,
+        auto_collation: bool,
         batch_size: int | None,
         drop_last: bool,
         collate_fn: Callable[[Any], Any],
     ) -> None:
         self.dataset = dataset
+        self.auto_collation = auto_collation
         self.batch_size = batch_size
         self.drop_last = drop_last
         self.collate_fn = collate_fn
@@ -71,15 +74,15 @@ class Fetcher:
     def __call__(self, indices: Any) -> Any:
         if self.iterator is not None:
             return self.collate_fn(self._next_items())
-        if self.batch_size is None and not isinstance(indices, list):
-            return self.collate_fn(self.dataset[indices])  # one observation, no batching
+        if not self.auto_collation:
+            return self.collate_fn(self.dataset[indices])  # what the sampler gave, whole
         getitems = getattr(self.dataset, "__getitems__", None)
         items = getitems(indices) if getitems else [self.dataset[i] for i in indices]
         return self.collate_fn(items)
 
     def _next_items(self) -> Any:
         assert self.iterator is not None
-        if self.batch_size is None:
+        if not self.auto_collation or self.batch_size is None:
             return next(self.iterator)
         items = list(itertools.islice(self.iterator, self.batch_size))
         if not items or (self.drop_last and len(items) < self.batch_size):
@@ -195,6 +198,7 @@ def _serve(
                     fetch = Fetcher(
                         dataset,
                         spec["iterable"],
+                        spec["auto_collation"],
                         spec["batch_size"],
                         spec["drop_last"],
                         spec["collate_fn"],
@@ -206,6 +210,17 @@ def _serve(
             except Exception as exc:  # sent to the consumer, raised there
                 reply = _Failure(exc, where)
         results.put((gen, number, reply))
+
+
+def _death(proc: Any) -> str:
+    code = proc.exitcode
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = str(-code)
+        return f"DataLoader worker (pid {proc.pid}) is killed by signal: {name}"
+    return f"DataLoader worker (pid {proc.pid}) exited unexpectedly with exit code {code}"
 
 
 class WorkerPool:
@@ -236,15 +251,14 @@ class WorkerPool:
             raise
 
     def check_alive(self) -> None:
-        """Raise ``RuntimeError`` naming the workers that died."""
+        """Raise ``RuntimeError`` naming the workers that died, and how."""
         dead = [p for p in self.procs if not p.is_alive()]
         if dead:
-            pids = ", ".join(str(p.pid) for p in dead)
-            codes = ", ".join(str(p.exitcode) for p in dead)
+            how = "; ".join(_death(p) for p in dead)
             self.close()
             raise RuntimeError(
-                f"DataLoader worker (pid(s) {pids}) exited unexpectedly (exit code(s) "
-                f"{codes}): a crash in the dataset's code, or killed for memory"
+                f"{how}: a crash in the dataset's code (a segmentation fault, an abort), "
+                f"or the worker was killed, often for memory"
             )
 
     def close(self) -> None:
