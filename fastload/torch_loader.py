@@ -247,8 +247,8 @@ class DataLoader:
     def _native_data(self) -> Any:
         if self._iterable or not self._default_collate or self.worker_init_fn is not None:
             return None
-        if not self._auto_collation:
-            return None
+        if not self._auto_collation or not _has_len(self._index_sampler):
+            return None  # the native path draws an epoch's batches whole, when it starts
         return _native_container(self.dataset)
 
     def __len__(self) -> int:
@@ -465,6 +465,14 @@ def _items(batch: Any) -> int:
             return len(batch)
         batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
     return int(batch.shape[0]) if isinstance(batch, torch.Tensor) and batch.dim() else 1
+
+
+def _has_len(sampler: Any) -> bool:
+    try:
+        len(sampler)
+    except TypeError:
+        return False
+    return True
 
 
 def _prefetch_factor(prefetch_factor: int | None, num_workers: int) -> int | None:

@@ -1306,6 +1306,28 @@ def test_path_of_each_kind_of_dataset():
     assert loader.path == "process"  # a worker_init_fn needs worker processes
 
 
+def test_a_sampler_without_length_is_iterated_lazily():
+    def endless():
+        while True:
+            yield from range(4)
+
+    class Endless(tud.Sampler):
+        def __iter__(self):
+            return endless()
+
+    loader = DataLoader(torch.arange(4), batch_size=3, sampler=Endless())
+    assert loader.path == "inline"
+    it = iter(loader)
+    assert [next(it).tolist() for _ in range(3)] == [[0, 1, 2], [3, 0, 1], [2, 3, 0]]
+
+
+def test_an_empty_batch_from_a_batch_sampler_is_refused():
+    loader = DataLoader(torch.arange(6), batch_sampler=[[0, 1], [], [2]])
+    assert loader.path == "native"
+    with pytest.raises(ValueError, match=r"empty batch \(batch 1\)"):
+        list(loader)
+
+
 def test_stats_count_batches_and_name_the_path():
     loader = DataLoader(CountingDataset(10), batch_size=4, num_workers=2)
     list(loader)
