@@ -2,8 +2,8 @@
 the synthetic ImageNet-like JPEG folder of ``images.py`` (RandomResizedCrop(224) + flip,
 uint8), two workers, medians of interleaved epochs (``common.compare``):
 
-1. over a fastload container, ``(mapobs(Compose([DecodeImage(), RandomResizedCrop(224),
-   RandomHorizontalFlip()]), folder.images), folder.labels)``:
+1. over a fastload container, ``obsview((mapobs(Compose([DecodeImage(),
+   RandomResizedCrop(224), RandomHorizontalFlip()]), folder.images), folder.labels))``:
    ``fastload.torch.DataLoader(data, batch_size, shuffle=True, num_workers=2)`` (the
    native path) against ``fastload.DataLoader(data, batch_size, shuffle=True,
    parallel=2)``; the aim is at least 0.9x;
@@ -49,7 +49,7 @@ DROPIN, TORCH = "fastload.torch.DataLoader (processes)", "torch DataLoader"
 def container(root):
     folder = ImageFolder(root)
     train = Compose([DecodeImage(), RandomResizedCrop(SIZE), RandomHorizontalFlip()])
-    return (fastload.mapobs(train, folder.images), folder.labels)
+    return fastload.obsview((fastload.mapobs(train, folder.images), folder.labels))
 
 
 def crop_box(h, w, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):

@@ -7,12 +7,14 @@ Each epoch the batches of indices are drawn as PyTorch draws them (its samplers,
 batch sampler, the same draws from ``generator`` or the global generator), then loaded
 by one of three paths, which ``loader.path`` and ``loader.stats()["path"]`` name:
 
-- ``"native"``: a container fastload loads without Python code (numpy arrays, tensors,
-  ``TensorDataset``, tuples and dicts of them, ``fastload.files``, ``mapobs`` with
-  fastload transforms, packed datasets) with the default ``collate_fn`` and no
+- ``"native"``: a container fastload loads without Python code (numpy arrays, CPU
+  tensors, ``TensorDataset``, fastload's containers and views: ``fastload.files``,
+  ``mapobs`` with fastload transforms, packed datasets, ``obsview((images, labels))``),
+  also under ``Subset`` and ``random_split``, with the default ``collate_fn`` and no
   ``worker_init_fn``: the batch sampler's batches become one ``Schedule`` handed to the
   engine, which loads them on ``num_workers`` native threads without the GIL (0: in the
-  caller's thread);
+  caller's thread). A plain tuple, list or dict is a sequence of observations, as in
+  PyTorch (``obsview`` makes a tuple of containers one container);
 - ``"process"``: any other dataset with ``num_workers > 0``: worker processes under
   PyTorch's worker contract (``torch_workers.py``);
 - ``"inline"``: any other dataset with ``num_workers=0``: fetched in the caller's process.
@@ -33,6 +35,7 @@ from math import ceil
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 import torch.utils.data as tud
 
@@ -41,6 +44,7 @@ from .loader import StatsReport
 from .plan import make_plan
 from .schedule import Schedule
 from .torch_workers import Fetcher, WorkerIteration, WorkerPool, base_seed
+from .views import ObsView
 
 __all__ = ["DataLoader"]
 
@@ -56,18 +60,36 @@ class _Counts:
         self.wait_s = self.compute_s = 0.0
 
 
-def _native_container(dataset: Any) -> Any:
+def _folded(dataset: Any) -> tuple[Any, npt.NDArray[np.int64] | None, bool]:
+    """``(dataset, positions, in_view)``: the ``Subset`` and ``obsview`` layers on top of
+    ``dataset`` folded into positions in the dataset under them (None: no layer), and
+    whether one of them was an ``obsview``."""
+    positions, in_view = None, False
+    while isinstance(dataset, (tud.Subset, ObsView)):
+        indices = np.asarray(dataset.indices, dtype=np.int64)
+        positions = indices if positions is None else indices[positions]
+        in_view = in_view or isinstance(dataset, ObsView)
+        dataset = dataset.dataset if isinstance(dataset, tud.Subset) else dataset.data
+    return dataset, positions, in_view
+
+
+def _native_container(dataset: Any, in_view: bool) -> Any:
     """What the engine loads for ``dataset`` when it is a container fastload loads
-    natively (no Python code per item), else None."""
+    natively (no Python code per item), else None. A plain tuple or dict is a sequence
+    of observations, as in PyTorch, unless it is the container of an ``obsview``
+    (``in_view``): then its members are indexed alike, as in fastload."""
     if isinstance(dataset, tud.TensorDataset):
         data: Any = tuple(dataset.tensors)
     elif isinstance(dataset, (np.ndarray, torch.Tensor)):
         data = dataset
-    elif isinstance(dataset, (tuple, dict)) or type(dataset).__module__.startswith("fastload"):
+    elif type(dataset).__module__.startswith("fastload.") or (
+        in_view and isinstance(dataset, (tuple, dict))
+    ):
         data = dataset
     else:
         return None
-    if isinstance(data, torch.Tensor) and data.device.type != "cpu":
+    tensors = data if isinstance(data, tuple) else (data,)
+    if any(isinstance(t, torch.Tensor) and t.device.type != "cpu" for t in tensors):
         return None
     try:
         plan = make_plan(data, Schedule(np.zeros(1, np.int64), 1))
@@ -167,6 +189,7 @@ class DataLoader:
             )
         if timeout < 0:
             raise ValueError("timeout option should be non-negative")
+        self._prefetch_given = prefetch_factor
         prefetch_factor = _prefetch_factor(prefetch_factor, num_workers)
         if persistent_workers and num_workers == 0:
             raise ValueError("persistent_workers option needs num_workers > 0")
@@ -212,6 +235,7 @@ class DataLoader:
         if collate_fn is None:
             collate_fn = tud.default_collate if self._auto_collation else tud.default_convert
         self.collate_fn = collate_fn
+        self._positions: npt.NDArray[np.int64] | None = None
         self._native = self._native_data()
         self._engine: Engine | None = None
         self._pool: WorkerPool | None = None
@@ -249,7 +273,8 @@ class DataLoader:
             return None
         if not self._auto_collation or not _has_len(self._index_sampler):
             return None  # the native path draws an epoch's batches whole, when it starts
-        return _native_container(self.dataset)
+        dataset, self._positions, in_view = _folded(self.dataset)
+        return _native_container(dataset, in_view)
 
     def __len__(self) -> int:
         """Batches per epoch (PyTorch's ``len``: for an iterable dataset, its ``len``
@@ -291,12 +316,17 @@ class DataLoader:
             empty = int(np.argmin(sizes))
             raise ValueError(f"the batch sampler gave an empty batch (batch {empty})")
         order = np.concatenate(steps)
+        if self._positions is not None:
+            order = self._positions[order]
         bounds = np.concatenate([[0], np.cumsum(sizes)])
         schedule = Schedule(order, int(sizes.max()), bounds=bounds, seed=seed & (2**63 - 1))
         if self._engine is None:
-            workers = self.num_workers
-            prefetch = max(1, (self.prefetch_factor or 1) * workers) if workers else None
-            self._engine = Engine(parallel=self.num_workers or False, prefetch=prefetch)
+            # PyTorch's prefetch_factor when given; else the engine sizes its own ring.
+            workers, factor = self.num_workers, self._prefetch_given
+            prefetch = max(1, factor * workers) if workers and factor else None
+            self._engine = Engine(
+                parallel=workers or False, prefetch=prefetch, ordered=self.in_order
+            )
         return _Mapped(_as_collated, self._engine.iterate(self._native, schedule))
 
     def _inline_batches(self, tasks: Iterator[Any]) -> Iterator[Any]:

@@ -1306,6 +1306,39 @@ def test_path_of_each_kind_of_dataset():
     assert loader.path == "process"  # a worker_init_fn needs worker processes
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_subsets_of_tensor_datasets_load_natively_as_pytorch_loads_them(num_workers):
+    dataset = TensorDataset(torch.arange(40).reshape(20, 2), torch.arange(20))
+    train, _ = random_split(dataset, [0.75, 0.25], generator=torch.Generator().manual_seed(2))
+    sub = Subset(train, [3, 1, 4, 1, 5])
+
+    def batches(make, data):
+        torch.manual_seed(9)
+        loader = make(data, batch_size=4, shuffle=True, num_workers=num_workers)
+        return loader, [[t.tolist() for t in b] for b in loader]
+
+    for data in (train, sub):
+        loader, ours = batches(DataLoader, data)
+        assert loader.path == "native"
+        assert ours == batches(tud.DataLoader, data)[1]
+
+
+def test_a_plain_tuple_is_a_sequence_of_observations_as_in_pytorch():
+    data = (np.zeros((5, 3)), np.ones((5, 3)))  # two observations, not five
+    loader = DataLoader(data, batch_size=2)
+    assert loader.path == "inline" and len(loader) == 1
+    assert torch.equal(next(iter(loader)), next(iter(tud.DataLoader(data, batch_size=2))))
+
+
+def test_obsview_of_a_tuple_is_one_native_container():
+    x, y = np.arange(20, dtype=np.float32).reshape(10, 2), np.arange(10)
+    loader = DataLoader(fastload.obsview((x, y)), batch_size=4)
+    assert loader.path == "native"
+    batches = list(loader)
+    assert isinstance(batches[0], list) and torch.equal(batches[0][1], torch.arange(4))
+    np.testing.assert_array_equal(torch.cat([b[0] for b in batches]).numpy(), x)
+
+
 def test_a_sampler_without_length_is_iterated_lazily():
     def endless():
         while True:
