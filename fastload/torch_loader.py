@@ -113,7 +113,11 @@ def _as_collated(batch: Any) -> Any:
 
 
 def _pinned(batch: Any) -> Any:
-    if isinstance(batch, torch.Tensor):
+    """``batch`` in page-locked memory, as PyTorch pins: tensors, and any object with a
+    ``pin_memory()`` method (a custom batch, a ``PackedSequence``), through containers."""
+    if isinstance(batch, (str, bytes)):
+        return batch
+    if hasattr(batch, "pin_memory"):
         return batch.pin_memory()
     if isinstance(batch, dict):
         return {k: _pinned(v) for k, v in batch.items()}

@@ -13,6 +13,7 @@ import functools
 import math
 import operator
 import os
+import signal
 import time
 import warnings
 from collections import Counter
@@ -638,6 +639,24 @@ def test_segfault_in_a_worker_raises_naming_the_signal():
     loader = DataLoader(SegfaultDataset(), batch_size=2, num_workers=2)
     with pytest.raises(RuntimeError, match=r"DataLoader worker \(pid \d+\) is killed by signal: "):
         next(iter(loader))
+
+
+class KilledDataset(Dataset):
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        if i == 6:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return i
+
+
+def test_a_worker_killed_mid_epoch_raises_naming_it():
+    loader = DataLoader(KilledDataset(), batch_size=2, num_workers=2)
+    with pytest.raises(
+        RuntimeError, match=r"DataLoader worker \(pid \d+\) is killed by signal: SIGKILL"
+    ):
+        list(loader)
 
 
 def test_no_segfault_after_set_num_threads():
