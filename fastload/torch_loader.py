@@ -26,8 +26,6 @@ namedtuples kept; strings as lists).
 from __future__ import annotations
 
 import multiprocessing
-import os
-import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
@@ -43,6 +41,8 @@ from .engine import Engine
 from .loader import StatsReport
 from .plan import make_plan
 from .schedule import Schedule
+from .torch_batches import Counts, Delivered, Mapped, as_collated
+from .torch_options import check_counts, check_worker_count, context_of, prefetch_of, samplers
 from .torch_workers import Fetcher, WorkerIteration, WorkerPool, base_seed
 from .views import ObsView
 
@@ -50,14 +50,6 @@ __all__ = ["DataLoader"]
 
 _FROZEN = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
 _warned_no_cuda = False
-
-
-class _Counts:
-    """What ``StatsReport`` reads: items and batches delivered, the consumer's time."""
-
-    def __init__(self) -> None:
-        self.items = self.batches = self.skipped = 0
-        self.wait_s = self.compute_s = 0.0
 
 
 def _folded(dataset: Any) -> tuple[Any, npt.NDArray[np.int64] | None, bool]:
@@ -98,61 +90,6 @@ def _native_container(dataset: Any, in_view: bool) -> Any:
     return None if plan.has_python or getattr(plan, "whole_steps", False) else data
 
 
-def _as_collated(batch: Any) -> Any:
-    """A native batch as ``default_collate`` gives it: arrays as tensors, tuples as lists
-    (namedtuples and dicts kept)."""
-    if isinstance(batch, np.ndarray):
-        return torch.from_numpy(batch) if batch.dtype != object else list(batch)
-    if isinstance(batch, dict):
-        return {k: _as_collated(v) for k, v in batch.items()}
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
-        return type(batch)(*(_as_collated(v) for v in batch))
-    if isinstance(batch, (tuple, list)):
-        return [_as_collated(v) for v in batch]
-    return batch
-
-
-def _pinned(batch: Any) -> Any:
-    """``batch`` in page-locked memory, as PyTorch pins: tensors, and any object with a
-    ``pin_memory()`` method (a custom batch, a ``PackedSequence``), through containers."""
-    if isinstance(batch, (str, bytes)):
-        return batch
-    if hasattr(batch, "pin_memory"):
-        return batch.pin_memory()
-    if isinstance(batch, dict):
-        return {k: _pinned(v) for k, v in batch.items()}
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
-        return type(batch)(*(_pinned(v) for v in batch))
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(_pinned(v) for v in batch)
-    return batch
-
-
-def _context(value: Any, num_workers: int) -> Any:
-    """``multiprocessing_context`` checked as PyTorch checks it; a context or None."""
-    if value is None:
-        return None
-    if num_workers == 0:
-        raise ValueError(
-            "multiprocessing_context can only be used with multi-process loading "
-            f"(num_workers > 0), but got num_workers={num_workers}"
-        )
-    if isinstance(value, str):
-        methods = multiprocessing.get_all_start_methods()
-        if value not in methods:
-            raise ValueError(
-                f"multiprocessing_context option should specify a valid start method in "
-                f"{methods!r}, but got multiprocessing_context={value!r}"
-            )
-        value = multiprocessing.get_context(value)
-    if not isinstance(value, multiprocessing.context.BaseContext):
-        raise TypeError(
-            "multiprocessing_context option should be a valid context object or a "
-            f"string specifying the start method, but got multiprocessing_context={value!r}"
-        )
-    return value
-
-
 class DataLoader:
     """PyTorch's ``torch.utils.data.DataLoader`` (same arguments, checks, attributes,
     ``len`` and batches) loading on fastload's engine; see the module docstring for
@@ -186,47 +123,20 @@ class DataLoader:
         pin_memory_device: str = "",
         in_order: bool = True,
     ) -> None:
-        if num_workers < 0:
-            raise ValueError(
-                "num_workers option should be non-negative; use num_workers=0 to disable "
-                "multiprocessing."
-            )
-        if timeout < 0:
-            raise ValueError("timeout option should be non-negative")
+        check_counts(num_workers, timeout, persistent_workers)
         self._prefetch_given = prefetch_factor
-        prefetch_factor = _prefetch_factor(prefetch_factor, num_workers)
-        if persistent_workers and num_workers == 0:
-            raise ValueError("persistent_workers option needs num_workers > 0")
-        iterable = isinstance(dataset, tud.IterableDataset)
-        if iterable:
-            _check_iterable(shuffle, sampler, batch_sampler)
-        shuffle = bool(shuffle)
-        if sampler is not None and shuffle:
-            raise ValueError("sampler option is mutually exclusive with shuffle")
-        if batch_sampler is not None:
-            if batch_size != 1 or shuffle or sampler is not None or drop_last:
-                raise ValueError(
-                    "batch_sampler option is mutually exclusive with batch_size, shuffle, "
-                    "sampler, and drop_last"
-                )
-            batch_size, drop_last = None, False
-        elif batch_size is None and drop_last:
-            raise ValueError(
-                "batch_size=None option disables auto-batching and is mutually exclusive "
-                "with drop_last"
-            )
-        if sampler is None:
-            sampler = _default_sampler(dataset, iterable, shuffle, generator)
-        if batch_size is not None and batch_sampler is None:
-            batch_sampler = tud.BatchSampler(sampler, batch_size, drop_last)
+        prefetch = prefetch_of(prefetch_factor, num_workers)
+        batch_size, drop_last, sampler, batch_sampler = samplers(
+            dataset, batch_size, shuffle, sampler, batch_sampler, drop_last, generator
+        )
         self.dataset = dataset
         self.num_workers = num_workers
-        self.prefetch_factor = prefetch_factor
+        self.prefetch_factor = prefetch
         self.pin_memory = pin_memory
         self.pin_memory_device = pin_memory_device
         self.timeout = timeout
         self.worker_init_fn = worker_init_fn
-        self.multiprocessing_context = _context(multiprocessing_context, num_workers)
+        self.multiprocessing_context = context_of(multiprocessing_context, num_workers)
         self.in_order = in_order
         self.batch_size = batch_size
         self.drop_last = drop_last
@@ -234,7 +144,7 @@ class DataLoader:
         self.batch_sampler = batch_sampler
         self.generator = generator
         self.persistent_workers = persistent_workers
-        self._iterable = iterable
+        self._iterable = isinstance(dataset, tud.IterableDataset)
         self._default_collate = collate_fn is None
         if collate_fn is None:
             collate_fn = tud.default_collate if self._auto_collation else tud.default_convert
@@ -243,9 +153,9 @@ class DataLoader:
         self._native = self._native_data()
         self._engine: Engine | None = None
         self._pool: WorkerPool | None = None
-        self._counts = _Counts()
+        self._counts = Counts()
         self._IterableDataset_len_called: int | None = None
-        _check_worker_count(num_workers)
+        check_worker_count(num_workers)
         self._initialized = True
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -331,7 +241,7 @@ class DataLoader:
             self._engine = Engine(
                 parallel=workers or False, prefetch=prefetch, ordered=self.in_order
             )
-        return _Mapped(_as_collated, self._engine.iterate(self._native, schedule))
+        return Mapped(as_collated, self._engine.iterate(self._native, schedule))
 
     def _inline_batches(self, tasks: Iterator[Any]) -> Iterator[Any]:
         fetch = Fetcher(
@@ -342,7 +252,7 @@ class DataLoader:
             self.drop_last,
             self.collate_fn,
         )
-        return _Mapped(fetch, tasks)
+        return Mapped(fetch, tasks)
 
     def _worker_batches(self, tasks: Iterator[Any], seed: int) -> Iterator[Any]:
         pool = self._pool
@@ -369,8 +279,8 @@ class DataLoader:
             weakref.finalize(iteration, pool.close)  # an epoch left before its end
         return iteration
 
-    def _delivered(self, batches: Iterator[Any]) -> _Delivered:
-        delivered = _Delivered(batches, self._counts, self._pins())
+    def _delivered(self, batches: Iterator[Any]) -> Delivered:
+        delivered = Delivered(batches, self._counts, self._pins())
         if isinstance(batches, WorkerIteration):
             delivered._workers = list(batches.pool.procs)
         if self._iterable:
@@ -412,145 +322,9 @@ class DataLoader:
         )
 
 
-class _Mapped:
-    """``f`` of each value of ``values``: an iterator class, not a generator, so that an
-    exception in one step leaves the next ones to come, as in PyTorch."""
-
-    def __init__(self, f: Callable[[Any], Any], values: Iterator[Any]) -> None:
-        self.f = f
-        self.values = values
-
-    def __iter__(self) -> _Mapped:
-        return self
-
-    def __next__(self) -> Any:
-        return self.f(next(self.values))
-
-
-class _Delivered:
-    """The batches of one epoch, counted, and pinned when asked. ``_workers``: the worker
-    processes that load them (empty on the other paths)."""
-
-    def __init__(self, batches: Iterator[Any], counts: _Counts, pin: bool) -> None:
-        self.batches = batches
-        self.counts = counts
-        self.pin = pin
-        self.ready = time.perf_counter()
-        self._workers: list[Any] = []
-        self.yielded = 0
-        self.expected: int | None = None  # an iterable dataset's len(), once asked
-        self.what = ""
-        self.in_workers = False
-
-    def __iter__(self) -> _Delivered:
-        return self
-
-    def __next__(self) -> Any:
-        counts = self.counts
-        start = time.perf_counter()
-        counts.compute_s += start - self.ready
-        try:
-            batch = next(self.batches)
-        finally:
-            self.ready = time.perf_counter()
-            counts.wait_s += self.ready - start
-        if self.pin:
-            batch = _pinned(batch)
-        counts.batches += 1
-        counts.items += _items(batch)
-        self.yielded += 1
-        if self.expected is not None and self.yielded > self.expected:
-            self._warn_length()
-        return batch
-
-    def _warn_length(self) -> None:
-        message = (
-            f"Length of {self.what} was reported to be {self.expected} (when accessing "
-            f"len(dataloader)), but {self.yielded} samples have been fetched. "
-        )
-        if self.in_workers:
-            message += (
-                "For multiprocessing data-loading, this could be caused by not properly "
-                "configuring the IterableDataset replica at each worker (see "
-                "torch.utils.data.get_worker_info)."
-            )
-        warnings.warn(message, UserWarning, stacklevel=3)
-
-
-def _check_worker_count(num_workers: int) -> None:
-    """Warn, as PyTorch does, when there are more workers than CPUs to run them."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if cpus and num_workers > cpus:
-        warnings.warn(
-            f"This DataLoader will create {num_workers} worker processes in total. The "
-            f"suggested max number of workers on this system is {cpus}, which is smaller "
-            f"than what this DataLoader is going to create. Please be aware that excessive "
-            f"worker creation might get DataLoader running slow or even freeze, lower the "
-            f"worker number to avoid potential slowness/freeze if necessary.",
-            UserWarning,
-            stacklevel=3,
-        )
-
-
-def _items(batch: Any) -> int:
-    """Observations in a batch: the length of its first tensor or list, else 1."""
-    while isinstance(batch, (dict, list, tuple)) and len(batch):
-        if isinstance(batch, list) and not isinstance(batch[0], (torch.Tensor, list, dict)):
-            return len(batch)
-        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
-    return int(batch.shape[0]) if isinstance(batch, torch.Tensor) and batch.dim() else 1
-
-
 def _has_len(sampler: Any) -> bool:
     try:
         len(sampler)
     except TypeError:
         return False
     return True
-
-
-def _prefetch_factor(prefetch_factor: int | None, num_workers: int) -> int | None:
-    if num_workers == 0 and prefetch_factor is not None:
-        raise ValueError(
-            "prefetch_factor option could only be specified in multiprocessing."
-            "let num_workers > 0 to enable multiprocessing, otherwise set prefetch_factor "
-            "to None."
-        )
-    if num_workers > 0 and prefetch_factor is None:
-        return 2
-    if prefetch_factor is not None and prefetch_factor < 0:
-        raise ValueError("prefetch_factor option should be non-negative")
-    return prefetch_factor
-
-
-def _check_iterable(shuffle: Any, sampler: Any, batch_sampler: Any) -> None:
-    if shuffle not in {False, None}:
-        raise ValueError(
-            "DataLoader with IterableDataset: expected unspecified shuffle option, but got "
-            f"shuffle={shuffle}"
-        )
-    if sampler is not None:
-        raise ValueError(
-            "DataLoader with IterableDataset: expected unspecified sampler option, but got "
-            f"sampler={sampler}"
-        )
-    if batch_sampler is not None:
-        raise ValueError(
-            "DataLoader with IterableDataset: expected unspecified batch_sampler option, "
-            f"but got batch_sampler={batch_sampler}"
-        )
-
-
-class _Endless:
-    """The sampler of an iterable dataset: no positions, as many steps as it gives."""
-
-    def __iter__(self) -> Iterator[None]:
-        return iter(lambda: None, 0)
-
-
-def _default_sampler(dataset: Any, iterable: bool, shuffle: bool, generator: Any) -> Any:
-    if iterable:
-        return _Endless()
-    if shuffle:
-        return tud.RandomSampler(dataset, generator=generator)
-    return tud.SequentialSampler(dataset)
