@@ -1358,6 +1358,29 @@ def test_obsview_of_a_tuple_is_one_native_container():
     np.testing.assert_array_equal(torch.cat([b[0] for b in batches]).numpy(), x)
 
 
+def test_images_through_fastload_transforms_load_natively(tmp_path):
+    import simplejpeg
+
+    from fastload.transforms import CenterCrop, Compose, DecodeImage
+
+    rng = np.random.default_rng(0)
+    paths = []
+    for k in range(6):
+        path = tmp_path / f"{k}.jpg"
+        path.write_bytes(simplejpeg.encode_jpeg(rng.integers(0, 255, (40, 48, 3), np.uint8)))
+        paths.append(str(path))
+    images = fastload.mapobs(Compose([DecodeImage(), CenterCrop(32)]), fastload.files(paths))
+    data = fastload.obsview((images, np.arange(6)))
+    loader = DataLoader(data, batch_size=4, num_workers=2)
+    assert loader.path == "native"
+    ours = list(loader)
+    reference = list(fastload.DataLoader(data, 4))
+    assert [b[0].shape for b in ours] == [(4, 32, 32, 3), (2, 32, 32, 3)]
+    for (x, y), (rx, ry) in zip(ours, reference):
+        np.testing.assert_array_equal(x.numpy(), rx)
+        np.testing.assert_array_equal(y.numpy(), ry)
+
+
 def test_a_sampler_without_length_is_iterated_lazily():
     def endless():
         while True:
