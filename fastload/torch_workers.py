@@ -30,6 +30,7 @@ import random
 import signal
 import traceback
 from collections.abc import Callable, Iterator
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import numpy as np
@@ -209,7 +210,17 @@ def _serve(
                 reply = _Exhausted()
             except Exception as exc:  # sent to the consumer, raised there
                 reply = _Failure(exc, where)
-        results.put((gen, number, reply))
+        results.put(_packed(gen, number, reply, where))
+
+
+def _packed(gen: int, number: int, reply: Any, where: str) -> bytes:
+    """The reply pickled here, as the queue would pickle it (tensors move to shared
+    memory): a reply that cannot be pickled becomes its error, where the queue's feeder
+    thread would drop it and leave the consumer waiting forever."""
+    try:
+        return bytes(ForkingPickler.dumps((gen, number, reply)))
+    except Exception as exc:  # sent to the consumer, raised there
+        return bytes(ForkingPickler.dumps((gen, number, _Failure(exc, where))))
 
 
 def _death(proc: Any) -> str:
@@ -364,7 +375,7 @@ class WorkerIteration:
         waited = 0.0
         while True:
             try:
-                return self.pool.results.get(timeout=_POLL_S)
+                return ForkingPickler.loads(self.pool.results.get(timeout=_POLL_S))
             except queue.Empty:
                 waited += _POLL_S
             self.pool.check_alive()

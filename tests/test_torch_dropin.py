@@ -13,6 +13,7 @@ import functools
 import math
 import operator
 import os
+import pickle
 import signal
 import time
 import warnings
@@ -657,6 +658,16 @@ def test_a_worker_killed_mid_epoch_raises_naming_it():
         RuntimeError, match=r"DataLoader worker \(pid \d+\) is killed by signal: SIGKILL"
     ):
         list(loader)
+
+
+def test_a_batch_that_cannot_be_pickled_raises_instead_of_hanging():
+    loader = DataLoader(CountingDataset(4), batch_size=2, num_workers=1, collate_fn=_lambda_batch)
+    with pytest.raises((AttributeError, TypeError, pickle.PicklingError), match="pickle"):
+        next(iter(loader))
+
+
+def _lambda_batch(items):
+    return lambda: items
 
 
 def test_no_segfault_after_set_num_threads():
