@@ -28,6 +28,7 @@ import pickle
 import queue
 import random
 import signal
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from multiprocessing.reduction import ForkingPickler
@@ -41,6 +42,7 @@ __all__ = ["Fetcher", "WorkerIteration", "WorkerPool", "base_seed"]
 
 _POLL_S = 0.1  # one timed wait on a queue: how soon a dead worker or parent is seen
 _JOIN_S = 5.0  # time given to a worker to stop before it is terminated
+_DEATH_S = 1.0  # time given to a worker that cannot be reached to be seen dead
 
 
 def base_seed(generator: torch.Generator | None) -> int:
@@ -375,13 +377,26 @@ class WorkerIteration:
         waited = 0.0
         while True:
             try:
-                return ForkingPickler.loads(self.pool.results.get(timeout=_POLL_S))
+                message = self.pool.results.get(timeout=_POLL_S)
             except queue.Empty:
                 waited += _POLL_S
+            else:
+                return self._unpacked(message)
             self.pool.check_alive()
             if self.timeout and waited >= self.timeout:
                 self._end()
                 raise RuntimeError(f"DataLoader timed out after {self.timeout} seconds")
+
+    def _unpacked(self, message: bytes) -> Any:
+        try:
+            return ForkingPickler.loads(message)
+        except OSError:
+            # A tensor in shared memory is fetched from the worker that sent it: if that
+            # worker died meanwhile, say so rather than raise the socket's error.
+            for _ in range(int(_DEATH_S / _POLL_S)):
+                self.pool.check_alive()
+                time.sleep(_POLL_S)
+            raise
 
     def _end(self) -> None:
         if not self.done:
