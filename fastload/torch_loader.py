@@ -30,7 +30,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from math import ceil
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -90,7 +90,10 @@ def _native_container(dataset: Any, in_view: bool) -> Any:
     return None if plan.has_python or getattr(plan, "whole_steps", False) else data
 
 
-class DataLoader:
+T_co = TypeVar("T_co", covariant=True)
+
+
+class DataLoader(Generic[T_co]):
     """PyTorch's ``torch.utils.data.DataLoader`` (same arguments, checks, attributes,
     ``len`` and batches) loading on fastload's engine; see the module docstring for
     which path a dataset takes.

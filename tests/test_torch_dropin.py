@@ -589,6 +589,16 @@ def test_error_in_worker_init_fn_raises_with_its_type(tensors, persistent):
         list(iter(loader))
 
 
+def test_typing_subscripts_as_pytorchs():
+    class SomeDataset(Dataset[list[torch.Tensor]]):
+        pass
+
+    def make(is_train: bool) -> DataLoader[list[torch.Tensor]]:
+        return DataLoader(SomeDataset())
+
+    assert make.__annotations__["return"] == DataLoader[list[torch.Tensor]]
+
+
 def test_invalid_assign_after_init(tensors):
     dl = DataLoader(tensors[2])
     for attr in ("batch_size", "sampler", "batch_sampler", "drop_last", "dataset"):
