@@ -209,7 +209,7 @@ class DataLoader(Generic[T_co]):
         tasks = self._tasks()
         # Drawn after the sampler's iterator is made, as PyTorch does (persistent workers
         # keep their first epoch's seed), so seeded scripts draw the same orders.
-        reused = self.persistent_workers and self._pool is not None
+        reused = self._live_pool() is not None
         seed = 0 if reused else base_seed(self.generator)
         if self._native is not None:
             batches = self._native_batches(tasks, seed)
@@ -257,8 +257,14 @@ class DataLoader(Generic[T_co]):
         )
         return Mapped(fetch, tasks)
 
-    def _worker_batches(self, tasks: Iterator[Any], seed: int) -> Iterator[Any]:
+    def _live_pool(self) -> WorkerPool | None:
+        """The persistent workers, while they run (after one died, the next epoch starts
+        new ones)."""
         pool = self._pool
+        return pool if pool is not None and pool.procs else None
+
+    def _worker_batches(self, tasks: Iterator[Any], seed: int) -> Iterator[Any]:
+        pool = self._live_pool()
         if pool is None:
             spec = dict(
                 num_workers=self.num_workers,

@@ -325,7 +325,7 @@ class WorkerIteration:
             self._send()
 
     def _send(self) -> None:
-        if not any(self.active):
+        if not any(self.active) or not self.pool.procs:
             return
         try:
             indices = next(self.source)
@@ -343,7 +343,8 @@ class WorkerIteration:
 
     def __next__(self) -> Any:
         while True:
-            if self.done:
+            if self.done or not self.pool.procs:  # ended, or stopped by a worker's death
+                self._end()
                 raise StopIteration
             if not self.worker_of:
                 self._end()

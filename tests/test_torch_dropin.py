@@ -680,6 +680,38 @@ def _lambda_batch(items):
     return lambda: items
 
 
+class KillOnceDataset(Dataset):
+    """Item 6 kills its worker the first time it is loaded (the file marks that it was)."""
+
+    def __init__(self, mark):
+        self.mark = mark
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        if i == 6 and not os.path.exists(self.mark):
+            open(self.mark, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return i
+
+
+def test_persistent_workers_start_again_after_one_died(tmp_path):
+    loader = DataLoader(
+        KillOnceDataset(str(tmp_path / "killed")),
+        batch_size=2,
+        num_workers=2,
+        persistent_workers=True,
+    )
+    it = iter(loader)
+    with pytest.raises(RuntimeError, match="killed by signal"):
+        list(it)
+    with pytest.raises(StopIteration):  # the epoch ended with the error
+        next(it)
+    assert torch.cat(list(loader)).tolist() == list(range(12))
+    loader.close()
+
+
 def test_no_segfault_after_set_num_threads():
     threads = torch.get_num_threads()
     try:
