@@ -110,6 +110,7 @@ bench: build
 	$(PY) bench/jpeg.py
 	$(PY) bench/storage.py
 	$(PY) bench/gil.py
+	$(PY) bench/torch_dropin.py
 
 clean:
 	rm -rf build $(VENV) fastload/*.so fastload/_*.c

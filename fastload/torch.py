@@ -1,4 +1,8 @@
-"""PyTorch integration: batches as tensors without a copy, a pinned ring, device prefetch.
+"""PyTorch integration: a drop-in ``DataLoader`` (PyTorch's, on fastload's engine; see
+``fastload.torch_loader``), batches as tensors without a copy, a pinned ring, device
+prefetch.
+
+    >>> from fastload.torch import DataLoader   # the one-line switch from torch.utils.data
 
     >>> from fastload.torch import TorchLoader, to_device
     >>> loader = TorchLoader(DataLoader(data, batch_size=64, parallel=True, buffer=True),
@@ -21,9 +25,10 @@ import numpy as np
 import torch
 
 from .loader import StatsReport, _EpochLoader
+from .torch_loader import DataLoader
 from .tree import map_tree
 
-__all__ = ["TorchLoader", "to_device"]
+__all__ = ["DataLoader", "TorchLoader", "to_device"]
 
 _warned_no_cuda = False
 

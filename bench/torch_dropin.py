@@ -1,0 +1,193 @@
+"""The one-line switch: ``fastload.torch.DataLoader`` against the loaders it replaces, over
+the synthetic ImageNet-like JPEG folder of ``images.py`` (RandomResizedCrop(224) + flip,
+uint8), two workers, medians of interleaved epochs (``common.compare``):
+
+1. over a fastload container, ``obsview((mapobs(Compose([DecodeImage(),
+   RandomResizedCrop(224), RandomHorizontalFlip()]), folder.images), folder.labels))``:
+   ``fastload.torch.DataLoader(data, batch_size, shuffle=True, num_workers=2)`` (the
+   native path) against ``fastload.DataLoader(data, batch_size, shuffle=True,
+   parallel=2)``; the aim is at least 0.9x;
+2. over a PyTorch-style dataset (PIL open, convert, crop, resize and flip in
+   ``__getitem__``, as ``jpeg.py`` writes it): ``fastload.torch.DataLoader(ds,
+   batch_size, shuffle=True, num_workers=2, persistent_workers=True)`` (worker
+   processes) against PyTorch's ``DataLoader`` with the same arguments; the aim is at
+   least 0.95x, and less peak memory (the RSS of the process and its workers over one
+   epoch, each measured in a fresh child process).
+
+Usage: python bench/torch_dropin.py [--n 2000] [--batch 64] [--repeats 3] [--root DIR]
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import resource
+import subprocess
+import sys
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np
+import torch
+import torch.utils.data as tud
+from common import compare
+from images import DEFAULT_ROOT, generate
+from PIL import Image
+
+import fastload
+import fastload.torch
+from fastload.imagefolder import ImageFolder
+from fastload.transforms import Compose, DecodeImage, RandomHorizontalFlip, RandomResizedCrop
+
+SIZE = 224
+WORKERS = 2
+NATIVE, ENGINE = "fastload.torch.DataLoader", "fastload.DataLoader"
+DROPIN, TORCH = "fastload.torch.DataLoader (processes)", "torch DataLoader"
+
+
+def container(root):
+    folder = ImageFolder(root)
+    train = Compose([DecodeImage(), RandomResizedCrop(SIZE), RandomHorizontalFlip()])
+    return fastload.obsview((fastload.mapobs(train, folder.images), folder.labels))
+
+
+def crop_box(h, w, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
+    """A random crop of ``scale`` of the area and an aspect in ``ratio`` (the whole image
+    when ten draws miss): (left, top, right, bottom)."""
+    for _ in range(10):
+        area = h * w * random.uniform(*scale)
+        aspect = math.exp(random.uniform(math.log(ratio[0]), math.log(ratio[1])))
+        cw, ch = round(math.sqrt(area * aspect)), round(math.sqrt(area / aspect))
+        if 0 < cw <= w and 0 < ch <= h:
+            top, left = random.randint(0, h - ch), random.randint(0, w - cw)
+            return left, top, left + cw, top + ch
+    return 0, 0, w, h
+
+
+class PILFolder(tud.Dataset):
+    """A dataset as PyTorch users write one: PIL decodes, crops, resizes and flips."""
+
+    def __init__(self, root):
+        folder = ImageFolder(root)
+        self.paths, self.labels = folder.images.paths, folder.labels
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        with Image.open(self.paths[i]) as f:
+            img = f.convert("RGB")
+        img = img.crop(crop_box(img.height, img.width)).resize((SIZE, SIZE), Image.BILINEAR)
+        if random.random() < 0.5:
+            img = img.transpose(Image.FLIP_LEFT_RIGHT)
+        return torch.from_numpy(np.array(img)), int(self.labels[i])
+
+
+def _tree_rss_bytes(pid):
+    """RSS of ``pid`` and its descendants, from /proc."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            total = int(f.read().split()[1]) * resource.getpagesize()
+        children = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                children += [int(c) for c in f.read().split()]
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+    return total + sum(_tree_rss_bytes(c) for c in children)
+
+
+class TreeRSS:
+    """Peak of the summed RSS of this process and its workers, sampled every 10 ms.
+    Pages a forked worker shares with its parent count once per process."""
+
+    def __init__(self):
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.wait(0.01):
+            self.peak = max(self.peak, _tree_rss_bytes(os.getpid()))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def make(name, root, batch):
+    if name == NATIVE:
+        return fastload.torch.DataLoader(
+            container(root), batch_size=batch, shuffle=True, num_workers=WORKERS
+        )
+    if name == ENGINE:
+        return fastload.DataLoader(container(root), batch, shuffle=True, parallel=WORKERS)
+    make_loader = fastload.torch.DataLoader if name == DROPIN else tud.DataLoader
+    return make_loader(
+        PILFolder(root),
+        batch_size=batch,
+        shuffle=True,
+        num_workers=WORKERS,
+        persistent_workers=True,
+    )
+
+
+def epoch(loader):
+    def run():
+        for _ in loader:
+            pass
+
+    return run
+
+
+def probe(name, root, batch):
+    """In a fresh process: peak memory of this process and its workers over one epoch."""
+    with TreeRSS() as rss:
+        loader = make(name, root, batch)
+        epoch(loader)()
+    print(json.dumps({"peak_mb": rss.peak / 2**20}))
+
+
+def run_probe(name, root, batch):
+    cmd = [sys.executable, os.path.abspath(__file__), "--probe", name, "--root", root]
+    cmd += ["--batch", str(batch)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["peak_mb"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--root", default=None)
+    parser.add_argument("--probe", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    root = args.root or f"{DEFAULT_ROOT}-{args.n}"
+    if args.probe:
+        probe(args.probe, root, args.batch)
+        return
+    generate(root, args.n)
+    native = make(NATIVE, root, args.batch)
+    print(f"{args.n} JPEGs, batch {args.batch}, {WORKERS} workers; path: {native.path}")
+    print("1. a fastload container (the drop-in on the native path)")
+    engine = make(ENGINE, root, args.batch)
+    compare(
+        {NATIVE: (epoch(native), args.n), ENGINE: (epoch(engine), args.n)}, args.repeats, ENGINE
+    )
+    print("2. a PyTorch-style dataset (PIL in __getitem__)")
+    dropin, torch_loader = make(DROPIN, root, args.batch), make(TORCH, root, args.batch)
+    candidates = {DROPIN: (epoch(dropin), args.n), TORCH: (epoch(torch_loader), args.n)}
+    compare(candidates, args.repeats, TORCH)
+    dropin.close()
+    for name in (DROPIN, TORCH):
+        print(f"  {name}: peak memory {run_probe(name, root, args.batch):,.0f} MB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,339 @@
+"""``fastload.torch.DataLoader``: PyTorch's ``DataLoader``, signature and semantics, on
+fastload's engine. Switching is one line::
+
+    from fastload.torch import DataLoader   # instead of torch.utils.data's
+
+Each epoch the batches of indices are drawn as PyTorch draws them (its samplers, its
+batch sampler, the same draws from ``generator`` or the global generator), then loaded
+by one of three paths, which ``loader.path`` and ``loader.stats()["path"]`` name:
+
+- ``"native"``: a container fastload loads without Python code (numpy arrays, CPU
+  tensors, ``TensorDataset``, fastload's containers and views: ``fastload.files``,
+  ``mapobs`` with fastload transforms, packed datasets, ``obsview((images, labels))``),
+  also under ``Subset`` and ``random_split``, with the default ``collate_fn`` and no
+  ``worker_init_fn``: the batch sampler's batches become one ``Schedule`` handed to the
+  engine, which loads them on ``num_workers`` native threads without the GIL (0: in the
+  caller's thread). A plain tuple, list or dict is a sequence of observations, as in
+  PyTorch (``obsview`` makes a tuple of containers one container);
+- ``"process"``: any other dataset with ``num_workers > 0``: worker processes under
+  PyTorch's worker contract (``torch_workers.py``);
+- ``"inline"``: any other dataset with ``num_workers=0``: fetched in the caller's process.
+
+Batches are what ``default_collate`` makes (tensors; tuples as lists, dicts and
+namedtuples kept; strings as lists).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import warnings
+import weakref
+from collections.abc import Callable, Iterator
+from math import ceil
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+import torch
+import torch.utils.data as tud
+
+from .engine import Engine
+from .loader import StatsReport
+from .plan import make_plan
+from .schedule import Schedule
+from .torch_batches import Counts, Delivered, Mapped, as_collated
+from .torch_options import check_counts, check_worker_count, context_of, prefetch_of, samplers
+from .torch_workers import Fetcher, WorkerIteration, WorkerPool, base_seed
+from .views import ObsView
+
+__all__ = ["DataLoader"]
+
+_FROZEN = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
+_warned_no_cuda = False
+
+
+def _folded(dataset: Any) -> tuple[Any, npt.NDArray[np.int64] | None, bool]:
+    """``(dataset, positions, in_view)``: the ``Subset`` and ``obsview`` layers on top of
+    ``dataset`` folded into positions in the dataset under them (None: no layer), and
+    whether one of them was an ``obsview``."""
+    positions, in_view = None, False
+    while isinstance(dataset, (tud.Subset, ObsView)):
+        indices = np.asarray(dataset.indices, dtype=np.int64)
+        positions = indices if positions is None else indices[positions]
+        in_view = in_view or isinstance(dataset, ObsView)
+        dataset = dataset.dataset if isinstance(dataset, tud.Subset) else dataset.data
+    return dataset, positions, in_view
+
+
+def _native_container(dataset: Any, in_view: bool) -> Any:
+    """What the engine loads for ``dataset`` when it is a container fastload loads
+    natively (no Python code per item), else None. A plain tuple or dict is a sequence
+    of observations, as in PyTorch, unless it is the container of an ``obsview``
+    (``in_view``): then its members are indexed alike, as in fastload."""
+    if isinstance(dataset, tud.TensorDataset):
+        data: Any = tuple(dataset.tensors)
+    elif isinstance(dataset, (np.ndarray, torch.Tensor)):
+        data = dataset
+    elif type(dataset).__module__.startswith("fastload.") or (
+        in_view and isinstance(dataset, (tuple, dict))
+    ):
+        data = dataset
+    else:
+        return None
+    tensors = data if isinstance(data, tuple) else (data,)
+    if any(isinstance(t, torch.Tensor) and t.device.type != "cpu" for t in tensors):
+        return None
+    try:
+        plan = make_plan(data, Schedule(np.zeros(1, np.int64), 1))
+    except (TypeError, ValueError, IndexError):
+        return None  # not a container fastload reads: PyTorch's way then
+    return None if plan.has_python or getattr(plan, "whole_steps", False) else data
+
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+class DataLoader(Generic[T_co]):
+    """PyTorch's ``torch.utils.data.DataLoader`` (same arguments, checks, attributes,
+    ``len`` and batches) loading on fastload's engine; see the module docstring for
+    which path a dataset takes.
+
+    Raises ``ValueError`` (and ``TypeError`` for a ``multiprocessing_context`` of the wrong
+    type) for the combinations PyTorch refuses. In worker processes, an exception in the
+    dataset is raised in the caller with its original type and the worker's traceback in
+    its message; a worker that dies, or no batch within ``timeout`` seconds (0: no
+    limit), raises ``RuntimeError``.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        num_workers: int = 0,
+        collate_fn: Callable[[Any], Any] | None = None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Callable[[int], None] | None = None,
+        multiprocessing_context: Any = None,
+        generator: torch.Generator | None = None,
+        *,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+    ) -> None:
+        check_counts(num_workers, timeout, persistent_workers)
+        self._prefetch_given = prefetch_factor
+        prefetch = prefetch_of(prefetch_factor, num_workers)
+        batch_size, drop_last, sampler, batch_sampler = samplers(
+            dataset, batch_size, shuffle, sampler, batch_sampler, drop_last, generator
+        )
+        self.dataset = dataset
+        self.num_workers = num_workers
+        self.prefetch_factor = prefetch
+        self.pin_memory = pin_memory
+        self.pin_memory_device = pin_memory_device
+        self.timeout = timeout
+        self.worker_init_fn = worker_init_fn
+        self.multiprocessing_context = context_of(multiprocessing_context, num_workers)
+        self.in_order = in_order
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        self.generator = generator
+        self.persistent_workers = persistent_workers
+        self._iterable = isinstance(dataset, tud.IterableDataset)
+        self._default_collate = collate_fn is None
+        if collate_fn is None:
+            collate_fn = tud.default_collate if self._auto_collation else tud.default_convert
+        self.collate_fn = collate_fn
+        self._positions: npt.NDArray[np.int64] | None = None
+        self._native = self._native_data()
+        self._engine: Engine | None = None
+        self._pool: WorkerPool | None = None
+        self._counts = Counts()
+        self._IterableDataset_len_called: int | None = None
+        check_worker_count(num_workers)
+        self._initialized = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if getattr(self, "_initialized", False) and name in _FROZEN:
+            raise ValueError(
+                f"{name} attribute should not be set after {type(self).__name__} is initialized"
+            )
+        super().__setattr__(name, value)
+
+    @property
+    def _auto_collation(self) -> bool:
+        return self.batch_sampler is not None
+
+    @property
+    def _index_sampler(self) -> Any:
+        return self.batch_sampler if self._auto_collation else self.sampler
+
+    @property
+    def path(self) -> str:
+        """How batches are loaded: ``"native"`` (fastload's engine, native threads),
+        ``"process"`` (worker processes, PyTorch's contract) or ``"inline"`` (the
+        caller's process)."""
+        if self._native is not None:
+            return "native"
+        return "process" if self.num_workers > 0 else "inline"
+
+    def _native_data(self) -> Any:
+        if self._iterable or not self._default_collate or self.worker_init_fn is not None:
+            return None
+        if not self._auto_collation or not _has_len(self._index_sampler):
+            return None  # the native path draws an epoch's batches whole, when it starts
+        dataset, self._positions, in_view = _folded(self.dataset)
+        return _native_container(dataset, in_view)
+
+    def __len__(self) -> int:
+        """Batches per epoch (PyTorch's ``len``: for an iterable dataset, its ``len``
+        divided by the batch size; ``TypeError`` when it has none)."""
+        if self._iterable:
+            length = self._IterableDataset_len_called = len(self.dataset)
+            if self.batch_size is not None:
+                length = (
+                    length // self.batch_size if self.drop_last else ceil(length / self.batch_size)
+                )
+            return length
+        return len(self._index_sampler)
+
+    def __iter__(self) -> Iterator[Any]:
+        tasks = self._tasks()
+        # Drawn after the sampler's iterator is made, as PyTorch does (persistent workers
+        # keep their first epoch's seed), so seeded scripts draw the same orders.
+        reused = self._live_pool() is not None
+        seed = 0 if reused else base_seed(self.generator)
+        if self._native is not None:
+            batches = self._native_batches(tasks, seed)
+        elif self.num_workers == 0:
+            batches = self._inline_batches(tasks)
+        else:
+            batches = self._worker_batches(tasks, seed)
+        return self._delivered(batches)
+
+    def _tasks(self) -> Iterator[Any]:
+        if self._iterable:
+            return iter(lambda: None, 0)  # no indices: the workers iterate the dataset
+        return iter(self._index_sampler)
+
+    def _native_batches(self, tasks: Iterator[Any], seed: int) -> Iterator[Any]:
+        steps = [np.asarray(list(batch), dtype=np.int64) for batch in tasks]
+        sizes = np.array([len(step) for step in steps], dtype=np.int64)
+        if not len(steps):
+            return iter(())
+        if sizes.min() == 0:
+            empty = int(np.argmin(sizes))
+            raise ValueError(f"the batch sampler gave an empty batch (batch {empty})")
+        order = np.concatenate(steps)
+        if self._positions is not None:
+            order = self._positions[order]
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+        schedule = Schedule(order, int(sizes.max()), bounds=bounds, seed=seed & (2**63 - 1))
+        if self._engine is None:
+            # PyTorch's prefetch_factor when given; else the engine sizes its own ring.
+            workers, factor = self.num_workers, self._prefetch_given
+            prefetch = max(1, factor * workers) if workers and factor else None
+            self._engine = Engine(
+                parallel=workers or False, prefetch=prefetch, ordered=self.in_order
+            )
+        return Mapped(as_collated, self._engine.iterate(self._native, schedule))
+
+    def _inline_batches(self, tasks: Iterator[Any]) -> Iterator[Any]:
+        fetch = Fetcher(
+            self.dataset,
+            self._iterable,
+            self._auto_collation,
+            self.batch_size,
+            self.drop_last,
+            self.collate_fn,
+        )
+        return Mapped(fetch, tasks)
+
+    def _live_pool(self) -> WorkerPool | None:
+        """The persistent workers, while they run (after one died, the next epoch starts
+        new ones)."""
+        pool = self._pool
+        return pool if pool is not None and pool.procs else None
+
+    def _worker_batches(self, tasks: Iterator[Any], seed: int) -> Iterator[Any]:
+        pool = self._live_pool()
+        if pool is None:
+            spec = dict(
+                num_workers=self.num_workers,
+                worker_init_fn=self.worker_init_fn,
+                iterable=self._iterable,
+                auto_collation=self._auto_collation,
+                batch_size=self.batch_size,
+                drop_last=self.drop_last,
+                collate_fn=self.collate_fn,
+            )
+            context = self.multiprocessing_context or multiprocessing.get_context("fork")
+            pool = WorkerPool(self.dataset, spec, seed, context, self.num_workers)
+            if self.persistent_workers:
+                self._pool = pool
+                weakref.finalize(self, pool.close)
+        on_end = (lambda: None) if self.persistent_workers else pool.close
+        iteration = WorkerIteration(
+            pool, tasks, max(1, self.prefetch_factor or 1), self.in_order, self.timeout, on_end
+        )
+        if not self.persistent_workers:
+            weakref.finalize(iteration, pool.close)  # an epoch left before its end
+        return iteration
+
+    def _delivered(self, batches: Iterator[Any]) -> Delivered:
+        delivered = Delivered(batches, self._counts, self._pins())
+        if isinstance(batches, WorkerIteration):
+            delivered._workers = list(batches.pool.procs)
+        if self._iterable:
+            delivered.expected = self._IterableDataset_len_called
+            delivered.what = f"IterableDataset {self.dataset}"
+            delivered.in_workers = self.num_workers > 0
+        return delivered
+
+    def _pins(self) -> bool:
+        global _warned_no_cuda
+        if not self.pin_memory:
+            return False
+        if torch.cuda.is_available():
+            return True
+        if not _warned_no_cuda:
+            warnings.warn("pin_memory=True does nothing: CUDA is not available", stacklevel=3)
+            _warned_no_cuda = True
+        return False
+
+    def stats(self) -> StatsReport:
+        """Items/s and where the consumer's time went since the loader was made (as
+        ``fastload.DataLoader.stats()``), and ``path``: how batches are loaded."""
+        report = StatsReport(self._counts)
+        report["path"] = self.path  # type: ignore[assignment]
+        return report
+
+    def close(self) -> None:
+        """Stop persistent workers and release the engine's buffers. Idempotent."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+        if self._engine is not None:
+            self._engine.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"fastload.torch.DataLoader({type(self.dataset).__name__}, "
+            f"batch_size={self.batch_size}, num_workers={self.num_workers}, path={self.path!r})"
+        )
+
+
+def _has_len(sampler: Any) -> bool:
+    try:
+        len(sampler)
+    except TypeError:
+        return False
+    return True

@@ -1,0 +1,405 @@
+"""PyTorch's worker contract for Python datasets, under ``fastload.torch.DataLoader``.
+
+A dataset that fastload cannot load natively (any ``torch.utils.data.Dataset`` or
+``IterableDataset`` of Python code) is loaded as PyTorch loads it, so that code written
+for PyTorch behaves the same:
+
+- ``num_workers=0``: the caller's process fetches each batch when it is requested;
+- ``num_workers=n``: n worker processes (forked, unless ``multiprocessing_context`` says
+  otherwise), each seeded with ``base_seed + worker_id`` (``torch``, ``random`` and
+  numpy), with ``torch.utils.data.get_worker_info()`` set and ``worker_init_fn(id)``
+  called once. Batches are assigned to the workers in turn (batch k to worker k mod n),
+  ``prefetch_factor`` per worker in flight; an iterable dataset is iterated whole in
+  each worker (it shards itself through ``get_worker_info``).
+
+Concurrency invariants (kept by the consumer, ``WorkerIteration``):
+- a task is ``(generation, task, indices)``; a reply of another generation (an epoch left
+  before its end, with persistent workers) is dropped, so an epoch never sees another's;
+- every wait on the result queue is a timed wait: a worker that died raises in the
+  consumer, and ``timeout`` is enforced, whatever the workers do;
+- a worker stops when told (None), and on its own when its parent process is gone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pickle
+import queue
+import random
+import signal
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
+
+import numpy as np
+import torch
+import torch.utils.data
+
+__all__ = ["Fetcher", "WorkerIteration", "WorkerPool", "base_seed"]
+
+_POLL_S = 0.1  # one timed wait on a queue: how soon a dead worker or parent is seen
+_JOIN_S = 5.0  # time given to a worker to stop before it is terminated
+_DEATH_S = 1.0  # time given to a worker that cannot be reached to be seen dead
+
+
+def base_seed(generator: torch.Generator | None) -> int:
+    """The seed of one iteration's workers, drawn as PyTorch draws it (one int64 from
+    ``generator``, or from the global generator): a script seeded with
+    ``torch.manual_seed`` draws the same numbers under either loader."""
+    return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
+
+
+class Fetcher:
+    """Makes one step from its indices, as PyTorch's fetchers do: ``dataset[i]`` for each
+    (through ``__getitems__`` when the dataset has it) then ``collate_fn``, or the next
+    ``batch_size`` items of an iterable dataset. Raises ``StopIteration`` when an
+    iterable dataset has no more steps."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        iterable: bool,
+        auto_collation: bool,
+        batch_size: int | None,
+        drop_last: bool,
+        collate_fn: Callable[[Any], Any],
+    ) -> None:
+        self.dataset = dataset
+        self.auto_collation = auto_collation
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.collate_fn = collate_fn
+        self.iterator: Iterator[Any] | None = iter(dataset) if iterable else None
+
+    def __call__(self, indices: Any) -> Any:
+        if self.iterator is not None:
+            return self.collate_fn(self._next_items())
+        if not self.auto_collation:
+            return self.collate_fn(self.dataset[indices])  # what the sampler gave, whole
+        getitems = getattr(self.dataset, "__getitems__", None)
+        items = getitems(indices) if getitems else [self.dataset[i] for i in indices]
+        return self.collate_fn(items)
+
+    def _next_items(self) -> Any:
+        assert self.iterator is not None
+        if not self.auto_collation or self.batch_size is None:
+            return next(self.iterator)
+        items = list(itertools.islice(self.iterator, self.batch_size))
+        if not items or (self.drop_last and len(items) < self.batch_size):
+            raise StopIteration
+        return items
+
+
+class _Failure:
+    """An exception raised in a worker, sent to the consumer: its type (when it can be
+    pickled) and the text of its traceback."""
+
+    def __init__(self, exc: BaseException, where: str) -> None:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        self.message = f"Caught {type(exc).__name__} {where}.\nOriginal {text}"
+        self.type: type[BaseException] | None = type(exc)
+        try:
+            pickle.dumps(self.type)
+        except (pickle.PicklingError, AttributeError, TypeError):
+            self.type = None  # a local class: re-raised as RuntimeError
+
+    def reraise(self) -> None:
+        exc_type = self.type or RuntimeError
+        message = self.message
+        if exc_type is KeyError:
+            message = _KeyErrorMessage(message)
+        try:
+            exc = exc_type(message)
+        except TypeError:  # an exception type that wants other arguments
+            exc = RuntimeError(message)
+        raise exc
+
+
+class _KeyErrorMessage(str):
+    """KeyError prints its argument's repr; this keeps the traceback readable."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+class _Exhausted:
+    """The reply of a worker whose iterable dataset has no more steps."""
+
+
+def _seed_worker(seed: int, worker_id: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    np.random.seed(np.random.SeedSequence([worker_id, seed]).generate_state(4))
+
+
+def _set_worker_info(**info: Any) -> None:
+    # torch.utils.data.get_worker_info() reads this module-level value and PyTorch has no
+    # public setter: datasets written for PyTorch shard themselves through it.
+    worker = torch.utils.data._utils.worker
+    worker._worker_info = worker.WorkerInfo(**info)
+
+
+def _worker_main(
+    dataset: Any,
+    spec: dict[str, Any],
+    worker_id: int,
+    seed: int,
+    tasks: Any,
+    results: Any,
+    parent: int,
+) -> None:
+    """A worker's life: seed, set the worker info, ``worker_init_fn``, then one reply per
+    task until told to stop (None) or the parent is gone."""
+    try:
+        torch.set_num_threads(1)
+        _seed_worker(seed, worker_id)
+        num_workers = spec["num_workers"]
+        _set_worker_info(id=worker_id, num_workers=num_workers, seed=seed, dataset=dataset)
+        where = f"in DataLoader worker process {worker_id}"
+        failure = None
+        try:
+            if spec["worker_init_fn"] is not None:
+                spec["worker_init_fn"](worker_id)
+        except Exception as exc:  # sent to the consumer, raised there
+            failure = _Failure(exc, where)
+        _serve(dataset, spec, tasks, results, parent, failure, where)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C reaches the consumer too; it stops the workers
+
+
+def _serve(
+    dataset: Any,
+    spec: dict[str, Any],
+    tasks: Any,
+    results: Any,
+    parent: int,
+    failure: _Failure | None,
+    where: str,
+) -> None:
+    fetch: Fetcher | None = None
+    generation = None
+    while True:
+        try:
+            task = tasks.get(timeout=_POLL_S)
+        except queue.Empty:
+            if os.getppid() != parent:
+                return
+            continue
+        if task is None:
+            return
+        gen, number, indices = task
+        reply: Any
+        if failure is not None:
+            reply = failure
+        else:
+            try:
+                if gen != generation:  # a new epoch: an iterable dataset starts over
+                    generation = gen
+                    fetch = Fetcher(
+                        dataset,
+                        spec["iterable"],
+                        spec["auto_collation"],
+                        spec["batch_size"],
+                        spec["drop_last"],
+                        spec["collate_fn"],
+                    )
+                assert fetch is not None
+                reply = fetch(indices)
+            except StopIteration:
+                reply = _Exhausted()
+            except Exception as exc:  # sent to the consumer, raised there
+                reply = _Failure(exc, where)
+        results.put(_packed(gen, number, reply, where))
+
+
+def _packed(gen: int, number: int, reply: Any, where: str) -> bytes:
+    """The reply pickled here, as the queue would pickle it (tensors move to shared
+    memory): a reply that cannot be pickled becomes its error, where the queue's feeder
+    thread would drop it and leave the consumer waiting forever."""
+    try:
+        return bytes(ForkingPickler.dumps((gen, number, reply)))
+    except Exception as exc:  # sent to the consumer, raised there
+        return bytes(ForkingPickler.dumps((gen, number, _Failure(exc, where))))
+
+
+def _death(proc: Any) -> str:
+    code = proc.exitcode
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = str(-code)
+        return f"DataLoader worker (pid {proc.pid}) is killed by signal: {name}"
+    return f"DataLoader worker (pid {proc.pid}) exited unexpectedly with exit code {code}"
+
+
+class WorkerPool:
+    """``num_workers`` worker processes for one dataset: each has its task queue, all
+    share one result queue. Lives for one iteration, or across epochs with
+    ``persistent_workers``."""
+
+    def __init__(
+        self, dataset: Any, spec: dict[str, Any], seed: int, context: Any, count: int
+    ) -> None:
+        self.context = context
+        self.results = context.Queue()
+        self.tasks = [context.Queue() for _ in range(count)]
+        self.procs = []
+        self.generation = 0
+        try:
+            for k in range(count):
+                proc = context.Process(
+                    target=_worker_main,
+                    args=(dataset, spec, k, seed + k, self.tasks[k], self.results, os.getpid()),
+                    daemon=True,
+                    name=f"fastload-torch-worker-{k}",
+                )
+                proc.start()
+                self.procs.append(proc)
+        except BaseException:
+            self.close()
+            raise
+
+    def check_alive(self) -> None:
+        """Raise ``RuntimeError`` naming the workers that died, and how."""
+        dead = [p for p in self.procs if not p.is_alive()]
+        if dead:
+            how = "; ".join(_death(p) for p in dead)
+            self.close()
+            raise RuntimeError(
+                f"{how}: a crash in the dataset's code (a segmentation fault, an abort), "
+                f"or the worker was killed, often for memory"
+            )
+
+    def close(self) -> None:
+        """Stop the workers: ask them, then terminate those still running. Idempotent."""
+        procs, self.procs = self.procs, []
+        for q in self.tasks:
+            try:
+                q.put(None)
+            except (ValueError, OSError):
+                pass  # a queue already closed
+        for proc in procs:
+            proc.join(_JOIN_S)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join()
+        for q in [*self.tasks, self.results]:
+            q.cancel_join_thread()
+            q.close()
+        self.tasks = []
+
+
+class WorkerIteration:
+    """One epoch over a ``WorkerPool``: tasks in turn to the workers still active,
+    ``prefetch`` per worker in flight, replies delivered in task order (``in_order``) or
+    as they come. Raises the worker's exception with its type, ``RuntimeError`` for a
+    dead worker or after ``timeout`` seconds (0: no limit) without a reply."""
+
+    def __init__(
+        self,
+        pool: WorkerPool,
+        tasks: Iterator[Any],
+        prefetch: int,
+        in_order: bool,
+        timeout: float,
+        on_end: Callable[[], None],
+    ) -> None:
+        pool.generation += 1
+        self.pool = pool
+        self.gen = pool.generation
+        self.source = tasks
+        self.in_order = in_order
+        self.timeout = timeout
+        self.on_end = on_end
+        self.active = [True] * len(pool.tasks)
+        self.worker_of: dict[int, int] = {}  # task -> worker, for tasks not delivered
+        self.ready: dict[int, Any] = {}  # replies that came before their turn
+        self.sent = self.next_task = 0
+        self.turn = itertools.cycle(range(len(pool.tasks)))
+        self.done = False
+        for _ in range(prefetch * len(pool.tasks)):
+            self._send()
+
+    def _send(self) -> None:
+        if not any(self.active) or not self.pool.procs:
+            return
+        try:
+            indices = next(self.source)
+        except StopIteration:
+            return
+        worker = next(self.turn)
+        while not self.active[worker]:
+            worker = next(self.turn)
+        self.pool.tasks[worker].put((self.gen, self.sent, indices))
+        self.worker_of[self.sent] = worker
+        self.sent += 1
+
+    def __iter__(self) -> WorkerIteration:
+        return self
+
+    def __next__(self) -> Any:
+        while True:
+            if self.done or not self.pool.procs:  # ended, or stopped by a worker's death
+                self._end()
+                raise StopIteration
+            if not self.worker_of:
+                self._end()
+                raise StopIteration
+            number, reply = self._reply()
+            worker = self.worker_of.pop(number)
+            if isinstance(reply, _Exhausted):
+                self.active[worker] = False  # sent no more; its other tasks say the same
+                continue
+            self._send()
+            if isinstance(reply, _Failure):
+                reply.reraise()  # the iteration goes on with the next batch, as in PyTorch
+            return reply
+
+    def _reply(self) -> tuple[int, Any]:
+        if self.in_order and self.next_task in self.ready:
+            number = self.next_task
+            self.next_task += 1
+            return number, self.ready.pop(number)
+        while True:
+            gen, number, reply = self._receive()
+            if gen != self.gen:
+                continue  # a reply of an epoch left before its end
+            if not self.in_order or number == self.next_task:
+                if number == self.next_task:
+                    self.next_task += 1
+                return number, reply
+            self.ready[number] = reply
+
+    def _receive(self) -> Any:
+        waited = 0.0
+        while True:
+            try:
+                message = self.pool.results.get(timeout=_POLL_S)
+            except queue.Empty:
+                waited += _POLL_S
+            else:
+                return self._unpacked(message)
+            self.pool.check_alive()
+            if self.timeout and waited >= self.timeout:
+                self._end()
+                raise RuntimeError(f"DataLoader timed out after {self.timeout} seconds")
+
+    def _unpacked(self, message: bytes) -> Any:
+        try:
+            return ForkingPickler.loads(message)
+        except OSError:
+            # A tensor in shared memory is fetched from the worker that sent it: if that
+            # worker died meanwhile, say so rather than raise the socket's error.
+            for _ in range(int(_DEATH_S / _POLL_S)):
+                self.pool.check_alive()
+                time.sleep(_POLL_S)
+            raise
+
+    def _end(self) -> None:
+        if not self.done:
+            self.done = True
+            self.on_end()
