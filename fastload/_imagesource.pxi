@@ -1,6 +1,7 @@
-"""Native image fields: the binding of imagesource.h (and jpeg.h's version)."""
+"""Native image fields: the binding of imagesource.h, with libjpeg's decoder when it loads."""
 import os
 
+from cpython.pycapsule cimport PyCapsule_GetPointer
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free
 from libc.string cimport memcpy
@@ -8,7 +9,7 @@ from libc.string cimport memcpy
 from engine cimport fl_scratch, fl_scratch_init, fl_scratch_release
 from image cimport fl_image, fl_image_of
 from imagesource cimport *
-from jpeg cimport fl_alloc_fn, fl_jpeg_library_version
+from jpeg cimport fl_alloc_fn, fl_jpeg_decode_fn
 from status cimport *
 
 
@@ -61,10 +62,37 @@ cdef int _decode_other(void *ctx, const uint8_t *data, size_t n, int channels,
             return FL_EFAILED if isinstance(exc, Exception) else FL_EINTERRUPT
 
 
+# libjpeg's decoder lives in fastload._jpeg, the one module that links libjpeg, so that this
+# one loads without it. Set once, here, while the module is imported: read-only afterwards.
+cdef fl_jpeg_decode_fn _jpeg_decode = NULL
+cdef int _jpeg_version = 0
+
+
+def _load_jpeg():
+    """Takes the decoder from fastload._jpeg; returns why JPEG goes through simplejpeg
+    instead, or "" when it does not."""
+    global _jpeg_decode, _jpeg_version
+    try:
+        from fastload import _jpeg
+    except ModuleNotFoundError as exc:
+        if exc.name != "fastload._jpeg":
+            raise
+        return "built without libjpeg's headers"
+    except ImportError as exc:
+        return f"libjpeg-turbo could not be loaded: {exc}"
+    name = _jpeg.CAPSULE_NAME.encode()
+    _jpeg_decode = (<fl_jpeg_decode_fn *>PyCapsule_GetPointer(_jpeg.decoder(), name))[0]
+    _jpeg_version = _jpeg.library_version()
+    return ""
+
+
+JPEG_FALLBACK_REASON = _load_jpeg()
+
+
 def jpeg_library_version():
     """The libjpeg-turbo version number the JPEG decoder in C links (e.g. 2001005), or 0
-    when this build decodes JPEG through simplejpeg."""
-    return fl_jpeg_library_version()
+    when JPEG decodes through simplejpeg (``JPEG_FALLBACK_REASON`` says why)."""
+    return _jpeg_version
 
 
 def jpeg_size(data):
@@ -106,8 +134,8 @@ cdef class ImageSource:
         self.owners = [decoder]
         self.source = fl_image_source_create(pipeline.p, channels, exact,
                                              name.encode("utf-8", "replace"), max_pixels,
-                                             max_file_bytes, _decode_jpeg, _decode_other,
-                                             <void *>decoder)
+                                             max_file_bytes, _jpeg_decode, _decode_jpeg,
+                                             _decode_other, <void *>decoder)
         if self.source == NULL:
             if channels not in (1, 3, 4):
                 raise ValueError(f"an image source decodes to 1, 3 or 4 channels, not {channels}")
