@@ -1,4 +1,5 @@
 """Native image fields: the binding of imagesource.h, with libjpeg's decoder when it loads."""
+import importlib
 import os
 
 from cpython.pycapsule cimport PyCapsule_GetPointer
@@ -73,7 +74,7 @@ def _load_jpeg():
     instead, or "" when it does not."""
     global _jpeg_decode, _jpeg_version
     try:
-        from fastload import _jpeg
+        _jpeg = importlib.import_module("fastload._jpeg")
     except ModuleNotFoundError as exc:
         if exc.name != "fastload._jpeg":
             raise

@@ -214,6 +214,18 @@ def test_import_works_and_jpeg_decodes_through_simplejpeg_when_libjpeg_cannot_be
     assert np.array_equal(np.load(tmp_path / "batches.npy"), expected)
 
 
+def test_a_build_without_the_libjpeg_module_decodes_through_simplejpeg_and_says_why():
+    # What an install from the sdist without libjpeg's headers has: no fastload._jpeg.
+    code = (
+        "import sys; sys.modules['fastload._jpeg'] = None\n"
+        "import fastload; print(fastload.build_info()['jpeg_decoder'])"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert run.stdout.strip() == "simplejpeg (built without libjpeg's headers)"
+
+
 # ---- other formats, through Pillow ----------------------------------------------------------
 
 

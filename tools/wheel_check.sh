@@ -8,8 +8,8 @@
 #   (unshare -m) where /dev/null is bind-mounted over every libjpeg the dynamic loader
 #   knows, so that the wheel must decode with the libjpeg-turbo it carries. Not root (or
 #   without unshare), it says so and runs the smoke test as is.
-# - The sdist, with libjpeg's headers hidden the same way: it builds and installs, and
-#   decodes JPEG through simplejpeg. Not root, FASTLOAD_LIBJPEG=0 stands in for the
+# - The sdist, with libjpeg's headers hidden the same way: it builds and installs, without
+#   fastload._jpeg, and decodes JPEG through simplejpeg. Not root, FASTLOAD_LIBJPEG=0 stands in for the
 #   missing headers.
 # PYTHON makes the environments: the interpreter the wheels were built for.
 set -euo pipefail
@@ -81,7 +81,7 @@ check_sdist() {
     else
         "${install[@]}"
     fi
-    smoke "$venv" --decoder simplejpeg
+    smoke "$venv" --decoder "simplejpeg (built without libjpeg's headers)"
 }
 
 for dist in "${dists[@]}"; do
