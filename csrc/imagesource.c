@@ -32,8 +32,9 @@ struct fl_image_source {
     const int64_t *row_strides; /* PIXELS */
     int channels;               /* channels to decode encoded images to (1, 3 or 4) */
     int exact;                  /* decode at full scale, never at a reduced DCT scale */
-    fl_jpeg_decode_fn jpeg_decode; /* libjpeg's region decoder; NULL: none loaded */
-    fl_decode_fn decode_jpeg;      /* JPEG, where libjpeg is not there or for CMYK */
+    /* libjpeg's region decoder (fastload._jpeg's); NULL where it could not be loaded */
+    fl_jpeg_decode_fn jpeg_decode;
+    fl_decode_fn decode_jpeg; /* JPEG, where libjpeg is not there or for CMYK */
     fl_decode_other_fn decode_other;
     void *decode_ctx; /* of both */
     char *name;       /* what to call the source in messages */
@@ -295,10 +296,10 @@ static int encoded_size(const fl_image_source *src, const uint8_t *data, size_t 
 static int decode_jpeg(const fl_image_source *src, const uint8_t *data, size_t n, int h, int w,
                        int denom, const fl_rect *region, fl_scratch *scratch, fl_image *img,
                        int *img_y, int *img_x, char *message) {
-    int rc = src->jpeg_decode ? src->jpeg_decode(data, n, src->channels, denom, region, reserve,
-                                                  scratch, img, img_y, img_x, message,
-                                                  FL_MESSAGE_BYTES)
-                              : FL_EUNSUPPORTED;
+    int rc = FL_EUNSUPPORTED;
+    if (src->jpeg_decode)
+        rc = src->jpeg_decode(data, n, src->channels, denom, region, reserve, scratch, img, img_y,
+                              img_x, message, FL_MESSAGE_BYTES);
     if (rc != FL_EUNSUPPORTED) return rc;
     int dh = (h + denom - 1) / denom, dw = (w + denom - 1) / denom, c = src->channels;
     uint8_t *pixels = fl_scratch_reserve(scratch, (size_t)dh * dw * c);

@@ -194,6 +194,7 @@ def qoi_decode(data: _Bytes, channels: int | None = None, out: _U8 | None = None
 
 # Native image fields.
 JPEG_FALLBACK_REASON: str
+
 def jpeg_library_version() -> int: ...
 def jpeg_size(data: _Bytes) -> tuple[int, int]: ...
 
