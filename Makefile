@@ -16,9 +16,10 @@ $(VENV)/.python:
 	touch $@
 
 # fastload (editable, built in place) and what it needs at run time: all the demo needs.
+# The editable install builds the native core in place: .built says it is up to date.
 $(VENV)/.base: $(VENV)/.python pyproject.toml
 	$(PY) -m pip install --quiet --no-build-isolation -e .
-	touch $@
+	touch $@ $(VENV)/.built
 
 # The same with the test extras, and the optional integrations (torch, jax: CPU builds),
 # so that their tests run; without them those tests are skipped.
@@ -26,7 +27,7 @@ $(VENV)/.deps: $(VENV)/.python pyproject.toml
 	$(PY) -m pip install --quiet --no-build-isolation -e '.[test]'
 	$(PY) -m pip install --quiet "torch==2.13.0" "jax[cpu]" || \
 		echo "torch or jax could not be installed: their tests will be skipped"
-	touch $@ $(VENV)/.base
+	touch $@ $(VENV)/.base $(VENV)/.built
 
 base: $(VENV)/.base
 
@@ -43,16 +44,19 @@ libjpeg:
 	          || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q libjpeg-dev >/dev/null 2>&1; }; }; } \
 	|| echo "libjpeg headers not found and not installable here: JPEG will decode through simplejpeg"
 
-# Incremental: recompiles only the native units that changed since the last build.
-build: install
+# The native core, rebuilt in place when a source of it changed since the last build.
+NATIVE_SOURCES := setup.py $(wildcard csrc/*.c csrc/*.h csrc/*.pxd fastload/*.pyx fastload/*.pxi)
+$(VENV)/.built: $(VENV)/.base $(NATIVE_SOURCES)
 	$(PY) setup.py --quiet build_ext --inplace
+	touch $@
+
+build: install $(VENV)/.built
 
 test: build
 	$(PY) -m pytest -q
 
 # Only what the demo needs (no test extras, torch or jax): it starts within minutes.
-demo: base
-	$(PY) setup.py --quiet build_ext --inplace
+demo: base $(VENV)/.built
 	$(PY) -m fastload demo
 
 # The failure audit, bounded (a few minutes): mutated images, corrupted packed files,
