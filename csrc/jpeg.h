@@ -34,6 +34,11 @@ int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom, const
                    fl_alloc_fn alloc, void *alloc_ctx, fl_image *out, int *out_y, int *out_x,
                    char *message, size_t message_bytes);
 
+/* The name of the capsule in which fastload._jpeg hands fl_jpeg_decode to the core. Its last
+ * part changes with fl_jpeg_decode's signature, so that a core and a _jpeg module built from
+ * different sources refuse each other instead of calling through the wrong type. */
+#define FL_JPEG_CAPSULE_NAME "fastload._jpeg.fl_jpeg_decode.1"
+
 /* The type of fl_jpeg_decode, as the C core holds it. */
 typedef int (*fl_jpeg_decode_fn)(const uint8_t *data, size_t n, int channels, int denom,
                                  const fl_rect *want, fl_alloc_fn alloc, void *alloc_ctx,

@@ -3,6 +3,7 @@
 from image cimport fl_image, fl_rect
 
 cdef extern from "jpeg.h" nogil:
+    const char *FL_JPEG_CAPSULE_NAME
     ctypedef void *(*fl_alloc_fn)(void *ctx, size_t bytes)
     ctypedef int (*fl_jpeg_decode_fn)(const unsigned char *data, size_t n, int channels,
                                       int denom, const fl_rect *want, fl_alloc_fn alloc,

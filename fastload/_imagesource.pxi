@@ -2,7 +2,7 @@
 import importlib
 import os
 
-from cpython.pycapsule cimport PyCapsule_GetPointer
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free
 from libc.string cimport memcpy
@@ -10,7 +10,7 @@ from libc.string cimport memcpy
 from engine cimport fl_scratch, fl_scratch_init, fl_scratch_release
 from image cimport fl_image, fl_image_of
 from imagesource cimport *
-from jpeg cimport fl_alloc_fn, fl_jpeg_decode_fn
+from jpeg cimport FL_JPEG_CAPSULE_NAME, fl_alloc_fn, fl_jpeg_decode_fn
 from status cimport *
 
 
@@ -81,8 +81,12 @@ def _load_jpeg():
         return "built without libjpeg's headers"
     except ImportError as exc:
         return f"libjpeg-turbo could not be loaded: {exc}"
-    name = _jpeg.CAPSULE_NAME.encode()
-    _jpeg_decode = (<fl_jpeg_decode_fn *>PyCapsule_GetPointer(_jpeg.decoder(), name))[0]
+    capsule = _jpeg.decoder()
+    if not PyCapsule_IsValid(capsule, FL_JPEG_CAPSULE_NAME):
+        raise ImportError(
+            f"{_jpeg.__file__} was built from other sources than fastload._core: rebuild both "
+            "(python setup.py build_ext --inplace, or reinstall fastload)")
+    _jpeg_decode = (<fl_jpeg_decode_fn *>PyCapsule_GetPointer(capsule, FL_JPEG_CAPSULE_NAME))[0]
     _jpeg_version = _jpeg.library_version()
     return ""
 

@@ -5,11 +5,8 @@ module is missing (a build without libjpeg's headers) or cannot be loaded (the l
 gone), the core decodes JPEG through simplejpeg instead, and ``import fastload`` works."""
 from cpython.pycapsule cimport PyCapsule_New
 
-from jpeg cimport fl_jpeg_decode, fl_jpeg_decode_fn, fl_jpeg_library_version
-
-# The capsule keeps a pointer to its name: a C string literal, alive as long as the module.
-cdef const char *_CAPSULE_NAME = b"fastload._jpeg.decode"
-CAPSULE_NAME = _CAPSULE_NAME.decode()
+from jpeg cimport (FL_JPEG_CAPSULE_NAME, fl_jpeg_decode, fl_jpeg_decode_fn,
+                  fl_jpeg_library_version)
 
 cdef fl_jpeg_decode_fn _decode = fl_jpeg_decode
 
@@ -20,5 +17,6 @@ def library_version():
 
 
 def decoder():
-    """fl_jpeg_decode's address, in a capsule named ``CAPSULE_NAME``, for the C core."""
-    return PyCapsule_New(<void *>&_decode, _CAPSULE_NAME, NULL)
+    """fl_jpeg_decode's address, in a capsule named FL_JPEG_CAPSULE_NAME (jpeg.h), for the
+    C core."""
+    return PyCapsule_New(<void *>&_decode, FL_JPEG_CAPSULE_NAME, NULL)
