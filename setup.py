@@ -1,10 +1,17 @@
 """Builds the native core of fastload: C in csrc/, bound by thin Cython modules.
 
-JPEG decoding in C (only the crop, without the GIL) needs libjpeg(-turbo)'s headers and
-library (Debian/Ubuntu: libjpeg62-turbo-dev or libjpeg-turbo8-dev; `make` installs it when
-it can). Without them the build still succeeds and JPEGs decode through simplejpeg;
-``python -m fastload info`` says which decoder a build has. FASTLOAD_LIBJPEG=0 builds
-without it; FASTLOAD_LIBJPEG=1 fails the build when it is missing.
+Two extension modules: fastload._core (every C unit but one) and fastload._jpeg (csrc/jpeg.c,
+the only unit that links libjpeg). The core loads the second when it can, so that a
+missing libjpeg never stops ``import fastload``: JPEGs then decode through simplejpeg.
+
+JPEG decoding in C (only the crop, without the GIL) needs libjpeg-turbo's headers and
+library (Debian/Ubuntu: libjpeg62-turbo-dev or libjpeg-turbo8-dev; Fedora/AlmaLinux:
+libjpeg-turbo-devel; macOS: jpeg-turbo; `make` installs it when it can); they are looked
+for with $CPPFLAGS, $CFLAGS and $LDFLAGS, so a copy elsewhere is found with
+``CPPFLAGS=-I<prefix>/include LDFLAGS=-L<prefix>/lib``. Without them the build still
+succeeds, without fastload._jpeg; ``python -m fastload info`` says which decoder a build
+has. FASTLOAD_LIBJPEG=0 builds without it; FASTLOAD_LIBJPEG=1 fails the build when it is
+missing (release wheels are built so).
 
 FASTLOAD_OPT replaces the optimisation flags (default ``-O3``), which come after ``$CFLAGS``
 on the compiler's command line and so would win over any level given there: the sanitizer
@@ -34,7 +41,7 @@ CFLAGS = [
     "-DNPY_NO_DEPRECATED_API=NPY_1_7_API_VERSION",
 ]
 
-# The C units of csrc/, each compiled once, into the one binding module fastload._core
+# The C units of csrc/ but jpeg.c, each compiled once, into the binding module fastload._core
 # (fastload/_core.pyx and its includes; the declarations are csrc/*.pxd).
 C_UNITS = [
     "csrc/status.c",
@@ -43,14 +50,14 @@ C_UNITS = [
     "csrc/image.c",
     "csrc/augment.c",
     "csrc/qoi.c",
-    "csrc/jpeg.c",
     "csrc/imagesource.c",
     "csrc/mapguard.c",
 ]
 
 
 def libjpeg_found():
-    """Whether a test program including jpeglib.h links with -ljpeg here."""
+    """Whether a test program including jpeglib.h links with -ljpeg here, with the flags
+    setuptools will pass ($CPPFLAGS, $CFLAGS, $LDFLAGS)."""
     compiler = os.environ.get("CC", "cc").split()[0]
     if not shutil.which(compiler):
         return False
@@ -59,12 +66,16 @@ def libjpeg_found():
         "int main(void) { struct jpeg_decompress_struct c; jpeg_crop_scanline(&c, 0, 0);"
         " return 0; }\n"
     )
+    flags = [
+        f for var in ("CPPFLAGS", "CFLAGS", "LDFLAGS") for f in os.environ.get(var, "").split()
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         source = os.path.join(tmp, "probe.c")
         with open(source, "w") as f:
             f.write(program)
         result = subprocess.run(
-            [compiler, source, "-o", os.path.join(tmp, "probe"), "-ljpeg"], capture_output=True
+            [compiler, *flags, source, "-o", os.path.join(tmp, "probe"), "-ljpeg"],
+            capture_output=True,
         )
     return result.returncode == 0
 
@@ -77,7 +88,8 @@ def use_libjpeg():
     if wanted == "1" and not found:
         sys.exit(
             "FASTLOAD_LIBJPEG=1 but jpeglib.h or libjpeg was not found: install "
-            "libjpeg62-turbo-dev (Debian) or libjpeg-turbo8-dev (Ubuntu)"
+            "libjpeg62-turbo-dev (Debian), libjpeg-turbo8-dev (Ubuntu) or libjpeg-turbo-devel "
+            "(Fedora), or point CPPFLAGS and LDFLAGS at a libjpeg-turbo of version 1.5 or later"
         )
     if not found:
         print(
@@ -91,21 +103,31 @@ def use_libjpeg():
 LIBJPEG = use_libjpeg()
 
 
-def core_extension():
-    return Extension(
+def extensions():
+    core = Extension(
         "fastload._core",
         ["fastload/_core.pyx", *C_UNITS],
         depends=sorted(glob.glob("csrc/*.h")),
         include_dirs=["csrc", numpy.get_include()],
-        extra_compile_args=CFLAGS + (["-DFL_HAVE_LIBJPEG"] if LIBJPEG else []),
+        extra_compile_args=CFLAGS,
         extra_link_args=["-pthread"],
-        libraries=["jpeg"] if LIBJPEG else [],
     )
+    if not LIBJPEG:
+        return [core]
+    jpeg = Extension(
+        "fastload._jpeg",
+        ["fastload/_jpeg.pyx", "csrc/jpeg.c"],
+        depends=["csrc/jpeg.h", "csrc/image.h", "csrc/status.h"],
+        include_dirs=["csrc"],
+        extra_compile_args=CFLAGS,
+        libraries=["jpeg"],
+    )
+    return [core, jpeg]
 
 
 setup(
     ext_modules=cythonize(
-        [core_extension()],
+        extensions(),
         include_path=["csrc"],
         language_level=3,
         # Indexing is bounds-checked but in the few inner loops that turn it off for

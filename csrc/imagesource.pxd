@@ -3,7 +3,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 
 from engine cimport fl_field, fl_scratch
 from image cimport fl_image, fl_pipeline
-from jpeg cimport fl_alloc_fn
+from jpeg cimport fl_alloc_fn, fl_jpeg_decode_fn
 
 cdef extern from "imagesource.h" nogil:
     ctypedef int (*fl_decode_fn)(void *ctx, const uint8_t *data, size_t n, int scale_denom,
@@ -15,7 +15,8 @@ cdef extern from "imagesource.h" nogil:
         pass
     fl_image_source *fl_image_source_create(const fl_pipeline *pipeline, int channels,
                                             int exact, const char *name, int64_t max_pixels,
-                                            int64_t max_file_bytes, fl_decode_fn decode_jpeg,
+                                            int64_t max_file_bytes, fl_jpeg_decode_fn jpeg_decode,
+                                            fl_decode_fn decode_jpeg,
                                             fl_decode_other_fn decode_other, void *decode_ctx)
     void fl_image_source_destroy(fl_image_source *src)
     void fl_image_source_buffers(fl_image_source *src, int64_t count,

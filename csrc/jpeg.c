@@ -1,34 +1,9 @@
 /* JPEG decoding through libjpeg(-turbo); see jpeg.h. */
 #include "jpeg.h"
 
+#include <setjmp.h>
 #include <stdio.h>
 #include <string.h>
-
-#ifndef FL_HAVE_LIBJPEG
-
-int fl_jpeg_library_version(void) { return 0; }
-
-int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom, const fl_rect *want,
-                   fl_alloc_fn alloc, void *alloc_ctx, fl_image *out, int *out_y, int *out_x,
-                   char *message, size_t message_bytes) {
-    (void)data;
-    (void)n;
-    (void)channels;
-    (void)denom;
-    (void)want;
-    (void)alloc;
-    (void)alloc_ctx;
-    (void)out;
-    (void)out_y;
-    (void)out_x;
-    (void)message;
-    (void)message_bytes;
-    return FL_EUNSUPPORTED;
-}
-
-#else
-
-#include <setjmp.h>
 
 #include <jpeglib.h>
 
@@ -158,5 +133,3 @@ int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom, const
     *out_x = (int)xoff;
     return FL_OK;
 }
-
-#endif

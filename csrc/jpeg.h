@@ -1,8 +1,11 @@
-/* JPEG decoding in C through libjpeg(-turbo)'s 6.2 API, when the build found it: only the
- * rows and columns a crop needs, at a reduced DCT scale, on any thread, without the GIL.
+/* JPEG decoding in C through libjpeg(-turbo)'s 6.2 API: only the rows and columns a crop
+ * needs, at a reduced DCT scale, on any thread, without the GIL.
  *
- * Built without libjpeg (FL_HAVE_LIBJPEG undefined), every call answers FL_EUNSUPPORTED
- * and the caller decodes another way. */
+ * This unit is the only one that links libjpeg, and it is built into a module of its own,
+ * fastload._jpeg, only when the build finds libjpeg. The C core reaches fl_jpeg_decode
+ * through a pointer (fl_jpeg_decode_fn) that the binding takes from that module when it
+ * loads, so that the core itself never needs libjpeg: where the library cannot be loaded
+ * the pointer stays NULL and JPEGs decode another way. */
 #ifndef FASTLOAD_JPEG_H
 #define FASTLOAD_JPEG_H
 
@@ -11,7 +14,7 @@
 
 #include "image.h"
 
-/* The libjpeg-turbo version number this build links (e.g. 2001005), 0 when none. */
+/* The libjpeg-turbo version number this build links (e.g. 2001005). */
 int fl_jpeg_library_version(void);
 
 /* Returns memory of at least `bytes` for the decoded pixels, or NULL. */
@@ -30,5 +33,16 @@ typedef void *(*fl_alloc_fn)(void *ctx, size_t bytes);
 int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom, const fl_rect *want,
                    fl_alloc_fn alloc, void *alloc_ctx, fl_image *out, int *out_y, int *out_x,
                    char *message, size_t message_bytes);
+
+/* The name of the capsule in which fastload._jpeg hands fl_jpeg_decode to the core. Its last
+ * part changes with fl_jpeg_decode's signature, so that a core and a _jpeg module built from
+ * different sources refuse each other instead of calling through the wrong type. */
+#define FL_JPEG_CAPSULE_NAME "fastload._jpeg.fl_jpeg_decode.1"
+
+/* The type of fl_jpeg_decode, as the C core holds it. */
+typedef int (*fl_jpeg_decode_fn)(const uint8_t *data, size_t n, int channels, int denom,
+                                 const fl_rect *want, fl_alloc_fn alloc, void *alloc_ctx,
+                                 fl_image *out, int *out_y, int *out_x, char *message,
+                                 size_t message_bytes);
 
 #endif

@@ -27,7 +27,8 @@ from .subsets import (
 )
 from .views import batchview, joinobs, mapobs, obsview, randobs, shuffleobs, slidingwindow
 
-__version__ = "0.1.0"
+# The one place the version is written: the build reads it from here (pyproject.toml).
+__version__ = "0.2.0"
 
 __all__ = [
     "BucketBatchSampler",

@@ -10,6 +10,7 @@ import argparse
 import sys
 import time
 
+from fastload import __version__
 from fastload.codecs import build_info
 from fastload.demo import run_image_demo, run_tensor_demo
 from fastload.errors import LoadError
@@ -258,6 +259,7 @@ def build_parser():
     parser = argparse.ArgumentParser(
         prog="python -m fastload", description="fastload command line tools"
     )
+    parser.add_argument("--version", action="version", version=f"fastload {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="command")
     for name, (help_line, add_args, _) in COMMANDS.items():
         add_args(sub.add_parser(name, help=help_line, description=help_line))

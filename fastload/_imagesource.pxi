@@ -1,6 +1,8 @@
-"""Native image fields: the binding of imagesource.h (and jpeg.h's version)."""
+"""Native image fields: the binding of imagesource.h, with libjpeg's decoder when it loads."""
+import importlib
 import os
 
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free
 from libc.string cimport memcpy
@@ -8,7 +10,7 @@ from libc.string cimport memcpy
 from engine cimport fl_scratch, fl_scratch_init, fl_scratch_release
 from image cimport fl_image, fl_image_of
 from imagesource cimport *
-from jpeg cimport fl_alloc_fn, fl_jpeg_library_version
+from jpeg cimport FL_JPEG_CAPSULE_NAME, fl_alloc_fn, fl_jpeg_decode_fn
 from status cimport *
 
 
@@ -80,10 +82,41 @@ cdef object _positions(values, str what):
     return a.astype(np.int64)
 
 
+# libjpeg's decoder lives in fastload._jpeg, the one module that links libjpeg, so that this
+# one loads without it. Set once, here, while the module is imported: read-only afterwards.
+cdef fl_jpeg_decode_fn _jpeg_decode = NULL
+cdef int _jpeg_version = 0
+
+
+def _load_jpeg():
+    """Takes the decoder from fastload._jpeg; returns why JPEG goes through simplejpeg
+    instead, or "" when it does not."""
+    global _jpeg_decode, _jpeg_version
+    try:
+        _jpeg = importlib.import_module("fastload._jpeg")
+    except ModuleNotFoundError as exc:
+        if exc.name != "fastload._jpeg":
+            raise
+        return "built without libjpeg's headers"
+    except ImportError as exc:
+        return f"libjpeg-turbo could not be loaded: {exc}"
+    capsule = _jpeg.decoder()
+    if not PyCapsule_IsValid(capsule, FL_JPEG_CAPSULE_NAME):
+        raise ImportError(
+            f"{_jpeg.__file__} was built from other sources than fastload._core: rebuild both "
+            "(python setup.py build_ext --inplace, or reinstall fastload)")
+    _jpeg_decode = (<fl_jpeg_decode_fn *>PyCapsule_GetPointer(capsule, FL_JPEG_CAPSULE_NAME))[0]
+    _jpeg_version = _jpeg.library_version()
+    return ""
+
+
+JPEG_FALLBACK_REASON = _load_jpeg()
+
+
 def jpeg_library_version():
     """The libjpeg-turbo version number the JPEG decoder in C links (e.g. 2001005), or 0
-    when this build decodes JPEG through simplejpeg."""
-    return fl_jpeg_library_version()
+    when JPEG decodes through simplejpeg (``JPEG_FALLBACK_REASON`` says why)."""
+    return _jpeg_version
 
 
 def jpeg_size(data):
@@ -125,8 +158,8 @@ cdef class ImageSource:
         self.owners = [decoder]
         self.source = fl_image_source_create(pipeline.p, channels, exact,
                                              name.encode("utf-8", "replace"), max_pixels,
-                                             max_file_bytes, _decode_jpeg, _decode_other,
-                                             <void *>decoder)
+                                             max_file_bytes, _jpeg_decode, _decode_jpeg,
+                                             _decode_other, <void *>decoder)
         if self.source == NULL:
             if channels not in (1, 3, 4):
                 raise ValueError(f"an image source decodes to 1, 3 or 4 channels, not {channels}")

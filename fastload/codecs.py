@@ -2,7 +2,7 @@
 
 JPEG decodes in C through libjpeg (only the rows and columns a crop reads, without the GIL)
 and QOI in C. This module holds the rest, called by the native image field with the GIL:
-simplejpeg for JPEG in a build without libjpeg (and for CMYK JPEGs), and Pillow for PNG,
+simplejpeg for JPEG where libjpeg is not there (and for CMYK JPEGs), and Pillow for PNG,
 BMP, GIF, WebP, TIFF and PNM. ``decoder_name()`` says which JPEG decoder a build uses.
 """
 
@@ -21,8 +21,9 @@ _SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N")
 
 
 def decoder_name() -> str:
-    """Which JPEG decoder this build runs on pool threads, e.g. ``"libjpeg-turbo 2.1.5"``,
-    or ``"simplejpeg"`` when fastload was built without libjpeg's headers."""
+    """Which JPEG decoder runs on pool threads, e.g. ``"libjpeg-turbo 2.1.5"``, or
+    ``"simplejpeg"`` when fastload was built without libjpeg's headers or its libjpeg
+    could not be loaded (``build_info()`` says which)."""
     version = _core.jpeg_library_version()
     if not version:
         return "simplejpeg"
@@ -33,8 +34,9 @@ def decoder_name() -> str:
 def build_info() -> dict[str, str]:
     """What this build decodes with: ``{"version", "jpeg_decoder", "other_formats"}``, e.g.
     ``jpeg_decoder: "libjpeg-turbo 2.1.5"`` (in C, the crop only, without the GIL) or
-    ``"simplejpeg"`` (a build without libjpeg's headers: the whole image, with the GIL
-    taken per call). Also ``python -m fastload info``."""
+    ``"simplejpeg (built without libjpeg's headers)"`` (the whole image, with the GIL taken
+    per call; the words in brackets say why, e.g. a libjpeg that could not be loaded).
+    Also ``python -m fastload info``."""
     from . import __version__
 
     try:
@@ -43,7 +45,10 @@ def build_info() -> dict[str, str]:
         other = f"Pillow {PIL.__version__} (PNG, BMP, GIF, WebP, TIFF, PNM; with the GIL)"
     except ImportError:
         other = "none: pip install pillow to decode PNG, BMP, GIF, WebP, TIFF and PNM"
-    return {"version": __version__, "jpeg_decoder": decoder_name(), "other_formats": other}
+    jpeg = decoder_name()
+    if _core.JPEG_FALLBACK_REASON:
+        jpeg = f"{jpeg} ({_core.JPEG_FALLBACK_REASON})"
+    return {"version": __version__, "jpeg_decoder": jpeg, "other_formats": other}
 
 
 def image_size(data: bytes | bytearray | memoryview) -> tuple[int, int]:

@@ -20,16 +20,16 @@ out=build/fuzz
 py=$PWD/.venv/bin/python
 mkdir -p "$out/crashes"
 
-# JPEG decodes in C only with libjpeg's headers; without them fl_jpeg_decode answers
-# "fall back" to everything and its target has nothing to do.
+# JPEG decodes in C (csrc/jpeg.c) only with libjpeg's headers; without them its target
+# has nothing to fuzz.
 jpeg=()
 if printf '#include <stdio.h>\n#include <jpeglib.h>\n' | clang -x c -E - >/dev/null 2>&1; then
-    jpeg=(-DFL_HAVE_LIBJPEG -ljpeg)
+    jpeg=(csrc/jpeg.c -ljpeg)
 fi
 
 build() {
     local target=$1 sources=(csrc/status.c csrc/pool.c csrc/engine.c csrc/imagesource.c csrc/image.c
-                             csrc/augment.c csrc/qoi.c csrc/jpeg.c)
+                             csrc/augment.c csrc/qoi.c)
     local binary=$out/$target newest
     newest=$(ls -t "fuzz/$target.c" csrc/*.c csrc/*.h | head -1)
     [ -x "$binary" ] && [ "$binary" -nt "$newest" ] && return

@@ -157,6 +157,19 @@ def test_convert_names_a_bad_file_and_skips_it_on_request(image_folder, tmp_path
     assert len(ds) == 6 and sorted(ds["label"].tolist()) == [0, 0, 0, 1, 1, 1]
 
 
+def test_version_prints_the_package_version_as_a_module():
+    out = subprocess.run(
+        [sys.executable, "-m", "fastload", "--version"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert out == f"fastload {fastload.__version__}\n"
+    assert fastload.__version__ == "0.2.0"
+
+
 def test_info_without_a_path_says_what_this_build_decodes_with(capsys):
     assert main(["info"]) == 0
     out = capsys.readouterr().out

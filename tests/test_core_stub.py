@@ -45,3 +45,20 @@ def test_the_stub_gives_each_function_the_parameters_of_the_compiled_one():
             compiled = inspect.signature(getattr(getattr(_core, cls), method.name))
             stubbed = [a.arg for a in method.args.args + method.args.kwonlyargs]
             assert list(compiled.parameters) == stubbed, f"{cls}.{method.name}"
+
+
+def test_the_libjpeg_module_stub_names_its_functions_where_it_is_built():
+    stub = ast.parse(STUB.with_name("_jpeg.pyi").read_text())
+    stubbed = {n.name for n in stub.body if isinstance(n, ast.FunctionDef)}
+    try:
+        from fastload import _jpeg
+    except ImportError:  # built without libjpeg: the core says so
+        assert _core.jpeg_library_version() == 0 and _core.JPEG_FALLBACK_REASON
+        return
+    public = {
+        name
+        for name, value in vars(_jpeg).items()
+        if not name.startswith("_") and not inspect.ismodule(value)
+    }
+    assert public == stubbed
+    assert _core.jpeg_library_version() == _jpeg.library_version() > 0

@@ -3,6 +3,9 @@ the JPEG crop-region decode against a full decode, every file format through Pil
 PIL itself, DecodeImage(exact=True), and errors for what cannot be decoded."""
 
 import io
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -162,9 +165,65 @@ def test_the_deprecated_name_still_decodes():
 
 def test_build_info_names_the_jpeg_decoder():
     info = fastload.build_info()
-    assert info["jpeg_decoder"] == codecs.decoder_name()
-    assert info["jpeg_decoder"].startswith(("libjpeg-turbo", "simplejpeg"))
+    assert info["jpeg_decoder"].startswith(codecs.decoder_name())
+    assert info["jpeg_decoder"].startswith(("libjpeg-turbo", "simplejpeg ("))
     assert info["other_formats"].startswith("Pillow")
+
+
+# A library of libjpeg's name that the dynamic loader finds first and cannot load, as when
+# the system's libjpeg is gone or broken: fastload._jpeg fails to load, fastload does not.
+UNLOADABLE_LIBJPEG = """
+import pathlib, sys
+import numpy as np, fastload
+from fastload import DataLoader, mapobs
+from fastload.transforms import Compose, DecodeImage, Resize
+
+folder = pathlib.Path(sys.argv[1])
+images = [(folder / f"{k}.jpg").read_bytes() for k in range(6)]
+chain = Compose([DecodeImage(exact=True), Resize((20, 24))])
+loader = DataLoader(mapobs(chain, images), batch_size=3, parallel=2, buffer=False)
+np.save(folder / "batches.npy", np.concatenate(list(loader)))
+print(fastload.build_info()["jpeg_decoder"])
+"""
+
+
+def test_import_works_and_jpeg_decodes_through_simplejpeg_when_libjpeg_cannot_be_loaded(
+    tmp_path,
+):
+    (tmp_path / "libjpeg.so.62").write_bytes(b"")  # found first, and not a library
+    images = [simplejpeg.encode_jpeg(natural_image(40, 48, seed=k), 90) for k in range(6)]
+    for k, data in enumerate(images):
+        (tmp_path / f"{k}.jpg").write_bytes(data)
+    run = subprocess.run(
+        [sys.executable, "-c", UNLOADABLE_LIBJPEG, str(tmp_path)],
+        env={**os.environ, "LD_LIBRARY_PATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    decoder = run.stdout.strip()
+    if NATIVE:
+        assert decoder.startswith("simplejpeg (libjpeg-turbo could not be loaded: ")
+        assert "libjpeg.so.62" in decoder
+    else:
+        assert decoder == "simplejpeg (built without libjpeg's headers)"
+    # The same pixels as this process decodes, in C where libjpeg is here.
+    chain = Compose([DecodeImage(exact=True), Resize((20, 24))])
+    expected = np.stack([chain(data) for data in images])
+    assert np.array_equal(np.load(tmp_path / "batches.npy"), expected)
+
+
+def test_a_build_without_the_libjpeg_module_decodes_through_simplejpeg_and_says_why():
+    # What an install from the sdist without libjpeg's headers has: no fastload._jpeg.
+    code = (
+        "import sys; sys.modules['fastload._jpeg'] = None\n"
+        "import fastload; print(fastload.build_info()['jpeg_decoder'])"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert run.stdout.strip() == "simplejpeg (built without libjpeg's headers)"
 
 
 # ---- other formats, through Pillow ----------------------------------------------------------
