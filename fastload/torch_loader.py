@@ -106,8 +106,10 @@ class DataLoader(Generic[T_co]):
     Raises ``ValueError`` (and ``TypeError`` for a ``multiprocessing_context`` of the wrong
     type) for the combinations PyTorch refuses. In worker processes, an exception in the
     dataset is raised in the caller with its original type and the worker's traceback in
-    its message; a worker that dies, or no batch within ``timeout`` seconds (0: no
-    limit), raises ``RuntimeError``.
+    its message (on the ``"process-ring"`` path it ends the epoch); a worker that dies, or
+    no batch within ``timeout`` seconds (0: no limit), raises ``RuntimeError``. On the
+    ``"process-ring"`` path, an observation whose structure, shape or dtype differs from
+    observation 0's raises ``fastload.LoadError``.
     """
 
     def __init__(
@@ -308,8 +310,10 @@ class DataLoader(Generic[T_co]):
         schedule = self._schedule(tasks, seed, None)
         if schedule is None:
             return iter(())
-        engine = self._ring_engine
+        engine = self._live_ring()
         if engine is None:
+            if self._ring_engine is not None:  # persistent workers, one of which died
+                self._ring_engine.close()
             setup = worker_setup(self.dataset, self.num_workers, seed, self.worker_init_fn)
             engine = Engine(
                 parallel=self.num_workers,
