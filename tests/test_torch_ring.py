@@ -423,6 +423,21 @@ def test_a_subset_of_a_python_dataset_takes_the_ring():
     assert [b[1].tolist() for b in loader] == [[7, 3], [9, 1]]
 
 
+class OtherKeys(tud.Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return {"a": i, "b": 1.0} if i < 5 else {"a": i, "c": 1.0}
+
+
+def test_an_observation_of_another_structure_raises_naming_it():
+    loader = DataLoader(OtherKeys(), batch_size=4, num_workers=2)
+    assert loader.path == "process-ring"
+    with pytest.raises(fastload.LoadError, match=r"observation 5.*members \['a', 'b'\]"):
+        list(loader)
+
+
 def test_shapes_that_differ_between_batches_raise_saying_what_to_do():
     loader = DataLoader(GrowingDataset(), batch_size=4, num_workers=2)
     assert loader.path == "process-ring"
