@@ -5,7 +5,7 @@ fastload's engine. Switching is one line::
 
 Each epoch the batches of indices are drawn as PyTorch draws them (its samplers, its
 batch sampler, the same draws from ``generator`` or the global generator), then loaded
-by one of three paths, which ``loader.path`` and ``loader.stats()["path"]`` name:
+by one of four paths, which ``loader.path`` and ``loader.stats()["path"]`` name:
 
 - ``"native"``: a container fastload loads without Python code (numpy arrays, CPU
   tensors, ``TensorDataset``, fastload's containers and views: ``fastload.files``,
