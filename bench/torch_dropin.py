@@ -9,8 +9,9 @@ uint8), two workers, medians of interleaved epochs (``common.compare``):
    parallel=2)``; the aim is at least 0.9x;
 2. over a PyTorch-style dataset (PIL open, convert, crop, resize and flip in
    ``__getitem__``, as ``jpeg.py`` writes it): ``fastload.torch.DataLoader(ds,
-   batch_size, shuffle=True, num_workers=2, persistent_workers=True)`` (worker
-   processes) against PyTorch's ``DataLoader`` with the same arguments; the aim is at
+   batch_size, shuffle=True, num_workers=2, persistent_workers=True)`` (fastload's worker
+   processes and shared-memory ring, the ``"process-ring"`` path) against PyTorch's
+   ``DataLoader`` with the same arguments; the aim is at
    least 0.95x, and less peak memory (the RSS of the process and its workers over one
    epoch, each measured in a fresh child process).
 
@@ -43,7 +44,7 @@ from fastload.transforms import Compose, DecodeImage, RandomHorizontalFlip, Rand
 SIZE = 224
 WORKERS = 2
 NATIVE, ENGINE = "fastload.torch.DataLoader", "fastload.DataLoader"
-DROPIN, TORCH = "fastload.torch.DataLoader (processes)", "torch DataLoader"
+DROPIN, TORCH = "fastload.torch.DataLoader (process-ring)", "torch DataLoader"
 
 
 def container(root):
@@ -182,6 +183,7 @@ def main():
     )
     print("2. a PyTorch-style dataset (PIL in __getitem__)")
     dropin, torch_loader = make(DROPIN, root, args.batch), make(TORCH, root, args.batch)
+    print(f"  path: {dropin.path}")
     candidates = {DROPIN: (epoch(dropin), args.n), TORCH: (epoch(torch_loader), args.n)}
     compare(candidates, args.repeats, TORCH)
     dropin.close()

@@ -82,6 +82,8 @@ def _check_options(
     prefetch: int | None,
     on_error: str,
     backend: str,
+    worker_init: Any,
+    timeout: float | None,
 ) -> None:
     if parallel is not False and not (
         parallel is True
@@ -98,6 +100,14 @@ def _check_options(
         raise ValueError(f"backend must be 'thread' or 'process', got {backend!r}")
     if backend == "process" and parallel is False:
         raise ValueError("backend='process' needs parallel=True or a number of workers")
+    if backend != "process" and (worker_init is not None or timeout is not None):
+        raise ValueError("worker_init and timeout act on worker processes: use backend='process'")
+    if worker_init is not None and not callable(worker_init):
+        raise TypeError(f"worker_init must be a callable of the worker id, got {worker_init!r}")
+    if timeout is not None and (
+        not isinstance(timeout, (Integral, float)) or isinstance(timeout, bool) or timeout <= 0
+    ):
+        raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
     if not isinstance(buffer, bool) or not isinstance(ordered, bool):
         raise TypeError(f"buffer and ordered must be True or False, got {buffer!r}, {ordered!r}")
 
@@ -112,8 +122,12 @@ class Engine:
     yield step ``k`` before ``k+1``. ``prefetch``: steps in flight. ``on_error``:
     "raise", or "skip" to drop failed observations from their batch.
     ``allocator(shape, dtype)`` makes the ring's arrays (np.empty by default; an
-    integration may allocate pinned memory instead). Raises ``ValueError`` for an
-    unknown option value.
+    integration may allocate pinned memory instead). With ``backend="process"``:
+    ``worker_init(worker_id)`` runs once in each worker process after it is forked (ids 0
+    to n - 1; step k is loaded by worker k mod n), where it may seed the worker's random
+    state; what it raises is raised by the iteration. ``timeout``: the most seconds to wait
+    for a step from the workers (``TimeoutError``; None: no limit). Raises ``ValueError``
+    for an unknown option value.
     """
 
     def __init__(
@@ -126,10 +140,12 @@ class Engine:
         on_error: OnError = "raise",
         backend: Backend = "thread",
         allocator: Allocator = np.empty,
+        worker_init: Callable[[int], None] | None = None,
+        timeout: float | None = None,
     ) -> None:
         if is_size(parallel) and parallel == 0:
             parallel = False  # no threads: the caller's (MLUtils' parallel=0)
-        _check_options(parallel, buffer, ordered, prefetch, on_error, backend)
+        _check_options(parallel, buffer, ordered, prefetch, on_error, backend, worker_init, timeout)
         self.parallel = parallel
         self.buffer = buffer
         self.ordered = ordered
@@ -148,13 +164,20 @@ class Engine:
         self._workers: WorkerPool | None = None
         if backend == "process":
             count = _core.default_pool_size() if parallel is True else int(parallel)
-            self._workers = WorkerPool(count)
+            self._workers = WorkerPool(count, worker_init, timeout)
 
     @property
     def ring(self):
         """The slots of the ring kept across iterations (each a list of destination arrays
         per leaf), or None before the first iteration and after ``close()``."""
         return None if self._ring is None else self._ring[1]
+
+    @property
+    def worker_processes(self) -> list[Any]:
+        """The worker processes (``multiprocessing.Process``, worker id k at k) while they
+        run; empty before the first iteration, after ``close()`` and without them."""
+        workers = self._workers
+        return list(workers.procs) if workers is not None and workers.procs else []
 
     def _parallel(self):
         """Pool threads that work for one iteration (0: the caller's thread)."""

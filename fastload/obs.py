@@ -353,5 +353,12 @@ def copy_into(buffer: Any, value: Any) -> Any:
             raise ValueError(
                 f"buffer with {len(buffer)} members does not fit an observation with {len(value)}"
             )
+        if isinstance(buffer, dict) and (
+            not isinstance(value, dict) or buffer.keys() != value.keys()
+        ):
+            keys = list(value) if isinstance(value, dict) else "positions"
+            raise ValueError(
+                f"buffer with members {list(buffer)} does not fit an observation with {keys}"
+            )
         return rebuild(buffer, [copy_into(buffer[key], value[key]) for key, _ in members(buffer)])
     return value

@@ -34,7 +34,12 @@ from .transforms import Compose
 from .tree import head, map_tree, rebuild, row, tree_leaves
 from .views import MappedObs, SlidingWindow, collate_batch, source_of
 
-__all__ = ["ItemPlan", "StepPlan", "make_plan"]
+__all__ = ["ItemPlan", "MisfitError", "StepPlan", "make_plan"]
+
+
+class MisfitError(ValueError):
+    """An observation that does not fit the batch buffers made for observation 0: another
+    shape, or another dtype."""
 
 
 def _custom_getobs(data):
@@ -369,7 +374,7 @@ class ItemPlan:
         except ValueError as error:
             if "does not fit" not in str(error):
                 raise
-            raise ValueError(_misfit(error, leaf, self.paths[field])) from None
+            raise MisfitError(_misfit(error, leaf, self.paths[field])) from None
 
     def assemble(self, dests, objects, n, keep=None):
         """The step's value from its slot: views of the first ``n`` rows (or row 0), with

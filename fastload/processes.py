@@ -4,9 +4,11 @@
 functions in a container work as written and the container is never pickled); each
 inherits the container and the ring once, when it starts, and keeps them across epochs.
 Per epoch a worker receives the schedule (``workers.py`` builds the same plan from it),
-per job a step number and a slot. It fills the slot in place; only observations that are
-not arrays (a plan's "object" leaves) travel back pickled. The engine's delivery loop
-(``_core.Iteration``) calls ``next(release)`` of the per-iteration ``_Transport``.
+per job a step number and a slot: step k goes to worker k mod n, so that what a worker
+draws from its own random state does not depend on timing. It fills the slot in place;
+only observations that are not arrays (a plan's "object" leaves) travel back pickled.
+The engine's delivery loop (``_core.Iteration``) calls ``next(release)`` of the
+per-iteration ``_Transport``.
 
 The ring is one anonymous shared mapping (``mmap`` MAP_SHARED) made before the fork: it
 never has a name in ``/dev/shm``, so nothing is left behind whatever ends the run (a
@@ -20,10 +22,16 @@ Concurrency invariants (kept by the consumer):
 - the word at the head of the mapping holds the live generation: a worker abandons a
   job of another generation between items, so stopping an iteration is prompt;
 - every wait is a timed wait on the pipes and the process sentinels together: a worker
-  that dies raises in the consumer at once, and Ctrl-C always gets through.
+  that dies raises in the consumer at once, Ctrl-C always gets through, and a step that
+  does not come within ``timeout`` raises ``TimeoutError``.
+
+A worker runs ``init(worker_id)`` (when given) once, after the fork and before any job:
+where a caller seeds a worker's random state or sets what its code reads. What ``init``
+raises is raised in the consumer at its next step, as the worker raised it.
 """
 
 import collections
+import itertools
 import mmap
 import multiprocessing
 import multiprocessing.connection
@@ -40,6 +48,7 @@ import numpy as np
 from .workers import WorkerError, carve_ring, worker_main
 
 __all__ = [
+    "WorkerDied",
     "WorkerError",
     "WorkerPool",
     "death_message",
@@ -97,6 +106,16 @@ def shutdown_workers(procs, conns, graceful, parent=None):
         conn.close()
 
 
+class WorkerDied(RuntimeError):
+    """A worker process ended while the consumer waited on it: ``pid`` and ``exitcode``
+    (negative: the signal that killed it) say which and how."""
+
+    def __init__(self, message, pid, exitcode):
+        super().__init__(message)
+        self.pid = pid
+        self.exitcode = exitcode
+
+
 def death_message(proc):
     code = proc.exitcode
     if code is not None and code < 0:
@@ -115,7 +134,11 @@ class WorkerPool:
     The workers are forked at the first iteration and hold the container from then on:
     changes made to it later are not seen (``close()`` restarts them at the next
     iteration). Needs the 'fork' start method (Linux). A worker that dies makes the
-    consumer raise ``RuntimeError`` naming the process.
+    consumer raise ``WorkerDied`` (a ``RuntimeError``) naming the process.
+
+    ``init(worker_id)``, when given, runs once in each worker after it is forked (ids
+    0 to count - 1); it is never pickled (workers are forked), so a closure will do.
+    ``timeout``: the most seconds to wait for a step (None: no limit).
     """
 
     # Set when the workers are forked (``ring``), None before and after ``stop``.
@@ -125,7 +148,7 @@ class WorkerPool:
     control: Any
     _finalizer: Any
 
-    def __init__(self, count):
+    def __init__(self, count, init=None, timeout=None):
         if not isinstance(count, Integral) or count < 1:
             raise ValueError(
                 f"the process backend needs a positive number of workers, got {count!r}"
@@ -136,6 +159,7 @@ class WorkerPool:
                 "use the thread backend on this platform"
             )
         self.count = int(count)
+        self.init, self.timeout = init, timeout
         self.gen = 0
         self.procs = self.conns = self.slots = self.control = None
         self.root = self.key = self._finalizer = None
@@ -159,11 +183,12 @@ class WorkerPool:
         slots, _ = carve_ring(mapping, plan, count)
         control = np.frombuffer(mapping, np.int64, 1, 0)
         control[0] = 0
+        ids = itertools.count()  # fork_workers asks for the arguments of worker 0, 1, ...
         procs, conns = fork_workers(
             self.count,
             worker_main,
             "fastload-worker",
-            lambda theirs, others: (theirs, data, slots, control, others),
+            lambda theirs, others: (theirs, data, slots, control, others, next(ids), self.init),
         )
         self.procs, self.conns = procs, conns
         self._finalizer = weakref.finalize(
@@ -210,9 +235,11 @@ class WorkerPool:
         proc.join(1.0)
         message = death_message(proc)
         self.stop(graceful=False)
-        raise RuntimeError(
+        raise WorkerDied(
             f"{message}; the iteration cannot continue (a worker killed "
-            f"for memory is a common cause)"
+            f"for memory is a common cause)",
+            proc.pid,
+            proc.exitcode,
         )
 
     def drain(self):
@@ -287,7 +314,7 @@ class _Transport:
             self.free.append(release)
         self._check()
         while self.next_step < self.total and self.free:
-            worker = min(range(pool.count), key=pool.outstanding.__getitem__)
+            worker = self.next_step % pool.count
             slot = self.free.popleft()
             pool.send(worker, ("job", self.gen, self.next_step, slot))
             pool.outstanding[worker] += 1
@@ -309,13 +336,18 @@ class _Transport:
             )
 
     def _wait(self):
-        """The step to deliver next, once its reply arrived."""
+        """The step to deliver next, once its reply arrived; ``TimeoutError`` when none
+        came within the pool's ``timeout``."""
+        timeout = self.pool.timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             self._check()
             if self.ordered and self.expected in self.arrived:
                 return self.expected
             if not self.ordered and self.arrived:
                 return next(iter(self.arrived))
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"no step came from the worker processes in {timeout} s")
             for _, reply in self.pool.receive():
                 if reply[1] == self.gen and reply[2] in self.inflight:
                     self.arrived[reply[2]] = reply
@@ -328,6 +360,9 @@ class _Transport:
             if index is None:
                 raise RuntimeError(f"a worker could not plan the steps: {message}") from cause
             return 0, (step, field, index, message, cause), None, None
+        if kind == "init-error":
+            _, _, _, _message, text, chain = reply
+            raise remote_error(text, chain)  # as init raised it, the worker's text its cause
         if kind == "cancelled":
             raise RuntimeError(f"step {step} was cancelled")
         rows, objects, keep, skipped = reply[3:]

@@ -5,7 +5,7 @@ fastload's engine. Switching is one line::
 
 Each epoch the batches of indices are drawn as PyTorch draws them (its samplers, its
 batch sampler, the same draws from ``generator`` or the global generator), then loaded
-by one of three paths, which ``loader.path`` and ``loader.stats()["path"]`` name:
+by one of four paths, which ``loader.path`` and ``loader.stats()["path"]`` name:
 
 - ``"native"``: a container fastload loads without Python code (numpy arrays, CPU
   tensors, ``TensorDataset``, fastload's containers and views: ``fastload.files``,
@@ -15,8 +15,12 @@ by one of three paths, which ``loader.path`` and ``loader.stats()["path"]`` name
   engine, which loads them on ``num_workers`` native threads without the GIL (0: in the
   caller's thread). A plain tuple, list or dict is a sequence of observations, as in
   PyTorch (``obsview`` makes a tuple of containers one container);
+- ``"process-ring"``: a Python map-style dataset with ``num_workers > 0``, the default
+  ``collate_fn``, batches from a batch sampler with a length, and observations of arrays,
+  tensors and numbers (``torch_ring.py``): fastload's worker processes fill a
+  shared-memory ring in place, under PyTorch's worker contract;
 - ``"process"``: any other dataset with ``num_workers > 0``: worker processes under
-  PyTorch's worker contract (``torch_workers.py``);
+  PyTorch's worker contract, batches through multiprocessing queues (``torch_workers.py``);
 - ``"inline"``: any other dataset with ``num_workers=0``: fetched in the caller's process.
 
 Batches are what ``default_collate`` makes (tensors; tuples as lists, dicts and
@@ -43,7 +47,8 @@ from .plan import make_plan
 from .schedule import Schedule
 from .torch_batches import Counts, Delivered, Mapped, as_collated
 from .torch_options import check_counts, check_worker_count, context_of, prefetch_of, samplers
-from .torch_workers import Fetcher, WorkerIteration, WorkerPool, base_seed
+from .torch_ring import FirstKnown, RingBatches, fits_ring, per_item, probe_first
+from .torch_workers import Fetcher, WorkerIteration, WorkerPool, base_seed, worker_setup
 from .views import ObsView
 
 __all__ = ["DataLoader"]
@@ -101,8 +106,10 @@ class DataLoader(Generic[T_co]):
     Raises ``ValueError`` (and ``TypeError`` for a ``multiprocessing_context`` of the wrong
     type) for the combinations PyTorch refuses. In worker processes, an exception in the
     dataset is raised in the caller with its original type and the worker's traceback in
-    its message; a worker that dies, or no batch within ``timeout`` seconds (0: no
-    limit), raises ``RuntimeError``.
+    its message (on the ``"process-ring"`` path it ends the epoch); a worker that dies, or
+    no batch within ``timeout`` seconds (0: no limit), raises ``RuntimeError``. On the
+    ``"process-ring"`` path, an observation whose structure, shape or dtype differs from
+    observation 0's raises ``fastload.LoadError``.
     """
 
     def __init__(
@@ -156,6 +163,8 @@ class DataLoader(Generic[T_co]):
         self._native = self._native_data()
         self._engine: Engine | None = None
         self._pool: WorkerPool | None = None
+        self._ring: FirstKnown | bool | None = None  # None: not decided yet; False: no ring
+        self._ring_engine: Engine | None = None  # with persistent workers
         self._counts = Counts()
         self._IterableDataset_len_called: int | None = None
         check_worker_count(num_workers)
@@ -179,11 +188,45 @@ class DataLoader(Generic[T_co]):
     @property
     def path(self) -> str:
         """How batches are loaded: ``"native"`` (fastload's engine, native threads),
-        ``"process"`` (worker processes, PyTorch's contract) or ``"inline"`` (the
-        caller's process)."""
+        ``"process-ring"`` (fastload's worker processes and shared-memory ring, PyTorch's
+        contract), ``"process"`` (worker processes, PyTorch's contract, batches through
+        queues) or ``"inline"`` (the caller's process). The first time it is asked (or the
+        loader iterated), a ``"process-ring"`` candidate's observation 0 is read in a
+        forked process."""
         if self._native is not None:
             return "native"
-        return "process" if self.num_workers > 0 else "inline"
+        if self.num_workers == 0:
+            return "inline"
+        return "process-ring" if self._ring_data() is not None else "process"
+
+    def _ring_data(self) -> FirstKnown | None:
+        """What the ring path loads (the dataset with its observation 0), or None when the
+        dataset takes the queue-based path; decided once."""
+        if self._ring is None:
+            probed = self._probed() if self._ring_candidate() else None
+            self._ring = probed if probed is not None else False
+        return self._ring if isinstance(self._ring, FirstKnown) else None
+
+    def _ring_candidate(self) -> bool:
+        """What the arguments and the dataset's type allow: PyTorch's default batching of
+        a map-style dataset item by item, in forked workers."""
+        context = self.multiprocessing_context
+        return (
+            self.num_workers > 0
+            and not self._iterable
+            and self._default_collate
+            and self._auto_collation
+            and _has_len(self._index_sampler)
+            and "fork" in multiprocessing.get_all_start_methods()
+            and (context is None or context.get_start_method() == "fork")
+            and per_item(self.dataset)
+            and _has_len(self.dataset)
+            and len(self.dataset) > 0
+        )
+
+    def _probed(self) -> FirstKnown | None:
+        read, first = probe_first(self.dataset)
+        return FirstKnown(self.dataset, first) if read and fits_ring(first) else None
 
     def _native_data(self) -> Any:
         if self._iterable or not self._default_collate or self.worker_init_fn is not None:
@@ -209,12 +252,14 @@ class DataLoader(Generic[T_co]):
         tasks = self._tasks()
         # Drawn after the sampler's iterator is made, as PyTorch does (persistent workers
         # keep their first epoch's seed), so seeded scripts draw the same orders.
-        reused = self._live_pool() is not None
+        reused = self._live_pool() is not None or self._live_ring() is not None
         seed = 0 if reused else base_seed(self.generator)
         if self._native is not None:
             batches = self._native_batches(tasks, seed)
         elif self.num_workers == 0:
             batches = self._inline_batches(tasks)
+        elif self._ring_data() is not None:
+            batches = self._ring_batches(tasks, seed)
         else:
             batches = self._worker_batches(tasks, seed)
         return self._delivered(batches)
@@ -224,19 +269,28 @@ class DataLoader(Generic[T_co]):
             return iter(lambda: None, 0)  # no indices: the workers iterate the dataset
         return iter(self._index_sampler)
 
-    def _native_batches(self, tasks: Iterator[Any], seed: int) -> Iterator[Any]:
+    def _schedule(
+        self, tasks: Iterator[Any], seed: int, positions: npt.NDArray[np.int64] | None
+    ) -> Schedule | None:
+        """The batch sampler's batches of one epoch, drawn whole, as one schedule (None:
+        no batches); ``positions`` maps the sampler's indices to the container's."""
         steps = [np.asarray(list(batch), dtype=np.int64) for batch in tasks]
         sizes = np.array([len(step) for step in steps], dtype=np.int64)
         if not len(steps):
-            return iter(())
+            return None
         if sizes.min() == 0:
             empty = int(np.argmin(sizes))
             raise ValueError(f"the batch sampler gave an empty batch (batch {empty})")
         order = np.concatenate(steps)
-        if self._positions is not None:
-            order = self._positions[order]
+        if positions is not None:
+            order = positions[order]
         bounds = np.concatenate([[0], np.cumsum(sizes)])
-        schedule = Schedule(order, int(sizes.max()), bounds=bounds, seed=seed & (2**63 - 1))
+        return Schedule(order, int(sizes.max()), bounds=bounds, seed=seed & (2**63 - 1))
+
+    def _native_batches(self, tasks: Iterator[Any], seed: int) -> Iterator[Any]:
+        schedule = self._schedule(tasks, seed, self._positions)
+        if schedule is None:
+            return iter(())
         if self._engine is None:
             # PyTorch's prefetch_factor when given; else the engine sizes its own ring.
             workers, factor = self.num_workers, self._prefetch_given
@@ -245,6 +299,38 @@ class DataLoader(Generic[T_co]):
                 parallel=workers or False, prefetch=prefetch, ordered=self.in_order
             )
         return Mapped(as_collated, self._engine.iterate(self._native, schedule))
+
+    def _live_ring(self) -> Engine | None:
+        """The persistent workers of the ring path, while they run."""
+        engine = self._ring_engine
+        return engine if engine is not None and engine.worker_processes else None
+
+    def _ring_batches(self, tasks: Iterator[Any], seed: int) -> Iterator[Any]:
+        data = self._ring_data()
+        schedule = self._schedule(tasks, seed, None)
+        if schedule is None:
+            return iter(())
+        engine = self._live_ring()
+        if engine is None:
+            if self._ring_engine is not None:  # persistent workers, one of which died
+                self._ring_engine.close()
+            setup = worker_setup(self.dataset, self.num_workers, seed, self.worker_init_fn)
+            engine = Engine(
+                parallel=self.num_workers,
+                backend="process",
+                prefetch=max(1, (self.prefetch_factor or 1) * self.num_workers),
+                ordered=self.in_order,
+                worker_init=setup,
+                timeout=self.timeout or None,
+            )
+            if self.persistent_workers:
+                self._ring_engine = engine
+                weakref.finalize(self, engine.close)
+        on_end = (lambda: None) if self.persistent_workers else engine.close
+        batches = RingBatches(engine.iterate(data, schedule), engine, self.timeout, on_end)
+        if not self.persistent_workers:
+            weakref.finalize(batches, engine.close)  # an epoch left before its end
+        return batches
 
     def _inline_batches(self, tasks: Iterator[Any]) -> Iterator[Any]:
         fetch = Fetcher(
@@ -292,6 +378,8 @@ class DataLoader(Generic[T_co]):
         delivered = Delivered(batches, self._counts, self._pins())
         if isinstance(batches, WorkerIteration):
             delivered._workers = list(batches.pool.procs)
+        elif isinstance(batches, RingBatches):
+            delivered._workers = batches.engine.worker_processes
         if self._iterable:
             delivered.expected = self._IterableDataset_len_called
             delivered.what = f"IterableDataset {self.dataset}"
@@ -321,6 +409,9 @@ class DataLoader(Generic[T_co]):
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
+        ring, self._ring_engine = self._ring_engine, None
+        if ring is not None:
+            ring.close()
         if self._engine is not None:
             self._engine.close()
 

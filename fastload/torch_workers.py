@@ -38,7 +38,15 @@ import numpy as np
 import torch
 import torch.utils.data
 
-__all__ = ["Fetcher", "WorkerIteration", "WorkerPool", "base_seed"]
+__all__ = [
+    "Fetcher",
+    "WorkerIteration",
+    "WorkerPool",
+    "base_seed",
+    "death",
+    "rebuilt",
+    "worker_setup",
+]
 
 _POLL_S = 0.1  # one timed wait on a queue: how soon a dead worker or parent is seen
 _JOIN_S = 5.0  # time given to a worker to stop before it is terminated
@@ -107,15 +115,18 @@ class _Failure:
             self.type = None  # a local class: re-raised as RuntimeError
 
     def reraise(self) -> None:
-        exc_type = self.type or RuntimeError
-        message = self.message
-        if exc_type is KeyError:
-            message = _KeyErrorMessage(message)
-        try:
-            exc = exc_type(message)
-        except TypeError:  # an exception type that wants other arguments
-            exc = RuntimeError(message)
-        raise exc
+        raise rebuilt(self.type or RuntimeError, self.message)
+
+
+def rebuilt(exc_type: type[BaseException], message: str) -> BaseException:
+    """An exception of ``exc_type`` carrying ``message`` (a worker's traceback text), as
+    PyTorch re-raises a worker's; ``RuntimeError`` for a type that wants other arguments."""
+    if exc_type is KeyError:
+        message = _KeyErrorMessage(message)
+    try:
+        return exc_type(message)
+    except TypeError:
+        return RuntimeError(message)
 
 
 class _KeyErrorMessage(str):
@@ -142,6 +153,32 @@ def _set_worker_info(**info: Any) -> None:
     worker._worker_info = worker.WorkerInfo(**info)
 
 
+def _enter_worker(dataset: Any, worker_id: int, num_workers: int, seed: int) -> None:
+    """What PyTorch sets in a worker before ``worker_init_fn``: one thread for torch, the
+    seeds, the worker info."""
+    torch.set_num_threads(1)
+    _seed_worker(seed, worker_id)
+    _set_worker_info(id=worker_id, num_workers=num_workers, seed=seed, dataset=dataset)
+
+
+def worker_setup(
+    dataset: Any,
+    num_workers: int,
+    base: int,
+    worker_init_fn: Callable[[int], None] | None,
+) -> Callable[[int], None]:
+    """``setup(worker_id)``, run once in each of fastload's worker processes (the engine's
+    ``worker_init``): the worker is seeded with ``base + worker_id`` and its
+    ``get_worker_info()`` set as in PyTorch's, then ``worker_init_fn(worker_id)`` runs."""
+
+    def setup(worker_id: int) -> None:
+        _enter_worker(dataset, worker_id, num_workers, base + worker_id)
+        if worker_init_fn is not None:
+            worker_init_fn(worker_id)
+
+    return setup
+
+
 def _worker_main(
     dataset: Any,
     spec: dict[str, Any],
@@ -154,10 +191,7 @@ def _worker_main(
     """A worker's life: seed, set the worker info, ``worker_init_fn``, then one reply per
     task until told to stop (None) or the parent is gone."""
     try:
-        torch.set_num_threads(1)
-        _seed_worker(seed, worker_id)
-        num_workers = spec["num_workers"]
-        _set_worker_info(id=worker_id, num_workers=num_workers, seed=seed, dataset=dataset)
+        _enter_worker(dataset, worker_id, spec["num_workers"], seed)
         where = f"in DataLoader worker process {worker_id}"
         failure = None
         try:
@@ -225,7 +259,9 @@ def _packed(gen: int, number: int, reply: Any, where: str) -> bytes:
         return bytes(ForkingPickler.dumps((gen, number, _Failure(exc, where))))
 
 
-def _death(proc: Any) -> str:
+def death(proc: Any) -> str:
+    """How a worker process ended, in PyTorch's words (``proc``: anything with ``pid`` and
+    ``exitcode``)."""
     code = proc.exitcode
     if code is not None and code < 0:
         try:
@@ -267,7 +303,7 @@ class WorkerPool:
         """Raise ``RuntimeError`` naming the workers that died, and how."""
         dead = [p for p in self.procs if not p.is_alive()]
         if dead:
-            how = "; ".join(_death(p) for p in dead)
+            how = "; ".join(death(p) for p in dead)
             self.close()
             raise RuntimeError(
                 f"{how}: a crash in the dataset's code (a segmentation fault, an abort), "

@@ -80,6 +80,17 @@ class _Worker:
         self.gen = None
         self.plan: Any = None
         self.setup_error = None
+        self.init_error = None  # what ``init`` raised: every job fails with it
+
+    def start(self, worker_id, init):
+        """Run ``init(worker_id)`` once, before any job; what it raises is kept for the
+        replies, so that the consumer raises it."""
+        if init is None:
+            return
+        try:
+            init(worker_id)
+        except Exception as exc:
+            self.init_error = exc
 
     def serve(self):
         parent = os.getppid()
@@ -133,6 +144,8 @@ class _Worker:
     def _job(self, gen, step, slot):
         if gen != self.gen or self.control[0] != gen:
             return ("cancelled", gen, step)
+        if self.init_error is not None:
+            return ("init-error", gen, step) + describe_error(self.init_error)
         if self.setup_error is not None:
             return ("error", gen, step, None, None, None) + describe_error(self.setup_error)
         plan = self.plan
@@ -166,10 +179,14 @@ class _Worker:
         return ("done", gen, step, len(idx), objects, keep, self.stats.skipped - skipped_before)
 
 
-def worker_main(conn, root, ring, control, others):
+def worker_main(conn, root, ring, control, others, worker_id=0, init=None):
+    """A worker's life: ``init(worker_id)`` once (when given), then jobs until told to
+    stop or the consumer is gone."""
     # Ctrl-C in a terminal reaches the whole process group: the consumer handles it and
     # stops the workers; a worker killed by it would only turn it into a second error.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for other in others:
         other.close()  # so that a worker sees EOF when the consumer's end closes
-    _Worker(conn, root, ring, control).serve()
+    worker = _Worker(conn, root, ring, control)
+    worker.start(worker_id, init)
+    worker.serve()

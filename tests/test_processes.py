@@ -393,3 +393,80 @@ def test_workers_exit_quietly_when_the_consumer_dies():
     )
     assert result.returncode == 0
     assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr
+
+
+# -- worker_init, step turns, timeout ------------------------------------------------------
+
+
+def _who(v):
+    """The worker that loads ``v``, what its init left and its first random draw."""
+    return np.array([_worker_state["id"], _worker_state["draw"], int(v[0])])
+
+
+_worker_state = {"id": -1, "draw": -1}
+
+
+def _init_worker(worker_id):
+    rng = np.random.default_rng(worker_id)
+    _worker_state.update(id=worker_id, draw=int(rng.integers(1000)))
+
+
+def test_worker_init_runs_once_in_each_worker_and_steps_go_in_turn(shm_clean):
+    data = mapobs(_who, np.arange(24)[:, None])
+    engine = process_engine(3, buffer=False, worker_init=_init_worker)
+    try:
+        with deadline(30):
+            for _ in range(2):  # the same workers, initialised once, over two epochs
+                steps = _run(engine, _steps(data, 24, batch_size=4, shuffle=False))
+                for k, step in enumerate(steps):
+                    draw = int(np.random.default_rng(k % 3).integers(1000))
+                    assert step[:, 0].tolist() == [k % 3] * 4
+                    assert step[:, 1].tolist() == [draw] * 4
+                    assert step[:, 2].tolist() == list(range(4 * k, 4 * k + 4))
+    finally:
+        engine.close()
+
+
+def _broken_init(worker_id):
+    raise KeyError(f"worker {worker_id} has no key")
+
+
+def test_an_error_in_worker_init_is_raised_as_it_was_raised(shm_clean):
+    engine = process_engine(2, worker_init=_broken_init)
+    try:
+        with deadline(30), pytest.raises(KeyError, match="worker 0 has no key") as info:
+            _run(engine, _steps(mapobs(_double, np.arange(10.0)), 10))
+        assert isinstance(info.value.__cause__, WorkerError)  # the worker's traceback
+        assert "_broken_init" in str(info.value.__cause__)
+    finally:
+        engine.close()
+
+
+def _sleepy(v):
+    time.sleep(5)
+    return v
+
+
+def test_a_step_later_than_the_timeout_raises_timeout_error(shm_clean):
+    engine = process_engine(2, timeout=0.5)
+    try:
+        with deadline(30), pytest.raises(TimeoutError, match="in 0.5 s"):
+            _run(engine, _steps(mapobs(_sleepy, np.arange(4.0)), 4, batch_size=1))
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"backend": "thread", "worker_init": _init_worker},
+        {"backend": "thread", "timeout": 1.0},
+        {"backend": "process", "timeout": 0},
+        {"backend": "process", "timeout": True},
+    ],
+)
+def test_worker_options_are_checked(bad):
+    with pytest.raises(ValueError):
+        Engine(parallel=2, **bad)
+    with pytest.raises(TypeError, match="worker_init must be a callable"):
+        Engine(parallel=2, backend="process", worker_init=3)  # type: ignore[arg-type]

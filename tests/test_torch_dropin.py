@@ -1372,10 +1372,12 @@ def test_path_of_each_kind_of_dataset():
     x = np.zeros((8, 3), np.float32)
     assert DataLoader(x, batch_size=2).path == "native"
     assert DataLoader(fastload.mapobs(lambda v: v, x), batch_size=2).path == "inline"
-    assert DataLoader(CountingDataset(8), batch_size=2, num_workers=2).path == "process"
+    assert DataLoader(CountingDataset(8), batch_size=2, num_workers=2).path == "process-ring"
+    assert DataLoader(StringDataset(), batch_size=2, num_workers=2).path == "process"
+    assert DataLoader(CountingDataset(8), batch_size=2).path == "inline"
     assert DataLoader(CountingIterableDataset(8), batch_size=2).path == "inline"
     loader = DataLoader(x, batch_size=2, worker_init_fn=init_fn, num_workers=1)
-    assert loader.path == "process"  # a worker_init_fn needs worker processes
+    assert loader.path == "process-ring"  # a worker_init_fn needs worker processes
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
@@ -1460,7 +1462,7 @@ def test_stats_count_batches_and_name_the_path():
     loader = DataLoader(CountingDataset(10), batch_size=4, num_workers=2)
     list(loader)
     stats = loader.stats()
-    assert stats["batches"] == 3 and stats["items"] == 10 and stats["path"] == "process"
+    assert stats["batches"] == 3 and stats["items"] == 10 and stats["path"] == "process-ring"
 
 
 # -- other cases of PyTorch's file ------------------------------------------------------
