@@ -3,6 +3,7 @@
 
 #include "augment.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -352,9 +353,11 @@ void fl_center_crop_params(int h, int w, int th, int tw, int *y, int *x) {
 }
 
 int fl_random_crop_params(fl_rng *rng, int h, int w, int th, int tw, int padding, int *y, int *x) {
-    int ph = h + 2 * padding, pw = w + 2 * padding;
-    if (th <= 0 || tw <= 0 || padding < 0) return FL_EINVAL;
+    if (th <= 0 || tw <= 0 || padding < 0 || h < 0 || w < 0) return FL_EINVAL;
+    /* In 64 bits: a padding near INT_MAX must not overflow before it is compared. */
+    int64_t ph = (int64_t)h + 2 * (int64_t)padding, pw = (int64_t)w + 2 * (int64_t)padding;
     if (ph < th || pw < tw) return FL_ETOOSMALL;
+    if (ph > INT_MAX || pw > INT_MAX) return FL_ELIMIT;
     *y = (int)fl_rng_below(rng, (uint64_t)(ph - th + 1)) - padding;
     *x = (int)fl_rng_below(rng, (uint64_t)(pw - tw + 1)) - padding;
     return FL_OK;

@@ -184,6 +184,9 @@ def rrc_params(int h, int w, scale, ratio, uint64_t seed=0, uint64_t epoch=0,
 def center_crop_params(int h, int w, int th, int tw):
     """CenterCrop's (y, x) offset; negative when the image is smaller (zero padding)."""
     cdef int y, x
+    if h < 1 or w < 1 or th < 1 or tw < 1:
+        raise ValueError(f"center_crop_params: a {th} x {tw} crop of a {h} x {w} image: "
+                         "sizes are at least 1")
     fl_center_crop_params(h, w, th, tw, &y, &x)
     return y, x
 
@@ -321,6 +324,8 @@ def mixup_(cnp.ndarray batch not None, double lam):
     by one: x[i] = lam * x[i] + (1 - lam) * x[i - 1]. Returns batch."""
     cdef int dtype = _batch_dtype(batch)
     _finite(lam, "mixup: lam")
+    if not 0 <= lam <= 1:
+        raise ValueError(f"mixup: lam must be in [0, 1] (a convex mix), got {lam}")
     if batch.ndim == 0:
         raise ValueError("mixup: the batch must have an axis of items, got a 0-D array")
     cdef int n = <int>batch.shape[0]

@@ -44,12 +44,26 @@ def run(expressions, timeout_s=120):
             text=True,
             timeout=timeout_s,
             cwd=PACKAGE_ROOT,
-            env={**os.environ, "PYTHONPATH": path},
+            env={**os.environ, "PYTHONPATH": path, **_sanitizer_cap()},
         )
     except subprocess.TimeoutExpired as exc:
         stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
         return "hung", _last_started(stdout), stdout
     return done.returncode, _last_started(done.stdout), done.stdout + done.stderr
+
+
+def _under_asan():
+    return "libasan" in os.environ.get("LD_PRELOAD", "")
+
+
+def _sanitizer_cap():
+    """Under AddressSanitizer (``make sanitize``) the memory cap is ASan's own: its shadow
+    memory reserves far more address space than any RLIMIT_AS would let it map."""
+    if not _under_asan():
+        return {}
+    options = os.environ.get("ASAN_OPTIONS", "")
+    cap = f"allocator_may_return_null=1:max_allocation_size_mb={MEMORY_CAP_BYTES >> 20}"
+    return {"ASAN_OPTIONS": f"{options}:{cap}" if options else cap}
 
 
 def _last_started(stdout):
@@ -219,7 +233,8 @@ NAMESPACE = {
 
 
 def main():
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP_BYTES, MEMORY_CAP_BYTES))
+    if not _under_asan():
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP_BYTES, MEMORY_CAP_BYTES))
     calls = json.load(sys.stdin)
     out = sys.stdout
     for i, call in enumerate(calls):

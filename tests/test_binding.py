@@ -262,3 +262,19 @@ def test_nan_parameters_are_refused_before_c_turns_them_into_pixels(make, match)
     # when the first image ran.
     with pytest.raises(ValueError, match=match):
         make()
+
+
+def test_sizes_and_mixes_that_c_arithmetic_cannot_hold_are_refused():
+    # Each of these overflowed an int (or a uint8) inside C, undefined behaviour that
+    # UBSan reports and that gave offsets or pixels of no meaning.
+    with pytest.raises(ValueError, match="sizes are at least 1"):
+        _core.center_crop_params(25, 14, -(2**31), 24)
+    with pytest.raises(ValueError, match="random_crop_params"):
+        _core.random_crop_params(30, 2**31 - 1, 35, 15, -(2**31))
+    with pytest.raises(ValueError, match="random_crop_params"):
+        _core.random_crop_params(30, 30, 35, 15, 2**30)
+    batch = np.zeros((4, 2, 2, 3), np.uint8)
+    for lam in (-0.5, 1.5, 2.0**63):
+        with pytest.raises(ValueError, match=r"lam must be in \[0, 1\]"):
+            _core.mixup_(batch, lam)
+    assert _core.random_crop_params(30, 30, 35, 15, 4) is not None
