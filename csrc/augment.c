@@ -433,13 +433,18 @@ double fl_cutmix_params(double alpha, uint64_t seed, uint64_t epoch, uint64_t st
 
 double fl_cutmix_box(double lam, int cy, int cx, int h, int w, fl_rect *box) {
     double r = 0.5 * sqrt(1.0 - lam);
-    int half_w = (int)(r * w), half_h = (int)(r * h);
-    int x0 = imax(cx - half_w, 0), y0 = imax(cy - half_h, 0);
-    int x1 = imin(cx + half_w, w), y1 = imin(cy + half_h, h);
-    box->y = y0;
-    box->x = x0;
-    box->h = y1 - y0;
-    box->w = x1 - x0;
+    /* In 64 bits: a centre plus a half side can pass INT_MAX before it is clamped. */
+    int64_t half_w = (int64_t)(r * w), half_h = (int64_t)(r * h);
+    int64_t x0 = (int64_t)cx - half_w, y0 = (int64_t)cy - half_h;
+    int64_t x1 = (int64_t)cx + half_w, y1 = (int64_t)cy + half_h;
+    x0 = x0 < 0 ? 0 : x0;
+    y0 = y0 < 0 ? 0 : y0;
+    x1 = x1 > w ? w : x1;
+    y1 = y1 > h ? h : y1;
+    box->y = (int)y0;
+    box->x = (int)x0;
+    box->h = (int)(y1 - y0);
+    box->w = (int)(x1 - x0);
     return 1.0 - (double)box->h * box->w / ((double)h * w);
 }
 

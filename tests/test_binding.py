@@ -278,3 +278,11 @@ def test_sizes_and_mixes_that_c_arithmetic_cannot_hold_are_refused():
         with pytest.raises(ValueError, match=r"lam must be in \[0, 1\]"):
             _core.mixup_(batch, lam)
     assert _core.random_crop_params(30, 30, 35, 15, 4) is not None
+
+
+def test_a_cutmix_box_near_the_int_limit_is_clamped_to_the_image():
+    # The centre plus half a side passed INT_MAX inside C before it was clamped.
+    lam, (y, x, h, w) = _core.cutmix_params(0.8, 12, 34, 38, 2**31 - 1, 26)
+    assert 0 <= y and 0 <= x and 0 <= h and 0 <= w
+    assert y + h <= 2**31 - 1 and x + w <= 26
+    assert 0 <= lam <= 1
