@@ -12,8 +12,10 @@ uint8), two workers, medians of interleaved epochs (``common.compare``):
    batch_size, shuffle=True, num_workers=2, persistent_workers=True)`` (fastload's worker
    processes and shared-memory ring, the ``"process-ring"`` path) against PyTorch's
    ``DataLoader`` with the same arguments; the aim is at
-   least 0.95x, and less peak memory (the RSS of the process and its workers over one
-   epoch, each measured in a fresh child process).
+   least 0.95x, and less peak memory over one epoch, each measured in a fresh child
+   process: the PSS of the process and its workers summed (a page shared by k processes
+   counts 1/k in each, so the tree's footprint; the summed RSS, which counts shared pages
+   once per process, is printed beside it).
 
 Usage: python bench/torch_dropin.py [--n 2000] [--batch 64] [--repeats 3] [--root DIR]
 """
@@ -23,7 +25,7 @@ import json
 import math
 import os
 import random
-import resource
+import statistics
 import subprocess
 import sys
 import threading
@@ -85,32 +87,49 @@ class PILFolder(tud.Dataset):
         return torch.from_numpy(np.array(img)), int(self.labels[i])
 
 
-def _tree_rss_bytes(pid):
-    """RSS of ``pid`` and its descendants, from /proc."""
+def _memory_bytes(pid):
+    """(RSS, PSS) of one process, from /proc: PSS counts a page shared by k processes
+    (forked code, a shared-memory ring, tensors in shared memory) as 1/k in each."""
+    rss = pss = 0
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Rss:"):
+                rss = int(line.split()[1]) * 1024
+            elif line.startswith("Pss:"):
+                pss = int(line.split()[1]) * 1024
+    return rss, pss
+
+
+def _tree_memory_bytes(pid):
+    """(RSS, PSS) of ``pid`` and its descendants, summed."""
     try:
-        with open(f"/proc/{pid}/statm") as f:
-            total = int(f.read().split()[1]) * resource.getpagesize()
+        rss, pss = _memory_bytes(pid)
         children = []
         for tid in os.listdir(f"/proc/{pid}/task"):
             with open(f"/proc/{pid}/task/{tid}/children") as f:
                 children += [int(c) for c in f.read().split()]
     except (FileNotFoundError, ProcessLookupError):
-        return 0
-    return total + sum(_tree_rss_bytes(c) for c in children)
+        return 0, 0
+    for child in children:
+        child_rss, child_pss = _tree_memory_bytes(child)
+        rss, pss = rss + child_rss, pss + child_pss
+    return rss, pss
 
 
-class TreeRSS:
-    """Peak of the summed RSS of this process and its workers, sampled every 10 ms.
-    Pages a forked worker shares with its parent count once per process."""
+class TreeMemory:
+    """Peaks of the summed RSS and of the summed PSS of this process and its workers,
+    sampled every 10 ms. The RSS sum counts a page shared by several processes once per
+    process; the PSS sum counts it once in all, which is the tree's real footprint."""
 
     def __init__(self):
-        self.peak = 0
+        self.rss = self.pss = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
         while not self._stop.wait(0.01):
-            self.peak = max(self.peak, _tree_rss_bytes(os.getpid()))
+            rss, pss = _tree_memory_bytes(os.getpid())
+            self.rss, self.pss = max(self.rss, rss), max(self.pss, pss)
 
     def __enter__(self):
         self._thread.start()
@@ -148,17 +167,17 @@ def epoch(loader):
 
 def probe(name, root, batch):
     """In a fresh process: peak memory of this process and its workers over one epoch."""
-    with TreeRSS() as rss:
+    with TreeMemory() as memory:
         loader = make(name, root, batch)
         epoch(loader)()
-    print(json.dumps({"peak_mb": rss.peak / 2**20}))
+    print(json.dumps({"rss_mb": memory.rss / 2**20, "pss_mb": memory.pss / 2**20}))
 
 
 def run_probe(name, root, batch):
     cmd = [sys.executable, os.path.abspath(__file__), "--probe", name, "--root", root]
     cmd += ["--batch", str(batch)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])["peak_mb"]
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def main():
@@ -187,8 +206,14 @@ def main():
     candidates = {DROPIN: (epoch(dropin), args.n), TORCH: (epoch(torch_loader), args.n)}
     compare(candidates, args.repeats, TORCH)
     dropin.close()
-    for name in (DROPIN, TORCH):
-        print(f"  {name}: peak memory {run_probe(name, root, args.batch):,.0f} MB")
+    peaks = {DROPIN: [], TORCH: []}
+    for _ in range(args.repeats):  # alternating, each in a fresh process
+        for name in peaks:
+            peaks[name].append(run_probe(name, root, args.batch))
+    for name, runs in peaks.items():
+        pss = statistics.median(r["pss_mb"] for r in runs)
+        rss = statistics.median(r["rss_mb"] for r in runs)
+        print(f"  {name}: peak memory {pss:,.0f} MB PSS ({rss:,.0f} MB summed RSS), median")
 
 
 if __name__ == "__main__":
