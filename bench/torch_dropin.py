@@ -17,6 +17,10 @@ uint8), two workers, medians of interleaved epochs (``common.compare``):
    counts 1/k in each, so the tree's footprint; the summed RSS, which counts shared pages
    once per process, is printed beside it).
 
+Each loop reads a byte of every page of every batch, as a training step reads its batch:
+a loop that reads nothing never maps the shared memory PyTorch delivers a batch in, so
+its pages would count in no process's memory.
+
 Usage: python bench/torch_dropin.py [--n 2000] [--batch 64] [--repeats 3] [--root DIR]
 """
 
@@ -44,6 +48,7 @@ from fastload.imagefolder import ImageFolder
 from fastload.transforms import Compose, DecodeImage, RandomHorizontalFlip, RandomResizedCrop
 
 SIZE = 224
+PAGE = 4096
 WORKERS = 2
 NATIVE, ENGINE = "fastload.torch.DataLoader", "fastload.DataLoader"
 DROPIN, TORCH = "fastload.torch.DataLoader (process-ring)", "torch DataLoader"
@@ -100,20 +105,28 @@ def _memory_bytes(pid):
     return rss, pss
 
 
+def _descendants(pid):
+    """``pid`` and the processes under it."""
+    pids = [pid]
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/children") as f:
+            for child in f.read().split():
+                pids += _descendants(int(child))
+    return pids
+
+
 def _tree_memory_bytes(pid):
-    """(RSS, PSS) of ``pid`` and its descendants, summed."""
+    """(RSS, PSS) of ``pid`` and its descendants, summed; None when the tree changed while
+    it was read (a fork between reading the parent and listing its children would count
+    the pages they share twice: the parent's whole, the child's half)."""
     try:
-        rss, pss = _memory_bytes(pid)
-        children = []
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                children += [int(c) for c in f.read().split()]
+        pids = _descendants(pid)
+        sizes = [_memory_bytes(p) for p in pids]
+        if _descendants(pid) != pids:
+            return None
     except (FileNotFoundError, ProcessLookupError):
-        return 0, 0
-    for child in children:
-        child_rss, child_pss = _tree_memory_bytes(child)
-        rss, pss = rss + child_rss, pss + child_pss
-    return rss, pss
+        return None
+    return sum(rss for rss, _ in sizes), sum(pss for _, pss in sizes)
 
 
 class TreeMemory:
@@ -128,8 +141,9 @@ class TreeMemory:
 
     def _run(self):
         while not self._stop.wait(0.01):
-            rss, pss = _tree_memory_bytes(os.getpid())
-            self.rss, self.pss = max(self.rss, rss), max(self.pss, pss)
+            sizes = _tree_memory_bytes(os.getpid())
+            if sizes is not None:
+                self.rss, self.pss = max(self.rss, sizes[0]), max(self.pss, sizes[1])
 
     def __enter__(self):
         self._thread.start()
@@ -157,10 +171,19 @@ def make(name, root, batch):
     )
 
 
+def touch(batch):
+    """Read a byte of every page of the batch's tensors, as a training step reads its batch
+    (a loop that reads nothing leaves a batch delivered in shared memory unmapped in the
+    consumer: its pages would count in no process's memory)."""
+    for part in batch:
+        flat = part.reshape(-1).view(torch.uint8)
+        int(flat[:: PAGE].sum())
+
+
 def epoch(loader):
     def run():
-        for _ in loader:
-            pass
+        for batch in loader:
+            touch(batch)
 
     return run
 

@@ -311,7 +311,8 @@ cdef class Iteration:
     ones are counted, and a step none of whose observations loaded is passed over. The
     steps come from a native run (``start_run``: inline or on the pool) or from a
     transport object (``start_transport``: worker processes), whose ``next(release)``
-    returns ``(slot, step, rows, failure, keep, objects)`` or None at the end.
+    returns ``(slot, step, rows, failure, keep, objects)`` or None at the end, and whose
+    ``copied(slot)`` hears that the consumer took a copy of the slot's step (``buffer=False``).
     ``check(step)``, when given, runs before a step's value is handed out (a packed
     dataset's checksums, with ``verify="read"``); what it raises ends the iteration.
 
@@ -570,7 +571,10 @@ cdef class Iteration:
         self.held = slot
         if self.check is not None:
             self.check(step)
-        return self._deliver(slot, rows, failure, keep, objects)
+        value = self._deliver(slot, rows, failure, keep, objects)
+        if not self.buffer:
+            self.transport.copied(slot)  # nothing refers to the slot's memory any more
+        return value
 
     cdef object _deliver(self, int slot, int64_t rows, failure, keep, objects):
         self.errors.pop(slot, None)

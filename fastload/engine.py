@@ -164,7 +164,7 @@ class Engine:
         self._workers: WorkerPool | None = None
         if backend == "process":
             count = _core.default_pool_size() if parallel is True else int(parallel)
-            self._workers = WorkerPool(count, worker_init, timeout)
+            self._workers = WorkerPool(count, worker_init, timeout, discard=not buffer)
 
     @property
     def ring(self):

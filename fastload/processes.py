@@ -138,7 +138,11 @@ class WorkerPool:
 
     ``init(worker_id)``, when given, runs once in each worker after it is forked (ids
     0 to count - 1); it is never pickled (workers are forked), so a closure will do.
-    ``timeout``: the most seconds to wait for a step (None: no limit).
+    ``timeout``: the most seconds to wait for a step (None: no limit). ``discard``: give
+    a slot's pages back to the system when the consumer releases it (when it copied the
+    step out, ``buffer=False``), so that the ring holds memory only for the steps in
+    flight, as a loader that makes a new shared buffer per batch does; a worker filling
+    it again faults the pages back in, zeroed.
     """
 
     # Set when the workers are forked (``ring``), None before and after ``stop``.
@@ -148,7 +152,7 @@ class WorkerPool:
     control: Any
     _finalizer: Any
 
-    def __init__(self, count, init=None, timeout=None):
+    def __init__(self, count, init=None, timeout=None, discard=False):
         if not isinstance(count, Integral) or count < 1:
             raise ValueError(
                 f"the process backend needs a positive number of workers, got {count!r}"
@@ -159,7 +163,8 @@ class WorkerPool:
                 "use the thread backend on this platform"
             )
         self.count = int(count)
-        self.init, self.timeout = init, timeout
+        self.init, self.timeout, self.discard = init, timeout, discard
+        self.mapping = self.spans = None
         self.gen = 0
         self.procs = self.conns = self.slots = self.control = None
         self.root = self.key = self._finalizer = None
@@ -181,6 +186,7 @@ class WorkerPool:
         _, size = carve_ring(None, plan, count)
         mapping = mmap.mmap(-1, size)  # anonymous, shared with the forked children
         slots, _ = carve_ring(mapping, plan, count)
+        self.mapping, self.spans = mapping, _slot_pages(plan, count)
         control = np.frombuffer(mapping, np.int64, 1, 0)
         control[0] = 0
         ids = itertools.count()  # fork_workers asks for the arguments of worker 0, 1, ...
@@ -198,6 +204,13 @@ class WorkerPool:
         self.root, self.key = data, key
         self.slots, self.control = slots, control
         return slots
+
+    def give_back(self, slot):
+        """Return the whole pages of ``slot`` to the system (the next write maps zeroed
+        ones): an anonymous shared mapping is shmem, which ``MADV_REMOVE`` frees."""
+        start, length = self.spans[slot]
+        if length:
+            self.mapping.madvise(mmap.MADV_REMOVE, start, length)
 
     def stop(self, graceful):
         if self.procs is None:
@@ -294,6 +307,19 @@ class WorkerPool:
         return _Transport(self, self.gen, schedule, plan, ordered, stats)
 
 
+def _slot_pages(plan, count):
+    """(start, length) of the whole pages inside each slot of the ring ``carve_ring``
+    lays out: slots are the same size and follow one another after the header."""
+    header = carve_ring(None, plan, 0)[1]
+    size = carve_ring(None, plan, 1)[1] - header
+    spans = []
+    for slot in range(count):
+        start = -(-(header + slot * size) // mmap.PAGESIZE) * mmap.PAGESIZE
+        end = (header + (slot + 1) * size) // mmap.PAGESIZE * mmap.PAGESIZE
+        spans.append((start, max(0, end - start)))
+    return spans
+
+
 class _Transport:
     """The steps of one iteration on a ``WorkerPool``: submits steps into free slots,
     ``prefetch`` (the ring's slots) at most in flight, and hands over finished ones."""
@@ -327,6 +353,13 @@ class _Transport:
         slot = self.inflight.pop(step)
         self.expected += 1
         return (slot, step) + self._unpack(step, reply)
+
+    def copied(self, slot):
+        """The consumer copied the step out of ``slot`` (``buffer=False``): its memory can go
+        back to the system now, while the consumer works on the copy, rather than stay
+        until the slot is released at the next step."""
+        if self.pool.discard:
+            self.pool.give_back(slot)
 
     def _check(self):
         if self.pool.gen != self.gen:

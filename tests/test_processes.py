@@ -145,6 +145,29 @@ def test_unbuffered_steps_are_owned_copies():
     assert_tree_equal(kept, [getobs(steps, k) for k in range(numobs(steps))])
 
 
+def _ring_pages(engine):
+    """The bytes of each slot's whole pages in the engine's worker ring."""
+    pool = engine._workers
+    return [bytes(pool.mapping[start : start + length]) for start, length in pool.spans]
+
+
+@pytest.mark.parametrize("buffer", [False, True])
+def test_a_copied_step_gives_its_slot_pages_back_and_a_buffered_one_keeps_them(buffer):
+    # Rows of 3 pages, so that every slot holds whole pages whatever its offset.
+    data = np.arange(24 * 3 * 4096, dtype=np.uint8).reshape(24, 3 * 4096) | 1
+    steps = _steps(data, 24, batch_size=4)
+    engine = process_engine(2, buffer=buffer)
+    try:
+        got = [copy_tree(step) for step in _iterate(engine, steps)]
+        pages = _ring_pages(engine)
+    finally:
+        engine.close()
+    assert_tree_equal(got, [getobs(steps, k) for k in range(numobs(steps))])
+    assert all(len(slot) >= 4096 for slot in pages)
+    # Copied out: returned to the system, reading zeros; buffered: the steps stay.
+    assert all((slot.count(0) == len(slot)) != buffer for slot in pages)
+
+
 def test_unordered_delivers_the_same_set_of_steps():
     steps = _steps(np.arange(50), 50, batch_size=5)
     engine = process_engine(3, ordered=False)
