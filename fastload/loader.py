@@ -30,6 +30,7 @@ from .options import BufferOption, LoaderOptions
 from .samplers import BatchSampler, Sampler
 from .schedule import Schedule, schedule_of
 from .sharding import Shard, default_seed, resolve_shard
+from .state import LoaderKind, check_state_format, state_format
 from .streams import stream_source
 from .tree import head, map_tree, members, tree_leaves
 from .views import MappedObs, collate_batch
@@ -419,11 +420,17 @@ class _EpochLoader:
             finished = live.step >= self._steps(self.seed, live.epoch)
         return None if finished else (live.epoch, live.step)
 
-    def state_dict(self) -> dict[str, int]:
+    def _kind(self) -> LoaderKind:
+        return "stream" if self._stream is not None else "container"
+
+    def state_dict(self) -> dict[str, Any]:
         """The position to resume from: restore it with ``load_state_dict`` on a loader
-        built the same way, and iteration continues with the next step of that epoch."""
+        built the same way, and iteration continues with the next step of that epoch.
+        Its ``"format"`` names the kind of loader and the version of the layout (see
+        ``fastload.state``); the other values are ints."""
         epoch, step = self._live_position() or (self._epoch, self._resume_at)
-        state = {
+        state: dict[str, Any] = {
+            "format": state_format(self._kind()),
             "seed": self.seed,
             "epoch": epoch,
             "step": step,
@@ -436,11 +443,14 @@ class _EpochLoader:
             state["steps"] = self._steps(self.seed, epoch)
         return state
 
-    def load_state_dict(self, state: Mapping[str, int]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from ``state`` (from ``state_dict``): the next ``iter()`` continues at the
-        saved step of the saved epoch. Raises ``ValueError`` if the state belongs to a
-        loader with a different number of steps per epoch (or, for a stream, another
-        window of records), or to another rank."""
+        saved step of the saved epoch. Raises ``ValueError`` if the state has no
+        ``"format"``, is of another version or of another kind of loader (a stream's for
+        a container's), or belongs to a loader with a different number of steps per
+        epoch (or, for a stream, another window of records), or to another rank; and
+        ``TypeError`` for something that is not a dict."""
+        check_state_format(state, self._kind())
         needed = {"seed", "epoch", "step"} | ({"window"} if self._stream else {"steps"})
         missing = needed - set(state)
         if missing:
