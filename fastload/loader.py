@@ -179,8 +179,8 @@ def _filled(target: Any, steps: Iterator[Any], batched: bool) -> Iterator[Any]:
 
 
 class _EpochLoader:
-    """What ``DataLoader`` and ``eachobs`` share: epochs, order, state, and the engine.
-    ``batch_size=None`` makes each step one observation."""
+    """What ``DataLoader`` and ``eachobs`` share: epochs, order, state, and the engine,
+    made from one ``LoaderOptions`` (``batch_size=None``: each step one observation)."""
 
     _stream: StreamEpochs | None  # a stream's epochs, or
     _epochs: Epochs | None  # a container's
