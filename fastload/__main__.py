@@ -90,7 +90,7 @@ def _run_convert(args):
         quality=args.quality,
         max_side=args.max_side,
         threshold_bytes=args.threshold if args.threshold is not None else DEFAULT_SMART_THRESHOLD,
-        num_threads=args.threads,
+        parallel=True if args.threads is None else args.threads,
         progress=not args.no_progress,
         on_error=args.on_error,
         check=not args.no_check,

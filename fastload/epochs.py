@@ -34,7 +34,8 @@ from .sharding import shard_batches, shard_order, shard_size
 
 __all__ = ["Epochs", "Shuffle"]
 
-# ``shuffle=``: False, True, "quasi" (packed datasets), or a stream's shuffle buffer (an int).
+# ``shuffle=``: False, True, "quasi" (packed datasets), or an int: the old spelling of a
+# stream's ``shuffle=True, shuffle_buffer=n`` (it warns; ``LoaderOptions.for_stream``).
 Shuffle: TypeAlias = bool | int | Literal["quasi"]
 
 _DRAW_AHEAD_FROM = 1 << 16  # observations from which the next epoch's order is drawn ahead

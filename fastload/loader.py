@@ -14,31 +14,29 @@ from __future__ import annotations
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from numbers import Integral
 from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from . import _core
-from .arguments import check_flag, check_size, is_flag, is_size
+from .arguments import check_flag
 from .collate import CollateOption
 from .engine import Allocator, Backend, Engine, OnError
 from .epochs import Epochs, Shuffle
 from .keywords import refuse_unknown_keywords
 from .obs import Container, copy_into, getobs, is_batch_index, numobs
+from .options import BufferOption, LoaderOptions
 from .samplers import BatchSampler, Sampler
 from .schedule import Schedule, schedule_of
 from .sharding import Shard, default_seed, resolve_shard
+from .state import LoaderKind, check_state_format, state_format
 from .streams import stream_source
 from .tree import head, map_tree, members, tree_leaves
 from .views import MappedObs, collate_batch
 from .windows import DEFAULT_BUFFER, StreamEpochs
 
 __all__ = ["DataLoader", "eachobs", "eachobs_parallel"]
-
-# What buffer= takes: a flag (the loader's own ring of buffers), or buffers of the user's.
-BufferOption = bool | np.ndarray | tuple[Any, ...] | dict[Any, Any]
 
 _Loader = TypeVar("_Loader", bound="_EpochLoader")
 
@@ -133,70 +131,6 @@ def _warn_random_reads(pages: list[Any]) -> None:
             return
 
 
-def _check_samplers(
-    shuffle: Shuffle,
-    batch_size: int | None,
-    sampler: Sampler | None,
-    batch_sampler: BatchSampler | None,
-    drop_last: bool,
-) -> None:
-    if sampler is not None and shuffle:
-        raise ValueError(
-            "sampler= gives the order: leave shuffle=False (the sampler draws "
-            "from the loader's seed and the epoch)"
-        )
-    if batch_sampler is not None and (
-        sampler is not None or shuffle or drop_last or batch_size not in (None, 1)
-    ):
-        raise ValueError(
-            "batch_sampler= forms the batches: it excludes batch_size, "
-            "shuffle, sampler and drop_last"
-        )
-
-
-def _check_stream(
-    shuffle: Shuffle, sampler: Sampler | None, batch_sampler: BatchSampler | None, backend: Backend
-) -> None:
-    if not (
-        shuffle is False
-        or shuffle is True
-        or (isinstance(shuffle, Integral) and not isinstance(shuffle, bool) and shuffle > 0)
-    ):
-        raise ValueError(
-            f"shuffle for a stream must be False, True or the records in its "
-            f"shuffle buffer (an int > 0), got {shuffle!r}"
-        )
-    if sampler is not None or batch_sampler is not None:
-        raise ValueError(
-            "a stream has no positions to sample: sampler= and batch_sampler= need a container"
-        )
-    if backend == "process":
-        raise ValueError("backend='process' loads containers; a stream loads on threads")
-
-
-def _external_buffer(buffer: BufferOption, batch_size: int | None) -> Any:
-    """The user's buffers given as ``buffer=`` (an array, or a tuple/dict of them), or
-    None for a flag. Raises ``TypeError`` for anything else and ``ValueError`` when an
-    array does not hold ``batch_size`` rows."""
-    if is_flag(buffer):
-        return None
-    leaves = tree_leaves(buffer)
-    if not leaves or not all(isinstance(leaf, np.ndarray) for leaf in leaves):
-        raise TypeError(
-            f"buffer must be True, False, or arrays to fill in place (a numpy array, or a "
-            f"tuple/dict of them shaped like one batch), got {type(buffer).__name__}"
-        )
-    for leaf in leaves:
-        if not leaf.flags.writeable:
-            raise ValueError("buffer= must be writeable: it is filled in place")
-        if batch_size is not None and (leaf.ndim == 0 or leaf.shape[0] != batch_size):
-            raise ValueError(
-                f"buffer= holds one batch of batch_size={batch_size} observations along "
-                f"its first axis, got an array of shape {leaf.shape}"
-            )
-    return buffer
-
-
 def _structure(tree: Any) -> Any:
     """The nesting of tuples and dicts of ``tree``, without its leaves."""
     return map_tree(lambda leaf: None, tree)
@@ -245,75 +179,35 @@ def _filled(target: Any, steps: Iterator[Any], batched: bool) -> Iterator[Any]:
 
 
 class _EpochLoader:
-    """What ``DataLoader`` and ``eachobs`` share: epochs, order, state, and the engine.
-    ``batch_size=None`` makes each step one observation."""
+    """What ``DataLoader`` and ``eachobs`` share: epochs, order, state, and the engine,
+    made from one ``LoaderOptions`` (``batch_size=None``: each step one observation)."""
 
     _stream: StreamEpochs | None  # a stream's epochs, or
     _epochs: Epochs | None  # a container's
     _pages: Any  # the FilePages read ahead in the quasi-random order
 
-    def __init__(
-        self,
-        data: Container,
-        batch_size: int | None = None,
-        *,
-        shuffle: Shuffle = False,
-        sampler: Sampler | None = None,
-        batch_sampler: BatchSampler | None = None,
-        drop_last: bool = False,
-        collate: CollateOption = None,
-        buffer: BufferOption = False,
-        parallel: bool | int = False,
-        seed: int | None = None,
-        ordered: bool = True,
-        prefetch: int | None = None,
-        shard: Shard = None,
-        on_error: OnError = "raise",
-        backend: Backend = "thread",
-        allocator: Allocator | None = None,
-    ) -> None:
+    def __init__(self, data: Container, options: LoaderOptions) -> None:
         source = stream_source(data)
-        if source is not None:
-            _check_stream(shuffle, sampler, batch_sampler, backend)
-        elif not (is_flag(shuffle) or (isinstance(shuffle, str) and shuffle == "quasi")):
-            raise ValueError(
-                f"shuffle must be False, True or 'quasi', got {shuffle!r} "
-                f"(an int is a stream's shuffle buffer)"
-            )
-        drop_last = check_flag("drop_last", drop_last)
-        _check_samplers(shuffle, batch_size, sampler, batch_sampler, drop_last)
-        if seed is not None and not is_size(seed):
-            raise TypeError(f"seed must be an int or None, got {seed!r}")
-        self._target = _external_buffer(buffer, batch_size)
-        if is_size(parallel) and parallel == 0:
-            parallel = False  # MLUtils' spelling of sequential loading
-        options: dict[str, Any]
-        options = dict(
-            parallel=parallel,
-            buffer=self._target is not None or check_flag("buffer", buffer),
-            ordered=check_flag("ordered", ordered),
-            prefetch=prefetch,
-            on_error=on_error,
-            backend=backend,
-        )
-        if allocator is not None:
-            options["allocator"] = allocator
-        self._engine = Engine(**options)
+        options = options.for_stream() if source is not None else options.for_container()
+        self.options = options
+        self._target = options.buffers
+        self._engine = Engine(**options.engine_keywords())
         self._engines = [self._engine]
-        self.backend = backend
+        self.backend = options.backend
         self.data = data
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.sampler = sampler
-        self.batch_sampler = batch_sampler
-        self.drop_last = drop_last
-        self.collate = collate
-        self.buffer = options["buffer"]  # True also for buffers of the user's
-        self.parallel = parallel
-        self.ordered = ordered
-        self.on_error = on_error
-        self.rank, self.world_size = resolve_shard(shard)
-        self.seed = default_seed(seed, self.world_size)
+        self.batch_size = options.batch_size
+        self.shuffle = options.shuffle
+        self.shuffle_buffer = options.shuffle_buffer
+        self.sampler = options.sampler
+        self.batch_sampler = options.batch_sampler
+        self.drop_last = options.drop_last
+        self.collate = options.collate
+        self.buffer = options.buffer is not False  # True also for buffers of the user's
+        self.parallel = options.parallel
+        self.ordered = options.ordered
+        self.on_error = options.on_error
+        self.rank, self.world_size = resolve_shard(options.shard)
+        self.seed = default_seed(options.seed, self.world_size)
         self._epoch = 0  # the epoch the next iter() starts
         self._resume_at = 0  # the step it starts at (after load_state_dict)
         self._progress: _core.Progress | None = (
@@ -324,15 +218,17 @@ class _EpochLoader:
         self._read_ahead = None
         self._stream = self._epochs = self._pages = None
         if source is not None:
-            self._open_stream(source, options)
+            self._open_stream(source)
         else:
-            self._open_container(sampler, batch_sampler)
+            self._open_container(options.sampler, options.batch_sampler)
 
-    def _open_stream(self, source: Any, options: dict[str, Any]) -> None:
+    def _open_stream(self, source: Any) -> None:
         # Two engines: a window loads on one while the one before it is delivered.
-        engines = [self._engine] + ([Engine(**options)] if self.parallel is not False else [])
+        engines = [self._engine]
+        if self.parallel is not False:
+            engines.append(Engine(**self.options.engine_keywords()))
         self._engines = engines
-        buffer = DEFAULT_BUFFER if self.shuffle is True else int(self.shuffle)
+        buffer = (self.shuffle_buffer or DEFAULT_BUFFER) if self.shuffle else 0
         self._stream = StreamEpochs(
             self.data,
             source,
@@ -524,11 +420,17 @@ class _EpochLoader:
             finished = live.step >= self._steps(self.seed, live.epoch)
         return None if finished else (live.epoch, live.step)
 
-    def state_dict(self) -> dict[str, int]:
+    def _kind(self) -> LoaderKind:
+        return "stream" if self._stream is not None else "container"
+
+    def state_dict(self) -> dict[str, Any]:
         """The position to resume from: restore it with ``load_state_dict`` on a loader
-        built the same way, and iteration continues with the next step of that epoch."""
+        built the same way, and iteration continues with the next step of that epoch.
+        Its ``"format"`` names the kind of loader and the version of the layout (see
+        ``fastload.state``); the other values are ints."""
         epoch, step = self._live_position() or (self._epoch, self._resume_at)
-        state = {
+        state: dict[str, Any] = {
+            "format": state_format(self._kind()),
             "seed": self.seed,
             "epoch": epoch,
             "step": step,
@@ -541,11 +443,14 @@ class _EpochLoader:
             state["steps"] = self._steps(self.seed, epoch)
         return state
 
-    def load_state_dict(self, state: Mapping[str, int]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from ``state`` (from ``state_dict``): the next ``iter()`` continues at the
-        saved step of the saved epoch. Raises ``ValueError`` if the state belongs to a
-        loader with a different number of steps per epoch (or, for a stream, another
-        window of records), or to another rank."""
+        saved step of the saved epoch. Raises ``ValueError`` if the state has no
+        ``"format"``, is of another version or of another kind of loader (a stream's for
+        a container's), or belongs to a loader with a different number of steps per
+        epoch (or, for a stream, another window of records), or to another rank; and
+        ``TypeError`` for something that is not a dict."""
+        check_state_format(state, self._kind())
         needed = {"seed", "epoch", "step"} | ({"window"} if self._stream else {"steps"})
         missing = needed - set(state)
         if missing:
@@ -608,7 +513,8 @@ class DataLoader(_EpochLoader):
     - ``shuffle=True`` draws a new order every epoch from (``seed``, epoch) alone;
       ``seed=None`` draws a seed once, at construction (or takes 0 when sharded over
       several ranks, which must agree). A stream is shuffled through a buffer of
-      ``shuffle`` records (an int; True: 1,024), and its files in a new order each epoch.
+      ``shuffle_buffer`` records (default 1,024), and its files in a new order each epoch;
+      ``shuffle_buffer`` is for streams only (the old spelling ``shuffle=n`` warns).
     - ``sampler``: the positions to load each epoch instead of all of them in order,
       ``sampler(epoch, seed) -> positions`` or an iterable of positions (see
       ``fastload.samplers``: ``WeightedSampler``). ``batch_sampler``: the batches
@@ -653,6 +559,7 @@ class DataLoader(_EpochLoader):
         batch_size: int = 1,
         *,
         shuffle: Shuffle = False,
+        shuffle_buffer: int | None = None,
         sampler: Sampler | None = None,
         batch_sampler: BatchSampler | None = None,
         drop_last: bool = False,
@@ -674,14 +581,10 @@ class DataLoader(_EpochLoader):
                 "batch_size must be a positive int, got None (single "
                 "observations: use fastload.eachobs)"
             )
-        check_size("batch_size", batch_size)
-        if not (collate is None or isinstance(collate, bool) or callable(collate)):
-            raise TypeError(f"collate must be None, True, False or a callable, got {collate!r}")
-        _check_samplers(shuffle, batch_size, sampler, batch_sampler, drop_last)
-        super().__init__(
-            data,
-            None if batch_sampler is not None else int(batch_size),
+        options = LoaderOptions(
+            batch_size=batch_size,
             shuffle=shuffle,
+            shuffle_buffer=shuffle_buffer,
             sampler=sampler,
             batch_sampler=batch_sampler,
             drop_last=drop_last,
@@ -696,6 +599,14 @@ class DataLoader(_EpochLoader):
             backend=backend,
             allocator=allocator,
         )
+        super().__init__(data, options)
+
+    @classmethod
+    def _of(cls, data: Container, options: LoaderOptions) -> DataLoader:
+        """A loader of ``data`` with ``options`` (validated when they were made)."""
+        loader = cls.__new__(cls)
+        _EpochLoader.__init__(loader, data, options)
+        return loader
 
     def __repr__(self) -> str:
         size = "a stream" if self._stream is not None else f"{self._n} observations"
@@ -711,6 +622,7 @@ def eachobs(
     *,
     batch_size: int | None = None,
     shuffle: Shuffle = False,
+    shuffle_buffer: int | None = None,
     sampler: Sampler | None = None,
     batch_sampler: BatchSampler | None = None,
     drop_last: bool = False,
@@ -738,8 +650,10 @@ def eachobs(
     and for a collate function without a batch size (it would never be called).
     """
     refuse_unknown_keywords("eachobs", unknown, _LOADER_HINTS)
-    options: dict[str, Any] = dict(
+    options = LoaderOptions(
+        batch_size=batch_size,
         shuffle=shuffle,
+        shuffle_buffer=shuffle_buffer,
         sampler=sampler,
         batch_sampler=batch_sampler,
         drop_last=drop_last,
@@ -754,18 +668,9 @@ def eachobs(
         backend=backend,
         allocator=allocator,
     )
-    if batch_size is None and batch_sampler is None:
-        # One observation per step: no partial batch to drop and nothing to stack, so
-        # drop_last and a flag collate have nothing to act on; a collate function would
-        # go uncalled, which is refused.
-        if callable(collate):
-            raise ValueError(
-                "collate= is applied to the observations of a batch: give eachobs a "
-                "batch_size (or a batch_sampler) for it to be called"
-            )
-        check_flag("drop_last", drop_last)
-        return _EpochLoader(data, **dict(options, drop_last=False, collate=None))
-    return DataLoader(data, 1 if batch_size is None else batch_size, **options)
+    if options.batch_size is None and options.batch_sampler is None:
+        return _EpochLoader(data, options.one_at_a_time())
+    return DataLoader._of(data, options)
 
 
 class _ParallelIterable:
@@ -808,10 +713,10 @@ def eachobs_parallel(
     ``TypeError`` for a keyword it does not take (``buffer=`` is ``DataLoader``'s).
     """
     refuse_unknown_keywords("eachobs_parallel", unknown, _PARALLEL_HINTS)
-    engine = Engine(
-        parallel=parallel,
+    options = LoaderOptions(
         buffer=check_flag("buffered", buffered),
-        ordered=check_flag("ordered", ordered),
+        parallel=parallel,
+        ordered=ordered,
         prefetch=prefetch,
     )
-    return _ParallelIterable(data, engine)
+    return _ParallelIterable(data, Engine(**options.engine_keywords()))

@@ -105,10 +105,10 @@ class TorchLoader:
     def __len__(self) -> int:
         return len(self.loader)
 
-    def state_dict(self) -> dict[str, int]:
+    def state_dict(self) -> dict[str, Any]:
         return self.loader.state_dict()
 
-    def load_state_dict(self, state: Mapping[str, int]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.loader.load_state_dict(state)
 
     def stats(self) -> StatsReport:

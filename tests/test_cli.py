@@ -12,6 +12,7 @@ import fastload.codecs
 from fastload.__main__ import main
 from fastload.demo import run_image_demo, run_tensor_demo
 from fastload.storage import open as open_dataset
+from fastload.storage.convert import convert
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -226,3 +227,21 @@ def test_a_row_that_fails_to_load_names_its_packed_file_row_and_source_file(imag
             list(DataLoader(data, 4, parallel=2, collate=collate))
         assert where in str(info.value) and info.value.source == where
         assert "corrupt or truncated JPEG" in str(info.value)
+
+
+def test_convert_takes_parallel_and_warns_for_num_threads(image_folder, tmp_path):
+    src, _ = image_folder
+    convert(src, tmp_path / "new.arrow", parallel=2, progress=False)
+    with pytest.warns(DeprecationWarning, match="num_threads=2 is deprecated: write parallel=2"):
+        convert(src, tmp_path / "old.arrow", num_threads=2, progress=False)
+    new, old = open_dataset(tmp_path / "new.arrow"), open_dataset(tmp_path / "old.arrow")
+    assert [r["label"] for r in old] == [r["label"] for r in new]
+    assert all(np.array_equal(a["image"], b["image"]) for a, b in zip(old, new))
+
+
+def test_the_threads_option_of_convert_does_not_warn(image_folder, tmp_path, recwarn):
+    src, _ = image_folder
+    dst = tmp_path / "out.arrow"
+    assert main(["convert", str(src), str(dst), "--threads", "2", "--no-progress"]) == 0
+    assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning)]
+    assert len(open_dataset(dst)) == 6

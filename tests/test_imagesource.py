@@ -92,7 +92,7 @@ def write_packed(path, images, encoding):
         (images, np.arange(len(images), dtype=np.int64)),
         {"image": encoding, "label": "int64"},
         progress=False,
-        num_threads=2,
+        parallel=2,
     )
     return fastload.open(path)
 
@@ -117,7 +117,7 @@ def two_file_dataset(jpegs, tmp_path_factory):
             (jpegs[part], np.arange(N, dtype=np.int64)[part]),
             {"image": JPEG(), "label": "int64"},
             progress=False,
-            num_threads=2,
+            parallel=2,
         )
     ds = fastload.open(root)
     assert len(ds) == N and ds["image"].encoded.contiguous is False

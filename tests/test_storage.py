@@ -68,7 +68,7 @@ FIELDS = {
 def written(tmp_path_factory):
     rows = sample_rows(40)
     path = str(tmp_path_factory.mktemp("ds") / "data.arrow")
-    write(path, rows, FIELDS, chunk_bytes=4000, num_threads=4, progress=False)
+    write(path, rows, FIELDS, chunk_bytes=4000, parallel=4, progress=False)
     return path, rows
 
 
@@ -380,7 +380,7 @@ def test_error_in_a_row_names_it_and_leaves_no_file(tmp_path, threads):
             data,
             {"x": QOI(), "y": "int64"},
             chunk_bytes=5000,
-            num_threads=threads,
+            parallel=threads,
             progress=False,
         )
     cause = info.value
@@ -399,7 +399,7 @@ def test_keyboard_interrupt_leaves_no_file(tmp_path, threads):
             data,
             {"x": Raw(), "y": "int64"},
             chunk_bytes=5000,
-            num_threads=threads,
+            parallel=threads,
             progress=False,
         )
     assert leftovers(tmp_path) == []
@@ -673,7 +673,7 @@ def test_a_write_killed_midway_leaves_its_work_directory_that_any_next_write_rem
         "        if i == 2000:\n"
         "            print('writing', flush=True)\n"
         "        return {'x': np.full((32, 32), i % 256, np.uint8)}\n"
-        "write(sys.argv[1], Slow(), {'x': Raw()}, progress=False, num_threads=1)\n"
+        "write(sys.argv[1], Slow(), {'x': Raw()}, progress=False, parallel=1)\n"
     )
     out = tmp_path / "big.arrow"
     child = subprocess.Popen(

@@ -80,13 +80,13 @@ def test_a_generator_loads_one_epoch_then_says_it_cannot_start_over():
 
 def test_the_shuffle_buffer_is_seeded_bounded_and_keeps_every_record():
     n, size = 5000, 300
-    a = labels(DataLoader(Records(n), 50, shuffle=size, seed=1))
-    b = labels(DataLoader(Records(n), 50, shuffle=size, seed=1, parallel=2))
+    a = labels(DataLoader(Records(n), 50, shuffle=True, shuffle_buffer=size, seed=1))
+    b = labels(DataLoader(Records(n), 50, shuffle=True, shuffle_buffer=size, seed=1, parallel=2))
     assert a == b
     assert sorted(a) == list(range(n)) and a != list(range(n))
     # A record comes out at most `size` places before it came in.
     assert min(pos - record for pos, record in enumerate(a)) >= -size
-    loader = DataLoader(Records(n), 50, shuffle=size, seed=1)
+    loader = DataLoader(Records(n), 50, shuffle=True, shuffle_buffer=size, seed=1)
     first, second = (labels(e) for e in run_epochs(loader, 2))
     assert first == a and second != first
 
@@ -119,7 +119,11 @@ def _resume_stream(make_loader, epochs=2):
 
 @pytest.mark.parametrize("parallel", [False, 2])
 def test_a_stream_resumes_exactly_by_replaying_its_epoch(parallel):
-    _resume_stream(lambda: DataLoader(Records(700), 32, shuffle=100, seed=4, parallel=parallel))
+    _resume_stream(
+        lambda: DataLoader(
+            Records(700), 32, shuffle=True, shuffle_buffer=100, seed=4, parallel=parallel
+        )
+    )
 
 
 def test_random_transforms_of_a_stream_draw_the_same_resumed_and_for_any_threads():
@@ -184,7 +188,8 @@ def test_ranks_read_their_own_files_or_shards_or_records():
 
 def test_sharded_stream_loaders_are_disjoint_and_cover_the_records():
     parts = [
-        labels(DataLoader(Records(103), 10, shuffle=20, shard=(r, 2), seed=3)) for r in range(2)
+        labels(DataLoader(Records(103), 10, shuffle=True, shuffle_buffer=20, shard=(r, 2), seed=3))
+        for r in range(2)
     ]
     assert sorted(parts[0] + parts[1]) == list(range(103))
 

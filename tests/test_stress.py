@@ -160,7 +160,7 @@ class Rows:
         if i == 500:
             print("writing", flush=True)
         return {"x": np.full((32, 32), i % 256, np.uint8)}
-write(sys.argv[1], Rows(), {"x": Raw()}, progress=False, num_threads=2)
+write(sys.argv[1], Rows(), {"x": Raw()}, progress=False, parallel=2)
 """
 
 

@@ -73,7 +73,7 @@ def write_both(tmp_path, data, names, **options):
                     data,
                     fields,
                     backend=backend,
-                    num_threads=2,
+                    parallel=2,
                     chunk_bytes=400,
                     progress=False,
                     **options,
@@ -132,7 +132,7 @@ def test_the_first_failed_row_is_raised_and_no_file_is_left(tmp_path, backend):
             Source(300, bad=(33, 250)),
             {"jpeg": JPEG()},
             backend=backend,
-            num_threads=2,
+            parallel=2,
             chunk_bytes=400,
             progress=False,
         )
@@ -162,7 +162,7 @@ def test_a_worker_that_dies_ends_the_write_with_no_file_left(tmp_path):
             DiesInAWorker(os.getpid()),
             {"x": Raw()},
             backend="process",
-            num_threads=2,
+            parallel=2,
             progress=False,
         )
     assert os.listdir(tmp_path) == []
@@ -205,7 +205,7 @@ def test_an_interrupt_in_a_row_is_raised_as_it_is_and_leaves_no_file(tmp_path, b
             Interrupted(300),
             {"raw": Raw()},
             backend=backend,
-            num_threads=2,
+            parallel=2,
             progress=False,
         )
     assert os.listdir(tmp_path) == []
@@ -242,3 +242,48 @@ def test_values_that_survive_the_field_dtype_are_cast_as_before(tmp_path):
     np.testing.assert_array_equal(got["raw"], np.array([[1, 1], [0.1, 0.1]], np.float32))
     np.testing.assert_array_equal(got["f"], np.array([1, 2.5], np.float32))
     np.testing.assert_array_equal(got["i"], np.array([-7, 1], np.int8))
+
+
+def _write_with(tmp_path, name, **options):
+    path = str(tmp_path / f"{name}.arrow")
+    write(path, Source(40), ENCODINGS, chunk_bytes=400, progress=False, **options)
+    return path
+
+
+def test_every_parallel_setting_writes_the_same_file(tmp_path):
+    paths = [
+        _write_with(tmp_path, str(k), parallel=parallel)
+        for k, parallel in enumerate([True, False, 0, 1, 3])
+    ]
+    assert all(filecmp.cmp(paths[0], p, shallow=False) for p in paths[1:])
+    check_readable(paths[0], Source(40))
+
+
+def test_num_threads_is_the_old_spelling_of_parallel_and_warns(tmp_path):
+    new = _write_with(tmp_path, "new", parallel=2)
+    with pytest.warns(DeprecationWarning, match=r"num_threads=2 is deprecated: write parallel=2"):
+        old = _write_with(tmp_path, "old", num_threads=2)
+    assert filecmp.cmp(new, old, shallow=False)
+
+
+def test_the_num_threads_warning_points_at_the_callers_line(tmp_path):
+    with pytest.warns(DeprecationWarning) as caught:
+        _write_with(tmp_path, "old", num_threads=1)
+    assert caught[0].filename == __file__
+
+
+@pytest.mark.parametrize(
+    "options, error, message",
+    [
+        (dict(parallel=2.5), ValueError, "parallel must be False, True or a number of threads"),
+        (dict(parallel=-1), ValueError, "parallel must be False, True or a number of threads"),
+        (dict(parallel="4"), ValueError, "parallel must be False, True or a number of threads"),
+        (dict(parallel=False, backend="process"), ValueError, "backend='process' needs"),
+        (dict(num_threads=0), ValueError, "num_threads must be a positive int or None, got 0"),
+        (dict(num_threads=2, parallel=3), TypeError, "takes parallel= alone"),
+    ],
+)
+def test_a_bad_parallel_is_refused_before_anything_is_written(tmp_path, options, error, message):
+    with pytest.raises(error, match=message):
+        _write_with(tmp_path, "bad", **options)
+    assert not os.path.exists(tmp_path / "bad.arrow")

@@ -72,17 +72,21 @@ def convert(
     quality=90,
     max_side=None,
     threshold_bytes=DEFAULT_SMART_THRESHOLD,
-    num_threads=None,
+    parallel=True,
     progress=True,
     chunk_bytes=64 << 20,
     on_error="raise",
     check=True,
+    num_threads=None,
 ):
     """Packs ``src/<class>/<image files>`` into the file ``dst`` with fields ``image``
     (encoded per ``mode``), ``label`` (int64, classes in sorted name order; the class
     names are kept in ``Dataset.metadata["classes"]``) and ``path`` (the image's file
     under ``src``, which errors in loading a row name). Returns ``(written, skipped)``:
     the number of images written and the ``LoadError`` of each file left out.
+
+    ``parallel``: the encoders at once, as ``write`` takes it (True: one per CPU;
+    ``num_threads=n`` is its deprecated spelling, which warns).
 
     Every image is decoded once: JPEG (or QOI) files stored as they are too, unless
     ``check=False`` (faster; a file that cannot be decoded then fails in training).
@@ -102,6 +106,7 @@ def convert(
         data,
         {"image": encoding, "label": "int64", "path": Str()},
         chunk_bytes=chunk_bytes,
+        parallel=parallel,
         num_threads=num_threads,
         progress=progress,
         on_error=on_error,

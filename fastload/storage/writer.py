@@ -24,6 +24,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from fastload.arguments import is_size, warn_renamed
 from fastload.errors import LoadError
 from fastload.obs import Container, numobs
 from fastload.storage.arrow_types import arrow_type, import_pyarrow
@@ -54,12 +55,13 @@ def write(
     fields: dict[str, Encoding | str | np.dtype[Any]],
     *,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    num_threads: int | None = None,
+    parallel: bool | int = True,
     backend: Literal["thread", "process"] = "thread",
     progress: bool = True,
     metadata: dict[str, Any] | None = None,
     on_error: Literal["raise", "skip"] = "raise",
     source_field: str | None = None,
+    num_threads: int | None = None,
 ) -> list[LoadError]:
     """Encode every observation of ``data`` and write them to the packed file ``path``.
 
@@ -71,14 +73,16 @@ def write(
     the same folder, of any file), so memory stays bounded: the first field's bytes
     straight into the file, the other columns to spill files copied in at the end. Rows
     are cut into chunks of about ``chunk_bytes`` encoded bytes, the unit of the
-    quasi-random order. ``num_threads`` encoders (default: one per CPU) run at
-    once: threads, or with ``backend="process"`` forked worker processes, for containers
+    quasi-random order. ``parallel`` says how many encoders run at once, as the loader's
+    ``parallel=`` does: True (default) one per CPU, a number, or False (the caller's
+    thread alone); threads, or with ``backend="process"`` forked worker processes, for containers
     whose Python code holds the GIL (as ``DataLoader(..., backend="process")`` loads them;
     the container is not pickled; Linux). Either way the file is the same. ``progress``
     shows a tqdm bar when tqdm is installed. ``metadata`` is an optional JSON-serializable
     dict kept in the file (``Dataset.metadata``), e.g. class names. ``source_field``
     names a ``Str()`` field that holds where each row came from (a file path): an error
-    in loading a row of the written file names it.
+    in loading a row of the written file names it. ``num_threads=n`` is the deprecated
+    spelling of ``parallel=n`` (it warns).
 
     Raises ValueError/TypeError for bad arguments, FileNotFoundError for a missing
     directory, ``LoadError`` naming the row (and its file, when the container has
@@ -91,7 +95,8 @@ def write(
               {"image": JPEG(quality=90), "label": "int64"})
     """
     path = os.fspath(path)
-    encodings, threads = _check_args(path, fields, chunk_bytes, num_threads, backend)
+    parallel = _renamed_num_threads(num_threads, parallel)
+    encodings, threads = _check_args(path, fields, chunk_bytes, parallel, backend)
     source = _check_source_field(source_field, encodings)
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
@@ -285,7 +290,7 @@ def _check_args(
     path: str,
     fields: dict[str, Encoding | str | np.dtype[Any]],
     chunk_bytes: int,
-    num_threads: int | None,
+    parallel: bool | int,
     backend: str,
 ) -> tuple[dict[str, Encoding], int]:
     if not isinstance(fields, dict) or not fields:
@@ -297,22 +302,42 @@ def _check_args(
         encodings[name] = as_encoding(spec)
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be a positive int, got {chunk_bytes!r}")
-    if num_threads is None:
-        num_threads = (
-            len(os.sched_getaffinity(0))
-            if hasattr(os, "sched_getaffinity")
-            else (os.cpu_count() or 1)
-        )
-    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
-        raise ValueError(f"num_threads must be a positive int or None, got {num_threads!r}")
+    threads = _encoders(parallel)
     if backend not in ("thread", "process"):
         raise ValueError(f"backend must be 'thread' or 'process', got {backend!r}")
+    if backend == "process" and parallel is False:
+        raise ValueError("backend='process' needs parallel=True or a number of workers")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise FileNotFoundError(f"cannot write {path!r}: directory {parent!r} does not exist")
     if os.path.isdir(path):
         raise IsADirectoryError(f"cannot write {path!r}: it is a directory")
-    return encodings, num_threads
+    return encodings, threads
+
+
+def _renamed_num_threads(num_threads: int | None, parallel: bool | int) -> bool | int:
+    """``parallel``, or the deprecated ``num_threads`` in its place (warned of)."""
+    if num_threads is None:
+        return parallel
+    if parallel is not True:
+        raise TypeError("write() takes parallel= alone: num_threads= is its old spelling")
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+        raise ValueError(f"num_threads must be a positive int or None, got {num_threads!r}")
+    warn_renamed(f"num_threads={num_threads}", f"parallel={num_threads}")
+    return num_threads
+
+
+def _encoders(parallel: bool | int) -> int:
+    """The encoders that ``parallel`` runs: one per CPU for True, one for False or 0."""
+    if parallel is True:
+        return (
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else (os.cpu_count() or 1)
+        )
+    if parallel is False or (is_size(parallel) and parallel >= 0):
+        return max(1, int(parallel))
+    raise ValueError(f"parallel must be False, True or a number of threads >= 1, got {parallel!r}")
 
 
 def _check_source_field(source_field: str | None, encodings: dict[str, Encoding]) -> bytes:

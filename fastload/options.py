@@ -1,0 +1,218 @@
+"""``LoaderOptions``: the keywords of ``DataLoader`` and ``eachobs`` as one frozen value,
+checked once when it is made.
+
+The loaders take their options as keywords (as PyTorch's and MLUtils' do); each builds one
+``LoaderOptions`` from them and hands it on, so that a check and its message live here
+alone. What depends on the data (a stream has no positions to sample, a container no
+shuffle buffer) is checked by ``for_stream`` and ``for_container`` once the loader knows
+which it reads. The engine's own keywords (``parallel``, ``prefetch``, ``on_error``,
+``backend``) are checked by the ``Engine`` the loader makes from them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .arguments import check_flag, check_size, is_flag, is_size, warn_renamed
+from .collate import CollateOption
+from .engine import Allocator, Backend, OnError
+from .epochs import Shuffle
+from .samplers import BatchSampler, Sampler
+from .sharding import Shard
+from .tree import tree_leaves
+
+__all__ = ["BufferOption", "LoaderOptions"]
+
+# What buffer= takes: a flag (the loader's own ring of buffers), or buffers of the user's.
+BufferOption = bool | np.ndarray | tuple[Any, ...] | dict[Any, Any]
+
+
+@dataclass(frozen=True)
+class LoaderOptions:
+    """The options of a loader (see ``DataLoader`` for what each means), validated.
+
+    ``batch_size=None`` makes each step one observation; with a ``batch_sampler`` it is
+    None too (the sampler forms the batches). Flags are stored as ``bool``, ``parallel=0``
+    as False. ``shuffle`` may still hold the deprecated int of a stream's shuffle buffer
+    until ``for_stream`` or ``for_container`` resolves it.
+
+    Raises ``ValueError`` for a value out of range or options that exclude each other,
+    ``TypeError`` for a flag that is not a bool or a value of the wrong kind.
+    """
+
+    batch_size: int | None = None
+    shuffle: Shuffle = False
+    shuffle_buffer: int | None = None
+    sampler: Sampler | None = None
+    batch_sampler: BatchSampler | None = None
+    drop_last: bool = False
+    collate: CollateOption = None
+    buffer: BufferOption = False
+    parallel: bool | int = False
+    seed: int | None = None
+    ordered: bool = True
+    prefetch: int | None = None
+    shard: Shard = None
+    on_error: OnError = "raise"
+    backend: Backend = "thread"
+    allocator: Allocator | None = None
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # a frozen dataclass normalizes its fields this way
+        if self.batch_size is not None:
+            set_(self, "batch_size", check_size("batch_size", self.batch_size))
+        set_(self, "shuffle", _checked_shuffle(self.shuffle))
+        _check_shuffle_buffer(self.shuffle, self.shuffle_buffer)
+        set_(self, "drop_last", check_flag("drop_last", self.drop_last))
+        if not (self.collate is None or isinstance(self.collate, bool) or callable(self.collate)):
+            raise TypeError(
+                f"collate must be None, True, False or a callable, got {self.collate!r}"
+            )
+        _check_samplers(self)
+        if self.batch_sampler is not None:
+            set_(self, "batch_size", None)  # the batch sampler forms the batches
+        if self.seed is not None and not is_size(self.seed):
+            raise TypeError(f"seed must be an int or None, got {self.seed!r}")
+        if is_flag(self.buffer):
+            set_(self, "buffer", bool(self.buffer))
+        else:
+            _check_buffers(self.buffer, self.batch_size)
+        if is_size(self.parallel) and self.parallel == 0:
+            set_(self, "parallel", False)  # MLUtils' spelling of sequential loading
+        elif is_flag(self.parallel):
+            set_(self, "parallel", bool(self.parallel))
+        set_(self, "ordered", check_flag("ordered", self.ordered))
+
+    @property
+    def buffers(self) -> Any:
+        """The user's buffers given as ``buffer=`` (an array, or a tuple/dict of them), or
+        None for a flag."""
+        return None if isinstance(self.buffer, bool) else self.buffer
+
+    def engine_keywords(self) -> dict[str, Any]:
+        """The keywords of the ``Engine`` that loads with these options."""
+        keywords: dict[str, Any] = dict(
+            parallel=self.parallel,
+            buffer=self.buffer is not False,  # True also for buffers of the user's
+            ordered=self.ordered,
+            prefetch=self.prefetch,
+            on_error=self.on_error,
+            backend=self.backend,
+        )
+        if self.allocator is not None:
+            keywords["allocator"] = self.allocator
+        return keywords
+
+    def one_at_a_time(self) -> LoaderOptions:
+        """These options for steps of one observation (no batch size, no batch sampler):
+        no partial batch to drop and nothing to stack, so ``drop_last`` and a flag
+        ``collate`` have nothing to act on. Raises ``ValueError`` for a collate function,
+        which would go uncalled."""
+        if callable(self.collate):
+            raise ValueError(
+                "collate= is applied to the observations of a batch: give eachobs a "
+                "batch_size (or a batch_sampler) for it to be called"
+            )
+        return dataclasses.replace(self, drop_last=False, collate=None)
+
+    def for_stream(self) -> LoaderOptions:
+        """These options for a stream: its shuffle buffer resolved (``shuffle=n``, the
+        deprecated spelling of ``shuffle=True, shuffle_buffer=n``, warns). Raises
+        ``ValueError`` for what needs positions (``shuffle="quasi"``, samplers) or worker
+        processes."""
+        if self.shuffle == "quasi":
+            raise ValueError(
+                "shuffle='quasi' reads a packed dataset chunk by chunk; a stream is "
+                "shuffled through a buffer: use shuffle=True (and shuffle_buffer=n)"
+            )
+        if self.sampler is not None or self.batch_sampler is not None:
+            raise ValueError(
+                "a stream has no positions to sample: sampler= and batch_sampler= need a container"
+            )
+        if self.backend == "process":
+            raise ValueError("backend='process' loads containers; a stream loads on threads")
+        if is_flag(self.shuffle):
+            return self
+        size = int(self.shuffle)
+        warn_renamed(f"shuffle={size}", f"shuffle=True, shuffle_buffer={size}")
+        return dataclasses.replace(self, shuffle=True, shuffle_buffer=size)
+
+    def for_container(self) -> LoaderOptions:
+        """These options for a container. Raises ``ValueError`` for a stream's shuffle
+        buffer (``shuffle_buffer=``, or the int of ``shuffle=``)."""
+        if not (is_flag(self.shuffle) or self.shuffle == "quasi"):
+            raise ValueError(
+                f"shuffle must be False, True or 'quasi', got {self.shuffle!r} (an int "
+                f"was a stream's shuffle buffer: shuffle_buffer=)"
+            )
+        if self.shuffle_buffer is not None:
+            raise ValueError(
+                "shuffle_buffer= is the size of a stream's shuffle buffer; a container is "
+                "shuffled whole by shuffle=True: leave shuffle_buffer=None"
+            )
+        return self
+
+
+def _checked_shuffle(shuffle: Any) -> Shuffle:
+    """``shuffle`` as False, True, "quasi", or the deprecated int > 0 of a stream's
+    shuffle buffer (resolved by ``for_stream``)."""
+    if is_flag(shuffle):
+        return bool(shuffle)
+    if isinstance(shuffle, str) and shuffle == "quasi":
+        return "quasi"
+    if is_size(shuffle) and shuffle > 0:
+        return int(shuffle)
+    raise ValueError(
+        f"shuffle must be False, True or 'quasi', got {shuffle!r} (a stream's shuffle "
+        f"buffer is shuffle_buffer=, an int > 0)"
+    )
+
+
+def _check_shuffle_buffer(shuffle: Shuffle, shuffle_buffer: int | None) -> None:
+    if shuffle_buffer is None:
+        return
+    check_size("shuffle_buffer", shuffle_buffer)
+    if shuffle is not True:
+        raise ValueError(
+            f"shuffle_buffer= sizes the buffer of a stream shuffled with shuffle=True, "
+            f"got shuffle={shuffle!r}: pass shuffle=True too"
+        )
+
+
+def _check_samplers(options: LoaderOptions) -> None:
+    shuffle, sampler = options.shuffle, options.sampler
+    if sampler is not None and shuffle:
+        raise ValueError(
+            "sampler= gives the order: leave shuffle=False (the sampler draws "
+            "from the loader's seed and the epoch)"
+        )
+    if options.batch_sampler is not None and (
+        sampler is not None or shuffle or options.drop_last or options.batch_size not in (None, 1)
+    ):
+        raise ValueError(
+            "batch_sampler= forms the batches: it excludes batch_size, "
+            "shuffle, sampler and drop_last"
+        )
+
+
+def _check_buffers(buffer: Any, batch_size: int | None) -> None:
+    """Raise ``TypeError`` unless ``buffer`` is arrays (an array, or a tuple/dict of
+    them), and ``ValueError`` when one is read-only or does not hold ``batch_size`` rows."""
+    leaves = tree_leaves(buffer)
+    if not leaves or not all(isinstance(leaf, np.ndarray) for leaf in leaves):
+        raise TypeError(
+            f"buffer must be True, False, or arrays to fill in place (a numpy array, or a "
+            f"tuple/dict of them shaped like one batch), got {type(buffer).__name__}"
+        )
+    for leaf in leaves:
+        if not leaf.flags.writeable:
+            raise ValueError("buffer= must be writeable: it is filled in place")
+        if batch_size is not None and (leaf.ndim == 0 or leaf.shape[0] != batch_size):
+            raise ValueError(
+                f"buffer= holds one batch of batch_size={batch_size} observations along "
+                f"its first axis, got an array of shape {leaf.shape}"
+            )
