@@ -187,7 +187,9 @@ class _Worker:
         self.control = control
         self.epoch: Epoch | None = None
         self.plan: Any = None
-        self.fields: Any = None
+        self.fields: Any = None  # the plan's _core.Fields, its order and bounds, per epoch
+        self.order: Any = None
+        self.bounds: Any = None
         self.setup_error: Exception | None = None
         self.init_error: Exception | None = None  # what ``init`` raised: every job fails
         self.stats = _core.Stats()
@@ -252,15 +254,15 @@ class _Worker:
         if self.setup_error is not None:
             return _worker_failed(job, "plan the steps", self.setup_error)
         try:
-            return self._load(job)
+            return self._load(job, epoch)
         except Exception as exc:
             if self.control[0] != job.gen:
                 return Cancelled(job.gen, job.step)  # the run stopped for the new generation
             return _worker_failed(job, f"load step {job.step}", exc)
 
-    def _load(self, job):
+    def _load(self, job, epoch):
         """Step ``job.step`` loaded by an inline native run into its slot."""
-        plan, schedule = self.plan, self.epoch.schedule
+        plan, schedule = self.plan, epoch.schedule
         dests, objects = self.ring[job.slot], plan.new_objects()
         skipped_before = self.stats.skipped
         run = _core.Iteration(
@@ -274,15 +276,18 @@ class _Worker:
             job.step + 1,
             schedule.seed,
             schedule.epoch,
-            0,
-            plan.rows,
-            True,
-            self.epoch.skip,
+            0,  # parallel: inline, in this thread (no pool thread in a forked worker)
+            plan.rows,  # chunk: inline, a claim is the whole step
+            True,  # ordered
+            epoch.skip,
             plan.expensive,
             _filler(plan, dests, objects, schedule) if plan.has_python else None,
         )
         run.watch(self.control, job.gen)
-        step, rows, failure, keep = run.load_next()
+        loaded = run.load_next()
+        if loaded is None:
+            raise RuntimeError(f"step {job.step} is past the end of the schedule")
+        step, rows, failure, keep = loaded
         if failure is not None:
             return _item_failed(job, failure)
         objects = objects if plan.has_objects else None
