@@ -598,3 +598,31 @@ def test_an_unchanged_word_lets_the_run_load_its_step():
     assert run.load_next()[:3] == (2, 3, None)
     assert run.load_next() is None
     assert loaded == [6, 7, 8]
+
+
+class _BatchedFailing(Batched):
+    """Batches of its own, whose observations 4 to 7 fail to load."""
+
+    def __getobs__(self, i):
+        i = np.asarray(i)
+        if np.any((i >= 4) & (i < 8)):
+            raise KeyError("no record in 4..7")
+        return i * 10
+
+
+def test_skip_passes_over_a_whole_step_that_fails_like_the_thread_engine(shm_clean):
+    # A container loaded whole steps at a time: the step none of whose observations load
+    # is passed over, on threads and in workers alike (the engine's skip in both).
+    steps = _steps(_BatchedFailing(20), 20, shuffle=False, batch_size=4)
+    stats, thread_stats = _core.Stats(), _core.Stats()
+    engine = process_engine(2, on_error="skip")
+    try:
+        with deadline(60):
+            got = _run(engine, steps, stats=stats)
+    finally:
+        engine.close()
+    assert_tree_equal(got, _run(thread_engine(on_error="skip"), steps, stats=thread_stats))
+    assert [step.tolist() for step in got] == [[0, 10, 20, 30]] + [
+        [10 * j for j in range(k, k + 4)] for k in (8, 12, 16)
+    ]
+    assert stats.skipped == thread_stats.skipped and stats.items == thread_stats.items == 16
