@@ -38,7 +38,15 @@ static void scratch_free(fl_scratch *scratch) {
 
 static int orphaned(const fl_run *r) { return r->generation != fl_pool_generation(); }
 
-int fl_run_cancelled(const fl_run *r) { return __atomic_load_n(&r->cancel, __ATOMIC_ACQUIRE); }
+int fl_run_cancelled(const fl_run *r) {
+    if (__atomic_load_n(&r->cancel, __ATOMIC_ACQUIRE)) return 1;
+    return r->watch && __atomic_load_n(r->watch, __ATOMIC_ACQUIRE) != r->watch_value;
+}
+
+void fl_run_watch(fl_run *r, const int64_t *word, int64_t value) {
+    r->watch = word;
+    r->watch_value = value;
+}
 
 /* The first item of step s. */
 static inline int64_t step_first(const fl_run *r, int64_t s) {

@@ -149,6 +149,8 @@ typedef struct fl_run {
     pthread_cond_t ready;                   /* a step became ready, the run was cancelled */
     pthread_cond_t idle;                    /* the last task exited */
     int cancel;                             /* set once: stop loading (atomic) */
+    const int64_t *watch;                   /* or NULL: cancelled once *watch != watch_value */
+    int64_t watch_value;
     fl_scratch scratch[FL_SCRATCH_REGIONS]; /* the inline run's */
     /* Under `lock`: */
     int64_t claim_item;     /* next item to claim */
@@ -189,6 +191,11 @@ int fl_run_start(fl_run *run);
 /* Stop loading: claimed items finish, nothing new is claimed; wakes a waiting consumer. */
 void fl_run_cancel(fl_run *run);
 int fl_run_cancelled(const fl_run *run);
+
+/* The run counts as cancelled once the word at `word` no longer holds `value` (read
+ * atomically between items): a word in memory shared with another process, which stops
+ * a worker process's inline run without a message. Call before the first fl_run_next. */
+void fl_run_watch(fl_run *run, const int64_t *word, int64_t value);
 
 /* Cancel, then wait until every task of the run has exited. Call without the GIL. */
 void fl_run_join(fl_run *run);

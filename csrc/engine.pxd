@@ -52,6 +52,7 @@ cdef extern from "engine.h" nogil:
     int fl_run_next(fl_run *run, int release, double timeout_s)
     int fl_run_start(fl_run *run)
     void fl_run_cancel(fl_run *run)
+    void fl_run_watch(fl_run *run, const int64_t *word, int64_t value)
     void fl_run_join(fl_run *run)
     void fl_run_destroy(fl_run *run)
     const fl_slot *fl_run_slot(const fl_run *run, int slot)

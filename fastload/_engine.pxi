@@ -330,7 +330,7 @@ cdef class Iteration:
     cdef list ring, values, watches
     cdef readonly list objects
     cdef dict errors
-    cdef object filler, on_end, check
+    cdef object filler, on_end, check, watched
     cdef bint buffer, release_gil, count_values, busy
     cdef readonly bint done
     cdef bint warned
@@ -445,6 +445,46 @@ cdef class Iteration:
             raise ValueError(f"field {f}: a destination must be a writeable C-contiguous array "
                              f"of {self.rows} rows of {row_bytes} bytes")
         return <char *>cnp.PyArray_DATA(array)
+
+    def watch(self, cnp.ndarray word not None, int64_t value):
+        """Count the run as cancelled once ``word[0]`` (an int64 array, in memory another
+        process may write) no longer holds ``value``: a worker process's run stops when
+        its consumer moves to another generation. Call after ``start_run``."""
+        if self.run == NULL:
+            raise RuntimeError("watch needs a native run: call start_run first")
+        if word.dtype != np.int64 or word.ndim != 1 or word.shape[0] < 1:
+            raise TypeError("the watched word must be a 1-D int64 array")
+        self.watched = word
+        fl_run_watch(self.run, <const int64_t *>cnp.PyArray_DATA(word), value)
+
+    def load_next(self):
+        """Load the run's next step without delivering it: ``(step, rows, failure, keep)``
+        (failure: ``(step, field, index, message, cause)`` or None; keep: the rows'
+        kept flags after skips, or None), or None at the end. What a worker process
+        replies; its slot is released at the next call. Raises RuntimeError when the run
+        was cancelled."""
+        cdef int slot, release = self.held
+        cdef const fl_slot *s
+        if self.run == NULL:
+            raise RuntimeError("load_next needs a native run: call start_run first")
+        self.held = -1
+        while True:
+            if self.release_gil:
+                with nogil:
+                    slot = fl_run_next(self.run, release, _WAIT_S)
+            else:
+                slot = fl_run_next(self.run, release, _WAIT_S)
+            release = -1
+            if slot != FL_ETIMEOUT:
+                break
+            PyErr_CheckSignals()
+        if slot == FL_DONE:
+            return None
+        if slot < 0:
+            raise RuntimeError(_STOPPED.get(slot, fl_strerror(slot).decode()))
+        self.held = slot
+        s = fl_run_slot(self.run, slot)
+        return s.step, s.rows, self._failure(slot), self._kept(slot)
 
     def start_transport(self, transport):
         """Deliver the steps that ``transport`` loads (see the class docstring)."""

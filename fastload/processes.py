@@ -3,10 +3,12 @@
 ``WorkerPool`` forks ``count`` workers (the 'fork' start method, so lambdas and local
 functions in a container work as written and the container is never pickled); each
 inherits the container and the ring once, when it starts, and keeps them across epochs.
-Per epoch a worker receives the schedule (``workers.py`` builds the same plan from it),
-per job a step number and a slot: step k goes to worker k mod n, so that what a worker
-draws from its own random state does not depend on timing. It fills the slot in place;
-only observations that are not arrays (a plan's "object" leaves) travel back pickled.
+Per epoch a worker receives the schedule (an ``Epoch``; ``workers.py`` builds the same plan
+from it), per job a step number and a slot (a ``Job``): step k goes to worker k mod n, so
+that what a worker draws from its own random state does not depend on timing. It loads the
+step into the slot in place, by the engine's inline native run; only observations that
+are not arrays (a plan's "object" leaves) travel back pickled. The messages are the frozen
+dataclasses of ``workers.py``.
 The engine's delivery loop (``_core.Iteration``) calls ``next(release)`` of the
 per-iteration ``_Transport``.
 
@@ -45,7 +47,19 @@ from typing import Any
 
 import numpy as np
 
-from .workers import WorkerError, carve_ring, worker_main
+from .schedule import Schedule
+from .workers import (
+    Cancelled,
+    Epoch,
+    InitFailed,
+    ItemFailed,
+    Job,
+    Stop,
+    WorkerError,
+    WorkerFailed,
+    carve_ring,
+    worker_main,
+)
 
 __all__ = [
     "WorkerDied",
@@ -83,17 +97,17 @@ def fork_workers(count, target, name, args_of):
     return procs, [mine for mine, _ in pipes]
 
 
-def shutdown_workers(procs, conns, graceful, parent=None):
-    """Stop worker processes: ask them to (``graceful``), then kill what is left. With
-    ``parent`` (the pid that forked them), nothing happens in another process: one forked
-    while their pool was alive (a worker of another loader) holds a copy of the pool,
-    whose finalizer runs there too."""
+def shutdown_workers(procs, conns, graceful, parent=None, stop=("stop",)):
+    """Stop worker processes: ask them to (``graceful``, sending them ``stop``), then kill
+    what is left. With ``parent`` (the pid that forked them), nothing happens in another
+    process: one forked while their pool was alive (a worker of another loader) holds a
+    copy of the pool, whose finalizer runs there too."""
     if parent is not None and parent != os.getpid():
         return
     if graceful:
         for conn in conns:
             try:
-                conn.send(("stop",))
+                conn.send(stop)
             except (OSError, ValueError):
                 pass
         for proc in procs:
@@ -198,7 +212,7 @@ class WorkerPool:
         )
         self.procs, self.conns = procs, conns
         self._finalizer = weakref.finalize(
-            self, shutdown_workers, procs, self.conns, False, os.getpid()
+            self, shutdown_workers, procs, self.conns, False, os.getpid(), Stop()
         )
         self.outstanding = [0] * self.count
         self.root, self.key = data, key
@@ -217,7 +231,7 @@ class WorkerPool:
             return
         self.control[0] = 0
         self._finalizer.detach()
-        shutdown_workers(self.procs, self.conns, graceful)
+        shutdown_workers(self.procs, self.conns, graceful, stop=Stop())
         self.procs = self.conns = self.slots = self.control = self.root = None
 
     def close(self):
@@ -287,23 +301,17 @@ class WorkerPool:
         collate = schedule.collate
         # A callable collate runs in the consumer (in plan.assemble): workers collect lists.
         collate = collate if collate is None or collate is True else False
+        theirs = Schedule(
+            schedule.order,
+            schedule.batch_size,
+            drop_last=schedule.drop_last,
+            collate=collate,
+            seed=schedule.seed,
+            epoch=schedule.epoch,
+            bounds=schedule.bounds,
+        )
         for worker in range(self.count):
-            self.send(
-                worker,
-                (
-                    "epoch",
-                    self.gen,
-                    schedule.seed,
-                    schedule.epoch,
-                    schedule.order,
-                    schedule.batch_size,
-                    schedule.drop_last,
-                    collate,
-                    skip,
-                    plan.signature,
-                    schedule.bounds,
-                ),
-            )
+            self.send(worker, Epoch(self.gen, theirs, skip, plan.signature))
         return _Transport(self, self.gen, schedule, plan, ordered, stats)
 
 
@@ -342,7 +350,7 @@ class _Transport:
         while self.next_step < self.total and self.free:
             worker = self.next_step % pool.count
             slot = self.free.popleft()
-            pool.send(worker, ("job", self.gen, self.next_step, slot))
+            pool.send(worker, Job(self.gen, self.next_step, slot))
             pool.outstanding[worker] += 1
             self.inflight[self.next_step] = slot
             self.next_step += 1
@@ -382,25 +390,24 @@ class _Transport:
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"no step came from the worker processes in {timeout} s")
             for _, reply in self.pool.receive():
-                if reply[1] == self.gen and reply[2] in self.inflight:
-                    self.arrived[reply[2]] = reply
+                if reply.gen == self.gen and reply.step in self.inflight:
+                    self.arrived[reply.step] = reply
 
     def _unpack(self, step, reply):
-        kind = reply[0]
-        if kind == "error":
-            _, _, _, _pos, field, index, message, text, chain = reply
-            cause = remote_error(text, chain)
-            if index is None:
-                raise RuntimeError(f"a worker could not plan the steps: {message}") from cause
-            return 0, (step, field, index, message, cause), None, None
-        if kind == "init-error":
-            _, _, _, _message, text, chain = reply
-            raise remote_error(text, chain)  # as init raised it, the worker's text its cause
-        if kind == "cancelled":
+        """``(rows, failure, keep, objects)`` of a step's reply; raises what the worker
+        could not do."""
+        if isinstance(reply, ItemFailed):
+            cause = None if reply.text is None else remote_error(reply.text, reply.chain)
+            return 0, (step, reply.field, reply.index, reply.message, cause), None, None
+        if isinstance(reply, WorkerFailed):
+            cause = remote_error(reply.text, reply.chain)
+            raise RuntimeError(f"a worker could not {reply.what}: {reply.message}") from cause
+        if isinstance(reply, InitFailed):
+            raise remote_error(reply.text, reply.chain)  # as init raised it
+        if isinstance(reply, Cancelled):
             raise RuntimeError(f"step {step} was cancelled")
-        rows, objects, keep, skipped = reply[3:]
-        self.stats.skipped += skipped
-        return rows, None, keep, objects
+        self.stats.skipped += reply.skipped
+        return reply.rows, None, reply.keep, reply.objects
 
     def close(self):
         if self.pool.gen == self.gen:

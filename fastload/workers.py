@@ -1,29 +1,138 @@
-"""The worker side of the process transport (``processes.py``): what a forked worker runs.
+"""The worker side of the process transport (``processes.py``): what a forked worker runs,
+and the messages between it and the consumer.
 
 A worker holds the container it inherited at the fork (the root) and the ring. Per epoch
-it gets the schedule's fields and builds the same plan as the consumer; per job it fills
-a slot of the ring in place and replies with what does not fit there.
+(``Epoch``) it builds the same plan as the consumer; per job (``Job``: a step and a slot)
+it runs that step as an inline native run over the slot, the run the sequential loader
+runs in its own thread (``_core.Iteration.start_run`` with ``parallel=0``): gathers and
+native image leaves in C, Python leaves through the plan's fill, failures, skips and
+cancellation (the ring's generation word) in the engine's code. It replies with what does
+not fit in the slot (``Done``) or what failed. An inline run starts no pool thread, so a
+worker forked while the consumer's pool runs never uses the pool's copy.
 """
 
 import os
 import pickle
 import signal
 import traceback
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from . import _core
 from .context import loading
-from .obs import getobs_into
 from .plan import make_plan
 from .schedule import Schedule
 
-__all__ = ["WorkerError", "carve_ring", "describe_error", "worker_main"]
+__all__ = [
+    "Cancelled",
+    "Done",
+    "Epoch",
+    "InitFailed",
+    "ItemFailed",
+    "Job",
+    "Stop",
+    "WorkerError",
+    "WorkerFailed",
+    "carve_ring",
+    "describe_error",
+    "worker_main",
+]
 
 _PARENT_CHECK_S = 1.0  # how often an idle worker checks that the consumer is alive
 _ALIGN = 64
 _HEADER = _ALIGN  # the generation word, then the slots
+
+
+# Requests, from the consumer to a worker.
+
+
+@dataclass(frozen=True, slots=True)
+class Epoch:
+    """The iteration of generation ``gen`` loads ``schedule`` (its collate None, True or
+    False: a callable one runs in the consumer); ``signature``: the consumer's plan's."""
+
+    gen: int
+    schedule: Schedule
+    skip: bool
+    signature: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """Load step ``step`` of generation ``gen`` into slot ``slot`` of the ring."""
+
+    gen: int
+    step: int
+    slot: int
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """End the worker."""
+
+
+# Replies, one per Job.
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """The step is in its slot: ``rows`` observations, ``keep`` their kept flags after
+    skips (None: all kept), ``objects`` the lists of its object leaves (None: it has
+    none), ``skipped`` observations the plan itself dropped (a whole step's retries)."""
+
+    gen: int
+    step: int
+    rows: int
+    keep: Any
+    objects: Any
+    skipped: int
+
+
+@dataclass(frozen=True, slots=True)
+class ItemFailed:
+    """Observation ``index`` failed in ``field`` (None: unknown); ``message`` as the thread
+    backend words it; ``text`` and ``chain`` (``describe_error``) the Python exception's
+    traceback and pickled causes, None when native code failed."""
+
+    gen: int
+    step: int
+    field: int | None
+    index: int
+    message: str
+    text: str | None
+    chain: list[bytes | None] | None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerFailed:
+    """The worker could not ``what`` (planning the epoch, running the step)."""
+
+    gen: int
+    step: int
+    what: str
+    message: str
+    text: str
+    chain: list[bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class InitFailed:
+    """``init(worker_id)`` raised: every job of the worker fails with it."""
+
+    gen: int
+    step: int
+    text: str
+    chain: list[bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """The job's generation is no longer live: its slot holds nothing."""
+
+    gen: int
+    step: int
 
 
 class WorkerError(Exception):
@@ -76,11 +185,14 @@ class _Worker:
         self.root = root
         self.ring = ring
         self.control = control
-        self.skip = False
-        self.gen = None
+        self.epoch: Epoch | None = None
         self.plan: Any = None
-        self.setup_error = None
-        self.init_error = None  # what ``init`` raised: every job fails with it
+        self.fields: Any = None  # the plan's _core.Fields, its order and bounds, per epoch
+        self.order: Any = None
+        self.bounds: Any = None
+        self.setup_error: Exception | None = None
+        self.init_error: Exception | None = None  # what ``init`` raised: every job fails
+        self.stats = _core.Stats()
 
     def start(self, worker_id, init):
         """Run ``init(worker_id)`` once, before any job; what it raises is kept for the
@@ -103,80 +215,104 @@ class _Worker:
                 message = self.conn.recv()
             except (EOFError, OSError):
                 return
-            if message[0] == "stop":
+            if isinstance(message, Stop):
                 return
-            if message[0] == "epoch":
-                self._epoch(*message[1:])
+            if isinstance(message, Epoch):
+                self._begin(message)
                 continue
-            reply = self._job(*message[1:])
+            reply = self._reply(message)
             try:
                 self.conn.send(reply)
             except (BrokenPipeError, ConnectionResetError):
                 return  # the consumer is gone: nobody wants the reply
 
-    def _epoch(
-        self, gen, seed, epoch, order, batch_size, drop_last, collate, skip, signature, bounds
-    ):
-        self.gen, self.seed, self.epoch, self.skip = gen, seed, epoch, skip
-        self.plan = self.setup_error = None
+    def _begin(self, epoch):
+        self.epoch = epoch
+        self.plan = self.fields = self.setup_error = None
         self.stats = _core.Stats()
         try:
-            schedule = Schedule(
-                order,
-                batch_size,
-                drop_last=drop_last,
-                collate=collate,
-                seed=seed,
-                epoch=epoch,
-                bounds=bounds,
-            )
-            self.schedule = schedule
-            plan = make_plan(self.root, schedule, skip=skip, stats=self.stats)
-            if plan.signature != signature:
+            plan = make_plan(self.root, epoch.schedule, skip=epoch.skip, stats=self.stats)
+            if plan.signature != epoch.signature:
                 raise RuntimeError(
                     f"the worker planned {plan.signature}, the consumer "
-                    f"{signature}: the container changed after the fork"
+                    f"{epoch.signature}: the container changed after the fork"
                 )
+            self.fields = _core.Fields(plan.fields, plan.row_bytes)
+            self.order = plan.order(epoch.schedule)
+            # A whole-step plan loads step s as its item s, as in the consumer's engine.
+            self.bounds = None if plan.whole_steps else epoch.schedule.bounds
             self.plan = plan
         except Exception as exc:
             self.setup_error = exc
 
-    def _job(self, gen, step, slot):
-        if gen != self.gen or self.control[0] != gen:
-            return ("cancelled", gen, step)
+    def _reply(self, job):
+        epoch = self.epoch
+        if epoch is None or job.gen != epoch.gen or self.control[0] != job.gen:
+            return Cancelled(job.gen, job.step)
         if self.init_error is not None:
-            return ("init-error", gen, step) + describe_error(self.init_error)
+            return InitFailed(job.gen, job.step, *describe_error(self.init_error)[1:])
         if self.setup_error is not None:
-            return ("error", gen, step, None, None, None) + describe_error(self.setup_error)
-        plan = self.plan
-        idx = np.asarray([step]) if plan.whole_steps else self.schedule.positions(step)
-        dests = self.ring[slot]
-        objects = plan.new_objects()
-        failed = np.zeros(len(idx), bool)
-        first = None
+            return _worker_failed(job, "plan the steps", self.setup_error)
+        try:
+            return self._load(job, epoch)
+        except Exception as exc:
+            if self.control[0] != job.gen:
+                return Cancelled(job.gen, job.step)  # the run stopped for the new generation
+            return _worker_failed(job, f"load step {job.step}", exc)
+
+    def _load(self, job, epoch):
+        """Step ``job.step`` loaded by an inline native run into its slot."""
+        plan, schedule = self.plan, epoch.schedule
+        dests, objects = self.ring[job.slot], plan.new_objects()
         skipped_before = self.stats.skipped
-        with loading(self.seed, self.epoch):
-            for field, (kind, _) in enumerate(plan.fields):
-                if kind == "gather":
-                    getobs_into(dests[field][: len(idx)], plan.leaves[field].container, idx)
-                    continue
-                for pos, index in enumerate(idx.tolist()):
-                    if self.control[0] != gen:
-                        return ("cancelled", gen, step)
-                    if failed[pos]:
-                        continue
-                    try:
-                        if kind == "image":
-                            getobs_into(dests[field][pos], plan.leaves[field].container, index)
-                        else:
-                            plan.fill(dests, objects, field, pos, index)
-                    except Exception as exc:
-                        if not self.skip or plan.whole_steps:
-                            return ("error", gen, step, pos, field, index) + describe_error(exc)
-                        failed[pos] = True
-                        first = first or exc
-        keep = ~failed if first is not None else None
-        return ("done", gen, step, len(idx), objects, keep, self.stats.skipped - skipped_before)
+        run = _core.Iteration(
+            plan, [dests], [None], [objects], plan.rows, False, _core.Stats(), _core.Progress()
+        )
+        run.start_run(
+            self.fields,
+            self.order,
+            self.bounds,
+            job.step,
+            job.step + 1,
+            schedule.seed,
+            schedule.epoch,
+            0,  # parallel: inline, in this thread (no pool thread in a forked worker)
+            plan.rows,  # chunk: inline, a claim is the whole step
+            True,  # ordered
+            epoch.skip,
+            plan.expensive,
+            _filler(plan, dests, objects, schedule) if plan.has_python else None,
+        )
+        run.watch(self.control, job.gen)
+        loaded = run.load_next()
+        if loaded is None:
+            raise RuntimeError(f"step {job.step} is past the end of the schedule")
+        step, rows, failure, keep = loaded
+        if failure is not None:
+            return _item_failed(job, failure)
+        objects = objects if plan.has_objects else None
+        return Done(job.gen, step, rows, keep, objects, self.stats.skipped - skipped_before)
+
+
+def _filler(plan, dests, objects, schedule):
+    """The callback of the run's Python leaves, as the consumer's engine makes it."""
+    seed, epoch = schedule.seed, schedule.epoch
+
+    def filler(slot, field, pos, index):
+        with loading(seed, epoch):
+            plan.fill(dests, objects, field, pos, index)
+
+    return filler
+
+
+def _item_failed(job, failure):
+    _, field, index, message, cause = failure
+    text, chain = describe_error(cause)[1:] if cause is not None else (None, None)
+    return ItemFailed(job.gen, job.step, field, int(index), message, text, chain)
+
+
+def _worker_failed(job, what, exc):
+    return WorkerFailed(job.gen, job.step, what, *describe_error(exc))
 
 
 def worker_main(conn, root, ring, control, others, worker_id=0, init=None):

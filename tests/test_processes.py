@@ -493,3 +493,159 @@ def test_worker_options_are_checked(bad):
         Engine(parallel=2, **bad)
     with pytest.raises(TypeError, match="worker_init must be a callable"):
         Engine(parallel=2, backend="process", worker_init=3)  # type: ignore[arg-type]
+
+
+# -- the native path in a worker -----------------------------------------------------------
+
+
+def _augment():
+    return Compose([DecodeImage(), RandomResizedCrop(24, scale=(0.3, 1)), RandomHorizontalFlip()])
+
+
+def _compose_refused(worker_id):
+    """Makes ``Compose.__call__`` (the Python path of an image leaf) fail in the worker."""
+
+    def refused(self, *args, **kwargs):
+        raise AssertionError("a worker loaded an image leaf through Compose.__call__")
+
+    Compose.__call__ = refused  # type: ignore[method-assign]  # in the forked worker only
+
+
+def test_a_worker_loads_a_native_image_leaf_natively_as_the_thread_engine_does(shm_clean):
+    # The worker runs the step as the engine's inline native run: the image leaf's crops
+    # and flips are drawn and applied in C, never through the Python Compose.
+    steps = _steps((mapobs(_augment(), _jpegs(30)), np.arange(30)), 30, batch_size=6)
+    engine = process_engine(2, worker_init=_compose_refused)
+    try:
+        with deadline(60):
+            got = _run(engine, steps, epoch=1, seed=5)
+    finally:
+        engine.close()
+    assert_tree_equal(got, _run(thread_engine(), steps, epoch=1, seed=5))
+
+
+def _with_corrupt(n, bad):
+    images = _jpegs(n)
+    images[bad] = images[bad][: len(images[bad]) // 3]  # truncated: its decode fails
+    return images
+
+
+def _load_error(engine, steps):
+    try:
+        with deadline(60), pytest.raises(LoadError) as info:
+            _run(engine, steps)
+    finally:
+        engine.close()
+    return info.value
+
+
+def test_a_corrupt_jpeg_in_a_worker_raises_the_thread_engines_load_error(shm_clean):
+    steps = _steps(mapobs(_augment(), _with_corrupt(20, 11)), 20, shuffle=False, batch_size=4)
+    got = _load_error(process_engine(2), steps)
+    want = _load_error(thread_engine(), steps)
+    assert got.index == want.index == 11
+    assert str(got) == str(want) and "observation 11" in str(got)
+
+
+def test_skip_drops_corrupt_jpegs_like_the_thread_engine(shm_clean):
+    steps = _steps((mapobs(_augment(), _with_corrupt(20, 7)), np.arange(20)), 20, batch_size=6)
+    stats, thread_stats = _core.Stats(), _core.Stats()
+    engine = process_engine(2, on_error="skip")
+    try:
+        with deadline(60):
+            got = _run(engine, steps, stats=stats)
+    finally:
+        engine.close()
+    assert_tree_equal(got, _run(thread_engine(on_error="skip"), steps, stats=thread_stats))
+    assert 7 not in np.concatenate([labels for _, labels in got]).tolist()
+    assert stats.skipped == thread_stats.skipped == 1
+    assert stats.items == thread_stats.items == 19
+
+
+def _threads(v):
+    """The threads of the process loading ``v``."""
+    return np.asarray(len(os.listdir("/proc/self/task")))
+
+
+def test_a_worker_loads_in_its_one_thread_whatever_the_consumers_pool(shm_clean):
+    # The consumer's pool runs when the workers fork: a worker's inline run starts no
+    # thread of its own pool, which fork left without threads.
+    _run(thread_engine(), _steps(mapobs(_augment(), _jpegs(8)), 8))
+    data = (mapobs(_augment(), _jpegs(16)), mapobs(_threads, np.arange(16)))
+    engine = process_engine(2)
+    try:
+        with deadline(60):
+            got = _run(engine, _steps(data, 16, batch_size=4))
+    finally:
+        engine.close()
+    assert [counts.tolist() for _, counts in got] == [[1] * 4] * 4
+
+
+def test_a_run_watching_a_word_stops_once_another_process_changes_it():
+    # What stops a worker's run when the consumer moves to another generation: the
+    # engine's own cancellation, read between items; the step never passes for loaded.
+    word = np.zeros(1, np.int64)
+    loaded = []
+    rows = 6
+
+    def filler(slot, field, pos, index):
+        loaded.append(index)
+        if pos == 2:
+            word[0] = 1  # as the consumer writes the ring's generation word
+
+    run = _core.Iteration(
+        None, [[None]], [None], [[None]], rows, False, _core.Stats(), _core.Progress()
+    )
+    order = np.arange(12, dtype=np.int64)
+    run.start_run(
+        _core.Fields([("python", None)], [0]), order, None, 1, 2, 0, 0, 0, rows, True, False,
+        True, filler,
+    )  # fmt: skip
+    run.watch(word, 0)
+    with pytest.raises(RuntimeError, match="closed"):
+        run.load_next()
+    assert loaded == [6, 7, 8]
+
+
+def test_an_unchanged_word_lets_the_run_load_its_step():
+    word = np.full(1, 4, np.int64)
+    loaded = []
+    run = _core.Iteration(
+        None, [[None]], [None], [[None]], 3, False, _core.Stats(), _core.Progress()
+    )
+    run.start_run(
+        _core.Fields([("python", None)], [0]), np.arange(9, dtype=np.int64), None, 2, 3, 0, 0,
+        0, 3, True, False, True, lambda slot, field, pos, index: loaded.append(index),
+    )  # fmt: skip
+    run.watch(word, 4)
+    assert run.load_next()[:3] == (2, 3, None)
+    assert run.load_next() is None
+    assert loaded == [6, 7, 8]
+
+
+class _BatchedFailing(Batched):
+    """Batches of its own, whose observations 4 to 7 fail to load."""
+
+    def __getobs__(self, i):
+        i = np.asarray(i)
+        if np.any((i >= 4) & (i < 8)):
+            raise KeyError("no record in 4..7")
+        return i * 10
+
+
+def test_skip_passes_over_a_whole_step_that_fails_like_the_thread_engine(shm_clean):
+    # A container loaded whole steps at a time: the step none of whose observations load
+    # is passed over, on threads and in workers alike (the engine's skip in both).
+    steps = _steps(_BatchedFailing(20), 20, shuffle=False, batch_size=4)
+    stats, thread_stats = _core.Stats(), _core.Stats()
+    engine = process_engine(2, on_error="skip")
+    try:
+        with deadline(60):
+            got = _run(engine, steps, stats=stats)
+    finally:
+        engine.close()
+    assert_tree_equal(got, _run(thread_engine(on_error="skip"), steps, stats=thread_stats))
+    assert [step.tolist() for step in got] == [[0, 10, 20, 30]] + [
+        [10 * j for j in range(k, k + 4)] for k in (8, 12, 16)
+    ]
+    assert stats.skipped == thread_stats.skipped and stats.items == thread_stats.items == 16
