@@ -31,7 +31,6 @@ __all__ = [
     "Compose",
     "CutMix",
     "DecodeImage",
-    "DecodeJPEG",
     "GaussianBlur",
     "Lambda",
     "MixUp",
@@ -43,13 +42,10 @@ __all__ = [
     "RandomResizedCrop",
     "Resize",
     "ToCHW",
-    "decode_jpeg_header",
 ]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-
-_COLORSPACES = {1: "GRAY", 3: "RGB", 4: "RGBA"}
 
 
 def _size2(size, what):
@@ -93,23 +89,10 @@ class DecodeImage(Transform):
     kind = "decode"
 
     def __init__(self, channels: int = 3, exact: bool = False) -> None:
-        if channels not in _COLORSPACES:
+        if channels not in codecs.COLORSPACES:
             raise ValueError(f"DecodeImage: channels must be 1, 3 or 4, got {channels!r}")
         self.channels = channels
         self.exact = bool(exact)
-
-
-class DecodeJPEG(DecodeImage):
-    """The former name of DecodeImage, which decodes every format: use DecodeImage."""
-
-    def __init__(self, channels: int = 3, exact: bool = False) -> None:
-        warnings.warn(
-            "DecodeJPEG is now DecodeImage (it decodes PNG, BMP, GIF, WebP and "
-            "TIFF too): use fastload.transforms.DecodeImage",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        super().__init__(channels, exact)
 
 
 class RandomResizedCrop(Transform):
@@ -795,11 +778,3 @@ class _StagedCompose(Compose):
             else:
                 image = part.run(image, image.shape[0], image.shape[1], 1, seed, epoch, index)
         return image
-
-
-def decode_jpeg_header(data: bytes | bytearray | memoryview) -> tuple[int, int]:
-    """(height, width) of JPEG bytes; ValueError when they are not a readable JPEG."""
-    try:
-        return _core.jpeg_size(data)
-    except ValueError as e:
-        raise ValueError(f"corrupt or unsupported JPEG: {e}") from None
