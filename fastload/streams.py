@@ -32,9 +32,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any
 
-import numpy as np
-
 from .obs import Container, numobs
+from .randomness import Purpose, generator
 from .tree import rebuild
 from .views import MappedObs
 
@@ -388,7 +387,7 @@ def rank_records(
                 f"each rank reads whole files"
             )
         if shuffle_files:
-            rng = np.random.Generator(np.random.PCG64([int(seed), int(epoch)]))
+            rng = generator(seed, Purpose.FILE_ORDER, epoch)
             paths = [paths[k] for k in rng.permutation(len(paths))]
         return _shard_records(source, paths[rank::world], on_skip)
     if world == 1:

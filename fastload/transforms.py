@@ -22,6 +22,7 @@ import numpy as np
 
 from . import _core, codecs, limits
 from .mixing import CutMix, MixUp
+from .randomness import Purpose, generator
 
 __all__ = [
     "IMAGENET_MEAN",
@@ -419,7 +420,7 @@ class Lambda(Transform):
         """f(image), with a Generator keyed by (seed, epoch, index, op) when f takes `rng`;
         ValueError unless it returns a uint8 image of the input's shape."""
         if self.wants_rng:
-            out = self.f(image, rng=np.random.default_rng([seed, epoch, index, op]))
+            out = self.f(image, rng=generator(seed, Purpose.TRANSFORM, epoch, index, op))
         else:
             out = self.f(image)
         out = np.asarray(out)

@@ -36,6 +36,7 @@ import numpy as np
 
 from .collate import CollateOption
 from .obs import Container
+from .randomness import Purpose, derived_seed, generator
 from .schedule import Schedule
 from .streams import Shards, is_one_shot, rank_records, substitute
 
@@ -56,12 +57,6 @@ def window_size(batch_size: int | None) -> int:
     return -(-WINDOW_RECORDS // rows) * rows
 
 
-def _window_seed(seed: int, window: int) -> int:
-    """The seed a window's items load with: a pure function of (seed, window number)."""
-    state = np.random.SeedSequence([int(seed), int(window)]).generate_state(2, np.uint32)
-    return (int(state[0]) << 31) ^ int(state[1])
-
-
 class ShuffleBuffer:
     """A seeded shuffle of a stream through ``size`` records: once full, each record
     that comes in takes the place of one drawn at random, which goes out; at the end the
@@ -71,7 +66,7 @@ class ShuffleBuffer:
     def __init__(self, size: int, seed: int, epoch: int) -> None:
         self.size = size
         self.records: list[Any] = []
-        self.rng = np.random.Generator(np.random.PCG64([int(seed), int(epoch), 1]))
+        self.rng = generator(seed, Purpose.SHUFFLE_BUFFER, epoch)
 
     def push(self, records: list[Any]) -> list[Any]:
         """The records that go out as ``records`` come in."""
@@ -307,7 +302,7 @@ class StreamEpochs:
             np.arange(len(records), dtype=np.int64),
             self.batch_size,
             collate=self.collate,
-            seed=_window_seed(seed, number),
+            seed=derived_seed(seed, Purpose.STREAM_WINDOW, number),
             epoch=epoch,
             start=start,
         )
