@@ -40,6 +40,7 @@ from .views import MappedObs
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "Shards",
+    "check_ranks",
     "open_shard",
     "rank_records",
     "stream_source",
@@ -359,6 +360,16 @@ def _shard_records(
             on_skip(path, exc)
 
 
+def check_ranks(source: Any, world: int) -> None:
+    """Raises ``ValueError`` when ``source`` is ``Shards`` of fewer files than ``world``
+    ranks: each rank reads whole files."""
+    if isinstance(source, Shards) and len(source.paths) < world:
+        raise ValueError(
+            f"{len(source.paths)} files cannot be shared out over {world} ranks: "
+            f"each rank reads whole files"
+        )
+
+
 def rank_records(
     source: Any,
     rank: int,
@@ -379,13 +390,9 @@ def rank_records(
     set_epoch = getattr(source, "set_epoch", None)
     if callable(set_epoch):
         set_epoch(epoch)
+    check_ranks(source, world)
     if isinstance(source, Shards):
         paths = source.paths
-        if len(paths) < world:
-            raise ValueError(
-                f"{len(paths)} files cannot be shared out over {world} ranks: "
-                f"each rank reads whole files"
-            )
         if shuffle_files:
             rng = generator(seed, Purpose.FILE_ORDER, epoch)
             paths = [paths[k] for k in rng.permutation(len(paths))]

@@ -38,7 +38,7 @@ from .collate import CollateOption
 from .obs import Container
 from .randomness import Purpose, derived_seed, generator
 from .schedule import Schedule
-from .streams import Shards, is_one_shot, rank_records, substitute
+from .streams import check_ranks, is_one_shot, rank_records, substitute
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -209,11 +209,7 @@ class StreamEpochs:
         self.batch_size, self.drop_last, self.collate = batch_size, drop_last, collate
         self.shuffle = shuffle
         self.rank, self.world_size = rank, world_size
-        if isinstance(source, Shards) and len(source.paths) < world_size:
-            raise ValueError(
-                f"{len(source.paths)} files cannot be shared out over "
-                f"{world_size} ranks: each rank reads whole files"
-            )
+        check_ranks(source, world_size)
         self.window = window_size(batch_size)
         self._started = False
         self._live: weakref.ref[_StreamIteration] | None = None
