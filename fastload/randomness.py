@@ -27,6 +27,7 @@ the native image ops are keyed by (seed, epoch, index, op) in C (``csrc/rng.h``)
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -49,28 +50,43 @@ class Purpose(enum.IntEnum):
 
 
 def generator(seed: int | None, purpose: Purpose, *key: int) -> np.random.Generator:
-    """The numpy ``Generator`` of ``purpose`` for ``seed`` (an int >= 0, or None for fresh
-    entropy) and ``key`` (ints >= 0, as ``Purpose`` lists them). Raises ``ValueError``
-    for a negative seed or key."""
+    """The numpy ``Generator`` of ``purpose`` for ``seed`` (an int in [0, 2**64), or None
+    for fresh entropy) and ``key`` (ints in [0, 2**64), as ``Purpose`` lists them). In
+    that range the seed fills the same words of every sequence, the purpose the word
+    after them: two purposes never meet.
+    Raises ``ValueError`` for a seed or key out of that range, or a seed of None where
+    fresh entropy makes no sense (the loader's shuffled order)."""
+    words = _words(key)
     if purpose is Purpose.EPOCH_ORDER:
-        return np.random.Generator(np.random.PCG64([_word(seed), *map(int, key)]))
+        return np.random.Generator(np.random.PCG64([_seed(seed), *words]))
     if purpose is Purpose.VIEW_ORDER:
         return np.random.Generator(np.random.Philox(seed))
-    return np.random.Generator(np.random.PCG64(_sequence(seed, purpose, key)))
+    return np.random.Generator(np.random.PCG64(_sequence(seed, purpose, words)))
 
 
 def derived_seed(seed: int, purpose: Purpose, *key: int) -> int:
     """An int seed in [0, 2**63) for ``purpose`` and ``key``, derived from ``seed``: for
-    what takes a seed rather than a generator (a schedule's, keying the native draws)."""
-    state = _sequence(_word(seed), purpose, key).generate_state(1, np.uint64)
+    what takes a seed rather than a generator (a schedule's, keying the native draws).
+    Raises ``ValueError`` as ``generator``."""
+    state = _sequence(_seed(seed), purpose, _words(key)).generate_state(1, np.uint64)
     return int(state[0]) >> 1
 
 
-def _sequence(seed: int | None, purpose: Purpose, key: tuple[int, ...]) -> np.random.SeedSequence:
-    return np.random.SeedSequence(seed, spawn_key=(int(purpose), *map(int, key)))
+def _sequence(seed: int | None, purpose: Purpose, key: list[int]) -> np.random.SeedSequence:
+    return np.random.SeedSequence(
+        None if seed is None else _seed(seed), spawn_key=(int(purpose), *key)
+    )
 
 
-def _word(seed: int | None) -> int:
+def _seed(seed: int | None) -> int:
     if seed is None:
-        raise ValueError("this stream needs a seed (an int >= 0), got None")
-    return int(seed)
+        raise ValueError("this random stream needs a seed (an int), got None")
+    return _words([seed], "seed")[0]
+
+
+def _words(values: Iterable[int], what: str = "key") -> list[int]:
+    out = [int(v) for v in values]
+    for v in out:
+        if not 0 <= v < 1 << 64:
+            raise ValueError(f"a random stream's {what} must be an int in [0, 2**64), got {v}")
+    return out

@@ -126,7 +126,7 @@ def test_a_derived_seed_is_a_pure_function_of_its_key():
     assert derived_seed(8, Purpose.STREAM_WINDOW, 0) != seeds[0]
 
 
-def test_a_negative_seed_or_key_is_refused():
+def test_a_seed_or_key_out_of_range_is_refused():
     with pytest.raises(ValueError):
         generator(-1, Purpose.SAMPLER, 0)
     with pytest.raises(ValueError):
@@ -135,3 +135,7 @@ def test_a_negative_seed_or_key_is_refused():
         generator(-1, Purpose.EPOCH_ORDER, 0)
     with pytest.raises(ValueError, match="needs a seed"):
         generator(None, Purpose.EPOCH_ORDER, 0)
+    with pytest.raises(ValueError, match=r"2\*\*64"):
+        generator(1 << 64, Purpose.SAMPLER, 0)
+    with pytest.raises(ValueError, match=r"2\*\*64"):
+        derived_seed(0, Purpose.STREAM_WINDOW, 1 << 64)
