@@ -138,11 +138,12 @@ int fl_jpeg_size(const uint8_t *data, size_t n, int *h, int *w) {
     return FL_EFORMAT;
 }
 
-/* The format of encoded bytes, from their first bytes. */
+/* The format of encoded bytes, from their first bytes. JPEG: the start-of-image marker and
+ * the FF of the next marker, as fastload.codecs.JPEG_MAGIC (FF D8 alone starts other files). */
 enum { FORMAT_JPEG, FORMAT_QOI, FORMAT_OTHER, FORMAT_UNKNOWN };
 
 static int format_of(const uint8_t *d, size_t n) {
-    if (n >= 2 && d[0] == 0xFF && d[1] == 0xD8) return FORMAT_JPEG;
+    if (n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF) return FORMAT_JPEG;
     if (n >= 4 && memcmp(d, "qoif", 4) == 0) return FORMAT_QOI;
     if ((n >= 8 && memcmp(d, "\x89PNG\r\n\x1a\n", 8) == 0) || (n >= 2 && memcmp(d, "BM", 2) == 0) ||
         (n >= 4 && memcmp(d, "GIF8", 4) == 0) ||

@@ -13,7 +13,11 @@ import simplejpeg
 
 from . import _core
 
-COLORSPACES = {1: "GRAY", 3: "RGB", 4: "RGBA"}
+# A JPEG stream opens with its start-of-image marker, FF D8, and the FF of the marker
+# after it: two bytes alone also start files that are not JPEG.
+JPEG_MAGIC = b"\xff\xd8\xff"
+QOI_MAGIC = b"qoif"
+COLORSPACES = {1: "GRAY", 3: "RGB", 4: "RGBA"}  # simplejpeg's colour space per channel count
 PILLOW_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 
 # Pillow modes of more than 8 bits per sample that map to 8 bits exactly by a shift.
@@ -51,16 +55,25 @@ def build_info() -> dict[str, str]:
     return {"version": __version__, "jpeg_decoder": jpeg, "other_formats": other}
 
 
+def is_jpeg(data: bytes | bytearray | memoryview) -> bool:
+    """True when the bytes-like ``data`` starts like a JPEG stream (``JPEG_MAGIC``)."""
+    return bytes(data[:3]) == JPEG_MAGIC
+
+
+def is_qoi(data: bytes | bytearray | memoryview) -> bool:
+    """True when the bytes-like ``data`` starts like a QOI stream (``QOI_MAGIC``)."""
+    return bytes(data[:4]) == QOI_MAGIC
+
+
 def image_size(data: bytes | bytearray | memoryview) -> tuple[int, int]:
     """(height, width) of encoded image bytes from their header; ValueError when they are
     not an image file fastload reads."""
-    head = bytes(data[:4])
-    if head[:2] == b"\xff\xd8":
+    if is_jpeg(data):
         try:
             return _core.jpeg_size(data)
         except ValueError:
             raise ValueError("corrupt or truncated JPEG header") from None
-    if head == b"qoif":
+    if is_qoi(data):
         return _core.qoi_header(data)[:2]
     if _format_name(data) == "image":
         raise ValueError(
@@ -95,8 +108,7 @@ def decode(
     data = bytes(data)
     h, w = image_size(data)
     limits.check_pixels(h, w)
-    head = data[:4]
-    if head[:2] == b"\xff\xd8":
+    if is_jpeg(data):
         mh, mw = min_size or (0, 0)
         try:
             return simplejpeg.decode_jpeg(
@@ -104,7 +116,7 @@ def decode(
             )
         except ValueError as error:
             raise ValueError(f"corrupt or truncated JPEG: {error}") from None
-    if head == b"qoif":
+    if is_qoi(data):
         return _core.qoi_decode(data, channels=channels)
     return decode_pillow(data, channels or _pillow_channels(data), limits.MAX_IMAGE_PIXELS)
 

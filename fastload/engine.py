@@ -57,15 +57,6 @@ _RING_BYTES = 32 << 20  # the most a ring of cheap (gathered) steps takes by def
 _live: weakref.WeakSet[Any] = weakref.WeakSet()  # iterations that may still have tasks running
 
 
-class _Claimed:
-    done = False
-
-
-def _claimed():
-    """The ring's owner while the iteration that took it is being made."""
-    return _Claimed
-
-
 @atexit.register
 def _stop_all_at_exit():
     """Cancel running iterations and join the pool while Python can still serve the GIL
@@ -157,8 +148,9 @@ class Engine:
         self._ring: tuple[Any, list[Any], list[Any], list[Any] | None] | None = None
         # (slots, values, watches) of the worker processes' ring, while it is the same
         self._worker_ring_values: tuple[list[Any], list[Any], list[Any] | None] | None = None
-        # weakref to the iteration using the ring
-        self._ring_owner: Callable[[], Any] | None = None
+        # A weak reference to the iteration using the ring, or to the engine itself while
+        # the iteration that took the ring is being made.
+        self._ring_owner: weakref.ref[Any] | None = None
         self._lock = threading.Lock()
         self._iterations: weakref.WeakSet[Any] = weakref.WeakSet()
         self._workers: WorkerPool | None = None
@@ -216,9 +208,9 @@ class Engine:
         key = (plan.signature, count)
         with self._lock:
             owner = self._ring_owner() if self._ring_owner is not None else None
-            busy = owner is not None and not owner.done
+            busy = owner is self or (owner is not None and not owner.done)
             if not busy:
-                self._ring_owner = _claimed  # until the iteration that uses it exists
+                self._ring_owner = weakref.ref(self)  # until the iteration that uses it exists
                 if self._ring is not None and self._ring[0] == key:
                     return self._ring[1], self._ring[2], self._ring[3], True
         slots = [plan.allocate(self.allocator) for _ in range(count)]

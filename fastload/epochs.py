@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from .collate import CollateOption
 from .order import quasi_random_order
+from .randomness import Purpose, generator
 from .samplers import BatchSampler, Sampler, draw_batches, draw_order
 from .schedule import Schedule
 from .sharding import shard_batches, shard_order, shard_size
@@ -113,7 +114,7 @@ class Epochs:
                 epoch,
             )
         else:
-            order = np.random.Generator(np.random.PCG64([seed, epoch])).permutation(self.n)
+            order = generator(seed, Purpose.EPOCH_ORDER, epoch).permutation(self.n)
         return shard_order(order, self.rank, self.world, self.drop_last)
 
     def _draw(self, seed: int, epoch: int) -> _Drawn:

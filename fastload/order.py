@@ -19,6 +19,8 @@ import numbers
 import numpy as np
 import numpy.typing as npt
 
+from .randomness import Purpose, generator
+
 __all__ = ["chunk_sizes", "quasi_random_order"]
 
 DEFAULT_WINDOW = 8
@@ -47,7 +49,7 @@ def quasi_random_order(
     ``chunk_bounds``. Chunks are drawn in random order; each run of ``window`` consecutive
     drawn chunks is one window, whose items are shuffled together and emitted before the
     next window starts. Every index appears exactly once. The result depends only on
-    (n, chunks, seed, epoch, window): a fresh ``np.random.Generator(PCG64([seed, epoch]))``
+    (n, chunks, seed, epoch, window): a fresh generator of ``Purpose.QUASI_ORDER``
     is used, never global state.
 
     Raises ValueError for a bad ``chunks``, ``seed``, ``epoch`` or ``window``. Example::
@@ -67,7 +69,7 @@ def quasi_random_order(
     # Empty chunks are dropped first, so sizes and boundaries give the same order.
     keep = sizes > 0
     sizes, starts = sizes[keep], starts[keep]
-    rng = np.random.Generator(np.random.PCG64([int(seed), int(epoch)]))
+    rng = generator(seed, Purpose.QUASI_ORDER, epoch)
     picked = rng.permutation(len(sizes))
     out = np.empty(n, np.int64)
     pos = 0

@@ -24,6 +24,8 @@ from typing import Any, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
+from .randomness import Purpose, generator
+
 __all__ = [
     "BatchSampler",
     "BucketBatchSampler",
@@ -39,10 +41,6 @@ Sampler: TypeAlias = Callable[[int, int], Iterable[int]] | Iterable[int]
 BatchSampler: TypeAlias = Callable[[int, int], Iterable[Iterable[int]]] | Iterable[Iterable[int]]
 
 _POOL_BATCHES = 64  # batches' worth of observations that a BucketBatchSampler sorts at once
-
-
-def _rng(seed: int, epoch: int) -> np.random.Generator:
-    return np.random.Generator(np.random.PCG64([int(seed), int(epoch)]))
 
 
 class WeightedSampler:
@@ -92,7 +90,7 @@ class WeightedSampler:
 
     def __call__(self, epoch: int, seed: int) -> npt.NDArray[np.int64]:
         """The int64 positions of ``epoch``, drawn from (seed, epoch) alone."""
-        rng = _rng(seed, epoch)
+        rng = generator(seed, Purpose.SAMPLER, epoch)
         if self.replacement:
             u = rng.random(self.num_samples)
             # The cdf ends at 1 up to rounding: a draw past its end is the last position
@@ -171,7 +169,7 @@ class BucketBatchSampler:
 
     def __call__(self, epoch: int, seed: int) -> list[npt.NDArray[np.int64]]:
         """The batches of ``epoch``: a list of int64 arrays of positions."""
-        rng = _rng(seed, epoch)
+        rng = generator(seed, Purpose.SAMPLER, epoch)
         n = len(self.lengths)
         positions = rng.permutation(n) if self.shuffle else np.arange(n)
         batches = []

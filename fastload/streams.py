@@ -32,15 +32,15 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any
 
-import numpy as np
-
 from .obs import Container, numobs
+from .randomness import Purpose, generator
 from .tree import rebuild
 from .views import MappedObs
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "Shards",
+    "check_ranks",
     "open_shard",
     "rank_records",
     "stream_source",
@@ -360,6 +360,16 @@ def _shard_records(
             on_skip(path, exc)
 
 
+def check_ranks(source: Any, world: int) -> None:
+    """Raises ``ValueError`` when ``source`` is ``Shards`` of fewer files than ``world``
+    ranks: each rank reads whole files."""
+    if isinstance(source, Shards) and len(source.paths) < world:
+        raise ValueError(
+            f"{len(source.paths)} files cannot be shared out over {world} ranks: "
+            f"each rank reads whole files"
+        )
+
+
 def rank_records(
     source: Any,
     rank: int,
@@ -380,15 +390,11 @@ def rank_records(
     set_epoch = getattr(source, "set_epoch", None)
     if callable(set_epoch):
         set_epoch(epoch)
+    check_ranks(source, world)
     if isinstance(source, Shards):
         paths = source.paths
-        if len(paths) < world:
-            raise ValueError(
-                f"{len(paths)} files cannot be shared out over {world} ranks: "
-                f"each rank reads whole files"
-            )
         if shuffle_files:
-            rng = np.random.Generator(np.random.PCG64([int(seed), int(epoch)]))
+            rng = generator(seed, Purpose.FILE_ORDER, epoch)
             paths = [paths[k] for k in rng.permutation(len(paths))]
         return _shard_records(source, paths[rank::world], on_skip)
     if world == 1:

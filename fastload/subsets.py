@@ -3,7 +3,7 @@ resampling.
 
 Every subset is an ``obsview`` (positions into the container), so subsets compose with the
 other views and a loader folds them into its order: over arrays they still load natively.
-Random ones draw from ``seed=`` alone (``views.rng``), never from global state.
+Random ones draw from ``seed=`` alone (``randomness.generator``), never from global state.
 
 Labels (``classes=``, ``stratified=``) are a container with one label per observation (an
 array, a list, a pandas Series, a tuple member...); groups keep the order in which their
@@ -22,7 +22,8 @@ import numpy.typing as npt
 from .arguments import is_size
 from .keywords import refuse_unknown_keywords
 from .obs import Container, getobs, numobs
-from .views import ObsView, rng
+from .randomness import Purpose, generator
+from .views import ObsView
 
 __all__ = [
     "chunk",
@@ -179,6 +180,13 @@ def splitobs(
     return views
 
 
+def _order(n: int, shuffle: bool, seed: int | None) -> npt.NDArray[np.int64]:
+    """The positions a split or folds cut: shuffled as ``shuffleobs`` shuffles, or in order."""
+    if shuffle:
+        return generator(seed, Purpose.VIEW_ORDER).permutation(n)
+    return np.arange(n, dtype=np.int64)
+
+
 def _split(
     data: Container,
     at: float | Sequence[float],
@@ -188,7 +196,7 @@ def _split(
 ) -> tuple[ObsView, ...]:
     n = numobs(data)
     parts = _parts(at, n)
-    order = rng(seed).permutation(n) if shuffle else np.arange(n, dtype=np.int64)
+    order = _order(n, shuffle, seed)
     if stratified is None:
         bounds = np.cumsum([0] + _split_sizes(n, parts))
         return tuple(ObsView(data, order[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:]))
@@ -243,7 +251,7 @@ def _folds(
     n = numobs(data)
     if not isinstance(k, Integral) or isinstance(k, bool) or not 2 <= k <= n:
         raise ValueError(f"kfolds needs 2 <= k <= {n} (the number of observations), got {k!r}")
-    order = rng(seed).permutation(n) if shuffle else np.arange(n, dtype=np.int64)
+    order = _order(n, shuffle, seed)
     if stratified is None:
         bounds = _fold_bounds(n, k)
         validations = [np.arange(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
@@ -400,7 +408,7 @@ def oversample(
     labels."""
     refuse_unknown_keywords("oversample", unknown)
     groups = _classes(data, classes, "oversample")
-    draw = rng(seed)
+    draw = generator(seed, Purpose.RESAMPLING)
     target = round(fraction * max((len(g) for g in groups.values()), default=0))
     indices = [np.arange(numobs(data), dtype=np.int64)]
     for positions in groups.values():
@@ -427,7 +435,7 @@ def undersample(
     Unshuffled, the observations keep their order in ``data``."""
     refuse_unknown_keywords("undersample", unknown)
     groups = _classes(data, classes, "undersample")
-    draw = rng(seed)
+    draw = generator(seed, Purpose.RESAMPLING)
     smallest = min((len(g) for g in groups.values()), default=0)
     kept = [draw.choice(positions, smallest, replace=False) for positions in groups.values()]
     indices = _sorted_union(kept)

@@ -22,6 +22,7 @@ import numpy as np
 
 from . import _core, codecs, limits
 from .mixing import CutMix, MixUp
+from .randomness import Purpose, generator
 
 __all__ = [
     "IMAGENET_MEAN",
@@ -31,7 +32,6 @@ __all__ = [
     "Compose",
     "CutMix",
     "DecodeImage",
-    "DecodeJPEG",
     "GaussianBlur",
     "Lambda",
     "MixUp",
@@ -43,13 +43,10 @@ __all__ = [
     "RandomResizedCrop",
     "Resize",
     "ToCHW",
-    "decode_jpeg_header",
 ]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-
-_COLORSPACES = {1: "GRAY", 3: "RGB", 4: "RGBA"}
 
 
 def _size2(size, what):
@@ -93,23 +90,10 @@ class DecodeImage(Transform):
     kind = "decode"
 
     def __init__(self, channels: int = 3, exact: bool = False) -> None:
-        if channels not in _COLORSPACES:
+        if channels not in codecs.COLORSPACES:
             raise ValueError(f"DecodeImage: channels must be 1, 3 or 4, got {channels!r}")
         self.channels = channels
         self.exact = bool(exact)
-
-
-class DecodeJPEG(DecodeImage):
-    """The former name of DecodeImage, which decodes every format: use DecodeImage."""
-
-    def __init__(self, channels: int = 3, exact: bool = False) -> None:
-        warnings.warn(
-            "DecodeJPEG is now DecodeImage (it decodes PNG, BMP, GIF, WebP and "
-            "TIFF too): use fastload.transforms.DecodeImage",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        super().__init__(channels, exact)
 
 
 class RandomResizedCrop(Transform):
@@ -436,7 +420,7 @@ class Lambda(Transform):
         """f(image), with a Generator keyed by (seed, epoch, index, op) when f takes `rng`;
         ValueError unless it returns a uint8 image of the input's shape."""
         if self.wants_rng:
-            out = self.f(image, rng=np.random.default_rng([seed, epoch, index, op]))
+            out = self.f(image, rng=generator(seed, Purpose.TRANSFORM, epoch, index, op))
         else:
             out = self.f(image)
         out = np.asarray(out)
@@ -795,11 +779,3 @@ class _StagedCompose(Compose):
             else:
                 image = part.run(image, image.shape[0], image.shape[1], 1, seed, epoch, index)
         return image
-
-
-def decode_jpeg_header(data: bytes | bytearray | memoryview) -> tuple[int, int]:
-    """(height, width) of JPEG bytes; ValueError when they are not a readable JPEG."""
-    try:
-        return _core.jpeg_size(data)
-    except ValueError as e:
-        raise ValueError(f"corrupt or unsupported JPEG: {e}") from None

@@ -26,6 +26,7 @@ from .obs import (
     normalize_index,
     numobs,
 )
+from .randomness import Purpose, generator
 from .tree import head, map_tree, row, tree_leaves
 
 __all__ = [
@@ -49,13 +50,6 @@ __all__ = [
 
 # How mapobs calls f: per observation (False), per batch (True), or as it is read ("auto").
 Batched: TypeAlias = bool | Literal["auto"]
-
-
-def rng(seed: int | None) -> np.random.Generator:
-    """A numpy Generator on the counter-based Philox, keyed by ``seed`` alone (never by
-    global state): its draws are a pure function of the seed. ``None`` draws fresh entropy
-    from the OS."""
-    return np.random.Generator(np.random.Philox(seed))
 
 
 class _View:
@@ -112,7 +106,7 @@ def obsview(data: Container, indices: Index | None = None) -> ObsView:
 def shuffleobs(data: Container, seed: int | None = None, **unknown: NoReturn) -> ObsView:
     """A lazy view of ``data`` in a random order drawn from ``seed`` (fresh when None)."""
     refuse_unknown_keywords("shuffleobs", unknown)
-    return ObsView(data, rng(seed).permutation(numobs(data)))
+    return ObsView(data, generator(seed, Purpose.VIEW_ORDER).permutation(numobs(data)))
 
 
 def randobs(
@@ -125,10 +119,10 @@ def randobs(
     if count == 0:
         raise ValueError("randobs needs a container with at least one observation")
     if n is None:
-        return getobs(data, int(rng(seed).integers(count)))
+        return getobs(data, int(generator(seed, Purpose.RESAMPLING).integers(count)))
     if not isinstance(n, Integral) or n < 0:
         raise ValueError(f"randobs needs a number of observations n >= 0, got {n!r}")
-    return getobs(data, rng(seed).integers(count, size=int(n)))
+    return getobs(data, generator(seed, Purpose.RESAMPLING).integers(count, size=int(n)))
 
 
 class MappedObs(_View):

@@ -36,8 +36,9 @@ import numpy as np
 
 from .collate import CollateOption
 from .obs import Container
+from .randomness import Purpose, derived_seed, generator
 from .schedule import Schedule
-from .streams import Shards, is_one_shot, rank_records, substitute
+from .streams import check_ranks, is_one_shot, rank_records, substitute
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -56,12 +57,6 @@ def window_size(batch_size: int | None) -> int:
     return -(-WINDOW_RECORDS // rows) * rows
 
 
-def _window_seed(seed: int, window: int) -> int:
-    """The seed a window's items load with: a pure function of (seed, window number)."""
-    state = np.random.SeedSequence([int(seed), int(window)]).generate_state(2, np.uint32)
-    return (int(state[0]) << 31) ^ int(state[1])
-
-
 class ShuffleBuffer:
     """A seeded shuffle of a stream through ``size`` records: once full, each record
     that comes in takes the place of one drawn at random, which goes out; at the end the
@@ -71,7 +66,7 @@ class ShuffleBuffer:
     def __init__(self, size: int, seed: int, epoch: int) -> None:
         self.size = size
         self.records: list[Any] = []
-        self.rng = np.random.Generator(np.random.PCG64([int(seed), int(epoch), 1]))
+        self.rng = generator(seed, Purpose.SHUFFLE_BUFFER, epoch)
 
     def push(self, records: list[Any]) -> list[Any]:
         """The records that go out as ``records`` come in."""
@@ -214,11 +209,7 @@ class StreamEpochs:
         self.batch_size, self.drop_last, self.collate = batch_size, drop_last, collate
         self.shuffle = shuffle
         self.rank, self.world_size = rank, world_size
-        if isinstance(source, Shards) and len(source.paths) < world_size:
-            raise ValueError(
-                f"{len(source.paths)} files cannot be shared out over "
-                f"{world_size} ranks: each rank reads whole files"
-            )
+        check_ranks(source, world_size)
         self.window = window_size(batch_size)
         self._started = False
         self._live: weakref.ref[_StreamIteration] | None = None
@@ -307,7 +298,7 @@ class StreamEpochs:
             np.arange(len(records), dtype=np.int64),
             self.batch_size,
             collate=self.collate,
-            seed=_window_seed(seed, number),
+            seed=derived_seed(seed, Purpose.STREAM_WINDOW, number),
             epoch=epoch,
             start=start,
         )

@@ -14,6 +14,7 @@ import pytest
 from test_image_kernels import ModelRng, natural_image
 
 from fastload import DataLoader, _core, mapobs
+from fastload.randomness import Purpose, generator
 from fastload.transforms import (
     CenterCrop,
     ColorJitter,
@@ -423,7 +424,7 @@ def test_lambda_with_rng_gets_a_generator_keyed_by_the_item():
     for index in (0, 1, 0):
         chain(img, index=index, seed=4, epoch=2)
     assert seen[0] == seen[2] != seen[1]
-    expected = np.random.default_rng([4, 2, 0, 1]).integers(1 << 30)
+    expected = generator(4, Purpose.TRANSFORM, 2, 0, 1).integers(1 << 30)
     assert seen[0] == expected
 
 

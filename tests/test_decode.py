@@ -20,7 +20,6 @@ from fastload.transforms import (
     CenterCrop,
     Compose,
     DecodeImage,
-    DecodeJPEG,
     Normalize,
     RandomCrop,
     RandomHorizontalFlip,
@@ -156,11 +155,38 @@ def test_exact_decode_never_reduces_the_scale_and_matches_pil():
     assert not np.array_equal(fast(data), reference)  # the reduced scale is not exact
 
 
-def test_the_deprecated_name_still_decodes():
-    with pytest.warns(DeprecationWarning, match="DecodeImage"):
-        chain = Compose([DecodeJPEG(), CenterCrop(8)])
-    data = simplejpeg.encode_jpeg(natural_image(20, 20), 90)
-    assert np.array_equal(chain(data), Compose([DecodeImage(), CenterCrop(8)])(data))
+def test_decode_image_is_the_one_decode_op():
+    assert not hasattr(fastload.transforms, "DecodeJPEG")
+    assert "DecodeJPEG" not in fastload.transforms.__all__
+
+
+@pytest.mark.parametrize(
+    "head, is_jpeg",
+    [
+        (b"", False),
+        (b"\xff", False),
+        (b"\xff\xd8", False),  # the start-of-image marker alone
+        (b"\xff\xd8\x00", False),
+        (b"\xff\xd8\xff", True),  # and the FF of the marker after it
+        (b"\xff\xd8\xff\xe0", True),
+    ],
+)
+def test_the_jpeg_magic_is_three_bytes(head, is_jpeg):
+    for data in (head, bytearray(head), memoryview(head)):
+        assert codecs.is_jpeg(data) is is_jpeg
+
+
+def test_every_reader_refuses_ff_d8_without_a_marker_after_it(tmp_path):
+    data = b"\xff\xd8\x00" + bytes(64)
+    with pytest.raises(ValueError, match="not an image file fastload reads"):
+        codecs.image_size(data)
+    with pytest.raises(ValueError, match="not an image file fastload reads"):
+        codecs.decode(data)
+    (tmp_path / "0.jpg").write_bytes(data)
+    chain = Compose([DecodeImage(), CenterCrop(8)])
+    for images in (fastload.files([tmp_path / "0.jpg"]), [data]):
+        with pytest.raises(LoadError, match="not an image file fastload reads"):
+            list(DataLoader(mapobs(chain, images), 1))
 
 
 def test_build_info_names_the_jpeg_decoder():

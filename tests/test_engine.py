@@ -367,3 +367,34 @@ def test_a_buffered_batch_stays_valid_until_the_next_one_is_requested():
     with deadline(20):
         for k, (batch, _) in enumerate(DataLoader(_arrays(40), 4, buffer=True)):
             np.testing.assert_array_equal(batch, x[4 * k : 4 * k + 4])
+
+
+def test_an_iteration_started_while_another_holds_the_ring_gets_a_ring_of_its_own():
+    x = np.arange(40, dtype=np.int64) * 3
+    schedule = Schedule(np.arange(40), 8)
+    expected = [x[k : k + 8].tolist() for k in range(0, 40, 8)]
+    engine = Engine(parallel=2, buffer=True)
+
+    def delivered(iteration):
+        """The batches' values, and whether each lay in the engine's ring."""
+        values, in_ring = [], []
+        for batch in iteration:
+            values.append(batch.tolist())
+            in_ring.append(any(np.shares_memory(batch, a) for slot in engine.ring for a in slot))
+            del batch
+        return values, in_ring
+
+    first = engine.iterate(x, schedule)
+    head = next(first)
+    head_in_ring = any(np.shares_memory(head, a) for slot in engine.ring for a in slot)
+    head = head.tolist()
+    shared = engine.ring
+    values, in_ring = delivered(engine.iterate(x, schedule))
+    assert head_in_ring and values == expected and not any(in_ring)
+    assert engine.ring is shared
+    values, in_ring = delivered(first)
+    assert [head] + values == expected and all(in_ring)
+    # The first iteration is done: the next one takes the engine's ring again.
+    values, in_ring = delivered(engine.iterate(x, schedule))
+    assert values == expected and all(in_ring) and engine.ring is shared
+    engine.close()

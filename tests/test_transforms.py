@@ -9,6 +9,7 @@ import simplejpeg
 from PIL import Image
 from test_image_kernels import ModelRng, assert_close_pixels, natural_image, pil_resize
 
+from fastload import codecs
 from fastload.imagefolder import ImageFolder
 from fastload.transforms import (
     IMAGENET_MEAN,
@@ -22,7 +23,6 @@ from fastload.transforms import (
     RandomResizedCrop,
     Resize,
     ToCHW,
-    decode_jpeg_header,
 )
 
 
@@ -270,8 +270,8 @@ def test_corrupt_or_truncated_jpeg_raises_value_error(damage):
         Compose([DecodeImage(), CenterCrop(32)])(data)
 
 
-def test_decode_jpeg_header():
-    assert decode_jpeg_header(jpeg(natural_image(33, 47))) == (33, 47)
+def test_image_size_reads_a_jpeg_header():
+    assert codecs.image_size(jpeg(natural_image(33, 47))) == (33, 47)
 
 
 def test_imagefolder_labels_follow_sorted_class_names(tmp_path):
@@ -285,7 +285,7 @@ def test_imagefolder_labels_follow_sorted_class_names(tmp_path):
     assert folder.labels.dtype == np.int64
     assert folder.labels.tolist() == [0, 1, 1, 1, 2, 2]
     assert len(folder.images) == 6 and folder.images.paths[0].endswith("bird/0.jpg")
-    assert decode_jpeg_header(folder.images[3]) == (8, 8)
+    assert codecs.image_size(folder.images[3]) == (8, 8)
 
 
 def test_imagefolder_errors(tmp_path):

@@ -318,7 +318,7 @@ class _Image(Encoding):
     def _pixels(self, value):
         """``value`` as pixels no larger than max_side (JPEG bytes are decoded at a
         reduced scale when that suffices)."""
-        if isinstance(value, (bytes, bytearray, memoryview)) and images.is_jpeg(value):
+        if isinstance(value, (bytes, bytearray, memoryview)) and codecs.is_jpeg(value):
             h, w = images.image_size(value)
             target = images.fit_size(h, w, self.max_side)
             img = images.decode_image_bytes(value, min_size=target)
@@ -358,7 +358,7 @@ class JPEG(_Image):
     def encode(self, value):
         if (
             isinstance(value, (bytes, bytearray, memoryview))
-            and images.is_jpeg(value)
+            and codecs.is_jpeg(value)
             and not self._needs_resize(value)
         ):
             h, w = images.image_size(value)
@@ -386,7 +386,7 @@ class QOI(_Image):
     def encode(self, value):
         if (
             isinstance(value, (bytes, bytearray, memoryview))
-            and images.is_qoi(value)
+            and codecs.is_qoi(value)
             and not self._needs_resize(value)
         ):
             h, w, _ = _core.qoi_header(value)
@@ -430,7 +430,7 @@ class Smart(_Image):
         self.check = _check_flag(check)
 
     def encode(self, value):
-        if isinstance(value, (bytes, bytearray, memoryview)) and images.is_jpeg(value):
+        if isinstance(value, (bytes, bytearray, memoryview)) and codecs.is_jpeg(value):
             h, w = images.fit_size(*images.image_size(value), self.max_side)
             if h * w * 3 > self.threshold_bytes and not self._needs_resize(value):
                 return self._as_given(value), h, w, FORMAT_JPEG

@@ -1,4 +1,5 @@
-"""Image helpers for the storage encodings: sniffing, decoding file bytes, area resize.
+"""Image helpers for the storage encodings: decoding file bytes, area resize (sniffing a
+format is ``fastload.codecs``'s: ``is_jpeg``, ``is_qoi``).
 
 Pixels are uint8 arrays of shape (height, width, channels), RGB or RGBA. Decoding is
 ``fastload.codecs.decode``'s (simplejpeg for JPEG, C for QOI, Pillow for the rest).
@@ -10,19 +11,6 @@ import numpy as np
 import numpy.typing as npt
 
 from fastload import codecs
-
-JPEG_MAGIC = b"\xff\xd8\xff"
-QOI_MAGIC = b"qoif"
-
-
-def is_jpeg(data: bytes | bytearray | memoryview) -> bool:
-    """True when the bytes-like ``data`` starts like a JPEG stream."""
-    return bytes(data[:3]) == JPEG_MAGIC
-
-
-def is_qoi(data: bytes | bytearray | memoryview) -> bool:
-    """True when the bytes-like ``data`` starts like a QOI stream."""
-    return bytes(data[:4]) == QOI_MAGIC
 
 
 def as_pixels(value: npt.ArrayLike | bytes | bytearray | memoryview) -> np.ndarray:
