@@ -352,6 +352,9 @@ class _Rechecked:
             _recheck(self.verify_rows)
             raise
 
+    def copied(self, slot):
+        self.transport.copied(slot)
+
     def close(self):
         self.transport.close()
 
