@@ -27,6 +27,7 @@ from .engine import Allocator, Backend, Engine, OnError
 from .epochs import Epochs, Shuffle
 from .keywords import refuse_unknown_keywords
 from .obs import Container, copy_into, getobs, is_batch_index, numobs
+from .protocols import FilePages, PackedRows
 from .samplers import BatchSampler, Sampler
 from .schedule import Schedule, schedule_of
 from .sharding import Shard, default_seed, resolve_shard
@@ -80,42 +81,43 @@ class StatsReport(dict[str, float]):
         )
 
 
-def _found(data: Container, name: str) -> list[Any]:
-    """The attribute ``name`` (when not None) of ``data``, else of the containers under it
-    (through tuples, dicts and ``mapobs``), in order: how the loader finds what a packed
-    dataset offers (its chunks, checksums, file pages) under columns and views of it."""
-    found = getattr(data, name, None)
-    if found is not None:
-        return [found]
+def _packed(data: Container) -> list[PackedRows]:
+    """The packed data (datasets or their columns) that ``data`` is, or that the containers
+    under it are (through tuples, dicts and ``mapobs``), in order: how the loader finds
+    what a packed dataset offers (its chunks, checks, file pages) under columns and views
+    of it."""
+    if isinstance(data, PackedRows):
+        return [data]
     if isinstance(data, (tuple, dict)):
         members = data.values() if isinstance(data, dict) else data
-        return [v for member in members for v in _found(member, name)]
+        return [p for member in members for p in _packed(member)]
     if isinstance(data, MappedObs):
-        return _found(data.data, name)
+        return _packed(data.data)
     return []
 
 
 def _chunk_bounds(data: Container) -> npt.NDArray[np.int64] | None:
     """Chunk boundaries of the packed dataset under ``data``, or None."""
-    found = _found(data, "chunk_bounds")
+    found = [p.chunk_bounds for p in _packed(data) if p.chunk_bounds is not None]
     return found[0] if found else None
 
 
 def _verifiers(data: Container) -> list[Callable[[npt.NDArray[np.int64]], None]]:
     """The ``verify_rows`` of the packed datasets under ``data`` opened with
     ``verify="read"``: they check a step's chunks before the loader hands it out."""
-    return _found(data, "verify_rows")
+    return [p.verify_rows for p in _packed(data) if p.verify_rows is not None]
 
 
-def _file_pages(data: Container) -> list[Any]:
+def _file_pages(data: Container) -> list[FilePages]:
     """The ``FilePages`` of the memory-mapped packed datasets under ``data``, each once."""
-    found: dict[int, Any] = {}
-    for pages in _found(data, "file_pages"):
-        found.setdefault(id(pages), pages)
+    found: dict[int, FilePages] = {}
+    for p in _packed(data):
+        if p.file_pages is not None:
+            found.setdefault(id(p.file_pages), p.file_pages)
     return list(found.values())
 
 
-def _warn_random_reads(pages: list[Any]) -> None:
+def _warn_random_reads(pages: list[FilePages]) -> None:
     """Warn when a packed dataset read in random order does not fit in memory."""
     for p in pages:
         if not p.fits_in_memory():

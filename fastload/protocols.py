@@ -1,0 +1,72 @@
+"""What the engine and the loader ask of storage, declared once as protocols.
+
+The planner reads encoded images natively from an object that offers its items as one
+buffer (``ContiguousBytes``), as spans of mapped files (``SpannedBytes``) or as files
+(``FilePaths``); the loader reads packed data chunk by chunk, checks its rows and reads
+ahead through ``PackedRows``. Storage classes inherit the protocols they implement, so
+that mypy checks their signatures against these; callers test ``isinstance(x, Protocol)``
+rather than probing attribute names. Nothing here imports the rest of fastload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["ContiguousBytes", "FilePages", "FilePaths", "PackedRows", "SpannedBytes"]
+
+Spans = tuple[list[np.ndarray], np.ndarray | None, np.ndarray, np.ndarray]
+
+
+@runtime_checkable
+class ContiguousBytes(Protocol):
+    """Encoded items that may lie back to back in one buffer: when ``contiguous``,
+    ``buffers()`` gives ``(base, offsets)``, item i being ``base[offsets[i]:offsets[i + 1]]``
+    (``base`` uint8, ``offsets`` int64 of n + 1)."""
+
+    @property
+    def contiguous(self) -> bool: ...
+
+    def buffers(self) -> tuple[np.ndarray, Any]: ...
+
+
+@runtime_checkable
+class SpannedBytes(Protocol):
+    """Encoded items in several buffers: ``spans()`` gives ``(bases, base_of, starts,
+    ends)``, item i being ``bases[base_of[i]][starts[i]:ends[i]]`` (``base_of`` None: all
+    in ``bases[0]``)."""
+
+    def spans(self) -> Spans: ...
+
+
+@runtime_checkable
+class FilePaths(Protocol):
+    """Items that are the bytes of files: item i is the content of ``paths[i]``."""
+
+    paths: Sequence[str]
+
+
+class FilePages(Protocol):
+    """Where a packed dataset's chunks lie in its files: what the loader asks to warn about
+    random reads of data larger than memory and to read ahead chunk by chunk."""
+
+    chunk_bounds: npt.NDArray[np.int64]
+    nbytes: int
+
+    def fits_in_memory(self) -> bool: ...
+
+
+@runtime_checkable
+class PackedRows(Protocol):
+    """Rows of a packed dataset (the dataset, or a column of it): ``chunk_bounds``, its
+    chunks' row boundaries (int64, from 0 to its length); ``file_pages``, where they lie in
+    memory-mapped files (None when not mapped); ``verify_rows(rows)``, checks to run on a
+    step's rows before it is handed out (None when there are none). All three are None on a
+    slice of a column, whose rows are not the dataset's."""
+
+    chunk_bounds: npt.NDArray[np.int64] | None = None
+    file_pages: FilePages | None = None
+    verify_rows: Callable[[int | npt.NDArray[np.int64]], None] | None = None
