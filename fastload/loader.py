@@ -27,7 +27,7 @@ from .engine import Allocator, Backend, Engine, OnError
 from .epochs import Epochs, Shuffle
 from .keywords import refuse_unknown_keywords
 from .obs import Container, copy_into, getobs, is_batch_index, numobs
-from .protocols import FilePages, PackedRows
+from .protocols import CheckedRows, Chunked, FilePages, PagedFiles
 from .samplers import BatchSampler, Sampler
 from .schedule import Schedule, schedule_of
 from .sharding import Shard, default_seed, resolve_shard
@@ -42,6 +42,7 @@ __all__ = ["DataLoader", "eachobs", "eachobs_parallel"]
 BufferOption = bool | np.ndarray | tuple[Any, ...] | dict[Any, Any]
 
 _Loader = TypeVar("_Loader", bound="_EpochLoader")
+_T = TypeVar("_T")
 
 
 # The two spellings of buffering, each refused where the other is the name: the loaders
@@ -81,39 +82,39 @@ class StatsReport(dict[str, float]):
         )
 
 
-def _packed(data: Container) -> list[PackedRows]:
-    """The packed data (datasets or their columns) that ``data`` is, or that the containers
-    under it are (through tuples, dicts and ``mapobs``), in order: how the loader finds
+def _found(data: Container, offered: Callable[[Any], _T | None]) -> list[_T]:
+    """What ``offered(data)`` gives (when not None), else what it gives for the containers
+    under ``data`` (through tuples, dicts and ``mapobs``), in order: how the loader finds
     what a packed dataset offers (its chunks, checks, file pages) under columns and views
     of it."""
-    if isinstance(data, PackedRows):
-        return [data]
+    found = offered(data)
+    if found is not None:
+        return [found]
     if isinstance(data, (tuple, dict)):
         members = data.values() if isinstance(data, dict) else data
-        return [p for member in members for p in _packed(member)]
+        return [v for member in members for v in _found(member, offered)]
     if isinstance(data, MappedObs):
-        return _packed(data.data)
+        return _found(data.data, offered)
     return []
 
 
 def _chunk_bounds(data: Container) -> npt.NDArray[np.int64] | None:
     """Chunk boundaries of the packed dataset under ``data``, or None."""
-    found = [p.chunk_bounds for p in _packed(data) if p.chunk_bounds is not None]
+    found = _found(data, lambda d: d.chunk_bounds if isinstance(d, Chunked) else None)
     return found[0] if found else None
 
 
 def _verifiers(data: Container) -> list[Callable[[npt.NDArray[np.int64]], None]]:
     """The ``verify_rows`` of the packed datasets under ``data`` opened with
     ``verify="read"``: they check a step's chunks before the loader hands it out."""
-    return [p.verify_rows for p in _packed(data) if p.verify_rows is not None]
+    return _found(data, lambda d: d.verify_rows if isinstance(d, CheckedRows) else None)
 
 
 def _file_pages(data: Container) -> list[FilePages]:
     """The ``FilePages`` of the memory-mapped packed datasets under ``data``, each once."""
     found: dict[int, FilePages] = {}
-    for p in _packed(data):
-        if p.file_pages is not None:
-            found.setdefault(id(p.file_pages), p.file_pages)
+    for pages in _found(data, lambda d: d.file_pages if isinstance(d, PagedFiles) else None):
+        found.setdefault(id(pages), pages)
     return list(found.values())
 
 

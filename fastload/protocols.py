@@ -2,8 +2,9 @@
 
 The planner reads encoded images natively from an object that offers its items as one
 buffer (``ContiguousBytes``), as spans of mapped files (``SpannedBytes``) or as files
-(``FilePaths``); the loader reads packed data chunk by chunk, checks its rows and reads
-ahead through ``PackedRows``. Storage classes inherit the protocols they implement, so
+(``FilePaths``); the loader reads a container chunk by chunk (``Chunked``), checks its
+rows (``CheckedRows``) and reads ahead in its files (``PagedFiles``): a packed dataset and
+its columns are all three (``PackedRows``). Storage classes inherit the protocols they implement, so
 that mypy checks their signatures against these; callers test ``isinstance(x, Protocol)``
 rather than probing attribute names. Nothing here imports the rest of fastload.
 """
@@ -16,7 +17,16 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["ContiguousBytes", "FilePages", "FilePaths", "PackedRows", "SpannedBytes"]
+__all__ = [
+    "CheckedRows",
+    "Chunked",
+    "ContiguousBytes",
+    "FilePages",
+    "FilePaths",
+    "PackedRows",
+    "PagedFiles",
+    "SpannedBytes",
+]
 
 Spans = tuple[list[np.ndarray], np.ndarray | None, np.ndarray, np.ndarray]
 
@@ -60,12 +70,34 @@ class FilePages(Protocol):
 
 
 @runtime_checkable
-class PackedRows(Protocol):
-    """Rows of a packed dataset (the dataset, or a column of it): ``chunk_bounds``, its
-    chunks' row boundaries (int64, from 0 to its length); ``file_pages``, where they lie in
-    memory-mapped files (None when not mapped); ``verify_rows(rows)``, checks to run on a
-    step's rows before it is handed out (None when there are none). All three are None on a
-    slice of a column, whose rows are not the dataset's."""
+class Chunked(Protocol):
+    """A container read chunk by chunk (``shuffle="quasi"``): ``chunk_bounds``, the chunks'
+    row boundaries (int64, from 0 to its length), or None when it has none."""
+
+    chunk_bounds: npt.NDArray[np.int64] | None
+
+
+@runtime_checkable
+class PagedFiles(Protocol):
+    """A container whose rows lie in memory-mapped files: ``file_pages`` (None when not
+    mapped), read ahead in a quasi-random order, and sized against the memory."""
+
+    file_pages: FilePages | None
+
+
+@runtime_checkable
+class CheckedRows(Protocol):
+    """A container with checks to run on a step's rows before it is handed out:
+    ``verify_rows(rows)`` (None when there are none)."""
+
+    verify_rows: Callable[[int | npt.NDArray[np.int64]], None] | None
+
+
+@runtime_checkable
+class PackedRows(Chunked, PagedFiles, CheckedRows, Protocol):
+    """Rows of a packed dataset (the dataset, or a column of it): its chunks, file pages
+    and checks, each None where it has none, as on a slice of a column, whose rows are not
+    the dataset's."""
 
     chunk_bounds: npt.NDArray[np.int64] | None = None
     file_pages: FilePages | None = None

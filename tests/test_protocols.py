@@ -9,7 +9,7 @@ import pytest
 from fastload import DataLoader, mapobs
 from fastload.imagefolder import FileBytes
 from fastload.imagesources import native_images
-from fastload.protocols import ContiguousBytes, FilePaths, PackedRows, SpannedBytes
+from fastload.protocols import Chunked, ContiguousBytes, FilePaths, PackedRows, SpannedBytes
 from fastload.storage import JPEG, Raw, write
 from fastload.storage import open as open_dataset
 from fastload.storage.columns import EncodedColumn, ItemBytes, RawArray
@@ -56,10 +56,11 @@ def test_a_slice_of_a_column_offers_no_chunks(dataset):
         DataLoader(part, 4, shuffle="quasi")
 
 
-class LooksChunked:
-    """Not storage: a container with an attribute named like the dataset's chunks."""
+class UserChunks:
+    """Not storage: a container that implements ``Chunked`` by its attribute alone."""
 
-    chunk_bounds = np.array([0, 2, 4], np.int64)
+    def __init__(self, bounds):
+        self.chunk_bounds = bounds
 
     def __len__(self):
         return 4
@@ -68,9 +69,13 @@ class LooksChunked:
         return np.full(2, i)
 
 
-def test_quasi_order_refuses_data_that_does_not_implement_packed_rows():
+def test_a_container_that_offers_chunks_is_read_by_them_and_one_that_offers_none_refused():
+    chunked = UserChunks(np.array([0, 2, 4], np.int64))
+    assert isinstance(chunked, Chunked) and not isinstance(chunked, PackedRows)
+    rows = np.concatenate(list(DataLoader(chunked, 2, shuffle="quasi")))
+    assert sorted(rows[:, 0]) == list(range(4))
     with pytest.raises(ValueError, match="shuffle='quasi' reads a packed dataset"):
-        DataLoader(LooksChunked(), 2, shuffle="quasi")
+        DataLoader(UserChunks(None), 2, shuffle="quasi")
 
 
 def test_quasi_order_follows_the_chunks_of_a_column_under_mapobs(dataset):
