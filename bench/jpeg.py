@@ -361,11 +361,11 @@ def one_core_split(root, jitter, n=500, repeats=3):
     chain = Compose(train_ops(jitter))
     source = fastload._core.ImageSource(
         chain.pipeline,
-        3,
-        "bytes",
-        fastload.codecs,
-        fastload.limits.MAX_IMAGE_PIXELS,
-        fastload.limits.MAX_FILE_BYTES,
+        channels=3,
+        name="bytes",
+        decoder=fastload.codecs,
+        max_pixels=fastload.limits.MAX_IMAGE_PIXELS,
+        max_file_bytes=fastload.limits.MAX_FILE_BYTES,
         buffers=datas,
     )
     wholes = [simplejpeg.decode_jpeg(d) for d in datas]

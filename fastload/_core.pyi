@@ -57,6 +57,7 @@ class Iteration:
     def __init__(
         self,
         plan: Any,
+        *,
         ring: list[Any],
         values: list[Any],
         objects: list[Any],
@@ -72,6 +73,7 @@ class Iteration:
     def start_run(
         self,
         fields: Fields,
+        *,
         order: npt.NDArray[np.int64],
         bounds: npt.NDArray[np.int64] | None,
         first_step: int,
@@ -212,12 +214,12 @@ class ImageSource:
     def __init__(
         self,
         pipeline: Pipeline,
+        *,
         channels: int,
         name: str,
         decoder: ModuleType,
         max_pixels: int,
         max_file_bytes: int,
-        *,
         exact: bool = False,
         buffers: Sequence[_Bytes] | None = None,
         spans: tuple[Sequence[_U8], npt.ArrayLike | None, npt.ArrayLike, npt.ArrayLike]

@@ -11,6 +11,8 @@ handles owned by the classes here, and addresses never cross into Python.
 """
 import numpy as np
 
+from fastload.errors import CoreError as _CoreError  # raised with the code of status.h
+
 cimport numpy as cnp
 
 cnp.import_array()

@@ -341,8 +341,9 @@ cdef class Iteration:
     cdef double last
     cdef object __weakref__
 
-    def __cinit__(self, plan, list ring not None, list values not None, list objects not None,
-                  int64_t rows, bint buffer, Stats stats not None, Progress progress not None,
+    def __cinit__(self, plan, *, list ring not None, list values not None,
+                  list objects not None, int64_t rows, bint buffer, Stats stats not None,
+                  Progress progress not None,
                   on_end=None, bint count_values=False, check=None, list watches=None):
         if len(values) != len(ring) or len(objects) != len(ring) or not ring:
             raise ValueError("a ring needs at least one slot, with a value and objects each")
@@ -367,7 +368,7 @@ cdef class Iteration:
         for watch in watches or ():
             (<SlotWatch>watch).arm()
 
-    def start_run(self, Fields fields not None, cnp.ndarray order not None, bounds,
+    def start_run(self, Fields fields not None, *, cnp.ndarray order not None, bounds,
                   int64_t first_step, int64_t end_step, uint64_t seed, uint64_t epoch,
                   int parallel, int64_t chunk, bint ordered, bint skip_errors, bint release_gil,
                   filler):

@@ -123,8 +123,11 @@ def jpeg_size(data):
     """(height, width) from a JPEG's frame header; ValueError if it has none."""
     cdef const unsigned char[::1] view = memoryview(data).cast("B")
     cdef int h = 0, w = 0
-    if view.shape[0] == 0 or fl_jpeg_size(&view[0], view.shape[0], &h, &w) != FL_OK:
-        raise ValueError("not a JPEG, or its header is truncated or corrupt")
+    cdef int rc = FL_ETRUNCATED
+    if view.shape[0] != 0:
+        rc = fl_jpeg_size(&view[0], view.shape[0], &h, &w)
+    if rc != FL_OK:
+        raise _CoreError(rc, "not a JPEG, or its header is truncated or corrupt")
     return h, w
 
 
@@ -147,8 +150,8 @@ cdef class ImageSource:
     cdef readonly int64_t count
     cdef list owners
 
-    def __cinit__(self, Pipeline pipeline not None, int channels, str name, decoder,
-                  int64_t max_pixels, int64_t max_file_bytes, *, bint exact=False,
+    def __cinit__(self, Pipeline pipeline not None, *, int channels, str name, decoder,
+                  int64_t max_pixels, int64_t max_file_bytes, bint exact=False,
                   buffers=None, spans=None, offsets=None, paths=None, pixels=None):
         given = [w for w in (buffers, spans, offsets, paths, pixels) if w is not None]
         if len(given) != 1:
@@ -306,7 +309,7 @@ cdef class ImageSource:
         finally:
             fl_scratch_release(&scratch)
         if rc != FL_OK:
-            raise ValueError(message.decode("utf-8", "replace"))
+            raise _CoreError(rc, message.decode("utf-8", "replace"))
         return out
 
     def decode(self, data, uint64_t seed=0, uint64_t epoch=0, uint64_t index=0):
@@ -327,7 +330,7 @@ cdef class ImageSource:
                 rc = fl_image_source_decode(self.source, p, src.shape[0], seed, epoch, index,
                                             -1, &scratch, &d, message)
             if rc != FL_OK:
-                raise ValueError(message.decode("utf-8", "replace"))
+                raise _CoreError(rc, message.decode("utf-8", "replace"))
             pixels = np.empty((d.part.h, d.part.w, d.part.c), np.uint8)
             row_bytes = d.part.w * d.part.c
             dst = <uint8_t *>cnp.PyArray_DATA(pixels)

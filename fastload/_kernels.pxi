@@ -19,14 +19,14 @@ RESIZE_KINDS = {None: FL_RESIZE_NONE, "shorter": FL_RESIZE_SHORTER, "exact": FL_
 
 cdef int _check(int err, str what) except -1:
     """Raises for a code of status.h: a bug of fastload's for a scratch too small, a
-    ValueError naming `what` for anything else."""
+    CoreError (a ValueError) carrying the code and naming `what` for anything else."""
     if err == FL_OK:
         return 0
     if err == FL_ESCRATCH:
         raise RuntimeError(f"{what}: scratch buffer too small (a fastload bug)")
     if err == FL_ENOMEM:
         raise MemoryError(what)
-    raise ValueError(f"{what}: {fl_strerror(err).decode()}")
+    raise _CoreError(err, f"{what}: {fl_strerror(err).decode()}")
 
 
 cdef fl_image _view(cnp.ndarray a) except *:

@@ -6,7 +6,7 @@ from status cimport FL_ETRUNCATED, fl_strerror
 
 
 cdef _error(int code, what):
-    return ValueError(f"{what}: {fl_strerror(code).decode()}")
+    return _CoreError(code, f"{what}: {fl_strerror(code).decode()}")
 
 
 def qoi_header(data):

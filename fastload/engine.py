@@ -271,17 +271,17 @@ class Engine:
         try:
             iteration = _core.Iteration(
                 plan,
-                ring,
-                values,
-                [plan.new_objects() for _ in ring],
-                plan.rows,
-                self.buffer,
-                stats,
-                progress,
-                on_end,
-                plan.whole_steps and schedule.batch_size is not None,
-                _checker(schedule, verify_rows, delivered),
-                watches,
+                ring=ring,
+                values=values,
+                objects=[plan.new_objects() for _ in ring],
+                rows=plan.rows,
+                buffer=self.buffer,
+                stats=stats,
+                progress=progress,
+                on_end=on_end,
+                count_values=plan.whole_steps and schedule.batch_size is not None,
+                check=_checker(schedule, verify_rows, delivered),
+                watches=watches,
             )
         except BaseException:
             if shared:
@@ -303,18 +303,18 @@ class Engine:
         bounds = None if plan.whole_steps else schedule.bounds
         iteration.start_run(
             _core.Fields(plan.fields, plan.row_bytes),
-            plan.order(schedule),
-            bounds,
-            schedule.start,
-            schedule.steps,
-            schedule.seed,
-            schedule.epoch,
-            parallel,
-            chunk,
-            self.ordered,
-            skip,
-            plan.expensive,
-            filler,
+            order=plan.order(schedule),
+            bounds=bounds,
+            first_step=schedule.start,
+            end_step=schedule.steps,
+            seed=schedule.seed,
+            epoch=schedule.epoch,
+            parallel=parallel,
+            chunk=chunk,
+            ordered=self.ordered,
+            skip_errors=skip,
+            release_gil=plan.expensive,
+            filler=filler,
         )
         _live.add(iteration)
         return iteration

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from . import limits
+from .protocols import FilePaths
 
 __all__ = ["ImageFolder", "files"]
 
@@ -29,7 +30,7 @@ IMAGE_EXTENSIONS = (
 )
 
 
-class FileBytes:
+class FileBytes(FilePaths):
     """The files at `paths` as a container: `len()`, and `[i]` reads file i's bytes."""
 
     def __init__(self, paths: Iterable[str | os.PathLike[str]]) -> None:

@@ -27,6 +27,7 @@ from .epochs import Epochs, Shuffle
 from .keywords import refuse_unknown_keywords
 from .obs import Container, copy_into, getobs, is_batch_index, numobs
 from .options import BufferOption, LoaderOptions
+from .protocols import CheckedRows, Chunked, FilePages, PagedFiles
 from .samplers import BatchSampler, Sampler
 from .schedule import Schedule, schedule_of
 from .sharding import Shard, default_seed, resolve_shard
@@ -39,6 +40,7 @@ from .windows import DEFAULT_BUFFER, StreamEpochs
 __all__ = ["DataLoader", "eachobs", "eachobs_parallel"]
 
 _Loader = TypeVar("_Loader", bound="_EpochLoader")
+_T = TypeVar("_T")
 
 
 # The two spellings of buffering, each refused where the other is the name: the loaders
@@ -78,42 +80,43 @@ class StatsReport(dict[str, float]):
         )
 
 
-def _found(data: Container, name: str) -> list[Any]:
-    """The attribute ``name`` (when not None) of ``data``, else of the containers under it
-    (through tuples, dicts and ``mapobs``), in order: how the loader finds what a packed
-    dataset offers (its chunks, checksums, file pages) under columns and views of it."""
-    found = getattr(data, name, None)
+def _found(data: Container, offered: Callable[[Any], _T | None]) -> list[_T]:
+    """What ``offered(data)`` gives (when not None), else what it gives for the containers
+    under ``data`` (through tuples, dicts and ``mapobs``), in order: how the loader finds
+    what a packed dataset offers (its chunks, checks, file pages) under columns and views
+    of it."""
+    found = offered(data)
     if found is not None:
         return [found]
     if isinstance(data, (tuple, dict)):
         members = data.values() if isinstance(data, dict) else data
-        return [v for member in members for v in _found(member, name)]
+        return [v for member in members for v in _found(member, offered)]
     if isinstance(data, MappedObs):
-        return _found(data.data, name)
+        return _found(data.data, offered)
     return []
 
 
 def _chunk_bounds(data: Container) -> npt.NDArray[np.int64] | None:
     """Chunk boundaries of the packed dataset under ``data``, or None."""
-    found = _found(data, "chunk_bounds")
+    found = _found(data, lambda d: d.chunk_bounds if isinstance(d, Chunked) else None)
     return found[0] if found else None
 
 
 def _verifiers(data: Container) -> list[Callable[[npt.NDArray[np.int64]], None]]:
     """The ``verify_rows`` of the packed datasets under ``data`` opened with
     ``verify="read"``: they check a step's chunks before the loader hands it out."""
-    return _found(data, "verify_rows")
+    return _found(data, lambda d: d.verify_rows if isinstance(d, CheckedRows) else None)
 
 
-def _file_pages(data: Container) -> list[Any]:
+def _file_pages(data: Container) -> list[FilePages]:
     """The ``FilePages`` of the memory-mapped packed datasets under ``data``, each once."""
-    found: dict[int, Any] = {}
-    for pages in _found(data, "file_pages"):
+    found: dict[int, FilePages] = {}
+    for pages in _found(data, lambda d: d.file_pages if isinstance(d, PagedFiles) else None):
         found.setdefault(id(pages), pages)
     return list(found.values())
 
 
-def _warn_random_reads(pages: list[Any]) -> None:
+def _warn_random_reads(pages: list[FilePages]) -> None:
     """Warn when a packed dataset read in random order does not fit in memory."""
     for p in pages:
         if not p.fits_in_memory():

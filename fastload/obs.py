@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from . import sparse, tables, tensors
 from .collate import collate
-from .errors import load_error
+from .errors import MisfitError, load_error
 from .tree import map_tree, members, rebuild, tree_leaves
 
 if TYPE_CHECKING:
@@ -229,9 +229,9 @@ def getobs_into(buffer: Any, data: Container, i: Index | None = None) -> Any:
     For arrays and tuples/dicts of arrays nothing is allocated. Any other container
     falls back to ``getobs`` plus a copy into the buffer; a list buffer takes a batch of
     values (strings, say) item by item; a buffer of another kind (None, a string) cannot
-    be filled in place and ``getobs(data, i)`` is returned instead. Raises ``ValueError``
-    when the buffer's shape does not fit, or when the observations' dtype would lose
-    information in the buffer's (see ``copy_into``).
+    be filled in place and ``getobs(data, i)`` is returned instead. Raises ``MisfitError``
+    (a ``ValueError``) when the buffer's shape does not fit, or when the observations'
+    dtype would lose information in the buffer's (see ``copy_into``).
 
     ``getobs_into.register(MyType, f)`` (or as a decorator) registers an implementation
     ``f(buffer, data, i)`` for containers of ``MyType``; dispatch is on the container.
@@ -261,8 +261,8 @@ def _(data: np.ndarray, buffer: Any, i: Index) -> Any:
         return buffer
     expected = (len(i),) + data.shape[1:] if is_batch_index(i) else data.shape[1:]
     if buffer.shape != expected:
-        raise ValueError(
-            f"buffer of shape {buffer.shape} does not fit observations of shape {expected}"
+        raise MisfitError(
+            "shape", f"buffer of shape {buffer.shape} does not fit observations of shape {expected}"
         )
     _check_dtype(data.dtype, buffer.dtype)
     if is_batch_index(i) and data.dtype == buffer.dtype:
@@ -318,8 +318,8 @@ def _fits(dtype: np.dtype[Any], buffer_dtype: np.dtype[Any]) -> bool:
 
 def _check_dtype(dtype: np.dtype[Any], buffer_dtype: np.dtype[Any]) -> None:
     if not _fits(dtype, buffer_dtype):
-        raise ValueError(
-            f"buffer of dtype {buffer_dtype} does not fit an observation of dtype {dtype}"
+        raise MisfitError(
+            "dtype", f"buffer of dtype {buffer_dtype} does not fit an observation of dtype {dtype}"
         )
 
 
@@ -327,9 +327,9 @@ def copy_into(buffer: Any, value: Any) -> Any:
     """Copy ``value`` into ``buffer`` (an array; a list, which takes a list or 1-D array
     of values whatever its length; or a tuple/dict of them) and return the filled buffer;
     a buffer of any other kind cannot be filled and ``value`` is returned.
-    Raises ``ValueError`` when the value's shape differs, or when its dtype would lose
-    information in the buffer's (a float into an int buffer, int64 into int32, float64
-    into float32, a longer string)."""
+    Raises ``MisfitError`` (a ``ValueError``) when the value's shape differs, or when its
+    dtype would lose information in the buffer's (a float into an int buffer, int64 into
+    int32, float64 into float32, a longer string)."""
     if tensors.is_tensor(buffer) and tensors.numpy_view(buffer) is not None:
         copy_into(tensors.numpy_view(buffer), value)
         return buffer
@@ -338,8 +338,10 @@ def copy_into(buffer: Any, value: Any) -> Any:
             value = value.detach().cpu().numpy()
         value = np.asarray(value)
         if value.shape != buffer.shape:
-            raise ValueError(
-                f"buffer of shape {buffer.shape} does not fit an observation of shape {value.shape}"
+            raise MisfitError(
+                "shape",
+                f"buffer of shape {buffer.shape} does not fit an observation of shape "
+                f"{value.shape}",
             )
         _check_dtype(value.dtype, buffer.dtype)
         buffer[...] = value
@@ -350,15 +352,17 @@ def copy_into(buffer: Any, value: Any) -> Any:
         return buffer
     if isinstance(buffer, (tuple, dict)) and isinstance(value, (tuple, dict)):
         if len(buffer) != len(value):
-            raise ValueError(
-                f"buffer with {len(buffer)} members does not fit an observation with {len(value)}"
+            raise MisfitError(
+                "members",
+                f"buffer with {len(buffer)} members does not fit an observation with {len(value)}",
             )
         if isinstance(buffer, dict) and (
             not isinstance(value, dict) or buffer.keys() != value.keys()
         ):
             keys = list(value) if isinstance(value, dict) else "positions"
-            raise ValueError(
-                f"buffer with members {list(buffer)} does not fit an observation with {keys}"
+            raise MisfitError(
+                "members",
+                f"buffer with members {list(buffer)} does not fit an observation with {keys}",
             )
         return rebuild(buffer, [copy_into(buffer[key], value[key]) for key, _ in members(buffer)])
     return value

@@ -19,27 +19,18 @@ comes from the schedule, never from views. When a container defines its own batc
 semantics the plan falls back to loading whole steps with ``getobs``.
 """
 
-import operator
-import weakref
-from typing import Any
-
 import numpy as np
 
-from . import _core, codecs, limits, tables, tensors
+from . import tables, tensors
 from .collate import collate, stack
-from .errors import LoadError
+from .errors import LoadError, MisfitError
+from .imagesources import is_image_chain, native_images
 from .obs import exact_dtypes, getobs, getobs_into
 from .sparse import is_sparse
-from .transforms import Compose
 from .tree import head, map_tree, rebuild, row, tree_leaves
 from .views import MappedObs, SlidingWindow, collate_batch, source_of
 
 __all__ = ["ItemPlan", "MisfitError", "StepPlan", "make_plan"]
-
-
-class MisfitError(ValueError):
-    """An observation that does not fit the batch buffers made for observation 0: another
-    shape, or another dtype."""
 
 
 def _custom_getobs(data):
@@ -131,129 +122,12 @@ class Leaf:
         return ("python", None)
 
 
-_image_sources: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-
-
-def _pixel_images(images):
-    """The decoded uint8 HWC (or HW) images whose rows are packed pixels, as a list, or None.
-    Works for one (N, H, W[, C]) array or a list of arrays of one channel count."""
-    arrays = list(images) if isinstance(images, (np.ndarray, list, tuple)) else []
-    if not arrays or (isinstance(images, np.ndarray) and images.ndim not in (3, 4)):
-        return None
-    channels = None
-    for a in arrays:
-        if not (isinstance(a, np.ndarray) and a.dtype == np.uint8 and a.ndim in (2, 3)):
-            return None
-        c = a.shape[2] if a.ndim == 3 else 1
-        if (
-            a.strides[0] < c * a.shape[1]
-            or a.strides[1] != c
-            or (a.ndim == 3 and a.strides[2] != 1)
-            or channels not in (None, c)
-        ):
-            return None  # every image must give the slot's channel count
-        channels = c
-    return arrays
-
-
-def _image_source(view):
-    """An ``_core.ImageSource`` that runs ``view.f`` (a Compose) natively over
-    ``view.data``, or None when the images are in a form only Python can read."""
-    compose, images = view.f, view.data
-    if _output_spec(view) is None:
-        return None
-
-    def source(**where):
-        return _core.ImageSource(
-            compose.pipeline,
-            compose.channels or 3,
-            type(images).__name__,
-            codecs,
-            limits.MAX_IMAGE_PIXELS,
-            limits.MAX_FILE_BYTES,
-            exact=compose.exact_decode,
-            **where,
-        )
-
-    if not compose.decodes:
-        pixels = _pixel_images(images)
-        return None if pixels is None else source(pixels=pixels)
-    if hasattr(images, "buffers") and images.contiguous:
-        return source(offsets=images.buffers())  # one file: n + 1 offsets into its map
-    if hasattr(images, "spans"):
-        return source(spans=images.spans())  # several files: a span per item
-    if hasattr(images, "paths"):
-        return source(paths=list(images.paths))
-    if isinstance(images, (list, tuple)) and all(isinstance(b, bytes) for b in images):
-        return source(buffers=images)
-    return None
-
-
-def _output_spec(view):
-    """The Spec of every output of ``mapobs(compose, images)``, or None when it varies."""
-    compose = view.f
-    if compose.output_shape is not None:
-        return Spec(compose.output_shape, compose.output_dtype)
-    images = view.data
-    if compose.decodes or not isinstance(images, (np.ndarray, list, tuple)) or not len(images):
-        return None
-    # Decoded images: one array gives one input shape; a list, one per image.
-    shapes = (
-        {images.shape[1:]}
-        if isinstance(images, np.ndarray)
-        else {np.shape(image) for image in images}
-    )
-    if any(len(shape) < 2 for shape in shapes):
-        return None
-    outputs = set()
-    for shape in shapes:
-        try:
-            outputs.add(compose.output_shape_for(shape))
-        except ValueError:
-            pass  # this image cannot go through the chain: its item fails when loaded
-    if len(outputs) != 1:
-        return None  # the output size follows the input's: no fixed slot
-    return Spec(outputs.pop(), compose.output_dtype)
-
-
-def _snapshot(view):
-    """What the native source of ``view`` was built from: the pipeline, the container, and
-    for a list its items or for files their paths, to see whether it still holds."""
-    images = view.data
-    if isinstance(images, (list, tuple)):
-        items = list(images)
-    elif hasattr(images, "paths"):
-        items = list(images.paths)
-    else:
-        items = None
-    return view.f, images, items, (limits.MAX_IMAGE_PIXELS, limits.MAX_FILE_BYTES)
-
-
-def _still_holds(snapshot, view):
-    f, images, items, bounds = snapshot
-    if view.f is not f or view.data is not images:
-        return False
-    if bounds != (limits.MAX_IMAGE_PIXELS, limits.MAX_FILE_BYTES):
-        return False
-    if items is None:
-        return True
-    now = images if isinstance(images, (list, tuple)) else images.paths
-    return len(now) == len(items) and all(map(operator.is_, now, items))
-
-
 def _native_image_leaf(view):
-    """A native Leaf for ``mapobs(Compose([...]), images)``, or None. The native source is
-    built once per view and rebuilt when the list (or file list) under it changed. A chain
-    with a Lambda is not native: it loads item by item through Compose.__call__."""
-    if not isinstance(view.f, Compose) or not view.f.native or view.batched:
+    """A native Leaf for ``mapobs(Compose([...]), images)`` that C can load, or None."""
+    images = native_images(view)
+    if images is None:
         return None
-    cached = _image_sources.get(view)
-    if cached is None or not _still_holds(cached[0], view):
-        cached = _image_sources[view] = (_snapshot(view), _image_source(view))
-    source = cached[1]
-    if source is None:
-        return None
-    return Leaf(view, "image", _output_spec(view), source)
+    return Leaf(view, "image", Spec(images.shape, images.dtype), images.source)
 
 
 def _leaf(container, stacks):
@@ -371,10 +245,8 @@ class ItemPlan:
         try:
             with exact_dtypes():
                 getobs_into(row(dests[field], pos), leaf.container, index)
-        except ValueError as error:
-            if "does not fit" not in str(error):
-                raise
-            raise MisfitError(_misfit(error, leaf, self.paths[field])) from None
+        except MisfitError as error:
+            raise MisfitError(error.what, _misfit(error, leaf, self.paths[field])) from None
 
     def assemble(self, dests, objects, n, keep=None):
         """The step's value from its slot: views of the first ``n`` rows (or row 0), with
@@ -433,15 +305,18 @@ def _misfit(error, leaf, path):
         f"{error}{where}: the batch buffers take the shape and dtype of observation 0 "
         f"({_describe(leaf.spec)})"
     )
-    if "dtype" in str(error):
+    if error.what == "dtype":
         return (
             f"{head}, and a batch holds what np.stack of its observations gives: a cast "
             "could lose information, and np.stack would promote to another dtype. Give "
             "every observation one dtype: a table's column with astype, any container with "
             "a cast in mapobs, e.g. mapobs(lambda x: np.asarray(x, np.float64), data)"
         )
-    images = isinstance(leaf.container, MappedObs) and isinstance(leaf.container.f, Compose)
-    hint = " (for images, a crop after Resize, e.g. CenterCrop)" if images else ""
+    hint = (
+        " (for images, a crop after Resize, e.g. CenterCrop)"
+        if is_image_chain(leaf.container)
+        else ""
+    )
     return (
         f"{head}, and one batch holds one shape: make every observation that shape{hint}, "
         "or use collate=False to get lists"

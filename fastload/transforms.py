@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from . import _core, codecs, limits
+from .errors import CoreError, Status
 from .mixing import CutMix, MixUp
 from .randomness import Purpose, generator
 
@@ -684,13 +685,14 @@ class Compose:
 
     def _explain(self, error, h, w):
         """The error to raise for `error` of the pipeline on an h x w image."""
-        if "smaller than the crop" not in str(error):
+        if not (isinstance(error, CoreError) and error.code == Status.ETOOSMALL):
             return error
         crop = self._find(RandomCrop) or self._find(CenterCrop)
-        return ValueError(
+        return CoreError(
+            Status.ETOOSMALL,
             f"{crop!r} is larger than the {h}x{w} image: give the crop "
             f"padding (RandomCrop(..., padding=...)), or Resize first so "
-            f"that every image covers the crop"
+            f"that every image covers the crop",
         )
 
     def _run_encoded(self, data, index, seed, epoch):
@@ -711,11 +713,11 @@ class Compose:
             raise self._explain(error, h, w) from None
         source = _core.ImageSource(
             self.pipeline,
-            channels,
-            "bytes",
-            codecs,
-            limits.MAX_IMAGE_PIXELS,
-            limits.MAX_FILE_BYTES,
+            channels=channels,
+            name="bytes",
+            decoder=codecs,
+            max_pixels=limits.MAX_IMAGE_PIXELS,
+            max_file_bytes=limits.MAX_FILE_BYTES,
             exact=self.exact_decode,
             buffers=(),
         )

@@ -169,11 +169,11 @@ def source(k=0, kind="buffers"):
     }[kind]  # fmt: skip
     return _core.ImageSource(
         pipeline(k),
-        3,
-        "fuzz",
-        codecs,
-        limits.MAX_IMAGE_PIXELS,
-        limits.MAX_FILE_BYTES,
+        channels=3,
+        name="fuzz",
+        decoder=codecs,
+        max_pixels=limits.MAX_IMAGE_PIXELS,
+        max_file_bytes=limits.MAX_FILE_BYTES,
         **{kind: where},
     )
 
@@ -205,12 +205,14 @@ def iteration(rows=4, slots=2, started=None):
     if started == "image":
         ring = [[np.zeros((rows, 3, 3, 3), np.uint8)] for _ in range(slots)]
     it = _core.Iteration(
-        Plan(), ring, [None] * slots, [[[]] for _ in range(slots)], rows, False,
-        _core.Stats(), _core.Progress(),
+        Plan(), ring=ring, values=[None] * slots, objects=[[[]] for _ in range(slots)],
+        rows=rows, buffer=False, stats=_core.Stats(), progress=_core.Progress(),
     )  # fmt: skip
     if started is not None:
-        it.start_run(fields(started), np.arange(10, dtype=np.int64), None, 0, 10 // rows, 1,
-                     0, 1, 1, True, False, True, lambda *a: None)  # fmt: skip
+        it.start_run(fields(started), order=np.arange(10, dtype=np.int64), bounds=None,
+                     first_step=0, end_step=10 // rows, seed=1, epoch=0, parallel=1, chunk=1,
+                     ordered=True, skip_errors=False, release_gil=True,
+                     filler=lambda *a: None)  # fmt: skip
     return it
 
 

@@ -13,7 +13,13 @@ from fastload import _core, codecs, limits
 def image_source(**where):
     pipeline = _core.Pipeline()
     return _core.ImageSource(
-        pipeline, 3, "test", codecs, limits.MAX_IMAGE_PIXELS, limits.MAX_FILE_BYTES, **where
+        pipeline,
+        channels=3,
+        name="test",
+        decoder=codecs,
+        max_pixels=limits.MAX_IMAGE_PIXELS,
+        max_file_bytes=limits.MAX_FILE_BYTES,
+        **where,
     )
 
 
@@ -62,7 +68,15 @@ def test_an_image_source_needs_exactly_one_kind_of_images_and_a_channel_count_it
     with pytest.raises(ValueError, match="exactly one"):
         image_source(buffers=[], paths=[])
     with pytest.raises(ValueError, match="1, 3 or 4"):
-        _core.ImageSource(_core.Pipeline(), 2, "x", codecs, 10, 10, buffers=[])
+        _core.ImageSource(
+            _core.Pipeline(),
+            channels=2,
+            name="x",
+            decoder=codecs,
+            max_pixels=10,
+            max_file_bytes=10,
+            buffers=[],
+        )
 
 
 @pytest.mark.parametrize("value", [None, np.array(1.0)], ids=["none", "0-d"])
@@ -117,7 +131,13 @@ def test_a_qoi_header_of_no_pixels_is_not_a_qoi_stream_and_one_too_large_is_over
 # parameter it recurses on without end) or handed C what it cannot use (NaN draws, rows of
 # the wrong size, no rows), each with what it now raises. They run in a child process, so
 # that a regression fails this test rather than killing the suite.
-RUN = "0, 1, 0, 0, 0, 1, True, False, True, None"  # steps [0, 1), inline, no filler
+# Steps [0, 1), inline, no filler.
+RUN = (
+    "first_step=0, end_step=1, seed=0, epoch=0, parallel=0, chunk=1, ordered=True, "
+    "skip_errors=False, release_gil=True, filler=None"
+)
+SOURCE = "channels=3, name='x', decoder=codecs, max_pixels=99, max_file_bytes=99"
+ITERATION = "ring=[[]], values=[None], objects=[[]], buffer=False, progress=_core.Progress()"
 REFUSED = {
     "_core.rrc_params(10, 10, (0.5,), (0.75, 1.33))": "ValueError: rrc_params: scale",
     "_core.erasing_params(10, 10, 1.0, (), (0.3, 3.3))": "ValueError: erasing_params: scale",
@@ -132,12 +152,8 @@ REFUSED = {
     ),
     "_core.Pipeline(crop=[])": "ValueError: crop must be one of",
     "source(0, 'spans')": None,
-    "_core.ImageSource(pipeline(), 3, 'x', codecs, 99, 99, spans=(arr((9,)),))": (
-        "ValueError: spans"
-    ),
-    "_core.ImageSource(pipeline(), 3, 'x', codecs, 99, 99, offsets=(arr((9,)),))": (
-        "ValueError: offsets"
-    ),
+    f"_core.ImageSource(pipeline(), {SOURCE}, spans=(arr((9,)),))": ("ValueError: spans"),
+    f"_core.ImageSource(pipeline(), {SOURCE}, offsets=(arr((9,)),))": ("ValueError: offsets"),
     "_core.mixup_(arr((), 'float32', 'scalar'), 0.5)": "ValueError: mixup: the batch",
     "_core.mixup_(None, 0.5)": "TypeError",
     "_core.mixup_lambda(-1e300, 0, 0, 0)": "ValueError: mixup_lambda: alpha",
@@ -146,15 +162,15 @@ REFUSED = {
     "_core.beta_draws(float('inf'), 1.0, 3)": "ValueError: beta_draws: a",
     "_core.Fields([('image', None)], [0])": "TypeError: field 0: an image field",
     "_core.Fields([('gather', arr((3, 4)))], [1])": "ValueError: field 0: an observation",
-    f"iteration().start_run(fields(), np.array(3), None, {RUN})": (
+    f"iteration().start_run(fields(), order=np.array(3), bounds=None, {RUN})": (
         "TypeError: a schedule's order must be a 1-D"
     ),
-    f"iteration().start_run(None, np.arange(3), None, {RUN})": "TypeError",
-    f"iteration().start_run(fields(), np.arange(3), np.array(0), {RUN})": (
+    f"iteration().start_run(None, order=np.arange(3), bounds=None, {RUN})": "TypeError",
+    f"iteration().start_run(fields(), order=np.arange(3), bounds=np.array(0), {RUN})": (
         "TypeError: a schedule's bounds"
     ),
-    "_core.Iteration(Plan(), [[]], [None], [[]], 1, False, None, _core.Progress())": "TypeError",
-    "_core.Iteration(Plan(), [[]], [None], [[]], 0, False, _core.Stats(), _core.Progress())": (
+    f"_core.Iteration(Plan(), {ITERATION}, rows=1, stats=None)": "TypeError",
+    f"_core.Iteration(Plan(), {ITERATION}, rows=0, stats=_core.Stats())": (
         "ValueError: a step holds at least one observation"
     ),
     "next(iteration())": "RuntimeError: this iteration was not started",
@@ -204,7 +220,21 @@ def test_a_run_without_fields_is_refused():
     it = core_calls.iteration()
     fields = _core.Fields([], [])
     with pytest.raises(ValueError, match="at least one field"):
-        it.start_run(fields, np.arange(3), None, 0, 1, 0, 0, 0, 1, True, False, True, None)
+        it.start_run(
+            fields,
+            order=np.arange(3),
+            bounds=None,
+            first_step=0,
+            end_step=1,
+            seed=0,
+            epoch=0,
+            parallel=0,
+            chunk=1,
+            ordered=True,
+            skip_errors=False,
+            release_gil=True,
+            filler=None,
+        )
 
 
 NAN = float("nan")

@@ -172,18 +172,20 @@ HINTS = {
 
 def _stub_parameters():
     """Each class's constructor parameters, from fastload/_core.pyi (the compiled classes
-    do not tell them): {class: ([positional], [keyword-only])}."""
+    do not tell them): {class: ([positional], [keyword-only], {keyword-only without a
+    default})}."""
     tree = ast.parse(Path(fastload.__file__).with_name("_core.pyi").read_text())
     out = {}
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
-            out[node.name] = ([], [])
+            out[node.name] = ([], [], set())
             for init in node.body:
                 if isinstance(init, ast.FunctionDef) and init.name == "__init__":
                     args = init.args
                     out[node.name] = (
                         [a.arg for a in args.args[1:]],
                         [a.arg for a in args.kwonlyargs],
+                        {a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None},
                     )
     return out
 
@@ -196,13 +198,15 @@ def _parameters(function):
         for p in signature.parameters.values()
         if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD) and p.name != "self"
     ]
-    keyword = [p.name for p in signature.parameters.values() if p.kind == kinds.KEYWORD_ONLY]
-    return positional, keyword
+    keyword = [p for p in signature.parameters.values() if p.kind == kinds.KEYWORD_ONLY]
+    required = {p.name for p in keyword if p.default is inspect.Parameter.empty}
+    return positional, [p.name for p in keyword], required
 
 
 def entry_points():
-    """(expression strategy of the callee, positional and keyword-only parameter names) of
-    every public callable of the module: functions, constructors and methods."""
+    """(expression strategy of the callee, positional and keyword-only parameter names, the
+    keyword-only ones without a default) of every public callable of the module:
+    functions, constructors and methods."""
     constructors = _stub_parameters()
     found = []
     for name, value in sorted(vars(_core).items()):
@@ -216,7 +220,7 @@ def entry_points():
             attribute = getattr(value, method)
             if method == "__next__" or (not method.startswith("_") and callable(attribute)):
                 receiver = RECEIVERS[name].map(f"{{}}.{method}".format)
-                parameters = ([], []) if method == "__next__" else _parameters(attribute)
+                parameters = ([], [], set()) if method == "__next__" else _parameters(attribute)
                 found.append((f"{name}.{method}", receiver, *parameters))
     return found
 
@@ -234,9 +238,9 @@ def _argument(name, wild):
 @st.composite
 def calls(draw):
     """One call of one entry point as an expression: its positional parameters (in a wild
-    call, some of them or one too many), some keyword ones, each a value of a random shape
-    and type."""
-    _, callee, positional, keyword = draw(st.sampled_from(ENTRY_POINTS))
+    call, some of them or one too many), its required keyword ones (in a wild call, some of
+    them) and some others, each a value of a random shape and type."""
+    _, callee, positional, keyword, required = draw(st.sampled_from(ENTRY_POINTS))
     wild = draw(st.booleans())
     count = len(positional)
     if wild:
@@ -244,7 +248,7 @@ def calls(draw):
     names = positional[:count] + ["extra"] * (count - len(positional))
     parts = [draw(_argument(n, wild)) for n in names]
     for name in keyword:
-        if draw(st.booleans()):
+        if (name in required and not wild) or draw(st.booleans()):
             parts.append(f"{name}={draw(_argument(name, wild))}")
     return f"{draw(callee)}({', '.join(parts)})"
 
@@ -291,4 +295,5 @@ def test_the_fuzz_target_calls_every_public_callable_of_the_core():
         if not name.startswith("_") and callable(value):
             assert name in called
     assert {"Pipeline.run", "ImageSource.decode", "Iteration.start_run"} <= called
-    assert set(RECEIVERS) == {n for n, v in vars(_core).items() if isinstance(v, type)}
+    public = {n for n, v in vars(_core).items() if isinstance(v, type) and not n.startswith("_")}
+    assert set(RECEIVERS) == public

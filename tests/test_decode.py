@@ -372,7 +372,14 @@ def test_only_the_crop_region_is_decoded():
     whole = Compose([DecodeImage()])(data)
     chain = Compose([DecodeImage(exact=True), RandomResizedCrop(64, scale=(0.05, 0.2))])
     source = fastload._core.ImageSource(
-        chain.pipeline, 3, "bytes", codecs, 10**8, 10**8, exact=True, buffers=[data]
+        chain.pipeline,
+        channels=3,
+        name="bytes",
+        decoder=codecs,
+        max_pixels=10**8,
+        max_file_bytes=10**8,
+        exact=True,
+        buffers=[data],
     )
     for index in range(10):
         part, (y, x), denom = source.decode(data, 0, 0, index)

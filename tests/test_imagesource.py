@@ -522,7 +522,7 @@ def test_on_error_skip_drops_exactly_the_bad_items(jpegs, parallel):
 
 
 # Output is documented identical for every value of `parallel`, and the Python path reads
-# the list live; the native path caches its source per view (plan._image_sources) with a
+# the list live; the native path caches its source per view (imagesources._sources) with a
 # copy of the list taken on the first plan, so it must not serve a stale copy.
 
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from fastload.errors import LoadError
 from fastload.obs import is_batch_index, normalize_index
+from fastload.protocols import ContiguousBytes, PackedRows, SpannedBytes
 
 __all__ = ["EncodedColumn", "ItemBytes", "RawArray", "RawColumn", "ScalarArray"]
 
@@ -85,12 +86,11 @@ def _check_rows(column, rows):
     """The dataset's checks of ``rows`` (``Dataset.verify_rows``): before they are read,
     their chunks' checksums (``verify="read"``); before what was read is handed out, that
     no file shrank under the read."""
-    verify_rows = getattr(column, "verify_rows", None)
-    if verify_rows is not None:
-        verify_rows(rows)
+    if column.verify_rows is not None:
+        column.verify_rows(rows)
 
 
-class ItemBytes:
+class ItemBytes(ContiguousBytes, SpannedBytes, PackedRows):
     """The encoded bytes of a column's items: ``column.encoded[i]`` is a zero-copy,
     read-only memoryview into the file. A container of bytes with ``buffers()``, the
     input a native decoding pipeline takes (``mapobs(Compose([DecodeImage(), ...]),
@@ -126,7 +126,7 @@ class ItemBytes:
         return self._column.row_source(i)
 
 
-class EncodedColumn:
+class EncodedColumn(ContiguousBytes, SpannedBytes, PackedRows):
     """A binary-backed field (jpeg, qoi, smart, ndarray, bytes, str, ...): ``col[i]``
     decodes item ``i``; ``col[idx]`` gives a list. ``col.encoded[i]`` is the stored bytes.
     Auxiliary columns (``height``, ``width``, ``format``, ``shape``) are in ``col.parts``
@@ -267,19 +267,19 @@ def shape_list(chunked):
     )
 
 
-class RawArray(np.ndarray):
+class RawArray(np.ndarray, PackedRows):
     """A Raw field read as one zero-copy array of shape (n, *shape) (read-only)."""
 
     encoding = "raw"
 
 
-class ScalarArray(np.ndarray):
+class ScalarArray(np.ndarray, PackedRows):
     """A scalar field read as a 1-D array."""
 
     encoding = "scalar"
 
 
-class RawColumn:
+class RawColumn(PackedRows):
     """A Raw field stored in several record batches (a file not written by fastload, say,
     re-batched by pyarrow): one read-only array per batch, in
     ``chunks``; ``col[i]`` is an item view, ``col[idx]`` a gathered array,

@@ -12,7 +12,7 @@ import mmap
 import os
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, Literal, overload
 
@@ -22,6 +22,7 @@ import numpy.typing as npt
 from fastload import _core
 from fastload.errors import LoadError
 from fastload.obs import Index, is_batch_index, normalize_index
+from fastload.protocols import PackedRows
 from fastload.storage.arrow_types import arrow_type, import_pyarrow
 from fastload.storage.checksums import META_CHECKSUMS, shard_checksums
 from fastload.storage.columns import (
@@ -233,7 +234,7 @@ def _parse_ipc(pa: ModuleType, buf: Any, kind: str) -> tuple[Any, list[Any]]:
     return reader.schema, list(reader)
 
 
-class Dataset:
+class Dataset(PackedRows):
     """A packed dataset: ``len(ds)`` observations; ``ds[i]`` a dict of decoded fields;
     ``ds[idx]`` (index array or slice) a dict of batches (arrays for raw and scalar
     fields, lists for the others); ``ds["name"]`` a column.
@@ -242,6 +243,8 @@ class Dataset:
     ``RawColumn`` holding one array per record batch when the file has several); other
     fields an ``EncodedColumn``. Every column has ``.encoding``.
     """
+
+    chunk_bounds: npt.NDArray[np.int64]  # a dataset always knows its chunks
 
     def __init__(self, shards: Sequence[_Shard], verify_reads: bool = False) -> None:
         self._shards = shards
@@ -283,9 +286,7 @@ class Dataset:
         mapped = all(s.mapping is not None for s in shards)
         self.file_pages = FilePages(shards, self.chunk_bounds) if mapped else None
         for column in self._columns.values():
-            _mark_chunks(
-                column, self.chunk_bounds, getattr(self, "verify_rows", None), self.file_pages
-            )
+            _mark_chunks(column, self.chunk_bounds, self.verify_rows, self.file_pages)
 
     def _verify_rows(self, rows: int | npt.NDArray[np.int64]) -> None:
         """Before what was read of ``rows`` is handed out: raise ``LoadError`` when a file
@@ -454,9 +455,9 @@ def _own_chunks(shard: _Shard) -> npt.NDArray[np.int64]:
 
 
 def _mark_chunks(
-    column: Any,
+    column: PackedRows,
     bounds: npt.NDArray[np.int64],
-    verify_rows: Any,
+    verify_rows: Callable[[int | npt.NDArray[np.int64]], None] | None,
     pages: FilePages | None,
 ) -> None:
     """A column, and its stored bytes, know the dataset's chunks and where they lie in the
@@ -464,12 +465,13 @@ def _mark_chunks(
     ``ds["label"]``) can read chunk by chunk (``shuffle="quasi"``), reading ahead, as it
     can over the dataset. They also carry the dataset's ``verify_rows`` (when it checks
     anything), which a loader runs on each batch's rows before it hands the batch out."""
-    for part in (column, getattr(column, "encoded", None)):
-        if part is not None:
-            part.chunk_bounds = bounds
-            part.file_pages = pages
-            if verify_rows is not None:
-                part.verify_rows = verify_rows
+    parts: list[PackedRows] = [column]
+    if isinstance(column, EncodedColumn):
+        parts.append(column.encoded)
+    for part in parts:
+        part.chunk_bounds = bounds
+        part.file_pages = pages
+        part.verify_rows = verify_rows
 
 
 class _ChunkChecks:
@@ -565,7 +567,7 @@ def _infer_fields(schema: Any) -> dict[str, tuple[Encoding | None, list[str]]]:
     return fields
 
 
-class ArrowColumn:
+class ArrowColumn(PackedRows):
     """A column of a foreign Arrow file with no fastload encoding (nested types, nulls):
     items come from pyarrow as Python values."""
 

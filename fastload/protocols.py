@@ -1,0 +1,104 @@
+"""What the engine and the loader ask of storage, declared once as protocols.
+
+The planner reads encoded images natively from an object that offers its items as one
+buffer (``ContiguousBytes``), as spans of mapped files (``SpannedBytes``) or as files
+(``FilePaths``); the loader reads a container chunk by chunk (``Chunked``), checks its
+rows (``CheckedRows``) and reads ahead in its files (``PagedFiles``): a packed dataset and
+its columns are all three (``PackedRows``). Storage classes inherit the protocols they implement, so
+that mypy checks their signatures against these; callers test ``isinstance(x, Protocol)``
+rather than probing attribute names. Nothing here imports the rest of fastload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "CheckedRows",
+    "Chunked",
+    "ContiguousBytes",
+    "FilePages",
+    "FilePaths",
+    "PackedRows",
+    "PagedFiles",
+    "SpannedBytes",
+]
+
+Spans = tuple[list[np.ndarray], np.ndarray | None, np.ndarray, np.ndarray]
+
+
+@runtime_checkable
+class ContiguousBytes(Protocol):
+    """Encoded items that may lie back to back in one buffer: when ``contiguous``,
+    ``buffers()`` gives ``(base, offsets)``, item i being ``base[offsets[i]:offsets[i + 1]]``
+    (``base`` uint8, ``offsets`` int64 of n + 1)."""
+
+    @property
+    def contiguous(self) -> bool: ...
+
+    def buffers(self) -> tuple[np.ndarray, Any]: ...
+
+
+@runtime_checkable
+class SpannedBytes(Protocol):
+    """Encoded items in several buffers: ``spans()`` gives ``(bases, base_of, starts,
+    ends)``, item i being ``bases[base_of[i]][starts[i]:ends[i]]`` (``base_of`` None: all
+    in ``bases[0]``)."""
+
+    def spans(self) -> Spans: ...
+
+
+@runtime_checkable
+class FilePaths(Protocol):
+    """Items that are the bytes of files: item i is the content of ``paths[i]``."""
+
+    paths: Sequence[str]
+
+
+class FilePages(Protocol):
+    """Where a packed dataset's chunks lie in its files: what the loader asks to warn about
+    random reads of data larger than memory and to read ahead chunk by chunk."""
+
+    chunk_bounds: npt.NDArray[np.int64]
+    nbytes: int
+
+    def fits_in_memory(self) -> bool: ...
+
+
+@runtime_checkable
+class Chunked(Protocol):
+    """A container read chunk by chunk (``shuffle="quasi"``): ``chunk_bounds``, the chunks'
+    row boundaries (int64, from 0 to its length), or None when it has none."""
+
+    chunk_bounds: npt.NDArray[np.int64] | None
+
+
+@runtime_checkable
+class PagedFiles(Protocol):
+    """A container whose rows lie in memory-mapped files: ``file_pages`` (None when not
+    mapped), read ahead in a quasi-random order, and sized against the memory."""
+
+    file_pages: FilePages | None
+
+
+@runtime_checkable
+class CheckedRows(Protocol):
+    """A container with checks to run on a step's rows before it is handed out:
+    ``verify_rows(rows)`` (None when there are none)."""
+
+    verify_rows: Callable[[int | npt.NDArray[np.int64]], None] | None
+
+
+@runtime_checkable
+class PackedRows(Chunked, PagedFiles, CheckedRows, Protocol):
+    """Rows of a packed dataset (the dataset, or a column of it): its chunks, file pages
+    and checks, each None where it has none, as on a slice of a column, whose rows are not
+    the dataset's."""
+
+    chunk_bounds: npt.NDArray[np.int64] | None = None
+    file_pages: FilePages | None = None
+    verify_rows: Callable[[int | npt.NDArray[np.int64]], None] | None = None
