@@ -20,6 +20,7 @@ import threading
 
 import numpy as np
 
+from fastload.errors import LoadError
 from fastload.storage.arrow_types import import_pyarrow
 from fastload.storage.memory import memory_limit
 from fastload.storage.readahead import ReadAhead
@@ -33,10 +34,13 @@ _PIECE = 8 << 20
 class FilePages:
     """The chunks of a dataset in its files. ``shards``: the opened files (each with
     ``path``, ``mapping``: its mmap, ``base``: a uint8 numpy view of it, ``batches``);
-    ``chunk_bounds``: the dataset's chunk boundaries (rows). ``nbytes``: the files' size."""
+    ``chunk_bounds``: the dataset's chunk boundaries (rows); ``check_chunk(k)``: checks
+    chunk k against its checksum once, raising ``LoadError`` when it does not match (None:
+    nothing to check). ``nbytes``: the files' size."""
 
-    def __init__(self, shards, chunk_bounds):
+    def __init__(self, shards, chunk_bounds, check_chunk=None):
         self._shards = shards
+        self._check_chunk = check_chunk
         self.chunk_bounds = chunk_bounds
         self.nbytes = sum(s.base.size for s in shards)
         # Record batches as (first row, shard, batch), to find a row's batch.
@@ -94,6 +98,19 @@ class FilePages:
                 _fadvise(fd, start, stop - start, "POSIX_FADV_WILLNEED")
         finally:
             os.close(fd)
+
+    def check(self, chunk):
+        """Check ``chunk`` against its checksum ahead of the loader, which then finds it
+        checked; True when it matches or there is nothing to check. A chunk that does not
+        match stays unchecked: the loader checks it again before it hands out its rows,
+        and raises there, naming them."""
+        if self._check_chunk is None:
+            return True
+        try:
+            self._check_chunk(chunk)
+        except LoadError:
+            return False
+        return True
 
     def drop(self, chunk, keep=()):
         """Let go of ``chunk`` but the pages of the rows ``keep``."""
