@@ -27,14 +27,23 @@ def memory_limit():
     return min(limits) if limits else None
 
 
-def memory_room(held=0):
+def memory_room(
+    held=0,
+    cgroup="/proc/self/cgroup",
+    mountinfo="/proc/self/mountinfo",
+    meminfo="/proc/meminfo",
+):
     """Bytes of memory still free to this process before its tightest limit, not counting
     ``held`` (bytes of page cache this process holds on purpose) as free: per limited
     cgroup (its own and those above it), the limit less its usage plus the inactive page
     cache beyond ``held``; and ``MemAvailable`` less ``held``. At least 0; None where the
-    platform says neither (not Linux)."""
-    rooms = [limit - used + max(0, inactive - held) for limit, used, inactive in _cgroup_usages()]
-    available = _meminfo("MemAvailable")
+    platform says neither (not Linux). ``cgroup``, ``mountinfo``, ``meminfo``: where
+    those are read."""
+    rooms = [
+        limit - used + max(0, inactive - held)
+        for limit, used, inactive in _cgroup_usages(cgroup, mountinfo)
+    ]
+    available = _meminfo("MemAvailable", meminfo)
     if available is not None:
         rooms.append(available - held)
     return max(0, min(rooms)) if rooms else None
