@@ -29,6 +29,7 @@ __all__ = ["FilePages"]
 
 _PAGE = mmap.PAGESIZE
 _PIECE = 8 << 20
+_ASK = 128 << 10  # the kernel's default read-ahead size, the least it reads for one ask
 
 
 class FilePages:
@@ -87,15 +88,19 @@ class FilePages:
             for at in range(start, stop, _PIECE)
         ]
 
-    def load(self, piece):
+    def load(self, piece, then=None):
         """Read ``piece`` (one of ``pieces``) into the page cache; returns when it is
-        read. Where ``sendfile`` is not available, the kernel is asked to read it
-        (``posix_fadvise(WILLNEED)``) and the call returns at once."""
+        read. The kernel is asked first to read it and the piece ``then`` (the next one
+        to load, if any) exactly (``_ask``), so that the disk has that much in flight and
+        nothing past them is read; ``sendfile`` then waits for ``piece``. Where
+        ``sendfile`` is not available, the call returns once the kernel was asked."""
         shard, start, stop = piece
         fd = os.open(self._shards[shard].path, os.O_RDONLY)
         try:
-            if not _read_through(fd, start, stop):
-                _fadvise(fd, start, stop - start, "POSIX_FADV_WILLNEED")
+            _ask(fd, start, stop)
+            if then is not None and then[0] == shard:
+                _ask(fd, then[1], then[2])
+            _read_through(fd, start, stop)
         finally:
             os.close(fd)
 
@@ -192,6 +197,16 @@ def _read_through(fd, start, stop):
     finally:
         os.close(null)
     return True
+
+
+def _ask(fd, start, stop):
+    """Ask the kernel to read bytes [start, stop) of ``fd`` (``posix_fadvise(WILLNEED)``),
+    in steps of ``_ASK`` bytes: it reads no more than its read-ahead size for one call,
+    and asked this way it reads ahead of nothing (reading a file, its read-ahead goes
+    past the end of what is read, by up to ``read_ahead_kb``: megabytes on some
+    machines, a fifth more than a 64 MiB chunk)."""
+    for at in range(start, stop, _ASK):
+        _fadvise(fd, at, min(_ASK, stop - at), "POSIX_FADV_WILLNEED")
 
 
 def _fadvise(fd, start, length, advice):

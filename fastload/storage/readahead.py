@@ -234,7 +234,7 @@ class ReadAhead:
                     self._cond.wait(_REMEASURE_S if self._next < len(self.queue) else None)
             piece = pieces.pop(0)
             began = time.monotonic()
-            self.pages.load(piece)
+            self.pages.load(piece, pieces[0] if pieces else None)
             with self._cond:
                 self._read_bytes += piece[2] - piece[1]
                 self._read_s += time.monotonic() - began
