@@ -3,8 +3,9 @@ kernel is told about them: read this chunk now, let go of that one.
 
 A chunk's rows take one byte range in each column's buffers (a few ranges per record
 batch it overlaps). ``load`` reads a piece of it into the page cache without copying it
-into the process (``sendfile`` to ``/dev/null``: sequential, at the disk's rate, and
-blocking only the caller, without the GIL); ``drop`` unmaps it from this process
+into the process (the kernel asked to read it and the next piece exactly, then
+``sendfile`` to ``/dev/null`` waiting for it: sequential, at the disk's rate, nothing read
+past the chunk, and blocking only the caller, without the GIL); ``drop`` unmaps it from this process
 (``madvise(MADV_DONTNEED)``, so it leaves the resident memory) and drops it from the page
 cache (``posix_fadvise(DONTNEED)``; pages another process maps stay). Both are hints: a
 page let go is read again at its next access, so what is read never depends on them.
@@ -29,7 +30,9 @@ __all__ = ["FilePages"]
 
 _PAGE = mmap.PAGESIZE
 _PIECE = 8 << 20
-_ASK = 128 << 10  # the kernel's default read-ahead size, the least it reads for one ask
+# The kernel reads at most its read-ahead size (128 KiB by default, or the device's
+# largest request when larger) for one ask.
+_ASK = 128 << 10
 
 
 class FilePages:
