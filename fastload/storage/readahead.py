@@ -70,13 +70,14 @@ def _stop_all_at_exit():
 class ReadAhead:
     """One epoch of read-ahead over ``order`` (rows of the dataset whose ``FilePages`` is
     ``pages``, ``rows`` a step) from step ``start``; ``limit``: the memory this process
-    may use (None: unknown). ``start()`` starts the reader and releaser threads;
+    may use (None: unknown). ``start()`` starts the reader, releaser and checker threads;
     ``delivered(step)`` is called by the consumer with each step it hands out (in any
     order); ``close()`` stops reading and lets go of what is held.
 
     Invariants (kept under ``_cond``): ``_low`` is the first step not yet delivered; no
     rows that a step from ``_low`` on reads are let go; ``_nbytes`` counts the chunks
-    read or being read and not yet handed to the releaser.
+    read or being read and not yet handed to the releaser; ``_loaded`` holds the chunks
+    read whole and not checked yet; ``_read_bytes`` and ``_read_s`` only grow.
     """
 
     def __init__(self, pages, order, rows, start, limit):
