@@ -385,8 +385,8 @@ def test_chunks_are_checked_as_they_are_read_before_any_step_is_delivered(shards
         deadline = time.monotonic() + 60
         while not ds._checks.done.all() and time.monotonic() < deadline:
             time.sleep(0.01)
-        # Files that fit in memory: every chunk is read (two windows at most ahead of
-        # the loader, and all of them here) and checked, with no step delivered.
+        # Every chunk is read (all the steps of this small order are ones the engine may
+        # be loading) and checked, with no step delivered.
         assert ds._checks.done.all()
     finally:
         ahead.close()
