@@ -5,32 +5,30 @@ GB) is written from a Python row source whose ``__getitem__`` makes each image (
 random array: GIL-bound Python work per row), then read by
 ``DataLoader(fastload.open(path), 256, parallel=True, buffer=True)`` one epoch per run:
 
-1. the writer: rows/s of ``fastload.write`` with encoder threads and with worker processes
-   (``backend="process"``), against FFCV's writer (2 workers) when ffcv is installed, else
-   against a plain loop that writes each row's bytes to a file;
+1. the writer: rows/s of ``fastload.write`` with worker processes (``backend="process"``)
+   and with encoder threads, against FFCV's writer (2 workers) when ffcv is installed, else
+   against a plain loop that writes each row's bytes to a file; the file read below is
+   the one written with threads and ``write``'s other defaults too (chunks of 64 MiB,
+   ``--chunk-mb`` to change them);
 2. reading: ``shuffle=False`` (in order: the disk's rate), ``shuffle="quasi"`` and
    ``shuffle=True``, each in a fresh process inside a memory cgroup limited to
    ``--limit-mb`` (so the page cache cannot hold the file), caches dropped before each
    run; then the in-RAM rate (no limit, the file in the page cache). ``shuffle=True`` under
    the limit runs for ``--random-s`` seconds only (a whole epoch would take hours).
-   Printed: items/s, the ratio to the in-order rate, the process's peak RSS and the
-   cgroup's peak usage (page cache included). Each run checks that every label was seen
-   once.
+   Printed: items/s, the ratio to the in-order rate, the process's peak RSS, the
+   cgroup's peak usage (page cache included) and the bytes read from disk (all threads,
+   Python's own files included: what passes the file's size by more than that was read
+   twice); then the ratio of each quasi run to the
+   in-order run of the same round and their median (MEDIAN RATIO). Each run checks that
+   every label was seen once.
 
 The memory limit and dropping caches need root on Linux; the script uses cgroup v1 (a
 ``memory`` hierarchy) or v2 (``memory.max``), whichever the machine has, creating one
 cgroup per run under its own. Where it cannot, it says so and runs unconstrained.
-Sizes scale with ``--rows``: the file's chunks are 64 MiB x rows / 250,000 (47 chunks,
-windows of 8), and the default limit leaves the page cache the same share of the file as
-the full run does: 256 MB (about what the reading process holds in its cgroup before it
-reads: Python, numpy, pyarrow and their files, which do not scale) + 768 MB x rows /
-250,000 (at 60,000 rows: 440 MB, for a 0.74 GB file).
-
-Measured at full size on the 2-core machine here (other processes share it, so
-CPU-bound rates vary by 10-20% from run to run): writer, plain loop 23,400 rows/s,
-threads 15,400, processes 27,800; reads under the 1 GB limit, in order 147,000 items/s,
-quasi 125,000 (0.85x, peak RSS 654 MB, the cgroup at its 1,024 MB limit: the page cache
-fills it), shuffle=True 247; in RAM 716,000. At 60,000 rows (440 MB): quasi 0.76x.
+The default limit leaves the page cache the same share of the file as the full run does:
+256 MB (about what the reading process holds in its cgroup before it reads: Python,
+numpy, pyarrow and their files, which do not scale) + 768 MB x rows / 250,000 (at 60,000
+rows: 440 MB, for a 0.74 GB file).
 
 Full size (about 3.1 GB of disk for the file; a few minutes)::
 
@@ -58,7 +56,6 @@ from fastload.storage import Raw
 
 FULL_ROWS = 250_000
 FULL_LIMIT_MB = 1024
-FULL_CHUNK_BYTES = 64 << 20
 OWN_MB = 256  # about what the reading process takes itself (Python, libraries)
 SIDE = 64
 BATCH = 256
@@ -83,14 +80,17 @@ class Rows:
 
 
 def write_fastload(path, rows, chunk_bytes, backend):
+    """``fastload.write`` with its default settings but ``backend`` (and ``chunk_bytes``
+    when not None)."""
+    sizing = {} if chunk_bytes is None else {"chunk_bytes": chunk_bytes}
     start = time.perf_counter()
     fastload.write(
         path,
         Rows(rows),
         {"image": Raw(), "label": "int64"},
-        chunk_bytes=chunk_bytes,
         progress=False,
         backend=backend,
+        **sizing,
     )
     return rows / (time.perf_counter() - start)
 
@@ -133,7 +133,8 @@ def write_ffcv(path, rows):
 
 
 def bench_writer(path, rows, chunk_bytes, out):
-    """Prints the writers' rows/s; leaves the file written with processes at ``path``."""
+    """Prints the writers' rows/s; leaves at ``path`` the file written with threads, as
+    ``write`` does by default."""
     try:
         import ffcv  # noqa: F401
 
@@ -142,19 +143,19 @@ def bench_writer(path, rows, chunk_bytes, out):
     except ImportError:
         other, run_other = "plain loop: row bytes to a file", write_plain
         other_path = os.path.join(out, "larger_than_ram.plain")
+    chunks = "write's default" if chunk_bytes is None else f"{chunk_bytes / 2**20:.1f} MiB"
     print(
         f"1. writing {rows:,} rows of {SIDE}x{SIDE}x3 uint8 + int64 from a Python source "
-        f"(the file: {rows * (SIDE * SIDE * 3 + 8) / 1e9:.2f} GB, chunks of "
-        f"{chunk_bytes / 2**20:.1f} MiB)"
+        f"(the file: {rows * (SIDE * SIDE * 3 + 8) / 1e9:.2f} GB, chunks: {chunks})"
     )
     results = {}
     for name, run in (
         (other, lambda: run_other(other_path, rows)),
-        ("fastload.write, threads", lambda: write_fastload(path, rows, chunk_bytes, "thread")),
         (
             "fastload.write, backend='process'",
             lambda: write_fastload(path, rows, chunk_bytes, "process"),
         ),
+        ("fastload.write, threads", lambda: write_fastload(path, rows, chunk_bytes, "thread")),
     ):
         results[name] = run()
         if os.path.exists(other_path):
@@ -318,9 +319,23 @@ def child(path, shuffle, seconds, cgroup):
                 "seconds": elapsed,
                 "items_per_s": items / elapsed,
                 "peak_rss_mb": _peak_rss_mb(),
+                "disk_read_mb": _disk_read_bytes() / 2**20,
+                "major_faults": resource.getrusage(resource.RUSAGE_SELF).ru_majflt,
             }
         )
     )
+
+
+def _disk_read_bytes():
+    """Bytes this process (all its threads) had read from the disk (Linux; else 0)."""
+    try:
+        with open("/proc/self/io") as f:
+            for line in f:
+                if line.startswith("read_bytes:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def _peak_rss_mb():
@@ -378,11 +393,27 @@ def bench_reads(path, limit_mb, seconds, repeats):
         cgroup = [r["cgroup_peak_mb"] for r in reports if "cgroup_peak_mb" in r]
         cgroup = f", cgroup peak {max(cgroup):,.0f} MB" if cgroup else ""
         spread = ", ".join(f"{r['items_per_s']:,.0f}" for r in reports)
+        disk = sorted(r["disk_read_mb"] for r in reports)[len(reports) // 2]
         print(
             f"  {name:<{width}}  {rate:>10,.0f} items/s  {ratio}   peak RSS "
-            f"{peak:,.0f} MB{cgroup}   (runs: {spread})"
+            f"{peak:,.0f} MB{cgroup}, read from disk {disk:,.0f} MB   (runs: {spread})"
         )
+    _print_paired(samples[runs[1][0]], samples[runs[0][0]])
     return samples
+
+
+def _print_paired(quasi, in_order):
+    """The ratio of each quasi run to the in-order run of the same round, and their
+    median: the figure that says whether quasi order keeps up with the disk."""
+    ratios = sorted(
+        q["items_per_s"] / o["items_per_s"]
+        for q, o in zip(quasi, in_order)
+        if "error" not in q and "error" not in o
+    )
+    if ratios:
+        runs = ", ".join(f"{r:.3f}" for r in ratios)
+        median = ratios[len(ratios) // 2]
+        print(f"  shuffle='quasi' / in order, run by run: {runs}; MEDIAN RATIO {median:.3f}x")
 
 
 def _read_run(path, shuffle, seconds, limited, limit_mb, probe):
@@ -418,6 +449,12 @@ def main():
         "--random-s", type=float, default=10.0, help="seconds of shuffle=True under the limit"
     )
     parser.add_argument("--repeats", type=int, default=3, help="runs of each read")
+    parser.add_argument(
+        "--chunk-mb",
+        type=float,
+        default=None,
+        help="chunks of the written file (default: write's default, 64 MiB)",
+    )
     parser.add_argument("--out", default=DEFAULT_OUT, help="where the file goes")
     parser.add_argument("--keep", action="store_true", help="keep the written file")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -431,7 +468,7 @@ def main():
     # What scales is the memory left to the page cache beside the process's own (Python
     # and its libraries, which do not scale).
     limit_mb = args.limit_mb or round(OWN_MB + (FULL_LIMIT_MB - OWN_MB) * scale)
-    chunk_bytes = max(1 << 20, round(FULL_CHUNK_BYTES * scale))
+    chunk_bytes = None if args.chunk_mb is None else max(1, round(args.chunk_mb * 2**20))
     path = args.path
     if path is None:
         os.makedirs(args.out, exist_ok=True)

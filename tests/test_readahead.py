@@ -2,20 +2,27 @@
 ``filepages``) and the memory checks around it: the order and every row once per epoch
 are kept, with shards and with ``shard=``; chunks are let go only of rows no later step
 reads; ``shuffle=True`` warns once when the files outgrow the memory this process may use;
-the cgroup limits (v1 and v2) are read."""
+the cgroup limits (v1 and v2) and what is free under them are read; the read-ahead's
+budget follows what it measures (memory free, the disk's and the loader's rates) within
+its bounds; chunks are checked against their checksums as they are read, ahead of the
+loader, and a chunk that does not match still stops the loader."""
 
 import os
+import time
 import warnings
 
 import numpy as np
 import pytest
 import simplejpeg
+from hypothesis import given
+from hypothesis import strategies as st
 
 import fastload
 from fastload import DataLoader
+from fastload.errors import LoadError
 from fastload.order import quasi_random_order
-from fastload.storage import JPEG, Raw, filepages, memory, write
-from fastload.storage.readahead import ReadAhead
+from fastload.storage import JPEG, Raw, filepages, memory, readahead, write
+from fastload.storage.readahead import ReadAhead, window_bytes
 
 ROWS_PER_SHARD, SHARDS, SIDE = 60, 3, 8
 
@@ -251,13 +258,21 @@ def test_a_dataset_read_into_memory_neither_warns_nor_reads_ahead(shards, monkey
         assert DataLoader(ds, 8, shuffle="quasi")._pages is None
 
 
-def _cgroup_tree(tmp_path, version, limit, parent_limit):
+def _cgroup_tree(tmp_path, version, limit, parent_limit, usage=None, inactive=0):
+    """A cgroup file system of ``jobs/job1`` (``limit``, and ``usage`` bytes charged of
+    which ``inactive`` are inactive page cache, when given) under ``jobs``
+    (``parent_limit``); returns the paths of its ``/proc/self/cgroup`` and mountinfo."""
     mount = tmp_path / "cgroup"
     own = mount / "jobs" / "job1"
     own.mkdir(parents=True)
     name = "memory.limit_in_bytes" if version == 1 else "memory.max"
     (own / name).write_text(f"{limit}\n")
     (mount / "jobs" / name).write_text(f"{parent_limit}\n")
+    if usage is not None:
+        used = "memory.usage_in_bytes" if version == 1 else "memory.current"
+        (own / used).write_text(f"{usage}\n")
+        stat = "total_inactive_file" if version == 1 else "inactive_file"
+        (own / "memory.stat").write_text(f"anon 5\n{stat} {inactive}\nfile 7\n")
     if version == 1:
         cgroup = "5:cpu:/\n4:memory:/jobs/job1\n"
         mount_line = f"40 30 0:35 / {mount} rw - cgroup cgroup rw,memory\n"
@@ -281,3 +296,115 @@ def test_the_memory_limit_is_the_smallest_of_the_cgroup_and_its_parents(tmp_path
 def test_the_memory_limit_is_at_most_the_ram():
     limit = memory.memory_limit()
     assert limit is None or 0 < limit <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_memory_room_is_the_limit_less_the_usage_with_others_inactive_cache_free(
+    tmp_path, version
+):
+    gib = 1 << 30
+    paths = _cgroup_tree(tmp_path, version, gib, "max", usage=gib // 2, inactive=gib // 4)
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 100 kB\nMemAvailable: 8388608 kB\n")  # 8 GiB
+    # Held page cache is not counted as free, inactive or not.
+    assert memory.memory_room(0, *paths, str(meminfo)) == gib // 2 + gib // 4
+    assert memory.memory_room(gib // 8, *paths, str(meminfo)) == gib // 2 + gib // 8
+    assert memory.memory_room(gib // 2, *paths, str(meminfo)) == gib // 2
+    # The system's MemAvailable binds too, and the room is never negative.
+    meminfo.write_text("MemAvailable: 262144 kB\n")  # 256 MiB
+    assert memory.memory_room(0, *paths, str(meminfo)) == gib // 4
+    assert memory.memory_room(gib, *paths, str(meminfo)) == 0
+
+
+def test_the_memory_room_is_unknown_without_cgroup_or_meminfo(tmp_path):
+    missing = str(tmp_path / "none")
+    assert memory.memory_room(0, missing, missing, missing) is None
+
+
+MIB = 1 << 20
+
+
+def test_the_window_is_two_working_sets_while_nothing_is_measured():
+    assert window_bytes(512 * MIB) == 1024 * MIB
+    assert window_bytes(512 * MIB, disk_rate=2e9) == 1024 * MIB  # the loader's rate unknown
+
+
+def test_the_window_shrinks_to_the_memory_free_but_never_below_a_working_set():
+    assert window_bytes(512 * MIB, room=700 * MIB) == 700 * MIB
+    assert window_bytes(512 * MIB, room=100 * MIB) == 512 * MIB
+    assert window_bytes(512 * MIB, room=0) == 512 * MIB
+    assert window_bytes(512 * MIB, room=4096 * MIB) == 1024 * MIB
+
+
+def test_the_window_holds_what_the_disk_must_read_ahead_while_a_window_is_used():
+    # The loader uses bytes 10x as fast as the disk reads them: a tenth of the next window
+    # must be read while this one is used, twice that for noise.
+    assert window_bytes(500 * MIB, disk_rate=1e8, use_rate=1e9) == 600 * MIB
+    # A disk at half the loader's rate or faster: the whole next window.
+    assert window_bytes(500 * MIB, disk_rate=5e8, use_rate=1e9) == 1000 * MIB
+    assert window_bytes(500 * MIB, disk_rate=4e9, use_rate=1e9) == 1000 * MIB
+    # The memory free binds before the rates.
+    assert window_bytes(500 * MIB, 550 * MIB, disk_rate=1e8, use_rate=1e9) == 550 * MIB
+
+
+@given(
+    working_set=st.integers(0, 1 << 40),
+    room=st.none() | st.integers(0, 1 << 41),
+    disk_rate=st.none() | st.floats(1.0, 1e12),
+    use_rate=st.none() | st.floats(1.0, 1e12),
+)
+def test_the_window_stays_within_its_bounds(working_set, room, disk_rate, use_rate):
+    got = window_bytes(working_set, room, disk_rate, use_rate)
+    assert working_set <= got <= 2 * working_set
+    if room is not None:
+        assert got <= max(working_set, room)
+
+
+def test_the_budget_follows_the_memory_measured_before_each_chunk(monkeypatch):
+    n = 200
+    order = quasi_random_order(n, np.arange(0, n + 1, 10), 0, 0, window=3)
+    ahead = ReadAhead(FakePages(n), order, 10, 0, limit=80_000)
+    ahead.plan()
+    assert ahead.working_set == 3000  # a window: 3 chunks of 1000 bytes
+    free = {"bytes": 1 << 30}
+    monkeypatch.setattr(readahead, "memory_room", lambda held: free["bytes"])
+    assert ahead.budget() == 6000  # room for two windows
+    free["bytes"] = 14_500  # less the slack, an eighth of the limit: 4,500 bytes
+    assert ahead.budget() == 4500
+    ahead._nbytes = 1000  # held bytes are the reader's to keep
+    assert ahead.budget() == 5500
+    free["bytes"] = 0
+    assert ahead.budget() == 3000
+
+
+def test_chunks_are_checked_as_they_are_read_before_any_step_is_delivered(shards):
+    ds = fastload.open(shards)
+    order = quasi_random_order(len(ds), ds.chunk_bounds, 0, 0)
+    ahead = ds.file_pages.read_ahead(order, 8).start()
+    try:
+        deadline = time.monotonic() + 60
+        while not ds._checks.done.all() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # Every chunk is read (all the steps of this small order are ones the engine may
+        # be loading) and checked, with no step delivered.
+        assert ds._checks.done.all()
+    finally:
+        ahead.close()
+        ahead.join(timeout=10)
+
+
+def test_a_chunk_that_does_not_match_still_stops_the_loader(shards, tmp_path, recorded):
+    ds = fastload.open(shards)
+    chunk = 2
+    shard, start, stop = ds.file_pages.spans()[chunk][0]
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for name in sorted(os.listdir(shards)):
+        data = bytearray(open(os.path.join(shards, name), "rb").read())
+        if name == sorted(os.listdir(shards))[shard]:
+            data[(start + stop) // 2] ^= 0xFF
+        (bad / name).write_bytes(bytes(data))
+    loader = DataLoader(fastload.open(str(bad)), 8, shuffle="quasi", parallel=2)
+    with pytest.raises(LoadError, match=rf"chunk {chunk} \(rows \d+\.\.\d+\) does not match"):
+        labels_of(loader)
+    finished(recorded)

@@ -3,8 +3,9 @@ kernel is told about them: read this chunk now, let go of that one.
 
 A chunk's rows take one byte range in each column's buffers (a few ranges per record
 batch it overlaps). ``load`` reads a piece of it into the page cache without copying it
-into the process (``sendfile`` to ``/dev/null``: sequential, at the disk's rate, and
-blocking only the caller, without the GIL); ``drop`` unmaps it from this process
+into the process (the kernel asked to read it and the next piece exactly, then
+``sendfile`` to ``/dev/null`` waiting for it: sequential, at the disk's rate, nothing read
+past the chunk, and blocking only the caller, without the GIL); ``drop`` unmaps it from this process
 (``madvise(MADV_DONTNEED)``, so it leaves the resident memory) and drops it from the page
 cache (``posix_fadvise(DONTNEED)``; pages another process maps stay). Both are hints: a
 page let go is read again at its next access, so what is read never depends on them.
@@ -20,6 +21,7 @@ import threading
 
 import numpy as np
 
+from fastload.errors import LoadError
 from fastload.storage.arrow_types import import_pyarrow
 from fastload.storage.memory import memory_limit
 from fastload.storage.readahead import ReadAhead
@@ -28,15 +30,21 @@ __all__ = ["FilePages"]
 
 _PAGE = mmap.PAGESIZE
 _PIECE = 8 << 20
+# The kernel reads at most its read-ahead size (128 KiB by default, or the device's
+# largest request when larger) for one ask.
+_ASK = 128 << 10
 
 
 class FilePages:
     """The chunks of a dataset in its files. ``shards``: the opened files (each with
     ``path``, ``mapping``: its mmap, ``base``: a uint8 numpy view of it, ``batches``);
-    ``chunk_bounds``: the dataset's chunk boundaries (rows). ``nbytes``: the files' size."""
+    ``chunk_bounds``: the dataset's chunk boundaries (rows); ``check_chunk(k)``: checks
+    chunk k against its checksum once, raising ``LoadError`` when it does not match (None:
+    nothing to check). ``nbytes``: the files' size."""
 
-    def __init__(self, shards, chunk_bounds):
+    def __init__(self, shards, chunk_bounds, check_chunk=None):
         self._shards = shards
+        self._check_chunk = check_chunk
         self.chunk_bounds = chunk_bounds
         self.nbytes = sum(s.base.size for s in shards)
         # Record batches as (first row, shard, batch), to find a row's batch.
@@ -83,17 +91,34 @@ class FilePages:
             for at in range(start, stop, _PIECE)
         ]
 
-    def load(self, piece):
+    def load(self, piece, then=None):
         """Read ``piece`` (one of ``pieces``) into the page cache; returns when it is
-        read. Where ``sendfile`` is not available, the kernel is asked to read it
-        (``posix_fadvise(WILLNEED)``) and the call returns at once."""
+        read. The kernel is asked first to read it and the piece ``then`` (the next one
+        to load, if any) exactly (``_ask``), so that the disk has that much in flight and
+        nothing past them is read; ``sendfile`` then waits for ``piece``. Where
+        ``sendfile`` is not available, the call returns once the kernel was asked."""
         shard, start, stop = piece
         fd = os.open(self._shards[shard].path, os.O_RDONLY)
         try:
-            if not _read_through(fd, start, stop):
-                _fadvise(fd, start, stop - start, "POSIX_FADV_WILLNEED")
+            _ask(fd, start, stop)
+            if then is not None and then[0] == shard:
+                _ask(fd, then[1], then[2])
+            _read_through(fd, start, stop)
         finally:
             os.close(fd)
+
+    def check(self, chunk):
+        """Check ``chunk`` against its checksum ahead of the loader, which then finds it
+        checked; True when it matches or there is nothing to check. A chunk that does not
+        match stays unchecked: the loader checks it again before it hands out its rows,
+        and raises there, naming them."""
+        if self._check_chunk is None:
+            return True
+        try:
+            self._check_chunk(chunk)
+        except LoadError:
+            return False
+        return True
 
     def drop(self, chunk, keep=()):
         """Let go of ``chunk`` but the pages of the rows ``keep``."""
@@ -175,6 +200,16 @@ def _read_through(fd, start, stop):
     finally:
         os.close(null)
     return True
+
+
+def _ask(fd, start, stop):
+    """Ask the kernel to read bytes [start, stop) of ``fd`` (``posix_fadvise(WILLNEED)``),
+    in steps of ``_ASK`` bytes: it reads no more than its read-ahead size for one call,
+    and asked this way it reads ahead of nothing (reading a file, its read-ahead goes
+    past the end of what is read, by up to ``read_ahead_kb``: megabytes on some
+    machines, a fifth more than a 64 MiB chunk)."""
+    for at in range(start, stop, _ASK):
+        _fadvise(fd, at, min(_ASK, stop - at), "POSIX_FADV_WILLNEED")
 
 
 def _fadvise(fd, start, length, advice):

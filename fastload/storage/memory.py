@@ -1,15 +1,19 @@
-"""The memory this process may use: the limit of its memory cgroup, else physical RAM.
+"""The memory this process may use: the limit of its memory cgroup, else physical RAM; and
+how much of it is still free.
 
 A packed file larger than this cannot stay in the page cache, so a random order reads it
 from disk again and again; ``memory_limit`` is what the loader compares file sizes with.
 Both cgroup versions are read: v1 (``memory.limit_in_bytes``) and v2 (``memory.max``),
 of the process's own cgroup (``/proc/self/cgroup``) and of every cgroup above it, since a
-parent's limit binds its children too.
+parent's limit binds its children too. What is still free (``memory_room``) is measured
+the same way: a limit less what is charged to its cgroup (v1 ``memory.usage_in_bytes``,
+v2 ``memory.current``), where the page cache that the kernel lets go of first (the
+``inactive_file`` of ``memory.stat``) counts as free; and the system's ``MemAvailable``.
 """
 
 import os
 
-__all__ = ["memory_limit"]
+__all__ = ["memory_limit", "memory_room"]
 
 _UNLIMITED = 1 << 60  # v1 writes "no limit" as a huge number (2^63 rounded to pages)
 
@@ -23,6 +27,28 @@ def memory_limit():
     return min(limits) if limits else None
 
 
+def memory_room(
+    held=0,
+    cgroup="/proc/self/cgroup",
+    mountinfo="/proc/self/mountinfo",
+    meminfo="/proc/meminfo",
+):
+    """Bytes of memory still free to this process before its tightest limit, not counting
+    ``held`` (bytes of page cache this process holds on purpose) as free: per limited
+    cgroup (its own and those above it), the limit less its usage plus the inactive page
+    cache beyond ``held``; and ``MemAvailable`` less ``held``. At least 0; None where the
+    platform says neither (not Linux). ``cgroup``, ``mountinfo``, ``meminfo``: where
+    those are read."""
+    rooms = [
+        limit - used + max(0, inactive - held)
+        for limit, used, inactive in _cgroup_usages(cgroup, mountinfo)
+    ]
+    available = _meminfo("MemAvailable", meminfo)
+    if available is not None:
+        rooms.append(available - held)
+    return max(0, min(rooms)) if rooms else None
+
+
 def _physical_memory():
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -33,6 +59,28 @@ def _physical_memory():
 def _cgroup_limits(cgroup="/proc/self/cgroup", mountinfo="/proc/self/mountinfo"):
     """The memory limits of this process's cgroup and its ancestors (bytes), v1 and v2:
     ``cgroup`` lists the process's cgroups, ``mountinfo`` where their file systems are."""
+    return [limit for limit, _ in _cgroup_dirs(cgroup, mountinfo)]
+
+
+def _cgroup_usages(cgroup="/proc/self/cgroup", mountinfo="/proc/self/mountinfo"):
+    """(limit, usage, inactive page cache) in bytes of each limited cgroup of this process
+    and its ancestors whose usage can be read."""
+    found = []
+    for limit, (directory, name) in _cgroup_dirs(cgroup, mountinfo):
+        v1 = name == "memory.limit_in_bytes"
+        used = _read_limit(
+            os.path.join(directory, "memory.usage_in_bytes" if v1 else "memory.current")
+        )
+        if used is not None:
+            stat = _memory_stat(os.path.join(directory, "memory.stat"))
+            inactive = stat.get("total_inactive_file" if v1 else "inactive_file", 0)
+            found.append((limit, used, inactive))
+    return found
+
+
+def _cgroup_dirs(cgroup, mountinfo):
+    """(limit, (directory, limit file)) of each limited cgroup of this process and its
+    ancestors."""
     try:
         with open(cgroup) as f:
             lines = f.read().splitlines()
@@ -71,8 +119,8 @@ def _mount_of(mounts, fstype, controller):
 
 
 def _limits_under(mount, path, name):
-    """The values of file ``name`` in the cgroup ``path`` and its ancestors, up to the
-    mount point; "max" and v1's "no limit" are left out."""
+    """(value, (directory, file)) of file ``name`` in the cgroup ``path`` and its
+    ancestors, up to the mount point; "max" and v1's "no limit" are left out."""
     if mount is None:
         return []
     point, root = mount
@@ -81,9 +129,10 @@ def _limits_under(mount, path, name):
     parts = [p for p in path.split("/") if p]
     limits = []
     for depth in range(len(parts), -1, -1):
-        value = _read_limit(os.path.join(point, *parts[:depth], name))
+        directory = os.path.join(point, *parts[:depth])
+        value = _read_limit(os.path.join(directory, name))
         if value is not None:
-            limits.append(value)
+            limits.append((value, (directory, name)))
     return limits
 
 
@@ -97,3 +146,26 @@ def _read_limit(path):
         return None  # "max": no limit
     value = int(text)
     return value if value < _UNLIMITED else None
+
+
+def _memory_stat(path):
+    """The counters of a cgroup's ``memory.stat`` (bytes), {} when it cannot be read."""
+    try:
+        with open(path) as f:
+            pairs = [line.split() for line in f]
+    except OSError:
+        return {}
+    return {p[0]: int(p[1]) for p in pairs if len(p) == 2 and p[1].isdigit()}
+
+
+def _meminfo(name, path="/proc/meminfo"):
+    """A ``/proc/meminfo`` value in bytes, or None."""
+    try:
+        with open(path) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key == name and value.split()[0].isdigit():
+                    return int(value.split()[0]) * 1024
+    except OSError:
+        pass
+    return None

@@ -18,25 +18,39 @@ delivers, and two threads work ahead of it (``filepages.py`` says how)::
   all of it but the rows of its last step once the steps before that one were delivered,
   and those rows once that step was.
 
+- the checker checks each chunk the reader read whole against its checksum
+  (``verify="read"``) while the reader reads the next: the first step of a window reads
+  all of its chunks, and checking them there, one after the other, would keep the loader
+  waiting with the disk idle.
+
 Chunks are let go only when the files are larger than the memory this process may use
-(``memory.py``): files that fit stay in the page cache for the next epoch. The budget is
-that memory, less the process's own and an eighth of it for slack, between one and two
-working sets (the most bytes the order reads at once: a window of the quasi-random
-order): the current window plus as much of the next as fits.
+(``memory.py``): files that fit stay in the page cache for the next epoch. How many bytes
+the chunks held may take (the budget, ``window_bytes``) is measured, not set: before each
+chunk, the memory still free (``memory_room``: the cgroup's limit less its usage, the
+system's ``MemAvailable``) less an eighth of the limit for slack, and the rates measured
+so far, of the disk (bytes the reader read per second spent reading) and of the loader
+(bytes its steps used per second). The budget holds the working set (the most bytes the
+order reads at once: a window of the quasi-random order) and as much of the next window
+as keeps the disk busy until the current one is used, twice that for noise, all of it
+while no rate is measured yet; never more than the memory free allows, never less than
+the working set.
 """
 
 import atexit
 import heapq
-import os
 import threading
+import time
 import weakref
 from typing import Any
 
 import numpy as np
 
-__all__ = ["ReadAhead"]
+from fastload.storage.memory import memory_room
+
+__all__ = ["ReadAhead", "window_bytes"]
 
 _AHEAD_ROWS = 4096  # rows past the last delivered step that the engine may be loading
+_REMEASURE_S = 0.05  # how often a reader waiting for memory measures it again
 
 _running: "weakref.WeakSet[ReadAhead]" = weakref.WeakSet()
 
@@ -56,13 +70,14 @@ def _stop_all_at_exit():
 class ReadAhead:
     """One epoch of read-ahead over ``order`` (rows of the dataset whose ``FilePages`` is
     ``pages``, ``rows`` a step) from step ``start``; ``limit``: the memory this process
-    may use (None: unknown). ``start()`` starts the reader and releaser threads;
+    may use (None: unknown). ``start()`` starts the reader, releaser and checker threads;
     ``delivered(step)`` is called by the consumer with each step it hands out (in any
     order); ``close()`` stops reading and lets go of what is held.
 
     Invariants (kept under ``_cond``): ``_low`` is the first step not yet delivered; no
     rows that a step from ``_low`` on reads are let go; ``_nbytes`` counts the chunks
-    read or being read and not yet handed to the releaser.
+    read or being read and not yet handed to the releaser; ``_loaded`` holds the chunks
+    read whole and not checked yet; ``_read_bytes`` and ``_read_s`` only grow.
     """
 
     def __init__(self, pages, order, rows, start, limit):
@@ -79,13 +94,20 @@ class ReadAhead:
         self._held = []  # heap of (step due, queue position, part)
         self._nbytes = 0
         self._release = []  # (queue position, part) for the releaser
+        self._loaded = []  # queue positions read whole, for the checker
+        self._read_bytes, self._read_s = 0, 0.0  # what the reader read, and how long
+        self._began = None  # when the first step after ``start`` was delivered
         self._closed = False
         self._cond = threading.Condition()
         self._threads = []
 
     def start(self):
         """Start the threads (once)."""
-        for target, name in ((self._read, "reader"), (self._let_go, "releaser")):
+        for target, name in (
+            (self._read, "reader"),
+            (self._let_go, "releaser"),
+            (self._check, "checker"),
+        ):
             thread = threading.Thread(
                 target=_hinting, args=(target,), daemon=True, name=f"fastload-read-ahead-{name}"
             )
@@ -97,6 +119,8 @@ class ReadAhead:
     def delivered(self, step):
         """The consumer handed out ``step``."""
         with self._cond:
+            if self._began is None:
+                self._began = time.monotonic()
             if step != self._low:
                 if step > self._low:
                     self._delivered.add(step)
@@ -124,8 +148,9 @@ class ReadAhead:
     def plan(self):
         """Which chunks the order reads and when: sets ``queue`` (the chunks by first
         step), ``first`` and ``last`` (their first and last steps), ``sizes`` (bytes),
-        ``working_set`` and ``budget`` (bytes). Runs on the reader thread, not the
-        consumer's: it takes a sort of the order."""
+        ``working_set`` (bytes) and ``step_bytes`` (the bytes of chunks a step uses, on
+        average). Runs on the reader thread, not the consumer's: it takes a sort of the
+        order."""
         order = self.order[self._start * self.rows :]
         chunk = np.searchsorted(self.pages.chunk_bounds, order, side="right") - 1
         used, first = np.unique(chunk, return_index=True)
@@ -136,7 +161,8 @@ class ReadAhead:
         self.first, self.last = first_step[by_first], last_step[by_first]
         self.sizes = self.pages.chunk_nbytes()[used[by_first]]
         self.working_set = _working_set(self.first, self.last, self.sizes)
-        self.budget = _budget(self.limit, self.working_set)
+        steps = max(1, -(-len(order) // self.rows))
+        self.step_bytes = float(self.sizes.sum()) / steps
         self.queue = used[by_first]
 
     def _due(self):
@@ -162,8 +188,31 @@ class ReadAhead:
         k = self._next
         if self._closed or k >= len(self.queue):
             return None
-        fits = self._nbytes + self.sizes[k] <= self.budget
-        return k if fits or self.first[k] <= self._low + self.ahead else None
+        if self.first[k] <= self._low + self.ahead:
+            return k
+        return k if self._nbytes + self.sizes[k] <= self.budget() else None
+
+    def budget(self):
+        """Bytes the chunks held may take now (``window_bytes`` of what is measured now).
+        Under ``_cond``."""
+        room = None
+        if self.limit is not None:
+            free = memory_room(self._nbytes)
+            if free is not None:
+                room = self._nbytes + free - self.limit // 8
+        return window_bytes(self.working_set, room, *self._rates())
+
+    def _rates(self):
+        """(disk, use): the bytes per second the reader read, and that the loader's
+        steps used since the first was delivered; None where not measured yet. Under
+        ``_cond``."""
+        disk = self._read_bytes / self._read_s if self._read_s > 0 else None
+        use = None
+        if self._began is not None and self._low > self._start + 1:
+            elapsed = time.monotonic() - self._began
+            if elapsed > 0:
+                use = (self._low - self._start - 1) * self.step_bytes / elapsed
+        return disk, use
 
     def _read(self):
         self.plan()
@@ -182,8 +231,29 @@ class ReadAhead:
                         self._nbytes += int(self.sizes[k])
                         pieces = self.pages.pieces(int(self.queue[k]))
                         break
+                    # Memory that others let go of tells no one: measure it again soon.
+                    self._cond.wait(_REMEASURE_S if self._next < len(self.queue) else None)
+            piece = pieces.pop(0)
+            began = time.monotonic()
+            self.pages.load(piece, pieces[0] if pieces else None)
+            with self._cond:
+                self._read_bytes += piece[2] - piece[1]
+                self._read_s += time.monotonic() - began
+                if not pieces and self._reading >= 0:
+                    self._loaded.append(self._reading)
+                    self._cond.notify_all()
+
+    def _check(self):
+        while True:
+            with self._cond:
+                while not self._loaded and not self._closed:
                     self._cond.wait()
-            self.pages.load(pieces.pop(0))
+                if self._closed:
+                    return
+                q = self._loaded.pop(0)
+                if self.last[q] < self._low:
+                    continue  # delivered already: the loader checked it
+            self.pages.check(int(self.queue[q]))
 
     def _let_go(self):
         while True:
@@ -233,20 +303,17 @@ def _working_set(first, last, sizes):
     return int(max(np.max(np.cumsum(change[by_step])), np.max(sizes)))
 
 
-def _budget(limit, working_set):
-    """Bytes the chunks held may take: the memory this process may use less what it
-    holds already and an eighth of the limit, between one and two working sets."""
-    if limit is None:
-        return 2 * working_set
-    free = limit - _resident() - limit // 8
-    return int(max(working_set, min(2 * working_set, free)))
-
-
-def _resident():
-    """Bytes of this process's resident memory (Linux; else 0): its own and the libraries
-    it maps, when an epoch starts (the dataset's pages of the last one were let go)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
+def window_bytes(working_set, room=None, disk_rate=None, use_rate=None):
+    """Bytes the chunks read ahead may take: the working set (bytes) and as much of the
+    next window as the disk must have read by the time the loader has used the current
+    one to stay busy all along (the working set x ``disk_rate / use_rate``, both bytes
+    per second), twice that for noise, the whole next window while a rate is unknown
+    (None); within ``room`` (bytes of memory free to hold chunks; None: unknown), but at
+    least the working set, without which the loader would wait on every step."""
+    ahead = working_set
+    if disk_rate and use_rate:
+        ahead = min(working_set, int(2 * working_set * disk_rate / use_rate))
+    wanted = working_set + ahead
+    if room is not None:
+        wanted = min(wanted, int(room))
+    return int(max(working_set, wanted))

@@ -284,7 +284,8 @@ class Dataset(PackedRows):
         if self._checks is not None or self._files:
             self.verify_rows = self._verify_rows
         mapped = all(s.mapping is not None for s in shards)
-        self.file_pages = FilePages(shards, self.chunk_bounds) if mapped else None
+        check = self._checks.chunk if self._checks is not None else None
+        self.file_pages = FilePages(shards, self.chunk_bounds, check) if mapped else None
         for column in self._columns.values():
             _mark_chunks(column, self.chunk_bounds, self.verify_rows, self.file_pages)
 
@@ -501,13 +502,17 @@ class _ChunkChecks:
         raises ``LoadError`` naming the file and chunk that does not match."""
         chunks = np.searchsorted(self.bounds, np.atleast_1d(rows), side="right") - 1
         for k in np.unique(chunks[~self.done[chunks]]):
-            with self._lock:
-                if self.done[k]:
-                    continue
-                sums, local = self.owner[k]
-                if sums is not None:
-                    _check_chunk(sums, local, self.files, self.bounds[k])
-                self.done[k] = True
+            self.chunk(int(k))
+
+    def chunk(self, k: int) -> None:
+        """Check chunk ``k`` unless it was; raises ``LoadError`` when it does not match."""
+        with self._lock:
+            if self.done[k]:
+                return
+            sums, local = self.owner[k]
+            if sums is not None:
+                _check_chunk(sums, local, self.files, self.bounds[k])
+            self.done[k] = True
 
 
 def _check_chunk(sums: Any, k: int, files: MappedFiles, row: int) -> None:
