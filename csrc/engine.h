@@ -146,10 +146,10 @@ typedef struct fl_run {
     void *ctx;                /* the binding's object, for Python fields */
     unsigned long generation; /* the pool's (fl_pool_generation) when made */
     pthread_mutex_t lock;
-    pthread_cond_t ready;                   /* a step became ready, the run was cancelled */
-    pthread_cond_t idle;                    /* the last task exited */
-    int cancel;                             /* set once: stop loading (atomic) */
-    const int64_t *watch;                   /* or NULL: cancelled once *watch != watch_value */
+    pthread_cond_t ready; /* a step became ready, the run was cancelled */
+    pthread_cond_t idle;  /* the last task exited */
+    int cancel;           /* set once: stop loading (atomic) */
+    const int64_t *watch; /* or NULL: cancelled once *watch != watch_value */
     int64_t watch_value;
     fl_scratch scratch[FL_SCRATCH_REGIONS]; /* the inline run's */
     /* Under `lock`: */

@@ -222,6 +222,7 @@ class WorkerPool:
     def give_back(self, slot):
         """Return the whole pages of ``slot`` to the system (the next write maps zeroed
         ones): an anonymous shared mapping is shmem, which ``MADV_REMOVE`` frees."""
+        assert self.mapping is not None and self.spans is not None, "no ring to give back"
         start, length = self.spans[slot]
         if length:
             self.mapping.madvise(mmap.MADV_REMOVE, start, length)

@@ -266,22 +266,29 @@ class _Worker:
         dests, objects = self.ring[job.slot], plan.new_objects()
         skipped_before = self.stats.skipped
         run = _core.Iteration(
-            plan, [dests], [None], [objects], plan.rows, False, _core.Stats(), _core.Progress()
+            plan,
+            ring=[dests],
+            values=[None],
+            objects=[objects],
+            rows=plan.rows,
+            buffer=False,
+            stats=_core.Stats(),
+            progress=_core.Progress(),
         )
         run.start_run(
             self.fields,
-            self.order,
-            self.bounds,
-            job.step,
-            job.step + 1,
-            schedule.seed,
-            schedule.epoch,
-            0,  # parallel: inline, in this thread (no pool thread in a forked worker)
-            plan.rows,  # chunk: inline, a claim is the whole step
-            True,  # ordered
-            epoch.skip,
-            plan.expensive,
-            _filler(plan, dests, objects, schedule) if plan.has_python else None,
+            order=self.order,
+            bounds=self.bounds,
+            first_step=job.step,
+            end_step=job.step + 1,
+            seed=schedule.seed,
+            epoch=schedule.epoch,
+            parallel=0,  # inline, in this thread (no pool thread in a forked worker)
+            chunk=plan.rows,  # inline, a claim is the whole step
+            ordered=True,
+            skip_errors=epoch.skip,
+            release_gil=plan.expensive,
+            filler=_filler(plan, dests, objects, schedule) if plan.has_python else None,
         )
         run.watch(self.control, job.gen)
         loaded = run.load_next()
