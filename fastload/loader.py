@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from . import _core
 from .arguments import check_flag, check_size, is_flag, is_size
-from .collate import CollateOption
+from .collate import Collate, CollateOption
 from .engine import Allocator, Backend, Engine, OnError
 from .epochs import Epochs, Shuffle
 from .keywords import refuse_unknown_keywords
@@ -31,8 +31,8 @@ from .samplers import BatchSampler, Sampler
 from .schedule import Schedule, schedule_of
 from .sharding import Shard, default_seed, resolve_shard
 from .streams import stream_source
-from .tree import head, map_tree, members, tree_leaves
-from .views import MappedObs, collate_batch
+from .tree import children, head, map_tree, members, tree_leaves
+from .views import collate_batch
 from .windows import DEFAULT_BUFFER, StreamEpochs
 
 __all__ = ["DataLoader", "eachobs", "eachobs_parallel"]
@@ -87,12 +87,7 @@ def _found(data: Container, name: str) -> list[Any]:
     found = getattr(data, name, None)
     if found is not None:
         return [found]
-    if isinstance(data, (tuple, dict)):
-        members = data.values() if isinstance(data, dict) else data
-        return [v for member in members for v in _found(member, name)]
-    if isinstance(data, MappedObs):
-        return _found(data.data, name)
-    return []
+    return [v for child in children(data) for v in _found(child, name)]
 
 
 def _chunk_bounds(data: Container) -> npt.NDArray[np.int64] | None:
@@ -261,7 +256,7 @@ class _EpochLoader:
         sampler: Sampler | None = None,
         batch_sampler: BatchSampler | None = None,
         drop_last: bool = False,
-        collate: CollateOption = None,
+        collate: CollateOption | Collate = None,
         buffer: BufferOption = False,
         parallel: bool | int = False,
         seed: int | None = None,
@@ -272,6 +267,7 @@ class _EpochLoader:
         backend: Backend = "thread",
         allocator: Allocator | None = None,
     ) -> None:
+        how = Collate.of(collate)  # the one check of collate=, where it enters
         source = stream_source(data)
         if source is not None:
             _check_stream(shuffle, sampler, batch_sampler, backend)
@@ -282,6 +278,8 @@ class _EpochLoader:
             )
         drop_last = check_flag("drop_last", drop_last)
         _check_samplers(shuffle, batch_size, sampler, batch_sampler, drop_last)
+        if batch_sampler is not None:
+            batch_size = None  # the batch sampler sizes each batch
         if seed is not None and not is_size(seed):
             raise TypeError(f"seed must be an int or None, got {seed!r}")
         self._target = _external_buffer(buffer, batch_size)
@@ -307,7 +305,7 @@ class _EpochLoader:
         self.sampler = sampler
         self.batch_sampler = batch_sampler
         self.drop_last = drop_last
-        self.collate = collate
+        self.collate = how
         self.buffer = options["buffer"]  # True also for buffers of the user's
         self.parallel = parallel
         self.ordered = ordered
@@ -675,12 +673,9 @@ class DataLoader(_EpochLoader):
                 "observations: use fastload.eachobs)"
             )
         check_size("batch_size", batch_size)
-        if not (collate is None or isinstance(collate, bool) or callable(collate)):
-            raise TypeError(f"collate must be None, True, False or a callable, got {collate!r}")
-        _check_samplers(shuffle, batch_size, sampler, batch_sampler, drop_last)
         super().__init__(
             data,
-            None if batch_sampler is not None else int(batch_size),
+            int(batch_size),
             shuffle=shuffle,
             sampler=sampler,
             batch_sampler=batch_sampler,
@@ -738,12 +733,13 @@ def eachobs(
     and for a collate function without a batch size (it would never be called).
     """
     refuse_unknown_keywords("eachobs", unknown, _LOADER_HINTS)
+    how = Collate.of(collate)
     options: dict[str, Any] = dict(
         shuffle=shuffle,
         sampler=sampler,
         batch_sampler=batch_sampler,
         drop_last=drop_last,
-        collate=collate,
+        collate=how,
         buffer=buffer,
         parallel=parallel,
         seed=seed,
@@ -758,7 +754,7 @@ def eachobs(
         # One observation per step: no partial batch to drop and nothing to stack, so
         # drop_last and a flag collate have nothing to act on; a collate function would
         # go uncalled, which is refused.
-        if callable(collate):
+        if callable(how.option):
             raise ValueError(
                 "collate= is applied to the observations of a batch: give eachobs a "
                 "batch_size (or a batch_sampler) for it to be called"

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .collate import CollateOption
+from .collate import Collate
 from .obs import Container
 from .schedule import Schedule
 from .streams import Shards, is_one_shot, rank_records, substitute
@@ -204,7 +204,7 @@ class StreamEpochs:
         *,
         shuffle: int,
         drop_last: bool,
-        collate: CollateOption,
+        collate: Collate,
         rank: int,
         world_size: int,
         skip: bool = False,

@@ -18,6 +18,7 @@ from .context import loading
 from .obs import getobs_into
 from .plan import make_plan
 from .schedule import Schedule
+from .tree import LeafKind
 
 __all__ = ["WorkerError", "carve_ring", "describe_error", "worker_main"]
 
@@ -157,7 +158,7 @@ class _Worker:
         skipped_before = self.stats.skipped
         with loading(self.seed, self.epoch):
             for field, (kind, _) in enumerate(plan.fields):
-                if kind == "gather":
+                if kind is LeafKind.GATHER:
                     getobs_into(dests[field][: len(idx)], plan.leaves[field].container, idx)
                     continue
                 for pos, index in enumerate(idx.tolist()):
@@ -166,7 +167,7 @@ class _Worker:
                     if failed[pos]:
                         continue
                     try:
-                        if kind == "image":
+                        if kind is LeafKind.IMAGE:
                             getobs_into(dests[field][pos], plan.leaves[field].container, index)
                         else:
                             plan.fill(dests, objects, field, pos, index)
