@@ -17,7 +17,7 @@ from status cimport *
 import traceback
 import warnings
 
-from .tree import LeafKind, map_tree, tree_leaves
+from .tree import LeafKind as _LeafKind, map_tree as _map_tree, tree_leaves as _tree_leaves
 
 cdef extern from "Python.h":
     Py_ssize_t Py_REFCNT(PyObject *o)
@@ -104,9 +104,10 @@ cdef class Fields:
     that item.
 
     ``fields`` is a list of ``(LeafKind.GATHER, array)``, ``(LeafKind.IMAGE, ImageSource)``
-    or ``(LeafKind.INTO or LeafKind.OBJECT, None)``; row_bytes gives each field's bytes per position in its
-    destination (0 for fields with no destination array). The arrays and sources are kept
-    alive here while the C fields point into them."""
+    or ``(LeafKind.INTO or LeafKind.OBJECT, None)`` (``fastload.tree.LeafKind``);
+    row_bytes gives each field's bytes per position in its destination (0 for fields with
+    no destination array). The arrays and sources are kept alive here while the C fields
+    point into them."""
     cdef fl_field *fields
     cdef readonly int nfields
     cdef readonly list kinds
@@ -125,16 +126,16 @@ cdef class Fields:
         self.row_bytes = list(row_bytes)
         cdef int f
         for f, (kind, value) in enumerate(fields):
-            if kind is LeafKind.GATHER:
+            if kind is _LeafKind.GATHER:
                 self._gather(f, value, row_bytes[f])
-            elif kind is LeafKind.IMAGE:
+            elif kind is _LeafKind.IMAGE:
                 if not isinstance(value, ImageSource):
                     raise TypeError(f"field {f}: an image field needs an ImageSource, got "
                                     f"{type(value).__name__}")
                 self.owners.append(value)
                 fl_image_source_field(self.fields, f, (<ImageSource>value).source,
                                       row_bytes[f])
-            elif kind is LeafKind.INTO or kind is LeafKind.OBJECT:
+            elif kind is _LeafKind.INTO or kind is _LeafKind.OBJECT:
                 fl_field_set_fill(self.fields, f, _fill_python, NULL, NULL, row_bytes[f])
             else:
                 raise ValueError(f"field {f}: the kind must be a LeafKind, got {kind!r}")
@@ -202,13 +203,13 @@ cdef object _owned(object value):
     """``value`` with every array copied (the caller owns what it gets)."""
     if isinstance(value, cnp.ndarray):
         return _copied(value)
-    return map_tree(_copied, value)
+    return _map_tree(_copied, value)
 
 
 cdef int64_t _count_items(value):
     """Observations in a batch a container formed itself: the length of its first leaf
     (the value itself when it holds no leaf: an empty tuple or dict)."""
-    leaves = tree_leaves(value)
+    leaves = _tree_leaves(value)
     if leaves:
         value = leaves[0]
     if isinstance(value, cnp.ndarray):
