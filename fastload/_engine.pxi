@@ -17,7 +17,7 @@ from status cimport *
 import traceback
 import warnings
 
-from .tree import LeafKind as _LeafKind, map_tree as _map_tree, tree_leaves as _tree_leaves
+from . import tree as _tree  # a module: _core holds no type but its own
 
 cdef extern from "Python.h":
     Py_ssize_t Py_REFCNT(PyObject *o)
@@ -126,16 +126,16 @@ cdef class Fields:
         self.row_bytes = list(row_bytes)
         cdef int f
         for f, (kind, value) in enumerate(fields):
-            if kind is _LeafKind.GATHER:
+            if kind is _tree.LeafKind.GATHER:
                 self._gather(f, value, row_bytes[f])
-            elif kind is _LeafKind.IMAGE:
+            elif kind is _tree.LeafKind.IMAGE:
                 if not isinstance(value, ImageSource):
                     raise TypeError(f"field {f}: an image field needs an ImageSource, got "
                                     f"{type(value).__name__}")
                 self.owners.append(value)
                 fl_image_source_field(self.fields, f, (<ImageSource>value).source,
                                       row_bytes[f])
-            elif kind is _LeafKind.INTO or kind is _LeafKind.OBJECT:
+            elif kind is _tree.LeafKind.INTO or kind is _tree.LeafKind.OBJECT:
                 fl_field_set_fill(self.fields, f, _fill_python, NULL, NULL, row_bytes[f])
             else:
                 raise ValueError(f"field {f}: the kind must be a LeafKind, got {kind!r}")
@@ -203,13 +203,13 @@ cdef object _owned(object value):
     """``value`` with every array copied (the caller owns what it gets)."""
     if isinstance(value, cnp.ndarray):
         return _copied(value)
-    return _map_tree(_copied, value)
+    return _tree.map_tree(_copied, value)
 
 
 cdef int64_t _count_items(value):
     """Observations in a batch a container formed itself: the length of its first leaf
     (the value itself when it holds no leaf: an empty tuple or dict)."""
-    leaves = _tree_leaves(value)
+    leaves = _tree.tree_leaves(value)
     if leaves:
         value = leaves[0]
     if isinstance(value, cnp.ndarray):
