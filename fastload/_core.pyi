@@ -8,6 +8,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from .tree import LeafKind
+
 _Bytes = bytes | bytearray | memoryview
 _Box = tuple[int, int, int, int]
 _U8 = npt.NDArray[np.uint8]
@@ -25,10 +27,10 @@ class Fields:
     @property
     def nfields(self) -> int: ...
     @property
-    def kinds(self) -> list[str]: ...
+    def kinds(self) -> list[LeafKind]: ...
     @property
     def row_bytes(self) -> list[int]: ...
-    def __init__(self, fields: list[tuple[str, Any]], row_bytes: list[int]) -> None: ...
+    def __init__(self, fields: list[tuple[LeafKind, Any]], row_bytes: list[int]) -> None: ...
 
 class Stats:
     items: int

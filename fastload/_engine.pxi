@@ -17,6 +17,8 @@ from status cimport *
 import traceback
 import warnings
 
+from . import tree as _tree  # a module: _core holds no type but its own
+
 cdef extern from "Python.h":
     Py_ssize_t Py_REFCNT(PyObject *o)
 
@@ -101,10 +103,11 @@ cdef class Fields:
     fields run without the GIL; other fields call back into Python with the GIL held for
     that item.
 
-    ``fields`` is a list of ``("gather", array)``, ``("image", ImageSource)`` or
-    ``("python", None)``; row_bytes gives each field's bytes per position in its
-    destination (0 for fields with no destination array). The arrays and sources are kept
-    alive here while the C fields point into them."""
+    ``fields`` is a list of ``(LeafKind.GATHER, array)``, ``(LeafKind.IMAGE, ImageSource)``
+    or ``(LeafKind.INTO or LeafKind.OBJECT, None)`` (``fastload.tree.LeafKind``);
+    row_bytes gives each field's bytes per position in its destination (0 for fields with
+    no destination array). The arrays and sources are kept alive here while the C fields
+    point into them."""
     cdef fl_field *fields
     cdef readonly int nfields
     cdef readonly list kinds
@@ -123,19 +126,19 @@ cdef class Fields:
         self.row_bytes = list(row_bytes)
         cdef int f
         for f, (kind, value) in enumerate(fields):
-            if kind == "gather":
+            if kind is _tree.LeafKind.GATHER:
                 self._gather(f, value, row_bytes[f])
-            elif kind == "image":
+            elif kind is _tree.LeafKind.IMAGE:
                 if not isinstance(value, ImageSource):
                     raise TypeError(f"field {f}: an image field needs an ImageSource, got "
                                     f"{type(value).__name__}")
                 self.owners.append(value)
                 fl_image_source_field(self.fields, f, (<ImageSource>value).source,
                                       row_bytes[f])
-            elif kind == "python":
+            elif kind is _tree.LeafKind.INTO or kind is _tree.LeafKind.OBJECT:
                 fl_field_set_fill(self.fields, f, _fill_python, NULL, NULL, row_bytes[f])
             else:
-                raise ValueError(f"unknown field kind {kind!r}")
+                raise ValueError(f"field {f}: the kind must be a LeafKind, got {kind!r}")
 
     cdef _gather(self, int f, cnp.ndarray array, int64_t row_bytes):
         cdef int64_t shape[FL_MAX_DIMS]
@@ -190,22 +193,25 @@ cdef inline double _now() noexcept nogil:
     return t.tv_sec + t.tv_nsec * 1e-9
 
 
+def _copied(leaf):
+    if isinstance(leaf, cnp.ndarray):
+        return cnp.PyArray_NewCopy(<cnp.ndarray>leaf, cnp.NPY_CORDER)
+    return leaf
+
+
 cdef object _owned(object value):
     """``value`` with every array copied (the caller owns what it gets)."""
     if isinstance(value, cnp.ndarray):
-        return cnp.PyArray_NewCopy(<cnp.ndarray>value, cnp.NPY_CORDER)
-    if isinstance(value, tuple):
-        parts = [_owned(v) for v in <tuple>value]
-        return type(value)(*parts) if hasattr(value, "_fields") else tuple(parts)
-    if isinstance(value, dict):
-        return {k: _owned(v) for k, v in (<dict>value).items()}
-    return value
+        return _copied(value)
+    return _tree.map_tree(_copied, value)
 
 
 cdef int64_t _count_items(value):
-    """Observations in a batch a container formed itself: the length of its first leaf."""
-    while isinstance(value, (tuple, dict)) and len(value):
-        value = next(iter(value.values())) if isinstance(value, dict) else value[0]
+    """Observations in a batch a container formed itself: the length of its first leaf
+    (the value itself when it holds no leaf: an empty tuple or dict)."""
+    leaves = _tree.tree_leaves(value)
+    if leaves:
+        value = leaves[0]
     if isinstance(value, cnp.ndarray):
         return value.shape[0] if value.ndim else 1
     # Rows first: a sparse matrix has a shape but refuses len().
@@ -435,7 +441,7 @@ cdef class Iteration:
 
     cdef char *_destination(self, Fields fields, int f, dest) except? NULL:
         # Native fields write row_bytes per position: the array must hold exactly that.
-        if fields.kinds[f] == "python":
+        if not fields.kinds[f].native:
             return NULL
         if not isinstance(dest, np.ndarray):
             raise TypeError(f"field {f} needs an array to write into")

@@ -15,11 +15,15 @@ the observations as a list). Python lists are values, not structures: a batch of
 a list of lists (PyTorch would transpose them).
 
 ``stack(observations)`` is ``collate=True``: every leaf is stacked with ``np.stack``.
+
+``Collate.of(option)`` checks a ``collate=`` argument once, where it enters; the
+``Collate`` value it gives is what the views, plans and worker processes read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -28,13 +32,67 @@ from .tensors import is_tensor
 from .tensors import stack as stack_tensors
 from .tree import rebuild
 
-__all__ = ["CollateOption", "collate", "stack"]
+__all__ = ["Collate", "CollateOption", "collate", "stack"]
 
 _NUMERIC_KINDS = frozenset("biufcmM")
 
 # How a batch is formed (``collate=`` of ``batchview`` and ``DataLoader``): None, True,
 # False or a callable applied to the list of observations.
 CollateOption: TypeAlias = bool | Callable[[list[Any]], Any] | None
+
+
+@dataclass(frozen=True)
+class Collate:
+    """How the observations of a batch form it, from a checked ``collate=`` option:
+
+    - ``None``: the container's own ``getobs`` of the batch's indices (observations loaded
+      one by one are collated with ``collate``);
+    - ``True``: ``stack``; ``False``: the list of observations;
+    - a function: applied to that list.
+    """
+
+    option: CollateOption = None
+
+    @classmethod
+    def of(cls, option: CollateOption | Collate) -> Collate:
+        """The ``Collate`` of ``option`` (a ``Collate`` is returned as it is). Raises
+        ``TypeError`` for anything but None, True, False or a callable."""
+        if isinstance(option, Collate):
+            return option
+        if not (option is None or isinstance(option, bool) or callable(option)):
+            raise TypeError(f"collate must be None, True, False or a callable, got {option!r}")
+        return cls(option)
+
+    @property
+    def by_getobs(self) -> bool:
+        """The container forms the batch itself (``getobs`` of the indices)."""
+        return self.option is None
+
+    @property
+    def stacks(self) -> bool:
+        """Every observation goes into the batch's arrays (``np.stack``)."""
+        return self.option is True
+
+    @property
+    def whole(self) -> bool:
+        """The observations are collected whole, as a list, and then formed (``False`` or
+        a function)."""
+        return self.option is False or callable(self.option)
+
+    def form(self, observations: list[Any]) -> Any:
+        """The batch of ``observations`` (a list, in batch order)."""
+        if self.option is None:
+            return collate(observations)
+        if self.option is True:
+            return stack(observations) if observations else observations
+        if self.option is False:
+            return observations
+        return self.option(observations)
+
+    def in_workers(self) -> Collate:
+        """What worker processes apply: a function runs in the consumer (it need not
+        pickle), so they collect lists for it."""
+        return Collate(False) if callable(self.option) else self
 
 
 def _same_structure(observations: Sequence[Any]) -> bool:

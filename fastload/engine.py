@@ -7,7 +7,7 @@
         |                       bounds: the steps' offsets when batches differ in size)
         v
     Engine.iterate                                   (this module: options, ring, transport)
-        | make_plan(container, schedule)             (plan.py: per leaf gather/native/into/object)
+        | make_plan(container, schedule)             (plan.py: per leaf a LeafKind)
         v
     _core.Iteration.__next__                         (_core.pyx: the one delivery loop)
         | native run: fl_run_next                    (csrc/engine.c: claim, fill, complete)

@@ -26,12 +26,13 @@ from typing import Literal, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from .collate import CollateOption
+from .collate import Collate
 from .order import quasi_random_order
 from .randomness import Purpose, generator
 from .samplers import BatchSampler, Sampler, draw_batches, draw_order
 from .schedule import Schedule
 from .sharding import shard_batches, shard_order, shard_size
+from .views import steps
 
 __all__ = ["Epochs", "Shuffle"]
 
@@ -83,7 +84,7 @@ class Epochs:
         sampler: Sampler | None,
         batch_sampler: BatchSampler | None,
         drop_last: bool,
-        collate: CollateOption,
+        collate: Collate,
         rank: int,
         world: int,
         chunk_bounds: npt.NDArray[np.int64] | None,
@@ -141,8 +142,7 @@ class Epochs:
             # A batch sampler's draw has bounds.
             return len(self._draw(seed, epoch)[1]) - 1  # type: ignore[arg-type]
         n = len(self._draw(seed, epoch)[0]) if self.sampled else self._per_rank
-        size = self.batch_size or 1
-        return n // size if self.drop_last else -(-n // size)
+        return steps(n, self.batch_size or 1, self.drop_last)
 
     def schedule(self, seed: int, epoch: int, start: int = 0) -> Schedule:
         """The ``Schedule`` of ``epoch`` from step ``start``: what the engine loads."""

@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from . import _core
 from .arguments import check_flag
-from .collate import CollateOption
+from .collate import Collate, CollateOption
 from .engine import Allocator, Backend, Engine, OnError
 from .epochs import Epochs, Shuffle
 from .keywords import refuse_unknown_keywords
@@ -33,8 +33,8 @@ from .schedule import Schedule, schedule_of
 from .sharding import Shard, default_seed, resolve_shard
 from .state import LoaderKind, check_state_format, state_format
 from .streams import stream_source
-from .tree import head, map_tree, members, tree_leaves
-from .views import MappedObs, collate_batch
+from .tree import children, head, map_tree, members, tree_leaves
+from .views import collate_batch
 from .windows import DEFAULT_BUFFER, StreamEpochs
 
 __all__ = ["DataLoader", "eachobs", "eachobs_parallel"]
@@ -88,12 +88,7 @@ def _found(data: Container, offered: Callable[[Any], _T | None]) -> list[_T]:
     found = offered(data)
     if found is not None:
         return [found]
-    if isinstance(data, (tuple, dict)):
-        members = data.values() if isinstance(data, dict) else data
-        return [v for member in members for v in _found(member, offered)]
-    if isinstance(data, MappedObs):
-        return _found(data.data, offered)
-    return []
+    return [v for child in children(data) for v in _found(child, offered)]
 
 
 def _chunk_bounds(data: Container) -> npt.NDArray[np.int64] | None:
@@ -204,7 +199,7 @@ class _EpochLoader:
         self.sampler = options.sampler
         self.batch_sampler = options.batch_sampler
         self.drop_last = options.drop_last
-        self.collate = options.collate
+        self.collate = Collate.of(options.collate)  # a Collate already: this types it
         self.buffer = options.buffer is not False  # True also for buffers of the user's
         self.parallel = options.parallel
         self.ordered = options.ordered

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .arguments import check_flag, check_size, is_flag, is_size, warn_renamed
-from .collate import CollateOption
+from .collate import Collate, CollateOption
 from .engine import Allocator, Backend, OnError
 from .epochs import Shuffle
 from .samplers import BatchSampler, Sampler
@@ -50,7 +50,7 @@ class LoaderOptions:
     sampler: Sampler | None = None
     batch_sampler: BatchSampler | None = None
     drop_last: bool = False
-    collate: CollateOption = None
+    collate: CollateOption | Collate = None
     buffer: BufferOption = False
     parallel: bool | int = False
     seed: int | None = None
@@ -68,10 +68,7 @@ class LoaderOptions:
         set_(self, "shuffle", _checked_shuffle(self.shuffle))
         _check_shuffle_buffer(self.shuffle, self.shuffle_buffer)
         set_(self, "drop_last", check_flag("drop_last", self.drop_last))
-        if not (self.collate is None or isinstance(self.collate, bool) or callable(self.collate)):
-            raise TypeError(
-                f"collate must be None, True, False or a callable, got {self.collate!r}"
-            )
+        set_(self, "collate", Collate.of(self.collate))  # the one check of collate=
         _check_samplers(self)
         if self.batch_sampler is not None:
             set_(self, "batch_size", None)  # the batch sampler forms the batches
@@ -112,7 +109,7 @@ class LoaderOptions:
         no partial batch to drop and nothing to stack, so ``drop_last`` and a flag
         ``collate`` have nothing to act on. Raises ``ValueError`` for a collate function,
         which would go uncalled."""
-        if callable(self.collate):
+        if callable(Collate.of(self.collate).option):
             raise ValueError(
                 "collate= is applied to the observations of a batch: give eachobs a "
                 "batch_size (or a batch_sampler) for it to be called"

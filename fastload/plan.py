@@ -1,14 +1,16 @@
 """Plans: how the engine loads the steps of a container into slots.
 
-A plan splits an observation into leaves (the members of nested tuples/dicts) and picks,
-per leaf, how to load one item into its place in a slot:
+A plan splits an observation into leaves (``tree.flatten``: the members of nested
+tuples/dicts) and picks, per leaf, how to load one item into its place in a slot (a
+``LeafKind``):
 
-- ``gather``: a numpy array, copied natively without the GIL;
-- ``image``: ``mapobs(Compose([...]), images)`` over images C can read (encoded bytes,
+- ``GATHER``: a numpy array, copied natively without the GIL;
+- ``IMAGE``: ``mapobs(Compose([...]), images)`` over images C can read (encoded bytes,
   files, packed columns, decoded arrays): the fused image pipeline, also without the GIL;
-- ``into``: any other container whose observations are arrays: Python ``getobs_into`` into
-  the slot row, holding the GIL for that item;
-- ``object``: observations that are not arrays, collected into a list, then collated.
+- ``INTO``: any other container whose observations are arrays: Python ``getobs_into``
+  into the slot row, holding the GIL for that item;
+- ``OBJECT``: observations that are not arrays, collected into a list, then formed into
+  the batch by the schedule's ``Collate``.
 
 Containers from other libraries are loaded as what they hold: a table as the dict of its
 columns (``tables.columns``), a CPU tensor as its numpy view (its batches are made tensors
@@ -22,12 +24,11 @@ semantics the plan falls back to loading whole steps with ``getobs``.
 import numpy as np
 
 from . import tables, tensors
-from .collate import collate, stack
 from .errors import LoadError, MisfitError
 from .imagesources import is_image_chain, native_images
 from .obs import exact_dtypes, getobs, getobs_into
 from .sparse import is_sparse
-from .tree import head, map_tree, rebuild, row, tree_leaves
+from .tree import LEAF, LeafKind, flatten, head, map_tree, row, tree_leaves, unflatten
 from .views import MappedObs, SlidingWindow, collate_batch, source_of
 
 __all__ = ["ItemPlan", "MisfitError", "StepPlan", "make_plan"]
@@ -64,21 +65,22 @@ class Spec:
 
 def _spec_of(value):
     """The Spec of an array-like observation (numbers, dates and times: strings are
-    collected as objects), a tuple/dict of Specs, or None."""
+    collected as objects), a tuple/dict of Specs, or None (also for an empty tuple/dict
+    anywhere in it: nothing to make a slot of)."""
+    leaves, treedef = flatten(value)
+    if any(node.kind is not None and not node.keys for node in treedef.nodes()):
+        return None
+    specs = [_leaf_spec(leaf) for leaf in leaves]
+    return None if any(spec is None for spec in specs) else unflatten(treedef, specs)
+
+
+def _leaf_spec(value):
     if tensors.is_tensor(value):
         view = tensors.numpy_view(value)
         return None if view is None else Spec(view.shape, view.dtype, tensor=True)
     if isinstance(value, (np.ndarray, np.generic, bool, int, float)):
         array = np.asarray(value)
         return Spec(array.shape, array.dtype) if array.dtype.kind in "biufcmM" else None
-    if isinstance(value, (tuple, dict)) and len(value):
-        items = value.items() if isinstance(value, dict) else enumerate(value)
-        specs = {k: _spec_of(v) for k, v in items}
-        if any(s is None for s in specs.values()):
-            return None
-        if isinstance(value, dict):
-            return dict(specs)
-        return rebuild(value, [specs[k] for k in range(len(value))])
     return None
 
 
@@ -93,11 +95,11 @@ def _has_tensors(spec):
 def _as_tensors(value, spec):
     """``value`` (views of a slot) with the members ``spec`` marks as tensors made tensors
     that own their memory: the slot is reused after the step is handed out."""
-    if isinstance(spec, Spec):
-        return tensors.as_tensor(value) if spec.tensor else value
-    if isinstance(spec, dict):
-        return {key: _as_tensors(value[key], part) for key, part in spec.items()}
-    return rebuild(value, [_as_tensors(v, part) for v, part in zip(value, spec)])
+    values, treedef = flatten(value)
+    marks = tree_leaves(spec)
+    return unflatten(
+        treedef, [tensors.as_tensor(v) if s.tensor else v for v, s in zip(values, marks)]
+    )
 
 
 class Leaf:
@@ -105,21 +107,22 @@ class Leaf:
 
     def __init__(self, container, kind, spec=None, source=None):
         self.container = container
-        self.kind = kind  # "gather", "image", "into" or "object"
-        self.spec = spec  # a Spec, or a tuple/dict of them for "into"
-        self.source = source  # the _core.ImageSource of an "image" leaf
+        self.kind = kind  # a LeafKind
+        self.spec = spec  # a Spec, or a tuple/dict of them for LeafKind.INTO
+        self.source = source  # the _core.ImageSource of a LeafKind.IMAGE leaf
 
     def row_bytes(self):
-        if self.kind not in ("gather", "image"):
+        if not self.kind.native:
             return 0
         return int(np.prod(self.spec.shape, dtype=np.int64)) * self.spec.dtype.itemsize
 
     def core_field(self):
-        if self.kind == "gather":
-            return ("gather", self.container)
-        if self.kind == "image":
-            return ("image", self.source)
-        return ("python", None)
+        """The binding's field: the kind, and what C reads (an array, an image source)."""
+        if self.kind is LeafKind.GATHER:
+            return (self.kind, self.container)
+        if self.kind is LeafKind.IMAGE:
+            return (self.kind, self.source)
+        return (self.kind, None)
 
 
 def _native_image_leaf(view):
@@ -127,7 +130,7 @@ def _native_image_leaf(view):
     images = native_images(view)
     if images is None:
         return None
-    return Leaf(view, "image", Spec(images.shape, images.dtype), images.source)
+    return Leaf(view, LeafKind.IMAGE, Spec(images.shape, images.dtype), images.source)
 
 
 def _leaf(container, stacks):
@@ -139,11 +142,11 @@ def _leaf(container, stacks):
     if tensors.is_tensor(container) and container.dim() >= 1:
         view = tensors.numpy_view(container)
         if view is not None and not view.dtype.hasobject:
-            return Leaf(view, "gather", Spec(view.shape[1:], view.dtype, tensor=True))
+            return Leaf(view, LeafKind.GATHER, Spec(view.shape[1:], view.dtype, tensor=True))
     if isinstance(container, np.ndarray) and container.dtype.hasobject:
         return None  # references must be counted: Python loads whole steps
     if isinstance(container, np.ndarray) and container.ndim >= 1:
-        return Leaf(container, "gather", Spec(container.shape[1:], container.dtype))
+        return Leaf(container, LeafKind.GATHER, Spec(container.shape[1:], container.dtype))
     if _per_item(container):
         leaf = _native_image_leaf(container)
         if leaf is not None:
@@ -155,7 +158,9 @@ def _leaf(container, stacks):
         spec = _spec_of(getobs(container, 0))
     except Exception:
         spec = None  # observation 0 fails: it fails again when loaded (or is skipped)
-    return Leaf(container, "into", spec) if spec is not None else Leaf(container, "object")
+    if spec is None:
+        return Leaf(container, LeafKind.OBJECT)
+    return Leaf(container, LeafKind.INTO, spec)
 
 
 def _lowered(data):
@@ -174,20 +179,7 @@ def _table_members(values):
     first value (None, or a number in a column of objects) would not."""
     if isinstance(values, dict):
         return {name: _table_members(column) for name, column in values.items()}
-    return Leaf(values, "object") if isinstance(values, list) else values
-
-
-def _flatten(data):
-    """(structure, leaves): the nested tuple/dict layout of ``data`` and its leaves."""
-    data = _lowered(data)
-    if isinstance(data, (tuple, dict)):
-        items = data.items() if isinstance(data, dict) else enumerate(data)
-        leaves, layout = [], {}
-        for key, member in items:
-            layout[key], sub = _flatten(member)
-            leaves.extend(sub)
-        return (type(data), list(layout.items()), len(leaves)), leaves
-    return None, [data]
+    return Leaf(values, LeafKind.OBJECT) if isinstance(values, list) else values
 
 
 class ItemPlan:
@@ -196,21 +188,22 @@ class ItemPlan:
 
     whole_steps = False
 
-    def __init__(self, layout, leaves, batch_size, collate_mode):
+    def __init__(self, layout, leaves, batch_size, collate):
         self.layout = layout
         self.leaves = leaves
-        self.paths = list(_paths(layout))
+        self.paths = ["".join(f"[{key!r}]" for key in path) for path in layout.paths()]
         self.batch_size = batch_size
         self.rows = batch_size or 1
-        self.collate = collate_mode  # object leaves: None collate, True stack, False list
+        self.collate = collate  # the Collate that forms the object leaves of a batch
         self.tensors = [
-            _has_tensors(leaf.spec) if leaf.kind != "object" else False for leaf in leaves
+            _has_tensors(leaf.spec) if leaf.kind is not LeafKind.OBJECT else False
+            for leaf in leaves
         ]
         self.fields = [leaf.core_field() for leaf in leaves]
         self.row_bytes = [leaf.row_bytes() for leaf in leaves]
-        self.has_python = any(leaf.kind in ("into", "object") for leaf in leaves)
-        self.has_objects = any(leaf.kind == "object" for leaf in leaves)
-        self.expensive = any(leaf.kind != "gather" for leaf in leaves)
+        self.has_python = any(not leaf.kind.native for leaf in leaves)
+        self.has_objects = any(leaf.kind is LeafKind.OBJECT for leaf in leaves)
+        self.expensive = any(leaf.kind is not LeafKind.GATHER for leaf in leaves)
         self.signature = tuple((leaf.kind, repr(leaf.spec)) for leaf in leaves) + (batch_size,)
 
     def order(self, schedule):
@@ -221,13 +214,15 @@ class ItemPlan:
         """Fresh destinations for one slot: an array (or structure of arrays) per leaf,
         made by ``allocator(shape, dtype)``, None for leaves collected into lists."""
         return [
-            _allocate(leaf.spec, self.rows, allocator) if leaf.kind != "object" else None
+            _allocate(leaf.spec, self.rows, allocator) if leaf.kind is not LeafKind.OBJECT else None
             for leaf in self.leaves
         ]
 
     def new_objects(self):
         """The lists a slot's object leaves collect into (None for the other leaves)."""
-        return [[None] * self.rows if leaf.kind == "object" else None for leaf in self.leaves]
+        return [
+            [None] * self.rows if leaf.kind is LeafKind.OBJECT else None for leaf in self.leaves
+        ]
 
     def whole_value(self, dests):
         """The value of a whole step in the slot ``dests`` (views of it), or None when it
@@ -239,7 +234,7 @@ class ItemPlan:
     def fill(self, dests, objects, field, pos, index):
         """Load observation ``index`` of a Python leaf into position ``pos`` of a slot."""
         leaf = self.leaves[field]
-        if leaf.kind == "object":
+        if leaf.kind is LeafKind.OBJECT:
             objects[field][pos] = getobs(leaf.container, index)
             return
         try:
@@ -253,16 +248,11 @@ class ItemPlan:
         rows where ``keep`` is False dropped."""
         outputs = []
         for k, (leaf, dest) in enumerate(zip(self.leaves, dests)):
-            if leaf.kind == "object":
+            if leaf.kind is LeafKind.OBJECT:
                 value = objects[k][:n]
                 if keep is not None:
                     value = [v for v, kept in zip(value, keep) if kept]
-                if self.batch_size is None:
-                    value = value[0]
-                elif self.collate is True:
-                    value = stack(value) if value else value
-                elif self.collate is None:
-                    value = collate(value)
+                value = value[0] if self.batch_size is None else self.collate.form(value)
             else:
                 value = head(dest, n)
                 if keep is not None:
@@ -272,7 +262,7 @@ class ItemPlan:
                 if self.tensors[k]:
                     value = _as_tensors(value, leaf.spec)
             outputs.append(value)
-        return _rebuild(self.layout, iter(outputs))
+        return unflatten(self.layout, outputs)
 
     def load_error(self, step, field, index, message, cause):
         """The exception for observation ``index`` that failed in ``field`` (None: unknown)."""
@@ -285,16 +275,6 @@ class ItemPlan:
         )
         error.__cause__ = cause
         return error
-
-
-def _paths(layout, prefix=""):
-    """Where each leaf of ``layout`` is in an observation: "" for the observation itself,
-    else its keys, as ``['image']`` or ``[0]['label']``."""
-    if layout is None:
-        yield prefix
-        return
-    for key, sub in layout[1]:
-        yield from _paths(sub, f"{prefix}[{key!r}]")
 
 
 def _misfit(error, leaf, path):
@@ -330,17 +310,6 @@ def _describe(spec):
     return repr(map_tree(lambda leaf: f"{leaf.dtype}{list(leaf.shape)}", spec))
 
 
-def _rebuild(layout, outputs):
-    if layout is None:
-        return next(outputs)
-    kind, members, _ = layout
-    values = [(key, _rebuild(sub, outputs)) for key, sub in members]
-    if kind is dict or issubclass(kind, dict):
-        return dict(values)
-    parts = [v for _, v in values]
-    return kind(*parts) if hasattr(kind, "_fields") else tuple(parts)
-
-
 class StepPlan:
     """Loads each step whole with ``getobs`` (one native item per step): the fallback for
     containers that define their own batches. With ``skip``, a step that fails is loaded
@@ -350,7 +319,7 @@ class StepPlan:
     has_python = True
     has_objects = True
     expensive = True
-    fields = [("python", None)]
+    fields = [(LeafKind.OBJECT, None)]
     row_bytes = [0]
     rows = 1
     signature = ("step",)
@@ -418,22 +387,11 @@ def make_plan(data, schedule, *, skip=False, stats=None):
     batch_size, collate = schedule.batch_size, schedule.collate
     if len(schedule.order) == 0:
         return StepPlan(data, schedule, skip, stats)
-    if batch_size is not None and (collate is False or callable(collate)):
-        return _collated_plan(data, batch_size, collate)
-    stacks = batch_size is None or collate is True
-    layout, members = _flatten(data)
+    if batch_size is not None and collate.whole:
+        return ItemPlan(LEAF, [Leaf(data, LeafKind.OBJECT)], batch_size, collate)
+    stacks = batch_size is None or collate.stacks
+    members, layout = flatten(data, lower=_lowered)
     leaves = [_leaf(member, stacks) for member in members]
     if any(leaf is None for leaf in leaves):
         return StepPlan(data, schedule, skip, stats)
     return ItemPlan(layout, leaves, batch_size, collate)
-
-
-def _collated_plan(data, batch_size, collate_fn):
-    """collate=False or a callable: observations are collected whole, then collated."""
-    plan = ItemPlan(None, [Leaf(data, "object")], batch_size, False)
-    if callable(collate_fn) and collate_fn is not False:
-        assemble = plan.assemble
-        plan.assemble = lambda dests, objects, n, keep=None: collate_fn(  # type: ignore[method-assign]
-            assemble(dests, objects, n, keep)
-        )
-    return plan

@@ -299,9 +299,8 @@ class WorkerPool:
         self.drain()
         self.gen += 1
         self.control[0] = self.gen
-        collate = schedule.collate
         # A callable collate runs in the consumer (in plan.assemble): workers collect lists.
-        collate = collate if collate is None or collate is True else False
+        collate = schedule.collate.in_workers()
         theirs = Schedule(
             schedule.order,
             schedule.batch_size,

@@ -19,9 +19,9 @@ from numbers import Integral
 import numpy as np
 import numpy.typing as npt
 
-from .collate import CollateOption
+from .collate import Collate, CollateOption
 from .obs import Container, numobs
-from .views import BatchView, ObsView
+from .views import BatchView, ObsView, steps
 
 __all__ = ["Schedule", "schedule_of"]
 
@@ -44,7 +44,7 @@ class Schedule:
     order: npt.NDArray[np.int64]
     batch_size: int | None
     drop_last: bool
-    collate: CollateOption
+    collate: Collate
     seed: int
     epoch: int
     start: int
@@ -56,7 +56,7 @@ class Schedule:
         batch_size: int | None = None,
         *,
         drop_last: bool = False,
-        collate: CollateOption = None,
+        collate: CollateOption | Collate = None,
         seed: int = 0,
         epoch: int = 0,
         start: int = 0,
@@ -73,7 +73,7 @@ class Schedule:
         self.bounds = (
             None if bounds is None else _checked_bounds(bounds, len(order), self.batch_size)
         )
-        self.collate = collate
+        self.collate = Collate.of(collate)
         self.seed = int(seed)
         self.epoch = int(epoch)
         self.start = int(start)
@@ -91,8 +91,7 @@ class Schedule:
         observations."""
         if self.bounds is not None:
             return len(self.bounds) - 1
-        n, rows = len(self.order), self.rows
-        return n // rows if self.drop_last else -(-n // rows)
+        return steps(len(self.order), self.rows, self.drop_last)
 
     def positions(self, step: int) -> npt.NDArray[np.int64]:
         """The container positions that ``step`` loads (a view of ``order``)."""

@@ -34,8 +34,7 @@ from typing import IO, Any
 
 from .obs import Container, numobs
 from .randomness import Purpose, generator
-from .tree import rebuild
-from .views import MappedObs
+from .tree import children, walk_views, with_children
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -298,21 +297,8 @@ def stream_source(data: Container) -> Any:
     """The stream under ``data`` (itself, or under ``mapobs`` and the members of tuples
     and dicts), or None when ``data`` is a container. Raises ``ValueError`` when the
     members mix a stream with other data or with another stream."""
-    found = set()
-    leaves = []
-
-    def walk(x: Any) -> None:
-        if isinstance(x, MappedObs):
-            walk(x.data)
-        elif isinstance(x, (tuple, dict)) and not hasattr(x, "__numobs__"):
-            for member in x.values() if isinstance(x, dict) else x:
-                walk(member)
-        else:
-            leaves.append(x)
-            if _is_stream(x):
-                found.add(id(x))
-
-    walk(data)
+    leaves = [node for node in walk_views(data) if not children(node)]
+    found = {id(leaf) for leaf in leaves if _is_stream(leaf)}
     if not found:
         return None
     streams = [leaf for leaf in leaves if id(leaf) in found]
@@ -329,11 +315,7 @@ def substitute(data: Container, source: Iterable[Any], records: Sequence[Any]) -
     views of a stream made views of one window of its records."""
     if data is source:
         return records
-    if isinstance(data, MappedObs):
-        return MappedObs(data.f, substitute(data.data, source, records), data.batched)
-    if isinstance(data, dict):
-        return {k: substitute(v, source, records) for k, v in data.items()}
-    return rebuild(data, [substitute(v, source, records) for v in data])
+    return with_children(data, [substitute(v, source, records) for v in children(data)])
 
 
 def is_one_shot(source: object) -> bool:

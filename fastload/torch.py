@@ -35,9 +35,7 @@ _warned_no_cuda = False
 
 def _walk(batch: Any, f: Callable[[Any], Any]) -> Any:
     """``f`` applied to every leaf of ``batch``, through tuples, dicts and lists."""
-    if isinstance(batch, list):
-        return [_walk(v, f) for v in batch]
-    return map_tree(lambda leaf: _walk(leaf, f) if isinstance(leaf, list) else f(leaf), batch)
+    return map_tree(f, batch, lists=True)
 
 
 def _tensors(batch: Any) -> Any:

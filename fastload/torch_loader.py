@@ -33,7 +33,6 @@ import multiprocessing
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
-from math import ceil
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -49,7 +48,7 @@ from .torch_batches import Counts, Delivered, Mapped, as_collated
 from .torch_options import check_counts, check_worker_count, context_of, prefetch_of, samplers
 from .torch_ring import FirstKnown, RingBatches, fits_ring, per_item, probe_first
 from .torch_workers import Fetcher, WorkerIteration, WorkerPool, base_seed, worker_setup
-from .views import ObsView
+from .views import ObsView, steps
 
 __all__ = ["DataLoader"]
 
@@ -242,9 +241,7 @@ class DataLoader(Generic[T_co]):
         if self._iterable:
             length = self._IterableDataset_len_called = len(self.dataset)
             if self.batch_size is not None:
-                length = (
-                    length // self.batch_size if self.drop_last else ceil(length / self.batch_size)
-                )
+                length = steps(length, self.batch_size, self.drop_last)
             return length
         return len(self._index_sampler)
 

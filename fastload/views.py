@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .arguments import check_flag, check_size, is_flag
-from .collate import CollateOption, collate, stack
+from .collate import Collate, CollateOption, collate
 from .context import current
 from .errors import load_error
 from .keywords import refuse_unknown_keywords
@@ -27,7 +27,7 @@ from .obs import (
     numobs,
 )
 from .randomness import Purpose, generator
-from .tree import head, map_tree, row, tree_leaves
+from .tree import head, map_tree, row, tree_leaves, unwrap
 
 __all__ = [
     "Batched",
@@ -45,6 +45,7 @@ __all__ = [
     "shuffleobs",
     "slidingwindow",
     "source_of",
+    "steps",
 ]
 
 
@@ -138,6 +139,8 @@ class MappedObs(_View):
     ``batched="auto"``, whatever it is given: a batch for several indices, the
     observation for one."""
 
+    keeps_indices = True  # observation i is f of observation i of data (tree.children)
+
     def __init__(self, f: Callable[..., Any], data: Container, batched: Batched = False) -> None:
         if not callable(f):
             raise TypeError(f"mapobs needs a callable, got {type(f).__name__}")
@@ -151,6 +154,10 @@ class MappedObs(_View):
 
     def __numobs__(self) -> int:
         return numobs(self.data)
+
+    def over(self, data: Container) -> MappedObs:
+        """The same ``f`` (and ``batched``) applied to the observations of ``data``."""
+        return MappedObs(self.f, data, self.batched)
 
     def _apply(self, i: int | npt.NDArray[np.int64]) -> Any:
         x = getobs(self.data, i)
@@ -200,8 +207,7 @@ def source_of(data: Container, i: int) -> str | None:
     """The file that observation ``i`` of ``data`` is read from, when the container says
     (a ``paths`` attribute, or a ``row_source(i)`` method as a packed dataset's columns
     have, through ``mapobs``); else None."""
-    while isinstance(data, MappedObs):
-        data = data.data
+    data = unwrap(data)
     paths = getattr(data, "paths", None)
     if paths is not None:
         return str(paths[i])
@@ -378,7 +384,7 @@ class BatchView(_View):
     data: Container
     batch_size: int
     drop_last: bool
-    collate: CollateOption
+    collate: Collate
     _n: int
 
     def __init__(
@@ -389,14 +395,11 @@ class BatchView(_View):
         collate: CollateOption = None,
     ) -> None:
         check_size("batch_size", batch_size)
-        if not (collate is None or isinstance(collate, bool) or callable(collate)):
-            raise TypeError(f"collate must be None, True, False or a callable, got {collate!r}")
+        self.collate = Collate.of(collate)
         self.data = data
         self.batch_size = int(batch_size)
         self.drop_last = check_flag("drop_last", drop_last)
-        self.collate = collate
-        n = numobs(data)
-        self._n = n // self.batch_size if drop_last else -(-n // self.batch_size)
+        self._n = steps(numobs(data), self.batch_size, self.drop_last)
 
     def __numobs__(self) -> int:
         return self._n
@@ -420,9 +423,9 @@ class BatchView(_View):
         if is_batch_index(b):
             return self.__getobs__(b)
         idx = self.batch_indices(b)
-        if self.collate is None:
+        if self.collate.by_getobs:
             return getobs_into(head(buffer, len(idx)), self.data, idx)
-        if self.collate is True:
+        if self.collate.stacks:
             part = head(buffer, len(idx))
             for k, j in enumerate(idx):
                 getobs_into(row(part, k), self.data, int(j))
@@ -436,19 +439,17 @@ class BatchView(_View):
         )
 
 
-def collate_batch(
-    data: Container, indices: npt.NDArray[np.int64], collate_fn: CollateOption
-) -> Any:
-    """The batch of ``data`` at ``indices`` formed as ``collate_fn`` says (see
-    ``batchview``)."""
-    if collate_fn is None:
+def steps(n: int, rows: int, drop_last: bool) -> int:
+    """The steps of ``rows`` observations that ``n`` observations make: the last one
+    partial, or dropped with ``drop_last``."""
+    return n // rows if drop_last else -(-n // rows)
+
+
+def collate_batch(data: Container, indices: npt.NDArray[np.int64], how: Collate) -> Any:
+    """The batch of ``data`` at ``indices`` formed as ``how`` says (see ``batchview``)."""
+    if how.by_getobs:
         return getobs(data, indices)
-    observations = [getobs(data, int(j)) for j in indices]
-    if collate_fn is True:
-        return stack(observations)
-    if collate_fn is False:
-        return observations
-    return collate_fn(observations)
+    return how.form([getobs(data, int(j)) for j in indices])
 
 
 def batchview(

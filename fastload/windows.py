@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .collate import CollateOption
+from .collate import Collate
 from .obs import Container
 from .randomness import Purpose, derived_seed, generator
 from .schedule import Schedule
@@ -199,7 +199,7 @@ class StreamEpochs:
         *,
         shuffle: int,
         drop_last: bool,
-        collate: CollateOption,
+        collate: Collate,
         rank: int,
         world_size: int,
         skip: bool = False,

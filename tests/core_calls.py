@@ -26,6 +26,7 @@ import numpy as np
 
 import fastload
 from fastload import _core, codecs, limits
+from fastload.tree import LeafKind
 
 MEMORY_CAP_BYTES = 3 << 30
 # The child imports the fastload under test, wherever this script lies.
@@ -182,10 +183,10 @@ def fields(kind="gather"):
     """Fields of one field: a gather from a 10 x 2 x 3 uint8 array, a Python field, or a
     native image field whose images are 4 x 5 x 3."""
     if kind == "gather":
-        return _core.Fields([("gather", arr((10, 2, 3)))], [6])
+        return _core.Fields([(LeafKind.GATHER, arr((10, 2, 3)))], [6])
     if kind == "image":
-        return _core.Fields([("image", source(1))], [27])
-    return _core.Fields([("python", None)], [0])
+        return _core.Fields([(LeafKind.IMAGE, source(1))], [27])
+    return _core.Fields([(LeafKind.OBJECT, None)], [0])
 
 
 class Plan:
@@ -230,6 +231,7 @@ NAMESPACE = {
     "source": source,
     "fields": fields,
     "iteration": iteration,
+    "LeafKind": LeafKind,
     "Plan": Plan,
 }
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from fastload import _core, codecs, limits
+from fastload.tree import LeafKind
 
 
 def image_source(**where):
@@ -82,14 +83,18 @@ def test_an_image_source_needs_exactly_one_kind_of_images_and_a_channel_count_it
 @pytest.mark.parametrize("value", [None, np.array(1.0)], ids=["none", "0-d"])
 def test_a_gather_field_without_observations_is_refused(value):
     with pytest.raises(ValueError, match="gather"):
-        _core.Fields([("gather", value)], [0])
+        _core.Fields([(LeafKind.GATHER, value)], [0])
 
 
-def test_a_field_of_an_unknown_kind_or_a_wrong_source_is_refused():
-    with pytest.raises(ValueError, match="unknown field kind"):
-        _core.Fields([("native", None)], [0])
+@pytest.mark.parametrize("kind", ["native", "python", "gather", None])
+def test_a_field_kind_that_is_not_a_leaf_kind_is_refused(kind):
+    with pytest.raises(ValueError, match="must be a LeafKind"):
+        _core.Fields([(kind, np.zeros((2, 1)))], [8])
+
+
+def test_a_field_of_a_wrong_source_is_refused():
     with pytest.raises(TypeError):
-        _core.Fields([("image", object())], [0])
+        _core.Fields([(LeafKind.IMAGE, object())], [0])
 
 
 def test_a_pipeline_is_built_once():
@@ -160,8 +165,8 @@ REFUSED = {
     "_core.mixup_lambda(float('nan'), 0, 0, 0)": "ValueError: mixup_lambda: alpha",
     "_core.cutmix_params(float('-inf'), 0, 0, 0, 4, 4)": "ValueError: cutmix_params: alpha",
     "_core.beta_draws(float('inf'), 1.0, 3)": "ValueError: beta_draws: a",
-    "_core.Fields([('image', None)], [0])": "TypeError: field 0: an image field",
-    "_core.Fields([('gather', arr((3, 4)))], [1])": "ValueError: field 0: an observation",
+    "_core.Fields([(LeafKind.IMAGE, None)], [0])": "TypeError: field 0: an image field",
+    "_core.Fields([(LeafKind.GATHER, arr((3, 4)))], [1])": "ValueError: field 0: an observation",
     f"iteration().start_run(fields(), order=np.array(3), bounds=None, {RUN})": (
         "TypeError: a schedule's order must be a 1-D"
     ),

@@ -21,6 +21,7 @@ from fastload.collate import collate
 from fastload.plan import make_plan
 from fastload.schedule import schedule_of
 from fastload.transforms import Compose, Lambda
+from fastload.tree import LeafKind
 
 torch = pytest.importorskip("torch")
 
@@ -130,7 +131,7 @@ def test_a_tensor_is_a_container_that_gives_tensors():
     assert getobs_into(buffer, t, [5, 6]) is buffer and torch.equal(buffer, t[5:7])
     assert getobs_into(buffer, t.numpy(), [1, 2]) is buffer and torch.equal(buffer, t[1:3])
     plan = make_plan(*schedule_of(batchview((t, torch.arange(N)), 4)))
-    assert [leaf.kind for leaf in plan.leaves] == ["gather", "gather"]
+    assert [leaf.kind for leaf in plan.leaves] == [LeafKind.GATHER, LeafKind.GATHER]
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,7 @@ from fastload.transforms import (
     Resize,
     ToCHW,
 )
+from fastload.tree import LeafKind
 
 N = 20  # images per source
 BS = 6  # batch size (the last batch of an epoch is partial)
@@ -200,8 +201,8 @@ def assert_same_batches(got, want):
 @pytest.mark.parametrize("kind", ENCODED + DECODED)
 def test_plan_is_native_for_every_image_source(sources, kind):
     plan = plan_of(batchview(images_view(sources, kind, "rrc_flip"), BS))
-    assert plan.leaves[0].kind == "image"
-    assert plan.leaves[1].kind == "gather"
+    assert plan.leaves[0].kind is LeafKind.IMAGE
+    assert plan.leaves[1].kind is LeafKind.GATHER
     assert not plan.has_python
 
 
@@ -209,7 +210,7 @@ def test_plan_is_native_for_arrays_of_different_sizes_with_each_fixed_size_crop(
     for crop in (RandomCrop(40), CenterCrop(40), RandomResizedCrop(40)):
         view = mapobs(Compose([crop]), pixels)
         plan = plan_of(batchview((view, np.arange(N)), BS))
-        assert plan.leaves[0].kind == "image", crop
+        assert plan.leaves[0].kind is LeafKind.IMAGE, crop
         assert plan.leaves[0].spec.shape == (40, 40, 3)
 
 
@@ -239,7 +240,7 @@ def fallbacks(jpegs):
 def test_plan_falls_back_to_python_for_other_containers(fallbacks, kind):
     images, labels = fallbacks[kind]
     plan = plan_of(batchview((mapobs(chain("rrc_flip", True), images), labels), BS))
-    assert plan.leaves[0].kind == "into"
+    assert plan.leaves[0].kind is LeafKind.INTO
     assert plan.has_python
 
 
@@ -247,10 +248,10 @@ def test_plan_falls_back_for_varying_output_size_or_strided_pixels(pixels, jpegs
     varying = plan_of(
         batchview((mapobs(Compose([DecodeImage(), Resize(32)]), jpegs), np.arange(N)), BS)
     )
-    assert varying.leaves[0].kind != "image"
+    assert varying.leaves[0].kind is not LeafKind.IMAGE
     strided = [p[:, ::2] for p in pixels]  # pixels not packed in their rows
     data = (mapobs(Compose([CenterCrop(20)]), strided), np.arange(N))
-    assert plan_of(batchview(data, BS)).leaves[0].kind == "into"
+    assert plan_of(batchview(data, BS)).leaves[0].kind is LeafKind.INTO
     assert_same_batches(run(data, parallel=2), run(data, parallel=False))
 
 
@@ -264,7 +265,7 @@ CASES = [(kind, name) for kind in ENCODED for name in CHAINS] + [
 @pytest.mark.parametrize("kind,chain_name", CASES)
 def test_native_parallel_output_equals_python_sequential_output(sources, kind, chain_name):
     data = images_view(sources, kind, chain_name)
-    assert plan_of(batchview(data, BS)).leaves[0].kind == "image"
+    assert plan_of(batchview(data, BS)).leaves[0].kind is LeafKind.IMAGE
     want = run(data, parallel=False)
     assert want[0][0].shape[0] == BS and want[-1][0].shape[0] == N % BS
     for parallel in (1, 2, 4):
@@ -311,13 +312,13 @@ def test_native_equals_python_for_jpeg_flavours_at_reduced_scale(flavour):
         denoms = {compose.pipeline.prepare(h, w, SEED, 0, k)[1] for k, (h, w) in enumerate(shapes)}
         assert denoms - {1}, compose
         data = (mapobs(compose, items), np.arange(len(items)))
-        assert plan_of(batchview(data, 4)).leaves[0].kind == "image"
+        assert plan_of(batchview(data, 4)).leaves[0].kind is LeafKind.IMAGE
         assert_same_batches(run(data, parallel=3), run(data, parallel=False))
 
 
 def test_eachobs_native_equals_python(sources):
     view = images_view(sources, "mixed", "normalize_chw")[0]
-    assert plan_of(view).leaves[0].kind == "image"
+    assert plan_of(view).leaves[0].kind is LeafKind.IMAGE
     want = [x.copy() for x in fastload.eachobs(view, shuffle=True, seed=SEED)]
     got = [x.copy() for x in fastload.eachobs(view, shuffle=True, seed=SEED, parallel=3)]
     assert len(got) == len(want) == N
@@ -364,7 +365,7 @@ def test_reduced_scale_decode_resize_center_crop_native_equals_python_and_pil(bi
     compose = Compose([DecodeImage(), Resize(72), CenterCrop(64)])
     assert compose.pipeline.prepare(*BIG, SEED, 0, 0)[1] > 1  # decoded at reduced scale
     data = (mapobs(compose, big_jpegs), np.arange(len(big_jpegs)))
-    assert plan_of(batchview(data, 2)).leaves[0].kind == "image"
+    assert plan_of(batchview(data, 2)).leaves[0].kind is LeafKind.IMAGE
     want = run(data, epochs=1, parallel=False)
     got = run(data, epochs=1, parallel=2)
     assert_same_batches(got, want)
@@ -459,7 +460,7 @@ def test_corrupt_qoi_raises_load_error(pixels, parallel):
     items = [_core.qoi_encode(p) for p in pixels]
     items[5] = items[5][: len(items[5]) // 3]
     data = (mapobs(chain("crop_resize", True), items), np.arange(N))
-    assert plan_of(batchview(data, BS)).leaves[0].kind == "image"
+    assert plan_of(batchview(data, BS)).leaves[0].kind is LeafKind.IMAGE
     with pytest.raises(LoadError) as info:
         run(data, parallel=parallel)
     assert info.value.index == 5
@@ -482,7 +483,7 @@ def test_image_smaller_than_random_crop_raises_load_error(pixels, parallel):
     items = list(pixels)
     items[9] = items[9][:20, :20]
     data = (mapobs(Compose([RandomCrop(40)]), items), np.arange(N))
-    assert plan_of(batchview(data, BS)).leaves[0].kind == "image"
+    assert plan_of(batchview(data, BS)).leaves[0].kind is LeafKind.IMAGE
     with pytest.raises(LoadError) as info:
         run(data, parallel=parallel)
     assert info.value.index == 9
@@ -556,7 +557,7 @@ def test_scratch_memory_is_bounded_by_the_largest_image_not_the_batch():
     items = [jpeg(base[:h, :w], quality=80) for h, w in sizes(200, 300, 1001, seed=9)]
     # No resize: every image is decoded at full size into its thread's scratch.
     data = (mapobs(Compose([DecodeImage(), RandomCrop(64)]), items), np.arange(len(items)))
-    assert plan_of(batchview(data, 32)).leaves[0].kind == "image"
+    assert plan_of(batchview(data, 32)).leaves[0].kind is LeafKind.IMAGE
     # Warm up the pool threads and the decoder on a few small items.
     run((mapobs(data[0].f, items[:8]), np.arange(8)), epochs=1, parallel=4)
     before = peak = rss_bytes()

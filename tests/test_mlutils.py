@@ -34,6 +34,7 @@ from fastload import (
 )
 from fastload.plan import ItemPlan, make_plan
 from fastload.schedule import schedule_of
+from fastload.tree import LeafKind
 from fastload.views import ObsView
 
 
@@ -44,7 +45,7 @@ def values(view):
 def gathers_natively(view):
     """True when a loader over ``view`` gathers every leaf natively (no Python per item)."""
     plan = make_plan(*schedule_of(batchview(view, 4)))
-    return isinstance(plan, ItemPlan) and all(leaf.kind == "gather" for leaf in plan.leaves)
+    return isinstance(plan, ItemPlan) and all(leaf.kind is LeafKind.GATHER for leaf in plan.leaves)
 
 
 def loads_like_getobs(view):

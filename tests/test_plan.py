@@ -181,3 +181,40 @@ def test_batches_are_np_stack_of_their_items_or_a_load_error(transport, items, b
 @given(items=st.lists(_ITEMS, min_size=1, max_size=12), batch_size=st.integers(1, 5))
 def test_process_batches_are_np_stack_of_their_items_or_a_load_error(items, batch_size):
     _check_against_np_stack(items, batch_size, TRANSPORTS["processes"])
+
+
+# Leaf kinds and the collate value a plan is given.
+
+
+def _plan(data, batch_size, collate=None):
+    from fastload.plan import make_plan
+    from fastload.schedule import Schedule
+
+    return make_plan(data, Schedule(np.arange(6), batch_size, collate=collate))
+
+
+def test_each_leaf_has_a_leaf_kind_and_the_binding_gets_it():
+    from fastload.tree import LeafKind
+
+    data = (np.zeros((6, 2)), Items([np.zeros(3)] * 6), Items(["a"] * 6))
+    plan = _plan(data, 3)
+    kinds = [leaf.kind for leaf in plan.leaves]
+    assert kinds == [LeafKind.GATHER, LeafKind.INTO, LeafKind.OBJECT]
+    assert [kind for kind, _ in plan.fields] == kinds
+    assert [kind.native for kind in kinds] == [True, False, False]
+    assert plan.has_python and plan.has_objects and plan.row_bytes[0] == 16
+
+
+@pytest.mark.parametrize("transport", list(TRANSPORTS))
+def test_a_collate_function_is_the_plans_value_not_a_patched_method(transport):
+    from fastload.collate import Collate
+
+    def pairs(observations):
+        return [tuple(o) for o in observations]
+
+    data = np.arange(12).reshape(6, 2)
+    plan = _plan(data, 4, collate=pairs)
+    assert plan.collate == Collate(pairs)
+    assert "assemble" not in vars(plan)  # assembled by the class, forming with the value
+    batches = _load(data, 4, collate=pairs, **TRANSPORTS[transport])
+    assert batches == [[(0, 1), (2, 3), (4, 5), (6, 7)], [(8, 9), (10, 11)]]

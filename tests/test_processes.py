@@ -29,6 +29,7 @@ from fastload.transforms import (
     RandomResizedCrop,
     ToCHW,
 )
+from fastload.tree import LeafKind
 
 
 def _shm_entries():
@@ -581,6 +582,37 @@ def test_a_worker_loads_in_its_one_thread_whatever_the_consumers_pool(shm_clean)
     assert [counts.tolist() for _, counts in got] == [[1] * 4] * 4
 
 
+def _inline_run(rows, order, step, filler):
+    """An inline run of step ``step`` of ``order`` (steps of ``rows``), one Python field
+    filled by ``filler``, as a worker runs its step."""
+    run = _core.Iteration(
+        None,
+        ring=[[None]],
+        values=[None],
+        objects=[[None]],
+        rows=rows,
+        buffer=False,
+        stats=_core.Stats(),
+        progress=_core.Progress(),
+    )
+    run.start_run(
+        _core.Fields([(LeafKind.OBJECT, None)], [0]),
+        order=order,
+        bounds=None,
+        first_step=step,
+        end_step=step + 1,
+        seed=0,
+        epoch=0,
+        parallel=0,
+        chunk=rows,
+        ordered=True,
+        skip_errors=False,
+        release_gil=True,
+        filler=filler,
+    )
+    return run
+
+
 def test_a_run_watching_a_word_stops_once_another_process_changes_it():
     # What stops a worker's run when the consumer moves to another generation: the
     # engine's own cancellation, read between items; the step never passes for loaded.
@@ -593,14 +625,7 @@ def test_a_run_watching_a_word_stops_once_another_process_changes_it():
         if pos == 2:
             word[0] = 1  # as the consumer writes the ring's generation word
 
-    run = _core.Iteration(
-        None, [[None]], [None], [[None]], rows, False, _core.Stats(), _core.Progress()
-    )
-    order = np.arange(12, dtype=np.int64)
-    run.start_run(
-        _core.Fields([("python", None)], [0]), order, None, 1, 2, 0, 0, 0, rows, True, False,
-        True, filler,
-    )  # fmt: skip
+    run = _inline_run(rows, np.arange(12, dtype=np.int64), 1, filler)
     run.watch(word, 0)
     with pytest.raises(RuntimeError, match="closed"):
         run.load_next()
@@ -610,13 +635,9 @@ def test_a_run_watching_a_word_stops_once_another_process_changes_it():
 def test_an_unchanged_word_lets_the_run_load_its_step():
     word = np.full(1, 4, np.int64)
     loaded = []
-    run = _core.Iteration(
-        None, [[None]], [None], [[None]], 3, False, _core.Stats(), _core.Progress()
+    run = _inline_run(
+        3, np.arange(9, dtype=np.int64), 2, lambda slot, field, pos, index: loaded.append(index)
     )
-    run.start_run(
-        _core.Fields([("python", None)], [0]), np.arange(9, dtype=np.int64), None, 2, 3, 0, 0,
-        0, 3, True, False, True, lambda slot, field, pos, index: loaded.append(index),
-    )  # fmt: skip
     run.watch(word, 4)
     assert run.load_next()[:3] == (2, 3, None)
     assert run.load_next() is None

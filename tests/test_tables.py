@@ -17,6 +17,7 @@ from fastload import DataLoader, getobs, getobs_into, numobs, splitobs
 from fastload.plan import ItemPlan, make_plan
 from fastload.schedule import schedule_of
 from fastload.tables import columns
+from fastload.tree import LeafKind
 from fastload.views import batchview
 
 N = 10
@@ -47,6 +48,9 @@ def expected_rows(idx):
 
 def loaded(data, **options):
     return [copy_tree(b) for b in DataLoader(data, 4, **options)]
+
+
+GATHER = LeafKind.GATHER
 
 
 def native_leaves(view):
@@ -150,7 +154,7 @@ def test_a_loader_over_an_arrow_table_gives_dict_batches_of_arrays(parallel):
     assert len(batches) == 3
     for batch, rows in zip(batches, [range(4), range(4, 8), range(8, 10)]):
         assert_tree_equal(batch, expected_rows(list(rows)))
-    assert native_leaves(arrow_table()) == ["gather", "gather", "gather", "object"]
+    assert native_leaves(arrow_table()) == [GATHER, GATHER, GATHER, LeafKind.OBJECT]
 
 
 def test_numeric_arrow_columns_are_views_of_the_arrow_buffers():
@@ -205,7 +209,7 @@ def test_a_pandas_series_is_a_container_of_values():
 
 def test_splits_of_a_table_stay_index_views_that_load_natively():
     train, test = splitobs(arrow_table(), at=0.7)
-    assert native_leaves(train) == ["gather", "gather", "gather", "object"]
+    assert native_leaves(train) == [GATHER, GATHER, GATHER, LeafKind.OBJECT]
     assert_tree_equal(loaded(test), [expected_rows([7, 8, 9])])
     buffer = {
         "x": np.zeros(2),
@@ -388,7 +392,7 @@ def test_a_datasets_dataset_is_read_through_its_arrow_rows():
     assert_tree_equal(getobs(dataset, [0, 3]), expected_rows([9, 4]))
     batches = loaded(dataset, parallel=2)
     assert_tree_equal(batches, [expected_rows([9, 0, 4, 4]), expected_rows([2])])
-    assert native_leaves(dataset) == ["gather", "gather", "gather", "object"]
+    assert native_leaves(dataset) == [GATHER, GATHER, GATHER, LeafKind.OBJECT]
 
 
 def test_a_datasets_dataset_keeps_its_format_columns_and_its_transform():

@@ -300,3 +300,85 @@ def test_a_batched_function_that_raises_on_an_empty_batch_gives_the_load_error()
     with pytest.raises(LoadError, match="no") as info:
         getobs(mapobs(fails, np.arange(5), batched=True), [])
     assert info.value.index is None
+
+
+# One collate value, one step count.
+
+
+@pytest.mark.parametrize("bad", ["stack", 1, 0, [], np.bool_(True)])
+def test_a_collate_that_is_not_none_a_flag_or_a_callable_is_refused_at_every_edge(bad):
+    from fastload import DataLoader, eachobs
+    from fastload.collate import Collate
+
+    message = "collate must be None, True, False or a callable, got"
+    for make in (
+        lambda: Collate.of(bad),
+        lambda: batchview(X1, 4, collate=bad),
+        lambda: DataLoader(X1, 4, collate=bad),
+        lambda: eachobs(X1, batch_size=4, collate=bad),
+        lambda: eachobs(X1, collate=bad),  # single observations: checked all the same
+    ):
+        with pytest.raises(TypeError, match=message):
+            make()
+
+
+def test_collate_forms_a_batch_as_its_option_says():
+    from fastload.collate import Collate
+
+    obs = [np.arange(2), np.arange(2) + 5]
+    assert Collate.of(None).by_getobs and not Collate.of(None).whole
+    np.testing.assert_array_equal(Collate.of(None).form(obs), [[0, 1], [5, 6]])
+    assert Collate.of(True).stacks and not Collate.of(True).whole
+    np.testing.assert_array_equal(Collate.of(True).form(obs), [[0, 1], [5, 6]])
+    assert Collate.of(True).form([]) == []
+    assert Collate.of(False).whole and Collate.of(False).form(obs) is obs
+    assert Collate.of(len).whole and Collate.of(len).form(obs) == 2
+    assert Collate.of(Collate.of(len)) == Collate.of(len)
+
+
+def test_worker_processes_collect_lists_for_a_collate_function():
+    from fastload.collate import Collate
+
+    assert Collate.of(len).in_workers() == Collate(False)
+    for option in (None, True, False):
+        assert Collate.of(option).in_workers() == Collate.of(option)
+
+
+def test_a_collate_function_runs_on_the_whole_batch_in_the_loader():
+    from fastload import DataLoader
+
+    batches = list(DataLoader(X1, 5, collate=lambda obs: ("n", len(obs)), parallel=2))
+    assert batches == [("n", 5), ("n", 5), ("n", 2)]
+
+
+@given(st.integers(0, 200), st.integers(1, 50))
+def test_steps_is_the_ceiling_or_the_floor_of_n_over_rows(n, rows):
+    from fastload.views import steps
+
+    assert steps(n, rows, drop_last=True) == n // rows
+    assert steps(n, rows, drop_last=False) == len(range(0, n, rows))
+
+
+@pytest.mark.parametrize(
+    "n, rows, drop_last, expected",
+    [
+        (12, 4, False, 3),
+        (12, 4, True, 3),
+        (13, 4, False, 4),
+        (13, 4, True, 3),
+        (0, 4, False, 0),
+        (0, 4, True, 0),
+        (3, 4, True, 0),
+        (3, 4, False, 1),
+    ],
+)
+def test_steps_of_whole_and_partial_batches(n, rows, drop_last, expected):
+    from fastload import DataLoader
+    from fastload.schedule import Schedule
+    from fastload.views import steps
+
+    assert steps(n, rows, drop_last) == expected
+    assert numobs(batchview(np.arange(n), rows, drop_last=drop_last)) == expected
+    assert Schedule(np.arange(n), rows, drop_last=drop_last).steps == expected
+    if n:
+        assert len(DataLoader(np.arange(n), rows, drop_last=drop_last)) == expected

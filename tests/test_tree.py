@@ -1,0 +1,204 @@
+"""Nested structures (fastload.tree): one flatten/unflatten for observations and batches,
+one traversal of the containers under views."""
+
+from collections import OrderedDict, namedtuple
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fastload import getobs, mapobs, obsview
+from fastload.tree import (
+    LEAF,
+    TreeDef,
+    children,
+    flatten,
+    map_tree,
+    unflatten,
+    unwrap,
+    walk_views,
+    with_children,
+)
+from fastload.views import source_of
+
+Pair = namedtuple("Pair", "x y")
+
+
+def _same(a, b):
+    """Equal values of the same types all the way down (namedtuples stay namedtuples)."""
+    assert type(a) is type(b)
+    if isinstance(a, dict):
+        assert list(a) == list(b)
+        for key in a:
+            _same(a[key], b[key])
+    elif isinstance(a, (tuple, list)):
+        assert len(a) == len(b)
+        for u, v in zip(a, b):
+            _same(u, v)
+    else:
+        assert a == b
+
+
+_trees = st.recursive(
+    st.integers(),
+    lambda sub: st.one_of(
+        st.lists(sub, max_size=3).map(tuple),
+        st.lists(sub, max_size=3),
+        st.builds(Pair, sub, sub),
+        st.dictionaries(st.text(max_size=3), sub, max_size=3),
+    ),
+    max_leaves=12,
+)
+
+
+@given(_trees)
+def test_unflatten_of_flatten_gives_the_tree_back_with_its_types(tree):
+    leaves, treedef = flatten(tree, lists=True)
+    assert all(isinstance(leaf, int) for leaf in leaves)
+    assert treedef.leaves == len(leaves)
+    _same(unflatten(treedef, leaves), tree)
+
+
+@given(_trees)
+def test_without_lists_a_list_is_one_leaf(tree):
+    leaves, treedef = flatten(tree)
+    assert not any(isinstance(leaf, (tuple, dict)) for leaf in leaves)
+    _same(unflatten(treedef, leaves), tree)
+
+
+def test_a_nested_observation_flattens_in_key_order_and_keeps_its_paths():
+    obs = (np.zeros(2), {"image": np.ones(3), "label": Pair(1, 2)})
+    leaves, treedef = flatten(obs)
+    assert [type(leaf).__name__ for leaf in leaves] == ["ndarray", "ndarray", "int", "int"]
+    assert list(treedef.paths()) == [(0,), (1, "image"), (1, "label", 0), (1, "label", 1)]
+    rebuilt = unflatten(treedef, ["a", "b", "c", "d"])
+    assert rebuilt == ("a", {"image": "b", "label": Pair("c", "d")})
+    assert type(rebuilt[1]["label"]) is Pair
+
+
+def test_a_leaf_only_observation_is_one_leaf_and_comes_back_as_itself():
+    x = np.arange(3)
+    leaves, treedef = flatten(x)
+    assert treedef == LEAF and leaves[0] is x
+    assert unflatten(treedef, leaves) is x
+    assert list(treedef.paths()) == [()]
+
+
+def test_dict_subclasses_come_back_as_dicts_and_tuple_subclasses_as_tuples():
+    class Tagged(tuple):
+        pass
+
+    leaves, treedef = flatten((OrderedDict(a=1), Tagged((2, 3))))
+    assert unflatten(treedef, leaves) == ({"a": 1}, (2, 3))
+    assert type(unflatten(treedef, leaves)[0]) is dict
+    assert type(unflatten(treedef, leaves)[1]) is tuple
+
+
+def test_empty_members_are_nodes_without_leaves():
+    leaves, treedef = flatten((1, (), {}))
+    assert leaves == [1]
+    assert [node.leaves for node in treedef.subtrees] == [1, 0, 0]
+    assert unflatten(treedef, [5]) == (5, (), {})
+
+
+def test_unflatten_refuses_another_count_of_leaves():
+    _, treedef = flatten((1, 2))
+    with pytest.raises(ValueError, match="2 leaves cannot hold 3"):
+        unflatten(treedef, [1, 2, 3])
+
+
+def test_lower_replaces_each_node_before_it_is_looked_at():
+    class Table:
+        def __init__(self, columns):
+            self.columns = columns
+
+    def lower(node):
+        return node.columns if isinstance(node, Table) else node
+
+    leaves, treedef = flatten((Table({"a": 1, "b": (2, 3)}), 4), lower=lower)
+    assert leaves == [1, 2, 3, 4]
+    assert unflatten(treedef, leaves) == ({"a": 1, "b": (2, 3)}, 4)
+
+
+def test_map_tree_goes_through_lists_only_when_asked():
+    tree = {"a": [1, 2], "b": (3,)}
+    assert map_tree(lambda x: x * 10, tree, lists=True) == {"a": [10, 20], "b": (30,)}
+    lists_whole = map_tree(lambda x: len(x) if isinstance(x, list) else x * 10, tree)
+    assert lists_whole == {"a": 2, "b": (30,)}
+
+
+def test_treedef_is_a_value():
+    assert flatten((1, {"a": 2}))[1] == flatten((5, {"a": 6}))[1]
+    assert flatten((1, {"a": 2}))[1] != flatten((1, {"b": 2}))[1]
+    assert isinstance(hash(flatten(Pair(1, 2))[1]), int)
+    assert TreeDef(None) == LEAF
+
+
+# The containers under views.
+
+
+def test_children_are_the_members_of_tuples_and_dicts_and_the_data_under_mapobs():
+    a, b = np.arange(4), np.arange(4) * 2
+    inner = (a, {"b": b})
+    view = mapobs(lambda x: x, inner)
+    assert children(view) == [inner]
+    assert children(inner)[0] is a and children(inner)[1] == {"b": b}
+    assert children(a) == []
+    assert [type(node).__name__ for node in walk_views(view)] == [
+        "MappedObs",
+        "tuple",
+        "ndarray",
+        "dict",
+        "ndarray",
+    ]
+
+
+def test_views_that_change_the_indices_have_no_children():
+    # obsview's observation i is another observation of its data: walking into it would
+    # name the wrong file or stream position.
+    view = obsview(np.arange(5), [4, 3])
+    assert children(view) == []
+    assert unwrap(view) is view
+
+
+def test_a_tuple_that_defines_numobs_is_a_container_of_its_own():
+    class Pairs(tuple):
+        def __numobs__(self):
+            return 2
+
+    pairs = Pairs((np.arange(2), np.arange(2)))
+    assert children(pairs) == []
+    assert list(walk_views((pairs, 1))) == [(pairs, 1), pairs, 1]
+
+
+def test_unwrap_goes_down_through_mapobs_to_the_container():
+    data = np.arange(3)
+    assert unwrap(mapobs(str, mapobs(abs, data))) is data
+    assert unwrap(data) is data
+
+
+def test_with_children_rebuilds_views_over_other_data():
+    view = mapobs(lambda x: x[0] + x[1]["k"], (np.arange(3), {"k": np.arange(3)}))
+    other = (np.arange(3) * 10, {"k": np.arange(3) * 100})
+    moved = with_children(view, [other])
+    assert moved is not view and moved.f is view.f and moved.data is other
+    assert getobs(moved, 2) == 220 and getobs(view, 2) == 4
+    assert with_children((1, 2), [3, 4]) == (3, 4)
+    assert with_children({"a": 1}, [2]) == {"a": 2}
+    with pytest.raises(ValueError, match="no containers under it"):
+        with_children(np.arange(2), [1])
+
+
+def test_source_of_names_the_file_under_mapobs():
+    class Files:
+        paths = ["a.jpg", "b.jpg"]
+
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            return self.paths[i]
+
+    assert source_of(mapobs(str.upper, mapobs(str, Files())), 1) == "b.jpg"
+    assert source_of(np.arange(2), 1) is None
