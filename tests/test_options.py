@@ -11,6 +11,7 @@ import pytest
 from helpers import run_epochs
 
 from fastload import DataLoader, eachobs
+from fastload.collate import Collate
 from fastload.options import LoaderOptions
 
 
@@ -67,7 +68,7 @@ def test_a_batch_sampler_leaves_no_batch_size():
 
 def test_one_observation_at_a_time_drops_what_has_nothing_to_act_on():
     options = LoaderOptions(drop_last=True, collate=True).one_at_a_time()
-    assert (options.drop_last, options.collate) == (False, None)
+    assert (options.drop_last, options.collate) == (False, Collate(None))
     with pytest.raises(ValueError, match="give eachobs a batch_size"):
         LoaderOptions(collate=list).one_at_a_time()
 
