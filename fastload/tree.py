@@ -1,7 +1,7 @@
 """Nested observations: tuples (namedtuples keep their type), dicts, and leaves.
 
-The one place that knows how a structure is taken apart and rebuilt; the protocol, views,
-collation, plans and streams all go through it.
+How a structure is taken apart into its leaves and rebuilt around new ones, for the
+protocol, views, collation, plans and streams.
 """
 
 from __future__ import annotations
