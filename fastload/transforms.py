@@ -498,11 +498,11 @@ def _check_place(ops, k, op, seen):
 class Compose:
     """A validated chain of transforms, compiled to one native pipeline.
 
-    The chain may start with DecodeImage (input: JPEG bytes), else the input is a uint8 HWC
-    (or HW) array; then at most one crop and one Resize (in either order; RandomResizedCrop
-    counts as both) and RandomHorizontalFlip; then colour ops (ColorJitter, RandomGrayscale,
-    GaussianBlur, Lambda) in any order, each as often as wanted (at most 8 that are not
-    Lambdas); then Normalize and ToCHW; RandomErasing last.
+    The chain may start with DecodeImage (input: encoded image bytes, JPEG, QOI, PNG, ...),
+    else the input is a uint8 HWC (or HW) array; then at most one crop and one Resize (in
+    either order; RandomResizedCrop counts as both) and RandomHorizontalFlip; then colour
+    ops (ColorJitter, RandomGrayscale, GaussianBlur, Lambda) in any order, each as often as
+    wanted (at most 8 that are not Lambdas); then Normalize and ToCHW; RandomErasing last.
     Raises ValueError naming the offending op when the chain does not fit.
 
     `output_shape` is the shape of every output, or None when it varies with the input

@@ -2,7 +2,7 @@
 
 An encoding turns a value into one row of one or more Arrow columns and back. The field's
 main column carries the field's name; auxiliary columns are named ``"<field>.<part>"``
-(``"image.height"``). Column kinds are strings, mapped to Arrow types by ``columns.py``:
+(``"image.height"``). Column kinds are strings, mapped to Arrow types by ``arrow_types.py``:
 ``"binary"``, ``"string"``, ``"fixed:<nbytes>"``, ``"shape"`` (a list of int64) or a
 numpy scalar dtype name (``"int32"``).
 

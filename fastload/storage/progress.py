@@ -1,14 +1,13 @@
-"""A tqdm progress bar when one is asked for and tqdm is installed (an optional extra)."""
+"""A tqdm progress bar when one is asked for (tqdm is a dependency; it is imported only
+then, so that ``import fastload`` stays light)."""
 
 __all__ = ["progress_bar"]
 
 
 def progress_bar(total, enabled, unit, desc):
-    """A tqdm bar over ``total`` steps, or None when not ``enabled`` or tqdm is missing."""
+    """A tqdm bar over ``total`` steps, or None when not ``enabled``."""
     if not enabled:
         return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return None
+    from tqdm.auto import tqdm
+
     return tqdm(total=total, unit=unit, desc=desc)

@@ -78,7 +78,7 @@ def write(
     thread alone); threads, or with ``backend="process"`` forked worker processes, for containers
     whose Python code holds the GIL (as ``DataLoader(..., backend="process")`` loads them;
     the container is not pickled; Linux). Either way the file is the same. ``progress``
-    shows a tqdm bar when tqdm is installed. ``metadata`` is an optional JSON-serializable
+    shows a tqdm bar. ``metadata`` is an optional JSON-serializable
     dict kept in the file (``Dataset.metadata``), e.g. class names. ``source_field``
     names a ``Str()`` field that holds where each row came from (a file path): an error
     in loading a row of the written file names it. ``num_threads=n`` is the deprecated
