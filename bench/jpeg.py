@@ -314,7 +314,7 @@ def main():
     print(
         f"{n:,} JPEGs in {root}, batch {BATCH} at {SIZE}x{SIZE}, {what}, {batches} batches "
         f"per run; {os.cpu_count()} CPUs, pool of {workers} threads; JPEG decoder: "
-        f"{fastload.codecs.decoder_name()}"
+        f"{fastload._images.codecs.decoder_name()}"
     )
 
     names = [FASTLOAD, THREADS]
@@ -363,7 +363,7 @@ def one_core_split(root, jitter, n=500, repeats=3):
         chain.pipeline,
         channels=3,
         name="bytes",
-        decoder=fastload.codecs,
+        decoder=fastload._images.codecs,
         max_pixels=fastload.limits.MAX_IMAGE_PIXELS,
         max_file_bytes=fastload.limits.MAX_FILE_BYTES,
         buffers=datas,

@@ -8,8 +8,8 @@ random array: GIL-bound Python work per row), then read by
 1. the writer: rows/s of ``fastload.write`` with worker processes (``backend="process"``)
    and with encoder threads, against FFCV's writer (2 workers) when ffcv is installed, else
    against a plain loop that writes each row's bytes to a file; the file read below is
-   the one written with threads and ``write``'s other defaults too (chunks of 64 MiB,
-   ``--chunk-mb`` to change them);
+   the one written with threads and ``write``'s other defaults too (blocks of 64 MiB,
+   ``--block-mb`` to change them);
 2. reading: ``shuffle=False`` (in order: the disk's rate), ``shuffle="quasi"`` and
    ``shuffle=True``, each in a fresh process inside a memory cgroup limited to
    ``--limit-mb`` (so the page cache cannot hold the file), caches dropped before each
@@ -79,10 +79,10 @@ class Rows:
 # 1. The writer
 
 
-def write_fastload(path, rows, chunk_bytes, backend):
-    """``fastload.write`` with its default settings but ``backend`` (and ``chunk_bytes``
+def write_fastload(path, rows, block_bytes, backend):
+    """``fastload.write`` with its default settings but ``backend`` (and ``block_bytes``
     when not None)."""
-    sizing = {} if chunk_bytes is None else {"chunk_bytes": chunk_bytes}
+    sizing = {} if block_bytes is None else {"block_bytes": block_bytes}
     start = time.perf_counter()
     fastload.write(
         path,
@@ -132,7 +132,7 @@ def write_ffcv(path, rows):
     return rows / (time.perf_counter() - start)
 
 
-def bench_writer(path, rows, chunk_bytes, out):
+def bench_writer(path, rows, block_bytes, out):
     """Prints the writers' rows/s; leaves at ``path`` the file written with threads, as
     ``write`` does by default."""
     try:
@@ -143,19 +143,19 @@ def bench_writer(path, rows, chunk_bytes, out):
     except ImportError:
         other, run_other = "plain loop: row bytes to a file", write_plain
         other_path = os.path.join(out, "larger_than_ram.plain")
-    chunks = "write's default" if chunk_bytes is None else f"{chunk_bytes / 2**20:.1f} MiB"
+    blocks = "write's default" if block_bytes is None else f"{block_bytes / 2**20:.1f} MiB"
     print(
         f"1. writing {rows:,} rows of {SIDE}x{SIDE}x3 uint8 + int64 from a Python source "
-        f"(the file: {rows * (SIDE * SIDE * 3 + 8) / 1e9:.2f} GB, chunks: {chunks})"
+        f"(the file: {rows * (SIDE * SIDE * 3 + 8) / 1e9:.2f} GB, blocks: {blocks})"
     )
     results = {}
     for name, run in (
         (other, lambda: run_other(other_path, rows)),
         (
             "fastload.write, backend='process'",
-            lambda: write_fastload(path, rows, chunk_bytes, "process"),
+            lambda: write_fastload(path, rows, block_bytes, "process"),
         ),
-        ("fastload.write, threads", lambda: write_fastload(path, rows, chunk_bytes, "thread")),
+        ("fastload.write, threads", lambda: write_fastload(path, rows, block_bytes, "thread")),
     ):
         results[name] = run()
         if os.path.exists(other_path):
@@ -450,10 +450,10 @@ def main():
     )
     parser.add_argument("--repeats", type=int, default=3, help="runs of each read")
     parser.add_argument(
-        "--chunk-mb",
+        "--block-mb",
         type=float,
         default=None,
-        help="chunks of the written file (default: write's default, 64 MiB)",
+        help="blocks of the written file (default: write's default, 64 MiB)",
     )
     parser.add_argument("--out", default=DEFAULT_OUT, help="where the file goes")
     parser.add_argument("--keep", action="store_true", help="keep the written file")
@@ -468,12 +468,12 @@ def main():
     # What scales is the memory left to the page cache beside the process's own (Python
     # and its libraries, which do not scale).
     limit_mb = args.limit_mb or round(OWN_MB + (FULL_LIMIT_MB - OWN_MB) * scale)
-    chunk_bytes = None if args.chunk_mb is None else max(1, round(args.chunk_mb * 2**20))
+    block_bytes = None if args.block_mb is None else max(1, round(args.block_mb * 2**20))
     path = args.path
     if path is None:
         os.makedirs(args.out, exist_ok=True)
         path = os.path.join(args.out, f"larger_than_ram_{args.rows}.arrow")
-        bench_writer(path, args.rows, chunk_bytes, args.out)
+        bench_writer(path, args.rows, block_bytes, args.out)
     try:
         bench_reads(path, limit_mb, args.random_s, args.repeats)
     finally:

@@ -110,7 +110,7 @@ def main():
     print(
         f"{n:,} JPEGs in {root}, batch {args.batch} at {SIZE}x{SIZE}, "
         f"{'with' if args.jitter else 'without'} jitter, {args.workers} workers; "
-        f"{os.cpu_count()} CPUs; JPEG decoder: {fastload.codecs.decoder_name()}"
+        f"{os.cpu_count()} CPUs; JPEG decoder: {fastload._images.codecs.decoder_name()}"
     )
     loaders = {
         name: make(root, backend, args.workers, args.batch, args.jitter)

@@ -99,7 +99,7 @@ static void free_arrays(fl_run *r) {
 fl_run *fl_run_create(const int64_t *order, const int64_t *bounds, int64_t end_item, int64_t rows,
                       int64_t first_step, int64_t end_step, uint64_t seed, uint64_t epoch,
                       const fl_field *fields, int nfields, char *const *dst, int nslots,
-                      int parallel, int64_t chunk, int ordered, int skip_errors, void *ctx) {
+                      int parallel, int64_t claim_size, int ordered, int skip_errors, void *ctx) {
     if (rows < 1 || nslots < 1 || nfields < 1 || first_step < 0 || end_step < 0) return NULL;
     if (bounds) {
         if (bounds[end_step] > end_item || !bounds_fit(bounds, end_step, rows)) return NULL;
@@ -124,7 +124,7 @@ fl_run *fl_run_create(const int64_t *order, const int64_t *bounds, int64_t end_i
     r->nslots = nslots;
     r->parallel = parallel > 0 ? parallel : 0;
     /* Inline, one claim is one step; a claim never takes more than the slots it can use. */
-    r->chunk = r->parallel == 0 ? rows : (chunk > 0 ? chunk : 1);
+    r->claim_size = r->parallel == 0 ? rows : (claim_size > 0 ? claim_size : 1);
     r->refill = r->parallel == 0 ? 1 : (nslots - 1) / 2 > 0 ? (nslots - 1) / 2 : 1;
     r->ordered = ordered;
     r->skip_errors = skip_errors;
@@ -258,7 +258,7 @@ static int take_slot(fl_run *r, int64_t step) {
     return s;
 }
 
-/* Claim up to `chunk` items in schedule order, across steps while slots are free.
+/* Claim up to `claim_size` items in schedule order, across steps while slots are free.
  * Returns 0 when nothing can be claimed now. Under the lock. */
 static int take_claim(fl_run *r, claim *c) {
     if (fl_run_cancelled(r)) return 0;
@@ -269,12 +269,12 @@ static int take_claim(fl_run *r, claim *c) {
         c->last = k;
         return 0;
     }
-    /* Guided: a claim takes a share of what is left of the step (at least `chunk`), so
+    /* Guided: a claim takes a share of what is left of the step (at least `claim_size`), so
      * a batch costs a few claims, and its last items still spread over the threads. */
     int64_t left = step_first(r, r->claim_step) + step_rows(r, r->claim_step) - k;
     int64_t share = r->parallel > 0 ? left / (2 * r->parallel) : left;
     /* Inline, a claim is the rest of one step. */
-    int64_t limit = k + (r->parallel == 0 ? left : share > r->chunk ? share : r->chunk);
+    int64_t limit = k + (r->parallel == 0 ? left : share > r->claim_size ? share : r->claim_size);
     if (limit > r->end_item) limit = r->end_item;
     while (k < limit && c->nsteps < MAX_CLAIM_STEPS) {
         int64_t step = r->claim_step;
@@ -351,7 +351,7 @@ static int64_t claimable(const fl_run *r) {
  * none could start although there is work. Under the lock. */
 static int start_tasks(fl_run *r) {
     int64_t work = claimable(r);
-    int64_t useful = (work + r->chunk - 1) / r->chunk;
+    int64_t useful = (work + r->claim_size - 1) / r->claim_size;
     while (r->tasks < r->parallel && r->tasks < useful) {
         if (fl_pool_submit(task, r) != 0) break;
         r->tasks++;

@@ -9,7 +9,7 @@
  *
  *   consumer                        pool tasks (at most `parallel` at once)
  *   --------                        ---------------------------------------
- *   fl_run_next(release=held) ----> claim items in schedule order, `chunk` at a time;
+ *   fl_run_next(release=held) ----> claim items in schedule order, `claim_size` at a time;
  *     frees the held slot            a step takes a free slot when its first item is
  *     waits for the next step        claimed; the last item done makes the step ready
  *     returns its slot     <-------- and wakes the consumer if it waits
@@ -139,7 +139,7 @@ typedef struct fl_run {
     int nslots;
     fl_slot *slots;
     int parallel;  /* most pool tasks at once; 0: inline */
-    int64_t chunk; /* items claimed at a time */
+    int64_t claim_size; /* items claimed at a time */
     int refill;    /* free slots that restart idle tasks */
     int ordered;
     int skip_errors;
@@ -174,7 +174,7 @@ typedef struct fl_run {
 fl_run *fl_run_create(const int64_t *order, const int64_t *bounds, int64_t end_item, int64_t rows,
                       int64_t first_step, int64_t end_step, uint64_t seed, uint64_t epoch,
                       const fl_field *fields, int nfields, char *const *dst, int nslots,
-                      int parallel, int64_t chunk, int ordered, int skip_errors, void *ctx);
+                      int parallel, int64_t claim_size, int ordered, int skip_errors, void *ctx);
 
 /* Release slot `release` (-1: none), then wait up to `timeout_s` for the next step to
  * deliver (ordered: the next in order; else the first to finish). Returns its slot, now

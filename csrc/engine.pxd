@@ -47,7 +47,7 @@ cdef extern from "engine.h" nogil:
     fl_run *fl_run_create(const int64_t *order, const int64_t *bounds, int64_t end_item,
                           int64_t rows, int64_t first_step, int64_t end_step, uint64_t seed,
                           uint64_t epoch, const fl_field *fields, int nfields,
-                          char *const *dst, int nslots, int parallel, int64_t chunk,
+                          char *const *dst, int nslots, int parallel, int64_t claim_size,
                           int ordered, int skip_errors, void *ctx)
     int fl_run_next(fl_run *run, int release, double timeout_s)
     int fl_run_start(fl_run *run)

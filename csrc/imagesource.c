@@ -139,7 +139,7 @@ int fl_jpeg_size(const uint8_t *data, size_t n, int *h, int *w) {
 }
 
 /* The format of encoded bytes, from their first bytes. JPEG: the start-of-image marker and
- * the FF of the next marker, as fastload.codecs.JPEG_MAGIC (FF D8 alone starts other files). */
+ * the FF of the next marker, as fastload._images.codecs.JPEG_MAGIC (FF D8 alone starts other files). */
 enum { FORMAT_JPEG, FORMAT_QOI, FORMAT_OTHER, FORMAT_UNKNOWN };
 
 static int format_of(const uint8_t *d, size_t n) {

@@ -5,14 +5,15 @@ tables and any sequence, lazy views and subsets after MLUtils.jl, and a
 ``DataLoader`` that loads in parallel on a native thread pool into reused batch buffers.
 """
 
-from .codecs import build_info
+from ._images.codecs import build_info
+from ._loading.arguments import module_getattr
 from .errors import LoadError
 from .imagefolder import files
 from .loader import DataLoader, eachobs, eachobs_parallel
 from .obs import getobs, getobs_into, numobs
 from .samplers import BucketBatchSampler, WeightedSampler
 from .storage import open, write
-from .streams import Shards
+from .streams import FileStream
 from .subsets import (
     chunk,
     filterobs,
@@ -33,8 +34,8 @@ __version__ = "0.2.0"
 __all__ = [
     "BucketBatchSampler",
     "DataLoader",
+    "FileStream",
     "LoadError",
-    "Shards",
     "WeightedSampler",
     "batchview",
     "build_info",
@@ -64,3 +65,6 @@ __all__ = [
     "write",
 ]
 assert __all__ == sorted(__all__)
+
+# The names of 0.2, with a DeprecationWarning.
+__getattr__ = module_getattr("fastload", {"Shards": "FileStream"}, globals())

@@ -11,7 +11,7 @@ import sys
 import time
 
 from fastload import __version__
-from fastload.codecs import build_info
+from fastload._images.codecs import build_info
 from fastload.demo import run_image_demo, run_tensor_demo
 from fastload.errors import LoadError
 from fastload.loader import DataLoader
@@ -107,7 +107,7 @@ def _add_info_args(p):
     p.add_argument(
         "path",
         nargs="?",
-        help="a dataset file, a directory of shard files, or a "
+        help="a dataset file, a directory of files, or a "
         "glob; without it: what this build decodes with",
     )
 
@@ -182,7 +182,7 @@ def bench_file(path, *, batches=20, batch_size=256, size=224, parallel=True):
 
 
 def _add_bench_args(p):
-    p.add_argument("path", help="a dataset file (from convert), a directory of shards, or a glob")
+    p.add_argument("path", help="a dataset file (from convert), a directory of files, or a glob")
     p.add_argument("--batches", type=int, default=20, help="batches to load; default: %(default)s")
     p.add_argument("--batch-size", type=int, default=256, help="default: %(default)s")
     p.add_argument("--size", type=int, default=224, help="crop size; default: %(default)s")
@@ -200,14 +200,14 @@ def _run_bench(args):
 
 
 def _add_verify_args(p):
-    p.add_argument("path", help="a dataset file, a directory of shard files, or a glob")
+    p.add_argument("path", help="a dataset file, a directory of files, or a glob")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _run_verify(args):
     result = open_dataset(args.path).verify(progress=not args.no_progress)
     print(
-        f"{args.path}: {result['chunks']} chunks of {result['files']} file(s) match their checksums"
+        f"{args.path}: {result['blocks']} blocks of {result['files']} file(s) match their checksums"
     )
     for path in result["unverified"]:
         print(f"  {path}: no checksums (written by an older fastload): not verified")
@@ -232,7 +232,7 @@ COMMANDS = {
         _run_convert,
     ),
     "info": (
-        "show the fields, encodings, rows, chunks and sizes of a dataset, or without "
+        "show the fields, encodings, rows, blocks and sizes of a dataset, or without "
         "one, what this build of fastload decodes with",
         _add_info_args,
         _run_info,
@@ -243,7 +243,7 @@ COMMANDS = {
         _run_bench,
     ),
     "verify": (
-        "check every chunk of a dataset against the checksums its writer stored",
+        "check every block of a dataset against the checksums its writer stored",
         _add_verify_args,
         _run_verify,
     ),

@@ -8,7 +8,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from .tree import LeafKind
+from ._loading.tree import LeafKind
 
 _Bytes = bytes | bytearray | memoryview
 _Box = tuple[int, int, int, int]
@@ -83,7 +83,7 @@ class Iteration:
         seed: int,
         epoch: int,
         parallel: int,
-        chunk: int,
+        claim_size: int,
         ordered: bool,
         skip_errors: bool,
         release_gil: bool,

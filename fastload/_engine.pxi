@@ -17,7 +17,7 @@ from status cimport *
 import traceback
 import warnings
 
-from . import tree as _tree  # a module: _core holds no type but its own
+from ._loading import tree as _tree  # a module: _core holds no type but its own
 
 cdef extern from "Python.h":
     Py_ssize_t Py_REFCNT(PyObject *o)
@@ -104,7 +104,7 @@ cdef class Fields:
     that item.
 
     ``fields`` is a list of ``(LeafKind.GATHER, array)``, ``(LeafKind.IMAGE, ImageSource)``
-    or ``(LeafKind.INTO or LeafKind.OBJECT, None)`` (``fastload.tree.LeafKind``);
+    or ``(LeafKind.INTO or LeafKind.OBJECT, None)`` (``fastload._loading.tree.LeafKind``);
     row_bytes gives each field's bytes per position in its destination (0 for fields with
     no destination array). The arrays and sources are kept alive here while the C fields
     point into them."""
@@ -376,12 +376,12 @@ cdef class Iteration:
 
     def start_run(self, Fields fields not None, *, cnp.ndarray order not None, bounds,
                   int64_t first_step, int64_t end_step, uint64_t seed, uint64_t epoch,
-                  int parallel, int64_t chunk, bint ordered, bint skip_errors, bint release_gil,
+                  int parallel, int64_t claim_size, bint ordered, bint skip_errors, bint release_gil,
                   filler):
         """Load steps [first_step, end_step) of ``order`` (int64, C-contiguous) natively:
         ``rows`` items a step, or at the offsets ``bounds`` (int64, ``end_step + 1`` of
         them, each step 1 to ``rows`` items). In the caller's thread when ``parallel`` is
-        0, else on up to ``parallel`` pool threads claiming ``chunk`` items at a time.
+        0, else on up to ``parallel`` pool threads claiming ``claim_size`` items at a time.
         ``filler(slot, field, pos, index)`` loads an item of a Python field (with the
         GIL). Raises ValueError for bounds that do not fit."""
         if self.run != NULL or self.transport is not None:
@@ -419,7 +419,7 @@ cdef class Iteration:
             self.run = fl_run_create(<const int64_t *>cnp.PyArray_DATA(order), bounds_data,
                                      order.shape[0], self.rows, first_step, end_step, seed,
                                      epoch, fields.fields, fields.nfields, dst, nslots,
-                                     parallel, chunk, ordered, skip_errors, <void *>self)
+                                     parallel, claim_size, ordered, skip_errors, <void *>self)
         finally:
             free(dst)
         if self.run == NULL:

@@ -22,7 +22,7 @@ cdef extern from "Python.h":
 cdef int _decode_jpeg(void *ctx, const uint8_t *data, size_t n, int scale_denom,
                       int channels, int h, int w, uint8_t *out,
                       char *message) noexcept nogil:
-    """Decodes a JPEG through simplejpeg (``ctx``: the module ``fastload.codecs``) on
+    """Decodes a JPEG through simplejpeg (``ctx``: the module ``fastload._images.codecs``) on
     bytes owned by C, into C memory. The GIL is held around the call only; simplejpeg
     releases it while it decodes."""
     cdef cnp.npy_intp dims[3]
@@ -138,7 +138,7 @@ cdef class ImageSource:
 
     ``pipeline`` is the chain to run; ``channels`` what encoded images decode to; ``name``
     what messages call the images; ``decoder`` the module with the Python decoders
-    (``fastload.codecs``); images over ``max_pixels`` and files over ``max_file_bytes``
+    (``fastload._images.codecs``); images over ``max_pixels`` and files over ``max_file_bytes``
     are refused. Then exactly one of: ``buffers`` (a sequence of bytes-like encoded
     images), ``spans`` (``(bases, base_of, starts, ends)``: image i is
     ``bases[base_of[i]][starts[i]:ends[i]]``, with uint8 arrays as bases; ``base_of`` None

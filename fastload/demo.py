@@ -9,7 +9,7 @@ import time
 import numpy as np
 import simplejpeg
 
-from .codecs import decoder_name
+from ._images.codecs import decoder_name
 from .loader import DataLoader
 from .transforms import Compose, DecodeImage, RandomHorizontalFlip, RandomResizedCrop
 from .views import mapobs

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from . import limits
-from .protocols import FilePaths
+from ._loading.protocols import FilePaths
 
 __all__ = ["ImageFolder", "files"]
 

@@ -1,12 +1,12 @@
 """``DataLoader``, ``eachobs`` and ``eachobs_parallel``: epochs, order, state.
 
 A loader composes, then hands over: each epoch it draws the order (shuffled from
-(seed, epoch), or from a sampler; sharded) and makes it a ``Schedule`` (``epochs.py``,
-``schedule.py``), which it hands with the container to its ``Engine`` (``engine.py``)
-to load and deliver the steps. As in MLUtils, ``DataLoader(data, ...)`` is
+(seed, epoch), or from a sampler; sharded) and makes it a ``Schedule`` (``_loading/epochs.py``,
+``_loading/schedule.py``), which it hands with the container to its ``Engine``
+(``_loading/engine.py``) to load and deliver the steps. As in MLUtils, ``DataLoader(data, ...)`` is
 ``eachobs_parallel(batchview(data, ...))`` with epochs on top: ``eachobs_parallel`` loads
-any container, views included. A stream (no length, no positions) is read a window of
-records at a time, each window loaded by the engine as a container (``windows.py``).
+any container, views included. A stream (no length, no positions) is read a round of
+records at a time, each round loaded by the engine as a container (``_loading/rounds.py``).
 """
 
 from __future__ import annotations
@@ -20,22 +20,22 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
-from .arguments import check_flag
-from .collate import Collate, CollateOption
-from .engine import Allocator, Backend, Engine, OnError
-from .epochs import Epochs, Shuffle
-from .keywords import refuse_unknown_keywords
+from ._loading.arguments import check_flag
+from ._loading.collate import Collate, CollateOption
+from ._loading.engine import Allocator, Backend, Engine, OnError
+from ._loading.epochs import Epochs, Shuffle
+from ._loading.keywords import refuse_unknown_keywords
+from ._loading.options import BufferOption, LoaderOptions
+from ._loading.protocols import Blockwise, CheckedRows, FilePages, PagedFiles
+from ._loading.rounds import DEFAULT_BUFFER, StreamEpochs
+from ._loading.schedule import Schedule, schedule_of
+from ._loading.sharding import Shard, default_seed, resolve_shard
+from ._loading.state import LoaderKind, check_state_format, state_format
+from ._loading.tree import children, head, map_tree, members, tree_leaves
 from .obs import Container, copy_into, getobs, is_batch_index, numobs
-from .options import BufferOption, LoaderOptions
-from .protocols import CheckedRows, Chunked, FilePages, PagedFiles
 from .samplers import BatchSampler, Sampler
-from .schedule import Schedule, schedule_of
-from .sharding import Shard, default_seed, resolve_shard
-from .state import LoaderKind, check_state_format, state_format
 from .streams import stream_source
-from .tree import children, head, map_tree, members, tree_leaves
 from .views import collate_batch
-from .windows import DEFAULT_BUFFER, StreamEpochs
 
 __all__ = ["DataLoader", "eachobs", "eachobs_parallel"]
 
@@ -83,7 +83,7 @@ class StatsReport(dict[str, float]):
 def _found(data: Container, offered: Callable[[Any], _T | None]) -> list[_T]:
     """What ``offered(data)`` gives (when not None), else what it gives for the containers
     under ``data`` (through tuples, dicts and ``mapobs``), in order: how the loader finds
-    what a packed dataset offers (its chunks, checks, file pages) under columns and views
+    what a packed dataset offers (its blocks, checks, file pages) under columns and views
     of it."""
     found = offered(data)
     if found is not None:
@@ -91,15 +91,15 @@ def _found(data: Container, offered: Callable[[Any], _T | None]) -> list[_T]:
     return [v for child in children(data) for v in _found(child, offered)]
 
 
-def _chunk_bounds(data: Container) -> npt.NDArray[np.int64] | None:
-    """Chunk boundaries of the packed dataset under ``data``, or None."""
-    found = _found(data, lambda d: d.chunk_bounds if isinstance(d, Chunked) else None)
+def _block_bounds(data: Container) -> npt.NDArray[np.int64] | None:
+    """Block boundaries of the packed dataset under ``data``, or None."""
+    found = _found(data, lambda d: d.block_bounds if isinstance(d, Blockwise) else None)
     return found[0] if found else None
 
 
 def _verifiers(data: Container) -> list[Callable[[npt.NDArray[np.int64]], None]]:
     """The ``verify_rows`` of the packed datasets under ``data`` opened with
-    ``verify="read"``: they check a step's chunks before the loader hands it out."""
+    ``verify="read"``: they check a step's blocks before the loader hands it out."""
     return _found(data, lambda d: d.verify_rows if isinstance(d, CheckedRows) else None)
 
 
@@ -121,7 +121,7 @@ def _warn_random_reads(pages: list[FilePages]) -> None:
                 f"may use (its memory cgroup's limit, or the RAM): the page cache "
                 f"cannot hold it, so each epoch reads the files at random from "
                 f"disk, hundreds of times slower than in order. Use "
-                f"shuffle='quasi' (chunks in random order, shuffled a window at a "
+                f"shuffle='quasi' (blocks in random order, shuffled a wave at a "
                 f"time), which reads at about the disk's sequential rate",
                 UserWarning,
                 stacklevel=4,
@@ -221,7 +221,7 @@ class _EpochLoader:
             self._open_container(options.sampler, options.batch_sampler)
 
     def _open_stream(self, source: Any) -> None:
-        # Two engines: a window loads on one while the one before it is delivered.
+        # Two engines: a round loads on one while the one before it is delivered.
         engines = [self._engine]
         if self.parallel is not False:
             engines.append(Engine(**self.options.engine_keywords()))
@@ -242,11 +242,11 @@ class _EpochLoader:
 
     def _open_container(self, sampler: Sampler | None, batch_sampler: BatchSampler | None) -> None:
         data, shuffle = self.data, self.shuffle
-        chunk_bounds = _chunk_bounds(data) if shuffle == "quasi" else None
-        if shuffle == "quasi" and chunk_bounds is None:
+        block_bounds = _block_bounds(data) if shuffle == "quasi" else None
+        if shuffle == "quasi" and block_bounds is None:
             raise ValueError(
-                "shuffle='quasi' reads a packed dataset chunk by chunk; this "
-                "data has no chunks (use shuffle=True)"
+                "shuffle='quasi' reads a packed dataset block by block; this "
+                "data has no blocks (use shuffle=True)"
             )
         self._n = numobs(data)
         self._epochs = Epochs(
@@ -259,13 +259,13 @@ class _EpochLoader:
             collate=self.collate,
             rank=self.rank,
             world=self.world_size,
-            chunk_bounds=chunk_bounds,
+            block_bounds=block_bounds,
         )
         pages = _file_pages(data)
         if shuffle is True:
             _warn_random_reads(pages)
         # Read ahead in the quasi-random order: the pages of the dataset it follows.
-        self._pages = next((p for p in pages if p.chunk_bounds is chunk_bounds), None)
+        self._pages = next((p for p in pages if p.block_bounds is block_bounds), None)
 
     @property
     def allocator(self) -> Allocator:
@@ -425,7 +425,7 @@ class _EpochLoader:
         """The position to resume from: restore it with ``load_state_dict`` on a loader
         built the same way, and iteration continues with the next step of that epoch.
         Its ``"format"`` names the kind of loader and the version of the layout (see
-        ``fastload.state``); the other values are ints."""
+        ``fastload._loading.state``); the other values are ints."""
         epoch, step = self._live_position() or (self._epoch, self._resume_at)
         state: dict[str, Any] = {
             "format": state_format(self._kind()),
@@ -436,7 +436,7 @@ class _EpochLoader:
             "world_size": self.world_size,
         }
         if self._stream is not None:
-            state["window"] = self._stream.window
+            state["window"] = self._stream.round_size
         else:
             state["steps"] = self._steps(self.seed, epoch)
         return state
@@ -446,7 +446,7 @@ class _EpochLoader:
         saved step of the saved epoch. Raises ``ValueError`` if the state has no
         ``"format"``, is of another version or of another kind of loader (a stream's for
         a container's), or belongs to a loader with a different number of steps per
-        epoch (or, for a stream, another window of records), or to another rank; and
+        epoch (or, for a stream, another round of records), or to another rank; and
         ``TypeError`` for something that is not a dict."""
         check_state_format(state, self._kind())
         needed = {"seed", "epoch", "step"} | ({"window"} if self._stream else {"steps"})
@@ -460,10 +460,10 @@ class _EpochLoader:
                 f"of {self.world_size}"
             )
         if self._stream is not None:
-            if state["window"] != self._stream.window:
+            if state["window"] != self._stream.round_size:
                 raise ValueError(
                     f"the state is for a stream read {state['window']} records "
-                    f"at a time, this loader reads {self._stream.window}"
+                    f"at a time, this loader reads {self._stream.round_size}"
                 )
             if state["step"] < 0:
                 raise ValueError(f"step {state['step']} is out of range")
@@ -502,8 +502,8 @@ class DataLoader(_EpochLoader):
     """Iterates batches of ``data``, epoch after epoch.
 
     ``data`` is a container, or a stream (an iterable without a length: a generator, a
-    PyTorch ``IterableDataset``, a Hugging Face streaming dataset, ``fastload.Shards``;
-    see ``fastload.windows``).
+    PyTorch ``IterableDataset``, a Hugging Face streaming dataset, ``fastload.FileStream``;
+    see ``fastload._loading.rounds``).
 
     - ``batch_size``: observations per batch; the last batch is partial unless
       ``drop_last``. ``len(loader)`` is the number of batches per epoch (a stream has no
@@ -518,8 +518,8 @@ class DataLoader(_EpochLoader):
       ``fastload.samplers``: ``WeightedSampler``). ``batch_sampler``: the batches
       themselves, of any sizes (``BucketBatchSampler``); it excludes ``batch_size``,
       ``shuffle``, ``sampler`` and ``drop_last``. ``shuffle="quasi"`` reads packed
-      datasets larger than RAM chunk by chunk, reading the coming chunks ahead (see
-      ``fastload.storage.readahead``); ``shuffle=True`` over a memory-mapped packed
+      datasets larger than RAM block by block, reading the coming blocks ahead (see
+      ``fastload._storage.readahead``); ``shuffle=True`` over a memory-mapped packed
       dataset larger than the memory this process may use warns (UserWarning) once.
     - ``collate``: as in ``batchview`` (None: ``getobs(data, indices)``; True: stack;
       False: list of observations; a callable: applied to that list).
@@ -533,12 +533,12 @@ class DataLoader(_EpochLoader):
     - ``ordered=False`` (parallel only) yields batches as they complete: the same batches
       per epoch, in an order that depends on timing. ``prefetch``: batches in flight.
     - ``backend="process"`` (with ``parallel=n``) loads in n worker processes instead of
-      threads, for GIL-bound Python containers (see ``fastload.processes``).
+      threads, for GIL-bound Python containers (see ``fastload._loading.processes``).
     - ``shard=(rank, world_size)`` or ``"auto"``: this process loads its own block of each
-      epoch; all ranks get the same number of batches (see ``fastload.sharding``).
+      epoch; all ranks get the same number of batches (see ``fastload._loading.sharding``).
     - ``on_error="skip"`` drops observations that fail to load from their batch (the batch
       is shorter), counts them in ``stats()["skipped"]`` and warns once; the default
-      ``"raise"`` raises ``fastload.LoadError`` naming the index. A file of ``Shards``
+      ``"raise"`` raises ``fastload.LoadError`` naming the index. A file of a ``FileStream``
       that fails to read is left from where it failed and counts as one.
     - ``allocator(shape, dtype) -> array`` makes the batch buffers of the ring
       (``numpy.empty`` by default); ``loader.allocator = f`` changes it for the next

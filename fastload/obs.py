@@ -23,9 +23,9 @@ import numpy as np
 import numpy.typing as npt
 
 from . import sparse, tables, tensors
-from .collate import collate
+from ._loading.collate import collate
+from ._loading.tree import map_tree, members, rebuild, tree_leaves
 from .errors import MisfitError, load_error
-from .tree import map_tree, members, rebuild, tree_leaves
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
@@ -150,7 +150,7 @@ def getobs(data: Container, i: Index | None = None) -> Any:
 
     For arrays and tensors several observations come back as one array or tensor (one
     gather); for tuples and dicts as a container of the same kind; for tables as a dict of
-    columns; for lists and other sequences collated (``collate.py``: arrays and numbers
+    columns; for lists and other sequences collated (``_loading/collate.py``: arrays and numbers
     stacked, through tuples and dicts; anything else as a list). Raises ``IndexError``
     naming the index and the length when ``i`` is out of range.
 

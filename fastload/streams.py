@@ -3,11 +3,11 @@
 A stream is any iterable that is not a container (no ``__len__``/``__getitem__``): a
 PyTorch ``IterableDataset``, a Hugging Face streaming dataset, an object whose
 ``__iter__`` yields records, a generator (one epoch only: it cannot start over), or
-``Shards``: files (local or URLs) read one after the other. ``mapobs(f, stream)`` is a
+``FileStream``: files (local or URLs) read one after the other. ``mapobs(f, stream)`` is a
 stream of ``f`` applied to each record. How a loader reads a stream is in
-``windows.py``; this module says what a stream is and which records a rank reads::
+``_loading/rounds.py``; this module says what a stream is and which records a rank reads::
 
-    rank's records:  Shards          -> the epoch's files [rank::world], read in turn
+    rank's records:  FileStream          -> the epoch's files [rank::world], read in turn
                      .shard() source -> source.shard(num_shards=world, index=rank)
                      any other       -> every world-th record, from the rank-th
 
@@ -32,15 +32,16 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any
 
+from ._loading.arguments import module_getattr
+from ._loading.randomness import Purpose, generator
+from ._loading.tree import children, walk_views, with_children
 from .obs import Container, numobs
-from .randomness import Purpose, generator
-from .tree import children, walk_views, with_children
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
-    "Shards",
+    "FileStream",
     "check_ranks",
-    "open_shard",
+    "open_file",
     "rank_records",
     "stream_source",
     "tar_samples",
@@ -54,7 +55,7 @@ def _is_url(path: str | os.PathLike[str]) -> bool:
     return "://" in str(path)
 
 
-def open_shard(
+def open_file(
     path: str | os.PathLike[str],
     *,
     timeout: float = DEFAULT_TIMEOUT_S,
@@ -98,7 +99,7 @@ def _timed(call: Callable[[], Any], timeout: float, what: str) -> Any:
     if not done.wait(timeout):
         raise TimeoutError(
             f"{what}: no answer in {timeout:g} s (the server stalled or the network is "
-            f"down); Shards(..., timeout=) sets the limit"
+            f"down); FileStream(..., timeout=) sets the limit"
         )
     ok, value = outcome[0]
     if not ok:
@@ -124,10 +125,10 @@ class _TimedFile(io.RawIOBase):
         return len(data)
 
     def readall(self) -> bytes:
-        chunks = []
-        while chunk := self.read(_READ_BYTES):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        parts = []
+        while part := self.read(_READ_BYTES):
+            parts.append(part)
+        return b"".join(parts)
 
     def close(self) -> None:
         if not self.closed:
@@ -149,7 +150,7 @@ def _check_timeout(timeout: float) -> float:
     return float(timeout)
 
 
-class Shards:
+class FileStream:
     """A stream of the records of several files, read one after the other:
     ``read(f)`` gives the records of one file from ``f``, a binary file object open on it.
     ``paths`` are local paths or URLs (``s3://``, ``gs://``, ``https://``, ... through
@@ -158,8 +159,8 @@ class Shards:
     In a loader, the files are the unit of sharding (each rank reads its own) and of
     shuffling (a new file order each epoch with ``shuffle``), as webdataset's shards::
 
-        stream = Shards(["s3://bucket/train-000.tar", ...], read=tar_samples)
-        lines = Shards(glob.glob("data/*.jsonl"), read=lambda f: map(json.loads, f))
+        stream = FileStream(["s3://bucket/train-000.tar", ...], read=tar_samples)
+        lines = FileStream(glob.glob("data/*.jsonl"), read=lambda f: map(json.loads, f))
 
     URLs are opened with fsspec's ``storage_options`` (``{"anon": True}``, ``{"headers":
     {...}}``, ...), and every call into fsspec (opening, each read of up to 1 MiB)
@@ -183,7 +184,7 @@ class Shards:
             paths = [paths]
         self.paths = [os.fspath(p) if isinstance(p, os.PathLike) else p for p in paths]
         if not self.paths:
-            raise ValueError("Shards needs at least one path")
+            raise ValueError("FileStream needs at least one path")
         if not callable(read):
             raise TypeError(f"read must be a callable f -> records, got {type(read).__name__}")
         self.read = read
@@ -197,7 +198,7 @@ class Shards:
 
     def records(self, path: str) -> Iterator[Any]:
         """The records of the file at ``path``."""
-        with open_shard(path, timeout=self.timeout, storage_options=self.storage_options) as f:
+        with open_file(path, timeout=self.timeout, storage_options=self.storage_options) as f:
             yield from self.read(f)
 
     def __iter__(self) -> Iterator[Any]:
@@ -205,7 +206,9 @@ class Shards:
             yield from self.records(path)
 
     def __repr__(self) -> str:
-        return f"Shards({len(self.paths)} files, read={getattr(self.read, '__name__', self.read)})"
+        return (
+            f"FileStream({len(self.paths)} files, read={getattr(self.read, '__name__', self.read)})"
+        )
 
 
 # The block of zeros that ends an archive (tarfile's, missing from typeshed's stubs).
@@ -275,6 +278,12 @@ def tar_samples(f: IO[bytes]) -> Iterator[dict[str, Any]]:
         yield sample
 
 
+# The names of 0.2, with a DeprecationWarning.
+__getattr__ = module_getattr(
+    "fastload.streams", {"Shards": "FileStream", "open_shard": "open_file"}, globals()
+)
+
+
 def _is_torch_iterable(data: object) -> bool:
     """A PyTorch IterableDataset: a stream even when it has a ``__len__`` (its
     ``__getitem__`` is the base class's, which raises)."""
@@ -312,7 +321,7 @@ def stream_source(data: Container) -> Any:
 
 def substitute(data: Container, source: Iterable[Any], records: Sequence[Any]) -> Any:
     """``data`` with the stream ``source`` replaced by the container ``records``: the
-    views of a stream made views of one window of its records."""
+    views of a stream made views of one round of its records."""
     if data is source:
         return records
     return with_children(data, [substitute(v, source, records) for v in children(data)])
@@ -331,7 +340,7 @@ def _shard_count(source: Any) -> int | None:
 
 
 def _shard_records(
-    source: Shards, paths: list[str], on_skip: Callable[[str, Exception], None] | None
+    source: FileStream, paths: list[str], on_skip: Callable[[str, Exception], None] | None
 ) -> Iterator[Any]:
     for path in paths:
         try:
@@ -343,9 +352,9 @@ def _shard_records(
 
 
 def check_ranks(source: Any, world: int) -> None:
-    """Raises ``ValueError`` when ``source`` is ``Shards`` of fewer files than ``world``
+    """Raises ``ValueError`` when ``source`` is ``FileStream`` of fewer files than ``world``
     ranks: each rank reads whole files."""
-    if isinstance(source, Shards) and len(source.paths) < world:
+    if isinstance(source, FileStream) and len(source.paths) < world:
         raise ValueError(
             f"{len(source.paths)} files cannot be shared out over {world} ranks: "
             f"each rank reads whole files"
@@ -362,18 +371,18 @@ def rank_records(
     on_skip: Callable[[str, Exception], None] | None = None,
 ) -> Iterator[Any]:
     """The records of ``source`` that ``rank`` of ``world`` reads in ``epoch``, in order.
-    ``Shards`` are shared out by file (in a new order each epoch when ``shuffle_files``),
+    ``FileStream`` are shared out by file (in a new order each epoch when ``shuffle_files``),
     a source with ``shard(num_shards, index)`` and a number of shards that ``world``
     divides by its own shards, anything else record by record (every rank reads it all).
     A source with ``set_epoch`` is told the epoch first (a Hugging Face dataset reshuffles
-    its own files then). A file of ``Shards`` that raises is passed to ``on_skip(path,
+    its own files then). A file of a ``FileStream`` that raises is passed to ``on_skip(path,
     error)`` and left from there when ``on_skip`` is given, else the error propagates.
     Raises ``ValueError`` when there are fewer files than ranks."""
     set_epoch = getattr(source, "set_epoch", None)
     if callable(set_epoch):
         set_epoch(epoch)
     check_ranks(source, world)
-    if isinstance(source, Shards):
+    if isinstance(source, FileStream):
         paths = source.paths
         if shuffle_files:
             rng = generator(seed, Purpose.FILE_ORDER, epoch)

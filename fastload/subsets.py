@@ -19,10 +19,10 @@ from typing import Any, NoReturn
 import numpy as np
 import numpy.typing as npt
 
-from .arguments import is_size
-from .keywords import refuse_unknown_keywords
+from ._loading.arguments import is_size
+from ._loading.keywords import refuse_unknown_keywords
+from ._loading.randomness import Purpose, generator
 from .obs import Container, getobs, numobs
-from .randomness import Purpose, generator
 from .views import ObsView
 
 __all__ = [

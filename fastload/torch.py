@@ -1,5 +1,5 @@
 """PyTorch integration: a drop-in ``DataLoader`` (PyTorch's, on fastload's engine; see
-``fastload.torch_loader``), batches as tensors without a copy, a pinned ring, device
+``fastload._loading.torch_loader``), batches as tensors without a copy, a pinned ring, device
 prefetch.
 
     >>> from fastload.torch import DataLoader   # the one-line switch from torch.utils.data
@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ._loading.torch_loader import DataLoader
+from ._loading.tree import map_tree
 from .loader import StatsReport, _EpochLoader
-from .torch_loader import DataLoader
-from .tree import map_tree
 
 __all__ = ["DataLoader", "TorchLoader", "to_device"]
 

@@ -20,20 +20,21 @@ from typing import Any
 
 import numpy as np
 
-from . import _core, codecs, limits
+from . import _core, limits
+from ._images import codecs
+from ._images.mixing import CutMix, MixUp
+from ._loading.randomness import Purpose, generator
 from .errors import CoreError, Status
-from .mixing import CutMix, MixUp
-from .randomness import Purpose, generator
 
 __all__ = [
-    "IMAGENET_MEAN",
-    "IMAGENET_STD",
     "CenterCrop",
     "ColorJitter",
     "Compose",
     "CutMix",
     "DecodeImage",
     "GaussianBlur",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
     "Lambda",
     "MixUp",
     "Normalize",

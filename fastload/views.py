@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeAlias, overload
 import numpy as np
 import numpy.typing as npt
 
-from .arguments import check_flag, check_size, is_flag
-from .collate import Collate, CollateOption, collate
+from ._loading.arguments import check_flag, check_size, is_flag
+from ._loading.collate import Collate, CollateOption, collate
+from ._loading.keywords import refuse_unknown_keywords
+from ._loading.randomness import Purpose, generator
+from ._loading.tree import head, map_tree, row, tree_leaves, unwrap
 from .context import current
 from .errors import load_error
-from .keywords import refuse_unknown_keywords
 from .obs import (
     Container,
     Index,
@@ -26,12 +28,10 @@ from .obs import (
     normalize_index,
     numobs,
 )
-from .randomness import Purpose, generator
-from .tree import head, map_tree, row, tree_leaves, unwrap
 
 __all__ = [
-    "Batched",
     "BatchView",
+    "Batched",
     "JoinedObs",
     "MappedObs",
     "ObsView",
@@ -133,7 +133,7 @@ class MappedObs(_View):
     called as ``f(x, index=i, seed=seed, epoch=epoch)`` so that its draws depend only on
     those; the seed and epoch are the loader's (0 and 0 outside a loader).
 
-    Several observations come back collated (``collate.py``): stacked into arrays when
+    Several observations come back collated (``_loading/collate.py``): stacked into arrays when
     ``f`` returns arrays or numbers (or tuples/dicts of them) of one shape. With
     ``batched=True``, ``f`` takes and returns a whole batch instead; with
     ``batched="auto"``, whatever it is given: a batch for several indices, the

@@ -49,7 +49,7 @@ def _jpegs(rng):
 
 
 def write_packed(path):
-    """A packed file of 6 rows with one field of each encoding, in 3 chunks: the
+    """A packed file of 6 rows with one field of each encoding, in 3 blocks: the
     reference file that the packed target damages."""
     rng = np.random.default_rng(3)
     rows = [
@@ -71,7 +71,7 @@ def write_packed(path):
         "text": Str(),
         "label": "int64",
     }
-    write(path, rows, fields, chunk_bytes=600, progress=False)
+    write(path, rows, fields, block_bytes=600, progress=False)
 
 
 def _save(folder, name, data):

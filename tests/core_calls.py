@@ -25,8 +25,9 @@ from pathlib import Path
 import numpy as np
 
 import fastload
-from fastload import _core, codecs, limits
-from fastload.tree import LeafKind
+from fastload import _core, limits
+from fastload._images import codecs
+from fastload._loading.tree import LeafKind
 
 MEMORY_CAP_BYTES = 3 << 30
 # The child imports the fastload under test, wherever this script lies.
@@ -211,8 +212,8 @@ def iteration(rows=4, slots=2, started=None):
     )  # fmt: skip
     if started is not None:
         it.start_run(fields(started), order=np.arange(10, dtype=np.int64), bounds=None,
-                     first_step=0, end_step=10 // rows, seed=1, epoch=0, parallel=1, chunk=1,
-                     ordered=True, skip_errors=False, release_gil=True,
+                     first_step=0, end_step=10 // rows, seed=1, epoch=0, parallel=1,
+                     claim_size=1, ordered=True, skip_errors=False, release_gil=True,
                      filler=lambda *a: None)  # fmt: skip
     return it
 

@@ -7,8 +7,9 @@ import core_calls
 import numpy as np
 import pytest
 
-from fastload import _core, codecs, limits
-from fastload.tree import LeafKind
+from fastload import _core, limits
+from fastload._images import codecs
+from fastload._loading.tree import LeafKind
 
 
 def image_source(**where):
@@ -138,7 +139,7 @@ def test_a_qoi_header_of_no_pixels_is_not_a_qoi_stream_and_one_too_large_is_over
 # that a regression fails this test rather than killing the suite.
 # Steps [0, 1), inline, no filler.
 RUN = (
-    "first_step=0, end_step=1, seed=0, epoch=0, parallel=0, chunk=1, ordered=True, "
+    "first_step=0, end_step=1, seed=0, epoch=0, parallel=0, claim_size=1, ordered=True, "
     "skip_errors=False, release_gil=True, filler=None"
 )
 SOURCE = "channels=3, name='x', decoder=codecs, max_pixels=99, max_file_bytes=99"
@@ -234,7 +235,7 @@ def test_a_run_without_fields_is_refused():
             seed=0,
             epoch=0,
             parallel=0,
-            chunk=1,
+            claim_size=1,
             ordered=True,
             skip_errors=False,
             release_gil=True,

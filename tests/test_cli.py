@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import fastload.codecs
+import fastload._images.codecs
 from fastload.__main__ import main
 from fastload.demo import run_image_demo, run_tensor_demo
 from fastload.storage import open as open_dataset
@@ -47,7 +47,7 @@ def test_convert_then_info(image_folder, tmp_path, capsys, mode):
         assert np.array_equal(ds[4]["image"], pixels[(1, 1)])
     assert main(["info", str(dst)]) == 0
     out = capsys.readouterr().out
-    assert "rows:   6" in out and "image" in out and "label" in out and "chunks:" in out
+    assert "rows:   6" in out and "image" in out and "label" in out and "blocks:" in out
 
 
 def test_convert_max_side_and_quality(image_folder, tmp_path):
@@ -174,7 +174,7 @@ def test_version_prints_the_package_version_as_a_module():
 def test_info_without_a_path_says_what_this_build_decodes_with(capsys):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
-    assert f"jpeg_decoder: {fastload.codecs.decoder_name()}" in out
+    assert f"jpeg_decoder: {fastload._images.codecs.decoder_name()}" in out
     assert "other_formats: Pillow" in out
 
 

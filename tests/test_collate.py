@@ -1,4 +1,4 @@
-"""Default collation (fastload.collate) for every kind of container, and torch tensors as
+"""Default collation (fastload._loading.collate) for every kind of container, and torch tensors as
 containers (fastload.tensors): batches of arrays and tensors, strings as lists."""
 
 from collections import namedtuple
@@ -17,11 +17,11 @@ from fastload import (
     mapobs,
     numobs,
 )
-from fastload.collate import collate
-from fastload.plan import make_plan
-from fastload.schedule import schedule_of
+from fastload._loading.collate import collate
+from fastload._loading.plan import make_plan
+from fastload._loading.schedule import schedule_of
+from fastload._loading.tree import LeafKind
 from fastload.transforms import Compose, Lambda
-from fastload.tree import LeafKind
 
 torch = pytest.importorskip("torch")
 

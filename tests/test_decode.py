@@ -1,4 +1,4 @@
-"""Decoding inside the image pipeline (csrc/jpeg.c, csrc/imagesource.c, fastload.codecs):
+"""Decoding inside the image pipeline (csrc/jpeg.c, csrc/imagesource.c, fastload._images.codecs):
 the JPEG crop-region decode against a full decode, every file format through Pillow against
 PIL itself, DecodeImage(exact=True), and errors for what cannot be decoded."""
 
@@ -14,7 +14,8 @@ from PIL import Image
 from test_image_kernels import natural_image
 
 import fastload
-from fastload import DataLoader, LoadError, _core, codecs, mapobs
+from fastload import DataLoader, LoadError, _core, mapobs
+from fastload._images import codecs
 from fastload.imagefolder import IMAGE_EXTENSIONS, ImageFolder
 from fastload.transforms import (
     CenterCrop,

@@ -1,5 +1,5 @@
-"""The engine and its boundary (fastload.engine, fastload.schedule): schedules made once
-from views, rings that fill up and drain, small steps claimed across step boundaries,
+"""The engine and its boundary (fastload._loading.engine, fastload._loading.schedule): schedules
+made once from views, rings that fill up and drain, small steps claimed across step boundaries,
 whole-step containers, and no view built per batch."""
 
 import multiprocessing
@@ -23,8 +23,8 @@ from fastload import (
     shuffleobs,
     views,
 )
-from fastload.engine import Engine
-from fastload.schedule import Schedule, schedule_of
+from fastload._loading.engine import Engine
+from fastload._loading.schedule import Schedule, schedule_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -69,7 +69,7 @@ def packed(tmp_path_factory):
     ]
     path = tmp_path_factory.mktemp("shrink") / "source.arrow"
     fields = {"raw": Raw(), "jpeg": JPEG(quality=90), "blob": Bytes(), "label": "int64"}
-    write(path, rows, fields, chunk_bytes=1 << 16, progress=False)
+    write(path, rows, fields, block_bytes=1 << 16, progress=False)
     return path
 
 

@@ -1,5 +1,5 @@
-"""The native image plan (fastload.plan, csrc/imagesource.c): which sources run natively, and
-that the native C path gives exactly the pixels of the Python path (Compose called per item
+"""The native image plan (fastload._loading.plan, csrc/imagesource.c): which sources run natively,
+and that the native C path gives exactly the pixels of the Python path (Compose called per item
 by the sequential loader), errors included."""
 
 import io
@@ -17,9 +17,10 @@ from test_image_kernels import natural_image
 
 import fastload
 from fastload import DataLoader, LoadError, _core, batchview, mapobs
+from fastload._loading.plan import make_plan
+from fastload._loading.schedule import schedule_of
+from fastload._loading.tree import LeafKind
 from fastload.imagefolder import ImageFolder
-from fastload.plan import make_plan
-from fastload.schedule import schedule_of
 from fastload.storage import JPEG, QOI
 from fastload.transforms import (
     IMAGENET_MEAN,
@@ -34,7 +35,6 @@ from fastload.transforms import (
     Resize,
     ToCHW,
 )
-from fastload.tree import LeafKind
 
 N = 20  # images per source
 BS = 6  # batch size (the last batch of an epoch is partial)
@@ -658,7 +658,7 @@ def test_ctrl_c_in_a_decoder_called_from_c_stops_the_loader_with_keyboard_interr
     def interrupted(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(fastload.codecs, "decode_pillow", interrupted)
+    monkeypatch.setattr(fastload._images.codecs, "decode_pillow", interrupted)
     chain = Compose([DecodeImage(), Resize((8, 8))])
     loader = DataLoader(mapobs(chain, pngs), 4, parallel=2, on_error=on_error)
     with deadline(10), pytest.raises(KeyboardInterrupt):

@@ -1,4 +1,4 @@
-"""``fastload.imagesources``: the one question the planner asks of image code, whether C
+"""``fastload._images.imagesources``: the one question the planner asks of image code, whether C
 loads the observations of ``mapobs(Compose([...]), images)``, with which source, into
 which shape; the source is made once per view and made again when what it was built
 from changed."""
@@ -10,7 +10,7 @@ import numpy as np
 
 import fastload
 from fastload import _core, limits, mapobs
-from fastload.imagesources import is_image_chain, native_images
+from fastload._images.imagesources import is_image_chain, native_images
 from fastload.transforms import CenterCrop, Compose, DecodeImage, Lambda, Resize, ToCHW
 
 
@@ -60,7 +60,7 @@ def test_the_source_is_made_again_when_the_size_limits_change(monkeypatch):
 
 def test_the_planner_imports_no_image_code():
     # plan.py plans leaves; the image sources (and transforms, codecs, limits) live apart.
-    tree = ast.parse(Path(fastload.__file__).with_name("plan.py").read_text())
+    tree = ast.parse((Path(fastload.__file__).with_name("_loading") / "plan.py").read_text())
     imported = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):

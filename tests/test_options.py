@@ -11,8 +11,8 @@ import pytest
 from helpers import run_epochs
 
 from fastload import DataLoader, eachobs
-from fastload.collate import Collate
-from fastload.options import LoaderOptions
+from fastload._loading.collate import Collate
+from fastload._loading.options import LoaderOptions
 
 
 class Records:

@@ -1,4 +1,4 @@
-"""Parallel loading on the native pool (fastload.engine, DataLoader(parallel=...)): the
+"""Parallel loading on the native pool (fastload._loading.engine, DataLoader(parallel=...)): the
 same output as sequential loading for any thread count, errors, and clean-up (early
 break, Ctrl-C, fork, many loaders)."""
 
@@ -29,8 +29,8 @@ from fastload import (
     mapobs,
     numobs,
 )
-from fastload.engine import Engine
-from fastload.schedule import schedule_of
+from fastload._loading.engine import Engine
+from fastload._loading.schedule import schedule_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -187,14 +187,14 @@ def test_process_batches_are_np_stack_of_their_items_or_a_load_error(items, batc
 
 
 def _plan(data, batch_size, collate=None):
-    from fastload.plan import make_plan
-    from fastload.schedule import Schedule
+    from fastload._loading.plan import make_plan
+    from fastload._loading.schedule import Schedule
 
     return make_plan(data, Schedule(np.arange(6), batch_size, collate=collate))
 
 
 def test_each_leaf_has_a_leaf_kind_and_the_binding_gets_it():
-    from fastload.tree import LeafKind
+    from fastload._loading.tree import LeafKind
 
     data = (np.zeros((6, 2)), Items([np.zeros(3)] * 6), Items(["a"] * 6))
     plan = _plan(data, 3)
@@ -207,7 +207,7 @@ def test_each_leaf_has_a_leaf_kind_and_the_binding_gets_it():
 
 @pytest.mark.parametrize("transport", list(TRANSPORTS))
 def test_a_collate_function_is_the_plans_value_not_a_patched_method(transport):
-    from fastload.collate import Collate
+    from fastload._loading.collate import Collate
 
     def pairs(observations):
         return [tuple(o) for o in observations]

@@ -16,9 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fastload import DataLoader, LoadError, _core, batchview, getobs, mapobs, numobs, obsview
-from fastload.engine import Engine
-from fastload.processes import WorkerError
-from fastload.schedule import schedule_of
+from fastload._loading.engine import Engine
+from fastload._loading.processes import WorkerError
+from fastload._loading.schedule import schedule_of
+from fastload._loading.tree import LeafKind
 from fastload.transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -29,7 +30,6 @@ from fastload.transforms import (
     RandomResizedCrop,
     ToCHW,
 )
-from fastload.tree import LeafKind
 
 
 def _shm_entries():
@@ -604,7 +604,7 @@ def _inline_run(rows, order, step, filler):
         seed=0,
         epoch=0,
         parallel=0,
-        chunk=rows,
+        claim_size=rows,
         ordered=True,
         skip_errors=False,
         release_gil=True,

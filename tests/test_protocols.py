@@ -1,5 +1,5 @@
 """What the engine and the loader ask of storage is declared as protocols
-(``fastload.protocols``): the storage classes implement them explicitly, and the loader and
+(``fastload._loading.protocols``): the storage classes implement them explicitly, and the loader and
 the planner take what implements them, never an object that merely has an attribute of
 the same name."""
 
@@ -7,9 +7,15 @@ import numpy as np
 import pytest
 
 from fastload import DataLoader, mapobs
+from fastload._images.imagesources import native_images
+from fastload._loading.protocols import (
+    Blockwise,
+    ContiguousBytes,
+    FilePaths,
+    PackedRows,
+    SpannedBytes,
+)
 from fastload.imagefolder import FileBytes
-from fastload.imagesources import native_images
-from fastload.protocols import Chunked, ContiguousBytes, FilePaths, PackedRows, SpannedBytes
 from fastload.storage import JPEG, Raw, write
 from fastload.storage import open as open_dataset
 from fastload.storage.columns import EncodedColumn, ItemBytes, RawArray
@@ -25,11 +31,11 @@ def image(i):
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    """A packed dataset of 30 rows in several chunks: raw images, JPEG images, labels."""
+    """A packed dataset of 30 rows in several blocks: raw images, JPEG images, labels."""
     path = str(tmp_path_factory.mktemp("ds") / "data.arrow")
     rows = [{"image": image(i), "encoded": image(i), "label": i} for i in range(30)]
     fields = {"image": Raw(), "encoded": JPEG(), "label": "int64"}
-    write(path, rows, fields, chunk_bytes=600, progress=False)
+    write(path, rows, fields, block_bytes=600, progress=False)
     return open_dataset(path)
 
 
@@ -41,26 +47,26 @@ def test_storage_classes_declare_the_protocols_they_implement():
     assert FilePaths in FileBytes.__mro__
 
 
-def test_a_dataset_and_its_columns_offer_their_chunks(dataset):
-    bounds = dataset.chunk_bounds
-    assert len(bounds) > 2  # several chunks
+def test_a_dataset_and_its_columns_offer_their_blocks(dataset):
+    bounds = dataset.block_bounds
+    assert len(bounds) > 2  # several blocks
     for part in (dataset, dataset["image"], dataset["encoded"], dataset["encoded"].encoded):
-        assert isinstance(part, PackedRows) and part.chunk_bounds is bounds
+        assert isinstance(part, PackedRows) and part.block_bounds is bounds
 
 
-def test_a_slice_of_a_column_offers_no_chunks(dataset):
-    # Its rows are not the dataset's: chunk bounds from the class, None, not the column's.
+def test_a_slice_of_a_column_offers_no_blocks(dataset):
+    # Its rows are not the dataset's: block bounds from the class, None, not the column's.
     part = dataset["image"][5:]
-    assert part.chunk_bounds is None and part.file_pages is None and part.verify_rows is None
+    assert part.block_bounds is None and part.file_pages is None and part.verify_rows is None
     with pytest.raises(ValueError, match="shuffle='quasi' reads a packed dataset"):
         DataLoader(part, 4, shuffle="quasi")
 
 
-class UserChunks:
-    """Not storage: a container that implements ``Chunked`` by its attribute alone."""
+class UserBlocks:
+    """Not storage: a container that implements ``Blockwise`` by its attribute alone."""
 
     def __init__(self, bounds):
-        self.chunk_bounds = bounds
+        self.block_bounds = bounds
 
     def __len__(self):
         return 4
@@ -69,16 +75,16 @@ class UserChunks:
         return np.full(2, i)
 
 
-def test_a_container_that_offers_chunks_is_read_by_them_and_one_that_offers_none_refused():
-    chunked = UserChunks(np.array([0, 2, 4], np.int64))
-    assert isinstance(chunked, Chunked) and not isinstance(chunked, PackedRows)
-    rows = np.concatenate(list(DataLoader(chunked, 2, shuffle="quasi")))
+def test_a_container_that_offers_blocks_is_read_by_them_and_one_that_offers_none_refused():
+    blockwise = UserBlocks(np.array([0, 2, 4], np.int64))
+    assert isinstance(blockwise, Blockwise) and not isinstance(blockwise, PackedRows)
+    rows = np.concatenate(list(DataLoader(blockwise, 2, shuffle="quasi")))
     assert sorted(rows[:, 0]) == list(range(4))
     with pytest.raises(ValueError, match="shuffle='quasi' reads a packed dataset"):
-        DataLoader(UserChunks(None), 2, shuffle="quasi")
+        DataLoader(UserBlocks(None), 2, shuffle="quasi")
 
 
-def test_quasi_order_follows_the_chunks_of_a_column_under_mapobs(dataset):
+def test_quasi_order_follows_the_blocks_of_a_column_under_mapobs(dataset):
     loader = DataLoader(mapobs(lambda x: x, dataset["label"]), 5, shuffle="quasi", seed=3)
     seen = np.concatenate(list(loader))
     assert sorted(seen) == list(range(30))

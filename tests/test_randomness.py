@@ -1,4 +1,4 @@
-"""One derivation of every random stream (fastload.randomness): each purpose its own
+"""One derivation of every random stream (fastload._loading.randomness): each purpose its own
 stream, each stream a pure function of (seed, purpose, key), the orders users saved kept."""
 
 import itertools
@@ -6,12 +6,12 @@ import itertools
 import numpy as np
 import pytest
 
-from fastload import DataLoader, Shards, shuffleobs, splitobs
+from fastload import DataLoader, FileStream, shuffleobs, splitobs
+from fastload._loading.randomness import Purpose, derived_seed, generator
+from fastload._loading.rounds import ShuffleBuffer
 from fastload.order import quasi_random_order
-from fastload.randomness import Purpose, derived_seed, generator
 from fastload.streams import rank_records
 from fastload.transforms import Compose, Lambda
-from fastload.windows import ShuffleBuffer
 
 # The key each purpose takes, as Purpose lists it.
 KEYS = {
@@ -20,7 +20,7 @@ KEYS = {
     Purpose.SAMPLER: (3,),
     Purpose.FILE_ORDER: (3,),
     Purpose.SHUFFLE_BUFFER: (3,),
-    Purpose.STREAM_WINDOW: (3,),
+    Purpose.STREAM_ROUND: (3,),
     Purpose.VIEW_ORDER: (),
     Purpose.RESAMPLING: (),
     Purpose.TRANSFORM: (3, 0, 0),
@@ -106,12 +106,12 @@ def test_the_shuffle_buffer_draws_the_same_twice():
 
 
 def test_the_file_order_is_not_the_epoch_permutation(tmp_path):
-    # The files of Shards used to be shuffled by the epoch permutation's stream.
+    # The files of FileStream used to be shuffled by the epoch permutation's stream.
     paths = []
     for k in range(12):
         (tmp_path / f"{k}.txt").write_text(str(k))
         paths.append(str(tmp_path / f"{k}.txt"))
-    shards = Shards(paths, lambda f: [int(f.read())])
+    shards = FileStream(paths, lambda f: [int(f.read())])
     files = list(rank_records(shards, 0, 1, seed=4, epoch=2, shuffle_files=True))
     assert files == generator(4, Purpose.FILE_ORDER, 2).permutation(12).tolist()
     assert files != generator(4, Purpose.EPOCH_ORDER, 2).permutation(12).tolist()
@@ -119,11 +119,11 @@ def test_the_file_order_is_not_the_epoch_permutation(tmp_path):
 
 
 def test_a_derived_seed_is_a_pure_function_of_its_key():
-    seeds = [derived_seed(7, Purpose.STREAM_WINDOW, window) for window in range(50)]
-    assert seeds == [derived_seed(7, Purpose.STREAM_WINDOW, window) for window in range(50)]
+    seeds = [derived_seed(7, Purpose.STREAM_ROUND, window) for window in range(50)]
+    assert seeds == [derived_seed(7, Purpose.STREAM_ROUND, window) for window in range(50)]
     assert len(set(seeds)) == 50
     assert all(0 <= s < 2**63 for s in seeds)
-    assert derived_seed(8, Purpose.STREAM_WINDOW, 0) != seeds[0]
+    assert derived_seed(8, Purpose.STREAM_ROUND, 0) != seeds[0]
 
 
 def test_a_seed_or_key_out_of_range_is_refused():
@@ -138,4 +138,4 @@ def test_a_seed_or_key_out_of_range_is_refused():
     with pytest.raises(ValueError, match=r"2\*\*64"):
         generator(1 << 64, Purpose.SAMPLER, 0)
     with pytest.raises(ValueError, match=r"2\*\*64"):
-        derived_seed(0, Purpose.STREAM_WINDOW, 1 << 64)
+        derived_seed(0, Purpose.STREAM_ROUND, 1 << 64)

@@ -1,11 +1,11 @@
-"""Reading packed datasets ahead of a quasi-random order (``fastload.storage.readahead``,
+"""Reading packed datasets ahead of a quasi-random order (``fastload._storage.readahead``,
 ``filepages``) and the memory checks around it: the order and every row once per epoch
-are kept, with shards and with ``shard=``; chunks are let go only of rows no later step
+are kept, with shards and with ``shard=``; blocks are let go only of rows no later step
 reads; ``shuffle=True`` warns once when the files outgrow the memory this process may use;
 the cgroup limits (v1 and v2) and what is free under them are read; the read-ahead's
 budget follows what it measures (memory free, the disk's and the loader's rates) within
-its bounds; chunks are checked against their checksums as they are read, ahead of the
-loader, and a chunk that does not match still stops the loader."""
+its bounds; blocks are checked against their checksums as they are read, ahead of the
+loader, and a block that does not match still stops the loader."""
 
 import os
 import time
@@ -19,10 +19,11 @@ from hypothesis import strategies as st
 
 import fastload
 from fastload import DataLoader
+from fastload._storage import filepages, memory, readahead
+from fastload._storage.readahead import ReadAhead, wave_bytes
 from fastload.errors import LoadError
 from fastload.order import quasi_random_order
-from fastload.storage import JPEG, Raw, filepages, memory, readahead, write
-from fastload.storage.readahead import ReadAhead, window_bytes
+from fastload.storage import JPEG, Raw, write
 
 ROWS_PER_SHARD, SHARDS, SIDE = 60, 3, 8
 
@@ -43,14 +44,14 @@ FIELDS = {"image": Raw(), "jpeg": JPEG(), "label": "int64"}
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory):
-    """A directory of 3 files of 60 rows, about 10 rows a chunk."""
+    """A directory of 3 files of 60 rows, about 10 rows a block."""
     root = tmp_path_factory.mktemp("shards")
     for k in range(SHARDS):
         write(
             str(root / f"part-{k}.arrow"),
             rows(k * ROWS_PER_SHARD, ROWS_PER_SHARD),
             FIELDS,
-            chunk_bytes=2500,
+            block_bytes=2500,
             progress=False,
         )
     return str(root)
@@ -58,7 +59,7 @@ def shards(tmp_path_factory):
 
 @pytest.fixture
 def recorded(monkeypatch, shards):
-    """Memory smaller than the files (chunks are let go) and a record of every chunk the
+    """Memory smaller than the files (blocks are let go) and a record of every block the
     reader read (``load``) and let go (``drop``, ``drop_rows``)."""
     size = sum(os.path.getsize(os.path.join(shards, f)) for f in os.listdir(shards))
     monkeypatch.setattr(filepages, "memory_limit", lambda: size // 3)
@@ -97,7 +98,7 @@ def labels_of(loader):
 @pytest.mark.parametrize("parallel,backend", [(False, "thread"), (2, "thread"), (2, "process")])
 def test_read_ahead_keeps_the_quasi_order_and_the_rows(shards, recorded, parallel, backend):
     ds = fastload.open(shards)
-    assert ds.num_chunks > 10 and len(ds.files) == SHARDS
+    assert ds.num_blocks > 10 and len(ds.files) == SHARDS
     loader = DataLoader(ds, 7, shuffle="quasi", seed=5, parallel=parallel, backend=backend)
     for epoch in range(2):
         seen = []
@@ -106,7 +107,7 @@ def test_read_ahead_keeps_the_quasi_order_and_the_rows(shards, recorded, paralle
                 assert np.array_equal(pixels, image(int(label)))
                 assert jpeg.shape == (SIDE, SIDE, 3)
             seen.extend(int(x) for x in batch["label"])
-        assert seen == quasi_random_order(len(ds), ds.chunk_bounds, 5, epoch).tolist()
+        assert seen == quasi_random_order(len(ds), ds.block_bounds, 5, epoch).tolist()
     loader.close()
     assert finished(recorded)["load"] > 0 and recorded["drop"] > 0  # read and let go
 
@@ -128,7 +129,7 @@ def test_read_ahead_over_columns_and_shards_covers_every_row_once(shards, record
         loader.close()
     merged = np.concatenate(parts)
     assert sorted(merged.tolist()) == list(range(n))
-    assert np.array_equal(merged, quasi_random_order(n, ds.chunk_bounds, 1, 0))
+    assert np.array_equal(merged, quasi_random_order(n, ds.block_bounds, 1, 0))
     assert finished(recorded)["load"] > 0
 
 
@@ -139,7 +140,7 @@ def test_a_step_resumed_mid_epoch_reads_ahead_from_there(shards, recorded):
     first = [int(x) for _ in range(4) for x in next(it)["label"]]
     state = loader.state_dict()
     rest = labels_of(_resumed(ds, state)).tolist()
-    assert first + rest == quasi_random_order(len(ds), ds.chunk_bounds, 2, 0).tolist()
+    assert first + rest == quasi_random_order(len(ds), ds.block_bounds, 2, 0).tolist()
 
 
 def _resumed(ds, state):
@@ -149,23 +150,23 @@ def _resumed(ds, state):
 
 
 class FakePages:
-    """Chunks of 10 rows, 1000 bytes each; records nothing: ``ReadAhead`` decides."""
+    """Blocks of 10 rows, 1000 bytes each; records nothing: ``ReadAhead`` decides."""
 
     def __init__(self, n):
-        self.chunk_bounds = np.arange(0, n + 1, 10)
-        self.nbytes = 1000 * (len(self.chunk_bounds) - 1)
+        self.block_bounds = np.arange(0, n + 1, 10)
+        self.nbytes = 1000 * (len(self.block_bounds) - 1)
 
-    def chunk_nbytes(self):
-        return np.full(len(self.chunk_bounds) - 1, 1000, np.int64)
+    def block_nbytes(self):
+        return np.full(len(self.block_bounds) - 1, 1000, np.int64)
 
 
 @pytest.mark.parametrize("rows,seed", [(4, 0), (7, 1), (16, 2), (1, 3)])
-def test_chunks_are_let_go_only_of_rows_that_no_later_step_reads(rows, seed):
+def test_blocks_are_let_go_only_of_rows_that_no_later_step_reads(rows, seed):
     n = 200
-    order = quasi_random_order(n, np.arange(0, n + 1, 10), seed, 0, window=3)
+    order = quasi_random_order(n, np.arange(0, n + 1, 10), seed, 0, wave=3)
     ahead = ReadAhead(FakePages(n), order, rows, 0, limit=1)
     ahead.plan()
-    for k in range(len(ahead.queue)):  # as if every chunk had been read
+    for k in range(len(ahead.queue)):  # as if every block had been read
         ahead._held.append((int(ahead.last[k]), k, 0))
     ahead._held.sort()
     steps = -(-n // rows)
@@ -175,50 +176,50 @@ def test_chunks_are_let_go_only_of_rows_that_no_later_step_reads(rows, seed):
     for step in range(steps):
         ahead.delivered(step)
         for q, part in ahead._release:
-            chunk = int(ahead.queue[q])
-            chunk_rows = np.arange(chunk * 10, chunk * 10 + 10)
+            block = int(ahead.queue[q])
+            block_rows = np.arange(block * 10, block * 10 + 10)
             last = int(ahead.last[q])
-            kept = chunk_rows[step_of[chunk_rows] == last]
-            gone = np.setdiff1d(chunk_rows, kept) if part == 0 else kept
-            assert np.all(step_of[gone] <= step), (chunk, part, step)
+            kept = block_rows[step_of[block_rows] == last]
+            gone = np.setdiff1d(block_rows, kept) if part == 0 else kept
+            assert np.all(step_of[gone] <= step), (block, part, step)
             assert q not in released[part]
             released[part].add(q)
         ahead._release.clear()
     assert released[0] == released[1] == set(range(len(ahead.queue)))
 
 
-def test_file_pages_let_go_of_whole_pages_inside_the_chunk_but_the_kept_rows(tmp_path):
-    path = str(tmp_path / "pages.arrow")  # rows of 3 KB, chunks of 40 KB: 10 pages
+def test_file_pages_let_go_of_whole_pages_inside_the_block_but_the_kept_rows(tmp_path):
+    path = str(tmp_path / "pages.arrow")  # rows of 3 KB, blocks of 40 KB: 10 pages
     write(
         path,
         [{"image": np.full((32, 32, 3), i % 256, np.uint8), "label": i} for i in range(100)],
         {"image": Raw(), "label": "int64"},
-        chunk_bytes=40_000,
+        block_bytes=40_000,
         progress=False,
     )
     ds = fastload.open(path)
     pages = ds.file_pages
     let_go = []
     pages._let_go = let_go.extend
-    chunk = 3
-    lo, hi = int(ds.chunk_bounds[chunk]), int(ds.chunk_bounds[chunk + 1])
+    block = 3
+    lo, hi = int(ds.block_bounds[block]), int(ds.block_bounds[block + 1])
     keep = np.array([lo + 1, hi - 1])
-    pages.drop(chunk, keep=keep)
+    pages.drop(block, keep=keep)
     assert let_go
-    inside = filepages._pages(pages.spans()[chunk], outward=False)
+    inside = filepages._pages(pages.spans()[block], outward=False)
     kept = filepages._pages(pages._row_spans(keep), outward=True)
     for shard, start, stop in let_go:
         assert start % filepages._PAGE == 0 and stop % filepages._PAGE == 0
         assert any(s == shard and a <= start and stop <= b for s, a, b in inside)
         assert not any(s == shard and start < b and a < stop for s, a, b in kept)
     let_go.clear()
-    pages.drop_rows(chunk, keep)
+    pages.drop_rows(block, keep)
     assert let_go and all(
         any(s == shard and a <= start and stop <= b for s, a, b in inside)
         for shard, start, stop in let_go
     )
-    read = filepages._merged(pages.pieces(chunk))  # what load() reads: the chunk
-    for shard, start, stop in pages.spans()[chunk]:
+    read = filepages._merged(pages.pieces(block))  # what load() reads: the block
+    for shard, start, stop in pages.spans()[block]:
         assert any(s == shard and a <= start and stop <= b for s, a, b in read)
 
 
@@ -237,7 +238,7 @@ def test_shuffle_true_warns_once_when_the_files_outgrow_memory(shards, monkeypat
 
 
 @pytest.mark.parametrize("shuffle", [True, False, "quasi"])
-def test_no_warning_when_the_files_fit_or_the_order_is_chunk_local(shards, monkeypatch, shuffle):
+def test_no_warning_when_the_files_fit_or_the_order_is_block_local(shards, monkeypatch, shuffle):
     ds = fastload.open(shards)
     fits = shuffle is True
     monkeypatch.setattr(
@@ -324,27 +325,27 @@ def test_the_memory_room_is_unknown_without_cgroup_or_meminfo(tmp_path):
 MIB = 1 << 20
 
 
-def test_the_window_is_two_working_sets_while_nothing_is_measured():
-    assert window_bytes(512 * MIB) == 1024 * MIB
-    assert window_bytes(512 * MIB, disk_rate=2e9) == 1024 * MIB  # the loader's rate unknown
+def test_the_wave_is_two_working_sets_while_nothing_is_measured():
+    assert wave_bytes(512 * MIB) == 1024 * MIB
+    assert wave_bytes(512 * MIB, disk_rate=2e9) == 1024 * MIB  # the loader's rate unknown
 
 
-def test_the_window_shrinks_to_the_memory_free_but_never_below_a_working_set():
-    assert window_bytes(512 * MIB, room=700 * MIB) == 700 * MIB
-    assert window_bytes(512 * MIB, room=100 * MIB) == 512 * MIB
-    assert window_bytes(512 * MIB, room=0) == 512 * MIB
-    assert window_bytes(512 * MIB, room=4096 * MIB) == 1024 * MIB
+def test_the_wave_shrinks_to_the_memory_free_but_never_below_a_working_set():
+    assert wave_bytes(512 * MIB, room=700 * MIB) == 700 * MIB
+    assert wave_bytes(512 * MIB, room=100 * MIB) == 512 * MIB
+    assert wave_bytes(512 * MIB, room=0) == 512 * MIB
+    assert wave_bytes(512 * MIB, room=4096 * MIB) == 1024 * MIB
 
 
-def test_the_window_holds_what_the_disk_must_read_ahead_while_a_window_is_used():
-    # The loader uses bytes 10x as fast as the disk reads them: a tenth of the next window
+def test_the_wave_holds_what_the_disk_must_read_ahead_while_a_wave_is_used():
+    # The loader uses bytes 10x as fast as the disk reads them: a tenth of the next wave
     # must be read while this one is used, twice that for noise.
-    assert window_bytes(500 * MIB, disk_rate=1e8, use_rate=1e9) == 600 * MIB
-    # A disk at half the loader's rate or faster: the whole next window.
-    assert window_bytes(500 * MIB, disk_rate=5e8, use_rate=1e9) == 1000 * MIB
-    assert window_bytes(500 * MIB, disk_rate=4e9, use_rate=1e9) == 1000 * MIB
+    assert wave_bytes(500 * MIB, disk_rate=1e8, use_rate=1e9) == 600 * MIB
+    # A disk at half the loader's rate or faster: the whole next wave.
+    assert wave_bytes(500 * MIB, disk_rate=5e8, use_rate=1e9) == 1000 * MIB
+    assert wave_bytes(500 * MIB, disk_rate=4e9, use_rate=1e9) == 1000 * MIB
     # The memory free binds before the rates.
-    assert window_bytes(500 * MIB, 550 * MIB, disk_rate=1e8, use_rate=1e9) == 550 * MIB
+    assert wave_bytes(500 * MIB, 550 * MIB, disk_rate=1e8, use_rate=1e9) == 550 * MIB
 
 
 @given(
@@ -353,22 +354,22 @@ def test_the_window_holds_what_the_disk_must_read_ahead_while_a_window_is_used()
     disk_rate=st.none() | st.floats(1.0, 1e12),
     use_rate=st.none() | st.floats(1.0, 1e12),
 )
-def test_the_window_stays_within_its_bounds(working_set, room, disk_rate, use_rate):
-    got = window_bytes(working_set, room, disk_rate, use_rate)
+def test_the_wave_stays_within_its_bounds(working_set, room, disk_rate, use_rate):
+    got = wave_bytes(working_set, room, disk_rate, use_rate)
     assert working_set <= got <= 2 * working_set
     if room is not None:
         assert got <= max(working_set, room)
 
 
-def test_the_budget_follows_the_memory_measured_before_each_chunk(monkeypatch):
+def test_the_budget_follows_the_memory_measured_before_each_block(monkeypatch):
     n = 200
-    order = quasi_random_order(n, np.arange(0, n + 1, 10), 0, 0, window=3)
+    order = quasi_random_order(n, np.arange(0, n + 1, 10), 0, 0, wave=3)
     ahead = ReadAhead(FakePages(n), order, 10, 0, limit=80_000)
     ahead.plan()
-    assert ahead.working_set == 3000  # a window: 3 chunks of 1000 bytes
+    assert ahead.working_set == 3000  # a wave: 3 blocks of 1000 bytes
     free = {"bytes": 1 << 30}
     monkeypatch.setattr(readahead, "memory_room", lambda held: free["bytes"])
-    assert ahead.budget() == 6000  # room for two windows
+    assert ahead.budget() == 6000  # room for two waves
     free["bytes"] = 14_500  # less the slack, an eighth of the limit: 4,500 bytes
     assert ahead.budget() == 4500
     ahead._nbytes = 1000  # held bytes are the reader's to keep
@@ -377,15 +378,15 @@ def test_the_budget_follows_the_memory_measured_before_each_chunk(monkeypatch):
     assert ahead.budget() == 3000
 
 
-def test_chunks_are_checked_as_they_are_read_before_any_step_is_delivered(shards):
+def test_blocks_are_checked_as_they_are_read_before_any_step_is_delivered(shards):
     ds = fastload.open(shards)
-    order = quasi_random_order(len(ds), ds.chunk_bounds, 0, 0)
+    order = quasi_random_order(len(ds), ds.block_bounds, 0, 0)
     ahead = ds.file_pages.read_ahead(order, 8).start()
     try:
         deadline = time.monotonic() + 60
         while not ds._checks.done.all() and time.monotonic() < deadline:
             time.sleep(0.01)
-        # Every chunk is read (all the steps of this small order are ones the engine may
+        # Every block is read (all the steps of this small order are ones the engine may
         # be loading) and checked, with no step delivered.
         assert ds._checks.done.all()
     finally:
@@ -393,10 +394,10 @@ def test_chunks_are_checked_as_they_are_read_before_any_step_is_delivered(shards
         ahead.join(timeout=10)
 
 
-def test_a_chunk_that_does_not_match_still_stops_the_loader(shards, tmp_path, recorded):
+def test_a_block_that_does_not_match_still_stops_the_loader(shards, tmp_path, recorded):
     ds = fastload.open(shards)
-    chunk = 2
-    shard, start, stop = ds.file_pages.spans()[chunk][0]
+    block = 2
+    shard, start, stop = ds.file_pages.spans()[block][0]
     bad = tmp_path / "bad"
     bad.mkdir()
     for name in sorted(os.listdir(shards)):
@@ -405,6 +406,6 @@ def test_a_chunk_that_does_not_match_still_stops_the_loader(shards, tmp_path, re
             data[(start + stop) // 2] ^= 0xFF
         (bad / name).write_bytes(bytes(data))
     loader = DataLoader(fastload.open(str(bad)), 8, shuffle="quasi", parallel=2)
-    with pytest.raises(LoadError, match=rf"chunk {chunk} \(rows \d+\.\.\d+\) does not match"):
+    with pytest.raises(LoadError, match=rf"block {block} \(rows \d+\.\.\d+\) does not match"):
         labels_of(loader)
     finished(recorded)

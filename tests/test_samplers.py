@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastload import BucketBatchSampler, DataLoader, LoadError, WeightedSampler, eachobs, getobs
-from fastload.engine import Engine
-from fastload.schedule import Schedule
+from fastload._loading.engine import Engine
+from fastload._loading.schedule import Schedule
 
 
 def _data(n):

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastload import DataLoader, eachobs
+from fastload._loading.sharding import resolve_shard, shard_order
 from fastload.order import quasi_random_order
-from fastload.sharding import resolve_shard, shard_order
 
 
 def epoch_indices(loader):
@@ -90,12 +90,12 @@ def test_eachobs_shards_single_observations():
     assert set(np.concatenate(parts).tolist()) == set(range(10))
 
 
-class Chunked:
-    """A container with chunk boundaries, as a packed dataset has."""
+class Blockwise:
+    """A container with block boundaries, as a packed dataset has."""
 
-    def __init__(self, n, chunk):
+    def __init__(self, n, block):
         self.values = np.arange(n)
-        self.chunk_bounds = np.append(np.arange(0, n, chunk), n)
+        self.block_bounds = np.append(np.arange(0, n, block), n)
 
     def __len__(self):
         return len(self.values)
@@ -104,22 +104,22 @@ class Chunked:
         return self.values[i]
 
 
-def test_quasi_random_order_shards_stay_chunk_local_and_cover_the_epoch():
-    data = Chunked(400, 20)
+def test_quasi_random_order_shards_stay_block_local_and_cover_the_epoch():
+    data = Blockwise(400, 20)
     parts = [
         epoch_indices(DataLoader(data, 10, shuffle="quasi", seed=2, shard=(r, 4), drop_last=True))
         for r in range(4)
     ]
     merged = np.concatenate(parts)
     assert sorted(merged.tolist()) == list(range(400))
-    expected = quasi_random_order(400, data.chunk_bounds, 2, 0)
+    expected = quasi_random_order(400, data.block_bounds, 2, 0)
     assert np.array_equal(merged, expected)
-    for part in parts:  # 100 items per rank: within two windows of 8 chunks
+    for part in parts:  # 100 items per rank: within two waves of 8 blocks
         assert len(np.unique(part // 20)) <= 16
 
 
-def test_quasi_order_needs_chunks():
-    with pytest.raises(ValueError, match="chunks"):
+def test_quasi_order_needs_blocks():
+    with pytest.raises(ValueError, match="blocks"):
         DataLoader(np.arange(10), 2, shuffle="quasi")
 
 

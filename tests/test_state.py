@@ -9,7 +9,7 @@ import pytest
 from helpers import run_epochs
 
 from fastload import DataLoader, eachobs
-from fastload.state import STATE_VERSION, check_state_format, state_format
+from fastload._loading.state import STATE_VERSION, check_state_format, state_format
 
 Y = np.arange(10)
 

@@ -17,10 +17,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fastload import LoadError, getobs
+from fastload._storage.meta import META_FORMAT
 from fastload.order import quasi_random_order
 from fastload.storage import JPEG, QOI, Bytes, NDArray, Raw, Smart, Str, open, write
 from fastload.storage.columns import RawArray, RawColumn
-from fastload.storage.meta import META_FORMAT
 
 
 def smooth_image(h, w, seed=0, channels=3):
@@ -68,7 +68,7 @@ FIELDS = {
 def written(tmp_path_factory):
     rows = sample_rows(40)
     path = str(tmp_path_factory.mktemp("ds") / "data.arrow")
-    write(path, rows, FIELDS, chunk_bytes=4000, parallel=4, progress=False)
+    write(path, rows, FIELDS, block_bytes=4000, parallel=4, progress=False)
     return path, rows
 
 
@@ -86,7 +86,7 @@ def check_row(got, want):
 def test_every_encoding_round_trips(written):
     path, rows = written
     ds = open(path)
-    assert len(ds) == len(rows) and ds.num_chunks > 1
+    assert len(ds) == len(rows) and ds.num_blocks > 1
     for i, want in enumerate(rows):
         check_row(ds[i], want)
 
@@ -258,19 +258,19 @@ def test_directory_of_shards_opens_as_one_dataset(tmp_path):
             shard_dir / f"part-{k}.arrow",
             rows[10 * k : 10 * k + 10],
             FIELDS,
-            chunk_bytes=3000,
+            block_bytes=3000,
             progress=False,
         )
     (shard_dir / "README.txt").write_text("not a shard")
     ds = open(shard_dir)
     assert len(ds) == 30 and len(ds.files) == 3
-    assert list(ds.shard_bounds) == [0, 10, 20, 30]
-    assert ds.chunk_bounds[0] == 0 and ds.chunk_bounds[-1] == 30
+    assert list(ds.file_bounds) == [0, 10, 20, 30]
+    assert ds.block_bounds[0] == 0 and ds.block_bounds[-1] == 30
     for i in (0, 9, 10, 25, 29):
         check_row(ds[i], rows[i])
-    with pytest.raises(ValueError, match="shards"):
+    with pytest.raises(ValueError, match="file_datasets"):
         ds["qoi"].buffers()
-    for k, shard in enumerate(ds.shards):
+    for k, shard in enumerate(ds.file_datasets):
         data, offsets = shard["qoi"].buffers()
         assert bytes(data[offsets[0] : offsets[1]]) == bytes(ds["qoi"].encoded[10 * k])
     bases, base_of, starts, ends = ds["qoi"].encoded.spans()  # every item, across the files
@@ -379,7 +379,7 @@ def test_error_in_a_row_names_it_and_leaves_no_file(tmp_path, threads):
             tmp_path / "out.arrow",
             data,
             {"x": QOI(), "y": "int64"},
-            chunk_bytes=5000,
+            block_bytes=5000,
             parallel=threads,
             progress=False,
         )
@@ -398,7 +398,7 @@ def test_keyboard_interrupt_leaves_no_file(tmp_path, threads):
             tmp_path / "out.arrow",
             data,
             {"x": Raw(), "y": "int64"},
-            chunk_bytes=5000,
+            block_bytes=5000,
             parallel=threads,
             progress=False,
         )
@@ -435,7 +435,7 @@ def test_random_corruptions_give_clean_errors_or_data(tmp_path):
     the item, or valid data; never a crash."""
     rows = sample_rows(12, seed=9)
     good = tmp_path / "good.arrow"
-    write(good, rows, FIELDS, chunk_bytes=3000, progress=False)
+    write(good, rows, FIELDS, block_bytes=3000, progress=False)
     original = good.read_bytes()
     rng = np.random.default_rng(2024)
     outcomes = {"open error": 0, "opened": 0}
@@ -488,7 +488,7 @@ def _damaged(original, path, scratch, trial, rng):
 def test_a_corrupted_file_never_loads_other_data_with_the_default_settings(written, tmp_path):
     """Flipped bytes in the data, random flips, metadata edits: with ``open(path)``'s
     defaults each row (read by ``ds[i]``, or by a loader on threads) raises ``LoadError``
-    naming the file (and, for changed bytes, the chunk and its rows) or is the row
+    naming the file (and, for changed bytes, the block and its rows) or is the row
     written."""
     from fastload import DataLoader
 
@@ -510,7 +510,7 @@ def test_a_corrupted_file_never_loads_other_data_with_the_default_settings(writt
             try:
                 assert _same(ds[i], expected[i]), f"trial {trial}: row {i} differs"
             except LoadError as exc:
-                assert re.search(r"bad.arrow: (chunk \d+ \(rows \d+\.\.\d+\)|cannot)", str(exc))
+                assert re.search(r"bad.arrow: (block \d+ \(rows \d+\.\.\d+\)|cannot)", str(exc))
                 errors += 1
         loader = DataLoader((open(bad)["raw"], open(bad)["blob"]), 8, parallel=2)
         try:
@@ -546,24 +546,24 @@ def check_permutation(order, n):
     st.integers(0, 100),
     st.integers(1, 6),
 )
-def test_quasi_order_visits_every_index_once(sizes, seed, epoch, window):
+def test_quasi_order_visits_every_index_once(sizes, seed, epoch, wave):
     n = sum(sizes)
-    order = quasi_random_order(n, sizes, seed, epoch, window=window)
+    order = quasi_random_order(n, sizes, seed, epoch, wave=wave)
     check_permutation(order, n)
     bounds = np.concatenate([[0], np.cumsum(sizes)])
-    assert np.array_equal(order, quasi_random_order(n, bounds, seed, epoch, window=window))
-    # chunk-local: cut greedily into runs touching at most `window` chunks each; a
-    # window-by-window order needs no more runs than there are windows
-    chunk_of = np.searchsorted(bounds, order, side="right") - 1
+    assert np.array_equal(order, quasi_random_order(n, bounds, seed, epoch, wave=wave))
+    # block-local: cut greedily into runs touching at most `wave` blocks each; a
+    # wave-by-wave order needs no more runs than there are waves
+    block_of = np.searchsorted(bounds, order, side="right") - 1
     runs, seen = 0, set()
-    for c in chunk_of:
-        if c not in seen and len(seen) == window:
+    for c in block_of:
+        if c not in seen and len(seen) == wave:
             seen = set()
         if not seen:
             runs += 1
         seen.add(c)
     nonempty = sum(1 for s in sizes if s)
-    assert runs <= -(-nonempty // window)
+    assert runs <= -(-nonempty // wave)
 
 
 def test_quasi_order_is_reproducible_and_differs_across_epochs():
@@ -574,35 +574,35 @@ def test_quasi_order_is_reproducible_and_differs_across_epochs():
     c = quasi_random_order(2000, sizes, seed=8, epoch=0)
     check_permutation(b, 2000)
     assert not np.array_equal(a, b) and not np.array_equal(a, c)
-    # the first window (8 chunks of 100) touches exactly 8 chunks
+    # the first wave (8 blocks of 100) touches exactly 8 blocks
     assert len(set(a[:800] // 100)) == 8
 
 
-def test_quasi_order_with_dataset_chunks(written):
+def test_quasi_order_with_dataset_blocks(written):
     path, _ = written
     ds = open(path)
-    check_permutation(quasi_random_order(len(ds), ds.chunk_bounds, seed=0, epoch=0), len(ds))
+    check_permutation(quasi_random_order(len(ds), ds.block_bounds, seed=0, epoch=0), len(ds))
 
 
-def test_quasi_order_rejects_bad_chunks():
-    with pytest.raises(ValueError, match="chunks"):
+def test_quasi_order_rejects_bad_blocks():
+    with pytest.raises(ValueError, match="blocks"):
         quasi_random_order(10, [3, 3], seed=0, epoch=0)
-    with pytest.raises(ValueError, match="window"):
-        quasi_random_order(6, [3, 3], seed=0, epoch=0, window=0)
+    with pytest.raises(ValueError, match="wave"):
+        quasi_random_order(6, [3, 3], seed=0, epoch=0, wave=0)
 
 
-def test_quasi_order_over_columns_reads_the_datasets_chunks(written):
+def test_quasi_order_over_columns_reads_the_datasets_blocks(written):
     from fastload import DataLoader, mapobs
     from fastload.transforms import CenterCrop, Compose, DecodeImage
 
     path, _ = written
     ds = open(path)
-    assert len(ds.chunk_bounds) > 2  # several chunks, so the order is quasi-random
+    assert len(ds.block_bounds) > 2  # several blocks, so the order is quasi-random
     images = mapobs(Compose([DecodeImage(), CenterCrop(8)]), ds["jpeg"].encoded)
     loader = DataLoader((images, ds["label"]), 4, shuffle="quasi", seed=3, parallel=2)
     for epoch in range(2):
         labels = np.concatenate([b[1].copy() for b in loader])
-        assert labels.tolist() == quasi_random_order(len(ds), ds.chunk_bounds, 3, epoch).tolist()
+        assert labels.tolist() == quasi_random_order(len(ds), ds.block_bounds, 3, epoch).tolist()
 
 
 class _Tagged(pa.ExtensionType):
@@ -705,12 +705,12 @@ def _rewrite(src, dst, *, metadata=None, batch_rows=None):
             out.write_batch(batch)
 
 
-def test_every_chunk_is_checksummed_and_a_flipped_byte_is_found(written, tmp_path, capsys):
+def test_every_block_is_checksummed_and_a_flipped_byte_is_found(written, tmp_path, capsys):
     from fastload.__main__ import main
 
     path, rows = written
     result = open(path, verify="open").verify()
-    assert result["files"] == 1 and result["chunks"] == len(open(path).chunk_bounds) - 1 > 2
+    assert result["files"] == 1 and result["blocks"] == len(open(path).block_bounds) - 1 > 2
     assert main(["verify", path, "--no-progress"]) == 0
     data = bytearray(builtins.open(path, "rb").read())
     at = data.index(rows[39]["blob"])  # 39 random bytes: one place in the file
@@ -718,9 +718,9 @@ def test_every_chunk_is_checksummed_and_a_flipped_byte_is_found(written, tmp_pat
     bad = tmp_path / "flipped.arrow"
     bad.write_bytes(bytes(data))
     assert open(bad, verify=None)["blob"][39] != rows[39]["blob"]  # unverified: other data
-    with pytest.raises(LoadError, match=r"flipped.arrow: chunk \d+ \(rows \d+\.\.39\)"):
+    with pytest.raises(LoadError, match=r"flipped.arrow: block \d+ \(rows \d+\.\.39\)"):
         open(bad)["blob"][39]  # verified at the first read by default
-    with pytest.raises(LoadError, match=r"chunk \d+ \(rows \d+\.\.\d+\) does not match"):
+    with pytest.raises(LoadError, match=r"block \d+ \(rows \d+\.\.\d+\) does not match"):
         open(bad, verify="open")
     assert main(["verify", str(bad), "--no-progress"]) == 2
     assert "does not match its checksum" in capsys.readouterr().err
@@ -756,11 +756,11 @@ def test_a_file_without_checksums_opens_and_says_it_was_not_verified(written, tm
     assert open(old, verify=None)["label"].tolist() == [r["label"] for r in rows]
     with pytest.warns(UserWarning, match="no checksums"):
         ds = open(old, verify="open")
-    assert ds.verify() == {"files": 0, "chunks": 0, "unverified": [str(old)]}
+    assert ds.verify() == {"files": 0, "blocks": 0, "unverified": [str(old)]}
 
 
 @pytest.mark.parametrize("options", [{}, {"parallel": 2}, {"parallel": 2, "backend": "process"}])
-def test_verify_read_checks_a_chunk_before_any_of_its_rows_is_read(written, tmp_path, options):
+def test_verify_read_checks_a_block_before_any_of_its_rows_is_read(written, tmp_path, options):
     from fastload import DataLoader
 
     path, rows = written
@@ -769,10 +769,10 @@ def test_verify_read_checks_a_chunk_before_any_of_its_rows_is_read(written, tmp_
     bad = tmp_path / "flipped.arrow"
     bad.write_bytes(bytes(data))
     ds = open(bad, verify="read")
-    assert ds[0]["label"] == 0 and ds["blob"][1] == rows[1]["blob"]  # other chunks: fine
+    assert ds[0]["label"] == 0 and ds["blob"][1] == rows[1]["blob"]  # other blocks: fine
     loader = DataLoader((ds["raw"], ds["label"]), 4, **options)
     delivered = []
-    with pytest.raises(LoadError, match=r"chunk \d+ \(rows \d+\.\.39\) does not match"):
+    with pytest.raises(LoadError, match=r"block \d+ \(rows \d+\.\.39\) does not match"):
         for _, labels in loader:
             delivered.extend(labels.tolist())
     assert 0 < len(delivered) < 39 and 39 not in delivered

@@ -1,4 +1,4 @@
-"""Streams (fastload.streams, fastload.windows): iterables without a length loaded by the
+"""Streams (fastload.streams, fastload._loading.rounds): iterables without a length loaded by the
 engine a window at a time; the shuffle buffer, sharding by file, resume by replay, files
 over HTTP through fsspec, and clean-up."""
 
@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from helpers import assert_tree_equal, deadline, run_epochs
 
-from fastload import DataLoader, LoadError, Shards, eachobs, mapobs
+from fastload import DataLoader, FileStream, LoadError, eachobs, mapobs
+from fastload._loading.rounds import ShuffleBuffer, round_size
 from fastload.streams import rank_records, tar_samples
 from fastload.transforms import Compose, RandomCrop
-from fastload.windows import ShuffleBuffer, window_size
 
 
 class Records:
@@ -141,7 +141,7 @@ def test_random_transforms_of_a_stream_draw_the_same_resumed_and_for_any_threads
 
     one, three = run_epochs(make(), 1)[0], run_epochs(make(3), 1)[0]
     assert_tree_equal(one, three)
-    windows = window_size(100)
+    windows = round_size(100)
     crops = np.concatenate(one)
     assert not np.array_equal(crops[0], crops[windows])  # windows draw apart
     assert len({c.tobytes() for c in crops[:50]}) > 5
@@ -168,7 +168,7 @@ class Sharded:
 
 def test_ranks_read_their_own_files_or_shards_or_records():
     paths = [f"f{k}" for k in range(6)]
-    files = Shards(paths, read=lambda f: [f])
+    files = FileStream(paths, read=lambda f: [f])
     files.records = lambda path: [path]  # no file system needed
     parts = [
         list(rank_records(files, r, 3, seed=0, epoch=0, shuffle_files=False)) for r in range(3)
@@ -205,7 +205,7 @@ def _write_shards(folder, count, per):
 
 def test_shards_are_read_one_after_the_other_and_shared_out_by_file(tmp_path):
     paths = _write_shards(tmp_path, 4, 25)
-    stream = mapobs(lambda r: r["id"], Shards(paths, read=lambda f: map(json.loads, f)))
+    stream = mapobs(lambda r: r["id"], FileStream(paths, read=lambda f: map(json.loads, f)))
     assert np.concatenate(list(DataLoader(stream, 10))).tolist() == list(range(100))
     ranks = [
         np.concatenate(list(DataLoader(stream, 10, shard=(r, 2), shuffle=True))) for r in range(2)
@@ -239,7 +239,7 @@ def test_shards_at_urls_are_read_through_fsspec(http_folder):
     folder, url = http_folder
     _write_shards(folder, 3, 40)
     urls = [f"{url}/part-{s}.jsonl" for s in range(3)]
-    stream = mapobs(lambda r: r["id"], Shards(urls, read=lambda f: map(json.loads, f)))
+    stream = mapobs(lambda r: r["id"], FileStream(urls, read=lambda f: map(json.loads, f)))
     with deadline(60):
         got = np.concatenate(list(DataLoader(stream, 16, parallel=2))).tolist()
     assert got == list(range(120))
@@ -361,7 +361,7 @@ def test_stream_stats_count_items_and_batches():
 
 def test_fewer_files_than_ranks_is_refused_at_construction():
     with pytest.raises(ValueError, match="2 files"):
-        DataLoader(Shards(["a", "b"], read=list), 4, shard=(0, 3))
+        DataLoader(FileStream(["a", "b"], read=list), 4, shard=(0, 3))
 
 
 def test_a_stream_has_neither_an_order_nor_a_schedule_drawn_up_front():
@@ -420,7 +420,7 @@ def test_a_loader_over_tar_shards_raises_for_a_truncated_one_or_skips_it(tmp_pat
         paths.append(tmp_path / f"shard-{s}.tar")
         offsets = _tar_shard(paths[-1], 1000 * s, 1000)
     _cut(paths[1], offsets[1000])  # shard 1 ends after 500 samples, on a boundary
-    keys = mapobs(lambda sample: int(sample["cls"]), Shards(paths, read=tar_samples))
+    keys = mapobs(lambda sample: int(sample["cls"]), FileStream(paths, read=tar_samples))
     with deadline(60), pytest.raises(ValueError, match=r"shard-1\.tar.*byte"):
         list(DataLoader(keys, 100, parallel=2))
     loader = DataLoader(keys, 100, parallel=2, on_error="skip")
@@ -464,7 +464,7 @@ def test_a_stalled_server_times_out_naming_the_url(stalled_server, tmp_path):
     pytest.importorskip("fsspec")
     pytest.importorskip("aiohttp")
     url = f"{stalled_server}/part-0.jsonl"
-    stream = Shards([url], read=lambda f: map(json.loads, f), timeout=0.5)
+    stream = FileStream([url], read=lambda f: map(json.loads, f), timeout=0.5)
     with deadline(30), pytest.raises(TimeoutError, match=f"{url}: no answer in 0.5 s"):
         list(DataLoader(stream, 16, parallel=2))
 
@@ -473,7 +473,7 @@ def test_a_stalled_shard_is_skipped_and_counted_with_on_error_skip(stalled_serve
     pytest.importorskip("fsspec")
     pytest.importorskip("aiohttp")
     paths = [str(p) for p in _write_shards(tmp_path, 2, 30)]
-    stream = Shards(
+    stream = FileStream(
         [paths[0], f"{stalled_server}/x.jsonl", paths[1]],
         read=lambda f: map(json.loads, f),
         timeout=0.5,
@@ -507,8 +507,8 @@ def test_shards_pass_storage_options_to_fsspec(tmp_path):
         read = lambda f: map(json.loads, f)
         with deadline(30):
             with pytest.raises(OSError):  # fsspec: the server refused (403)
-                list(Shards(url, read=read))
-            stream = Shards(url, read=read, storage_options={"headers": {"X-Token": "secret"}})
+                list(FileStream(url, read=read))
+            stream = FileStream(url, read=read, storage_options={"headers": {"X-Token": "secret"}})
             assert [r["id"] for r in stream] == list(range(20))
     finally:
         server.shutdown()
@@ -518,7 +518,7 @@ def test_shards_pass_storage_options_to_fsspec(tmp_path):
 @pytest.mark.parametrize("timeout", [0, -1, float("inf"), "5", True])
 def test_shards_refuse_a_timeout_that_is_not_a_positive_number(timeout):
     with pytest.raises(ValueError, match="timeout must be a positive number"):
-        Shards(["a.tar"], read=tar_samples, timeout=timeout)
+        FileStream(["a.tar"], read=tar_samples, timeout=timeout)
 
 
 def test_a_read_that_stalls_mid_file_times_out_on_any_fsspec_filesystem(tmp_path):
@@ -553,7 +553,7 @@ def test_a_read_that_stalls_mid_file_times_out_on_any_fsspec_filesystem(tmp_path
 
     fsspec.register_implementation(StallingFileSystem.protocol, StallingFileSystem, clobber=True)
     url = "fastload-stall-test://bucket/part-0.bin"
-    stream = Shards([url], read=lambda f: iter(lambda: f.read(10), b""), timeout=0.5)
+    stream = FileStream([url], read=lambda f: iter(lambda: f.read(10), b""), timeout=0.5)
     got = []
     try:
         with deadline(30), pytest.raises(TimeoutError, match=f"reading {url}: no answer"):

@@ -103,7 +103,7 @@ def _values(ds):
 
 def test_a_corrupted_packed_file_never_opens_verified_with_other_data(tmp_path):
     path = tmp_path / "good.arrow"
-    write(path, _rows(60), FIELDS, chunk_bytes=2000, progress=False)
+    write(path, _rows(60), FIELDS, block_bytes=2000, progress=False)
     original = path.read_bytes()
     expected = _values(open(path))
     found = 0
@@ -236,7 +236,7 @@ def test_a_file_truncated_at_any_moment_under_a_loader_raises_load_error_naming_
     rng = np.random.default_rng(parallel + len(backend))
     source = tmp_path / "source.arrow"
     rows = [{"x": np.full((40, 40), k % 256, np.uint8), "blob": bytes(k % 97)} for k in range(4000)]
-    write(source, rows, {"x": Raw(), "blob": Bytes()}, chunk_bytes=1 << 16, progress=False)
+    write(source, rows, {"x": Raw(), "blob": Bytes()}, block_bytes=1 << 16, progress=False)
     for trial in range(8):
         path = tmp_path / f"data{trial}.arrow"
         path.write_bytes(source.read_bytes())

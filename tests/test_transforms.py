@@ -9,7 +9,7 @@ import simplejpeg
 from PIL import Image
 from test_image_kernels import ModelRng, assert_close_pixels, natural_image, pil_resize
 
-from fastload import codecs
+from fastload._images import codecs
 from fastload.imagefolder import ImageFolder
 from fastload.transforms import (
     IMAGENET_MEAN,

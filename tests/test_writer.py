@@ -1,4 +1,4 @@
-"""The writer's encoders (``fastload.storage.encoders``) and the file it lays out in place
+"""The writer's encoders (``fastload._storage.encoders``) and the file it lays out in place
 (``ipcfile``): worker processes (``backend="process"``) write the same file as threads,
 byte for byte, and report failed and skipped rows the same way; the file is a plain Arrow
 IPC file whatever its first column; a header that outgrows its reserve still gives one;
@@ -15,7 +15,8 @@ import simplejpeg
 
 import fastload
 from fastload import LoadError
-from fastload.storage import JPEG, Bytes, NDArray, Raw, Str, ipcfile, write
+from fastload._storage import ipcfile
+from fastload.storage import JPEG, Bytes, NDArray, Raw, Str, write
 
 
 class Source:
@@ -74,7 +75,7 @@ def write_both(tmp_path, data, names, **options):
                     fields,
                     backend=backend,
                     parallel=2,
-                    chunk_bytes=400,
+                    block_bytes=400,
                     progress=False,
                     **options,
                 ),
@@ -107,7 +108,7 @@ def test_processes_write_the_same_file_as_threads(tmp_path, names):
     assert none == none_too == []
     assert filecmp.cmp(threads, processes, shallow=False)
     check_readable(processes, source)
-    assert fastload.open(processes).num_chunks > 1
+    assert fastload.open(processes).num_blocks > 1
 
 
 @pytest.mark.parametrize("names", ORDERS[:3])
@@ -133,7 +134,7 @@ def test_the_first_failed_row_is_raised_and_no_file_is_left(tmp_path, backend):
             {"jpeg": JPEG()},
             backend=backend,
             parallel=2,
-            chunk_bytes=400,
+            block_bytes=400,
             progress=False,
         )
     assert info.value.index == 33
@@ -178,10 +179,10 @@ def test_a_header_that_outgrows_its_reserve_is_written_by_pyarrow(tmp_path, monk
     )
     rows = [{"b": b"x"}] + [{"b": bytes([i % 256]) * 100} for i in range(6000)]
     path = str(tmp_path / "many.arrow")
-    write(path, rows, {"b": Bytes()}, chunk_bytes=100, progress=False)
-    assert finished == [False]  # 6000 chunks: far more than the first row said
+    write(path, rows, {"b": Bytes()}, block_bytes=100, progress=False)
+    assert finished == [False]  # 6000 blocks: far more than the first row said
     ds = fastload.open(path, verify="open")
-    assert ds.num_chunks == 6000 and ds[4]["b"] == bytes([3]) * 100
+    assert ds.num_blocks == 6000 and ds[4]["b"] == bytes([3]) * 100
     pa.ipc.open_file(path).get_batch(0).validate(full=True)
 
 
@@ -246,7 +247,7 @@ def test_values_that_survive_the_field_dtype_are_cast_as_before(tmp_path):
 
 def _write_with(tmp_path, name, **options):
     path = str(tmp_path / f"{name}.arrow")
-    write(path, Source(40), ENCODINGS, chunk_bytes=400, progress=False, **options)
+    write(path, Source(40), ENCODINGS, block_bytes=400, progress=False, **options)
     return path
 
 

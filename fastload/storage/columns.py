@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from fastload._loading.protocols import ContiguousBytes, PackedRows, SpannedBytes
 from fastload.errors import LoadError
 from fastload.obs import is_batch_index, normalize_index
-from fastload.protocols import ContiguousBytes, PackedRows, SpannedBytes
 
 __all__ = ["EncodedColumn", "ItemBytes", "RawArray", "RawColumn", "ScalarArray"]
 
@@ -84,7 +84,7 @@ def _large_ids():
 
 def _check_rows(column, rows):
     """The dataset's checks of ``rows`` (``Dataset.verify_rows``): before they are read,
-    their chunks' checksums (``verify="read"``); before what was read is handed out, that
+    their blocks' checksums (``verify="read"``); before what was read is handed out, that
     no file shrank under the read."""
     if column.verify_rows is not None:
         column.verify_rows(rows)
@@ -177,7 +177,7 @@ class EncodedColumn(ContiguousBytes, SpannedBytes, PackedRows):
         """(data, offsets): item i is ``data[offsets[i]:offsets[i + 1]]``; ``data`` is a
         uint8 view of the whole mapped file, ``offsets`` int64 of length n + 1 (computed
         once). Zero copy. Raises ValueError when the column spans several files (use
-        ``dataset.shards``) or its items are not back to back (several record batches)."""
+        ``dataset.file_datasets``) or its items are not back to back (several record batches)."""
         if not self.contiguous:
             raise ValueError(f"column {self.name!r}: {self._offsets}")
         return self._bases[0], self._offsets
@@ -193,7 +193,7 @@ class EncodedColumn(ContiguousBytes, SpannedBytes, PackedRows):
         if len(self._bases) != 1:
             return (
                 f"spans {len(self._bases)} mapped buffers (several files); "
-                f"call buffers() on each of dataset.shards"
+                f"call buffers() on each of dataset.file_datasets"
             )
         if not np.array_equal(self._starts[1:], self._ends[:-1]):
             return "its items are not back to back (a file with several record batches)"

@@ -2,9 +2,10 @@
 
 import os
 
+from fastload._images import encoding as images
+from fastload._loading.arguments import renamed_keywords
+from fastload._storage.fields import JPEG, QOI, NDArray, Smart, Str
 from fastload.imagefolder import ImageFolder
-from fastload.storage import images
-from fastload.storage.fields import JPEG, QOI, NDArray, Smart, Str
 from fastload.storage.writer import write
 
 __all__ = ["MODES", "convert", "image_encoding"]
@@ -64,6 +65,7 @@ class _DecodedImages:
         return images.resize_area(img, target), label
 
 
+@renamed_keywords(chunk_bytes="block_bytes")
 def convert(
     src,
     dst,
@@ -74,7 +76,7 @@ def convert(
     threshold_bytes=DEFAULT_SMART_THRESHOLD,
     parallel=True,
     progress=True,
-    chunk_bytes=64 << 20,
+    block_bytes=64 << 20,
     on_error="raise",
     check=True,
     num_threads=None,
@@ -105,7 +107,7 @@ def convert(
         dst,
         data,
         {"image": encoding, "label": "int64", "path": Str()},
-        chunk_bytes=chunk_bytes,
+        block_bytes=block_bytes,
         parallel=parallel,
         num_threads=num_threads,
         progress=progress,

@@ -12,12 +12,12 @@ def format_bytes(n):
 
 
 def describe(ds):
-    """Lines describing ``ds``: files, rows, chunks, sizes, and one line per field."""
+    """Lines describing ``ds``: files, rows, blocks, sizes, and one line per field."""
     lines = [
         f"files:  {len(ds.files)} ({', '.join(ds.files[:3])}"
         f"{', ...' if len(ds.files) > 3 else ''})",
         f"rows:   {len(ds)}",
-        f"chunks: {ds.num_chunks}",
+        f"blocks: {ds.num_blocks}",
         f"size:   {format_bytes(ds.nbytes)} on disk",
     ]
     if ds.metadata.get("classes"):

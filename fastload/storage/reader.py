@@ -20,11 +20,25 @@ import numpy as np
 import numpy.typing as npt
 
 from fastload import _core
+from fastload._loading.arguments import RenamedKeys, renamed_attribute
+from fastload._loading.protocols import PackedRows
+from fastload._storage.arrow_types import arrow_type, import_pyarrow
+from fastload._storage.checksums import META_CHECKSUMS, file_checksums
+from fastload._storage.fields import Bytes, Encoding, Raw, Scalar, Str
+from fastload._storage.filepages import FilePages
+from fastload._storage.framing import check_framing
+from fastload._storage.guards import MappedFiles, shrunk_error
+from fastload._storage.meta import (
+    META_FIELDS,
+    META_FORMAT,
+    read_blocks,
+    read_fields,
+    read_source_field,
+    read_user,
+)
+from fastload._storage.progress import progress_bar
 from fastload.errors import LoadError
 from fastload.obs import Index, is_batch_index, normalize_index
-from fastload.protocols import PackedRows
-from fastload.storage.arrow_types import arrow_type, import_pyarrow
-from fastload.storage.checksums import META_CHECKSUMS, shard_checksums
 from fastload.storage.columns import (
     EncodedColumn,
     Piece,
@@ -33,19 +47,6 @@ from fastload.storage.columns import (
     ScalarArray,
     shape_list,
 )
-from fastload.storage.fields import Bytes, Encoding, Raw, Scalar, Str
-from fastload.storage.filepages import FilePages
-from fastload.storage.framing import check_framing
-from fastload.storage.guards import MappedFiles, shrunk_error
-from fastload.storage.meta import (
-    META_FIELDS,
-    META_FORMAT,
-    read_chunks,
-    read_fields,
-    read_source_field,
-    read_user,
-)
-from fastload.storage.progress import progress_bar
 
 __all__ = ["Dataset", "open", "resolve_files"]
 
@@ -60,7 +61,7 @@ def open(
     cache: Literal["os", "memory"] = "os",
     verify: Literal["read", "open"] | None = "read",
 ) -> Dataset:
-    """Open a packed dataset: a file, a directory of shard files (``*.arrow``, ``*.ipc``,
+    """Open a packed dataset: a file, a directory of files (``*.arrow``, ``*.ipc``,
     ``*.feather``, ``*.arrows``; opened in name order as one dataset) or a glob pattern.
 
     ``cache="os"`` memory-maps the files (the OS page cache holds what is read);
@@ -69,10 +70,10 @@ def open(
     numbers as arrays. A file that is not one is refused after its first and last bytes
     are read, before it is mapped or read.
 
-    ``verify="read"``, the default, checks each chunk against the checksums the writer
+    ``verify="read"``, the default, checks each block against the checksums the writer
     stored the first time one of its rows is read (by ``ds[i]``, a column's items, or a
-    loader before it hands out a batch): one CRC-32 pass over each chunk, once (about
-    3 GB/s). ``verify="open"`` checks every chunk at open (a full read of the files);
+    loader before it hands out a batch): one CRC-32 pass over each block, once (about
+    3 GB/s). ``verify="open"`` checks every block at open (a full read of the files);
     ``verify=None`` checks nothing (``Dataset.verify()`` and ``python -m fastload
     verify`` check later). Files written before checksums existed open unverified, with
     a warning (unless ``verify=None``); so do Arrow files that fastload did not write,
@@ -83,10 +84,10 @@ def open(
     whatever ``verify`` says.
 
     Raises FileNotFoundError for a missing path, ``LoadError`` (a ValueError) for a file
-    that is not Arrow IPC, truncated, corrupt (any chunk whose bytes differ from its
+    that is not Arrow IPC, truncated, corrupt (any block whose bytes differ from its
     checksum: at open with ``verify="open"``, at its first read with ``verify="read"``,
-    naming the file, the chunk and its rows), of an unknown format version or
-    inconsistent with the other shards.
+    naming the file, the block and its rows), of an unknown format version or
+    inconsistent with the other files.
     Example::
 
         ds = open("train.arrow")
@@ -107,7 +108,7 @@ def open(
         # no checksums to check by default, and say so only when asked to verify at open
         unverified = [
             f
-            for f, s in zip(dataset.files, dataset._shards)
+            for f, s in zip(dataset.files, dataset._opened)
             if f in dataset._checks.unverified  # type: ignore[union-attr]
             and META_FORMAT in (s.schema.metadata or {})
         ]
@@ -122,7 +123,7 @@ def open(
 
 
 def resolve_files(path: str | os.PathLike[str]) -> list[str]:
-    """The files ``path`` names: itself, the shard files of a directory, or a glob's
+    """The files ``path`` names: itself, the files of a directory, or a glob's
     matches, sorted. Raises FileNotFoundError when there are none."""
     path = os.fspath(path)
     if os.path.isdir(path):
@@ -146,7 +147,7 @@ def resolve_files(path: str | os.PathLike[str]) -> list[str]:
     raise FileNotFoundError(f"no such dataset file or directory: {path!r}")
 
 
-class _Shard:
+class _OpenedFile:
     """One opened file: its bytes (``mapping``: the mmap, None when read into memory;
     ``guard``: the ``FileGuard`` the bytes are read through when mapped), and its record
     batches."""
@@ -165,7 +166,7 @@ class _Shard:
         self.rows = sum(b.num_rows for b in batches)
 
 
-def _read_file(path: str, cache: str) -> _Shard:
+def _read_file(path: str, cache: str) -> _OpenedFile:
     pa = import_pyarrow()
     mapping = guard = None
     try:
@@ -199,7 +200,7 @@ def _read_file(path: str, cache: str) -> _Shard:
             f"checksums: the file is corrupt",
             source=path,
         )
-    return _Shard(path, mapping, guard, np.frombuffer(buf, np.uint8), schema, batches)
+    return _OpenedFile(path, mapping, guard, np.frombuffer(buf, np.uint8), schema, batches)
 
 
 def _refuse_extension_types(pa: ModuleType, field: Any, path: str, where: str = "") -> None:
@@ -244,12 +245,12 @@ class Dataset(PackedRows):
     fields an ``EncodedColumn``. Every column has ``.encoding``.
     """
 
-    chunk_bounds: npt.NDArray[np.int64]  # a dataset always knows its chunks
+    block_bounds: npt.NDArray[np.int64]  # a dataset always knows its blocks
 
-    def __init__(self, shards: Sequence[_Shard], verify_reads: bool = False) -> None:
-        self._shards = shards
-        first = shards[0]
-        _check_same_schema(shards)
+    def __init__(self, opened: Sequence[_OpenedFile], verify_reads: bool = False) -> None:
+        self._opened = opened
+        first = opened[0]
+        _check_same_schema(opened)
         try:
             described = read_fields(first.schema.metadata, first.schema.names)
         except ValueError as exc:
@@ -257,11 +258,11 @@ class Dataset(PackedRows):
         self._inferred = described is None
         if described is None:
             described = _infer_fields(first.schema)
-        pieces = [(s, b) for s in shards for b in s.batches]
-        self.shard_bounds = _bounds([s.rows for s in shards])
-        self.chunk_bounds = self._chunk_bounds()
+        pieces = [(s, b) for s in opened for b in s.batches]
+        self.file_bounds = _bounds([s.rows for s in opened])
+        self.block_bounds = self._block_bounds()
         piece_bounds = _bounds([b.num_rows for _, b in pieces])
-        self.files = [s.path for s in shards]
+        self.files = [s.path for s in opened]
         self.fields = {name: enc for name, (enc, _) in described.items()}
         self.metadata = read_user(first.schema.metadata)
         self._field_columns = {name: cols for name, (_, cols) in described.items()}
@@ -279,30 +280,30 @@ class Dataset(PackedRows):
             for column in self._columns.values():
                 if isinstance(column, EncodedColumn):
                     column.sources = self._columns[self.source_field]
-        self._files = MappedFiles(shards, self.shard_bounds)
-        self._checks = _ChunkChecks(self, self._files) if verify_reads else None
+        self._files = MappedFiles(opened, self.file_bounds)
+        self._checks = _BlockChecks(self, self._files) if verify_reads else None
         if self._checks is not None or self._files:
             self.verify_rows = self._verify_rows
-        mapped = all(s.mapping is not None for s in shards)
-        check = self._checks.chunk if self._checks is not None else None
-        self.file_pages = FilePages(shards, self.chunk_bounds, check) if mapped else None
+        mapped = all(s.mapping is not None for s in opened)
+        check = self._checks.block if self._checks is not None else None
+        self.file_pages = FilePages(opened, self.block_bounds, check) if mapped else None
         for column in self._columns.values():
-            _mark_chunks(column, self.chunk_bounds, self.verify_rows, self.file_pages)
+            _mark_blocks(column, self.block_bounds, self.verify_rows, self.file_pages)
 
     def _verify_rows(self, rows: int | npt.NDArray[np.int64]) -> None:
         """Before what was read of ``rows`` is handed out: raise ``LoadError`` when a file
-        shrank under its map, or (``verify="read"``) when a chunk of ``rows`` not checked
+        shrank under its map, or (``verify="read"``) when a block of ``rows`` not checked
         yet does not match its checksum."""
         self._files.check(rows)
         if self._checks is not None:
             self._checks.rows(rows)
 
-    def _chunk_bounds(self) -> npt.NDArray[np.int64]:
-        """Row boundaries of the chunks over all files: a file's chunk metadata, else its
+    def _block_bounds(self) -> npt.NDArray[np.int64]:
+        """Row boundaries of the blocks over all files: a file's block metadata, else its
         record batches."""
         bounds = [np.zeros(1, np.int64)]
-        for s, start in zip(self._shards, self.shard_bounds):
-            bounds.append(_own_chunks(s)[1:] + start)
+        for s, start in zip(self._opened, self.file_bounds):
+            bounds.append(_own_blocks(s)[1:] + start)
         return np.concatenate(bounds)
 
     def _column(
@@ -310,13 +311,13 @@ class Dataset(PackedRows):
         name: str,
         enc: Encoding | None,
         cols: list[str],
-        pieces: list[tuple[_Shard, Any]],
+        pieces: list[tuple[_OpenedFile, Any]],
         piece_bounds: npt.NDArray[np.int64],
     ) -> Any:
         """The read-side column of field ``name``; raises LoadError when the file's
         columns do not fit the field's encoding."""
         pa = import_pyarrow()
-        schema = self._shards[0].schema
+        schema = self._opened[0].schema
         if not self._inferred:
             # A field the metadata describes has an encoding.
             self._check_types(pa, schema, name, enc)  # type: ignore[arg-type]
@@ -355,36 +356,44 @@ class Dataset(PackedRows):
                 )
 
     def __len__(self) -> int:
-        return int(self.shard_bounds[-1])
+        return int(self.file_bounds[-1])
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}: {c.encoding}" for k, c in self._columns.items())
         return f"<fastload Dataset: {len(self)} rows, {len(self.files)} file(s), {{{fields}}}>"
 
     def verify(self, progress: bool = False) -> dict[str, Any]:
-        """Check every chunk of every file against its stored checksums (see
-        ``fastload.storage.checksums``). Returns ``{"files", "chunks", "unverified"}``:
-        files and chunks checked, and the files that have no checksums. ``progress`` shows
-        a tqdm bar over the chunks. Raises ``LoadError`` naming the file and the chunk
+        """Check every block of every file against its stored checksums (see
+        ``fastload._storage.checksums``). Returns ``{"files", "blocks", "unverified"}``:
+        files and blocks checked, and the files that have no checksums. ``progress`` shows
+        a tqdm bar over the blocks. Raises ``LoadError`` naming the file and the block
         (and its rows) that does not match."""
         pa = import_pyarrow()
-        bar = progress_bar(len(self.chunk_bounds) - 1, progress, "chunk", "verifying")
-        checked, chunks, unverified = 0, 0, []
+        bar = progress_bar(len(self.block_bounds) - 1, progress, "block", "verifying")
+        checked, blocks, unverified = 0, 0, []
         try:
-            for s, first in zip(self._shards, self.shard_bounds):
-                sums = shard_checksums(pa, s.path, s.schema, s.batches, s.rows)
+            for s, first in zip(self._opened, self.file_bounds):
+                sums = file_checksums(pa, s.path, s.schema, s.batches, s.rows)
                 if sums is None:
                     unverified.append(s.path)
                     continue
                 for k in range(len(sums.sums)):
-                    _check_chunk(sums, k, self._files, first)
+                    _check_block(sums, k, self._files, first)
                     if bar is not None:
                         bar.update(1)
-                checked, chunks = checked + 1, chunks + len(sums.sums)
+                checked, blocks = checked + 1, blocks + len(sums.sums)
         finally:
             if bar is not None:
                 bar.close()
-        return {"files": checked, "chunks": chunks, "unverified": unverified}
+        return RenamedKeys(
+            {"files": checked, "blocks": blocks, "unverified": unverified}, chunks="blocks"
+        )
+
+    # The names of 0.2, read with a DeprecationWarning.
+    chunk_bounds = renamed_attribute("block_bounds")
+    num_chunks = renamed_attribute("num_blocks")
+    shard_bounds = renamed_attribute("file_bounds")
+    shards = renamed_attribute("file_datasets")
 
     def keys(self) -> list[str]:
         """The field names, in file order."""
@@ -396,28 +405,28 @@ class Dataset(PackedRows):
         return {k: c.encoding for k, c in self._columns.items()}
 
     @property
-    def num_chunks(self) -> int:
+    def num_blocks(self) -> int:
         """The number of record batches, over all files."""
-        return len(self.chunk_bounds) - 1
+        return len(self.block_bounds) - 1
 
     @property
     def nbytes(self) -> int:
         """Total size of the files, in bytes."""
-        return sum(s.base.size for s in self._shards)
+        return sum(s.base.size for s in self._opened)
 
     def field_nbytes(self) -> dict[str, int]:
         """Field name -> bytes its columns take in the files (Arrow buffers)."""
         return {
-            name: sum(b.column(c).nbytes for s in self._shards for b in s.batches for c in cols)
+            name: sum(b.column(c).nbytes for s in self._opened for b in s.batches for c in cols)
             for name, cols in self._field_columns.items()
         }
 
     @property
-    def shards(self) -> list[Dataset]:
+    def file_datasets(self) -> list[Dataset]:
         """One Dataset per file (sharing the mapped files)."""
-        if len(self._shards) == 1:
+        if len(self._opened) == 1:
             return [self]
-        return [Dataset([s], verify_reads=self._checks is not None) for s in self._shards]
+        return [Dataset([s], verify_reads=self._checks is not None) for s in self._opened]
 
     @overload
     def __getitem__(self, key: str) -> Any: ...
@@ -446,76 +455,76 @@ class Dataset(PackedRows):
         return self[i]
 
 
-def _own_chunks(shard: _Shard) -> npt.NDArray[np.int64]:
-    """The chunk boundaries of one file: its chunk metadata, else its record batches."""
+def _own_blocks(opened_file: _OpenedFile) -> npt.NDArray[np.int64]:
+    """The block boundaries of one file: its block metadata, else its record batches."""
     try:
-        own = read_chunks(shard.schema.metadata, shard.rows)
+        own = read_blocks(opened_file.schema.metadata, opened_file.rows)
     except ValueError as exc:
-        raise LoadError(f"{shard.path}: {exc}", source=shard.path) from exc
-    return own if own is not None else _bounds([b.num_rows for b in shard.batches])
+        raise LoadError(f"{opened_file.path}: {exc}", source=opened_file.path) from exc
+    return own if own is not None else _bounds([b.num_rows for b in opened_file.batches])
 
 
-def _mark_chunks(
+def _mark_blocks(
     column: PackedRows,
     bounds: npt.NDArray[np.int64],
     verify_rows: Callable[[int | npt.NDArray[np.int64]], None] | None,
     pages: FilePages | None,
 ) -> None:
-    """A column, and its stored bytes, know the dataset's chunks and where they lie in the
+    """A column, and its stored bytes, know the dataset's blocks and where they lie in the
     files (``file_pages``): a loader over columns (``mapobs(f, ds["image"].encoded)``,
-    ``ds["label"]``) can read chunk by chunk (``shuffle="quasi"``), reading ahead, as it
+    ``ds["label"]``) can read block by block (``shuffle="quasi"``), reading ahead, as it
     can over the dataset. They also carry the dataset's ``verify_rows`` (when it checks
     anything), which a loader runs on each batch's rows before it hands the batch out."""
     parts: list[PackedRows] = [column]
     if isinstance(column, EncodedColumn):
         parts.append(column.encoded)
     for part in parts:
-        part.chunk_bounds = bounds
+        part.block_bounds = bounds
         part.file_pages = pages
         part.verify_rows = verify_rows
 
 
-class _ChunkChecks:
-    """``verify="read"``: each chunk is checked against its checksum the first time one of
-    its rows is read, once (under a lock, so threads reading one chunk check it once).
+class _BlockChecks:
+    """``verify="read"``: each block is checked against its checksum the first time one of
+    its rows is read, once (under a lock, so threads reading one block check it once).
     ``files``: the dataset's ``MappedFiles``, which say when a mismatch is a file that
     shrank while it was read."""
 
     def __init__(self, dataset: Dataset, files: MappedFiles) -> None:
         pa = import_pyarrow()
         self.files = files
-        self.bounds = dataset.chunk_bounds
+        self.bounds = dataset.block_bounds
         self.done = np.zeros(len(self.bounds) - 1, bool)
-        # per chunk: (the file's ShardChecksums or None, its index)
+        # per block: (the file's FileChecksums or None, its index)
         self.owner: list[tuple[Any, int]] = []
         self.unverified: list[str] = []
-        for s in dataset._shards:
-            sums = shard_checksums(pa, s.path, s.schema, s.batches, s.rows)
-            count = len(sums.sums) if sums is not None else len(_own_chunks(s)) - 1
+        for s in dataset._opened:
+            sums = file_checksums(pa, s.path, s.schema, s.batches, s.rows)
+            count = len(sums.sums) if sums is not None else len(_own_blocks(s)) - 1
             if sums is None:
                 self.unverified.append(s.path)
             self.owner.extend((sums, k) for k in range(count))
         self._lock = threading.Lock()
 
     def rows(self, rows: int | npt.NDArray[np.int64]) -> None:
-        """Check the chunks of ``rows`` (a row index, or an array of them) not checked yet;
-        raises ``LoadError`` naming the file and chunk that does not match."""
-        chunks = np.searchsorted(self.bounds, np.atleast_1d(rows), side="right") - 1
-        for k in np.unique(chunks[~self.done[chunks]]):
-            self.chunk(int(k))
+        """Check the blocks of ``rows`` (a row index, or an array of them) not checked yet;
+        raises ``LoadError`` naming the file and block that does not match."""
+        blocks = np.searchsorted(self.bounds, np.atleast_1d(rows), side="right") - 1
+        for k in np.unique(blocks[~self.done[blocks]]):
+            self.block(int(k))
 
-    def chunk(self, k: int) -> None:
-        """Check chunk ``k`` unless it was; raises ``LoadError`` when it does not match."""
+    def block(self, k: int) -> None:
+        """Check block ``k`` unless it was; raises ``LoadError`` when it does not match."""
         with self._lock:
             if self.done[k]:
                 return
             sums, local = self.owner[k]
             if sums is not None:
-                _check_chunk(sums, local, self.files, self.bounds[k])
+                _check_block(sums, local, self.files, self.bounds[k])
             self.done[k] = True
 
 
-def _check_chunk(sums: Any, k: int, files: MappedFiles, row: int) -> None:
+def _check_block(sums: Any, k: int, files: MappedFiles, row: int) -> None:
     """``sums.check(k)``; a mismatch read past the end of a file that shrank (the file of
     dataset row ``row``) is reported as that."""
     try:
@@ -530,16 +539,16 @@ def _plain(value: Any) -> Any:
     return value.view(np.ndarray) if isinstance(value, (RawArray, ScalarArray)) else value
 
 
-def _check_same_schema(shards: Sequence[_Shard]) -> None:
-    """Shards must agree on columns, format version and field encodings (their chunks
+def _check_same_schema(opened: Sequence[_OpenedFile]) -> None:
+    """FileStream must agree on columns, format version and field encodings (their blocks
     and user metadata may differ)."""
-    first = shards[0]
+    first = opened[0]
     keys = (META_FORMAT, META_FIELDS)
-    meta = [{k: (s.schema.metadata or {}).get(k) for k in keys} for s in shards]
-    for s, m in zip(shards[1:], meta[1:]):
+    meta = [{k: (s.schema.metadata or {}).get(k) for k in keys} for s in opened]
+    for s, m in zip(opened[1:], meta[1:]):
         if not s.schema.equals(first.schema) or m != meta[0]:
             raise LoadError(
-                f"{s.path}: its schema differs from {first.path}'s; shards "
+                f"{s.path}: its schema differs from {first.path}'s; the files "
                 f"of one dataset must share one schema",
                 source=s.path,
             )

@@ -1,9 +1,9 @@
-"""Writing packed datasets: observations encoded in parallel (``encoders.py``,
-``encoder_processes.py``), written as one Arrow IPC file.
+"""Writing packed datasets: observations encoded in parallel (``_storage/encoders.py``,
+``_storage/encoder_processes.py``), written as one Arrow IPC file.
 
 Each file holds one record batch, so every column is contiguous in the file: the first
-column's bytes are written into the file as rows come (``ipcfile.py``), the other columns
-are spilled (``spill.py``) and copied in at the end. The ``chunk_bytes`` chunks used for
+column's bytes are written into the file as rows come (``_storage/ipcfile.py``), the other columns
+are spilled (``_storage/spill.py``) and copied in at the end. The ``block_bytes`` blocks used for
 sample order are row ranges kept in the metadata. The file is written under a temporary
 name in the destination's directory and renamed when complete, so an error or Ctrl-C
 never leaves a partial file under the final name.
@@ -24,37 +24,38 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from fastload.arguments import is_size, warn_renamed
-from fastload.errors import LoadError
-from fastload.obs import Container, numobs
-from fastload.storage.arrow_types import arrow_type, import_pyarrow
-from fastload.storage.checksums import META_CHECKSUMS, chunk_checksums, metadata_checksum
-from fastload.storage.encoder_processes import SLOT_BYTES, process_blocks
-from fastload.storage.encoders import at_row, encode_row, is_byte_kind, observation, thread_blocks
-from fastload.storage.fields import Encoding, as_encoding
-from fastload.storage.ipcfile import InPlaceFile, body_lead
-from fastload.storage.meta import (
+from fastload._loading.arguments import is_size, renamed_keywords, warn_renamed
+from fastload._storage.arrow_types import arrow_type, import_pyarrow
+from fastload._storage.checksums import META_CHECKSUMS, block_checksums, metadata_checksum
+from fastload._storage.encoder_processes import SLOT_BYTES, process_slabs
+from fastload._storage.encoders import at_row, encode_row, is_byte_kind, observation, thread_slabs
+from fastload._storage.fields import Encoding, as_encoding
+from fastload._storage.ipcfile import InPlaceFile, body_lead
+from fastload._storage.meta import (
     FORMAT_VERSION,
-    META_CHUNKS,
+    META_BLOCKS,
     META_FIELDS,
     META_FORMAT,
     META_SOURCE,
     META_USER,
 )
-from fastload.storage.progress import progress_bar
-from fastload.storage.spill import ColumnSpill
+from fastload._storage.progress import progress_bar
+from fastload._storage.spill import ColumnSpill
+from fastload.errors import LoadError
+from fastload.obs import Container, numobs
 
 __all__ = ["write"]
 
-DEFAULT_CHUNK_BYTES = 64 << 20
+DEFAULT_BLOCK_BYTES = 64 << 20
 
 
+@renamed_keywords(chunk_bytes="block_bytes")
 def write(
     path: str | os.PathLike[str],
     data: Container,
     fields: dict[str, Encoding | str | np.dtype[Any]],
     *,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
     parallel: bool | int = True,
     backend: Literal["thread", "process"] = "thread",
     progress: bool = True,
@@ -72,7 +73,7 @@ def write(
     (removed at the end; one that a killed writer left is removed by the next write into
     the same folder, of any file), so memory stays bounded: the first field's bytes
     straight into the file, the other columns to spill files copied in at the end. Rows
-    are cut into chunks of about ``chunk_bytes`` encoded bytes, the unit of the
+    are cut into blocks of about ``block_bytes`` encoded bytes, the unit of the
     quasi-random order. ``parallel`` says how many encoders run at once, as the loader's
     ``parallel=`` does: True (default) one per CPU, a number, or False (the caller's
     thread alone); threads, or with ``backend="process"`` forked worker processes, for containers
@@ -96,7 +97,7 @@ def write(
     """
     path = os.fspath(path)
     parallel = _renamed_num_threads(num_threads, parallel)
-    encodings, threads = _check_args(path, fields, chunk_bytes, parallel, backend)
+    encodings, threads = _check_args(path, fields, block_bytes, parallel, backend)
     source = _check_source_field(source_field, encodings)
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
@@ -116,26 +117,26 @@ def write(
         os.mkdir(work)
         tmp = os.path.join(work, "dataset.arrow")
         with ExitStack() as stack:
-            # The first column's bytes go straight into the file (ipcfile.py), the others
+            # The first column's bytes go straight into the file (_storage/ipcfile.py), the others
             # to spill files.
             out = InPlaceFile(
                 tmp,
-                _header_bytes(pa, encodings, user_meta, n, row_bytes, chunk_bytes, source),
+                _header_bytes(pa, encodings, user_meta, n, row_bytes, block_bytes, source),
                 body_lead(kinds[0], n) if is_byte_kind(kinds[0]) else None,
             )
             stack.callback(out.close)
             spills = _spills(stack, os.path.join(work, "column"), kinds, out)
-            blocks = stack.enter_context(
-                closing(_blocks(data, n, encodings, kinds, threads, backend, skip, row_bytes))
+            slabs = stack.enter_context(
+                closing(_slabs(data, n, encodings, kinds, threads, backend, skip, row_bytes))
             )
-            bounds = _spill_blocks(blocks, spills, chunk_bytes, n, progress, skipped)
+            bounds = _spill_slabs(slabs, spills, block_bytes, n, progress, skipped)
             arrays = [s.to_arrow(pa) for s in spills]
-            sums = chunk_checksums(pa, arrays, bounds)
+            sums = block_checksums(pa, arrays, bounds)
             schema = _schema(pa, encodings, user_meta, bounds, sums, source)
             batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
             del arrays
             if not out.finish(pa, batch):
-                # More chunks than the header was made for: pyarrow writes the file anew.
+                # More blocks than the header was made for: pyarrow writes the file anew.
                 tmp = os.path.join(work, "copy.arrow")
                 with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as copy:
                     copy.write_batch(batch)
@@ -148,7 +149,7 @@ def write(
     return skipped
 
 
-def _blocks(
+def _slabs(
     data: Container,
     n: int,
     encodings: dict[str, Encoding],
@@ -158,13 +159,13 @@ def _blocks(
     skip: bool,
     row_bytes: int,
 ) -> Generator[Any, None, None]:
-    """The encoded blocks of rows, in order: about 1 MiB each on threads, half a worker's
+    """The encoded slabs of rows, in order: about 1 MiB each on threads, half a worker's
     slot in processes."""
     if backend == "process":
-        return process_blocks(
+        return process_slabs(
             data, n, encodings, kinds, count, skip, _rows_for(SLOT_BYTES // 2, row_bytes)
         )
-    return thread_blocks(data, n, encodings, kinds, count, skip, _rows_for(1 << 20, row_bytes))
+    return thread_slabs(data, n, encodings, kinds, count, skip, _rows_for(1 << 20, row_bytes))
 
 
 def _rows_for(target: int, row_bytes: int) -> int:
@@ -172,7 +173,7 @@ def _rows_for(target: int, row_bytes: int) -> int:
 
 
 def _row_bytes(data: Container, i: int, encodings: dict[str, Encoding]) -> int:
-    """The bytes row ``i`` takes, as chunks count them (8 per number)."""
+    """The bytes row ``i`` takes, as blocks count them (8 per number)."""
     size = 0
     for parts in encode_row(data, i, encodings):
         for value in parts:
@@ -194,14 +195,14 @@ def _header_bytes(
     user_meta: bytes,
     n: int,
     row_bytes: int,
-    chunk_bytes: int,
+    block_bytes: int,
     source: bytes,
 ) -> int:
     """Bytes reserved before the body for the schema and record batch metadata: enough
-    for four times the chunks that the first row's size predicts (a chunk has a row at
+    for four times the blocks that the first row's size predicts (a block has a row at
     least), rounded up to 64 KiB."""
-    chunks = min(n, 4 * (n * max(row_bytes, 1) // chunk_bytes + 1) + 16)
-    schema = _schema(pa, encodings, user_meta, [n] * (chunks + 1), [2**32 - 1] * chunks, source)
+    blocks = min(n, 4 * (n * max(row_bytes, 1) // block_bytes + 1) + 16)
+    schema = _schema(pa, encodings, user_meta, [n] * (blocks + 1), [2**32 - 1] * blocks, source)
     columns = sum(len(enc.columns(name)) for name, enc in encodings.items())
     size = 8 + schema.serialize().size + 1024 + 64 * columns
     return -(-size // (64 << 10)) * (64 << 10)
@@ -289,7 +290,7 @@ def _bound(
 def _check_args(
     path: str,
     fields: dict[str, Encoding | str | np.dtype[Any]],
-    chunk_bytes: int,
+    block_bytes: int,
     parallel: bool | int,
     backend: str,
 ) -> tuple[dict[str, Encoding], int]:
@@ -300,8 +301,8 @@ def _check_args(
         if not isinstance(name, str) or not name or "." in name:
             raise ValueError(f"a field name must be a non-empty str without '.', got {name!r}")
         encodings[name] = as_encoding(spec)
-    if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
-        raise ValueError(f"chunk_bytes must be a positive int, got {chunk_bytes!r}")
+    if isinstance(block_bytes, bool) or not isinstance(block_bytes, int) or block_bytes < 1:
+        raise ValueError(f"block_bytes must be a positive int, got {block_bytes!r}")
     threads = _encoders(parallel)
     if backend not in ("thread", "process"):
         raise ValueError(f"backend must be 'thread' or 'process', got {backend!r}")
@@ -371,7 +372,7 @@ def _schema(
     sums: Sequence[int],
     source: bytes,
 ) -> Any:
-    """The file's schema, with the fastload metadata, the chunks' checksums ``sums`` and
+    """The file's schema, with the fastload metadata, the blocks' checksums ``sums`` and
     the name of the field of rows' sources (``source``, empty for none)."""
     cols = [
         pa.field(col, arrow_type(pa, kind), nullable=False)
@@ -379,14 +380,14 @@ def _schema(
         for col, kind in enc.columns(name)
     ]
     fields = json.dumps({name: enc.to_meta(name) for name, enc in encodings.items()}).encode()
-    chunks = json.dumps(bounds).encode()
-    sums = {"crc32": sums, "metadata": metadata_checksum(fields, chunks, user_meta)}
+    blocks = json.dumps(bounds).encode()
+    sums = {"crc32": sums, "metadata": metadata_checksum(fields, blocks, user_meta)}
     return pa.schema(
         cols,
         metadata={
             META_FORMAT: str(FORMAT_VERSION).encode(),
             META_FIELDS: fields,
-            META_CHUNKS: chunks,
+            META_BLOCKS: blocks,
             META_USER: user_meta,
             META_CHECKSUMS: json.dumps(sums).encode(),
             **({META_SOURCE: source} if source else {}),
@@ -394,33 +395,33 @@ def _schema(
     )
 
 
-def _spill_blocks(
-    blocks: Iterable[Any],
+def _spill_slabs(
+    slabs: Iterable[Any],
     spills: list[ColumnSpill],
-    chunk_bytes: int,
+    block_bytes: int,
     n: int,
     progress: bool,
     skipped: list[LoadError],
 ) -> list[int]:
-    """Appends every block to the spills (the LoadErrors of skipped rows to ``skipped``);
-    returns the chunk boundaries [0, ..., rows written]: a chunk ends after the row that
-    brings it to ``chunk_bytes`` or more."""
+    """Appends every slab to the spills (the LoadErrors of skipped rows to ``skipped``);
+    returns the block boundaries [0, ..., rows written]: a block ends after the row that
+    brings it to ``block_bytes`` or more."""
     bar = progress_bar(n, progress, "obs", "writing")
     bounds, size, i = [0], 0, 0
     try:
-        for block in blocks:
+        for slab in slabs:
             if bar is not None:
-                bar.update(block.stop - block.first)
-            skipped.extend(block.errors)
-            sizes = sum(spill.extend(values) for spill, values in zip(spills, block.columns))
+                bar.update(slab.stop - slab.first)
+            skipped.extend(slab.errors)
+            sizes = sum(spill.extend(values) for spill, values in zip(spills, slab.columns))
             size = _cut(
                 np.cumsum(sizes) if len(spills) else np.zeros(0, np.int64),
                 size,
                 i,
-                chunk_bytes,
+                block_bytes,
                 bounds,
             )
-            i += block.stop - block.first - len(block.errors)
+            i += slab.stop - slab.first - len(slab.errors)
     finally:
         if bar is not None:
             bar.close()
@@ -430,13 +431,13 @@ def _spill_blocks(
 
 
 def _cut(
-    cumulative: npt.NDArray[np.int64], size: int, i: int, chunk_bytes: int, bounds: list[int]
+    cumulative: npt.NDArray[np.int64], size: int, i: int, block_bytes: int, bounds: list[int]
 ) -> int:
-    """Chunk ends among rows i, i + 1, ... whose sizes sum to ``cumulative``, after
-    ``size`` bytes of the current chunk; returns the bytes of the chunk left open."""
+    """Block ends among rows i, i + 1, ... whose sizes sum to ``cumulative``, after
+    ``size`` bytes of the current block; returns the bytes of the block left open."""
     used = 0
     while True:
-        k = int(np.searchsorted(cumulative, used + chunk_bytes - size, side="left"))
+        k = int(np.searchsorted(cumulative, used + block_bytes - size, side="left"))
         if k >= len(cumulative):
             return size + int(cumulative[-1] - used) if len(cumulative) else size
         bounds.append(i + k + 1)

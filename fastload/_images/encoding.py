@@ -1,8 +1,8 @@
 """Image helpers for the storage encodings: decoding file bytes, area resize (sniffing a
-format is ``fastload.codecs``'s: ``is_jpeg``, ``is_qoi``).
+format is ``fastload._images.codecs``'s: ``is_jpeg``, ``is_qoi``).
 
 Pixels are uint8 arrays of shape (height, width, channels), RGB or RGBA. Decoding is
-``fastload.codecs.decode``'s (simplejpeg for JPEG, C for QOI, Pillow for the rest).
+``fastload._images.codecs.decode``'s (simplejpeg for JPEG, C for QOI, Pillow for the rest).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from fastload import codecs
+from fastload._images import codecs
 
 
 def as_pixels(value: npt.ArrayLike | bytes | bytearray | memoryview) -> np.ndarray:
@@ -46,7 +46,7 @@ def decode_image_bytes(
     data: bytes | bytearray | memoryview, min_size: tuple[int, int] | None = None
 ) -> np.ndarray:
     """Decodes JPEG, QOI or (through Pillow) any other image file bytes to RGB(A)
-    (``fastload.codecs.decode``). ``min_size`` = (h, w) lets JPEG decode at a reduced
+    (``fastload._images.codecs.decode``). ``min_size`` = (h, w) lets JPEG decode at a reduced
     scale no smaller than that. Raises ValueError when the bytes are not a readable image."""
     return codecs.decode(data, min_size=min_size)
 

@@ -32,12 +32,12 @@ import numpy as np
 import torch
 import torch.utils.data as tud
 
+from ..errors import LoadError
+from ..obs import copy_into
+from ..tensors import numpy_view
 from .engine import Engine
-from .errors import LoadError
-from .obs import copy_into
 from .plan import MisfitError
 from .processes import WorkerDied, WorkerError
-from .tensors import numpy_view
 from .torch_batches import as_collated
 from .torch_workers import death, rebuilt
 

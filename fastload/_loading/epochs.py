@@ -26,13 +26,13 @@ from typing import Literal, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
+from ..order import quasi_random_order
+from ..samplers import BatchSampler, Sampler, draw_batches, draw_order
+from ..views import steps
 from .collate import Collate
-from .order import quasi_random_order
 from .randomness import Purpose, generator
-from .samplers import BatchSampler, Sampler, draw_batches, draw_order
 from .schedule import Schedule
 from .sharding import shard_batches, shard_order, shard_size
-from .views import steps
 
 __all__ = ["Epochs", "Shuffle"]
 
@@ -72,7 +72,7 @@ class _Ahead:
 
 class Epochs:
     """The epochs of ``n`` observations for rank ``rank`` of ``world``: their order and
-    steps, as a loader's options say (``chunk_bounds``: a packed dataset's chunks, for
+    steps, as a loader's options say (``block_bounds``: a packed dataset's blocks, for
     ``shuffle="quasi"``)."""
 
     def __init__(
@@ -87,12 +87,12 @@ class Epochs:
         collate: Collate,
         rank: int,
         world: int,
-        chunk_bounds: npt.NDArray[np.int64] | None,
+        block_bounds: npt.NDArray[np.int64] | None,
     ) -> None:
         self.n, self.batch_size, self.shuffle = n, batch_size, shuffle
         self.sampler, self.batch_sampler = sampler, batch_sampler
         self.drop_last, self.collate = drop_last, collate
-        self.rank, self.world, self.chunk_bounds = rank, world, chunk_bounds
+        self.rank, self.world, self.block_bounds = rank, world, block_bounds
         self.sampled = sampler is not None or batch_sampler is not None
         self._per_rank = shard_size(n, world, drop_last)
         self._ahead: _Ahead | None = None  # the next epoch's order, being drawn
@@ -107,10 +107,10 @@ class Epochs:
         if not self.shuffle:
             order = np.arange(self.n, dtype=np.int64)
         elif self.shuffle == "quasi":
-            # shuffle="quasi" comes with chunk bounds (the loader checks).
+            # shuffle="quasi" comes with block bounds (the loader checks).
             order = quasi_random_order(
                 self.n,
-                self.chunk_bounds,  # type: ignore[arg-type]
+                self.block_bounds,  # type: ignore[arg-type]
                 seed,
                 epoch,
             )

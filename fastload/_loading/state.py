@@ -10,7 +10,7 @@ rather than read as a position it does not mean.
 
 Version 1 holds what fastload 0.2 saved without a format: ``seed``, ``epoch``, ``step``,
 ``rank``, ``world_size``, and ``steps`` (a container's steps per epoch) or ``window`` (a
-stream's records per window).
+stream's records per round).
 """
 
 from __future__ import annotations
@@ -19,7 +19,12 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-__all__ = ["STATE_VERSION", "LoaderKind", "check_state_format", "state_format"]
+__all__ = [
+    "LoaderKind",
+    "STATE_VERSION",
+    "check_state_format",
+    "state_format",
+]
 
 STATE_VERSION = 1
 

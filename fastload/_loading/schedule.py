@@ -19,9 +19,9 @@ from numbers import Integral
 import numpy as np
 import numpy.typing as npt
 
+from ..obs import Container, numobs
+from ..views import BatchView, ObsView, steps
 from .collate import Collate, CollateOption
-from .obs import Container, numobs
-from .views import BatchView, ObsView, steps
 
 __all__ = ["Schedule", "schedule_of"]
 

@@ -28,8 +28,8 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
-from .tensors import is_tensor
-from .tensors import stack as stack_tensors
+from ..tensors import is_tensor
+from ..tensors import stack as stack_tensors
 from .tree import rebuild
 
 __all__ = ["Collate", "CollateOption", "collate", "stack"]

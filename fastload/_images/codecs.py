@@ -11,7 +11,7 @@ import io
 import numpy as np
 import simplejpeg
 
-from . import _core
+from .. import _core
 
 # A JPEG stream opens with its start-of-image marker, FF D8, and the FF of the marker
 # after it: two bytes alone also start files that are not JPEG.
@@ -41,7 +41,7 @@ def build_info() -> dict[str, str]:
     ``"simplejpeg (built without libjpeg's headers)"`` (the whole image, with the GIL taken
     per call; the words in brackets say why, e.g. a libjpeg that could not be loaded).
     Also ``python -m fastload info``."""
-    from . import __version__
+    from .. import __version__
 
     try:
         import PIL
@@ -103,7 +103,7 @@ def decode(
     alpha channel (QOI's stored channels). ``min_size`` = (h, w) lets a JPEG decode at a
     reduced DCT scale no smaller than that. ValueError when the bytes are not a readable
     image. (A loader decodes in C; this is the one decoder the Python side uses.)"""
-    from . import limits
+    from .. import limits
 
     data = bytes(data)
     h, w = image_size(data)

@@ -20,10 +20,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _core, codecs, limits
-from .protocols import ContiguousBytes, FilePaths, SpannedBytes
-from .transforms import Compose
-from .views import MappedObs
+from .. import _core, limits
+from .._loading.protocols import ContiguousBytes, FilePaths, SpannedBytes
+from ..transforms import Compose
+from ..views import MappedObs
+from . import codecs
 
 __all__ = ["NativeImages", "is_image_chain", "native_images"]
 

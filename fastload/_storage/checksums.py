@@ -1,13 +1,13 @@
-"""Checksums of packed files: a CRC-32 per chunk, and one of the metadata.
+"""Checksums of packed files: a CRC-32 per block, and one of the metadata.
 
-A chunk's checksum covers the bytes of its rows in every column, in column order: fixed
+A block's checksum covers the bytes of its rows in every column, in column order: fixed
 size values as stored; for variable-size values (bytes, strings, shape lists) their
 contents, then their lengths as int64. It depends only on the values, so a file written
 in one record batch and the same rows read from any batches give the same checksum.
-The metadata checksum covers the fastload fields, chunks and user metadata, so that a
+The metadata checksum covers the fastload fields, blocks and user metadata, so that a
 self-consistent edit of the metadata is found too. CRC-32 is zlib's (about 3 GB/s here,
 releasing the GIL), stored in the schema metadata under ``fastload.checksums`` as JSON:
-``{"crc32": [one per chunk], "metadata": crc}``. Files without it (written before
+``{"crc32": [one per block], "metadata": crc}``. Files without it (written before
 checksums existed) open as before and are reported as not verifiable.
 """
 
@@ -16,22 +16,22 @@ import zlib
 
 import numpy as np
 
+from fastload._storage.meta import META_BLOCKS, META_FIELDS, META_USER, read_blocks
 from fastload.errors import LoadError
-from fastload.storage.meta import META_CHUNKS, META_FIELDS, META_USER, read_chunks
 
 __all__ = [
+    "FileChecksums",
     "META_CHECKSUMS",
-    "ShardChecksums",
-    "chunk_checksums",
+    "block_checksums",
+    "file_checksums",
     "metadata_checksum",
-    "shard_checksums",
 ]
 
 META_CHECKSUMS = b"fastload.checksums"
 
 
-def chunk_checksums(pa, arrays, bounds):
-    """The CRC-32 of each chunk [bounds[k], bounds[k+1]) of the columns ``arrays`` (one
+def block_checksums(pa, arrays, bounds):
+    """The CRC-32 of each block [bounds[k], bounds[k+1]) of the columns ``arrays`` (one
     pyarrow array per column, in schema order)."""
     sums = []
     for a, b in zip(bounds[:-1], bounds[1:]):
@@ -43,10 +43,10 @@ def chunk_checksums(pa, arrays, bounds):
     return sums
 
 
-def metadata_checksum(fields, chunks, user):
+def metadata_checksum(fields, blocks, user):
     """The CRC-32 of the fastload metadata values (bytes)."""
     crc = 0
-    for value in (fields, chunks, user):
+    for value in (fields, blocks, user):
         crc = zlib.crc32(value or b"", crc)
     return crc
 
@@ -81,10 +81,10 @@ def _row_bytes(pa, array, first, n):
         raise ValueError(f"no checksum for Arrow type {t}")
 
 
-class ShardChecksums:
-    """The checksums stored in one file, to check its chunks one by one. Raises
+class FileChecksums:
+    """The checksums stored in one file, to check its blocks one by one. Raises
     ``LoadError`` at construction when the checksum metadata is unreadable, does not
-    describe the file's chunks, or the metadata does not match its own checksum."""
+    describe the file's blocks, or the metadata does not match its own checksum."""
 
     def __init__(self, pa, path, schema, batches, rows):
         meta = schema.metadata or {}
@@ -94,7 +94,7 @@ class ShardChecksums:
         except (UnicodeDecodeError, ValueError, TypeError, KeyError):
             raise LoadError(f"{path}: bad checksum metadata", source=path) from None
         if (
-            metadata_checksum(meta.get(META_FIELDS), meta.get(META_CHUNKS), meta.get(META_USER))
+            metadata_checksum(meta.get(META_FIELDS), meta.get(META_BLOCKS), meta.get(META_USER))
             != meta_sum
         ):
             raise LoadError(
@@ -102,31 +102,31 @@ class ShardChecksums:
                 source=path,
             )
         try:
-            self.bounds = read_chunks(meta, rows)
+            self.bounds = read_blocks(meta, rows)
         except ValueError as exc:
             raise LoadError(f"{path}: {exc}", source=path) from exc
         if self.bounds is None or len(self.sums) != len(self.bounds) - 1:
             raise LoadError(
-                f"{path}: {len(self.sums)} checksums for the file's chunks", source=path
+                f"{path}: {len(self.sums)} checksums for the file's blocks", source=path
             )
         self.pa, self.path = pa, path
         self._batches, self._ncolumns = batches, len(schema)
         self._starts = np.cumsum([0] + [b.num_rows for b in batches])
 
     def check(self, k):
-        """Raise ``LoadError`` unless chunk ``k`` matches its checksum."""
+        """Raise ``LoadError`` unless block ``k`` matches its checksum."""
         a, b = int(self.bounds[k]), int(self.bounds[k + 1])
         columns = [self._rows(c, a, b) for c in range(self._ncolumns)]
-        if chunk_checksums(self.pa, columns, [0, b - a])[0] != self.sums[k]:
+        if block_checksums(self.pa, columns, [0, b - a])[0] != self.sums[k]:
             raise LoadError(
-                f"{self.path}: chunk {k} (rows {a}..{b - 1}) does not match its "
+                f"{self.path}: block {k} (rows {a}..{b - 1}) does not match its "
                 f"checksum: the file is corrupt",
                 source=self.path,
             )
 
     def _rows(self, column, a, b):
         """Rows [a, b) of ``column``: a slice of the record batch holding them (zero
-        copy), or the slices of several joined (a copy of this chunk's rows alone)."""
+        copy), or the slices of several joined (a copy of this block's rows alone)."""
         parts = [
             batch.column(column).slice(max(a, start) - start, min(b, start + n) - max(a, start))
             for start, batch, n in zip(self._starts, self._batches, np.diff(self._starts))
@@ -137,8 +137,8 @@ class ShardChecksums:
         return self.pa.concat_arrays(parts) if parts else self._batches[0].column(column)[:0]
 
 
-def shard_checksums(pa, path, schema, batches, rows):
-    """The ``ShardChecksums`` of a file, or None when it has none (an older file)."""
+def file_checksums(pa, path, schema, batches, rows):
+    """The ``FileChecksums`` of a file, or None when it has none (an older file)."""
     if META_CHECKSUMS not in (schema.metadata or {}):
         return None
-    return ShardChecksums(pa, path, schema, batches, rows)
+    return FileChecksums(pa, path, schema, batches, rows)

@@ -16,15 +16,16 @@ import numbers
 
 import numpy as np
 
-from fastload import _core, codecs
-from fastload.storage import images
+from fastload import _core
+from fastload._images import codecs
+from fastload._images import encoding as images
 
 __all__ = [
-    "JPEG",
-    "QOI",
     "Bytes",
     "Encoding",
+    "JPEG",
     "NDArray",
+    "QOI",
     "Raw",
     "Scalar",
     "Smart",

@@ -1,36 +1,36 @@
-"""Reading a packed dataset ahead of a loader, chunk by chunk, in the order the loader
+"""Reading a packed dataset ahead of a loader, block by block, in the order the loader
 will read it (``shuffle="quasi"``), and letting go of what it read.
 
-Left to page faults, a window of chunks read in random order costs one synchronous read
+Left to page faults, a wave of blocks read in random order costs one synchronous read
 per fault (the kernel reads ``read_ahead_kb`` around it), a few in flight at a time: about
 half the disk's sequential rate. Instead, the loader tells ``ReadAhead`` each step it
 delivers, and two threads work ahead of it (``filepages.py`` says how)::
 
-    steps delivered   ...|==== window k (read from the page cache) ====|
-    reader                  |== window k+1, chunk after chunk (sequential reads) ==>
-    releaser            <- window k-1, let go once its last step was delivered
+    steps delivered   ...|==== wave k (read from the page cache) ======|
+    reader                  |== wave k+1, block after block (sequential reads) ==>
+    releaser            <- wave k-1, let go once its last step was delivered
 
-- the reader reads the chunks in the order of their first step, whole, while the chunks
+- the reader reads the blocks in the order of their first step, whole, while the blocks
   held (read, not yet let go) fit in the budget, or when a step the engine may be loading
   needs one;
-- the releaser lets go of a chunk in two parts, so that the step that ends one window and
-  starts the next does not hold the whole finished window while the next one is read:
+- the releaser lets go of a block in two parts, so that the step that ends one wave and
+  starts the next does not hold the whole finished wave while the next one is read:
   all of it but the rows of its last step once the steps before that one were delivered,
   and those rows once that step was.
 
-- the checker checks each chunk the reader read whole against its checksum
-  (``verify="read"``) while the reader reads the next: the first step of a window reads
-  all of its chunks, and checking them there, one after the other, would keep the loader
+- the checker checks each block the reader read whole against its checksum
+  (``verify="read"``) while the reader reads the next: the first step of a wave reads
+  all of its blocks, and checking them there, one after the other, would keep the loader
   waiting with the disk idle.
 
-Chunks are let go only when the files are larger than the memory this process may use
+Blocks are let go only when the files are larger than the memory this process may use
 (``memory.py``): files that fit stay in the page cache for the next epoch. How many bytes
-the chunks held may take (the budget, ``window_bytes``) is measured, not set: before each
-chunk, the memory still free (``memory_room``: the cgroup's limit less its usage, the
+the blocks held may take (the budget, ``wave_bytes``) is measured, not set: before each
+block, the memory still free (``memory_room``: the cgroup's limit less its usage, the
 system's ``MemAvailable``) less an eighth of the limit for slack, and the rates measured
 so far, of the disk (bytes the reader read per second spent reading) and of the loader
 (bytes its steps used per second). The budget holds the working set (the most bytes the
-order reads at once: a window of the quasi-random order) and as much of the next window
+order reads at once: a wave of the quasi-random order) and as much of the next wave
 as keeps the disk busy until the current one is used, twice that for noise, all of it
 while no rate is measured yet; never more than the memory free allows, never less than
 the working set.
@@ -45,9 +45,9 @@ from typing import Any
 
 import numpy as np
 
-from fastload.storage.memory import memory_room
+from fastload._storage.memory import memory_room
 
-__all__ = ["ReadAhead", "window_bytes"]
+__all__ = ["ReadAhead", "wave_bytes"]
 
 _AHEAD_ROWS = 4096  # rows past the last delivered step that the engine may be loading
 _REMEASURE_S = 0.05  # how often a reader waiting for memory measures it again
@@ -75,8 +75,8 @@ class ReadAhead:
     order); ``close()`` stops reading and lets go of what is held.
 
     Invariants (kept under ``_cond``): ``_low`` is the first step not yet delivered; no
-    rows that a step from ``_low`` on reads are let go; ``_nbytes`` counts the chunks
-    read or being read and not yet handed to the releaser; ``_loaded`` holds the chunks
+    rows that a step from ``_low`` on reads are let go; ``_nbytes`` counts the blocks
+    read or being read and not yet handed to the releaser; ``_loaded`` holds the blocks
     read whole and not checked yet; ``_read_bytes`` and ``_read_s`` only grow.
     """
 
@@ -85,12 +85,12 @@ class ReadAhead:
         self.order = np.asarray(order, np.int64)
         self.drop = limit is not None and pages.nbytes > limit
         self.ahead = max(1, -(-_AHEAD_ROWS // self.rows))
-        self.queue: Any = None  # chunks in the order they are read (``_plan``)
+        self.queue: Any = None  # blocks in the order they are read (``_plan``)
         self._start = start
         self._low = start
         self._delivered = set()
-        self._next = 0  # the position in ``queue`` of the next chunk to read
-        self._reading = -1  # the position of the chunk being read
+        self._next = 0  # the position in ``queue`` of the next block to read
+        self._reading = -1  # the position of the block being read
         self._held = []  # heap of (step due, queue position, part)
         self._nbytes = 0
         self._release = []  # (queue position, part) for the releaser
@@ -146,20 +146,20 @@ class ReadAhead:
             thread.join(timeout)
 
     def plan(self):
-        """Which chunks the order reads and when: sets ``queue`` (the chunks by first
+        """Which blocks the order reads and when: sets ``queue`` (the blocks by first
         step), ``first`` and ``last`` (their first and last steps), ``sizes`` (bytes),
-        ``working_set`` (bytes) and ``step_bytes`` (the bytes of chunks a step uses, on
+        ``working_set`` (bytes) and ``step_bytes`` (the bytes of blocks a step uses, on
         average). Runs on the reader thread, not the consumer's: it takes a sort of the
         order."""
         order = self.order[self._start * self.rows :]
-        chunk = np.searchsorted(self.pages.chunk_bounds, order, side="right") - 1
-        used, first = np.unique(chunk, return_index=True)
-        _, from_end = np.unique(chunk[::-1], return_index=True)
+        block = np.searchsorted(self.pages.block_bounds, order, side="right") - 1
+        used, first = np.unique(block, return_index=True)
+        _, from_end = np.unique(block[::-1], return_index=True)
         first_step = self._start + first // self.rows
-        last_step = self._start + (len(chunk) - 1 - from_end) // self.rows
+        last_step = self._start + (len(block) - 1 - from_end) // self.rows
         by_first = np.lexsort((used, first_step))
         self.first, self.last = first_step[by_first], last_step[by_first]
-        self.sizes = self.pages.chunk_nbytes()[used[by_first]]
+        self.sizes = self.pages.block_nbytes()[used[by_first]]
         self.working_set = _working_set(self.first, self.last, self.sizes)
         steps = max(1, -(-len(order) // self.rows))
         self.step_bytes = float(self.sizes.sum()) / steps
@@ -182,7 +182,7 @@ class ReadAhead:
         return found
 
     def _readable(self):
-        """The position of the next chunk to read now, or None. Under ``_cond``."""
+        """The position of the next block to read now, or None. Under ``_cond``."""
         while self._next < len(self.queue) and self.last[self._next] < self._low:
             self._next += 1  # its steps were delivered already: not worth reading
         k = self._next
@@ -193,14 +193,14 @@ class ReadAhead:
         return k if self._nbytes + self.sizes[k] <= self.budget() else None
 
     def budget(self):
-        """Bytes the chunks held may take now (``window_bytes`` of what is measured now).
+        """Bytes the blocks held may take now (``wave_bytes`` of what is measured now).
         Under ``_cond``."""
         room = None
         if self.limit is not None:
             free = memory_room(self._nbytes)
             if free is not None:
                 room = self._nbytes + free - self.limit // 8
-        return window_bytes(self.working_set, room, *self._rates())
+        return wave_bytes(self.working_set, room, *self._rates())
 
     def _rates(self):
         """(disk, use): the bytes per second the reader read, and that the loader's
@@ -269,18 +269,18 @@ class ReadAhead:
                     self._let_go_part(q, part, closed)
 
     def _let_go_part(self, q, part, closed):
-        chunk = int(self.queue[q])
+        block = int(self.queue[q])
         if part == 0 and closed:
-            self.pages.drop(chunk)
+            self.pages.drop(block)
             return
         last = int(self.last[q])
         rows = self.order[last * self.rows : (last + 1) * self.rows]
-        bounds = self.pages.chunk_bounds
-        rows = rows[(rows >= bounds[chunk]) & (rows < bounds[chunk + 1])]
+        bounds = self.pages.block_bounds
+        rows = rows[(rows >= bounds[block]) & (rows < bounds[block + 1])]
         if part == 0:
-            self.pages.drop(chunk, keep=rows)
+            self.pages.drop(block, keep=rows)
         else:
-            self.pages.drop_rows(chunk, rows)
+            self.pages.drop_rows(block, rows)
 
 
 def _hinting(target):
@@ -293,8 +293,8 @@ def _hinting(target):
 
 
 def _working_set(first, last, sizes):
-    """The most bytes that the chunks in use at one step (from their first step up to,
-    not including, their last) take; at least the largest chunk."""
+    """The most bytes that the blocks in use at one step (from their first step up to,
+    not including, their last) take; at least the largest block."""
     if not len(sizes):
         return 0
     steps = np.concatenate([first, last])
@@ -303,12 +303,12 @@ def _working_set(first, last, sizes):
     return int(max(np.max(np.cumsum(change[by_step])), np.max(sizes)))
 
 
-def window_bytes(working_set, room=None, disk_rate=None, use_rate=None):
-    """Bytes the chunks read ahead may take: the working set (bytes) and as much of the
-    next window as the disk must have read by the time the loader has used the current
+def wave_bytes(working_set, room=None, disk_rate=None, use_rate=None):
+    """Bytes the blocks read ahead may take: the working set (bytes) and as much of the
+    next wave as the disk must have read by the time the loader has used the current
     one to stay busy all along (the working set x ``disk_rate / use_rate``, both bytes
-    per second), twice that for noise, the whole next window while a rate is unknown
-    (None); within ``room`` (bytes of memory free to hold chunks; None: unknown), but at
+    per second), twice that for noise, the whole next wave while a rate is unknown
+    (None); within ``room`` (bytes of memory free to hold blocks; None: unknown), but at
     least the working set, without which the loader would wait on every step."""
     ahead = working_set
     if disk_rate and use_rate:

@@ -5,18 +5,18 @@ The workers hold the container (inherited at the fork, never pickled, as with th
 loader's process backend). A worker encodes a job's rows (``encoders.encode_rows``),
 writes their bytes into a slot of one anonymous shared mapping made before the fork and
 replies with their lengths: the bytes cross to the writer once, from the mapping into
-the file. A block larger than its slot travels in the reply instead.
+the file. A slab larger than its slot travels in the reply instead.
 
 ::
 
     writer thread                       worker k (forked)
       ("job", first, stop, slot) ---->    encode rows [first, stop) -> slot bytes
       <---- ("done", first, stop, lengths, numbers, skipped)  or  ("error", first, ...)
-      yield Block (views of the slot); the slot is free again when the next is asked for
+      yield Slab (views of the slot); the slot is free again when the next is asked for
 
 Concurrency invariants (kept by the writer's thread): a slot is free, or holds the job of
-one worker, or holds the block handed out last (reused only once the consumer asks for the
-next one); blocks are handed out in row order; every job gets one reply; every wait is a
+one worker, or holds the slab handed out last (reused only once the consumer asks for the
+next one); slabs are handed out in row order; every job gets one reply; every wait is a
 timed wait on the pipes and the workers' sentinels, so a worker that dies raises at once.
 """
 
@@ -29,31 +29,26 @@ import signal
 
 import numpy as np
 
-from fastload.processes import (
-    death_message,
-    fork_workers,
-    remote_error,
-    shutdown_workers,
-)
-from fastload.storage.encoders import (
-    Block,
+from fastload._loading.processes import death_message, fork_workers, remote_error, shutdown_workers
+from fastload._loading.workers import describe_error
+from fastload._storage.encoders import (
     ByteValues,
+    Slab,
     as_bytes,
     column_values,
     encode_rows,
     is_byte_kind,
 )
-from fastload.workers import describe_error
 
-__all__ = ["SLOT_BYTES", "process_blocks"]
+__all__ = ["SLOT_BYTES", "process_slabs"]
 
 SLOT_BYTES = 8 << 20  # a worker's slot; jobs aim at half of it
 _WAIT_S = 0.5  # one timed wait on the pipes and sentinels
 _PARENT_CHECK_S = 1.0  # how often an idle worker checks that the writer is alive
 
 
-def process_blocks(data, n, encodings, kinds, count, skip, block_rows):
-    """The blocks of rows [0, n) in order, encoded by ``count`` forked worker processes,
+def process_slabs(data, n, encodings, kinds, count, skip, slab_rows):
+    """The slabs of rows [0, n) in order, encoded by ``count`` forked worker processes,
     3 jobs per worker at most in flight. Raises the first failed row's ``LoadError`` (its
     cause and the worker's traceback chained) unless ``skip``, and ``RuntimeError`` when a
     worker dies or fork is not available."""
@@ -71,13 +66,13 @@ def process_blocks(data, n, encodings, kinds, count, skip, block_rows):
         lambda theirs, others: (theirs, data, encodings, kinds, skip, mapping, others),
     )
     try:
-        yield from _Jobs(procs, conns, mapping, nslots).blocks(n, block_rows)
+        yield from _Jobs(procs, conns, mapping, nslots).slabs(n, slab_rows)
     finally:
         shutdown_workers(procs, conns, graceful=True)
 
 
 class _Jobs:
-    """The writer's side of the workers: jobs out, blocks back in row order."""
+    """The writer's side of the workers: jobs out, slabs back in row order."""
 
     def __init__(self, procs, conns, mapping, nslots):
         self.procs, self.conns = procs, conns
@@ -87,11 +82,11 @@ class _Jobs:
         self.arrived = {}  # first row -> reply
         self.slot_of = {}  # first row -> slot
 
-    def blocks(self, n, block_rows):
+    def slabs(self, n, slab_rows):
         next_row = expected = 0
         while expected < n:
             while self.free and next_row < n:
-                stop = min(n, next_row + block_rows)
+                stop = min(n, next_row + slab_rows)
                 worker = min(range(len(self.procs)), key=self.outstanding.__getitem__)
                 slot = self.free.popleft()
                 self._send(worker, ("job", next_row, stop, slot))
@@ -102,13 +97,13 @@ class _Jobs:
                 self._receive()
             reply = self.arrived.pop(expected)
             slot = self.slot_of.pop(expected)
-            block = self._block(reply, slot)
-            yield block
-            del block
+            slab = self._slab(reply, slot)
+            yield slab
+            del slab
             self.free.append(slot)
             expected = reply[2]
 
-    def _block(self, reply, slot):
+    def _slab(self, reply, slot):
         if reply[0] == "error":
             raise remote_error(*reply[3:])
         _, first, stop, columns, errors = reply
@@ -118,7 +113,7 @@ class _Jobs:
                 offset, lengths = column
                 size = int(lengths.sum())
                 columns[k] = ByteValues(self.view[at + offset : at + offset + size], lengths)
-        return Block(first, stop, columns, [remote_error(*e[1:]) for e in errors])
+        return Slab(first, stop, columns, [remote_error(*e[1:]) for e in errors])
 
     def _send(self, worker, message):
         try:
@@ -187,8 +182,8 @@ def _worker_main(conn, data, encodings, kinds, skip, mapping, others):
 
 
 def _into_slot(columns, kinds, view, slot):
-    """The block's columns for the reply: byte columns copied into the slot, value by
-    value, as (offset, lengths) while they fit; the rest as ``Block`` columns."""
+    """The slab's columns for the reply: byte columns copied into the slot, value by
+    value, as (offset, lengths) while they fit; the rest as ``Slab`` columns."""
     at, used, out = slot * SLOT_BYTES, 0, []
     for values, kind in zip(columns or [[] for _ in kinds], kinds):
         if not is_byte_kind(kind):

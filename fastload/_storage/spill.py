@@ -1,4 +1,4 @@
-"""Column spill files: the writer appends each column's encoded values to disk as blocks
+"""Column spill files: the writer appends each column's encoded values to disk as slabs
 of rows arrive, then maps the files back as the buffers of one Arrow record batch.
 
 One record batch per file keeps every column contiguous in the file: a Raw column reads
@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from fastload.storage.arrow_types import arrow_type
+from fastload._storage.arrow_types import arrow_type
 
 __all__ = ["ColumnSpill"]
 
@@ -20,7 +20,7 @@ BYTE_KINDS = ("binary", "string")
 
 
 class ColumnSpill:
-    """One column being written: ``extend`` it with each block's values, then
+    """One column being written: ``extend`` it with each slab's values, then
     ``to_arrow``. A byte column's bytes go to a spill file at ``path``, or straight into
     the file being written when ``into`` (an ``ipcfile.InPlaceFile``) is given."""
 
@@ -28,13 +28,13 @@ class ColumnSpill:
         self.path, self.kind, self.into = path, kind, into
         self.rows = 0
         self._file = None
-        self._values = []  # numbers: one array per block; shapes: one list per row
+        self._values = []  # numbers: one array per slab; shapes: one list per row
         if kind in BYTE_KINDS or kind.startswith("fixed:"):
             self._file = into if into is not None else builtins.open(path, "wb")
-            self._lengths = []  # one int64 array per block
+            self._lengths = []  # one int64 array per slab
 
     def extend(self, values):
-        """Adds a block's values: a ``ByteValues`` for a byte column, an array of numbers,
+        """Adds a slab's values: a ``ByteValues`` for a byte column, an array of numbers,
         or a list of shapes. Returns the bytes each row takes (int64): stored bytes, or 8
         per number."""
         if self._file is not None:

@@ -1,9 +1,9 @@
-"""Encoding rows for the writer, a block of rows at a time, on threads.
+"""Encoding rows for the writer, a slab of rows at a time, on threads.
 
-The writer spills rows in order; it takes them as ``Block``s: rows [first, stop) of the
+The writer spills rows in order; it takes them as ``Slab``s: rows [first, stop) of the
 container, each column's values (the bytes of a byte column back to back, with their
 lengths; numbers as an array; shapes as a list) and the ``LoadError``s of the rows left
-out (``on_error="skip"``). ``thread_blocks`` encodes them on encoder threads, a block per
+out (``on_error="skip"``). ``thread_slabs`` encodes them on encoder threads, a slab per
 task (JPEG and QOI encoding release the GIL; a container's Python code holds it);
 ``encoder_processes.py`` in forked worker processes.
 """
@@ -19,22 +19,22 @@ from fastload.obs import getobs
 from fastload.views import source_of
 
 __all__ = [
-    "Block",
     "ByteValues",
+    "Slab",
     "as_bytes",
     "at_row",
     "column_values",
-    "encode_block",
     "encode_row",
     "encode_rows",
+    "encode_slab",
     "is_byte_kind",
     "observation",
-    "thread_blocks",
+    "thread_slabs",
 ]
 
 
 class ByteValues:
-    """A byte column's values in a block: ``data`` (bytes-like) holds them back to back,
+    """A byte column's values in a slab: ``data`` (bytes-like) holds them back to back,
     ``lengths`` (int64) gives their sizes."""
 
     __slots__ = ("data", "lengths")
@@ -43,7 +43,7 @@ class ByteValues:
         self.data, self.lengths = data, lengths
 
 
-class Block:
+class Slab:
     """Rows [first, stop) encoded: ``columns`` (one per column, in schema order) hold the
     rows written; ``errors`` the ``LoadError`` of each row left out, in row order."""
 
@@ -137,11 +137,11 @@ def encode_rows(data, first, stop, encodings, skip):
     return columns, errors
 
 
-def encode_block(data, first, stop, encodings, kinds, skip):
-    """Rows [first, stop) encoded as a ``Block``."""
+def encode_slab(data, first, stop, encodings, kinds, skip):
+    """Rows [first, stop) encoded as a ``Slab``."""
     columns, errors = encode_rows(data, first, stop, encodings, skip)
     columns = columns or [[] for _ in kinds]
-    return Block(
+    return Slab(
         first, stop, [_column(values, kind) for values, kind in zip(columns, kinds)], errors
     )
 
@@ -162,13 +162,13 @@ def column_values(values, kind):
     return values if kind == "shape" else np.asarray(values, dtype=np.dtype(kind))
 
 
-def thread_blocks(data, n, encodings, kinds, threads, skip, block_rows):
-    """The blocks of rows [0, n) in order, encoded on ``threads`` threads, at most
-    2 * threads blocks in flight (bounded memory)."""
-    starts = range(0, n, block_rows)
+def thread_slabs(data, n, encodings, kinds, threads, skip, slab_rows):
+    """The slabs of rows [0, n) in order, encoded on ``threads`` threads, at most
+    2 * threads slabs in flight (bounded memory)."""
+    starts = range(0, n, slab_rows)
     if threads == 1:
         for first in starts:
-            yield encode_block(data, first, min(n, first + block_rows), encodings, kinds, skip)
+            yield encode_slab(data, first, min(n, first + slab_rows), encodings, kinds, skip)
         return
     pool = ThreadPoolExecutor(threads, thread_name_prefix="fastload-write")
     pending: collections.deque[Future[Any]] = collections.deque()
@@ -176,7 +176,7 @@ def thread_blocks(data, n, encodings, kinds, threads, skip, block_rows):
         for first in starts:
             pending.append(
                 pool.submit(
-                    encode_block, data, first, min(n, first + block_rows), encodings, kinds, skip
+                    encode_slab, data, first, min(n, first + slab_rows), encodings, kinds, skip
                 )
             )
             if len(pending) >= 2 * threads:
@@ -184,5 +184,5 @@ def thread_blocks(data, n, encodings, kinds, threads, skip, block_rows):
         while pending:
             yield pending.popleft().result()
     finally:
-        # On an error or Ctrl-C: drop queued blocks, wait only for the running ones.
+        # On an error or Ctrl-C: drop queued slabs, wait only for the running ones.
         pool.shutdown(wait=True, cancel_futures=True)

@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from ..samplers import BatchSampler, Sampler
 from .arguments import check_flag, check_size, is_flag, is_size, warn_renamed
 from .collate import Collate, CollateOption
 from .engine import Allocator, Backend, OnError
 from .epochs import Shuffle
-from .samplers import BatchSampler, Sampler
 from .sharding import Shard
 from .tree import tree_leaves
 
@@ -123,7 +123,7 @@ class LoaderOptions:
         processes."""
         if self.shuffle == "quasi":
             raise ValueError(
-                "shuffle='quasi' reads a packed dataset chunk by chunk; a stream is "
+                "shuffle='quasi' reads a packed dataset block by block; a stream is "
                 "shuffled through a buffer: use shuffle=True (and shuffle_buffer=n)"
             )
         if self.sampler is not None or self.batch_sampler is not None:

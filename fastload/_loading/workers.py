@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _core
-from .context import loading
+from .. import _core
+from ..context import loading
 from .plan import make_plan
 from .schedule import Schedule
 
@@ -284,7 +284,7 @@ class _Worker:
             seed=schedule.seed,
             epoch=schedule.epoch,
             parallel=0,  # inline, in this thread (no pool thread in a forked worker)
-            chunk=plan.rows,  # inline, a claim is the whole step
+            claim_size=plan.rows,  # inline, a claim is the whole step
             ordered=True,
             skip_errors=epoch.skip,
             release_gil=plan.expensive,

@@ -40,15 +40,15 @@ import numpy.typing as npt
 import torch
 import torch.utils.data as tud
 
+from ..loader import StatsReport
+from ..views import ObsView, steps
 from .engine import Engine
-from .loader import StatsReport
 from .plan import make_plan
 from .schedule import Schedule
 from .torch_batches import Counts, Delivered, Mapped, as_collated
 from .torch_options import check_counts, check_worker_count, context_of, prefetch_of, samplers
 from .torch_ring import FirstKnown, RingBatches, fits_ring, per_item, probe_first
 from .torch_workers import Fetcher, WorkerIteration, WorkerPool, base_seed, worker_setup
-from .views import ObsView, steps
 
 __all__ = ["DataLoader"]
 

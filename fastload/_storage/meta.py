@@ -3,9 +3,9 @@
 Keys of the Arrow schema metadata:
 - ``fastload.format``: the format version, a decimal integer (``b"1"``).
 - ``fastload.fields``: JSON, field name -> {"encoding", "columns", parameters}.
-- ``fastload.chunks``: JSON, the row boundaries [0, ..., rows] of the file's chunks.
+- ``fastload.chunks``: JSON, the row boundaries [0, ..., rows] of the file's blocks.
 - ``fastload.user``: JSON, the ``metadata`` dict given to ``write`` (class names, ...).
-- ``fastload.checksums``: JSON, CRC-32s of the chunks and the metadata (``checksums.py``).
+- ``fastload.checksums``: JSON, CRC-32s of the blocks and the metadata (``checksums.py``).
 - ``fastload.source``: the name of a ``str`` field that holds where each row came from
   (its source file), named by errors in loading the row; absent when there is none.
 
@@ -20,13 +20,13 @@ import json
 
 import numpy as np
 
-from fastload.storage.fields import from_meta
+from fastload._storage.fields import from_meta
 
-FORMAT_VERSION = 2  # 2: chunk checksums, which a version-2 file must have
+FORMAT_VERSION = 2  # 2: block checksums, which a version-2 file must have
 META_FORMAT = b"fastload.format"
 META_FIELDS = b"fastload.fields"
 META_USER = b"fastload.user"
-META_CHUNKS = b"fastload.chunks"
+META_BLOCKS = b"fastload.chunks"
 META_SOURCE = b"fastload.source"
 
 
@@ -88,16 +88,16 @@ def read_user(schema_metadata):
     return value if isinstance(value, dict) else {}
 
 
-def read_chunks(schema_metadata, rows):
-    """The chunk boundaries (int64, [0, ..., rows]) a file's metadata gives, or None when
+def read_blocks(schema_metadata, rows):
+    """The block boundaries (int64, [0, ..., rows]) a file's metadata gives, or None when
     it has none. Raises ValueError when they do not describe ``rows`` rows."""
-    raw = (schema_metadata or {}).get(META_CHUNKS)
+    raw = (schema_metadata or {}).get(META_BLOCKS)
     if raw is None:
         return None
     try:
         bounds = np.asarray(json.loads(raw.decode("utf-8")), dtype=np.int64)
     except (UnicodeDecodeError, ValueError, TypeError, OverflowError):
-        raise ValueError("bad fastload chunk metadata") from None
+        raise ValueError("bad fastload block metadata") from None
     if (
         bounds.ndim != 1
         or len(bounds) < 2
@@ -105,5 +105,5 @@ def read_chunks(schema_metadata, rows):
         or bounds[-1] != rows
         or np.any(np.diff(bounds) <= 0)
     ):
-        raise ValueError(f"fastload chunk metadata does not describe {rows} rows")
+        raise ValueError(f"fastload block metadata does not describe {rows} rows")
     return bounds

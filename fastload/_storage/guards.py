@@ -23,33 +23,33 @@ __all__ = ["MappedFiles", "shrunk_error"]
 
 
 class MappedFiles:
-    """The guarded maps of a dataset's files: ``shards``, each with ``path``, ``mapping``
+    """The guarded maps of a dataset's files: ``opened``, each with ``path``, ``mapping``
     (the mmap), ``guard`` (its ``FileGuard``, None when the file was read into memory)
-    and ``base`` (its bytes as mapped); ``shard_bounds``: the rows of each file."""
+    and ``base`` (its bytes as mapped); ``file_bounds``: the rows of each file."""
 
-    def __init__(self, shards, shard_bounds):
-        self._shards = list(shards) if all(s.guard is not None for s in shards) else []
-        self._bounds = shard_bounds
+    def __init__(self, opened, file_bounds):
+        self._opened = list(opened) if all(s.guard is not None for s in opened) else []
+        self._bounds = file_bounds
         self._seen = _core.guarded_faults()
         self._lock = threading.Lock()
 
     def __bool__(self):
-        return bool(self._shards)
+        return bool(self._opened)
 
     def check(self, rows=None):
         """Raise ``LoadError`` naming a file that shrank under its map: any of them once a
         read past a file's end was answered with zeros (here or in a worker process), else
         those holding ``rows`` (a row, an array of rows; None: none), whose last page may
         have been read past the cut without a fault (the system zeroes the rest of it)."""
-        if not self._shards:
+        if not self._opened:
             return
         seen = _core.guarded_faults()
         if seen != self._seen:
             with self._lock:
-                self._check(range(len(self._shards)))
+                self._check(range(len(self._opened)))
                 self._seen = seen
         elif rows is not None:
-            if len(self._shards) == 1:
+            if len(self._opened) == 1:
                 self._check([0])
             else:
                 rows = np.atleast_1d(rows)
@@ -57,7 +57,7 @@ class MappedFiles:
 
     def _check(self, which):
         for k in which:
-            s = self._shards[int(k)]
+            s = self._opened[int(k)]
             now = _size_now(s)
             if s.guard.faults or now is None or now < s.base.size:
                 raise shrunk_error(s.path, s.base.size, now)
@@ -76,10 +76,10 @@ def shrunk_error(path, was, now):
     )
 
 
-def _size_now(shard):
+def _size_now(file):
     """The size of the mapped file now (its own, even when its path names another file
     since), or None when the system cannot say."""
     try:
-        return shard.mapping.size()
+        return file.mapping.size()
     except (OSError, ValueError):
         return None

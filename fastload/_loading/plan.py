@@ -23,13 +23,13 @@ semantics the plan falls back to loading whole steps with ``getobs``.
 
 import numpy as np
 
-from . import tables, tensors
-from .errors import LoadError, MisfitError
-from .imagesources import is_image_chain, native_images
-from .obs import exact_dtypes, getobs, getobs_into
-from .sparse import is_sparse
+from .. import tables, tensors
+from .._images.imagesources import is_image_chain, native_images
+from ..errors import LoadError, MisfitError
+from ..obs import exact_dtypes, getobs, getobs_into
+from ..sparse import is_sparse
+from ..views import MappedObs, SlidingWindow, collate_batch, source_of
 from .tree import LEAF, LeafKind, flatten, head, map_tree, row, tree_leaves, unflatten
-from .views import MappedObs, SlidingWindow, collate_batch, source_of
 
 __all__ = ["ItemPlan", "MisfitError", "StepPlan", "make_plan"]
 

@@ -1,26 +1,26 @@
-"""Loading a stream with the engine, a window of records at a time, in bounded memory.
+"""Loading a stream with the engine, a round of records at a time, in bounded memory.
 
 A stream has no length and no positions, so the engine cannot claim its items in an order
 drawn up front. Instead a reader thread reads the rank's records (``streams.py``), passes
-them through a seeded shuffle buffer and cuts what comes out into windows of ``window``
-records (a whole number of batches). Each window is a list, that is a container: the
-loader's views of the stream (``mapobs``, tuples, dicts) are made views of the window, and
+them through a seeded shuffle buffer and cuts what comes out into rounds of ``round_size``
+records (a whole number of batches). Each round is a list, that is a container: the
+loader's views of the stream (``mapobs``, tuples, dicts) are made views of the round, and
 the engine loads it as any container, per-item work on the pool::
 
     reader thread                          consumer (next())
     -------------                          -----------------
-    records -> shuffle buffer -> windows   window w:   Engine.iterate -> its batches
-       (queue of 2 windows ahead)          window w+1: started on a second engine
+    records -> shuffle buffer -> rounds    round w:    Engine.iterate -> its batches
+       (queue of 2 rounds ahead)           round w+1:  started on a second engine
                                                        while w is delivered
 
-Record ``k`` of the epoch (after the shuffle buffer) is item ``k % window`` of window
-``k // window``, loaded with the seed derived from (seed, window number): random
-transforms draw from (seed, epoch, k) alone. Memory: the shuffle buffer, two windows read
+Record ``k`` of the epoch (after the shuffle buffer) is item ``k % round_size`` of round
+``k // round_size``, loaded with the seed derived from (seed, round number): random
+transforms draw from (seed, epoch, k) alone. Memory: the shuffle buffer, two rounds read
 ahead and two being loaded.
 
 State: a stream has no positions to seek to, so a loader resumes by replaying: the reader
 reads the epoch's records from the start again and passes them through the shuffle
-buffer (which draws the same), but nothing is loaded until the window of the saved step.
+buffer (which draws the same), but nothing is loaded until the round of the saved step.
 """
 
 from __future__ import annotations
@@ -34,27 +34,27 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..obs import Container
+from ..streams import check_ranks, is_one_shot, rank_records, substitute
 from .collate import Collate
-from .obs import Container
 from .randomness import Purpose, derived_seed, generator
 from .schedule import Schedule
-from .streams import check_ranks, is_one_shot, rank_records, substitute
 
 if TYPE_CHECKING:
     from .engine import Engine
 
-__all__ = ["ShuffleBuffer", "StreamEpochs", "window_size"]
+__all__ = ["ShuffleBuffer", "StreamEpochs", "round_size"]
 
-WINDOW_RECORDS = 1024  # records a window holds at least (a whole number of batches)
+ROUND_RECORDS = 1024  # records a round holds at least (a whole number of batches)
 DEFAULT_BUFFER = 1024  # records in the shuffle buffer for shuffle=True
-_AHEAD = 2  # windows the reader keeps ready
+_AHEAD = 2  # rounds the reader keeps ready
 _WAIT_S = 0.1  # longest wait between two checks that the other side is alive
 
 
-def window_size(batch_size: int | None) -> int:
-    """Records a window holds: ``WINDOW_RECORDS`` rounded up to whole batches."""
+def round_size(batch_size: int | None) -> int:
+    """Records a round holds: ``ROUND_RECORDS`` rounded up to whole batches."""
     rows = batch_size or 1
-    return -(-WINDOW_RECORDS // rows) * rows
+    return -(-ROUND_RECORDS // rows) * rows
 
 
 class ShuffleBuffer:
@@ -89,18 +89,18 @@ class ShuffleBuffer:
 
 
 class _Reader:
-    """The thread that reads one epoch of a rank's records into windows (a queue of
-    ``("window", number, records)``, then ``("end",)`` or ``("error", exception)``).
-    Windows before ``first`` are read and shuffled but not queued (a replay).
+    """The thread that reads one epoch of a rank's records into rounds (a queue of
+    ``("round", number, records)``, then ``("end",)`` or ``("error", exception)``).
+    Rounds before ``first`` are read and shuffled but not queued (a replay).
 
     Invariants: only the thread touches the records iterator and the shuffle buffer;
     every wait on the queue, on either side, is timed and checks whether the other side
     stopped, so that closing (or a reader that died) never leaves anyone waiting."""
 
     def __init__(
-        self, records: Iterable[Any], window: int, buffer: ShuffleBuffer | None, first: int
+        self, records: Iterable[Any], round_size: int, buffer: ShuffleBuffer | None, first: int
     ) -> None:
-        self.records, self.window, self.buffer, self.first = records, window, buffer, first
+        self.records, self.round_size, self.buffer, self.first = records, round_size, buffer, first
         self.queue: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=_AHEAD)
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name="fastload-stream-reader", daemon=True)
@@ -109,35 +109,35 @@ class _Reader:
     def _run(self) -> None:
         try:
             number, pending = 0, []
-            for chunk in self._chunks():
-                pending.extend(self.buffer.push(chunk) if self.buffer else chunk)
-                while len(pending) >= self.window and not self.stopped.is_set():
-                    number = self._emit(number, pending[: self.window])
-                    del pending[: self.window]
+            for part in self._parts():
+                pending.extend(self.buffer.push(part) if self.buffer else part)
+                while len(pending) >= self.round_size and not self.stopped.is_set():
+                    number = self._emit(number, pending[: self.round_size])
+                    del pending[: self.round_size]
             if self.buffer is not None:
                 pending.extend(self.buffer.drain())
-            for first in range(0, len(pending), self.window):
-                number = self._emit(number, pending[first : first + self.window])
+            for first in range(0, len(pending), self.round_size):
+                number = self._emit(number, pending[first : first + self.round_size])
             self._put(("end",))
         except BaseException as exc:  # the consumer raises it, with its traceback
             self._put(("error", exc))
 
-    def _chunks(self) -> Iterator[list[Any]]:
+    def _parts(self) -> Iterator[list[Any]]:
         records = iter(self.records)
         while not self.stopped.is_set():
-            chunk = []
+            part = []
             for record in records:
-                chunk.append(record)
-                if len(chunk) == self.window or self.stopped.is_set():
+                part.append(record)
+                if len(part) == self.round_size or self.stopped.is_set():
                     break
-            if chunk:
-                yield chunk
-            if len(chunk) < self.window:
+            if part:
+                yield part
+            if len(part) < self.round_size:
                 return
 
     def _emit(self, number: int, records: list[Any]) -> int:
         if number >= self.first:
-            self._put(("window", number, records))
+            self._put(("round", number, records))
         return number + 1
 
     def _put(self, item: tuple[Any, ...]) -> None:
@@ -165,7 +165,7 @@ class _Reader:
 
 
 class _SkippedFiles:
-    """Files of ``Shards`` that failed and were left out (``on_error="skip"``): counted by
+    """Files of a ``FileStream`` that failed and were left out (``on_error="skip"``): counted by
     the reader thread, taken into the loader's stats by the consumer."""
 
     def __init__(self) -> None:
@@ -186,8 +186,8 @@ class _SkippedFiles:
 class StreamEpochs:
     """How a loader reads a stream: the epochs of ``data`` (views of the stream
     ``source``), cut into steps of ``batch_size`` (None: single records), loaded by
-    ``engines`` (two to load a window ahead, or one). ``shuffle``: records in the shuffle
-    buffer (0: none). ``skip``: a file of ``Shards`` that fails is left out and counted
+    ``engines`` (two to load a round ahead, or one). ``shuffle``: records in the shuffle
+    buffer (0: none). ``skip``: a file of a ``FileStream`` that fails is left out and counted
     as one skipped item, as an observation that fails to load."""
 
     def __init__(
@@ -210,7 +210,7 @@ class StreamEpochs:
         self.shuffle = shuffle
         self.rank, self.world_size = rank, world_size
         check_ranks(source, world_size)
-        self.window = window_size(batch_size)
+        self.round_size = round_size(batch_size)
         self._started = False
         self._live: weakref.ref[_StreamIteration] | None = None
 
@@ -230,7 +230,7 @@ class StreamEpochs:
                 "this stream is an iterator (a generator, say): it was read "
                 "once and cannot start over for another epoch. Pass an "
                 "iterable whose __iter__ starts again (a class with "
-                "__iter__, or fastload.Shards)"
+                "__iter__, or fastload.FileStream)"
             )
         self._started = True
         rows = self.batch_size or 1
@@ -245,13 +245,13 @@ class StreamEpochs:
             None if skipped is None else skipped.add,
         )
         buffer = ShuffleBuffer(self.shuffle, seed, epoch) if self.shuffle else None
-        reader = _Reader(records, self.window, buffer, start * rows // self.window)
+        reader = _Reader(records, self.round_size, buffer, start * rows // self.round_size)
         iteration = _StreamIteration(
             self,
             reader,
             seed,
             epoch,
-            start * rows % self.window // rows,
+            start * rows % self.round_size // rows,
             stats,
             progress,
             on_end,
@@ -281,7 +281,7 @@ class StreamEpochs:
         stats: Any,
         progress: Any,
     ) -> tuple[Any, int] | None:
-        """``(iteration, steps)``: the engine's iteration over window ``number`` (its
+        """``(iteration, steps)``: the engine's iteration over round ``number`` (its
         ``records``) from step ``start``, and the steps it delivers; None when nothing of
         it is loaded (dropped as a partial batch)."""
         rows = self.batch_size or 1
@@ -298,7 +298,7 @@ class StreamEpochs:
             np.arange(len(records), dtype=np.int64),
             self.batch_size,
             collate=self.collate,
-            seed=derived_seed(seed, Purpose.STREAM_WINDOW, number),
+            seed=derived_seed(seed, Purpose.STREAM_ROUND, number),
             epoch=epoch,
             start=start,
         )
@@ -313,8 +313,8 @@ _END = object()
 
 
 class _StreamIteration:
-    """One epoch of a stream: the batches of its windows, one engine iteration each; with
-    two engines the next window starts on the other one as soon as the reader has it.
+    """One epoch of a stream: the batches of its rounds, one engine iteration each; with
+    two engines the next round starts on the other one as soon as the reader has it.
     ``current`` and ``ahead`` are (iteration, the progress step at which it is spent)."""
 
     current: tuple[Any, int] | None
@@ -336,11 +336,11 @@ class _StreamIteration:
         self.seed, self.epoch, self.start = seed, epoch, start
         self.stats, self.progress, self.on_end = stats, progress, on_end
         self.current = self.ahead = None
-        self.turn = 0  # the engine the next window loads on
-        self.ended = False  # the reader said the epoch has no more windows
+        self.turn = 0  # the engine the next round loads on
+        self.ended = False  # the reader said the epoch has no more rounds
         self.done = False
         self.cancelled = False
-        self._planned = progress.step  # the progress step at which the windows so far end
+        self._planned = progress.step  # the progress step at which the rounds so far end
         self._finalizer = weakref.finalize(self, reader.close)
 
     def __iter__(self) -> _StreamIteration:
@@ -370,7 +370,7 @@ class _StreamIteration:
                     return _END
                 self.current, self.ahead = self.ahead, None
             try:
-                # Not None: ahead held a window, or _start() just put one there.
+                # Not None: ahead held a round, or _start() just put one there.
                 value = next(self.current[0])  # type: ignore[index]
             except StopIteration:
                 self.current = None
@@ -380,8 +380,8 @@ class _StreamIteration:
             return value
 
     def _start(self, block: bool) -> bool:
-        """Start the next window as ``ahead``: True when it did, False at the end of the
-        epoch (or, without ``block``, when the reader has no window ready)."""
+        """Start the next round as ``ahead``: True when it did, False at the end of the
+        epoch (or, without ``block``, when the reader has no round ready)."""
         while not self.ended:
             waited = time.perf_counter()
             item = self.reader.get(block)
@@ -411,7 +411,7 @@ class _StreamIteration:
 
     def finished(self) -> bool:
         """Whether every step of the epoch was delivered (asking the reader whether
-        another window follows, when that is what decides it)."""
+        another round follows, when that is what decides it)."""
         if self.done:
             return True
         if self.current is not None and self.progress.step < self.current[1]:

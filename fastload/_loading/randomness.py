@@ -39,11 +39,11 @@ class Purpose(enum.IntEnum):
     are part of the streams: a value, once given, never changes."""
 
     EPOCH_ORDER = 1  # key (epoch,): the loader's shuffled order of an epoch
-    QUASI_ORDER = 2  # key (epoch,): shuffle="quasi", chunks and the items of each window
+    QUASI_ORDER = 2  # key (epoch,): shuffle="quasi", blocks and the items of each wave
     SAMPLER = 3  # key (epoch,): WeightedSampler, BucketBatchSampler
-    FILE_ORDER = 4  # key (epoch,): the order of a stream's Shards files
+    FILE_ORDER = 4  # key (epoch,): the order of a FileStream's files
     SHUFFLE_BUFFER = 5  # key (epoch,): a stream's shuffle buffer
-    STREAM_WINDOW = 6  # key (window,): the seed a window of a stream loads with
+    STREAM_ROUND = 6  # key (round,): the seed a round of a stream loads with
     VIEW_ORDER = 7  # key (): shuffleobs, the shuffle of splitobs and kfolds
     RESAMPLING = 8  # key (): oversample, undersample, randobs
     TRANSFORM = 9  # key (epoch, index, op): the rng a Lambda's function is given

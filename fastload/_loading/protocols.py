@@ -2,7 +2,7 @@
 
 The planner reads encoded images natively from an object that offers its items as one
 buffer (``ContiguousBytes``), as spans of mapped files (``SpannedBytes``) or as files
-(``FilePaths``); the loader reads a container chunk by chunk (``Chunked``), checks its
+(``FilePaths``); the loader reads a container block by block (``Blockwise``), checks its
 rows (``CheckedRows``) and reads ahead in its files (``PagedFiles``): a packed dataset and
 its columns are all three (``PackedRows``). Storage classes inherit the protocols they implement, so
 that mypy checks their signatures against these; callers test ``isinstance(x, Protocol)``
@@ -18,8 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "Blockwise",
     "CheckedRows",
-    "Chunked",
     "ContiguousBytes",
     "FilePages",
     "FilePaths",
@@ -60,21 +60,21 @@ class FilePaths(Protocol):
 
 
 class FilePages(Protocol):
-    """Where a packed dataset's chunks lie in its files: what the loader asks to warn about
-    random reads of data larger than memory and to read ahead chunk by chunk."""
+    """Where a packed dataset's blocks lie in its files: what the loader asks to warn about
+    random reads of data larger than memory and to read ahead block by block."""
 
-    chunk_bounds: npt.NDArray[np.int64]
+    block_bounds: npt.NDArray[np.int64]
     nbytes: int
 
     def fits_in_memory(self) -> bool: ...
 
 
 @runtime_checkable
-class Chunked(Protocol):
-    """A container read chunk by chunk (``shuffle="quasi"``): ``chunk_bounds``, the chunks'
+class Blockwise(Protocol):
+    """A container read block by block (``shuffle="quasi"``): ``block_bounds``, the blocks'
     row boundaries (int64, from 0 to its length), or None when it has none."""
 
-    chunk_bounds: npt.NDArray[np.int64] | None
+    block_bounds: npt.NDArray[np.int64] | None
 
 
 @runtime_checkable
@@ -94,11 +94,11 @@ class CheckedRows(Protocol):
 
 
 @runtime_checkable
-class PackedRows(Chunked, PagedFiles, CheckedRows, Protocol):
-    """Rows of a packed dataset (the dataset, or a column of it): its chunks, file pages
+class PackedRows(Blockwise, PagedFiles, CheckedRows, Protocol):
+    """Rows of a packed dataset (the dataset, or a column of it): its blocks, file pages
     and checks, each None where it has none, as on a slice of a column, whose rows are not
     the dataset's."""
 
-    chunk_bounds: npt.NDArray[np.int64] | None = None
+    block_bounds: npt.NDArray[np.int64] | None = None
     file_pages: FilePages | None = None
     verify_rows: Callable[[int | npt.NDArray[np.int64]], None] | None = None

@@ -1,16 +1,16 @@
-"""Where the chunks of a packed dataset lie in its memory-mapped files, and what the
-kernel is told about them: read this chunk now, let go of that one.
+"""Where the blocks of a packed dataset lie in its memory-mapped files, and what the
+kernel is told about them: read this block now, let go of that one.
 
-A chunk's rows take one byte range in each column's buffers (a few ranges per record
+A block's rows take one byte range in each column's buffers (a few ranges per record
 batch it overlaps). ``load`` reads a piece of it into the page cache without copying it
 into the process (the kernel asked to read it and the next piece exactly, then
 ``sendfile`` to ``/dev/null`` waiting for it: sequential, at the disk's rate, nothing read
-past the chunk, and blocking only the caller, without the GIL); ``drop`` unmaps it from this process
+past the block, and blocking only the caller, without the GIL); ``drop`` unmaps it from this process
 (``madvise(MADV_DONTNEED)``, so it leaves the resident memory) and drops it from the page
 cache (``posix_fadvise(DONTNEED)``; pages another process maps stay). Both are hints: a
 page let go is read again at its next access, so what is read never depends on them.
 
-A page at the border of two chunks belongs to both: it is read with either and let go
+A page at the border of two blocks belongs to both: it is read with either and let go
 with neither, since a page let go too early is read again with the kernel's read-around
 (``read_ahead_kb``, up to megabytes) around it.
 """
@@ -21,10 +21,10 @@ import threading
 
 import numpy as np
 
+from fastload._storage.arrow_types import import_pyarrow
+from fastload._storage.memory import memory_limit
+from fastload._storage.readahead import ReadAhead
 from fastload.errors import LoadError
-from fastload.storage.arrow_types import import_pyarrow
-from fastload.storage.memory import memory_limit
-from fastload.storage.readahead import ReadAhead
 
 __all__ = ["FilePages"]
 
@@ -36,27 +36,27 @@ _ASK = 128 << 10
 
 
 class FilePages:
-    """The chunks of a dataset in its files. ``shards``: the opened files (each with
+    """The blocks of a dataset in its files. ``opened``: the opened files (each with
     ``path``, ``mapping``: its mmap, ``base``: a uint8 numpy view of it, ``batches``);
-    ``chunk_bounds``: the dataset's chunk boundaries (rows); ``check_chunk(k)``: checks
-    chunk k against its checksum once, raising ``LoadError`` when it does not match (None:
+    ``block_bounds``: the dataset's block boundaries (rows); ``check_block(k)``: checks
+    block k against its checksum once, raising ``LoadError`` when it does not match (None:
     nothing to check). ``nbytes``: the files' size."""
 
-    def __init__(self, shards, chunk_bounds, check_chunk=None):
-        self._shards = shards
-        self._check_chunk = check_chunk
-        self.chunk_bounds = chunk_bounds
-        self.nbytes = sum(s.base.size for s in shards)
-        # Record batches as (first row, shard, batch), to find a row's batch.
+    def __init__(self, opened, block_bounds, check_block=None):
+        self._opened = opened
+        self._check_block = check_block
+        self.block_bounds = block_bounds
+        self.nbytes = sum(s.base.size for s in opened)
+        # Record batches as (first row, file, batch), to find a row's batch.
         starts, self._pieces = [], []
         row = 0
-        for k, shard in enumerate(shards):
-            for batch in shard.batches:
+        for k, file in enumerate(opened):
+            for batch in file.batches:
                 starts.append(row)
                 self._pieces.append((row, k, batch))
                 row += batch.num_rows
         self._piece_starts = np.asarray(starts, np.int64)
-        self._spans = None  # per chunk: [(shard, start, stop)], sorted, merged
+        self._spans = None  # per block: [(file, start, stop)], sorted, merged
         self._lock = threading.Lock()
 
     def fits_in_memory(self):
@@ -65,29 +65,29 @@ class FilePages:
         return limit is None or self.nbytes <= limit
 
     def spans(self):
-        """Per chunk, the byte ranges ``(shard, start, stop)`` its rows take in the files
+        """Per block, the byte ranges ``(file, start, stop)`` its rows take in the files
         (every column; computed once)."""
         with self._lock:
             if self._spans is None:
-                bounds = self.chunk_bounds
+                bounds = self.block_bounds
                 self._spans = [
                     _merged(self._rows_spans(int(bounds[c]), int(bounds[c + 1])))
                     for c in range(len(bounds) - 1)
                 ]
             return self._spans
 
-    def chunk_nbytes(self):
-        """The bytes each chunk takes in the files (int64, one per chunk)."""
+    def block_nbytes(self):
+        """The bytes each block takes in the files (int64, one per block)."""
         return np.array(
             [sum(stop - start for _, start, stop in spans) for spans in self.spans()], np.int64
         )
 
-    def pieces(self, chunk):
-        """The page-aligned ranges ``(shard, start, stop)`` that ``load`` reads for
-        ``chunk``, at most 8 MiB each (a reader can attend to other work between two)."""
+    def pieces(self, block):
+        """The page-aligned ranges ``(file, start, stop)`` that ``load`` reads for
+        ``block``, at most 8 MiB each (a reader can attend to other work between two)."""
         return [
-            (shard, at, min(at + _PIECE, stop))
-            for shard, start, stop in _pages(self.spans()[chunk], outward=True)
+            (file, at, min(at + _PIECE, stop))
+            for file, start, stop in _pages(self.spans()[block], outward=True)
             for at in range(start, stop, _PIECE)
         ]
 
@@ -97,42 +97,42 @@ class FilePages:
         to load, if any) exactly (``_ask``), so that the disk has that much in flight and
         nothing past them is read; ``sendfile`` then waits for ``piece``. Where
         ``sendfile`` is not available, the call returns once the kernel was asked."""
-        shard, start, stop = piece
-        fd = os.open(self._shards[shard].path, os.O_RDONLY)
+        file, start, stop = piece
+        fd = os.open(self._opened[file].path, os.O_RDONLY)
         try:
             _ask(fd, start, stop)
-            if then is not None and then[0] == shard:
+            if then is not None and then[0] == file:
                 _ask(fd, then[1], then[2])
             _read_through(fd, start, stop)
         finally:
             os.close(fd)
 
-    def check(self, chunk):
-        """Check ``chunk`` against its checksum ahead of the loader, which then finds it
-        checked; True when it matches or there is nothing to check. A chunk that does not
+    def check(self, block):
+        """Check ``block`` against its checksum ahead of the loader, which then finds it
+        checked; True when it matches or there is nothing to check. A block that does not
         match stays unchecked: the loader checks it again before it hands out its rows,
         and raises there, naming them."""
-        if self._check_chunk is None:
+        if self._check_block is None:
             return True
         try:
-            self._check_chunk(chunk)
+            self._check_block(block)
         except LoadError:
             return False
         return True
 
-    def drop(self, chunk, keep=()):
-        """Let go of ``chunk`` but the pages of the rows ``keep``."""
-        pages = _pages(self.spans()[chunk], outward=False)
+    def drop(self, block, keep=()):
+        """Let go of ``block`` but the pages of the rows ``keep``."""
+        pages = _pages(self.spans()[block], outward=False)
         if len(keep):
             pages = _subtract(pages, _pages(self._row_spans(keep), outward=True))
         self._let_go(pages)
 
-    def drop_rows(self, chunk, rows):
-        """Let go of the pages of ``rows`` (rows of ``chunk``) that lie inside the chunk."""
+    def drop_rows(self, block, rows):
+        """Let go of the pages of ``rows`` (rows of ``block``) that lie inside the block."""
         self._let_go(
             _intersect(
                 _pages(self._row_spans(rows), outward=True),
-                _pages(self.spans()[chunk], outward=False),
+                _pages(self.spans()[block], outward=False),
             )
         )
 
@@ -142,11 +142,11 @@ class FilePages:
         return ReadAhead(self, order, rows, start, memory_limit())
 
     def _let_go(self, pages):
-        for shard in sorted({p[0] for p in pages}):
-            mapping = self._shards[shard].mapping
-            fd = os.open(self._shards[shard].path, os.O_RDONLY)
+        for file in sorted({p[0] for p in pages}):
+            mapping = self._opened[file].mapping
+            fd = os.open(self._opened[file].path, os.O_RDONLY)
             try:
-                for _, start, stop in (p for p in pages if p[0] == shard):
+                for _, start, stop in (p for p in pages if p[0] == file):
                     if hasattr(mmap, "MADV_DONTNEED"):
                         mapping.madvise(mmap.MADV_DONTNEED, start, stop - start)
                     _fadvise(fd, start, stop - start, "POSIX_FADV_DONTNEED")
@@ -160,23 +160,23 @@ class FilePages:
         )
 
     def _rows_spans(self, lo, hi):
-        """The byte ranges ``(shard, start, stop)`` of rows [lo, hi) in every column of the
+        """The byte ranges ``(file, start, stop)`` of rows [lo, hi) in every column of the
         record batches they lie in (unsorted)."""
         pa = import_pyarrow()
         found = []
         k = max(int(np.searchsorted(self._piece_starts, lo, side="right")) - 1, 0)
-        for first, shard, batch in self._pieces[k:]:
+        for first, file, batch in self._pieces[k:]:
             if first >= hi:
                 break
             a, b = max(lo, first), min(hi, first + batch.num_rows)
             if a >= b:
                 continue
-            mapped = self._shards[shard].base
+            mapped = self._opened[file].base
             for column in batch.columns:
                 for address, size in _column_spans(pa, column, a - first, b - a):
                     at = address - mapped.ctypes.data
                     if size > 0 and 0 <= at and at + size <= mapped.size:
-                        found.append((shard, at, at + size))
+                        found.append((file, at, at + size))
         return found
 
 
@@ -207,7 +207,7 @@ def _ask(fd, start, stop):
     in steps of ``_ASK`` bytes: it reads no more than its read-ahead size for one call,
     and asked this way it reads ahead of nothing (reading a file, its read-ahead goes
     past the end of what is read, by up to ``read_ahead_kb``: megabytes on some
-    machines, a fifth more than a 64 MiB chunk)."""
+    machines, a fifth more than a 64 MiB block)."""
     for at in range(start, stop, _ASK):
         _fadvise(fd, at, min(_ASK, stop - at), "POSIX_FADV_WILLNEED")
 
@@ -249,11 +249,11 @@ def _column_spans(pa, array, first, n):
 def _merged(spans):
     """Sorted, with overlapping or touching ranges joined."""
     out: list[tuple[int, int, int]] = []
-    for shard, start, stop in sorted(spans):
-        if out and out[-1][0] == shard and start <= out[-1][2]:
-            out[-1] = (shard, out[-1][1], max(out[-1][2], stop))
+    for file, start, stop in sorted(spans):
+        if out and out[-1][0] == file and start <= out[-1][2]:
+            out[-1] = (file, out[-1][1], max(out[-1][2], stop))
         else:
-            out.append((shard, start, stop))
+            out.append((file, start, stop))
     return out
 
 
@@ -261,36 +261,36 @@ def _pages(spans, outward):
     """Byte ranges aligned to pages: every page they touch (``outward``), or only the
     pages they cover entirely; merged."""
     out = []
-    for shard, start, stop in spans:
+    for file, start, stop in spans:
         if outward:
             start, stop = start // _PAGE * _PAGE, -(-stop // _PAGE) * _PAGE
         else:
             start, stop = -(-start // _PAGE) * _PAGE, stop // _PAGE * _PAGE
         if stop > start:
-            out.append((shard, start, stop))
+            out.append((file, start, stop))
     return _merged(out)
 
 
 def _subtract(ranges, holes):
     """``ranges`` less ``holes`` (both sorted and merged)."""
     out = []
-    for shard, start, stop in ranges:
-        for h_shard, h_start, h_stop in holes:
-            if h_shard != shard or h_stop <= start or h_start >= stop:
+    for file, start, stop in ranges:
+        for h_file, h_start, h_stop in holes:
+            if h_file != file or h_stop <= start or h_start >= stop:
                 continue
             if h_start > start:
-                out.append((shard, start, h_start))
+                out.append((file, start, h_start))
             start = max(start, h_stop)
         if stop > start:
-            out.append((shard, start, stop))
+            out.append((file, start, stop))
     return out
 
 
 def _intersect(ranges, other):
     """The parts of ``ranges`` inside ``other`` (both sorted and merged)."""
     return [
-        (shard, max(start, o_start), min(stop, o_stop))
-        for shard, start, stop in ranges
-        for o_shard, o_start, o_stop in other
-        if o_shard == shard and max(start, o_start) < min(stop, o_stop)
+        (file, max(start, o_start), min(stop, o_stop))
+        for file, start, stop in ranges
+        for o_file, o_start, o_stop in other
+        if o_file == file and max(start, o_start) < min(stop, o_stop)
     ]

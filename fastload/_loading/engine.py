@@ -36,10 +36,10 @@ from typing import Any, Literal, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from . import _core
+from .. import _core
+from ..context import loading
+from ..obs import Container
 from .arguments import is_size
-from .context import loading
-from .obs import Container
 from .plan import make_plan
 from .processes import WorkerPool
 from .schedule import Schedule
@@ -297,8 +297,8 @@ class Engine:
             )
             return iteration
         filler = _filler(plan, ring, iteration.objects, schedule) if plan.has_python else None
-        # Cheap items are claimed in chunks so threads do not contend per item.
-        chunk = 1 if plan.expensive else max(16, -(-plan.rows // (4 * max(parallel, 1))))
+        # Cheap items are claimed several at a time so threads do not contend per item.
+        claim_size = 1 if plan.expensive else max(16, -(-plan.rows // (4 * max(parallel, 1))))
         # A whole-step plan loads step s as its item s: one row a step, whatever the bounds.
         bounds = None if plan.whole_steps else schedule.bounds
         iteration.start_run(
@@ -310,7 +310,7 @@ class Engine:
             seed=schedule.seed,
             epoch=schedule.epoch,
             parallel=parallel,
-            chunk=chunk,
+            claim_size=claim_size,
             ordered=self.ordered,
             skip_errors=skip,
             release_gil=plan.expensive,

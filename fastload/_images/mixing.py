@@ -18,7 +18,7 @@ import numbers
 
 import numpy as np
 
-from . import _core
+from .. import _core
 
 __all__ = ["CutMix", "MixUp"]
 

@@ -1,0 +1,3 @@
+"""The packed format's machinery behind ``fastload.storage``: encodings, checksums,
+file maps and their guards, the Arrow IPC framing, encoder threads and processes,
+reading ahead. Nothing here is imported by users."""
