@@ -30,7 +30,6 @@ Usage: python bench/jpeg.py [--n 4000] [--repeats 3] [--batches 0] [--root DIR] 
 import argparse
 import concurrent.futures
 import json
-import math
 import os
 import random
 import subprocess
@@ -45,71 +44,20 @@ import simplejpeg
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import compare
 from images import DEFAULT_ROOT, generate
+from pipelines import SIZE, pil_jitter, rrc_params, train_ops
 
 import fastload
 from fastload.imagefolder import ImageFolder
 from fastload.transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,
-    ColorJitter,
     Compose,
-    DecodeImage,
-    Normalize,
-    RandomHorizontalFlip,
-    RandomResizedCrop,
-    ToCHW,
 )
 
 BATCH = 256
-SIZE = 224
 FASTLOAD = "fastload DataLoader"
 THREADS = "simplejpeg+PIL thread pool"
 TORCH = "torch DataLoader"
-
-
-def rrc_params(rng, h, w, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
-    """torchvision's RandomResizedCrop.get_params: (top, left, height, width)."""
-    area = h * w
-    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
-    for _ in range(10):
-        target = area * rng.uniform(*scale)
-        aspect = math.exp(rng.uniform(*log_ratio))
-        cw = int(round(math.sqrt(target * aspect)))
-        ch = int(round(math.sqrt(target / aspect)))
-        if 0 < cw <= w and 0 < ch <= h:
-            return rng.randint(0, h - ch), rng.randint(0, w - cw), ch, cw
-    in_ratio = w / h  # fallback: the central crop of the closest allowed aspect
-    if in_ratio < ratio[0]:
-        cw, ch = w, int(round(w / ratio[0]))
-    elif in_ratio > ratio[1]:
-        ch, cw = h, int(round(h * ratio[1]))
-    else:
-        cw, ch = w, h
-    return (h - ch) // 2, (w - cw) // 2, ch, cw
-
-
-JITTER = 0.4
-
-
-def train_ops(jitter):
-    ops = [DecodeImage(), RandomResizedCrop(SIZE), RandomHorizontalFlip()]
-    if jitter:
-        ops += [
-            ColorJitter(JITTER, JITTER, JITTER),
-            Normalize(IMAGENET_MEAN, IMAGENET_STD),
-            ToCHW(),
-        ]
-    return ops
-
-
-def pil_jitter(img, rng, enhance):
-    """torchvision's ColorJitter on a PIL image: factors uniform in [1 - j, 1 + j], the
-    three ops in a random order (ImageEnhance, as torchvision's PIL path)."""
-    ops = [enhance.Brightness, enhance.Contrast, enhance.Color]
-    factors = [rng.uniform(1 - JITTER, 1 + JITTER) for _ in ops]
-    for k in rng.sample(range(len(ops)), len(ops)):
-        img = ops[k](img).enhance(factors[k])
-    return img
 
 
 def make_fastload(root, jitter):

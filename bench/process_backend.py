@@ -27,38 +27,16 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import compare
 from images import DEFAULT_ROOT, generate
+from pipelines import SIZE, train_ops
 
 import fastload
 from fastload.imagefolder import ImageFolder
 from fastload.transforms import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    ColorJitter,
     Compose,
-    DecodeImage,
-    Normalize,
-    RandomHorizontalFlip,
-    RandomResizedCrop,
-    ToCHW,
 )
-
-SIZE = 224
-JITTER = 0.4
 
 THREAD = "backend='thread'"
 PROCESS = "backend='process'"
-
-
-def train_ops(jitter):
-    """The chain of `jpeg.py` (not imported from there: it needs psutil)."""
-    ops = [DecodeImage(), RandomResizedCrop(SIZE), RandomHorizontalFlip()]
-    if jitter:
-        ops += [
-            ColorJitter(JITTER, JITTER, JITTER),
-            Normalize(IMAGENET_MEAN, IMAGENET_STD),
-            ToCHW(),
-        ]
-    return ops
 
 
 def make(root, backend, workers, batch, jitter):

@@ -26,7 +26,6 @@ Usage: python bench/torch_dropin.py [--n 2000] [--batch 64] [--repeats 3] [--roo
 
 import argparse
 import json
-import math
 import os
 import random
 import statistics
@@ -41,13 +40,13 @@ import torch.utils.data as tud
 from common import compare
 from images import DEFAULT_ROOT, generate
 from PIL import Image
+from pipelines import SIZE, rrc_params, train_ops
 
 import fastload
 import fastload.torch
 from fastload.imagefolder import ImageFolder
-from fastload.transforms import Compose, DecodeImage, RandomHorizontalFlip, RandomResizedCrop
+from fastload.transforms import Compose
 
-SIZE = 224
 PAGE = 4096
 WORKERS = 2
 NATIVE, ENGINE = "fastload.torch.DataLoader", "fastload.DataLoader"
@@ -56,21 +55,8 @@ DROPIN, TORCH = "fastload.torch.DataLoader (process-ring)", "torch DataLoader"
 
 def container(root):
     folder = ImageFolder(root)
-    train = Compose([DecodeImage(), RandomResizedCrop(SIZE), RandomHorizontalFlip()])
+    train = Compose(train_ops(jitter=False))
     return fastload.obsview((fastload.mapobs(train, folder.images), folder.labels))
-
-
-def crop_box(h, w, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
-    """A random crop of ``scale`` of the area and an aspect in ``ratio`` (the whole image
-    when ten draws miss): (left, top, right, bottom)."""
-    for _ in range(10):
-        area = h * w * random.uniform(*scale)
-        aspect = math.exp(random.uniform(math.log(ratio[0]), math.log(ratio[1])))
-        cw, ch = round(math.sqrt(area * aspect)), round(math.sqrt(area / aspect))
-        if 0 < cw <= w and 0 < ch <= h:
-            top, left = random.randint(0, h - ch), random.randint(0, w - cw)
-            return left, top, left + cw, top + ch
-    return 0, 0, w, h
 
 
 class PILFolder(tud.Dataset):
@@ -86,7 +72,8 @@ class PILFolder(tud.Dataset):
     def __getitem__(self, i):
         with Image.open(self.paths[i]) as f:
             img = f.convert("RGB")
-        img = img.crop(crop_box(img.height, img.width)).resize((SIZE, SIZE), Image.BILINEAR)
+        top, left, h, w = rrc_params(random, img.height, img.width)
+        img = img.crop((left, top, left + w, top + h)).resize((SIZE, SIZE), Image.BILINEAR)
         if random.random() < 0.5:
             img = img.transpose(Image.FLIP_LEFT_RIGHT)
         return torch.from_numpy(np.array(img)), int(self.labels[i])
@@ -172,11 +159,11 @@ def make(name, root, batch):
 
 
 def touch(batch):
-    """Read a byte of every page of the batch's tensors, as a training step reads its batch
-    (a loop that reads nothing leaves a batch delivered in shared memory unmapped in the
-    consumer: its pages would count in no process's memory)."""
+    """Read a byte of every page of the batch's arrays (tensors or numpy), as a training step
+    reads its batch (a loop that reads nothing leaves a batch delivered in shared memory
+    unmapped in the consumer: its pages would count in no process's memory)."""
     for part in batch:
-        flat = part.reshape(-1).view(torch.uint8)
+        flat = torch.as_tensor(part).reshape(-1).view(torch.uint8)
         int(flat[::PAGE].sum())
 
 

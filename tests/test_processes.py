@@ -152,12 +152,12 @@ def _ring_pages(engine):
     return [bytes(pool.mapping[start : start + length]) for start, length in pool.spans]
 
 
-@pytest.mark.parametrize("buffer", [False, True])
-def test_a_copied_step_gives_its_slot_pages_back_and_a_buffered_one_keeps_them(buffer):
+@pytest.mark.parametrize("buffer, lean", [(False, True), (True, True), (False, False)])
+def test_a_lean_engine_gives_a_copied_steps_pages_back_and_keeps_the_rest(buffer, lean):
     # Rows of 3 pages, so that every slot holds whole pages whatever its offset.
     data = np.arange(24 * 3 * 4096, dtype=np.uint8).reshape(24, 3 * 4096) | 1
     steps = _steps(data, 24, batch_size=4)
-    engine = process_engine(2, buffer=buffer)
+    engine = process_engine(2, buffer=buffer, lean=lean)
     try:
         got = [copy_tree(step) for step in _iterate(engine, steps)]
         pages = _ring_pages(engine)
@@ -165,8 +165,9 @@ def test_a_copied_step_gives_its_slot_pages_back_and_a_buffered_one_keeps_them(b
         engine.close()
     assert_tree_equal(got, [getobs(steps, k) for k in range(numobs(steps))])
     assert all(len(slot) >= 4096 for slot in pages)
-    # Copied out: returned to the system, reading zeros; buffered: the steps stay.
-    assert all((slot.count(0) == len(slot)) != buffer for slot in pages)
+    # Copied out by a lean engine: returned to the system, reading zeros; buffered, or
+    # not lean: the steps stay.
+    assert all((slot.count(0) == len(slot)) == (lean and not buffer) for slot in pages)
 
 
 def test_unordered_delivers_the_same_set_of_steps():

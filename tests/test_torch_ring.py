@@ -447,3 +447,26 @@ def test_shapes_that_differ_between_batches_raise_saying_what_to_do():
     ours, loader = batches_of(DataLoader, GrowingDataset(), epochs=1, **kw)
     assert loader.path == "process"
     assert_same(ours, batches_of(tud.DataLoader, GrowingDataset(), epochs=1, **kw)[0])
+
+
+class PagesDataset(tud.Dataset):
+    """Items of two pages each, so that a batch's slot holds whole pages."""
+
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        return np.full(8192, i % 250 + 1, np.uint8), i
+
+
+def test_the_ring_gives_a_copied_batchs_memory_back_as_pytorchs_per_batch_memory_goes():
+    loader = DataLoader(PagesDataset(), batch_size=4, num_workers=2, persistent_workers=True)
+    assert loader.path == "process-ring"
+    kept = [(x.clone(), y.clone()) for x, y in loader]
+    pool = loader._ring_engine._workers
+    pages = [bytes(pool.mapping[start : start + length]) for start, length in pool.spans]
+    loader.close()
+    assert [y.tolist() for _, y in kept] == [list(range(k, k + 4)) for k in range(0, 24, 4)]
+    assert all(bool((x == y.reshape(-1, 1) % 250 + 1).all()) for x, y in kept)
+    # Every batch was copied out: no slot holds a page of it any more.
+    assert pages and all(len(slot) >= 4096 and slot.count(0) == len(slot) for slot in pages)

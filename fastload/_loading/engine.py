@@ -39,7 +39,7 @@ import numpy.typing as npt
 from .. import _core
 from ..context import loading
 from ..obs import Container
-from .arguments import is_size
+from .arguments import check_flag, is_size
 from .plan import make_plan
 from .processes import WorkerPool
 from .schedule import Schedule
@@ -117,8 +117,11 @@ class Engine:
     ``worker_init(worker_id)`` runs once in each worker process after it is forked (ids 0
     to n - 1; step k is loaded by worker k mod n), where it may seed the worker's random
     state; what it raises is raised by the iteration. ``timeout``: the most seconds to wait
-    for a step from the workers (``TimeoutError``; None: no limit). Raises ``ValueError``
-    for an unknown option value.
+    for a step from the workers (``TimeoutError``; None: no limit). ``lean``: with
+    ``buffer=False``, give a slot's pages back to the system as soon as its step is copied
+    out, so that the ring holds memory only for the steps in flight (as a loader that makes
+    a new shared buffer per batch does), at the cost of faulting them in again each step.
+    Raises ``ValueError`` for an unknown option value.
     """
 
     def __init__(
@@ -133,10 +136,12 @@ class Engine:
         allocator: Allocator = np.empty,
         worker_init: Callable[[int], None] | None = None,
         timeout: float | None = None,
+        lean: bool = False,
     ) -> None:
         if is_size(parallel) and parallel == 0:
             parallel = False  # no threads: the caller's (MLUtils' parallel=0)
         _check_options(parallel, buffer, ordered, prefetch, on_error, backend, worker_init, timeout)
+        lean = check_flag("lean", lean)
         self.parallel = parallel
         self.buffer = buffer
         self.ordered = ordered
@@ -156,7 +161,7 @@ class Engine:
         self._workers: WorkerPool | None = None
         if backend == "process":
             count = _core.default_pool_size() if parallel is True else int(parallel)
-            self._workers = WorkerPool(count, worker_init, timeout, discard=not buffer)
+            self._workers = WorkerPool(count, worker_init, timeout, discard=lean and not buffer)
 
     @property
     def ring(self):

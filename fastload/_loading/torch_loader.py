@@ -319,6 +319,7 @@ class DataLoader(Generic[T_co]):
                 ordered=self.in_order,
                 worker_init=setup,
                 timeout=self.timeout or None,
+                lean=True,  # memory for the batches in flight only, as PyTorch's
             )
             if self.persistent_workers:
                 self._ring_engine = engine
