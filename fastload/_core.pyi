@@ -71,6 +71,7 @@ class Iteration:
         count_values: bool = False,
         check: Callable[[int], None] | None = None,
         watches: list[SlotWatch] | None = None,
+        copier: Callable[[Any], Any] | None = None,
     ) -> None: ...
     def start_run(
         self,

@@ -331,6 +331,8 @@ cdef class Iteration:
     ``copied(slot)`` hears that the consumer took a copy of the slot's step (``buffer=False``).
     ``check(step)``, when given, runs before a step's value is handed out (a packed
     dataset's checksums, with ``verify="read"``); what it raises ends the iteration.
+    ``copier(value)``, when given, makes the consumer's copy of a step (``buffer=False``)
+    in place of copying its arrays with numpy.
 
     Slots: ``ring[slot]`` is the list of a slot's destination arrays (None for fields with
     no array); ``values[slot]`` its whole step's value (None: assemble every time);
@@ -346,7 +348,7 @@ cdef class Iteration:
     cdef list ring, values, watches
     cdef readonly list objects
     cdef dict errors
-    cdef object filler, on_end, check, watched
+    cdef object filler, on_end, check, watched, copier
     cdef bint buffer, release_gil, count_values, busy
     cdef readonly bint done
     cdef bint warned
@@ -360,7 +362,8 @@ cdef class Iteration:
     def __cinit__(self, plan, *, list ring not None, list values not None,
                   list objects not None, int64_t rows, bint buffer, Stats stats not None,
                   Progress progress not None,
-                  on_end=None, bint count_values=False, check=None, list watches=None):
+                  on_end=None, bint count_values=False, check=None, list watches=None,
+                  copier=None):
         if len(values) != len(ring) or len(objects) != len(ring) or not ring:
             raise ValueError("a ring needs at least one slot, with a value and objects each")
         if rows < 1:
@@ -380,6 +383,7 @@ cdef class Iteration:
         self.count_values = count_values
         self.errors = {}
         self.watches = watches
+        self.copier = copier
         self.held = self.previous = -1
         for watch in watches or ():
             (<SlotWatch>watch).arm()
@@ -617,7 +621,7 @@ cdef class Iteration:
         if value is None or s.failed or s.skipped:
             return self._deliver(slot, s.rows, self._failure(slot), self._kept(slot), None)
         self.stats.items += s.rows
-        return value if self.buffer else _owned(value)
+        return value if self.buffer else self._owned(value)
 
     cdef object _next_transport(self):
         release = self._release()
@@ -650,7 +654,12 @@ cdef class Iteration:
         if value is None:
             value = self.plan.assemble(self.ring[slot], objects, rows, keep)
         self.stats.items += _count_items(value) if self.count_values else kept
-        return value if self.buffer else _owned(value)
+        return value if self.buffer else self._owned(value)
+
+    cdef object _owned(self, value):
+        """A copy of a step's ``value`` that the caller owns: ``copier(value)`` when given,
+        else its arrays copied."""
+        return _owned(value) if self.copier is None else self.copier(value)
 
     cdef object _failure(self, int slot):
         """(step, field, index, message, cause) of the slot's fatal failure, or None."""

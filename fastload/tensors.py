@@ -47,7 +47,12 @@ def numpy_view(tensor: torch.Tensor) -> np.ndarray | None:
 
 def as_tensor(array: npt.ArrayLike) -> torch.Tensor:
     """A tensor owning a copy of the numpy ``array``."""
-    return _torch().from_numpy(np.array(array))
+    return from_numpy(np.array(array))
+
+
+def from_numpy(array: np.ndarray) -> torch.Tensor:
+    """A tensor sharing the memory of the numpy ``array``."""
+    return _torch().from_numpy(array)
 
 
 def take(tensor: torch.Tensor, i: int | npt.NDArray[np.int64]) -> torch.Tensor:

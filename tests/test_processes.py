@@ -2,6 +2,7 @@
 dead workers reach the consumer, and nothing is left in /dev/shm."""
 
 import gc
+import mmap
 import os
 import signal
 import subprocess
@@ -168,6 +169,26 @@ def test_a_lean_engine_gives_a_copied_steps_pages_back_and_keeps_the_rest(buffer
     # Copied out by a lean engine: returned to the system, reading zeros; buffered, or
     # not lean: the steps stay.
     assert all((slot.count(0) == len(slot)) == (lean and not buffer) for slot in pages)
+
+
+def _base_of(array):
+    """The object that owns an array's memory, through views and buffers."""
+    while isinstance(array, np.ndarray) and array.base is not None:
+        array = array.base
+    return array.obj if isinstance(array, memoryview) else array
+
+
+def test_a_lean_engines_copies_are_maps_of_their_own():
+    # Each step copied into an anonymous map, unmapped when the caller drops it (a freed
+    # copy of a plain np.copy would stay in the allocator's heap).
+    steps = _steps((np.arange(24 * 4096, dtype=np.uint8).reshape(24, 4096), np.arange(24)), 24)
+    engine = process_engine(2, buffer=False, lean=True)
+    try:
+        got = list(_iterate(engine, steps))
+    finally:
+        engine.close()
+    assert_tree_equal(got, [getobs(steps, k) for k in range(numobs(steps))])
+    assert all(isinstance(_base_of(part), mmap.mmap) for step in got for part in step)
 
 
 def test_unordered_delivers_the_same_set_of_steps():

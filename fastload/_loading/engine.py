@@ -27,6 +27,7 @@ an iteration waits for its tasks before its ring can be freed.
 from __future__ import annotations
 
 import atexit
+import mmap
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -36,13 +37,14 @@ from typing import Any, Literal, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from .. import _core
+from .. import _core, tensors
 from ..context import loading
 from ..obs import Container
 from .arguments import check_flag, is_size
 from .plan import make_plan
 from .processes import WorkerPool
 from .schedule import Schedule
+from .tree import map_tree
 
 __all__ = ["Allocator", "Backend", "Engine", "OnError"]
 
@@ -118,9 +120,11 @@ class Engine:
     to n - 1; step k is loaded by worker k mod n), where it may seed the worker's random
     state; what it raises is raised by the iteration. ``timeout``: the most seconds to wait
     for a step from the workers (``TimeoutError``; None: no limit). ``lean``: with
-    ``buffer=False``, give a slot's pages back to the system as soon as its step is copied
-    out, so that the ring holds memory only for the steps in flight (as a loader that makes
-    a new shared buffer per batch does), at the cost of faulting them in again each step.
+    ``buffer=False``, hold memory only for the steps in flight and those the caller holds,
+    as a loader that makes a new shared buffer per batch does: a slot's pages go back to
+    the system as soon as its step is copied out (worker processes), and each copy is a
+    map of its own, returned to the system when the caller drops it (a freed copy would
+    stay in the allocator's heap), at the cost of faulting pages in again each step.
     Raises ``ValueError`` for an unknown option value.
     """
 
@@ -141,7 +145,7 @@ class Engine:
         if is_size(parallel) and parallel == 0:
             parallel = False  # no threads: the caller's (MLUtils' parallel=0)
         _check_options(parallel, buffer, ordered, prefetch, on_error, backend, worker_init, timeout)
-        lean = check_flag("lean", lean)
+        self.lean = check_flag("lean", lean)
         self.parallel = parallel
         self.buffer = buffer
         self.ordered = ordered
@@ -161,7 +165,9 @@ class Engine:
         self._workers: WorkerPool | None = None
         if backend == "process":
             count = _core.default_pool_size() if parallel is True else int(parallel)
-            self._workers = WorkerPool(count, worker_init, timeout, discard=lean and not buffer)
+            self._workers = WorkerPool(
+                count, worker_init, timeout, discard=self.lean and not buffer
+            )
 
     @property
     def ring(self):
@@ -287,6 +293,7 @@ class Engine:
                 count_values=plan.whole_steps and schedule.batch_size is not None,
                 check=_checker(schedule, verify_rows, delivered),
                 watches=watches,
+                copier=_mapped_copy if self.lean and not self.buffer else None,
             )
         except BaseException:
             if shared:
@@ -362,6 +369,25 @@ class _Rechecked:
 
     def close(self):
         self.transport.close()
+
+
+def _mapped_copy(value: Any) -> Any:
+    """``value`` with each array (or CPU tensor) copied into an anonymous map of its own,
+    unmapped when the copy (and every view of it) is dropped."""
+
+    def mapped(array: np.ndarray) -> np.ndarray:
+        pages = mmap.mmap(-1, max(1, array.nbytes))
+        out = np.frombuffer(pages, array.dtype, array.size).reshape(array.shape)
+        out[...] = array
+        return out
+
+    def copy(leaf: Any) -> Any:
+        if isinstance(leaf, np.ndarray):
+            return mapped(leaf)
+        view = tensors.numpy_view(leaf) if tensors.is_tensor(leaf) else None
+        return leaf if view is None else tensors.from_numpy(mapped(view))
+
+    return map_tree(copy, value)
 
 
 def _checker(schedule, verify_rows, delivered):

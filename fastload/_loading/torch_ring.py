@@ -40,6 +40,7 @@ from .plan import MisfitError
 from .processes import WorkerDied, WorkerError
 from .torch_batches import as_collated
 from .torch_workers import death, rebuilt
+from .tree import map_tree
 
 __all__ = ["FirstKnown", "RingBatches", "fits_ring", "per_item", "probe_first"]
 
@@ -112,6 +113,11 @@ def fits_ring(obs: Any) -> bool:
     return False
 
 
+def _as_array(leaf: Any) -> Any:
+    """A CPU tensor as the numpy array sharing its memory; any other leaf as it is."""
+    return numpy_view(leaf) if type(leaf) is torch.Tensor else leaf
+
+
 def _plain(dtype: np.dtype[Any]) -> bool:
     return dtype.kind in "biufc" and dtype.isnative
 
@@ -120,11 +126,13 @@ class FirstKnown:
     """A map-style dataset whose observation 0 the probe read already: the plans made in
     the caller and in the workers take their shapes from it (``getobs(data, 0)``), so that
     the caller runs none of the dataset's code; every item loaded (``getobs_into``) is
-    read from the dataset itself, in a worker."""
+    read from the dataset itself, in a worker. Its tensors are planned as numpy arrays
+    (``default_collate`` makes both tensors alike, and ``as_collated`` does so here), so
+    that the step copied out of the ring is the batch's one copy."""
 
     def __init__(self, dataset: Any, first: Any) -> None:
         self.dataset = dataset
-        self.first = first
+        self.first = map_tree(_as_array, first)
 
     def __len__(self) -> int:
         return len(self.dataset)
