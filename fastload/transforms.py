@@ -22,6 +22,7 @@ import numpy as np
 
 from . import _core, limits
 from ._images import codecs
+from ._images.codecs import image_size
 from ._images.mixing import CutMix, MixUp
 from ._loading.randomness import Purpose, generator
 from .errors import CoreError, Status
@@ -45,6 +46,7 @@ __all__ = [
     "RandomResizedCrop",
     "Resize",
     "ToCHW",
+    "image_size",
 ]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

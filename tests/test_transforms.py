@@ -23,6 +23,7 @@ from fastload.transforms import (
     RandomResizedCrop,
     Resize,
     ToCHW,
+    image_size,
 )
 
 
@@ -272,6 +273,8 @@ def test_corrupt_or_truncated_jpeg_raises_value_error(damage):
 
 def test_image_size_reads_a_jpeg_header():
     assert codecs.image_size(jpeg(natural_image(33, 47))) == (33, 47)
+    # The public name, in place of the removed decode_jpeg_header.
+    assert image_size(jpeg(natural_image(21, 9))) == (21, 9)
 
 
 def test_imagefolder_labels_follow_sorted_class_names(tmp_path):
