@@ -436,9 +436,9 @@ def _init_worker(worker_id):
     _worker_state.update(id=worker_id, draw=int(rng.integers(1000)))
 
 
-def test_worker_init_runs_once_in_each_worker_and_steps_go_in_turn(shm_clean):
+def test_worker_init_runs_once_in_each_worker_and_whole_steps_go_in_turn(shm_clean):
     data = mapobs(_who, np.arange(24)[:, None])
-    engine = process_engine(3, buffer=False, worker_init=_init_worker)
+    engine = process_engine(3, buffer=False, worker_init=_init_worker, split_steps=False)
     try:
         with deadline(30):
             for _ in range(2):  # the same workers, initialised once, over two epochs
@@ -450,6 +450,19 @@ def test_worker_init_runs_once_in_each_worker_and_steps_go_in_turn(shm_clean):
                     assert step[:, 2].tolist() == list(range(4 * k, 4 * k + 4))
     finally:
         engine.close()
+
+
+def test_a_split_step_gives_worker_p_its_part_p_of_contiguous_rows(shm_clean):
+    data = mapobs(_who, np.arange(23)[:, None])
+    engine = process_engine(3, buffer=False, worker_init=_init_worker)
+    try:
+        with deadline(30):
+            steps = _run(engine, _steps(data, 23, batch_size=7, shuffle=False))
+    finally:
+        engine.close()
+    # 7 rows: parts [0, 2), [2, 4), [4, 7); the last step's 2 rows: one row to each of 2.
+    assert [step[:, 0].tolist() for step in steps] == [[0, 0, 1, 1, 2, 2, 2]] * 3 + [[0, 1]]
+    assert np.concatenate([step[:, 2] for step in steps]).tolist() == list(range(23))
 
 
 def _broken_init(worker_id):
