@@ -684,3 +684,92 @@ def test_skip_passes_over_a_whole_step_that_fails_like_the_thread_engine(shm_cle
         [10 * j for j in range(k, k + 4)] for k in (8, 12, 16)
     ]
     assert stats.skipped == thread_stats.skipped and stats.items == thread_stats.items == 16
+
+
+# -- a step's rows split over the workers --------------------------------------------------
+
+
+def _split_data(n, corrupt=()):
+    """(seeded JPEG crops and flips, labels, names): native, gathered and object leaves."""
+    images = _jpegs(n)
+    for bad in corrupt:
+        images[bad] = images[bad][: len(images[bad]) // 3]  # truncated: its decode fails
+    return (mapobs(_augment(), images), np.arange(n), [f"item {k}" for k in range(n)])
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 5, 8, 13])
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_split_steps_give_the_thread_engines_values_exactly(batch_size, on_error):
+    # 29 observations: a last partial step, and (batch 1, 2) steps of fewer rows than workers.
+    corrupt = (4, 17, 18) if on_error == "skip" else ()
+    steps = _steps(_split_data(29, corrupt), 29, batch_size=batch_size, seed=2)
+    stats, thread_stats = _core.Stats(), _core.Stats()
+    engine = process_engine(3, buffer=False, on_error=on_error)
+    try:
+        with deadline(60):
+            got = _run(engine, steps, stats=stats, epoch=3, seed=7)
+    finally:
+        engine.close()
+    threads = Engine(parallel=True, on_error=on_error)
+    want = _run(threads, steps, stats=thread_stats, epoch=3, seed=7)
+    assert_tree_equal(got, want)
+    assert stats.skipped == thread_stats.skipped == len(corrupt)
+    assert stats.items == thread_stats.items == 29 - len(corrupt)
+    labels = np.concatenate([step[1] for step in got]).tolist()
+    assert sorted(labels) == sorted(set(range(29)) - set(corrupt))
+
+
+def test_split_and_whole_steps_give_the_same_values():
+    steps = _steps(_split_data(20, (9,)), 20, batch_size=7)
+    results = []
+    for split_steps in (True, False):
+        engine = process_engine(2, on_error="skip", split_steps=split_steps)
+        try:
+            with deadline(60):
+                results.append(_run(engine, steps, epoch=1, seed=4))
+        finally:
+            engine.close()
+    assert_tree_equal(results[0], results[1])
+
+
+def _fails_at_any(bad):
+    def load(v):
+        if int(v[0]) in bad:
+            raise KeyError(f"no record {int(v[0])}")
+        return v
+
+    return load
+
+
+@pytest.mark.parametrize("bad", [{10}, {10, 9}, {11, 6}])
+def test_a_failure_in_a_split_step_names_its_first_observation_and_type(bad, shm_clean):
+    # Step 1 holds 6..11; 3 workers load 6-7, 8-9 and 10-11: the lowest part's failure
+    # is raised, the first failing position, as the thread backend raises it.
+    data = mapobs(_fails_at_any(bad), np.arange(24)[:, None])
+    steps = _steps(data, 24, shuffle=False, batch_size=6)
+    engine = process_engine(3)
+    try:
+        with deadline(30), pytest.raises(LoadError) as info:
+            _run(engine, steps)
+    finally:
+        engine.close()
+    assert info.value.index == min(bad)
+    assert f"observation {min(bad)}" in str(info.value)
+    chain, error = [], info.value
+    while error is not None:
+        chain.append(error)
+        error = error.__cause__
+    assert any(type(e) is KeyError and e.args == (f"no record {min(bad)}",) for e in chain)
+    assert any(isinstance(e, WorkerError) for e in chain)
+
+
+def test_a_step_with_fewer_rows_than_workers_is_split_one_row_a_worker(shm_clean):
+    data = mapobs(_who, np.arange(5)[:, None])
+    engine = process_engine(4, buffer=False, worker_init=_init_worker)
+    try:
+        with deadline(30):
+            steps = _run(engine, _steps(data, 5, batch_size=3, shuffle=False))
+    finally:
+        engine.close()
+    assert [step[:, 0].tolist() for step in steps] == [[0, 1, 2], [0, 1]]
+    assert [step[:, 2].tolist() for step in steps] == [[0, 1, 2], [3, 4]]
