@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from fastload import DataLoader, LoadError, _core, batchview, getobs, mapobs, numobs, obsview
 from fastload._loading.engine import Engine
 from fastload._loading.processes import WorkerError
-from fastload._loading.schedule import schedule_of
+from fastload._loading.schedule import Schedule, schedule_of
 from fastload._loading.tree import LeafKind
 from fastload.transforms import (
     IMAGENET_MEAN,
@@ -773,3 +773,20 @@ def test_a_step_with_fewer_rows_than_workers_is_split_one_row_a_worker(shm_clean
         engine.close()
     assert [step[:, 0].tolist() for step in steps] == [[0, 1, 2], [0, 1]]
     assert [step[:, 2].tolist() for step in steps] == [[0, 1, 2], [3, 4]]
+
+
+def test_steps_of_different_sizes_are_split_as_the_thread_engine_loads_them(shm_clean):
+    data = _split_data(20, (13,))
+    order = np.random.default_rng(1).permutation(20)
+    bounds = [0, 6, 7, 11, 17, 18, 20]  # a batch sampler's steps of 6, 1, 4, 6, 1 and 2
+    schedule = Schedule(order, 6, bounds=bounds, seed=3, epoch=2)
+    results = []
+    for engine in (process_engine(3, buffer=False, on_error="skip"), Engine(on_error="skip")):
+        try:
+            with deadline(60):
+                results.append([copy_tree(step) for step in engine.iterate(data, schedule)])
+        finally:
+            engine.close()
+    assert_tree_equal(results[0], results[1])
+    kept = [[k for k in order[a:b] if k != 13] for a, b in zip(bounds, bounds[1:])]
+    assert [step[1].tolist() for step in results[0]] == [labels for labels in kept if labels]

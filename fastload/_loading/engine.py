@@ -120,11 +120,12 @@ class Engine:
     parts (part p to worker p), as threads share a step's items, so that no worker idles
     while fewer steps than workers remain; False: whole steps, step k loaded by worker
     k mod n (for code whose random state is seeded per worker in ``worker_init``).
-    Fastload's own draws are keyed by the observation, so both give the same values. ``timeout``: the most seconds to wait
-    for a step from the workers (``TimeoutError``; None: no limit). ``lean``: with
-    ``buffer=False``, give a slot's pages back to the system as soon as its step is copied
-    out, so that the ring holds memory only for the steps in flight (as a loader that makes
-    a new shared buffer per batch does), at the cost of faulting them in again each step.
+    fastload's own draws are keyed by the observation: both give the same values.
+    ``timeout``: the most seconds to wait for a step from the workers (``TimeoutError``;
+    None: no limit). ``lean``: with ``buffer=False``, give a slot's pages back to the
+    system as soon as its step is copied out, so that the ring holds memory only for the
+    steps in flight (as a loader that makes a new shared buffer per batch does), at the
+    cost of faulting them in again each step.
     Raises ``ValueError`` for an unknown option value.
     """
 

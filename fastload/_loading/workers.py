@@ -269,8 +269,8 @@ class _Worker:
         try:
             return self._load(job, epoch)
         except Exception as exc:
-            if self.control[0] != job.gen:
-                return Cancelled(job.gen, job.step, job.part)  # the run stopped for the new generation
+            if self.control[0] != job.gen:  # the run stopped for the new generation
+                return Cancelled(job.gen, job.step, job.part)
             return _worker_failed(job, f"load step {job.step}", exc)
 
     def _load(self, job, epoch):
