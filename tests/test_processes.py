@@ -508,6 +508,8 @@ def test_worker_options_are_checked(bad):
         Engine(parallel=2, **bad)
     with pytest.raises(TypeError, match="worker_init must be a callable"):
         Engine(parallel=2, backend="process", worker_init=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="split_steps must be True or False"):
+        Engine(parallel=2, backend="process", split_steps="no")  # type: ignore[arg-type]
 
 
 # -- the native path in a worker -----------------------------------------------------------
