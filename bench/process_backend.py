@@ -7,12 +7,13 @@ backend, alike but for ``backend``:
                RandomHorizontalFlip()]), folder.images), folder.labels), batch,
                shuffle=True, parallel=workers, buffer=True, seed=0, backend=...)
 
-A worker process loads each of its steps by an inline native run over its shared slot, so
-both backends run the same fused decode+crop+resize; what differs is the transport (a step
-per worker, pipes, the consumer's one thread waiting) against pool threads sharing every
-batch. The untimed first epoch forks the workers and warms the page cache, and checks that
-both backends give the same first batch. Then whole epochs alternate between the two
-(medians of ``--repeats``), and the ratio process / thread is printed.
+A worker process loads its part of each step (contiguous rows, one part per worker) by an
+inline native run over its shared slot, so both backends run the same fused
+decode+crop+resize; what differs is the transport (a message per part, pipes, the
+consumer's one thread waiting) against pool threads sharing every batch. The untimed first
+epoch forks the workers and warms the page cache, and checks that both backends give the
+same first batch. Then whole epochs alternate between the two (medians of ``--repeats``),
+and the ratio process / thread is printed.
 
 Usage: python bench/process_backend.py [--n 600] [--workers 2] [--batch 32] [--repeats 5]
 [--root DIR] [--jitter]

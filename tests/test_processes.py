@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from fastload import DataLoader, LoadError, _core, batchview, getobs, mapobs, numobs, obsview
 from fastload._loading.engine import Engine
 from fastload._loading.processes import WorkerError
-from fastload._loading.schedule import schedule_of
+from fastload._loading.schedule import Schedule, schedule_of
 from fastload._loading.tree import LeafKind
 from fastload.transforms import (
     IMAGENET_MEAN,
@@ -457,9 +457,9 @@ def _init_worker(worker_id):
     _worker_state.update(id=worker_id, draw=int(rng.integers(1000)))
 
 
-def test_worker_init_runs_once_in_each_worker_and_steps_go_in_turn(shm_clean):
+def test_worker_init_runs_once_in_each_worker_and_whole_steps_go_in_turn(shm_clean):
     data = mapobs(_who, np.arange(24)[:, None])
-    engine = process_engine(3, buffer=False, worker_init=_init_worker)
+    engine = process_engine(3, buffer=False, worker_init=_init_worker, split_steps=False)
     try:
         with deadline(30):
             for _ in range(2):  # the same workers, initialised once, over two epochs
@@ -471,6 +471,19 @@ def test_worker_init_runs_once_in_each_worker_and_steps_go_in_turn(shm_clean):
                     assert step[:, 2].tolist() == list(range(4 * k, 4 * k + 4))
     finally:
         engine.close()
+
+
+def test_a_split_step_gives_worker_p_its_part_p_of_contiguous_rows(shm_clean):
+    data = mapobs(_who, np.arange(23)[:, None])
+    engine = process_engine(3, buffer=False, worker_init=_init_worker)
+    try:
+        with deadline(30):
+            steps = _run(engine, _steps(data, 23, batch_size=7, shuffle=False))
+    finally:
+        engine.close()
+    # 7 rows: parts [0, 2), [2, 4), [4, 7); the last step's 2 rows: one row to each of 2.
+    assert [step[:, 0].tolist() for step in steps] == [[0, 0, 1, 1, 2, 2, 2]] * 3 + [[0, 1]]
+    assert np.concatenate([step[:, 2] for step in steps]).tolist() == list(range(23))
 
 
 def _broken_init(worker_id):
@@ -516,6 +529,8 @@ def test_worker_options_are_checked(bad):
         Engine(parallel=2, **bad)
     with pytest.raises(TypeError, match="worker_init must be a callable"):
         Engine(parallel=2, backend="process", worker_init=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="split_steps must be True or False"):
+        Engine(parallel=2, backend="process", split_steps="no")  # type: ignore[arg-type]
 
 
 # -- the native path in a worker -----------------------------------------------------------
@@ -692,3 +707,109 @@ def test_skip_passes_over_a_whole_step_that_fails_like_the_thread_engine(shm_cle
         [10 * j for j in range(k, k + 4)] for k in (8, 12, 16)
     ]
     assert stats.skipped == thread_stats.skipped and stats.items == thread_stats.items == 16
+
+
+# -- a step's rows split over the workers --------------------------------------------------
+
+
+def _split_data(n, corrupt=()):
+    """(seeded JPEG crops and flips, labels, names): native, gathered and object leaves."""
+    images = _jpegs(n)
+    for bad in corrupt:
+        images[bad] = images[bad][: len(images[bad]) // 3]  # truncated: its decode fails
+    return (mapobs(_augment(), images), np.arange(n), [f"item {k}" for k in range(n)])
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 5, 8, 13])
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_split_steps_give_the_thread_engines_values_exactly(batch_size, on_error):
+    # 29 observations: a last partial step, and (batch 1, 2) steps of fewer rows than workers.
+    corrupt = (4, 17, 18) if on_error == "skip" else ()
+    steps = _steps(_split_data(29, corrupt), 29, batch_size=batch_size, seed=2)
+    stats, thread_stats = _core.Stats(), _core.Stats()
+    engine = process_engine(3, buffer=False, on_error=on_error)
+    try:
+        with deadline(60):
+            got = _run(engine, steps, stats=stats, epoch=3, seed=7)
+    finally:
+        engine.close()
+    threads = Engine(parallel=True, on_error=on_error)
+    want = _run(threads, steps, stats=thread_stats, epoch=3, seed=7)
+    assert_tree_equal(got, want)
+    assert stats.skipped == thread_stats.skipped == len(corrupt)
+    assert stats.items == thread_stats.items == 29 - len(corrupt)
+    labels = np.concatenate([step[1] for step in got]).tolist()
+    assert sorted(labels) == sorted(set(range(29)) - set(corrupt))
+
+
+def test_split_and_whole_steps_give_the_same_values():
+    steps = _steps(_split_data(20, (9,)), 20, batch_size=7)
+    results = []
+    for split_steps in (True, False):
+        engine = process_engine(2, on_error="skip", split_steps=split_steps)
+        try:
+            with deadline(60):
+                results.append(_run(engine, steps, epoch=1, seed=4))
+        finally:
+            engine.close()
+    assert_tree_equal(results[0], results[1])
+
+
+def _fails_at_any(bad):
+    def load(v):
+        if int(v[0]) in bad:
+            raise KeyError(f"no record {int(v[0])}")
+        return v
+
+    return load
+
+
+@pytest.mark.parametrize("bad", [{10}, {10, 9}, {11, 6}])
+def test_a_failure_in_a_split_step_names_its_first_observation_and_type(bad, shm_clean):
+    # Step 1 holds 6..11; 3 workers load 6-7, 8-9 and 10-11: the lowest part's failure
+    # is raised, the first failing position, as the thread backend raises it.
+    data = mapobs(_fails_at_any(bad), np.arange(24)[:, None])
+    steps = _steps(data, 24, shuffle=False, batch_size=6)
+    engine = process_engine(3)
+    try:
+        with deadline(30), pytest.raises(LoadError) as info:
+            _run(engine, steps)
+    finally:
+        engine.close()
+    assert info.value.index == min(bad)
+    assert f"observation {min(bad)}" in str(info.value)
+    chain, error = [], info.value
+    while error is not None:
+        chain.append(error)
+        error = error.__cause__
+    assert any(type(e) is KeyError and e.args == (f"no record {min(bad)}",) for e in chain)
+    assert any(isinstance(e, WorkerError) for e in chain)
+
+
+def test_a_step_with_fewer_rows_than_workers_is_split_one_row_a_worker(shm_clean):
+    data = mapobs(_who, np.arange(5)[:, None])
+    engine = process_engine(4, buffer=False, worker_init=_init_worker)
+    try:
+        with deadline(30):
+            steps = _run(engine, _steps(data, 5, batch_size=3, shuffle=False))
+    finally:
+        engine.close()
+    assert [step[:, 0].tolist() for step in steps] == [[0, 1, 2], [0, 1]]
+    assert [step[:, 2].tolist() for step in steps] == [[0, 1, 2], [3, 4]]
+
+
+def test_steps_of_different_sizes_are_split_as_the_thread_engine_loads_them(shm_clean):
+    data = _split_data(20, (13,))
+    order = np.random.default_rng(1).permutation(20)
+    bounds = [0, 6, 7, 11, 17, 18, 20]  # a batch sampler's steps of 6, 1, 4, 6, 1 and 2
+    schedule = Schedule(order, 6, bounds=bounds, seed=3, epoch=2)
+    results = []
+    for engine in (process_engine(3, buffer=False, on_error="skip"), Engine(on_error="skip")):
+        try:
+            with deadline(60):
+                results.append([copy_tree(step) for step in engine.iterate(data, schedule)])
+        finally:
+            engine.close()
+    assert_tree_equal(results[0], results[1])
+    kept = [[k for k in order[a:b] if k != 13] for a, b in zip(bounds, bounds[1:])]
+    assert [step[1].tolist() for step in results[0]] == [labels for labels in kept if labels]

@@ -117,14 +117,19 @@ class Engine:
     ``allocator(shape, dtype)`` makes the ring's arrays (np.empty by default; an
     integration may allocate pinned memory instead). With ``backend="process"``:
     ``worker_init(worker_id)`` runs once in each worker process after it is forked (ids 0
-    to n - 1; step k is loaded by worker k mod n), where it may seed the worker's random
-    state; what it raises is raised by the iteration. ``timeout``: the most seconds to wait
-    for a step from the workers (``TimeoutError``; None: no limit). ``lean``: with
-    ``buffer=False``, hold memory only for the steps in flight and those the caller holds,
-    as a loader that makes a new shared buffer per batch does: a slot's pages go back to
-    the system as soon as its step is copied out (worker processes), and each copy is a
-    map of its own, returned to the system when the caller drops it (a freed copy would
-    stay in the allocator's heap), at the cost of faulting pages in again each step.
+    to n - 1), where it may seed the worker's random state; what it raises is raised by
+    the iteration. ``split_steps``: spread each step's rows over the workers in contiguous
+    parts (part p to worker p), as threads share a step's items, so that no worker idles
+    while fewer steps than workers remain; False: whole steps, step k loaded by worker
+    k mod n (for code whose random state is seeded per worker in ``worker_init``).
+    fastload's own draws are keyed by the observation: both give the same values.
+    ``timeout``: the most seconds to wait for a step from the workers (``TimeoutError``;
+    None: no limit). ``lean``: with ``buffer=False``, hold memory only for the steps in
+    flight and those the caller holds, as a loader that makes a new shared buffer per batch
+    does: a slot's pages go back to the system as soon as its step is copied out (worker
+    processes), and each copy is a map of its own, returned to the system when the caller
+    drops it (a freed copy would stay in the allocator's heap), at the cost of faulting
+    pages in again each step.
     Raises ``ValueError`` for an unknown option value.
     """
 
@@ -141,11 +146,13 @@ class Engine:
         worker_init: Callable[[int], None] | None = None,
         timeout: float | None = None,
         lean: bool = False,
+        split_steps: bool = True,
     ) -> None:
         if is_size(parallel) and parallel == 0:
             parallel = False  # no threads: the caller's (MLUtils' parallel=0)
         _check_options(parallel, buffer, ordered, prefetch, on_error, backend, worker_init, timeout)
         self.lean = check_flag("lean", lean)
+        split_steps = check_flag("split_steps", split_steps)
         self.parallel = parallel
         self.buffer = buffer
         self.ordered = ordered
@@ -166,7 +173,7 @@ class Engine:
         if backend == "process":
             count = _core.default_pool_size() if parallel is True else int(parallel)
             self._workers = WorkerPool(
-                count, worker_init, timeout, discard=self.lean and not buffer
+                count, worker_init, timeout, discard=self.lean and not buffer, split=split_steps
             )
 
     @property

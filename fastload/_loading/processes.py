@@ -4,10 +4,17 @@
 functions in a container work as written and the container is never pickled); each
 inherits the container and the ring once, when it starts, and keeps them across epochs.
 Per epoch a worker receives the schedule (an ``Epoch``; ``workers.py`` builds the same plan
-from it), per job a step number and a slot (a ``Job``): step k goes to worker k mod n, so
-that what a worker draws from its own random state does not depend on timing. It loads the
-step into the slot in place, by the engine's inline native run; only observations that
-are not arrays (a plan's "object" leaves) travel back pickled. The messages are the frozen
+from it), per job a step number, a slot and the rows to load (a ``Job``). A step of r rows
+is split into contiguous parts, one per worker (part p: rows [p*r//k, (p+1)*r//k) with
+k = min(n, r), to worker p), as the thread backend spreads a step's items over its
+threads: no worker idles at the end of an epoch while another loads a whole step. The
+values do not depend on which worker loads an item (the draws are keyed by the
+observation's index). Whole steps go to one worker (step k to worker k mod n) where a
+caller relies on that (``split=False``: a worker's own random state, seeded per worker,
+gives what it loads) and for plans that load a step as one item (``plan.whole_steps``).
+A worker loads its part into the slot in place, by the engine's inline native run; only
+observations that are not arrays (a plan's "object" leaves) travel back pickled. The
+consumer hands a step out once all its parts replied. The messages are the frozen
 dataclasses of ``workers.py``.
 The engine's delivery loop (``_core.Iteration``) calls ``next(release)`` of the
 per-iteration ``_Transport``.
@@ -19,8 +26,8 @@ SIGKILL included), and it is not bound by the size of ``/dev/shm`` (64 MB in Doc
 Concurrency invariants (kept by the consumer):
 - a slot is free, in a worker's job queue or being filled, or held by the consumer;
 - every job sent to a worker gets exactly one reply; ``outstanding`` counts the replies
-  due per worker, and a slot is reused only once its job's reply arrived, so no worker
-  writes into a slot the consumer reads;
+  due per worker, and a slot is reused only once the replies of all its step's parts
+  arrived, so no worker writes into a slot the consumer reads;
 - the word at the head of the mapping holds the live generation: a worker abandons a
   job of another generation between items, so stopping an iteration is prompt;
 - every wait is a timed wait on the pipes and the process sentinels together: a worker
@@ -156,7 +163,9 @@ class WorkerPool:
     a slot's pages back to the system when the consumer releases it (when it copied the
     step out, ``buffer=False``), so that the ring holds memory only for the steps in
     flight, as a loader that makes a new shared buffer per batch does; a worker filling
-    it again faults the pages back in, zeroed.
+    it again faults the pages back in, zeroed. ``split``: spread each step's rows over the
+    workers (False: step k to worker k mod n, for a caller whose workers' own random
+    state decides what they load).
     """
 
     # Set when the workers are forked (``ring``), None before and after ``stop``.
@@ -166,7 +175,7 @@ class WorkerPool:
     control: Any
     _finalizer: Any
 
-    def __init__(self, count, init=None, timeout=None, discard=False):
+    def __init__(self, count, init=None, timeout=None, discard=False, split=True):
         if not isinstance(count, Integral) or count < 1:
             raise ValueError(
                 f"the process backend needs a positive number of workers, got {count!r}"
@@ -178,6 +187,7 @@ class WorkerPool:
             )
         self.count = int(count)
         self.init, self.timeout, self.discard = init, timeout, discard
+        self.split = split
         self.mapping = self.spans = None
         self.gen = 0
         self.procs = self.conns = self.slots = self.control = None
@@ -330,37 +340,49 @@ def _slot_pages(plan, count):
 
 class _Transport:
     """The steps of one iteration on a ``WorkerPool``: submits steps into free slots,
-    ``prefetch`` (the ring's slots) at most in flight, and hands over finished ones."""
+    ``prefetch`` (the ring's slots) at most in flight, each as one job or one job per part
+    (see the module docstring), and hands over finished ones."""
 
     def __init__(self, pool, gen, schedule, plan, ordered, stats):
         self.pool, self.gen, self.plan = pool, gen, plan
-        self.ordered, self.stats = ordered, stats
+        self.schedule, self.ordered, self.stats = schedule, ordered, stats
+        self.split = pool.split and pool.count > 1 and not plan.whole_steps
         self.free = collections.deque(range(len(pool.slots)))
         self.inflight = {}  # step -> slot
-        self.arrived = {}  # step -> reply, not yet delivered
+        self.parts = {}  # step -> [reply or None, one per part]
+        self.arrived = {}  # step -> the replies of all its parts, not yet delivered
         self.next_step = self.expected = schedule.start
         self.total = schedule.steps
 
     def next(self, release):
         """``(slot, step, rows, failure, keep, objects)`` of the next step, None at the end."""
-        pool = self.pool
         if release >= 0:
             self.free.append(release)
         self._check()
         while self.next_step < self.total and self.free:
-            worker = self.next_step % pool.count
-            slot = self.free.popleft()
-            pool.send(worker, Job(self.gen, self.next_step, slot))
-            pool.outstanding[worker] += 1
-            self.inflight[self.next_step] = slot
+            self._submit(self.next_step, self.free.popleft())
             self.next_step += 1
         if not self.inflight:
             return None
         step = self._wait()
-        reply = self.arrived.pop(step)
+        replies = self.arrived.pop(step)
         slot = self.inflight.pop(step)
         self.expected += 1
-        return (slot, step) + self._unpack(step, reply)
+        return (slot, step) + self._unpack(step, replies)
+
+    def _submit(self, step, slot):
+        pool = self.pool
+        jobs = [(step % pool.count, Job(self.gen, step, slot))]
+        if self.split:
+            rows = len(self.schedule.positions(step))
+            k = min(pool.count, rows)
+            cuts = [p * rows // k for p in range(k + 1)]
+            jobs = [(p, Job(self.gen, step, slot, p, cuts[p], cuts[p + 1])) for p in range(k)]
+        for worker, job in jobs:
+            pool.send(worker, job)
+            pool.outstanding[worker] += 1
+        self.inflight[step] = slot
+        self.parts[step] = [None] * len(jobs)
 
     def copied(self, slot):
         """The consumer copied the step out of ``slot`` (``buffer=False``): its memory can go
@@ -377,8 +399,8 @@ class _Transport:
             )
 
     def _wait(self):
-        """The step to deliver next, once its reply arrived; ``TimeoutError`` when none
-        came within the pool's ``timeout``."""
+        """The step to deliver next, once the replies of all its parts arrived;
+        ``TimeoutError`` when none came within the pool's ``timeout``."""
         timeout = self.pool.timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -390,28 +412,56 @@ class _Transport:
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"no step came from the worker processes in {timeout} s")
             for _, reply in self.pool.receive():
-                if reply.gen == self.gen and reply.step in self.inflight:
-                    self.arrived[reply.step] = reply
+                parts = self.parts.get(reply.step) if reply.gen == self.gen else None
+                if parts is None:
+                    continue
+                parts[reply.part] = reply
+                if all(part is not None for part in parts):
+                    self.arrived[reply.step] = self.parts.pop(reply.step)
 
-    def _unpack(self, step, reply):
-        """``(rows, failure, keep, objects)`` of a step's reply; raises what the worker
-        could not do."""
-        if isinstance(reply, ItemFailed):
-            cause = None if reply.text is None else remote_error(reply.text, reply.chain)
-            return 0, (step, reply.field, reply.index, reply.message, cause), None, None
-        if isinstance(reply, WorkerFailed):
-            cause = remote_error(reply.text, reply.chain)
-            raise RuntimeError(f"a worker could not {reply.what}: {reply.message}") from cause
-        if isinstance(reply, InitFailed):
-            raise remote_error(reply.text, reply.chain)  # as init raised it
-        if isinstance(reply, Cancelled):
-            raise RuntimeError(f"step {step} was cancelled")
-        self.stats.skipped += reply.skipped
-        return reply.rows, None, reply.keep, reply.objects
+    def _unpack(self, step, replies):
+        """``(rows, failure, keep, objects)`` of a step from the replies of its parts, in
+        order: the first part that failed decides (the first failing position, as the
+        thread backend reports it where it can tell); raises what a worker could not do."""
+        for reply in replies:
+            if isinstance(reply, ItemFailed):
+                cause = None if reply.text is None else remote_error(reply.text, reply.chain)
+                return 0, (step, reply.field, reply.index, reply.message, cause), None, None
+            if isinstance(reply, WorkerFailed):
+                cause = remote_error(reply.text, reply.chain)
+                raise RuntimeError(f"a worker could not {reply.what}: {reply.message}") from cause
+            if isinstance(reply, InitFailed):
+                raise remote_error(reply.text, reply.chain)  # as init raised it
+            if isinstance(reply, Cancelled):
+                raise RuntimeError(f"step {step} was cancelled")
+        self.stats.skipped += sum(reply.skipped for reply in replies)
+        if len(replies) == 1:
+            return replies[0].rows, None, replies[0].keep, replies[0].objects
+        return sum(reply.rows for reply in replies), None, _keep(replies), _objects(replies)
 
     def close(self):
         if self.pool.gen == self.gen:
             self.pool.drain()
+
+
+def _keep(replies):
+    """The kept flags of a step's rows from those of its parts (None: all kept)."""
+    if all(reply.keep is None for reply in replies):
+        return None
+    return np.concatenate(
+        [np.ones(reply.rows, bool) if reply.keep is None else reply.keep for reply in replies]
+    )
+
+
+def _objects(replies):
+    """The object lists of a step from those of its parts, by position (None: it has
+    none)."""
+    if replies[0].objects is None:
+        return None
+    return [
+        None if lists[0] is None else [obj for part in lists for obj in part]
+        for lists in zip(*(reply.objects for reply in replies))
+    ]
 
 
 def remote_error(text, chain):

@@ -320,6 +320,7 @@ class DataLoader(Generic[T_co]):
                 worker_init=setup,
                 timeout=self.timeout or None,
                 lean=True,  # memory for the batches in flight only, as PyTorch's
+                split_steps=False,  # PyTorch's contract: batch k from worker k mod n
             )
             if self.persistent_workers:
                 self._ring_engine = engine

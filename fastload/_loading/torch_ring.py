@@ -8,8 +8,10 @@ caller owns, under PyTorch's worker contract (``worker_setup`` in ``torch_worker
     probe_first(dataset)        a forked process reads dataset[0] once: the shapes
         | FirstKnown(dataset, observation 0)
         v
-    Engine(backend="process", worker_init=worker_setup(...), timeout=...)
-        | worker k: seeds, get_worker_info(), worker_init_fn(k); then steps k, k + n, ...
+    Engine(backend="process", worker_init=worker_setup(...), timeout=...,
+           split_steps=False)
+        | worker k: seeds, get_worker_info(), worker_init_fn(k); then whole steps
+        | k, k + n, ... (not split over the workers: PyTorch's turns)
         v
     RingBatches: the engine's batches as default_collate makes them; its errors in
     PyTorch's words

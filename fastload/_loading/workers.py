@@ -3,8 +3,11 @@ and the messages between it and the consumer.
 
 A worker holds the container it inherited at the fork (the root) and the ring. Per epoch
 (``Epoch``) it builds the same plan as the consumer; per job (``Job``: a step and a slot)
-it runs that step as an inline native run over the slot, the run the sequential loader
-runs in its own thread (``_core.Iteration.start_run`` with ``parallel=0``): gathers and
+it runs that step, or the part of its rows the job names, as an inline native run over
+the slot, the run the sequential loader runs in its own thread
+(``_core.Iteration.start_run`` with ``parallel=0``; a part: a run over the part's
+positions alone, writing into views of the slot's rows, so any row range of a slot can
+be filled by any worker, each draw being keyed by the observation's index): gathers and
 native image leaves in C, Python leaves through the plan's fill, failures, skips and
 cancellation (the ring's generation word) in the engine's code. It replies with what does
 not fit in the slot (``Done``) or what failed. An inline run starts no pool thread, so a
@@ -24,6 +27,7 @@ from .. import _core
 from ..context import loading
 from .plan import make_plan
 from .schedule import Schedule
+from .tree import map_tree
 
 __all__ = [
     "Cancelled",
@@ -61,11 +65,15 @@ class Epoch:
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """Load step ``step`` of generation ``gen`` into slot ``slot`` of the ring."""
+    """Load step ``step`` of generation ``gen`` into slot ``slot`` of the ring: its rows
+    ``[first, end)`` as part ``part`` (the whole step when ``end`` is None)."""
 
     gen: int
     step: int
     slot: int
+    part: int = 0
+    first: int = 0
+    end: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +81,7 @@ class Stop:
     """End the worker."""
 
 
-# Replies, one per Job.
+# Replies, one per Job, naming its step and part.
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +92,7 @@ class Done:
 
     gen: int
     step: int
+    part: int
     rows: int
     keep: Any
     objects: Any
@@ -98,6 +107,7 @@ class ItemFailed:
 
     gen: int
     step: int
+    part: int
     field: int | None
     index: int
     message: str
@@ -111,6 +121,7 @@ class WorkerFailed:
 
     gen: int
     step: int
+    part: int
     what: str
     message: str
     text: str
@@ -123,6 +134,7 @@ class InitFailed:
 
     gen: int
     step: int
+    part: int
     text: str
     chain: list[bytes | None]
 
@@ -133,6 +145,7 @@ class Cancelled:
 
     gen: int
     step: int
+    part: int
 
 
 class WorkerError(Exception):
@@ -248,43 +261,53 @@ class _Worker:
     def _reply(self, job):
         epoch = self.epoch
         if epoch is None or job.gen != epoch.gen or self.control[0] != job.gen:
-            return Cancelled(job.gen, job.step)
+            return Cancelled(job.gen, job.step, job.part)
         if self.init_error is not None:
-            return InitFailed(job.gen, job.step, *describe_error(self.init_error)[1:])
+            return InitFailed(job.gen, job.step, job.part, *describe_error(self.init_error)[1:])
         if self.setup_error is not None:
             return _worker_failed(job, "plan the steps", self.setup_error)
         try:
             return self._load(job, epoch)
         except Exception as exc:
-            if self.control[0] != job.gen:
-                return Cancelled(job.gen, job.step)  # the run stopped for the new generation
+            if self.control[0] != job.gen:  # the run stopped for the new generation
+                return Cancelled(job.gen, job.step, job.part)
             return _worker_failed(job, f"load step {job.step}", exc)
 
     def _load(self, job, epoch):
-        """Step ``job.step`` loaded by an inline native run into its slot."""
+        """Step ``job.step`` (or its rows ``[job.first, job.end)``) loaded by an inline
+        native run into its slot."""
         plan, schedule = self.plan, epoch.schedule
-        dests, objects = self.ring[job.slot], plan.new_objects()
+        dests = self.ring[job.slot]
+        if job.end is None:
+            order, bounds, first_step, rows = self.order, self.bounds, job.step, plan.rows
+        else:
+            # A run of one step over the part's positions, into views of the part's rows.
+            positions = schedule.positions(job.step)[job.first : job.end]
+            order, bounds, first_step = np.ascontiguousarray(positions), None, 0
+            rows = job.end - job.first
+            dests = [_rows(dest, job.first, job.end) for dest in dests]
+        objects = [None if obj is None else [None] * rows for obj in plan.new_objects()]
         skipped_before = self.stats.skipped
         run = _core.Iteration(
             plan,
             ring=[dests],
             values=[None],
             objects=[objects],
-            rows=plan.rows,
+            rows=rows,
             buffer=False,
             stats=_core.Stats(),
             progress=_core.Progress(),
         )
         run.start_run(
             self.fields,
-            order=self.order,
-            bounds=self.bounds,
-            first_step=job.step,
-            end_step=job.step + 1,
+            order=order,
+            bounds=bounds,
+            first_step=first_step,
+            end_step=first_step + 1,
             seed=schedule.seed,
             epoch=schedule.epoch,
             parallel=0,  # inline, in this thread (no pool thread in a forked worker)
-            claim_size=plan.rows,  # inline, a claim is the whole step
+            claim_size=rows,  # inline, a claim is the whole step
             ordered=True,
             skip_errors=epoch.skip,
             release_gil=plan.expensive,
@@ -294,11 +317,18 @@ class _Worker:
         loaded = run.load_next()
         if loaded is None:
             raise RuntimeError(f"step {job.step} is past the end of the schedule")
-        step, rows, failure, keep = loaded
+        _, rows, failure, keep = loaded
         if failure is not None:
             return _item_failed(job, failure)
         objects = objects if plan.has_objects else None
-        return Done(job.gen, step, rows, keep, objects, self.stats.skipped - skipped_before)
+        skipped = self.stats.skipped - skipped_before
+        return Done(job.gen, job.step, job.part, rows, keep, objects, skipped)
+
+
+def _rows(dest, first, end):
+    """Rows ``[first, end)`` of a slot's destination (an array or a structure of them;
+    None for a leaf collected into lists), as views."""
+    return None if dest is None else map_tree(lambda array: array[first:end], dest)
 
 
 def _filler(plan, dests, objects, schedule):
@@ -315,11 +345,11 @@ def _filler(plan, dests, objects, schedule):
 def _item_failed(job, failure):
     _, field, index, message, cause = failure
     text, chain = describe_error(cause)[1:] if cause is not None else (None, None)
-    return ItemFailed(job.gen, job.step, field, int(index), message, text, chain)
+    return ItemFailed(job.gen, job.step, job.part, field, int(index), message, text, chain)
 
 
 def _worker_failed(job, what, exc):
-    return WorkerFailed(job.gen, job.step, what, *describe_error(exc))
+    return WorkerFailed(job.gen, job.step, job.part, what, *describe_error(exc))
 
 
 def worker_main(conn, root, ring, control, others, worker_id=0, init=None):
