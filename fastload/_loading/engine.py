@@ -383,7 +383,8 @@ def _mapped_copy(value: Any) -> Any:
     unmapped when the copy (and every view of it) is dropped."""
 
     def mapped(array: np.ndarray) -> np.ndarray:
-        pages = mmap.mmap(-1, max(1, array.nbytes))
+        # Private: its pages fault in for less than shared memory's do.
+        pages = mmap.mmap(-1, max(1, array.nbytes), flags=mmap.MAP_PRIVATE)
         out = np.frombuffer(pages, array.dtype, array.size).reshape(array.shape)
         out[...] = array
         return out
