@@ -473,14 +473,20 @@ def test_worker_init_runs_once_in_each_worker_and_whole_steps_go_in_turn(shm_cle
         engine.close()
 
 
-def test_a_split_step_gives_worker_p_its_part_p_of_contiguous_rows(shm_clean):
-    data = mapobs(_who, np.arange(23)[:, None])
-    engine = process_engine(3, buffer=False, worker_init=_init_worker)
+def _split_steps(n, workers, batch_size):
+    """The steps of n observations in order on ``workers`` workers, each row holding the
+    id of the worker that loaded it (column 0) and the observation (column 2)."""
+    data = mapobs(_who, np.arange(n)[:, None])
+    engine = process_engine(workers, buffer=False, worker_init=_init_worker)
     try:
         with deadline(30):
-            steps = _run(engine, _steps(data, 23, batch_size=7, shuffle=False))
+            return _run(engine, _steps(data, n, batch_size=batch_size, shuffle=False))
     finally:
         engine.close()
+
+
+def test_a_split_step_gives_worker_p_its_part_p_of_contiguous_rows(shm_clean):
+    steps = _split_steps(23, 3, 7)
     # 7 rows: parts [0, 2), [2, 4), [4, 7); the last step's 2 rows: one row to each of 2.
     assert [step[:, 0].tolist() for step in steps] == [[0, 0, 1, 1, 2, 2, 2]] * 3 + [[0, 1]]
     assert np.concatenate([step[:, 2] for step in steps]).tolist() == list(range(23))
@@ -787,13 +793,7 @@ def test_a_failure_in_a_split_step_names_its_first_observation_and_type(bad, shm
 
 
 def test_a_step_with_fewer_rows_than_workers_is_split_one_row_a_worker(shm_clean):
-    data = mapobs(_who, np.arange(5)[:, None])
-    engine = process_engine(4, buffer=False, worker_init=_init_worker)
-    try:
-        with deadline(30):
-            steps = _run(engine, _steps(data, 5, batch_size=3, shuffle=False))
-    finally:
-        engine.close()
+    steps = _split_steps(5, 4, 3)
     assert [step[:, 0].tolist() for step in steps] == [[0, 1, 2], [0, 1]]
     assert [step[:, 2].tolist() for step in steps] == [[0, 1, 2], [3, 4]]
 

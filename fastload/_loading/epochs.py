@@ -146,17 +146,10 @@ class Epochs:
 
     def schedule(self, seed: int, epoch: int, start: int = 0) -> Schedule:
         """The ``Schedule`` of ``epoch`` from step ``start``: what the engine loads."""
-        if not self.sampled:
-            return Schedule(
-                self._order_ahead(seed, epoch),
-                self.batch_size,
-                drop_last=self.drop_last,
-                collate=self.collate,
-                seed=seed,
-                epoch=epoch,
-                start=start,
-            )
-        order, bounds = self._draw(seed, epoch)
+        if self.sampled:
+            order, bounds = self._draw(seed, epoch)
+        else:
+            order, bounds = self._order_ahead(seed, epoch), None
         if bounds is None:
             return Schedule(
                 order,
