@@ -138,9 +138,9 @@ typedef struct fl_run {
     int nfields;
     int nslots;
     fl_slot *slots;
-    int parallel;  /* most pool tasks at once; 0: inline */
+    int parallel;       /* most pool tasks at once; 0: inline */
     int64_t claim_size; /* items claimed at a time */
-    int refill;    /* free slots that restart idle tasks */
+    int refill;         /* free slots that restart idle tasks */
     int ordered;
     int skip_errors;
     void *ctx;                /* the binding's object, for Python fields */
