@@ -591,8 +591,9 @@ def test_a_corrupt_jpeg_in_a_worker_raises_the_thread_engines_load_error(shm_cle
     assert str(got) == str(want) and "observation 11" in str(got)
 
 
-def test_skip_drops_corrupt_jpegs_like_the_thread_engine(shm_clean):
-    steps = _steps((mapobs(_augment(), _with_corrupt(20, 7)), np.arange(20)), 20, batch_size=6)
+def _skipping_on_both(steps):
+    """The steps loaded with ``on_error="skip"`` by 2 workers, checked equal to the thread
+    engine's, with the stats of each."""
     stats, thread_stats = _core.Stats(), _core.Stats()
     engine = process_engine(2, on_error="skip")
     try:
@@ -601,6 +602,12 @@ def test_skip_drops_corrupt_jpegs_like_the_thread_engine(shm_clean):
     finally:
         engine.close()
     assert_tree_equal(got, _run(thread_engine(on_error="skip"), steps, stats=thread_stats))
+    return got, stats, thread_stats
+
+
+def test_skip_drops_corrupt_jpegs_like_the_thread_engine(shm_clean):
+    steps = _steps((mapobs(_augment(), _with_corrupt(20, 7)), np.arange(20)), 20, batch_size=6)
+    got, stats, thread_stats = _skipping_on_both(steps)
     assert 7 not in np.concatenate([labels for _, labels in got]).tolist()
     assert stats.skipped == thread_stats.skipped == 1
     assert stats.items == thread_stats.items == 19
@@ -701,14 +708,7 @@ def test_skip_passes_over_a_whole_step_that_fails_like_the_thread_engine(shm_cle
     # A container loaded whole steps at a time: the step none of whose observations load
     # is passed over, on threads and in workers alike (the engine's skip in both).
     steps = _steps(_BatchedFailing(20), 20, shuffle=False, batch_size=4)
-    stats, thread_stats = _core.Stats(), _core.Stats()
-    engine = process_engine(2, on_error="skip")
-    try:
-        with deadline(60):
-            got = _run(engine, steps, stats=stats)
-    finally:
-        engine.close()
-    assert_tree_equal(got, _run(thread_engine(on_error="skip"), steps, stats=thread_stats))
+    got, stats, thread_stats = _skipping_on_both(steps)
     assert [step.tolist() for step in got] == [[0, 10, 20, 30]] + [
         [10 * j for j in range(k, k + 4)] for k in (8, 12, 16)
     ]
