@@ -327,8 +327,10 @@ cdef class Iteration:
     ones are counted, and a step none of whose observations loaded is passed over. The
     steps come from a native run (``start_run``: inline or on the pool) or from a
     transport object (``start_transport``: worker processes), whose ``next(release)``
-    returns ``(slot, step, rows, failure, keep, objects)`` or None at the end, and whose
-    ``copied(slot)`` hears that the consumer took a copy of the slot's step (``buffer=False``).
+    returns ``(slot, step, rows, failure, keep, objects)`` or None at the end, whose
+    ``copied(slot)`` hears that the consumer took a copy of the slot's step (``buffer=False``),
+    and whose ``lend(slot, value)`` may hand a whole step's value out as it is, keeping the
+    slot until the caller drops it (None: copy it).
     ``check(step)``, when given, runs before a step's value is handed out (a packed
     dataset's checksums, with ``verify="read"``); what it raises ends the iteration.
     ``copier(value)``, when given, makes the consumer's copy of a step (``buffer=False``)
@@ -632,6 +634,14 @@ cdef class Iteration:
         self.held = slot
         if self.check is not None:
             self.check(step)
+        value = self.values[slot]
+        if (not self.buffer and failure is None and keep is None and rows == self.rows
+                and value is not None):
+            value = self.transport.lend(slot, value)
+            if value is not None:
+                self.held = -1     # the transport takes it back once the caller drops it
+                self.stats.items += rows
+                return value
         value = self._deliver(slot, rows, failure, keep, objects)
         if not self.buffer:
             self.transport.copied(slot)  # nothing refers to the slot's memory any more

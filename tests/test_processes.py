@@ -191,6 +191,107 @@ def test_a_lean_engines_copies_are_maps_of_their_own():
     assert all(isinstance(_base_of(part), mmap.mmap) for step in got for part in step)
 
 
+def _lent_from(engine, step):
+    """True when every array of ``step`` lies in the engine's worker ring (lent, not
+    copied)."""
+    ring = np.frombuffer(engine._workers.mapping, np.uint8)
+    return all(np.shares_memory(part, ring) for part in step)
+
+
+def _pages_steps(n=24, batch_size=4):
+    return _steps(
+        (np.arange(n * 4096, dtype=np.uint8).reshape(n, 4096) | 1, np.arange(n)),
+        n,
+        batch_size=batch_size,
+    )
+
+
+def test_a_lending_engine_reuses_a_lent_slot_only_once_its_step_is_dropped():
+    steps = _pages_steps()
+    expected = [getobs(steps, k) for k in range(numobs(steps))]
+    engine = process_engine(2, buffer=False, lend=True)
+    try:
+        batches = _iterate(engine, steps)
+        first = next(batches)
+        assert _lent_from(engine, first)
+        rest, lent = [], []
+        for step in batches:
+            lent.append(_lent_from(engine, step))
+            rest.append(copy_tree(step))
+        # Five more steps went through a ring of five slots: the one kept was not reused.
+        assert_tree_equal([first] + rest, expected)
+        # Two lent at most: ``first`` and the loop's last step, while it asks for the next.
+        assert lent == [True, False, True, False, True]
+        assert len(engine._workers.lent) == 2
+        del first, step
+        gc.collect()
+        again = next(_iterate(engine, steps))  # the next iteration takes the slots back
+        assert len(engine._workers.lent) == 1 and _lent_from(engine, again)
+        assert_tree_equal(again, expected[0])
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("workers, prefetch", [(2, None), (1, 1)])
+def test_a_caller_that_keeps_every_step_gets_copies_past_the_lending_limit(workers, prefetch):
+    # 22 rows: the last step, of 2, is copied whatever the limit.
+    steps = _pages_steps(22)
+    engine = process_engine(workers, buffer=False, lend=True, prefetch=prefetch)
+    try:
+        with deadline(60):
+            got = list(_iterate(engine, steps))
+        lent = [_lent_from(engine, step) for step in got]
+    finally:
+        engine.close()
+    assert_tree_equal(got, [getobs(steps, k) for k in range(numobs(steps))])
+    # A ring of 5 slots lends 2; of 2 slots (one in flight), 1: one slot always cycles.
+    limit = 2 if prefetch is None else 1
+    assert lent == [True] * limit + [False] * (len(got) - limit)
+
+
+def test_a_lean_lending_engine_gives_a_dropped_steps_pages_back():
+    data = np.arange(24 * 3 * 4096, dtype=np.uint8).reshape(24, 3 * 4096) | 1
+    steps = _steps(data, 24, batch_size=4)
+    engine = process_engine(2, buffer=False, lend=True, lean=True)
+    try:
+        got, lent = [], []
+        for step in _iterate(engine, steps):
+            lent.append(_lent_from(engine, step))
+            got.append(copy_tree(step))
+        held = _ring_pages(engine)
+        del step
+        gc.collect()
+        assert len(engine._workers.returned()) == 1  # the last step's slot, now dropped
+        pages = _ring_pages(engine)
+    finally:
+        engine.close()
+    assert all(lent)
+    assert_tree_equal(got, [getobs(steps, k) for k in range(numobs(steps))])
+    # While held, the last step's slot holds it; once dropped, every slot reads zeros.
+    assert sum(slot.count(0) != len(slot) for slot in held) == 1
+    assert all(len(slot) >= 4096 and slot.count(0) == len(slot) for slot in pages)
+
+
+def test_a_lent_step_outlives_its_engine():
+    steps = _pages_steps()
+    engine = process_engine(2, buffer=False, lend=True)
+    kept = next(_iterate(engine, steps))
+    assert _lent_from(engine, kept)
+    engine.close()
+    gc.collect()
+    assert_tree_equal(kept, getobs(steps, 0))  # its ring stays mapped while it is held
+    kept[0][:] = 7  # and it is the caller's to write
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"backend": "thread", "parallel": 2}, {"backend": "process", "parallel": 2, "buffer": True}],
+)
+def test_lending_needs_worker_processes_and_no_buffer(options):
+    with pytest.raises(ValueError, match="lend=True .* needs backend='process' and buffer=False"):
+        Engine(lend=True, **options)
+
+
 def test_unordered_delivers_the_same_set_of_steps():
     steps = _steps(np.arange(50), 50, batch_size=5)
     engine = process_engine(3, ordered=False)

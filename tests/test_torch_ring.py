@@ -459,14 +459,32 @@ class PagesDataset(tud.Dataset):
         return np.full(8192, i % 250 + 1, np.uint8), i
 
 
-def test_the_ring_gives_a_copied_batchs_memory_back_as_pytorchs_per_batch_memory_goes():
+def _lent(loader, tensor):
+    """True when ``tensor`` lies in a slot of the loader's ring (lent, not copied)."""
+    ring = np.frombuffer(loader._ring_engine._workers.mapping, np.uint8)
+    return np.shares_memory(tensor.numpy(), ring)
+
+
+def test_the_rings_batches_are_its_slots_lent_until_the_caller_drops_them():
     loader = DataLoader(PagesDataset(), batch_size=4, num_workers=2, persistent_workers=True)
     assert loader.path == "process-ring"
-    kept = [(x.clone(), y.clone()) for x, y in loader]
-    pool = loader._ring_engine._workers
-    pages = [bytes(pool.mapping[start : start + length]) for start, length in pool.spans]
-    loader.close()
-    assert [y.tolist() for _, y in kept] == [list(range(k, k + 4)) for k in range(0, 24, 4)]
-    assert all(bool((x == y.reshape(-1, 1) % 250 + 1).all()) for x, y in kept)
-    # Every batch was copied out: no slot holds a page of it any more.
-    assert pages and all(len(slot) >= 4096 and slot.count(0) == len(slot) for slot in pages)
+    expected = [list(range(k, k + 4)) for k in range(0, 24, 4)]
+    try:
+        got = []
+        for x, y in loader:  # a training loop holds one batch: each is lent, none copied
+            assert _lent(loader, x) and _lent(loader, y)
+            assert bool((x == y.reshape(-1, 1) % 250 + 1).all())
+            got.append(y.tolist())
+        assert got == expected
+        del x, y
+        held = next(iter(loader))  # kept through a whole epoch: its slot is not reused
+        assert [y.tolist() for _, y in loader] == expected
+        assert held[1].tolist() == expected[0]
+        assert bool((held[0] == held[1].reshape(-1, 1) % 250 + 1).all())
+        # A loop that keeps every batch: the first are lent, the rest copied, none wrong.
+        kept = list(loader)
+        assert [_lent(loader, x) for x, _ in kept] == [True] + [False] * 5  # one is held
+        assert [y.tolist() for _, y in kept] == expected
+        assert all(bool((x == y.reshape(-1, 1) % 250 + 1).all()) for x, y in kept)
+    finally:
+        loader.close()

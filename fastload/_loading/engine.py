@@ -126,10 +126,15 @@ class Engine:
     ``timeout``: the most seconds to wait for a step from the workers (``TimeoutError``;
     None: no limit). ``lean``: with ``buffer=False``, hold memory only for the steps in
     flight and those the caller holds, as a loader that makes a new shared buffer per batch
-    does: a slot's pages go back to the system as soon as its step is copied out (worker
-    processes), and each copy is a map of its own, returned to the system when the caller
-    drops it (a freed copy would stay in the allocator's heap), at the cost of faulting
-    pages in again each step.
+    does: a slot's pages go back to the system as soon as its step is copied out, or dropped
+    when it was lent (worker processes), and each copy is a map of its own, returned to the
+    system when the caller drops it (a freed copy would stay in the allocator's heap), at
+    the cost of faulting pages in again each step. ``lend`` (worker processes,
+    ``buffer=False``): hand each whole step out as arrays over its slot, with no copy, and
+    reuse the slot only once the caller dropped every array of it (and every view, tensor or
+    slice of them); the caller owns them as it owns a copy. Two steps are lent at most: past
+    that (a caller that keeps its batches) steps are copied, so the ring always cycles; a
+    step some of whose observations were skipped, or a shorter last one, is copied too.
     Raises ``ValueError`` for an unknown option value.
     """
 
@@ -147,12 +152,18 @@ class Engine:
         timeout: float | None = None,
         lean: bool = False,
         split_steps: bool = True,
+        lend: bool = False,
     ) -> None:
         if is_size(parallel) and parallel == 0:
             parallel = False  # no threads: the caller's (MLUtils' parallel=0)
         _check_options(parallel, buffer, ordered, prefetch, on_error, backend, worker_init, timeout)
         self.lean = check_flag("lean", lean)
         split_steps = check_flag("split_steps", split_steps)
+        if check_flag("lend", lend) and (backend != "process" or buffer):
+            raise ValueError(
+                "lend=True lends the slots of worker processes' ring: it needs "
+                "backend='process' and buffer=False"
+            )
         self.parallel = parallel
         self.buffer = buffer
         self.ordered = ordered
@@ -173,7 +184,12 @@ class Engine:
         if backend == "process":
             count = _core.default_pool_size() if parallel is True else int(parallel)
             self._workers = WorkerPool(
-                count, worker_init, timeout, discard=self.lean and not buffer, split=split_steps
+                count,
+                worker_init,
+                timeout,
+                discard=self.lean and not buffer,
+                split=split_steps,
+                lend=lend,
             )
 
     @property
@@ -370,6 +386,9 @@ class _Rechecked:
         except Exception:
             _recheck(self.verify_rows)
             raise
+
+    def lend(self, slot, value):
+        return self.transport.lend(slot, value)
 
     def copied(self, slot):
         self.transport.copied(slot)

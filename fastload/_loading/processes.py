@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from .schedule import Schedule
+from .tree import map_tree
 from .workers import (
     Cancelled,
     Epoch,
@@ -79,6 +80,9 @@ __all__ = [
 ]
 
 _WAIT_S = 0.5  # one timed wait on the pipes and sentinels
+# Slots lent to the consumer at once: the batch it is handed, and the one before, which
+# its loop variable still holds while it asks for the next.
+_LEND_LIMIT = 2
 _STOP_S = 30.0  # most time to let workers abandon their jobs before killing them
 
 
@@ -159,13 +163,15 @@ class WorkerPool:
 
     ``init(worker_id)``, when given, runs once in each worker after it is forked (ids
     0 to count - 1); it is never pickled (workers are forked), so a closure will do.
-    ``timeout``: the most seconds to wait for a step (None: no limit). ``discard``: give
-    a slot's pages back to the system when the consumer releases it (when it copied the
-    step out, ``buffer=False``), so that the ring holds memory only for the steps in
-    flight, as a loader that makes a new shared buffer per batch does; a worker filling
-    it again faults the pages back in, zeroed. ``split``: spread each step's rows over the
-    workers (False: step k to worker k mod n, for a caller whose workers' own random
-    state decides what they load).
+    ``timeout``: the most seconds to wait for a step (None: no limit). ``discard``: give a
+    slot's pages back to the system when the consumer releases it (when it copied the step
+    out, ``buffer=False``, or dropped the step lent to it), so that the ring holds memory
+    only for the steps in flight, as a loader that makes a new shared buffer per batch does;
+    a worker filling it again faults the pages back in, zeroed. ``split``: spread each
+    step's rows over the workers (False: step k to worker k mod n, for a caller whose
+    workers' own random state decides what they load). ``lend``: hand a whole step to the
+    consumer as the slot itself, with no copy (``_Transport.lend``): the slot is reused only
+    once every array of it is dropped.
     """
 
     # Set when the workers are forked (``ring``), None before and after ``stop``.
@@ -175,7 +181,7 @@ class WorkerPool:
     control: Any
     _finalizer: Any
 
-    def __init__(self, count, init=None, timeout=None, discard=False, split=True):
+    def __init__(self, count, init=None, timeout=None, discard=False, split=True, lend=False):
         if not isinstance(count, Integral) or count < 1:
             raise ValueError(
                 f"the process backend needs a positive number of workers, got {count!r}"
@@ -187,8 +193,13 @@ class WorkerPool:
             )
         self.count = int(count)
         self.init, self.timeout, self.discard = init, timeout, discard
-        self.split = split
+        self.split, self.lend = split, lend
         self.mapping = self.spans = None
+        # The slots lent to the consumer, and the most it may hold at once; a lease
+        # appends its slot to ``returns`` when it is dropped, in any thread: only the
+        # consumer (``returned``) changes ``lent``.
+        self.lent, self.lend_limit = set(), 0
+        self.returns: collections.deque[int] = collections.deque()
         self.gen = 0
         self.procs = self.conns = self.slots = self.control = None
         self.root = self.key = self._finalizer = None
@@ -211,6 +222,12 @@ class WorkerPool:
         mapping = mmap.mmap(-1, size)  # anonymous, shared with the forked children
         slots, _ = carve_ring(mapping, plan, count)
         self.mapping, self.spans = mapping, _slot_pages(plan, count)
+        # A new ring: what was lent of the old one stays the consumer's (its arrays keep
+        # the old mapping alive) and comes back to a deque nobody reads.
+        self.lent, self.returns = set(), collections.deque()
+        # Lent slots are out of the ring: at least one slot always cycles, so a consumer
+        # that keeps every batch gets copies past the limit, and never stalls the ring.
+        self.lend_limit = min(_LEND_LIMIT, count - 1) if self.lend else 0
         control = np.frombuffer(mapping, np.int64, 1, 0)
         control[0] = 0
         ids = itertools.count()  # fork_workers asks for the arguments of worker 0, 1, ...
@@ -227,6 +244,19 @@ class WorkerPool:
         self.outstanding = [0] * self.count
         self.root, self.key = data, key
         self.slots, self.control = slots, control
+        return slots
+
+    def returned(self):
+        """The lent slots whose batches were dropped since the last call: they are free
+        again (called by the consumer only)."""
+        slots = []
+        while self.returns:
+            slot = self.returns.popleft()
+            if slot in self.lent:
+                self.lent.discard(slot)
+                if self.discard:
+                    self.give_back(slot)
+                slots.append(slot)
         return slots
 
     def give_back(self, slot):
@@ -347,7 +377,8 @@ class _Transport:
         self.pool, self.gen, self.plan = pool, gen, plan
         self.schedule, self.ordered, self.stats = schedule, ordered, stats
         self.split = pool.split and pool.count > 1 and not plan.whole_steps
-        self.free = collections.deque(range(len(pool.slots)))
+        pool.returned()  # settle the lent slots: those still lent stay out of the ring
+        self.free = collections.deque(s for s in range(len(pool.slots)) if s not in pool.lent)
         self.inflight = {}  # step -> slot
         self.parts = {}  # step -> [reply or None, one per part]
         self.arrived = {}  # step -> the replies of all its parts, not yet delivered
@@ -359,6 +390,7 @@ class _Transport:
         if release >= 0:
             self.free.append(release)
         self._check()
+        self.free.extend(self.pool.returned())
         while self.next_step < self.total and self.free:
             self._submit(self.next_step, self.free.popleft())
             self.next_step += 1
@@ -383,6 +415,18 @@ class _Transport:
             pool.outstanding[worker] += 1
         self.inflight[step] = slot
         self.parts[step] = [None] * len(jobs)
+
+    def lend(self, slot, value):
+        """``value``, the whole step held in ``slot``, as arrays over the slot itself, with
+        no copy; the slot stays out of the ring until the consumer drops every one of them
+        (and every view of them). None when the pool does not lend, or has lent its limit:
+        the consumer copies the step then."""
+        pool = self.pool
+        if len(pool.lent) >= pool.lend_limit:
+            return None
+        pool.lent.add(slot)
+        lease = _Lease(pool.returns, slot)
+        return map_tree(lambda leaf: _lent(leaf, lease), value)
 
     def copied(self, slot):
         """The consumer copied the step out of ``slot`` (``buffer=False``): its memory can go
@@ -442,6 +486,36 @@ class _Transport:
     def close(self):
         if self.pool.gen == self.gen:
             self.pool.drain()
+
+
+class _Lease:
+    """A slot lent to the consumer: when the last array over it is dropped, the slot goes
+    to the ring's ``returns`` (a deque append: safe in any thread, wherever the garbage
+    collector runs)."""
+
+    __slots__ = ("returns", "slot")
+
+    def __init__(self, returns, slot):
+        self.returns, self.slot = returns, slot
+
+    def __del__(self):
+        self.returns.append(self.slot)
+
+
+class _LentArray:
+    """A lent array's ``base``: numpy's view of ``array``'s memory (its
+    ``__array_interface__``), keeping ``array`` (and with it the ring's mapping) and the
+    slot's lease alive."""
+
+    __slots__ = ("__array_interface__", "array", "lease")
+
+    def __init__(self, array, lease):
+        self.__array_interface__ = array.__array_interface__
+        self.array, self.lease = array, lease
+
+
+def _lent(leaf, lease):
+    return np.asarray(_LentArray(leaf, lease)) if isinstance(leaf, np.ndarray) else leaf
 
 
 def _keep(replies):

@@ -319,6 +319,7 @@ class DataLoader(Generic[T_co]):
                 ordered=self.in_order,
                 worker_init=setup,
                 timeout=self.timeout or None,
+                lend=True,  # a batch is its slot, reused once the caller drops it
                 lean=True,  # memory for the batches in flight only, as PyTorch's
                 split_steps=False,  # PyTorch's contract: batch k from worker k mod n
             )

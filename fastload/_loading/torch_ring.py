@@ -1,7 +1,8 @@
 """The ``"process-ring"`` path of ``fastload.torch.DataLoader``: a Python map-style dataset
 loaded in fastload's worker processes (the engine's ``backend="process"``), each batch
-filled in place into a slot of a shared-memory ring, then copied out as tensors the
-caller owns, under PyTorch's worker contract (``worker_setup`` in ``torch_workers.py``).
+filled in place into a slot of a shared-memory ring and lent to the caller as tensors over
+the slot (``Engine(lend=True)``: reused once they are dropped), under PyTorch's worker
+contract (``worker_setup`` in ``torch_workers.py``).
 
 ::
 
@@ -9,7 +10,7 @@ caller owns, under PyTorch's worker contract (``worker_setup`` in ``torch_worker
         | FirstKnown(dataset, observation 0)
         v
     Engine(backend="process", worker_init=worker_setup(...), timeout=...,
-           split_steps=False)
+           split_steps=False, lend=True, lean=True)
         | worker k: seeds, get_worker_info(), worker_init_fn(k); then whole steps
         | k, k + n, ... (not split over the workers: PyTorch's turns)
         v
@@ -130,7 +131,7 @@ class FirstKnown:
     the caller runs none of the dataset's code; every item loaded (``getobs_into``) is
     read from the dataset itself, in a worker. Its tensors are planned as numpy arrays
     (``default_collate`` makes both tensors alike, and ``as_collated`` does so here), so
-    that the step copied out of the ring is the batch's one copy."""
+    that a batch's tensors are its slot in the ring, with no copy."""
 
     def __init__(self, dataset: Any, first: Any) -> None:
         self.dataset = dataset
