@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -17,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fastload import DataLoader, LoadError, _core, batchview, getobs, mapobs, numobs, obsview
+from fastload._loading import processes
 from fastload._loading.engine import Engine
 from fastload._loading.processes import WorkerError
 from fastload._loading.schedule import Schedule, schedule_of
@@ -198,18 +200,16 @@ def _lent_from(engine, step):
     return all(np.shares_memory(part, ring) for part in step)
 
 
-def _pages_steps(n=24, batch_size=4):
-    return _steps(
-        (np.arange(n * 4096, dtype=np.uint8).reshape(n, 4096) | 1, np.arange(n)),
-        n,
-        batch_size=batch_size,
-    )
+def _pages_steps(n=48, batch_size=4):
+    """Steps of rows of one page each, every row its own bytes, with their positions."""
+    rows = (np.arange(n)[:, None] * 7 + np.arange(4096)) % 251 + 1
+    return _steps((rows.astype(np.uint8), np.arange(n)), n, batch_size=batch_size)
 
 
 def test_a_lending_engine_reuses_a_lent_slot_only_once_its_step_is_dropped():
     steps = _pages_steps()
     expected = [getobs(steps, k) for k in range(numobs(steps))]
-    engine = process_engine(2, buffer=False, lend=True)
+    engine = process_engine(2, buffer=False, lend=True)  # 4 in flight, 6 slots
     try:
         batches = _iterate(engine, steps)
         first = next(batches)
@@ -218,40 +218,66 @@ def test_a_lending_engine_reuses_a_lent_slot_only_once_its_step_is_dropped():
         for step in batches:
             lent.append(_lent_from(engine, step))
             rest.append(copy_tree(step))
-        # Five more steps went through a ring of five slots: the one kept was not reused.
+        # Eleven more steps went through a ring of six slots: the one kept was not reused.
         assert_tree_equal([first] + rest, expected)
         # Two lent at most: ``first`` and the loop's last step, while it asks for the next.
-        assert lent == [True, False, True, False, True]
-        assert len(engine._workers.lent) == 2
+        assert lent == [True, False] * 5 + [True]
+        assert len(engine._workers.lending.lent) == 2
         del first, step
         gc.collect()
         again = next(_iterate(engine, steps))  # the next iteration takes the slots back
-        assert len(engine._workers.lent) == 1 and _lent_from(engine, again)
+        assert len(engine._workers.lending.lent) == 1 and _lent_from(engine, again)
         assert_tree_equal(again, expected[0])
     finally:
         engine.close()
 
 
-@pytest.mark.parametrize("workers, prefetch", [(2, None), (1, 1)])
-def test_a_caller_that_keeps_every_step_gets_copies_past_the_lending_limit(workers, prefetch):
-    # 22 rows: the last step, of 2, is copied whatever the limit.
-    steps = _pages_steps(22)
-    engine = process_engine(workers, buffer=False, lend=True, prefetch=prefetch)
+@pytest.mark.parametrize(
+    "workers, prefetch, ordered", [(2, None, True), (1, 1, True), (3, None, False)]
+)
+def test_a_caller_that_keeps_every_step_gets_copies_past_the_lending_limit(
+    workers, prefetch, ordered
+):
+    # 46 rows: the last step, of 2, is copied whatever the limit.
+    steps = _pages_steps(46)
+    engine = process_engine(workers, buffer=False, lend=True, prefetch=prefetch, ordered=ordered)
     try:
         with deadline(60):
             got = list(_iterate(engine, steps))
         lent = [_lent_from(engine, step) for step in got]
     finally:
         engine.close()
-    assert_tree_equal(got, [getobs(steps, k) for k in range(numobs(steps))])
-    # A ring of 5 slots lends 2; of 2 slots (one in flight), 1: one slot always cycles.
-    limit = 2 if prefetch is None else 1
-    assert lent == [True] * limit + [False] * (len(got) - limit)
+    expected = [getobs(steps, k) for k in range(numobs(steps))]
+    if not ordered:
+        got.sort(key=lambda step: int(step[1][0]))
+        expected.sort(key=lambda step: int(step[1][0]))
+    assert_tree_equal(got, expected)
+    # Two lent, whatever the ring: one slot always cycles.
+    assert lent == [True] * 2 + [False] * (len(got) - 2)
 
 
-def test_a_lean_lending_engine_gives_a_dropped_steps_pages_back():
-    data = np.arange(24 * 3 * 4096, dtype=np.uint8).reshape(24, 3 * 4096) | 1
-    steps = _steps(data, 24, batch_size=4)
+def test_a_step_dropped_in_another_thread_comes_back_to_the_ring():
+    steps = _pages_steps()
+    engine = process_engine(2, buffer=False, lend=True, lean=True)
+    try:
+        batches = _iterate(engine, steps)
+        held = [next(batches), next(batches)]
+        assert all(_lent_from(engine, step) for step in held)
+
+        def drop():
+            held.clear()
+
+        thread = threading.Thread(target=drop)
+        thread.start()
+        thread.join()
+        got = [copy_tree(step) for step in batches]
+    finally:
+        engine.close()
+    assert_tree_equal(got, [getobs(steps, k) for k in range(2, numobs(steps))])
+
+
+def test_a_lean_lending_engine_gives_a_dropped_steps_pages_back_at_once():
+    steps = _pages_steps(24)
     engine = process_engine(2, buffer=False, lend=True, lean=True)
     try:
         got, lent = [], []
@@ -260,9 +286,7 @@ def test_a_lean_lending_engine_gives_a_dropped_steps_pages_back():
             got.append(copy_tree(step))
         held = _ring_pages(engine)
         del step
-        gc.collect()
-        assert len(engine._workers.returned()) == 1  # the last step's slot, now dropped
-        pages = _ring_pages(engine)
+        pages = _ring_pages(engine)  # before any other ``next()``
     finally:
         engine.close()
     assert all(lent)
@@ -270,6 +294,51 @@ def test_a_lean_lending_engine_gives_a_dropped_steps_pages_back():
     # While held, the last step's slot holds it; once dropped, every slot reads zeros.
     assert sum(slot.count(0) != len(slot) for slot in held) == 1
     assert all(len(slot) >= 4096 and slot.count(0) == len(slot) for slot in pages)
+
+
+def test_a_lease_that_outlived_its_turn_frees_nothing():
+    steps = _pages_steps(24)
+    engine = process_engine(2, buffer=False, lend=True, lean=True)
+    try:
+        step = next(_iterate(engine, steps))
+        lending = engine._workers.lending
+        ((slot, token),) = lending.lent.items()
+        stale = processes._Lease(lending, slot, token + 1)  # an earlier lease of the slot
+        del stale
+        assert lending.returned() == [] and lending.lent == {slot: token}
+        assert_tree_equal(step, getobs(steps, 0))  # its pages were not given back
+    finally:
+        engine.close()
+
+
+def test_a_forked_childs_copy_of_a_lent_step_leaves_the_parents_pages():
+    steps = _pages_steps(24)
+    engine = process_engine(2, buffer=False, lend=True, lean=True)
+    try:
+        step = next(_iterate(engine, steps))
+        pid = os.fork()
+        if pid == 0:  # the child drops its copy of the lease, then leaves at once
+            del step
+            gc.collect()
+            os._exit(0)
+        assert os.waitpid(pid, 0)[1] == 0
+        assert_tree_equal(step, getobs(steps, 0))
+    finally:
+        engine.close()
+
+
+def test_a_lent_structured_step_keeps_its_dtype():
+    dtype = np.dtype([("a", "u1"), ("b", "<i4")], align=True)  # padded
+    records = np.zeros(24, dtype)
+    records["a"], records["b"] = np.arange(24), np.arange(24) * 1000
+    steps = _steps(records, 24, batch_size=4)
+    engine = process_engine(2, buffer=False, lend=True)
+    try:
+        got = list(_iterate(engine, steps))
+    finally:
+        engine.close()
+    assert all(step.dtype == dtype for step in got)
+    assert_tree_equal(got, [getobs(steps, k) for k in range(numobs(steps))])
 
 
 def test_a_lent_step_outlives_its_engine():
@@ -285,7 +354,10 @@ def test_a_lent_step_outlives_its_engine():
 
 @pytest.mark.parametrize(
     "options",
-    [{"backend": "thread", "parallel": 2}, {"backend": "process", "parallel": 2, "buffer": True}],
+    [
+        {"backend": "thread", "parallel": 2},
+        {"backend": "process", "parallel": 2, "buffer": True},
+    ],
 )
 def test_lending_needs_worker_processes_and_no_buffer(options):
     with pytest.raises(ValueError, match="lend=True .* needs backend='process' and buffer=False"):

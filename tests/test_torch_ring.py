@@ -488,3 +488,11 @@ def test_the_rings_batches_are_its_slots_lent_until_the_caller_drops_them():
         assert all(bool((x == y.reshape(-1, 1) % 250 + 1).all()) for x, y in kept)
     finally:
         loader.close()
+
+
+def test_a_batch_kept_from_an_epoch_without_persistent_workers_stays_as_it_was():
+    loader = DataLoader(PagesDataset(), batch_size=4, num_workers=2)
+    held = next(iter(loader))  # its epoch's workers and ring are closed at the next epoch
+    assert [y.tolist() for _, y in loader] == [list(range(k, k + 4)) for k in range(0, 24, 4)]
+    assert held[1].tolist() == [0, 1, 2, 3]
+    assert bool((held[0] == held[1].reshape(-1, 1) % 250 + 1).all())

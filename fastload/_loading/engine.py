@@ -159,7 +159,8 @@ class Engine:
         _check_options(parallel, buffer, ordered, prefetch, on_error, backend, worker_init, timeout)
         self.lean = check_flag("lean", lean)
         split_steps = check_flag("split_steps", split_steps)
-        if check_flag("lend", lend) and (backend != "process" or buffer):
+        self.lend = check_flag("lend", lend)
+        if self.lend and (backend != "process" or buffer):
             raise ValueError(
                 "lend=True lends the slots of worker processes' ring: it needs "
                 "backend='process' and buffer=False"
@@ -217,8 +218,9 @@ class Engine:
     def _slots(self, plan, parallel):
         """Slots of the ring: ``prefetch`` steps in flight and those held by the consumer
         (with ``buffer``, two: the last step, and the one before it while its references
-        are checked)."""
-        return self._in_flight(plan, parallel) + (2 if self.buffer else 1)
+        are checked; lending, two: the last step, and the one before it until the next
+        ``next()`` takes its slot back)."""
+        return self._in_flight(plan, parallel) + (2 if self.buffer or self.lend else 1)
 
     def _in_flight(self, plan, parallel):
         if self._workers is not None:

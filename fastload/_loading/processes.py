@@ -24,7 +24,10 @@ never has a name in ``/dev/shm``, so nothing is left behind whatever ends the ru
 SIGKILL included), and it is not bound by the size of ``/dev/shm`` (64 MB in Docker).
 
 Concurrency invariants (kept by the consumer):
-- a slot is free, in a worker's job queue or being filled, or held by the consumer;
+- a slot is free, in a worker's job queue or being filled, held by the consumer, or lent
+  to the caller (``lend``: its step was handed out as arrays over it); a lent slot comes
+  back only once its lease says every array over it was dropped, and only the consumer
+  takes it back (``_Lending``);
 - every job sent to a worker gets exactly one reply; ``outstanding`` counts the replies
   due per worker, and a slot is reused only once the replies of all its step's parts
   arrived, so no worker writes into a slot the consumer reads;
@@ -195,11 +198,7 @@ class WorkerPool:
         self.init, self.timeout, self.discard = init, timeout, discard
         self.split, self.lend = split, lend
         self.mapping = self.spans = None
-        # The slots lent to the consumer, and the most it may hold at once; a lease
-        # appends its slot to ``returns`` when it is dropped, in any thread: only the
-        # consumer (``returned``) changes ``lent``.
-        self.lent, self.lend_limit = set(), 0
-        self.returns: collections.deque[int] = collections.deque()
+        self.lending: _Lending | None = None  # what is lent of the ring, with ``ring``
         self.gen = 0
         self.procs = self.conns = self.slots = self.control = None
         self.root = self.key = self._finalizer = None
@@ -222,12 +221,11 @@ class WorkerPool:
         mapping = mmap.mmap(-1, size)  # anonymous, shared with the forked children
         slots, _ = carve_ring(mapping, plan, count)
         self.mapping, self.spans = mapping, _slot_pages(plan, count)
-        # A new ring: what was lent of the old one stays the consumer's (its arrays keep
-        # the old mapping alive) and comes back to a deque nobody reads.
-        self.lent, self.returns = set(), collections.deque()
-        # Lent slots are out of the ring: at least one slot always cycles, so a consumer
-        # that keeps every batch gets copies past the limit, and never stalls the ring.
-        self.lend_limit = min(_LEND_LIMIT, count - 1) if self.lend else 0
+        # A new ring: what was lent of the old one stays the caller's (its arrays keep the
+        # old mapping alive) and goes back to the old ``_Lending``, which nobody reads.
+        self.lending = _Lending(
+            mapping, self.spans, min(_LEND_LIMIT, count - 1) if self.lend else 0, self.discard
+        )
         control = np.frombuffer(mapping, np.int64, 1, 0)
         control[0] = 0
         ids = itertools.count()  # fork_workers asks for the arguments of worker 0, 1, ...
@@ -246,26 +244,10 @@ class WorkerPool:
         self.slots, self.control = slots, control
         return slots
 
-    def returned(self):
-        """The lent slots whose batches were dropped since the last call: they are free
-        again (called by the consumer only)."""
-        slots = []
-        while self.returns:
-            slot = self.returns.popleft()
-            if slot in self.lent:
-                self.lent.discard(slot)
-                if self.discard:
-                    self.give_back(slot)
-                slots.append(slot)
-        return slots
-
     def give_back(self, slot):
-        """Return the whole pages of ``slot`` to the system (the next write maps zeroed
-        ones): an anonymous shared mapping is shmem, which ``MADV_REMOVE`` frees."""
-        assert self.mapping is not None and self.spans is not None, "no ring to give back"
-        start, length = self.spans[slot]
-        if length:
-            self.mapping.madvise(mmap.MADV_REMOVE, start, length)
+        """Return the whole pages of ``slot`` to the system (see ``_Lending.give_back``)."""
+        assert self.lending is not None, "no ring to give back"
+        self.lending.give_back(slot)
 
     def stop(self, graceful):
         if self.procs is None:
@@ -337,6 +319,11 @@ class WorkerPool:
         """Start an iteration over ``schedule`` on the workers (after ``ring``); any
         earlier iteration of this pool stops. Returns its transport."""
         self.drain()
+        if self.procs is None:  # drain stopped workers that would not give up their jobs
+            raise RuntimeError(
+                f"the worker processes did not stop their earlier jobs within {_STOP_S:.0f} s "
+                f"and were stopped; iterate again to start new ones"
+            )
         self.gen += 1
         self.control[0] = self.gen
         # A callable collate runs in the consumer (in plan.assemble): workers collect lists.
@@ -377,8 +364,10 @@ class _Transport:
         self.pool, self.gen, self.plan = pool, gen, plan
         self.schedule, self.ordered, self.stats = schedule, ordered, stats
         self.split = pool.split and pool.count > 1 and not plan.whole_steps
-        pool.returned()  # settle the lent slots: those still lent stay out of the ring
-        self.free = collections.deque(s for s in range(len(pool.slots)) if s not in pool.lent)
+        self.lending = pool.lending
+        self.lending.returned()  # settle the lent slots: those still lent stay out
+        lent = self.lending.lent
+        self.free = collections.deque(s for s in range(len(pool.slots)) if s not in lent)
         self.inflight = {}  # step -> slot
         self.parts = {}  # step -> [reply or None, one per part]
         self.arrived = {}  # step -> the replies of all its parts, not yet delivered
@@ -390,7 +379,7 @@ class _Transport:
         if release >= 0:
             self.free.append(release)
         self._check()
-        self.free.extend(self.pool.returned())
+        self.free.extend(self.lending.returned())
         while self.next_step < self.total and self.free:
             self._submit(self.next_step, self.free.popleft())
             self.next_step += 1
@@ -421,12 +410,8 @@ class _Transport:
         no copy; the slot stays out of the ring until the consumer drops every one of them
         (and every view of them). None when the pool does not lend, or has lent its limit:
         the consumer copies the step then."""
-        pool = self.pool
-        if len(pool.lent) >= pool.lend_limit:
-            return None
-        pool.lent.add(slot)
-        lease = _Lease(pool.returns, slot)
-        return map_tree(lambda leaf: _lent(leaf, lease), value)
+        lease = self.lending.lend(slot)
+        return None if lease is None else map_tree(lambda leaf: _lent(leaf, lease), value)
 
     def copied(self, slot):
         """The consumer copied the step out of ``slot`` (``buffer=False``): its memory can go
@@ -488,18 +473,74 @@ class _Transport:
             self.pool.drain()
 
 
+class _Lending:
+    """What is lent of one ring: ``lent`` maps each slot lent to the consumer to its
+    lease's token, ``limit`` slots at most; a lease puts ``(slot, token)`` on
+    ``returns`` when it is dropped (in any thread: a deque append), and only the
+    consumer (``lend``, ``returned``) changes ``lent``. A return counts only while its
+    token is the slot's: a lease that outlives its turn (kept by a traceback, say) can
+    never free the slot of a later one."""
+
+    def __init__(self, mapping, spans, limit, discard):
+        self.mapping, self.spans = mapping, spans
+        self.limit, self.discard = limit, discard
+        self.lent = {}
+        self.returns: collections.deque[tuple[int, int]] = collections.deque()
+        self.tokens = itertools.count()
+        self.pid = os.getpid()
+
+    def lend(self, slot):
+        """A lease on ``slot``, or None when ``limit`` slots are lent already."""
+        if len(self.lent) >= self.limit:
+            return None
+        lease = _Lease(self, slot, next(self.tokens))
+        self.lent[slot] = lease.token
+        return lease
+
+    def returned(self):
+        """The lent slots whose batches were dropped since the last call: free again."""
+        slots = []
+        while self.returns:
+            slot, token = self.returns.popleft()
+            if self.lent.get(slot) == token:
+                del self.lent[slot]
+                slots.append(slot)
+        return slots
+
+    def give_back(self, slot):
+        """Return the whole pages of ``slot`` to the system (the next write maps zeroed
+        ones): an anonymous shared mapping is shmem, which ``MADV_REMOVE`` frees."""
+        start, length = self.spans[slot]
+        if length:
+            self.mapping.madvise(mmap.MADV_REMOVE, start, length)
+
+
 class _Lease:
-    """A slot lent to the consumer: when the last array over it is dropped, the slot goes
-    to the ring's ``returns`` (a deque append: safe in any thread, wherever the garbage
-    collector runs)."""
+    """A slot lent to the consumer, until the last array over it is dropped. Then, with
+    ``discard``, the slot's pages go back to the system at once (while the caller works
+    on its next batch, not at its next ``next()``), and the slot goes on ``returns``.
+    Only in the process that lent it, and only while the slot is still this lease's: a
+    forked child's copy of a lease never touches the shared pages."""
 
-    __slots__ = ("returns", "slot")
+    __slots__ = ("lending", "slot", "token")
+    _getpid = staticmethod(os.getpid)  # here: a lease may be dropped as Python exits
 
-    def __init__(self, returns, slot):
-        self.returns, self.slot = returns, slot
+    def __init__(self, lending, slot, token):
+        self.lending, self.slot, self.token = lending, slot, token
 
     def __del__(self):
-        self.returns.append(self.slot)
+        lending = self.lending
+        try:
+            if (
+                lending.discard
+                and lending.lent.get(self.slot) == self.token
+                and self._getpid() == lending.pid
+            ):
+                lending.give_back(self.slot)  # nobody else touches a slot that is lent
+        except Exception:  # at exit, say: only memory is at stake (the pages stay mapped)
+            pass
+        finally:
+            lending.returns.append((self.slot, self.token))
 
 
 class _LentArray:
@@ -515,7 +556,11 @@ class _LentArray:
 
 
 def _lent(leaf, lease):
-    return np.asarray(_LentArray(leaf, lease)) if isinstance(leaf, np.ndarray) else leaf
+    if not isinstance(leaf, np.ndarray):
+        return leaf
+    array = np.asarray(_LentArray(leaf, lease))
+    # The interface spells a padded structured dtype with filler fields: view it as it was.
+    return array if array.dtype == leaf.dtype else array.view(leaf.dtype)
 
 
 def _keep(replies):
