@@ -1,6 +1,7 @@
 """The process backend: same steps as the thread engine and as plain getobs, errors and
 dead workers reach the consumer, and nothing is left in /dev/shm."""
 
+import functools
 import gc
 import mmap
 import os
@@ -690,6 +691,35 @@ def test_a_step_later_than_the_timeout_raises_timeout_error(shm_clean):
     try:
         with deadline(30), pytest.raises(TimeoutError, match="in 0.5 s"):
             _run(engine, _steps(mapobs(_sleepy, np.arange(4.0)), 4, batch_size=1))
+    finally:
+        engine.close()
+
+
+def _slow_while(path, v):
+    if v >= 2 and os.path.exists(path):
+        time.sleep(5)
+    return v
+
+
+def test_an_iteration_started_while_workers_hold_on_to_old_jobs_gets_new_workers(
+    tmp_path, monkeypatch
+):
+    flag = tmp_path / "slow"
+    flag.touch()
+    monkeypatch.setattr(processes, "_STOP_S", 0.5)
+    steps = _steps(mapobs(functools.partial(_slow_while, str(flag)), np.arange(8.0)), 8, 2, False)
+    engine = process_engine(2, buffer=False)
+    try:
+        first = _iterate(engine, steps)
+        assert next(first).tolist() == [0.0, 1.0]  # the next steps sleep in the workers
+        old = engine.worker_processes
+        flag.unlink()
+        with deadline(30):  # they cannot give their jobs up within 0.5 s: new workers load
+            got = list(_iterate(engine, steps))
+        assert [step.tolist() for step in got] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [6.0, 7.0]]
+        assert not any(proc.is_alive() for proc in old)
+        with pytest.raises(RuntimeError, match="stopped"):
+            next(first)
     finally:
         engine.close()
 

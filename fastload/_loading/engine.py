@@ -300,6 +300,9 @@ class Engine:
         parallel = self._parallel()
         count = self._slots(plan, parallel)
         if self._workers is not None:
+            # An earlier iteration's jobs end first: workers that would not give them up
+            # are stopped there, and the ring below starts new ones.
+            self._workers.drain()
             ring, values, watches = self._worker_ring(self._workers, data, plan, count)
             shared = False
         else:
