@@ -152,8 +152,8 @@ def test_unbuffered_steps_are_owned_copies():
 
 def _ring_pages(engine):
     """The bytes of each slot's whole pages in the engine's worker ring."""
-    pool = engine._workers
-    return [bytes(pool.mapping[start : start + length]) for start, length in pool.spans]
+    ring = engine._workers.shared
+    return [bytes(ring.mapping[start : start + length]) for start, length in ring.spans]
 
 
 @pytest.mark.parametrize("buffer, lean", [(False, True), (True, True), (False, False)])
@@ -197,7 +197,7 @@ def test_a_lean_engines_copies_are_maps_of_their_own():
 def _lent_from(engine, step):
     """True when every array of ``step`` lies in the engine's worker ring (lent, not
     copied)."""
-    ring = np.frombuffer(engine._workers.mapping, np.uint8)
+    ring = np.frombuffer(engine._workers.shared.mapping, np.uint8)
     return all(np.shares_memory(part, ring) for part in step)
 
 
@@ -223,11 +223,11 @@ def test_a_lending_engine_reuses_a_lent_slot_only_once_its_step_is_dropped():
         assert_tree_equal([first] + rest, expected)
         # Two lent at most: ``first`` and the loop's last step, while it asks for the next.
         assert lent == [True, False] * 5 + [True]
-        assert len(engine._workers.lending.lent) == 2
+        assert len(engine._workers.shared.lent) == 2
         del first, step
         gc.collect()
         again = next(_iterate(engine, steps))  # the next iteration takes the slots back
-        assert len(engine._workers.lending.lent) == 1 and _lent_from(engine, again)
+        assert len(engine._workers.shared.lent) == 1 and _lent_from(engine, again)
         assert_tree_equal(again, expected[0])
     finally:
         engine.close()
@@ -302,11 +302,11 @@ def test_a_lease_that_outlived_its_turn_frees_nothing():
     engine = process_engine(2, buffer=False, lend=True, lean=True)
     try:
         step = next(_iterate(engine, steps))
-        lending = engine._workers.lending
-        ((slot, token),) = lending.lent.items()
-        stale = processes._Lease(lending, slot, token + 1)  # an earlier lease of the slot
+        ring = engine._workers.shared
+        ((slot, token),) = ring.lent.items()
+        stale = processes._Lease(ring, slot, token + 1)  # an earlier lease of the slot
         del stale
-        assert lending.returned() == [] and lending.lent == {slot: token}
+        assert ring.returned() == [] and ring.lent == {slot: token}
         assert_tree_equal(step, getobs(steps, 0))  # its pages were not given back
     finally:
         engine.close()

@@ -461,7 +461,7 @@ class PagesDataset(tud.Dataset):
 
 def _lent(loader, tensor):
     """True when ``tensor`` lies in a slot of the loader's ring (lent, not copied)."""
-    ring = np.frombuffer(loader._ring_engine._workers.mapping, np.uint8)
+    ring = np.frombuffer(loader._ring_engine._workers.shared.mapping, np.uint8)
     return np.shares_memory(tensor.numpy(), ring)
 
 

@@ -27,7 +27,7 @@ Concurrency invariants (kept by the consumer):
 - a slot is free, in a worker's job queue or being filled, held by the consumer, or lent
   to the caller (``lend``: its step was handed out as arrays over it); a lent slot comes
   back only once its lease says every array over it was dropped, and only the consumer
-  takes it back (``_Lending``);
+  takes it back (``_SharedRing``);
 - every job sent to a worker gets exactly one reply; ``outstanding`` counts the replies
   due per worker, and a slot is reused only once the replies of all its step's parts
   arrived, so no worker writes into a slot the consumer reads;
@@ -197,8 +197,7 @@ class WorkerPool:
         self.count = int(count)
         self.init, self.timeout, self.discard = init, timeout, discard
         self.split, self.lend = split, lend
-        self.mapping = self.spans = None
-        self.lending: _Lending | None = None  # what is lent of the ring, with ``ring``
+        self.shared: _SharedRing | None = None  # the ring's memory, made by ``ring``
         self.gen = 0
         self.procs = self.conns = self.slots = self.control = None
         self.root = self.key = self._finalizer = None
@@ -220,12 +219,10 @@ class WorkerPool:
         _, size = carve_ring(None, plan, count)
         mapping = mmap.mmap(-1, size)  # anonymous, shared with the forked children
         slots, _ = carve_ring(mapping, plan, count)
-        self.mapping, self.spans = mapping, _slot_pages(plan, count)
         # A new ring: what was lent of the old one stays the caller's (its arrays keep the
-        # old mapping alive) and goes back to the old ``_Lending``, which nobody reads.
-        self.lending = _Lending(
-            mapping, self.spans, min(_LEND_LIMIT, count - 1) if self.lend else 0, self.discard
-        )
+        # old mapping alive) and goes back to the old ``_SharedRing``, which nobody reads.
+        limit = min(_LEND_LIMIT, count - 1) if self.lend else 0
+        self.shared = _SharedRing(mapping, _slot_pages(plan, count), limit, self.discard)
         control = np.frombuffer(mapping, np.int64, 1, 0)
         control[0] = 0
         ids = itertools.count()  # fork_workers asks for the arguments of worker 0, 1, ...
@@ -245,9 +242,9 @@ class WorkerPool:
         return slots
 
     def give_back(self, slot):
-        """Return the whole pages of ``slot`` to the system (see ``_Lending.give_back``)."""
-        assert self.lending is not None, "no ring to give back"
-        self.lending.give_back(slot)
+        """Return the whole pages of ``slot`` to the system (see ``_SharedRing``)."""
+        assert self.shared is not None, "no ring to give back"
+        self.shared.give_back(slot)
 
     def stop(self, graceful):
         if self.procs is None:
@@ -364,9 +361,9 @@ class _Transport:
         self.pool, self.gen, self.plan = pool, gen, plan
         self.schedule, self.ordered, self.stats = schedule, ordered, stats
         self.split = pool.split and pool.count > 1 and not plan.whole_steps
-        self.lending = pool.lending
-        self.lending.returned()  # settle the lent slots: those still lent stay out
-        lent = self.lending.lent
+        self.shared = pool.shared
+        self.shared.returned()  # settle the lent slots: those still lent stay out
+        lent = self.shared.lent
         self.free = collections.deque(s for s in range(len(pool.slots)) if s not in lent)
         self.inflight = {}  # step -> slot
         self.parts = {}  # step -> [reply or None, one per part]
@@ -379,7 +376,7 @@ class _Transport:
         if release >= 0:
             self.free.append(release)
         self._check()
-        self.free.extend(self.lending.returned())
+        self.free.extend(self.shared.returned())
         while self.next_step < self.total and self.free:
             self._submit(self.next_step, self.free.popleft())
             self.next_step += 1
@@ -410,7 +407,7 @@ class _Transport:
         no copy; the slot stays out of the ring until the consumer drops every one of them
         (and every view of them). None when the pool does not lend, or has lent its limit:
         the consumer copies the step then."""
-        lease = self.lending.lend(slot)
+        lease = self.shared.lend(slot)
         return None if lease is None else map_tree(lambda leaf: _lent(leaf, lease), value)
 
     def copied(self, slot):
@@ -473,13 +470,15 @@ class _Transport:
             self.pool.drain()
 
 
-class _Lending:
-    """What is lent of one ring: ``lent`` maps each slot lent to the consumer to its
-    lease's token, ``limit`` slots at most; a lease puts ``(slot, token)`` on
-    ``returns`` when it is dropped (in any thread: a deque append), and only the
-    consumer (``lend``, ``returned``) changes ``lent``. A return counts only while its
-    token is the slot's: a lease that outlives its turn (kept by a traceback, say) can
-    never free the slot of a later one."""
+class _SharedRing:
+    """The memory of one ring: its anonymous shared ``mapping``, the whole pages of each
+    slot (``spans``, which ``give_back`` returns to the system), and what is lent of it.
+    ``lent`` maps each slot lent to the consumer to its lease's token, ``limit`` slots at
+    most; a lease puts ``(slot, token)`` on ``returns`` when it is dropped (in any
+    thread: a deque append), after giving the slot's pages back with ``discard``. Only
+    the consumer (``lend``, ``returned``) changes ``lent``. A return counts only while
+    its token is the slot's: a lease that outlives its turn (kept by a traceback, say)
+    can never free the slot of a later one."""
 
     def __init__(self, mapping, spans, limit, discard):
         self.mapping, self.spans = mapping, spans
@@ -522,25 +521,25 @@ class _Lease:
     Only in the process that lent it, and only while the slot is still this lease's: a
     forked child's copy of a lease never touches the shared pages."""
 
-    __slots__ = ("lending", "slot", "token")
+    __slots__ = ("ring", "slot", "token")
     _getpid = staticmethod(os.getpid)  # here: a lease may be dropped as Python exits
 
-    def __init__(self, lending, slot, token):
-        self.lending, self.slot, self.token = lending, slot, token
+    def __init__(self, ring, slot, token):
+        self.ring, self.slot, self.token = ring, slot, token
 
     def __del__(self):
-        lending = self.lending
+        ring = self.ring
         try:
             if (
-                lending.discard
-                and lending.lent.get(self.slot) == self.token
-                and self._getpid() == lending.pid
+                ring.discard
+                and ring.lent.get(self.slot) == self.token
+                and self._getpid() == ring.pid
             ):
-                lending.give_back(self.slot)  # nobody else touches a slot that is lent
+                ring.give_back(self.slot)  # nobody else touches a slot that is lent
         except Exception:  # at exit, say: only memory is at stake (the pages stay mapped)
             pass
         finally:
-            lending.returns.append((self.slot, self.token))
+            ring.returns.append((self.slot, self.token))
 
 
 class _LentArray:
