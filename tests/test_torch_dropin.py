@@ -1271,7 +1271,7 @@ def test_dict_dataset_sequential_batch(persistent_workers):
 
 def test_pin_memory_without_cuda_warns_and_yields_the_batches():
     if torch.cuda.is_available():
-        pytest.skip("CUDA is available: pin_memory pins")
+        pytest.skip("checks what pin_memory does without CUDA; this machine has CUDA")
     import fastload._loading.torch_loader as module
 
     module._warned_no_cuda = False
