@@ -95,12 +95,12 @@ sanitize: install
 		--ignore tests/test_torch_dropin.py --ignore tests/test_torch_ring.py \
 		--ignore tests/test_torch_distributed.py
 
-# The engine's tests and the stress runs on the core built with ThreadSanitizer. A child
-# forked from a process with threads cannot start threads of its own under TSan: that one
-# test is left out.
+# The engine's tests, the stress runs and the guarded file maps (a signal handler among
+# threads) on the core built with ThreadSanitizer. A child forked from a process with
+# threads cannot start threads of its own under TSan: that one test is left out.
 tsan: install
 	tools/sanitize.sh thread -m "stress or not stress" \
-		tests/test_engine.py tests/test_parallel.py tests/test_stress.py \
+		tests/test_engine.py tests/test_parallel.py tests/test_stress.py tests/test_guards.py \
 		--deselect tests/test_parallel.py::test_a_multiprocessing_fork_child_can_load_in_parallel
 
 # libFuzzer needs clang; as root with apt, it is installed here.

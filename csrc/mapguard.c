@@ -61,14 +61,13 @@ static void on_sigbus(int sig, siginfo_t *info, void *context) {
      * end: one map of zero pages covers them (one map, whatever the size of the cut). */
     uintptr_t from = page_floor((uintptr_t)info->si_addr);
     uintptr_t to = page_ceil(__atomic_load_n(&slots[k].hi, __ATOMIC_ACQUIRE));
-    void *zeros =
-        mmap((void *)from, to - from, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-    if (zeros == MAP_FAILED) {
-        pass_on(sig, info);
-        return;
-    }
+    /* Counted before the zeros appear: another thread may read them as soon as they are
+     * mapped (without a fault of its own), and finds the count when it looks. */
     __atomic_add_fetch(&slots[k].faults, 1, __ATOMIC_RELEASE);
     __atomic_add_fetch(shared_faults != NULL ? shared_faults : &local_faults, 1, __ATOMIC_RELEASE);
+    void *zeros =
+        mmap((void *)from, to - from, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    if (zeros == MAP_FAILED) pass_on(sig, info);
 }
 
 int fl_guard_install(void) {

@@ -30,8 +30,9 @@ address)
 thread)
     flags="-fsanitize=thread"
     runtime=libtsan.so
-    # Forked worker processes run on after the fork: their parent has threads.
-    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:die_after_fork=0"
+    # Forked worker processes run on after the fork: their parent has threads. What is
+    # suppressed, and why, is in tools/tsan.supp.
+    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:die_after_fork=0:suppressions=$root/tools/tsan.supp"
     ;;
 *)
     echo "usage: $0 address|thread [pytest arguments]" >&2
