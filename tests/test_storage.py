@@ -2,6 +2,7 @@
 zero-copy buffers, safe writes, corrupt files, quasi-random order."""
 
 import builtins
+import gc
 import json
 import os
 import re
@@ -838,3 +839,30 @@ def test_errors_on_a_row_name_the_source_the_file_records(tmp_path):
     assert ds["blob"].row_source(2) == f"{path}, row 2 (from raw/2.bin)"
     write(path, rows, {"blob": Bytes(), "origin": Str()}, progress=False)
     assert open(path)["blob"].row_source(2) == f"{path}, row 2"
+
+
+@pytest.mark.parametrize("verify", [None, "read"])
+def test_a_dropped_dataset_unmaps_its_files_at_once(tmp_path, verify):
+    """No reference cycle holds a dataset's maps until the garbage collector runs: once
+    the dataset, and what was read of it, is dropped, its files are unmapped (a
+    filesystem can be unmounted, a deleted file's space comes back)."""
+    rows = [{"x": np.full((4, 4), k, np.uint8), "s": str(k)} for k in range(20)]
+    for name in ("a", "b"):
+        write(tmp_path / f"{name}.arrow", rows, {"x": Raw(), "s": Str()}, progress=False)
+
+    def mapped():
+        with builtins.open("/proc/self/maps") as f:
+            return sum(str(tmp_path) in line for line in f)
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        ds = open(tmp_path, verify=verify)
+        assert mapped() == 2
+        got = (ds[3]["x"], ds["x"][5], ds["s"][7])
+        assert got[0][0, 0] == 3 and got[1][0, 0] == 5 and got[2] == "7"
+        del ds, got
+        assert mapped() == 0
+    finally:
+        if was:
+            gc.enable()

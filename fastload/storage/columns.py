@@ -5,6 +5,7 @@ A column is built from pieces, one per record batch: the piece's Arrow array and
 columns are located once, at open, as absolute (start, end) byte positions in their base.
 """
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -99,6 +100,20 @@ class ItemBytes(ContiguousBytes, SpannedBytes, PackedRows):
     def __init__(self, column):
         self._column = column
 
+    # The column's blocks, file pages and checks (set on the column by its dataset): the
+    # column holds this object weakly, so that the two make no cycle.
+    @property
+    def block_bounds(self):  # type: ignore[override]
+        return self._column.block_bounds
+
+    @property
+    def file_pages(self):  # type: ignore[override]
+        return self._column.file_pages
+
+    @property
+    def verify_rows(self):  # type: ignore[override]
+        return self._column.verify_rows
+
     def __len__(self) -> int:
         return len(self._column)
 
@@ -150,8 +165,17 @@ class EncodedColumn(ContiguousBytes, SpannedBytes, PackedRows):
         self._source_of_row = (
             np.repeat(np.arange(len(sources)), counts) if len(set(sources)) > 1 else None
         )
-        self.encoded = ItemBytes(self)
+        self._encoded: weakref.ref[ItemBytes] | None = None
         self._offsets = None
+
+    @property
+    def encoded(self) -> ItemBytes:
+        """The stored bytes of the items (``ItemBytes``): one object while any holds it."""
+        items = self._encoded() if self._encoded is not None else None
+        if items is None:
+            items = ItemBytes(self)
+            self._encoded = weakref.ref(items)
+        return items
 
     def __len__(self) -> int:
         return len(self._starts)

@@ -277,26 +277,19 @@ class Dataset(PackedRows):
             raise LoadError(f"{first.path}: corrupt dataset: {exc}", source=first.path) from exc
         self.source_field = read_source_field(first.schema.metadata, self.fields)
         if self.source_field is not None:
+            sources = self._columns[self.source_field]
             for column in self._columns.values():
-                if isinstance(column, EncodedColumn):
-                    column.sources = self._columns[self.source_field]
+                if isinstance(column, EncodedColumn) and column is not sources:
+                    column.sources = sources  # not on itself: a cycle that would hold the maps
         self._files = MappedFiles(opened, self.file_bounds)
         self._checks = _BlockChecks(self, self._files) if verify_reads else None
         if self._checks is not None or self._files:
-            self.verify_rows = self._verify_rows
+            self.verify_rows = _RowChecks(self._files, self._checks)
         mapped = all(s.mapping is not None for s in opened)
         check = self._checks.block if self._checks is not None else None
         self.file_pages = FilePages(opened, self.block_bounds, check) if mapped else None
         for column in self._columns.values():
             _mark_blocks(column, self.block_bounds, self.verify_rows, self.file_pages)
-
-    def _verify_rows(self, rows: int | npt.NDArray[np.int64]) -> None:
-        """Before what was read of ``rows`` is handed out: raise ``LoadError`` when a file
-        shrank under its map, or (``verify="read"``) when a block of ``rows`` not checked
-        yet does not match its checksum."""
-        self._files.check(rows)
-        if self._checks is not None:
-            self._checks.rows(rows)
 
     def _block_bounds(self) -> npt.NDArray[np.int64]:
         """Row boundaries of the blocks over all files: a file's block metadata, else its
@@ -475,13 +468,25 @@ def _mark_blocks(
     ``ds["label"]``) can read block by block (``shuffle="quasi"``), reading ahead, as it
     can over the dataset. They also carry the dataset's ``verify_rows`` (when it checks
     anything), which a loader runs on each batch's rows before it hands the batch out."""
-    parts: list[PackedRows] = [column]
-    if isinstance(column, EncodedColumn):
-        parts.append(column.encoded)
-    for part in parts:
-        part.block_bounds = bounds
-        part.file_pages = pages
-        part.verify_rows = verify_rows
+    column.block_bounds = bounds  # its stored bytes (``column.encoded``) read them from it
+    column.file_pages = pages
+    column.verify_rows = verify_rows
+
+
+class _RowChecks:
+    """A dataset's ``verify_rows``: before what was read of ``rows`` is handed out, raise
+    ``LoadError`` when a file shrank under its map, or (``verify="read"``) when a block of
+    ``rows`` not checked yet does not match its checksum. Its columns carry it, and it
+    holds no reference to the dataset: a dataset dropped is unmapped at once, not when the
+    garbage collector finds a cycle."""
+
+    def __init__(self, files: MappedFiles, checks: _BlockChecks | None) -> None:
+        self.files, self.checks = files, checks
+
+    def __call__(self, rows: int | npt.NDArray[np.int64]) -> None:
+        self.files.check(rows)
+        if self.checks is not None:
+            self.checks.rows(rows)
 
 
 class _BlockChecks:
