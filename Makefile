@@ -22,11 +22,18 @@ $(VENV)/.base: $(VENV)/.python pyproject.toml
 	touch $@ $(VENV)/.built
 
 # The same with the test extras, and the optional integrations (torch, jax: CPU builds),
-# so that their tests run; without them those tests are skipped.
+# so that their tests run; without them those tests are skipped. The frameworks that shard
+# a PyTorch loader (tests/test_frameworks.py), pinned with the small pure-Python packages
+# they import, without their dependencies: nothing of theirs may replace torch.
+FRAMEWORKS := "lightning==2.6.6" "lightning-utilities==0.15.3" \
+	"torchmetrics==1.9.0" "accelerate==1.16.0" "huggingface_hub==0.36.0" "safetensors==0.8.0" \
+	"psutil>=5" "PyYAML>=6" "packaging>=23" "typing_extensions>=4.6"
 $(VENV)/.deps: $(VENV)/.python pyproject.toml
 	$(PY) -m pip install --quiet --no-build-isolation -e '.[test]'
 	$(PY) -m pip install --quiet "torch==2.13.0" "jax[cpu]" || \
 		echo "torch or jax could not be installed: their tests will be skipped"
+	$(PY) -m pip install --quiet --no-deps $(FRAMEWORKS) || \
+		echo "Lightning or accelerate could not be installed: their tests will be skipped"
 	touch $@ $(VENV)/.base $(VENV)/.built
 
 base: $(VENV)/.base
@@ -88,12 +95,12 @@ format: install
 # the tests of fastload.torch.DataLoader's worker processes (PyTorch's worker contract:
 # forked and spawned interpreters, killed on purpose), whose native path the loader's own
 # tests cover: under the ASan runtime a whole run once stopped in them without a report,
-# which running these files alone has not reproduced.
+# which running these files alone has not reproduced. The same for the frameworks' jobs.
 sanitize: install
 	tools/sanitize.sh address --deselect \
 		tests/test_parallel.py::test_a_thousand_dropped_parallel_loaders_leave_no_threads_and_little_memory \
 		--ignore tests/test_torch_dropin.py --ignore tests/test_torch_ring.py \
-		--ignore tests/test_torch_distributed.py
+		--ignore tests/test_torch_distributed.py --ignore tests/test_frameworks.py
 
 # The engine's tests, the stress runs and the guarded file maps (a signal handler among
 # threads) on the core built with ThreadSanitizer. A child forked from a process with

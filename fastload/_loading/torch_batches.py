@@ -67,6 +67,25 @@ class Mapped:
         return self.f(next(self.values))
 
 
+class Deferred:
+    """The iterator that ``make()`` returns, made on the first ``next()``. PyTorch's
+    single-process iterator draws its batch sampler then, not in ``iter()``: a sampler's
+    ``set_epoch`` between the two counts (Lightning calls it there when it resumes)."""
+
+    def __init__(self, make: Callable[[], Iterator[Any]]) -> None:
+        self.make: Callable[[], Iterator[Any]] | None = make
+        self.values: Iterator[Any] = iter(())
+
+    def __iter__(self) -> Deferred:
+        return self
+
+    def __next__(self) -> Any:
+        if self.make is not None:
+            make, self.make = self.make, None
+            self.values = make()
+        return next(self.values)
+
+
 class Delivered:
     """The batches of one epoch, counted, and pinned when asked. ``_workers``: the worker
     processes that load them (empty on the other paths)."""

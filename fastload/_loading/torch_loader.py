@@ -25,6 +25,12 @@ by one of four paths, which ``loader.path`` and ``loader.stats()["path"]`` name:
 
 Batches are what ``default_collate`` makes (tensors; tuples as lists, dicts and
 namedtuples kept; strings as lists).
+
+The class is a subclass of ``torch.utils.data.DataLoader``, so that frameworks that take a
+PyTorch loader apart and build it anew with a distributed sampler (Lightning's
+``use_distributed_sampler``) see one: its attributes are its ``__init__`` arguments, and
+those left to their defaults (``collate_fn``, ``prefetch_factor``) are attributes only once
+given, so that a loader built anew from them takes the same path as the first.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import multiprocessing
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -45,7 +51,8 @@ from ..views import ObsView, steps
 from .engine import Engine
 from .plan import make_plan
 from .schedule import Schedule
-from .torch_batches import Counts, Delivered, Mapped, as_collated
+from .torch_batches import Counts, Deferred, Delivered, Mapped, as_collated
+from .torch_frameworks import follow
 from .torch_options import check_counts, check_worker_count, context_of, prefetch_of, samplers
 from .torch_ring import FirstKnown, RingBatches, fits_ring, per_item, probe_first
 from .torch_workers import Fetcher, WorkerIteration, WorkerPool, base_seed, worker_setup
@@ -53,6 +60,8 @@ from .torch_workers import Fetcher, WorkerIteration, WorkerPool, base_seed, work
 __all__ = ["DataLoader"]
 
 _FROZEN = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
+# Attributes that decide how batches are loaded: set after __init__, the path is decided anew.
+_PATH_SHAPING = ("num_workers", "collate_fn", "worker_init_fn", "multiprocessing_context")
 _warned_no_cuda = False
 
 
@@ -97,7 +106,24 @@ def _native_container(dataset: Any, in_view: bool) -> Any:
 T_co = TypeVar("T_co", covariant=True)
 
 
-class DataLoader(Generic[T_co]):
+class _Resolved:
+    """An ``__init__`` argument that PyTorch keeps as an attribute with its default filled
+    in (``collate_fn``, ``prefetch_factor``). Read, it is the value given (or set later)
+    when there is one, else the default the loader settled on (the attribute ``default``).
+    Only a given value is an instance attribute: a framework that builds the loader anew
+    from ``vars(loader)`` then passes what the user gave, and nothing the loader filled
+    in (``collate_fn=default_collate`` would take another path than no ``collate_fn``)."""
+
+    def __init__(self, default: str) -> None:
+        self.default = default
+
+    def __get__(self, loader: Any, owner: type | None = None) -> Any:
+        if loader is None:
+            return self
+        return getattr(loader, self.default)
+
+
+class DataLoader(tud.DataLoader[T_co]):
     """PyTorch's ``torch.utils.data.DataLoader`` (same arguments, checks, attributes,
     ``len`` and batches) loading on fastload's engine; see the module docstring for
     which path a dataset takes.
@@ -140,7 +166,9 @@ class DataLoader(Generic[T_co]):
         )
         self.dataset = dataset
         self.num_workers = num_workers
-        self.prefetch_factor = prefetch
+        self._prefetch_default = prefetch
+        if prefetch_factor is not None:
+            self.prefetch_factor = prefetch
         self.pin_memory = pin_memory
         self.pin_memory_device = pin_memory_device
         self.timeout = timeout
@@ -154,27 +182,43 @@ class DataLoader(Generic[T_co]):
         self.generator = generator
         self.persistent_workers = persistent_workers
         self._iterable = isinstance(dataset, tud.IterableDataset)
-        self._default_collate = collate_fn is None
-        if collate_fn is None:
-            collate_fn = tud.default_collate if self._auto_collation else tud.default_convert
-        self.collate_fn = collate_fn
-        self._positions: npt.NDArray[np.int64] | None = None
-        self._native = self._native_data()
+        self._dataset_kind = 1 if self._iterable else 0  # PyTorch's _DatasetKind
+        if collate_fn is not None:
+            self.collate_fn = collate_fn
+        self._collate_default = tud.default_collate if self._auto_collation else tud.default_convert
         self._engine: Engine | None = None
         self._pool: WorkerPool | None = None
-        self._ring: FirstKnown | bool | None = None  # None: not decided yet; False: no ring
         self._ring_engine: Engine | None = None  # with persistent workers
+        self._decide_path()
         self._counts = Counts()
-        self._IterableDataset_len_called: int | None = None
+        self._IterableDataset_len_called: int | None = None  # type: ignore[assignment]
         check_worker_count(num_workers)
         self._initialized = True
+        follow(self)
+
+    dataset: Any  # any dataset PyTorch's loader takes, not only a Dataset
+    collate_fn = _Resolved("_collate_default")
+    prefetch_factor = _Resolved("_prefetch_default")
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if getattr(self, "_initialized", False) and name in _FROZEN:
+        initialized = getattr(self, "_initialized", False)
+        if initialized and name in _FROZEN:
             raise ValueError(
                 f"{name} attribute should not be set after {type(self).__name__} is initialized"
             )
         super().__setattr__(name, value)
+        if initialized and name in _PATH_SHAPING:
+            self._decide_path()
+
+    def _decide_path(self) -> None:
+        """Settle (again) what decides the path from the arguments: the native container,
+        or none; the ring path is decided on first use. Workers and engines of an earlier
+        decision are stopped."""
+        self.close()
+        self._default_collate = "collate_fn" not in self.__dict__
+        self._positions: npt.NDArray[np.int64] | None = None
+        self._native = self._native_data()
+        self._ring: FirstKnown | bool | None = None  # None: not decided yet; False: no ring
 
     @property
     def _auto_collation(self) -> bool:
@@ -245,7 +289,7 @@ class DataLoader(Generic[T_co]):
             return length
         return len(self._index_sampler)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # not PyTorch's iterator
         tasks = self._tasks()
         # Drawn after the sampler's iterator is made, as PyTorch does (persistent workers
         # keep their first epoch's seed), so seeded scripts draw the same orders.
@@ -285,6 +329,11 @@ class DataLoader(Generic[T_co]):
         return Schedule(order, int(sizes.max()), bounds=bounds, seed=seed & (2**63 - 1))
 
     def _native_batches(self, tasks: Iterator[Any], seed: int) -> Iterator[Any]:
+        if self.num_workers == 0:  # PyTorch draws the sampler on the first next() then
+            return Deferred(lambda: self._native_steps(tasks, seed))
+        return self._native_steps(tasks, seed)
+
+    def _native_steps(self, tasks: Iterator[Any], seed: int) -> Iterator[Any]:
         schedule = self._schedule(tasks, seed, self._positions)
         if schedule is None:
             return iter(())
@@ -412,8 +461,9 @@ class DataLoader(Generic[T_co]):
         ring, self._ring_engine = self._ring_engine, None
         if ring is not None:
             ring.close()
-        if self._engine is not None:
-            self._engine.close()
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.close()
 
     def __repr__(self) -> str:
         return (
