@@ -536,6 +536,9 @@ class DataLoader(_EpochLoader):
       threads, for GIL-bound Python containers (see ``fastload._loading.processes``).
     - ``shard=(rank, world_size)`` or ``"auto"``: this process loads its own block of each
       epoch; all ranks get the same number of batches (see ``fastload._loading.sharding``).
+      Without ``shard`` while several ranks are up (torch.distributed, ``WORLD_SIZE``,
+      JAX), every rank loads the whole dataset, and a warning says so once;
+      ``shard=False`` means that, without the warning.
     - ``on_error="skip"`` drops observations that fail to load from their batch (the batch
       is shorter), counts them in ``stats()["skipped"]`` and warns once; the default
       ``"raise"`` raises ``fastload.LoadError`` naming the index. A file of a ``FileStream``

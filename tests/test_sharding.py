@@ -1,12 +1,20 @@
 """Distributed sharding: ranks simulated in one process."""
 
+import os
+import socket
+import subprocess
+import sys
+import warnings
+
 import numpy as np
 import pytest
 from helpers import assert_resumes_exactly, run_epochs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import fastload
 from fastload import DataLoader, eachobs
+from fastload._loading import sharding
 from fastload._loading.sharding import resolve_shard, shard_order
 from fastload.order import quasi_random_order
 
@@ -178,3 +186,71 @@ def test_two_rank_processes_without_a_seed_load_disjoint_blocks_of_one_order():
     together = parts[0] + parts[1]
     assert set(together) == set(range(305))
     assert len(together) - len(set(together)) == 1  # the one index padding repeats
+
+
+# -- a loader without shard= in a job of several ranks ----------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+UNSHARDED_SCRIPT = """
+import os, sys, warnings
+import numpy as np
+import torch.distributed as dist
+import fastload
+
+port, rank = sys.argv[1], int(sys.argv[2])
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for _ in range(2):  # once per process
+        assert len(list(fastload.DataLoader(np.arange(8), batch_size=4))) == 2
+    list(fastload.eachobs_parallel(np.arange(8)))
+    silent = fastload.DataLoader(np.arange(8), batch_size=4, shard=False)
+    sharded = fastload.DataLoader(np.arange(8), batch_size=4, shard="auto")
+messages = [str(w.message) for w in caught]
+assert len(messages) == 1, messages
+assert "torch.distributed runs 2 ranks" in messages[0] and "shard='auto'" in messages[0]
+assert caught[0].filename == "<string>", caught[0].filename  # the user's line
+assert (len(silent), len(sharded)) == (2, 1)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_an_unsharded_loader_in_a_process_group_of_two_warns_once_naming_shard_auto():
+    pytest.importorskip("torch")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", UNSHARDED_SCRIPT, str(port), str(rank)],
+            env={**env, "PYTHONPATH": ROOT},
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    try:
+        errors = [proc.communicate(timeout=300)[1] for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+    assert [proc.returncode for proc in procs] == [0, 0], errors
+
+
+def test_a_world_size_in_the_environment_warns_and_shard_false_silences_it(monkeypatch):
+    monkeypatch.setattr(sharding, "_warned_unsharded", False)
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.warns(UserWarning, match="WORLD_SIZE runs 4 ranks.*shard='auto'"):
+        fastload.DataLoader(np.arange(8), batch_size=4)
+    monkeypatch.setattr(sharding, "_warned_unsharded", False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loader = fastload.DataLoader(np.arange(8), batch_size=4, shard=False)
+    assert len(loader) == 2
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fastload.DataLoader(np.arange(8), batch_size=4)

@@ -54,16 +54,22 @@ def check_size(name: str, value: Any, minimum: int = 1) -> int:
     return int(value)
 
 
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning issued by this function's caller point at
+    the user's line that called into fastload."""
+    level, frame = 2, sys._getframe(2)  # stacklevel 2: the warning function's caller
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("fastload."):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def warn_renamed(old: str, new: str) -> None:
     """Warn (``DeprecationWarning``) that ``old`` is spelled ``new`` now, pointing at the
     user's line that called into fastload: the old spelling still works, for now."""
-    level, frame = 2, sys._getframe(1)  # stacklevel 2: the caller of this function
-    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("fastload."):
-        frame, level = frame.f_back, level + 1
     warnings.warn(
         f"{old} is deprecated: write {new} (the old spelling stops working in a later release)",
         DeprecationWarning,
-        stacklevel=level,
+        stacklevel=user_stacklevel(),
     )
 
 

@@ -8,6 +8,11 @@ the order is padded by wrapping around to its start, as PyTorch's DistributedSam
 Batches from a batch sampler are shared out whole, the same way: a contiguous block of
 the epoch's batches per rank, padded by wrapping around.
 
+A loader given no ``shard`` in a job of several ranks (a ``torch.distributed`` process
+group of several ranks, ``WORLD_SIZE`` > 1, or JAX's multi-process runtime) loads the
+whole dataset on every rank: it warns once per process, naming ``shard="auto"``;
+``shard=False`` says that every rank is meant to load it all, and warns of nothing.
+
 The ranks agree on the order only if they agree on the seed: a sharded loader given no
 seed takes ``DEFAULT_SEED`` (as DistributedSampler's default seed is 0), never a seed of
 its own that the other ranks could not know.
@@ -18,12 +23,15 @@ from __future__ import annotations
 import os
 import secrets
 import sys
+import warnings
 from collections.abc import Sequence
 from numbers import Integral
 from typing import Literal, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
+
+from .arguments import user_stacklevel
 
 __all__ = [
     "DEFAULT_SEED",
@@ -35,10 +43,12 @@ __all__ = [
     "shard_size",
 ]
 
-# ``shard=``: (rank, world_size), "auto", or None for one process.
-Shard: TypeAlias = tuple[int, int] | Literal["auto"] | None
+# ``shard=``: (rank, world_size), "auto", or None/False for the whole dataset (None warns
+# when several ranks are up; False does not).
+Shard: TypeAlias = tuple[int, int] | Literal["auto", False] | None
 
 DEFAULT_SEED = 0
+_warned_unsharded = False
 
 
 def _from_torch() -> tuple[int, int] | None:
@@ -65,12 +75,47 @@ def _from_jax() -> tuple[int, int] | None:
     return jax.process_index(), jax.process_count()
 
 
+def _ranks_up() -> tuple[int, str] | None:
+    """``(world_size, by what)`` of a job of several ranks this process is one of, else
+    None: a torch.distributed process group, ``WORLD_SIZE``, or JAX's distributed runtime
+    (asked only when initialized: asking starts JAX's backends)."""
+    torch = _from_torch()
+    if torch is not None and torch[1] > 1:
+        return torch[1], "torch.distributed"
+    world = os.environ.get("WORLD_SIZE", "")
+    if world.isdigit() and int(world) > 1:
+        return int(world), "WORLD_SIZE"
+    jax = sys.modules.get("jax")
+    if jax is not None and jax.distributed.is_initialized() and jax.process_count() > 1:
+        return jax.process_count(), "jax.distributed"
+    return None
+
+
+def _warn_unsharded() -> None:
+    global _warned_unsharded
+    up = None if _warned_unsharded else _ranks_up()
+    if up is None:
+        return
+    _warned_unsharded = True
+    warnings.warn(
+        f"{up[1]} runs {up[0]} ranks, but this loader has no shard=: every rank loads the "
+        "whole dataset. Give shard='auto' to load this rank's part of each epoch, or "
+        "shard=False if every rank is meant to load all of it (this warning is given once)",
+        UserWarning,
+        stacklevel=user_stacklevel(),
+    )
+
+
 def resolve_shard(shard: Shard) -> tuple[int, int]:
-    """``(rank, world_size)`` from ``shard``: None (one process), a pair, or ``"auto"``
-    (torch.distributed when initialized, else the RANK/WORLD_SIZE environment variables,
-    else JAX's process index and count when jax is imported, else one process).
-    Raises ValueError for anything else or a rank outside ``range(world_size)``."""
+    """``(rank, world_size)`` from ``shard``: None or False (one process; None warns once
+    when several ranks are up), a pair, or ``"auto"`` (torch.distributed when initialized,
+    else the RANK/WORLD_SIZE environment variables, else JAX's process index and count
+    when jax is imported, else one process). Raises ValueError for anything else or a rank
+    outside ``range(world_size)``."""
     if shard is None:
+        _warn_unsharded()
+        return 0, 1
+    if shard is False:
         return 0, 1
     if shard == "auto":
         found = _from_torch() or _from_environment() or _from_jax() or (0, 1)
