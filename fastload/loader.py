@@ -30,7 +30,7 @@ from ._loading.protocols import Blockwise, CheckedRows, FilePages, PagedFiles
 from ._loading.rounds import DEFAULT_BUFFER, StreamEpochs
 from ._loading.schedule import Schedule, schedule_of
 from ._loading.sharding import Shard, default_seed, resolve_shard
-from ._loading.state import LoaderKind, check_state_format, state_format
+from ._loading.state import LoaderKind, check_state, sampler_kind, state_format
 from ._loading.tree import children, head, map_tree, members, tree_leaves
 from .obs import Container, copy_into, getobs, is_batch_index, numobs
 from .samplers import BatchSampler, Sampler
@@ -424,61 +424,56 @@ class _EpochLoader:
     def state_dict(self) -> dict[str, Any]:
         """The position to resume from: restore it with ``load_state_dict`` on a loader
         built the same way, and iteration continues with the next step of that epoch.
-        Its ``"format"`` names the kind of loader and the version of the layout (see
-        ``fastload._loading.state``); the other values are ints."""
+        Its ``"format"`` names the kind of loader and the version of the layout; it also
+        records the shard and the settings that shape the order (see
+        ``fastload._loading.state``). Its values are ints, flags, None and strings."""
         epoch, step = self._live_position() or (self._epoch, self._resume_at)
         state: dict[str, Any] = {
             "format": state_format(self._kind()),
             "seed": self.seed,
             "epoch": epoch,
             "step": step,
-            "rank": self.rank,
-            "world_size": self.world_size,
         }
-        if self._stream is not None:
-            state["window"] = self._stream.round_size
-        else:
+        if self._stream is None:
             state["steps"] = self._steps(self.seed, epoch)
-        return state
+        return dict(state, **self._settings())
+
+    def _settings(self) -> dict[str, Any]:
+        """What shapes this loader's order, and its shard, as a state records them."""
+        settings: dict[str, Any] = {"rank": self.rank, "world_size": self.world_size}
+        if self._stream is not None:
+            settings["window"] = self._stream.round_size
+            settings["shuffle"] = bool(self.shuffle)
+            settings["shuffle_buffer"] = self._stream.shuffle
+        else:
+            settings["shuffle"] = self.shuffle
+            settings["sampler"] = sampler_kind(self.sampler)
+            settings["batch_sampler"] = sampler_kind(self.batch_sampler)
+        settings["batch_size"] = None if self.batch_size is None else int(self.batch_size)
+        settings["drop_last"] = bool(self.drop_last)
+        return settings
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from ``state`` (from ``state_dict``): the next ``iter()`` continues at the
-        saved step of the saved epoch. Raises ``ValueError`` if the state has no
-        ``"format"``, is of another version or of another kind of loader (a stream's for
-        a container's), or belongs to a loader with a different number of steps per
-        epoch (or, for a stream, another round of records), or to another rank; and
-        ``TypeError`` for something that is not a dict."""
-        check_state_format(state, self._kind())
-        needed = {"seed", "epoch", "step"} | ({"window"} if self._stream else {"steps"})
-        missing = needed - set(state)
-        if missing:
-            raise ValueError(f"not a loader state: missing {sorted(missing)}")
-        if state.get("world_size", 1) != self.world_size or state.get("rank", 0) != self.rank:
-            raise ValueError(
-                f"the state is for rank {state.get('rank', 0)} of "
-                f"{state.get('world_size', 1)}, this loader is rank {self.rank} "
-                f"of {self.world_size}"
-            )
-        if self._stream is not None:
-            if state["window"] != self._stream.round_size:
-                raise ValueError(
-                    f"the state is for a stream read {state['window']} records "
-                    f"at a time, this loader reads {self._stream.round_size}"
-                )
-            if state["step"] < 0:
-                raise ValueError(f"step {state['step']} is out of range")
-        else:
-            steps = self._steps(int(state["seed"]), int(state["epoch"]))
+        saved step of the saved epoch. Raises ``TypeError`` for something that is not a
+        dict or a field of the wrong type (``step=2.5``, ``seed="3"``, ``epoch=True``: a
+        bool is not an int; numpy's integers are), and ``ValueError`` if the state has no
+        ``"format"``, is of a version this one does not read or of another kind of loader
+        (a stream's for a container's), has a field out of range, belongs to another rank,
+        to a loader whose settings give another order (``shuffle``, ``sampler``,
+        ``batch_sampler``, ``batch_size``, ``drop_last``; a stream's ``shuffle_buffer``),
+        or to one with a different number of steps per epoch (for a stream, another round
+        of records). Each message names the field or setting."""
+        check_state(state, self._kind(), self._settings())
+        seed, epoch, step = int(state["seed"]), int(state["epoch"]), int(state["step"])
+        if self._stream is None:
+            steps = self._steps(seed, epoch)
             if state["steps"] != steps:
                 raise ValueError(
                     f"the state is for a loader with {state['steps']} steps per "
                     f"epoch, this one has {steps}"
                 )
-            if not 0 <= state["step"] <= steps:
-                raise ValueError(f"step {state['step']} is out of range for {steps} steps")
-        self.seed = int(state["seed"])
-        self._epoch = int(state["epoch"])
-        self._resume_at = int(state["step"])
+        self.seed, self._epoch, self._resume_at = seed, epoch, step
         self._progress = None
 
     def close(self) -> None:

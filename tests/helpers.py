@@ -86,12 +86,14 @@ def run_epochs(loader, epochs):
     return [[copy_tree(step) for step in loader] for _ in range(epochs)]
 
 
-def assert_resumes_exactly(make_loader, epochs=2):
+def assert_resumes_exactly(make_loader, epochs=2, through=None):
     """For every stop point k of an ``epochs``-epoch run (k steps delivered, the state
     taken mid-epoch while the iterator is alive), a fresh loader restored from that state
     delivers exactly the rest of the run, following epochs included.
 
     ``make_loader()`` builds the loader; it must build equal loaders when its seed is fixed.
+    ``through(state)``, when given, is the state as it comes back from where it was kept
+    (a JSON file, numpy values): the loader is restored from that.
     Also checks that taking the state does not disturb the loader it is taken from.
     """
     reference_loader = make_loader()
@@ -114,7 +116,7 @@ def assert_resumes_exactly(make_loader, epochs=2):
                 assert_tree_equal(full, reference, "uninterrupted run")
 
             restored = make_loader()
-            restored.load_state_dict(state)
+            restored.load_state_dict(state if through is None else through(state))
             resumed = [step for e in run_epochs(restored, epochs - state["epoch"]) for step in e]
             assert_tree_equal(resumed, rest, f"resumed after epoch {epoch} step {k}")
 

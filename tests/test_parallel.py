@@ -504,3 +504,54 @@ def test_two_iterations_of_one_loader_at_once_do_not_share_buffers(buffer):
     for k, (a, b) in enumerate(pairs):
         assert np.array_equal(a, data[4 * k : 4 * k + 4])
         assert np.array_equal(b, data[4 * k : 4 * k + 4])
+
+
+# Every path a step takes: the caller's thread, pool threads, worker processes, each with
+# arrays the caller owns or views of the ring (buffer=True), in order or not.
+SCALAR_PATHS = {
+    "sequential": {},
+    "sequential buffer": {"buffer": True},
+    "threads": {"parallel": 2},
+    "threads buffer": {"parallel": True, "buffer": True},
+    "threads unordered": {"parallel": 2, "ordered": False},
+    "processes": {"parallel": 2, "backend": "process"},
+    "processes buffer": {"parallel": 2, "backend": "process", "buffer": True},
+}
+SCALARS = {
+    "int64 array": (np.arange(1, 11), np.int64),
+    "list of ints": (list(range(1, 11)), np.int64),
+    "list of floats": ([k / 2 for k in range(1, 11)], np.float64),
+    "uint8 array": (np.arange(1, 11, dtype=np.uint8), np.uint8),
+    "list of bools": ([k % 3 == 0 for k in range(1, 11)], np.bool_),
+}
+
+
+@pytest.mark.parametrize("path", list(SCALAR_PATHS))
+@pytest.mark.parametrize("name", list(SCALARS))
+def test_a_scalar_observation_is_a_numpy_scalar_of_the_same_value_on_every_path(name, path):
+    data, scalar = SCALARS[name]
+    options = SCALAR_PATHS[path]
+    in_order = sorted if options.get("ordered") is False else list
+    expected = [scalar(v) for v in data]
+    with eachobs(data, **options) as loader:
+        got = list(loader)  # kept, not copied: a scalar is a value, not a view of the ring
+    assert [type(v) for v in got] == [scalar] * len(data), path
+    assert in_order(got) == in_order(expected), path
+    assert len(set(got)) == len(set(expected))  # hashable, as numbers are
+    # A batch of scalars is a 1-d array of that dtype on every path.
+    with eachobs(data, batch_size=4, **options) as loader:
+        batches = [copy_tree(b) for b in loader]
+    assert all(type(b) is np.ndarray and b.ndim == 1 for b in batches), path
+    assert all(b.dtype == np.dtype(scalar) for b in batches), path
+    assert sorted(map(len, batches)) == [2, 4, 4], path
+    values = np.concatenate(batches).tolist()
+    assert in_order(values) == in_order(np.asarray(expected).tolist()), path
+
+
+@pytest.mark.parametrize("buffered", [False, True])
+def test_eachobs_parallel_and_a_stream_give_scalar_observations_as_numpy_scalars(buffered):
+    got = list(eachobs_parallel(list(range(1, 11)), buffered=buffered, parallel=2))
+    assert [type(v) for v in got] == [np.int64] * 10 and got == list(range(1, 11))
+    stream = eachobs((k for k in range(1, 11)), parallel=2, buffer=buffered)
+    got = list(stream)
+    assert [type(v) for v in got] == [np.int64] * 10 and got == list(range(1, 11))

@@ -92,6 +92,22 @@ def _has_tensors(spec):
     return any(leaf.tensor for leaf in tree_leaves(spec)) if spec is not None else False
 
 
+def _scalar_leaves(spec):
+    """True when an observation of ``spec`` has a numpy leaf of shape (): a number, which a
+    single observation hands out as a numpy scalar (a value, not a view of the slot)."""
+    return any(not leaf.tensor and not leaf.shape for leaf in tree_leaves(spec))
+
+
+def _observation(value, spec):
+    """The single observation in row 0 of ``value`` (a slot's arrays, for ``spec``): views
+    of the row, but a numpy scalar for each numpy leaf of shape (), as ``getobs`` of an
+    array gives, so that it is the same value and type on every path and outlives the
+    slot; a tensor's leaf stays a 0-d view (made a tensor of its own by ``_as_tensors``)."""
+    values, treedef = flatten(value)
+    marks = tree_leaves(spec)
+    return unflatten(treedef, [v[0, ...] if s.tensor else v[0] for v, s in zip(values, marks)])
+
+
 def _as_tensors(value, spec):
     """``value`` (views of a slot) with the members ``spec`` marks as tensors made tensors
     that own their memory: the slot is reused after the step is handed out."""
@@ -203,6 +219,10 @@ class ItemPlan:
         self.row_bytes = [leaf.row_bytes() for leaf in leaves]
         self.has_python = any(not leaf.kind.native for leaf in leaves)
         self.has_objects = any(leaf.kind is LeafKind.OBJECT for leaf in leaves)
+        # Single observations with numbers: each step's scalars are made from its slot.
+        self.scalars = batch_size is None and any(
+            leaf.kind is not LeafKind.OBJECT and _scalar_leaves(leaf.spec) for leaf in leaves
+        )
         self.expensive = any(leaf.kind is not LeafKind.GATHER for leaf in leaves)
         self.signature = tuple((leaf.kind, repr(leaf.spec)) for leaf in leaves) + (batch_size,)
 
@@ -226,8 +246,8 @@ class ItemPlan:
 
     def whole_value(self, dests):
         """The value of a whole step in the slot ``dests`` (views of it), or None when it
-        must be assembled per step (lists of objects)."""
-        if self.has_objects or any(self.tensors):
+        must be assembled per step (lists of objects, tensors, numpy scalars)."""
+        if self.has_objects or self.scalars or any(self.tensors):
             return None
         return self.assemble(dests, None, self.rows)
 
@@ -244,8 +264,9 @@ class ItemPlan:
             raise MisfitError(error.what, _misfit(error, leaf, self.paths[field])) from None
 
     def assemble(self, dests, objects, n, keep=None):
-        """The step's value from its slot: views of the first ``n`` rows (or row 0), with
-        rows where ``keep`` is False dropped."""
+        """The step's value from its slot: views of the first ``n`` rows (or the single
+        observation of row 0, numbers as numpy scalars), with rows where ``keep`` is False
+        dropped."""
         outputs = []
         for k, (leaf, dest) in enumerate(zip(self.leaves, dests)):
             if leaf.kind is LeafKind.OBJECT:
@@ -258,7 +279,7 @@ class ItemPlan:
                 if keep is not None:
                     value = map_tree(lambda array: array[np.asarray(keep, bool)], value)
                 if self.batch_size is None:
-                    value = row(value, 0)
+                    value = _observation(value, leaf.spec)
                 if self.tensors[k]:
                     value = _as_tensors(value, leaf.spec)
             outputs.append(value)

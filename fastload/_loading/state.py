@@ -1,16 +1,34 @@
-"""The format of a loader's ``state_dict()``: what kind of loader saved it, and in which
-version of the layout, as one string under ``"format"``::
+"""The format of a loader's ``state_dict()``, and the checks ``load_state_dict`` makes
+before it reads a position from one.
 
-    {"format": "fastload.container_loader/1", "seed": 7, "epoch": 2, "step": 40, ...}
+A state names what kind of loader saved it, and in which version of the layout, as one
+string under ``"format"``; the other values are ints, flags, None and strings, so that a
+state survives JSON::
 
-``load_state_dict`` reads a state only after ``check_state_format``: a state of another
-kind of loader (a stream's into a container's), of another version, or of something that
-is not a fastload loader is refused with a message saying what it is and what to do,
-rather than read as a position it does not mean.
+    {"format": "fastload.container_loader/2", "seed": 7, "epoch": 2, "step": 40,
+     "rank": 0, "world_size": 1, "steps": 94, "shuffle": True, "sampler": None,
+     "batch_sampler": None, "batch_size": 64, "drop_last": False}
 
-Version 1 holds what fastload 0.2 saved without a format: ``seed``, ``epoch``, ``step``,
-``rank``, ``world_size``, and ``steps`` (a container's steps per epoch) or ``window`` (a
-stream's records per round).
+Versions:
+
+- 1: what fastload 0.2 saved without a format: ``seed``, ``epoch``, ``step``, ``rank``,
+  ``world_size``, and ``steps`` (a container's steps per epoch) or ``window`` (a
+  stream's records per round).
+- 2: version 1 and the settings that shape the order (``ORDER_SETTINGS``): for a
+  container ``shuffle`` (False, True or "quasi"), ``sampler`` and ``batch_sampler`` (None,
+  or the kind given: the type's name, ``sampler_kind``), ``batch_size`` (None: single
+  observations) and ``drop_last``; for a stream ``shuffle``, ``shuffle_buffer`` (records,
+  0 without shuffle), ``batch_size`` and ``drop_last``.
+
+``check_state`` reads a state of either version: its format first (a state of another kind
+of loader, of a version this one does not read, or of something that is not a fastload
+loader is refused with a message saying what it is and what to do); then every field for
+its type (a bool is not an int here; numpy's integers and booleans are) and range, with a
+``TypeError`` or ``ValueError`` naming the field and what it takes; then the shard and the
+order settings against the loader's: a state is for a loader that would draw the same
+order, so one with another setting is refused naming it, rather than resumed into
+another order. A version-1 state does not record the order settings: it is read with the
+checks it had (the shard; the loader checks the steps per epoch).
 """
 
 from __future__ import annotations
@@ -19,30 +37,55 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from .arguments import is_flag, is_size
+
 __all__ = [
+    "ORDER_SETTINGS",
     "LoaderKind",
     "STATE_VERSION",
+    "check_state",
     "check_state_format",
+    "sampler_kind",
     "state_format",
 ]
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+_READS = (1, 2)  # the versions this one reads
 
 # What a loader reads: a container (positions, steps known up front) or a stream.
 LoaderKind = Literal["container", "stream"]
 
+# The settings that shape the order of a loader of each kind (recorded from version 2).
+ORDER_SETTINGS: dict[str, tuple[str, ...]] = {
+    "container": ("shuffle", "sampler", "batch_sampler", "batch_size", "drop_last"),
+    "stream": ("shuffle", "shuffle_buffer", "batch_size", "drop_last"),
+}
+
 _FORMAT = re.compile(r"fastload\.(container|stream)_loader/(\d+)")
+_WORD = 2**64  # seeds and epochs are words of the random streams' seed sequences
+_SHARD = ("rank", "world_size")  # a version-1 state without them is rank 0 of 1, as it was read
 
 
-def state_format(kind: LoaderKind) -> str:
-    """The ``"format"`` of the states this version saves for a loader of ``kind``."""
-    return f"fastload.{kind}_loader/{STATE_VERSION}"
+def state_format(kind: LoaderKind, version: int = STATE_VERSION) -> str:
+    """The ``"format"`` of the states of ``version`` for a loader of ``kind``."""
+    return f"fastload.{kind}_loader/{version}"
 
 
-def check_state_format(state: Any, kind: LoaderKind) -> None:
-    """Raise unless ``state`` is a state this version saved for a loader of ``kind``:
-    ``TypeError`` when it is not a mapping, ``ValueError`` (saying what it got, what was
-    expected, and what to do) for a missing format, another kind or another version."""
+def sampler_kind(sampler: Any) -> str | None:
+    """What a state records of ``sampler=`` or ``batch_sampler=``: None, or the name of its
+    type (``"list"``, ``"function"``, ``"fastload.samplers.WeightedSampler"``)."""
+    if sampler is None:
+        return None
+    kind = type(sampler)
+    name = kind.__qualname__
+    return name if kind.__module__ == "builtins" else f"{kind.__module__}.{name}"
+
+
+def check_state_format(state: Any, kind: LoaderKind) -> int:
+    """The version of ``state``, a state this version reads for a loader of ``kind``.
+    Raises ``TypeError`` when it is not a mapping, ``ValueError`` (saying what it got,
+    what was expected, and what to do) for a missing format, another kind or a version
+    this one does not read."""
     expected = state_format(kind)
     if not isinstance(state, Mapping):
         raise TypeError(
@@ -52,7 +95,8 @@ def check_state_format(state: Any, kind: LoaderKind) -> None:
         raise ValueError(
             f"not a fastload loader state of this version: it has no 'format' (its keys: "
             f"{sorted(map(str, state))}), expected format {expected!r}. A state saved by "
-            f"fastload 0.2 holds the same fields: add 'format': {expected!r} to it"
+            f"fastload 0.2 holds the fields of version 1: add 'format': "
+            f"{state_format(kind, 1)!r} to it"
         )
     found = state["format"]
     match = _FORMAT.fullmatch(found) if isinstance(found, str) else None
@@ -66,8 +110,104 @@ def check_state_format(state: Any, kind: LoaderKind) -> None:
             f"loader reads a {kind} (format {expected!r}): restore it into a loader built "
             f"the same way as the one that saved it"
         )
-    if int(match.group(2)) != STATE_VERSION:
+    version = int(match.group(2))
+    if version not in _READS:
+        readable = " or ".join(repr(state_format(kind, v)) for v in _READS)
         raise ValueError(
             f"the state has format {found!r}, this version of fastload reads "
-            f"{expected!r}: resume with the fastload version that saved it"
+            f"{readable}: resume with the fastload version that saved it"
         )
+    return version
+
+
+def _integer(state: Mapping[str, Any], name: str, low: int, high: int | None = None) -> int:
+    """``state[name]`` as an int in ``[low, high)``; raises ``TypeError`` (not an int: a
+    bool, a float, a string) or ``ValueError`` (out of range), naming the field."""
+    value = state[name]
+    span = f">= {low}" if high is None else f"in [{low}, {high if high != _WORD else '2**64'})"
+    if not is_size(value):
+        raise TypeError(
+            f"the state's {name!r} must be an int {span}, got {value!r} ({type(value).__name__})"
+        )
+    if value < low or (high is not None and value >= high):
+        raise ValueError(f"the state's {name!r} must be an int {span}, got {value!r}")
+    return int(value)
+
+
+def _setting(state: Mapping[str, Any], name: str, kind: LoaderKind) -> None:
+    """Raise ``TypeError`` unless ``state[name]`` is a value the order setting ``name`` of a
+    loader of ``kind`` takes (``ValueError`` for a size out of range)."""
+    value = state[name]
+    if name == "shuffle_buffer":
+        _integer(state, name, 0)
+        return
+    if name == "batch_size":
+        if value is not None:
+            _integer(state, name, 1)
+        return
+    if name in ("sampler", "batch_sampler"):
+        ok, takes = value is None or isinstance(value, str), "None or the name of a type"
+    elif name == "shuffle" and kind == "container":
+        quasi = isinstance(value, str) and value == "quasi"
+        ok, takes = is_flag(value) or quasi, "True, False or 'quasi'"
+    else:
+        ok, takes = is_flag(value), "True or False"
+    if not ok:
+        raise TypeError(f"the state's {name!r} must be {takes}, got {value!r}")
+
+
+def _needed(kind: LoaderKind, version: int) -> tuple[str, ...]:
+    fields = ("seed", "epoch", "step", "rank", "world_size")
+    fields += ("steps",) if kind == "container" else ("window",)
+    return fields + (ORDER_SETTINGS[kind] if version >= 2 else ())
+
+
+def _check_fields(state: Mapping[str, Any], kind: LoaderKind, version: int) -> None:
+    """Raise unless every field of a state of ``version`` is there, of its type and in its
+    range."""
+    needed = _needed(kind, version)
+    missing = [k for k in needed if k not in state and (version > 1 or k not in _SHARD)]
+    if missing:
+        raise ValueError(f"not a loader state: missing {sorted(missing)}")
+    _integer(state, "seed", 0, _WORD)
+    _integer(state, "epoch", 0, _WORD)
+    world = _integer(state, "world_size", 1) if "world_size" in state else 1
+    if "rank" in state:
+        _integer(state, "rank", 0, world)
+    step = _integer(state, "step", 0)
+    if kind == "container":
+        steps = _integer(state, "steps", 0)
+        if step > steps:
+            raise ValueError(f"the state's 'step' {step} is past its {steps} steps per epoch")
+    else:
+        _integer(state, "window", 1)
+    for name in ORDER_SETTINGS[kind] if version >= 2 else ():
+        _setting(state, name, kind)
+
+
+def check_state(state: Any, kind: LoaderKind, settings: Mapping[str, Any]) -> None:
+    """Raise unless ``state`` can be resumed by a loader of ``kind`` whose shard and order
+    settings are ``settings`` (``rank``, ``world_size``, a stream's ``window``, and the
+    ``ORDER_SETTINGS`` of its kind): see the module docstring. ``TypeError`` for a value of
+    the wrong type, ``ValueError`` for the rest; each message names the field."""
+    version = check_state_format(state, kind)
+    _check_fields(state, kind, version)
+    rank, world = state.get("rank", 0), state.get("world_size", 1)
+    if (rank, world) != (settings["rank"], settings["world_size"]):
+        raise ValueError(
+            f"the state is for rank {rank} of {world}, this loader is rank "
+            f"{settings['rank']} of {settings['world_size']}"
+        )
+    if kind == "stream" and state["window"] != settings["window"]:
+        raise ValueError(
+            f"the state is for a stream read {state['window']} records at a time, this "
+            f"loader reads {settings['window']}"
+        )
+    for name in ORDER_SETTINGS[kind] if version >= 2 else ():
+        saved, mine = state[name], settings[name]
+        if saved != mine:
+            raise ValueError(
+                f"the state was saved by a loader with {name}={saved!r}, this one has "
+                f"{name}={mine!r}, which gives another order: restore it into a loader "
+                f"with {name}={saved!r}"
+            )
