@@ -86,6 +86,8 @@ def test_one_observation_at_a_time_drops_what_has_nothing_to_act_on():
         (dict(sampler=[0], shuffle=True), ValueError, "sampler= gives the order"),
         (dict(batch_sampler=[[0]], drop_last=True), ValueError, "batch_sampler= forms"),
         (dict(seed=1.5), TypeError, "seed must be an int or None, got 1.5"),
+        (dict(seed=-1), ValueError, "seed must be in [0, 2**64), got -1"),
+        (dict(seed=2**64), ValueError, "seed must be in [0, 2**64)"),
         (dict(buffer="yes"), TypeError, "buffer must be True, False, or arrays"),
         (dict(ordered=1), TypeError, "ordered must be True or False"),
     ],

@@ -74,6 +74,8 @@ class LoaderOptions:
             set_(self, "batch_size", None)  # the batch sampler forms the batches
         if self.seed is not None and not is_size(self.seed):
             raise TypeError(f"seed must be an int or None, got {self.seed!r}")
+        if self.seed is not None and not 0 <= self.seed < 2**64:
+            raise ValueError(f"seed must be in [0, 2**64), got {self.seed!r}")
         if is_flag(self.buffer):
             set_(self, "buffer", bool(self.buffer))
         else:
