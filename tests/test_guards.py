@@ -26,10 +26,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # each order and verify setting), or before the first batch (to nothing, and to a half).
 # One output line per case: "error: <message>" or "no error".
 CHILD = r"""
-import os, shutil, sys
+import os, shutil, sys, warnings
 sys.path.insert(0, sys.argv[1])
 from fastload import DataLoader, LoadError, mapobs, open
 from fastload.transforms import Compose, DecodeImage
+warnings.filterwarnings("ignore", ".*opened with verify=None", UserWarning)  # asked for
 
 source, parallel, backend = sys.argv[2], int(sys.argv[3]) or False, sys.argv[4]
 cases = [(s, v, 1, 3) for s in (True, "quasi") for v in ("read", None)]

@@ -86,7 +86,7 @@ def _large_ids():
 def _check_rows(column, rows):
     """The dataset's checks of ``rows`` (``Dataset.verify_rows``): before they are read,
     their blocks' checksums (``verify="read"``); before what was read is handed out, that
-    no file shrank under the read."""
+    no file shrank or was rewritten in place under the read."""
     if column.verify_rows is not None:
         column.verify_rows(rows)
 

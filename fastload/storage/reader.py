@@ -10,8 +10,10 @@ import builtins
 import glob
 import mmap
 import os
+import sys
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, Literal, overload
@@ -27,7 +29,7 @@ from fastload._storage.checksums import META_CHECKSUMS, file_checksums
 from fastload._storage.fields import Bytes, Encoding, Raw, Scalar, Str
 from fastload._storage.filepages import FilePages
 from fastload._storage.framing import check_framing
-from fastload._storage.guards import MappedFiles, shrunk_error
+from fastload._storage.guards import MappedFiles, file_state, shrunk_error
 from fastload._storage.meta import (
     META_FIELDS,
     META_FORMAT,
@@ -51,6 +53,9 @@ from fastload.storage.columns import (
 __all__ = ["Dataset", "open", "resolve_files"]
 
 SUFFIXES = (".arrow", ".arrows", ".feather", ".ipc")
+# A map keeps a descriptor of its file unless told not to (Python 3.13): the dataset keeps
+# one of its own (``_OpenedFile.fd``).
+_UNTRACKED = {"trackfd": False} if sys.version_info >= (3, 13) else {}
 CACHES = ("os", "memory")
 VERIFY = ("read", "open", None)
 
@@ -75,13 +80,16 @@ def open(
     loader before it hands out a batch): one CRC-32 pass over each block, once (about
     3 GB/s). ``verify="open"`` checks every block at open (a full read of the files);
     ``verify=None`` checks nothing (``Dataset.verify()`` and ``python -m fastload
-    verify`` check later). Files written before checksums existed open unverified, with
-    a warning (unless ``verify=None``); so do Arrow files that fastload did not write,
-    with a warning only for ``verify="open"``.
+    verify`` check later). A fastload file read unchecked warns (UserWarning), one
+    warning per file naming it: opened with ``verify=None``, or written before checksums
+    existed; Arrow files that fastload did not write warn only with ``verify="open"``.
 
     A mapped file that shrinks while it is read (truncated or rewritten in place) raises
     ``LoadError`` naming it where the rows past its new end would have been handed out,
-    whatever ``verify`` says.
+    whatever ``verify`` says; so does a file rewritten in place whatever its size (``cp
+    new old``, ``rsync --inplace``, ``dd``: another size or modification time than at
+    open), where rows read since would have been handed out ("the file changed while it
+    was open"). A file replaced by rename is not seen: the dataset reads the one opened.
 
     Raises FileNotFoundError for a missing path, ``LoadError`` (a ValueError) for a file
     that is not Arrow IPC, truncated, corrupt (any block whose bytes differ from its
@@ -99,27 +107,35 @@ def open(
     if verify not in VERIFY:
         raise ValueError(f"verify must be 'read', 'open' or None, got {verify!r}")
     files = resolve_files(path)
-    dataset = Dataset([_read_file(f, cache) for f in files], verify_reads=verify == "read")
-    unverified: list[str] = []
+    dataset = Dataset([_read_file(f, cache) for f in files], verify=verify)
     if verify == "open":
-        unverified = dataset.verify()["unverified"]
-    elif verify == "read":
-        # verify="read" made the dataset's checks; files that fastload did not write have
-        # no checksums to check by default, and say so only when asked to verify at open
-        unverified = [
-            f
-            for f, s in zip(dataset.files, dataset._opened)
-            if f in dataset._checks.unverified  # type: ignore[union-attr]
-            and META_FORMAT in (s.schema.metadata or {})
-        ]
-    if unverified:
-        warnings.warn(
-            f"{len(unverified)} file(s) have no checksums (written by an older fastload, "
-            f"or not by fastload) and are not verified: {unverified[:3]}",
-            UserWarning,
-            stacklevel=2,
-        )
+        dataset.verify()
+    for s in dataset._opened:
+        why = _unchecked(s, verify)
+        if why is not None:
+            # One warning per file, naming it: Python's filters show each once per place
+            # that opens it, whatever else that place opened before.
+            warnings.warn(
+                f"{s.path}: {why}: its blocks are not checked against checksums, and a "
+                f"corrupted byte is handed out as data",
+                UserWarning,
+                stacklevel=2,
+            )
     return dataset
+
+
+def _unchecked(opened_file: _OpenedFile, verify: str | None) -> str | None:
+    """Why the blocks of ``opened_file`` are read unchecked, when that is worth a warning:
+    a fastload file without checksums or opened with ``verify=None``; a file that fastload
+    did not write (it has none) only when asked to verify at open."""
+    meta = opened_file.schema.metadata or {}
+    if META_CHECKSUMS not in meta and META_FORMAT in meta:
+        return "no checksums (written by an older fastload)"
+    if META_CHECKSUMS not in meta and verify == "open":
+        return "no checksums (not written by fastload)"
+    if verify is None and META_FORMAT in meta:
+        return "opened with verify=None"
+    return None
 
 
 def resolve_files(path: str | os.PathLike[str]) -> list[str]:
@@ -150,7 +166,9 @@ def resolve_files(path: str | os.PathLike[str]) -> list[str]:
 class _OpenedFile:
     """One opened file: its bytes (``mapping``: the mmap, None when read into memory;
     ``guard``: the ``FileGuard`` the bytes are read through when mapped), and its record
-    batches."""
+    batches. Mapped, it keeps ``fd``, a descriptor of the file (closed with this object),
+    and ``state``, the file's ``file_state`` before it was mapped: what tells a file
+    rewritten in place (``guards.MappedFiles``)."""
 
     def __init__(
         self,
@@ -160,34 +178,57 @@ class _OpenedFile:
         base: npt.NDArray[np.uint8],
         schema: Any,
         batches: list[Any],
+        fd: int | None = None,
+        state: tuple[int, int, int] | None = None,
     ) -> None:
         self.path, self.mapping, self.guard, self.base = path, mapping, guard, base
         self.schema, self.batches = schema, batches
         self.rows = sum(b.num_rows for b in batches)
+        self.fd, self.state = fd, state
+        if fd is not None:
+            weakref.finalize(self, os.close, fd)
 
 
 def _read_file(path: str, cache: str) -> _OpenedFile:
     pa = import_pyarrow()
-    mapping = guard = None
+    mapping = guard = fd = None
     try:
         with builtins.open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            kind = check_framing(f.fileno(), size, path)
+            state = file_state(f.fileno())
+            kind = check_framing(f.fileno(), state[0], path)
             if cache == "os":
-                mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ, **_UNTRACKED)
                 guard = _core.FileGuard(mapping)
                 buf = pa.py_buffer(guard)
+                fd = os.dup(f.fileno())
             else:
                 buf = pa.py_buffer(f.read())
     except OSError as exc:
         raise LoadError(f"{path}: cannot read: {exc}", source=path) from exc
+    try:
+        schema, batches = _parsed(pa, path, buf, kind, guard, fd)
+    except BaseException:
+        if fd is not None:
+            os.close(fd)
+        raise
+    base = np.frombuffer(buf, np.uint8)
+    return _OpenedFile(path, mapping, guard, base, schema, batches, fd, state)
+
+
+def _parsed(
+    pa: ModuleType, path: str, buf: Any, kind: str, guard: Any, fd: int | None
+) -> tuple[Any, list[Any]]:
+    """(schema, record batches) of the bytes ``buf`` of ``path`` (read, or mapped and read
+    through ``guard``, the file open as ``fd``), validated; raises ``LoadError`` for bytes
+    that are not a readable Arrow file, or a fastload file without the checksums its
+    version has."""
     try:
         schema, batches = _parse_ipc(pa, buf, kind)
         for b in batches:
             b.validate(full=True)
     except Exception as exc:  # pyarrow reports bad bytes with several exception types
         if guard is not None and guard.faults:
-            raise shrunk_error(path, buf.size, mapping.size()) from exc  # type: ignore[union-attr]
+            raise shrunk_error(path, buf.size, file_state(fd)[0]) from exc
         raise LoadError(
             f"{path}: not a readable Arrow IPC file (truncated or corrupt?): {exc}", source=path
         ) from exc
@@ -200,7 +241,7 @@ def _read_file(path: str, cache: str) -> _OpenedFile:
             f"checksums: the file is corrupt",
             source=path,
         )
-    return _OpenedFile(path, mapping, guard, np.frombuffer(buf, np.uint8), schema, batches)
+    return schema, batches
 
 
 def _refuse_extension_types(pa: ModuleType, field: Any, path: str, where: str = "") -> None:
@@ -247,8 +288,11 @@ class Dataset(PackedRows):
 
     block_bounds: npt.NDArray[np.int64]  # a dataset always knows its blocks
 
-    def __init__(self, opened: Sequence[_OpenedFile], verify_reads: bool = False) -> None:
+    def __init__(
+        self, opened: Sequence[_OpenedFile], verify: Literal["read", "open"] | None = None
+    ) -> None:
         self._opened = opened
+        self._verify = verify
         first = opened[0]
         _check_same_schema(opened)
         try:
@@ -282,7 +326,10 @@ class Dataset(PackedRows):
                 if isinstance(column, EncodedColumn) and column is not sources:
                     column.sources = sources  # not on itself: a cycle that would hold the maps
         self._files = MappedFiles(opened, self.file_bounds)
-        self._checks = _BlockChecks(self, self._files) if verify_reads else None
+        # With verify="open", every block is checked at open (by ``open``); the checks
+        # then check again only the blocks of a file whose change time moved.
+        checked = verify == "open"
+        self._checks = _BlockChecks(self, self._files, checked) if verify is not None else None
         if self._checks is not None or self._files:
             self.verify_rows = _RowChecks(self._files, self._checks)
         mapped = all(s.mapping is not None for s in opened)
@@ -360,8 +407,9 @@ class Dataset(PackedRows):
         ``fastload._storage.checksums``). Returns ``{"files", "blocks", "unverified"}``:
         files and blocks checked, and the files that have no checksums. ``progress`` shows
         a tqdm bar over the blocks. Raises ``LoadError`` naming the file and the block
-        (and its rows) that does not match."""
+        (and its rows) that does not match, or a file that changed since it was opened."""
         pa = import_pyarrow()
+        self._files.check(self.file_bounds[:-1])
         bar = progress_bar(len(self.block_bounds) - 1, progress, "block", "verifying")
         checked, blocks, unverified = 0, 0, []
         try:
@@ -419,7 +467,7 @@ class Dataset(PackedRows):
         """One Dataset per file (sharing the mapped files)."""
         if len(self._opened) == 1:
             return [self]
-        return [Dataset([s], verify_reads=self._checks is not None) for s in self._opened]
+        return [Dataset([s], verify=self._verify) for s in self._opened]
 
     @overload
     def __getitem__(self, key: str) -> Any: ...
@@ -442,6 +490,8 @@ class Dataset(PackedRows):
             self._files.check(i)  # an item that does not decode: read past a file's end?
             raise
         self._files.check(i)
+        if self._checks is not None:
+            self._checks.rows(i)  # blocks of a file whose change time moved, checked again
         return item
 
     def __getobs__(self, i: Index) -> dict[str, Any]:
@@ -475,8 +525,9 @@ def _mark_blocks(
 
 class _RowChecks:
     """A dataset's ``verify_rows``: before what was read of ``rows`` is handed out, raise
-    ``LoadError`` when a file shrank under its map, or (``verify="read"``) when a block of
-    ``rows`` not checked yet does not match its checksum. Its columns carry it, and it
+    ``LoadError`` when a file shrank under its map or was rewritten in place, or (with
+    ``verify``) when a block of ``rows`` not checked yet (or to be checked again: its
+    file's change time moved) does not match its checksum. Its columns carry it, and it
     holds no reference to the dataset: a dataset dropped is unmapped at once, not when the
     garbage collector finds a cycle."""
 
@@ -491,35 +542,42 @@ class _RowChecks:
 
 class _BlockChecks:
     """``verify="read"``: each block is checked against its checksum the first time one of
-    its rows is read, once (under a lock, so threads reading one block check it once).
-    ``files``: the dataset's ``MappedFiles``, which say when a mismatch is a file that
-    shrank while it was read."""
+    its rows is read, once (under a lock, so threads reading one block check it once);
+    ``checked``: every block was checked at open (``verify="open"``). The blocks of a file
+    whose change time moved alone (``MappedFiles.touches``: its metadata changed, or it
+    was rewritten and its modification time set back) are checked again, each the next
+    time one of its rows is read. ``files``: the dataset's ``MappedFiles``, which say when
+    a mismatch is a file that shrank or changed while it was read."""
 
-    def __init__(self, dataset: Dataset, files: MappedFiles) -> None:
+    def __init__(self, dataset: Dataset, files: MappedFiles, checked: bool = False) -> None:
         pa = import_pyarrow()
         self.files = files
         self.bounds = dataset.block_bounds
-        self.done = np.zeros(len(self.bounds) - 1, bool)
-        # per block: (the file's FileChecksums or None, its index)
+        self.done = np.full(len(self.bounds) - 1, checked, bool)
+        # per block: (the file's FileChecksums or None, its index); per file: its blocks
         self.owner: list[tuple[Any, int]] = []
-        self.unverified: list[str] = []
+        self.file_blocks = [0]
         for s in dataset._opened:
             sums = file_checksums(pa, s.path, s.schema, s.batches, s.rows)
             count = len(sums.sums) if sums is not None else len(_own_blocks(s)) - 1
-            if sums is None:
-                self.unverified.append(s.path)
             self.owner.extend((sums, k) for k in range(count))
+            self.file_blocks.append(len(self.owner))
+        self._touched, self._touches = files.touched, list(files.touches)
         self._lock = threading.Lock()
 
     def rows(self, rows: int | npt.NDArray[np.int64]) -> None:
         """Check the blocks of ``rows`` (a row index, or an array of them) not checked yet;
         raises ``LoadError`` naming the file and block that does not match."""
+        if self._touched != self.files.touched:
+            self._forget_touched()
         blocks = np.searchsorted(self.bounds, np.atleast_1d(rows), side="right") - 1
         for k in np.unique(blocks[~self.done[blocks]]):
             self.block(int(k))
 
     def block(self, k: int) -> None:
         """Check block ``k`` unless it was; raises ``LoadError`` when it does not match."""
+        if self._touched != self.files.touched:
+            self._forget_touched()
         with self._lock:
             if self.done[k]:
                 return
@@ -528,14 +586,24 @@ class _BlockChecks:
                 _check_block(sums, local, self.files, self.bounds[k])
             self.done[k] = True
 
+    def _forget_touched(self) -> None:
+        """The blocks of the files touched since the last call are to be checked again."""
+        with self._lock:
+            self._touched, touches = self.files.touched, list(self.files.touches)
+            for f, (was, now) in enumerate(zip(self._touches, touches)):
+                if was != now:
+                    self.done[self.file_blocks[f] : self.file_blocks[f + 1]] = False
+            self._touches = touches
+
 
 def _check_block(sums: Any, k: int, files: MappedFiles, row: int) -> None:
-    """``sums.check(k)``; a mismatch read past the end of a file that shrank (the file of
-    dataset row ``row``) is reported as that."""
+    """``sums.check(k)``; a mismatch read past the end of a file that shrank, or in a
+    file that changed since it was opened (the file of dataset row ``row``), is reported
+    as that."""
     try:
         sums.check(k)
     except LoadError:
-        files.check(row)
+        files.check_mismatch(row)
         raise
 
 
