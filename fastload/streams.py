@@ -16,18 +16,20 @@ only when a URL is opened. Every call into fsspec (opening, each read of up to 1
 closing) runs on a helper thread that the reader waits for at most ``timeout`` seconds,
 whatever the filesystem: a server that accepts and never answers raises ``TimeoutError``
 naming the URL instead of blocking the stream. A call that timed out is abandoned: its
-helper thread ends when the filesystem's own timeout (or the server) ends the call.
+helper thread ends when the filesystem's own timeout (or the server) ends the call. A
+server that refuses the connection raises ``ConnectionRefusedError`` naming the URL
+(fsspec's HTTP filesystem raises ``FileNotFoundError`` from the refusal).
 """
 
 from __future__ import annotations
 
 import collections.abc
+import errno
 import io
 import itertools
 import math
 import os
 import sys
-import tarfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any
@@ -35,6 +37,7 @@ from typing import IO, Any
 from ._loading.arguments import module_getattr
 from ._loading.randomness import Purpose, generator
 from ._loading.tree import children, walk_views, with_children
+from ._storage.tarshards import tar_samples
 from .obs import Container, numobs
 
 __all__ = [
@@ -64,7 +67,8 @@ def open_file(
     """A binary file object for ``path``: a local file, or a URL through fsspec, opened
     with ``storage_options`` (the filesystem's keyword arguments: credentials, headers,
     ``client_kwargs``, ...). A URL's file raises ``TimeoutError`` naming it when opening,
-    a read or closing takes more than ``timeout`` seconds. Raises ``ImportError`` naming
+    a read or closing takes more than ``timeout`` seconds, and ``ConnectionRefusedError``
+    naming it when its server refuses the connection. Raises ``ImportError`` naming
     the package when a URL needs fsspec and it is missing, ``ValueError`` for a timeout
     that is not a positive number of seconds."""
     timeout = _check_timeout(timeout)
@@ -83,7 +87,8 @@ def open_file(
 def _timed(call: Callable[[], Any], timeout: float, what: str) -> Any:
     """``call()`` run on a helper thread, waited for at most ``timeout`` seconds. Raises
     ``TimeoutError`` naming ``what`` when it takes longer (the thread is abandoned: a
-    blocked socket read cannot be interrupted from outside), or what ``call`` raised."""
+    blocked socket read cannot be interrupted from outside), ``ConnectionRefusedError``
+    naming ``what`` when the server refused the connection, or what ``call`` raised."""
     outcome: list[tuple[bool, Any]] = []
     done = threading.Event()
 
@@ -102,9 +107,28 @@ def _timed(call: Callable[[], Any], timeout: float, what: str) -> Any:
             f"down); FileStream(..., timeout=) sets the limit"
         )
     ok, value = outcome[0]
-    if not ok:
-        raise value
-    return value
+    if ok:
+        return value
+    if _refused(value):
+        raise ConnectionRefusedError(
+            errno.ECONNREFUSED,
+            f"{what}: the connection was refused (no server listens at that address and "
+            f"port, or a firewall refuses it)",
+        ) from value
+    raise value
+
+
+def _refused(error: BaseException) -> bool:
+    """Whether ``error`` comes of a refused connection: filesystems wrap it (fsspec's
+    HTTP one raises ``FileNotFoundError`` from aiohttp's error from it)."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, OSError) and cause.errno == errno.ECONNREFUSED:
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 class _TimedFile(io.RawIOBase):
@@ -164,7 +188,8 @@ class FileStream:
 
     URLs are opened with fsspec's ``storage_options`` (``{"anon": True}``, ``{"headers":
     {...}}``, ...), and every call into fsspec (opening, each read of up to 1 MiB)
-    that takes more than ``timeout`` seconds raises ``TimeoutError`` naming the URL.
+    that takes more than ``timeout`` seconds raises ``TimeoutError`` naming the URL; a
+    refused connection raises ``ConnectionRefusedError`` naming it.
     In a loader with ``on_error="skip"``, a file that fails to read (a timeout, a damaged
     tar file) is left out from where it failed and counted in ``stats()["skipped"]``.
 
@@ -209,73 +234,6 @@ class FileStream:
         return (
             f"FileStream({len(self.paths)} files, read={getattr(self.read, '__name__', self.read)})"
         )
-
-
-# The block of zeros that ends an archive (tarfile's, missing from typeshed's stubs).
-_EOF_HEADER: type[Exception] = getattr(tarfile, "EOFHeaderError")  # noqa: B009
-
-
-class _CheckedTarInfo(tarfile.TarInfo):
-    """A tar header that tells the end of an archive (a block of zeros) from a header
-    that is missing or damaged, where ``tarfile`` ends quietly after the first member."""
-
-    @classmethod
-    def fromtarfile(cls, tar: tarfile.TarFile) -> _CheckedTarInfo:
-        try:
-            return super().fromtarfile(tar)
-        except _EOF_HEADER:
-            raise  # the end-of-archive marker
-        except tarfile.HeaderError as exc:
-            raise _DamagedTar(tar.offset, str(exc) or type(exc).__name__) from None
-
-
-class _DamagedTar(Exception):
-    def __init__(self, offset: int, reason: str) -> None:
-        super().__init__(reason)
-        self.offset, self.reason = offset, reason
-
-
-def tar_samples(f: IO[bytes]) -> Iterator[dict[str, Any]]:
-    """The samples of a tar file in webdataset's layout, read as a stream: consecutive
-    members that share a name up to the first dot of the file name form one sample, a
-    dict ``{"__key__": name, ext: bytes, ...}`` (``a/b.jpg``, ``a/b.cls`` ->
-    ``{"__key__": "a/b", "jpg": ..., "cls": ...}``).
-
-    The file must end in tar's end-of-archive marker: a file cut short (even between two
-    members) or with a damaged header raises ``ValueError`` naming the file and the byte
-    offset in the archive, after the samples before the damage (the sample being read
-    there is not yielded: it may be incomplete)."""
-    name = getattr(f, "name", None) or "tar stream"
-    sample: dict[str, Any] | None = None
-    member: tarfile.TarInfo | None = None
-    try:
-        with tarfile.open(fileobj=f, mode="r|*", tarinfo=_CheckedTarInfo) as tar:
-            for member in tar:
-                if not member.isfile():
-                    continue
-                folder, file_name = os.path.split(member.name)
-                stem, _, ext = file_name.partition(".")
-                key = os.path.join(folder, stem)
-                if sample is not None and sample["__key__"] != key:
-                    yield sample
-                    sample = None
-                if sample is None:
-                    sample = {"__key__": key}
-                sample[ext] = tar.extractfile(member).read()  # type: ignore[union-attr]
-    except _DamagedTar as exc:
-        raise ValueError(
-            f"{name}: not a complete tar file: no valid header or end-of-archive at byte "
-            f"{exc.offset:,} ({exc.reason}); the file is truncated or damaged"
-        ) from None
-    except tarfile.ReadError as exc:
-        where = "at its start" if member is None else f"in member {member.name!r}"
-        offset = 0 if member is None else member.offset
-        raise ValueError(
-            f"{name}: not a complete tar file: {exc} {where} (header at byte {offset:,}); "
-            f"the file is truncated or damaged"
-        ) from None
-    if sample is not None:
-        yield sample
 
 
 # The names of 0.2, with a DeprecationWarning.

@@ -4,7 +4,9 @@
 #   fuzz/run.sh [SECONDS] [TARGET...]     (default: 30 s each, every target)
 #
 # The C targets are libFuzzer binaries (clang, with ASan and UBSan) linked with the C core;
-# `packed` is the Python target, coverage-guided through atheris when it is installed;
+# `packed` (damaged packed files) and `tarstream` (damaged tar files, plain and compressed,
+# read by tar_samples) are the Python targets, coverage-guided through atheris when it is
+# installed;
 # `binding` calls every entry point of fastload._core with random arguments in child
 # processes (tests/test_core_fuzz.py, SECONDS batches of calls: about a second each).
 # Each target's corpus grows in build/fuzz/corpus/<target>, from the seeds that
@@ -15,7 +17,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-30}
 [ $# -gt 0 ] && shift
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(qoi_decode jpeg_size jpeg_decode pipeline packed binding)
+[ ${#targets[@]} -gt 0 ] || targets=(qoi_decode jpeg_size jpeg_decode pipeline packed tarstream binding)
 out=build/fuzz
 py=$PWD/.venv/bin/python
 mkdir -p "$out/crashes"
@@ -38,7 +40,13 @@ build() {
         "fuzz/$target.c" "${sources[@]}" "${jpeg[@]}" -lm -pthread -o "$binary"
 }
 
-[ -d "$out/seeds" ] || "$py" fuzz/seeds.py "$out/seeds"
+# Written again when a target has none yet (a target added since they were).
+for target in "${targets[@]}"; do
+    if [ "$target" != binding ] && [ ! -d "$out/seeds/$target" ]; then
+        "$py" fuzz/seeds.py "$out/seeds"
+        break
+    fi
+done
 
 failed=()
 for target in "${targets[@]}"; do
@@ -62,8 +70,8 @@ for target in "${targets[@]}"; do
     mkdir -p "$corpus"
     options=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=0
              -artifact_prefix="$out/crashes/$target-" "$corpus" "$out/seeds/$target")
-    if [ "$target" = packed ]; then
-        command=("$py" fuzz/packed.py)
+    if [ "$target" = packed ] || [ "$target" = tarstream ]; then
+        command=("$py" "fuzz/$target.py")
     else
         build "$target"
         command=("$out/$target")

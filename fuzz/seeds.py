@@ -107,6 +107,16 @@ def main(out):
         ("insert", b"\x07\x80\x00\xff"),
     ]:
         _save(os.path.join(out, "packed"), name, edits)
+    # The tar target's inputs: the archive (plain, gz, bz2, xz), then edits as the packed
+    # target's, and a fifth kind: a 512-byte block wiped to zeros.
+    for archive in range(4):
+        for name, edits in [
+            ("none", b""),
+            ("flip", b"\x00\x60\x00\x10"),
+            ("cut", b"\x02\xa0\x00\x00"),
+            ("wipe", b"\x04\x34\x00\x00"),
+        ]:
+            _save(os.path.join(out, "tarstream"), f"{name}-{archive}", bytes([archive]) + edits)
 
 
 if __name__ == "__main__":

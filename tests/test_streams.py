@@ -2,10 +2,13 @@
 engine a window at a time; the shuffle buffer, sharding by file, resume by replay, files
 over HTTP through fsspec, and clean-up."""
 
+import bz2
 import functools
+import gzip
 import http.server
 import io
 import json
+import lzma
 import socket
 import tarfile
 import threading
@@ -13,6 +16,8 @@ import threading
 import numpy as np
 import pytest
 from helpers import assert_tree_equal, deadline, run_epochs
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fastload import DataLoader, FileStream, LoadError, eachobs, mapobs
 from fastload._loading.rounds import ShuffleBuffer, round_size
@@ -592,3 +597,213 @@ def test_records_of_mixed_dtypes_raise_rather_than_being_cast():
 
     with deadline(30), pytest.raises(LoadError, match="dtype float32 does not fit .*float64"):
         list(DataLoader(Stream(), 4))
+
+
+_COMPRESSIONS = {"gz": gzip.compress, "bz2": bz2.compress, "xz": lzma.compress}
+
+
+class _Named(io.BytesIO):
+    """Bytes read as a file of that name (as ``open`` and ``FileStream`` give them)."""
+
+    def __init__(self, data, name):
+        super().__init__(data)
+        self.name = name
+
+
+def _random_samples(count, seed=0):
+    """``count`` samples of random bytes (incompressible: a damaged bit of the compressed
+    stream lands in a literal byte of a sample, not only in the tar's padding)."""
+    rng = np.random.default_rng(seed)
+    return [
+        {"__key__": f"s/{k:05d}", "bin": rng.bytes(150), "cls": str(k).encode()}
+        for k in range(count)
+    ]
+
+
+def _tar_bytes(samples):
+    """The bytes of a tar file of ``samples``, as ``tar_samples`` gives them."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        for sample in samples:
+            for ext, payload in sample.items():
+                if ext != "__key__":
+                    info = tarfile.TarInfo(f"{sample['__key__']}.{ext}")
+                    info.size = len(payload)
+                    tar.addfile(info, io.BytesIO(payload))
+    return data.getvalue()
+
+
+def _read_or_raise(data, name):
+    """The samples of ``data``, or None when reading it raises ``LoadError`` naming
+    ``name``; what else it raises propagates."""
+    try:
+        return list(tar_samples(_Named(data, name)))
+    except LoadError as exc:
+        assert name in str(exc) and exc.source == name, str(exc)
+        return None
+
+
+@pytest.mark.parametrize("compression", sorted(_COMPRESSIONS))
+def test_a_bit_flipped_anywhere_in_a_compressed_shard_raises_or_changes_nothing(compression):
+    samples = _random_samples(6)
+    reference = _COMPRESSIONS[compression](_tar_bytes(samples))
+    name = f"shard.tar.{compression}"
+    wrong, raised = [], 0
+    for at in range(len(reference)):
+        data = bytearray(reference)
+        data[at] ^= 1 << (at % 8)
+        got = _read_or_raise(bytes(data), name)
+        if got is None:
+            raised += 1
+        elif got != samples:
+            wrong.append(at)
+    assert wrong == [], f"wrong samples with no error for flips at bytes {wrong}"
+    assert raised > len(reference) // 2
+
+
+@given(
+    compression=st.sampled_from(sorted(_COMPRESSIONS)),
+    edits=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(1, 255)), min_size=1),
+)
+def test_any_damage_to_a_compressed_shard_raises_or_changes_nothing(compression, edits):
+    samples = _random_samples(4, seed=1)
+    data = bytearray(_COMPRESSIONS[compression](_tar_bytes(samples)))
+    for where, mask in edits:
+        data[int(where * len(data))] ^= mask
+    got = _read_or_raise(bytes(data), "damaged.tar")
+    assert got is None or got == samples
+
+
+def test_a_compressed_shard_whose_check_fails_at_its_end_says_what_was_given(tmp_path):
+    samples = _random_samples(30)
+    data = bytearray(gzip.compress(_tar_bytes(samples)))
+    data[-8] ^= 0x40  # the stored CRC-32: every sample decompresses as written
+    path = tmp_path / "crc.tar.gz"
+    path.write_bytes(bytes(data))
+    got = []
+    with open(path, "rb") as f, pytest.raises(LoadError) as raised:
+        got.extend(tar_samples(f))
+    assert got == samples[:29]  # the last one is held until the check
+    message = str(raised.value)
+    assert str(path) in message and "CRC" in message
+    assert "29 samples handed out before this may hold damaged bytes" in message
+
+
+@pytest.mark.parametrize("compression", sorted(_COMPRESSIONS))
+def test_a_compressed_shard_cut_short_raises(compression):
+    samples = _random_samples(10)
+    data = _COMPRESSIONS[compression](_tar_bytes(samples))
+    for size in (len(data) - 1, len(data) - 9, len(data) // 2):
+        with pytest.raises(LoadError, match="cut.tar"):
+            list(tar_samples(_Named(data[:size], "cut.tar")))
+
+
+@pytest.mark.parametrize("compression", sorted(_COMPRESSIONS))
+def test_compressed_shards_of_several_streams_and_zero_padding_read_whole(compression):
+    samples = _random_samples(10)
+    tar = _tar_bytes(samples)
+    compress = _COMPRESSIONS[compression]
+    data = compress(tar[:4096]) + compress(tar[4096:])  # pigz/pbzip2/xz -T: several streams
+    assert list(tar_samples(_Named(data, "multi.tar"))) == samples
+    if compression == "gz":  # gzip's tools accept zeros after the last member
+        assert list(tar_samples(_Named(data + bytes(100), "padded.tar"))) == samples
+
+
+def test_a_loader_raises_for_a_damaged_compressed_shard_or_skips_it(tmp_path):
+    paths = []
+    for s in range(3):
+        samples = [
+            {"__key__": f"s/{k}", "cls": str(k).encode()} for k in range(s * 50, s * 50 + 50)
+        ]
+        data = bytearray(gzip.compress(_tar_bytes(samples)))
+        if s == 1:
+            data[-8] ^= 1  # its CRC-32 fails, at its end
+        paths.append(tmp_path / f"shard-{s}.tar.gz")
+        paths[-1].write_bytes(bytes(data))
+    keys = mapobs(lambda sample: int(sample["cls"]), FileStream(paths, read=tar_samples))
+    with deadline(60), pytest.raises(LoadError, match=r"shard-1\.tar\.gz.*CRC"):
+        list(DataLoader(keys, 10, parallel=2))
+    loader = DataLoader(keys, 10, parallel=2, on_error="skip")
+    with deadline(60), pytest.warns(RuntimeWarning, match="skipped 1"):
+        got = np.concatenate(list(loader)).tolist()
+    # What shard 1 gave before its check failed was handed out: it cannot be taken back.
+    assert got == list(range(99)) + list(range(100, 150))
+    assert loader.stats()["skipped"] == 1
+
+
+@pytest.mark.parametrize("compression", ["", "gz", "xz"])
+def test_an_error_of_the_file_itself_is_not_taken_for_damaged_data(compression):
+    data = _tar_bytes(_random_samples(20))
+    if compression:
+        data = _COMPRESSIONS[compression](data)
+
+    class Failing(io.RawIOBase):
+        """The file's first half, then a network error, as a remote file gives it."""
+
+        def __init__(self):
+            self.given = 0
+
+        def readable(self):
+            return True
+
+        def readinto(self, buffer):
+            if self.given >= len(data) // 2:
+                raise TimeoutError("reading x.tar: no answer")
+            size = min(len(buffer), len(data) // 2 - self.given)
+            buffer[:size] = data[self.given : self.given + size]
+            self.given += size
+            return size
+
+    with pytest.raises(TimeoutError, match="no answer"):
+        list(tar_samples(Failing()))
+
+
+@pytest.mark.parametrize("compression", ["", "gz"])
+def test_a_header_wiped_to_zeros_raises_naming_the_file_and_offset(tmp_path, compression):
+    path = tmp_path / "zeroed.tar"
+    offsets = _tar_shard(path, 0, 100)
+    data = bytearray(path.read_bytes())
+    data[offsets[100] : offsets[100] + 512] = bytes(512)  # the header of sample 50's .bin
+    if compression:
+        data = bytearray(gzip.compress(bytes(data)))
+    got = []
+    with pytest.raises(LoadError, match=r"zeroed\.tar.* block of zeros at byte 128,000"):
+        got.extend(tar_samples(_Named(bytes(data), "zeroed.tar")))
+    # Sample 49, read when the damage was found, may be incomplete: it is not given.
+    assert [s["__key__"] for s in got] == [f"s/{k:05d}" for k in range(49)]
+
+
+@pytest.mark.parametrize("member", [0, 9, 19])
+def test_any_member_header_wiped_to_zeros_raises(tmp_path, member):
+    path = tmp_path / "zeroed.tar"
+    offsets = _tar_shard(path, 0, 10)
+    data = bytearray(path.read_bytes())
+    data[offsets[member] : offsets[member] + 512] = bytes(512)
+    with pytest.raises(LoadError, match=f"byte {offsets[member]:,}"):
+        list(tar_samples(_Named(bytes(data), "zeroed.tar")))
+
+
+def test_the_end_of_a_tar_file_is_two_zero_blocks_then_only_zeros(tmp_path):
+    path = tmp_path / "end.tar"
+    offsets = _tar_shard(path, 0, 10)
+    data = path.read_bytes()
+    end = offsets[-1] + 1024  # after the last member (a 512-byte payload block)
+    assert data[end:] == bytes(len(data) - end)
+    keys = [f"s/{k:05d}" for k in range(10)]
+    for whole in (data, data[: end + 1024], data + bytes(5000)):
+        assert [s["__key__"] for s in tar_samples(_Named(whole, "end.tar"))] == keys
+    for broken in (data[: end + 512], data[: end + 700], data + b"\x01", data + data):
+        with pytest.raises(LoadError, match="end.tar"):
+            list(tar_samples(_Named(broken, "end.tar")))
+
+
+@pytest.mark.parametrize("read", [tar_samples, lambda f: map(json.loads, f)])
+def test_a_refused_connection_says_so_naming_the_url(read):
+    pytest.importorskip("fsspec")
+    pytest.importorskip("aiohttp")
+    with socket.socket() as probe:  # a port of this machine that nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/x.jsonl"
+    with deadline(30), pytest.raises(ConnectionRefusedError, match=f"{url}: .*refused"):
+        list(FileStream([url], read=read, timeout=10))
