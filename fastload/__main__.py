@@ -12,6 +12,7 @@ import time
 
 from fastload import __version__
 from fastload._images.codecs import build_info
+from fastload._storage.fields import SUBSAMPLINGS
 from fastload.demo import run_image_demo, run_tensor_demo
 from fastload.errors import LoadError
 from fastload.loader import DataLoader
@@ -43,6 +44,13 @@ def _add_convert_args(p):
         default=90,
         metavar="Q",
         help="JPEG quality 1..100 for jpeg and smart; default: %(default)s",
+    )
+    p.add_argument(
+        "--subsampling",
+        choices=SUBSAMPLINGS,
+        default="420",
+        help="JPEG chroma subsampling for jpeg and smart: 444 (full colour), 422 or 420 "
+        "(as Pillow, OpenCV and FFCV write); default: %(default)s",
     )
     p.add_argument(
         "--max-side",
@@ -88,6 +96,7 @@ def _run_convert(args):
         args.dst,
         mode=args.mode,
         quality=args.quality,
+        subsampling=args.subsampling,
         max_side=args.max_side,
         threshold_bytes=args.threshold if args.threshold is not None else DEFAULT_SMART_THRESHOLD,
         parallel=True if args.threads is None else args.threads,

@@ -59,33 +59,76 @@ def fit_size(h: int, w: int, max_side: int | None) -> tuple[int, int]:
     return max(1, round(h * scale)), max(1, round(w * scale))
 
 
+def fit_pixels(
+    value: npt.ArrayLike | bytes | bytearray | memoryview, max_side: int | None, exact: bool
+) -> np.ndarray:
+    """``value`` (an array or encoded image bytes) as uint8 (h, w, 3|4) pixels whose longer
+    side is at most ``max_side``, shrunk by ``resize_area``.
+
+    ``exact``: JPEG bytes are decoded at full size, so the result is exactly the area
+    average of the full decode. Else a JPEG is decoded at 1/2, 1/4 or 1/8 scale (libjpeg's
+    DCT scaling, the smallest one no smaller than the result) before the area resize:
+    faster on large photos, and a few gray levels off (docs/format.md gives the error).
+    Raises ValueError as ``as_pixels``.
+    """
+    if isinstance(value, (bytes, bytearray, memoryview)) and codecs.is_jpeg(value):
+        h, w = codecs.image_size(value)
+        target = fit_size(h, w, max_side)
+        img = decode_image_bytes(value, min_size=None if exact else dct_scaled_size(h, w, target))
+    else:
+        img = as_pixels(value)
+        target = fit_size(img.shape[0], img.shape[1], max_side)
+    return resize_area(img, target)
+
+
+def dct_scaled_size(h: int, w: int, target: tuple[int, int]) -> tuple[int, int]:
+    """The size of an (h, w) JPEG decoded at the smallest of the scales 1, 1/2, 1/4, 1/8
+    that is no smaller than ``target`` = (h, w) (libjpeg rounds a scaled size up)."""
+    denom = 1
+    while denom < 8 and -(-h // (2 * denom)) >= target[0] and -(-w // (2 * denom)) >= target[1]:
+        denom *= 2
+    return -(-h // denom), -(-w // denom)
+
+
 def resize_area(img: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     """Shrinks ``img`` (h, w, c) uint8 to ``size`` = (h, w) by exact area averaging.
 
     Each output pixel is the mean of the input area it covers, fractional pixels weighted
-    by their overlap (as OpenCV's INTER_AREA). Only shrinking is supported.
+    by their overlap (as OpenCV's INTER_AREA), computed in integers and rounded to the
+    nearest value (halves up): the result does not depend on float rounding. Only
+    shrinking is supported (ValueError).
     """
     oh, ow = size
-    if (oh, ow) == img.shape[:2]:
+    h, w = img.shape[:2]
+    if (oh, ow) == (h, w):
         return img
-    if oh > img.shape[0] or ow > img.shape[1]:
+    if not (1 <= oh <= h and 1 <= ow <= w):
         raise ValueError(f"resize_area only shrinks, asked {img.shape[:2]} -> {size}")
-    out = _area_axis(img.astype(np.float64), oh, axis=0)
-    out = _area_axis(out, ow, axis=1)
-    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+    rows = _area_sums(img, oh)  # (oh, w, c), times h
+    # Summing along the first axis is the fast one: the columns' pass runs on the transpose.
+    sums = _area_sums(np.ascontiguousarray(rows.swapaxes(0, 1)), ow).swapaxes(0, 1)
+    # The quotient is correctly rounded, and one that is not a half is at least 1/(2*h*w)
+    # away from one: rounding it in float64 gives the exact result.
+    return np.floor(sums / (h * w) + 0.5).astype(np.uint8, order="C")
 
 
-def _area_axis(x: np.ndarray, m: int, axis: int) -> np.ndarray:
-    """Area-average ``x`` along ``axis`` down to ``m`` samples, via cumulative sums."""
-    n = x.shape[axis]
-    if m == n:
-        return x
-    x = np.moveaxis(x, axis, 0)
-    csum = np.concatenate([np.zeros((1,) + x.shape[1:]), np.cumsum(x, axis=0)])
-    edges = np.arange(m + 1) * (n / m)
-    lo = np.minimum(np.floor(edges).astype(np.int64), n - 1)
-    frac = (edges - lo).reshape((-1,) + (1,) * (x.ndim - 1))
-    # The integral up to a fractional edge: whole pixels plus part of the next one.
-    at_edge = csum[lo] + frac * x[lo]
-    out = (at_edge[1:] - at_edge[:-1]) / (n / m)
-    return np.moveaxis(out, 0, axis)
+def _area_sums(x: np.ndarray, m: int) -> np.ndarray:
+    """``x`` (n, ...) shrunk along its first axis to ``m`` rows, as int64 area sums times n.
+
+    Measured in units of 1/m row, output row j covers [j*n, (j+1)*n): every edge is an
+    integer, so the sums are exact. Row j sums the rows from the one its window starts in up
+    to the one the next window starts in (a contiguous block, which numpy sums fast), less
+    the part of its first row before the window, plus the part of the next window's first
+    row inside it.
+    """
+    n = x.shape[0]
+    lo, part = np.divmod(np.arange(m + 1, dtype=np.int64) * n, m)
+    out = np.empty((m,) + x.shape[1:], np.int64)
+    starts = lo.tolist()
+    for j in range(m):
+        np.add.reduce(x[starts[j] : starts[j + 1]], axis=0, dtype=np.int64, out=out[j])
+    out *= m
+    edge = x[np.minimum(lo, n - 1)] * part.reshape((-1,) + (1,) * (x.ndim - 1))
+    out += edge[1:]
+    out -= edge[:-1]
+    return out

@@ -10,6 +10,9 @@ Image encodings take a uint8 array (h, w), (h, w, 1|3|4) or encoded image bytes,
 decode to uint8 (h, w, 3|4) RGB(A). A JPEG field stores RGB (alpha is dropped). JPEG or
 QOI bytes that are stored as given are decoded once first (``check=True``, the default),
 so that a file that cannot be decoded is refused when written, not met in training.
+
+A parameter added to an encoding after files were written without it has the value those
+files were written with in ``written_before``: ``from_meta`` fills it in for them.
 """
 
 import numbers
@@ -38,6 +41,11 @@ __all__ = [
 FORMAT_RAW = 0
 FORMAT_JPEG = 1
 
+# JPEG chroma subsampling, in simplejpeg's spelling: 4:4:4 (full-resolution colour), 4:2:2
+# (colour at half the width), 4:2:0 (half the width and half the height). 4:2:0 is what
+# Pillow, OpenCV (so FFCV), torchvision and libjpeg's cjpeg write at every quality.
+SUBSAMPLINGS = ("444", "422", "420")
+
 
 class Encoding:
     """Base class. Subclasses set ``name`` and ``parts`` ((suffix, kind) pairs after the
@@ -46,6 +54,8 @@ class Encoding:
     name: str | None = None
     kind: str = "binary"
     parts: tuple[tuple[str, str], ...] = ()
+    # Parameters missing from the metadata of older files: the values they were written with.
+    written_before: dict[str, object] = {}
 
     def bind(self, value):
         """This encoding with whatever the first observation fixes (a shape, a dtype)."""
@@ -278,10 +288,19 @@ def _check_quality(quality: int) -> int:
     return int(quality)
 
 
-def _check_flag(check: bool) -> bool:
-    if not isinstance(check, bool):
-        raise TypeError(f"check must be True or False, got {check!r}")
-    return check
+def _check_flag(value: bool, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def _check_subsampling(subsampling: str) -> str:
+    if subsampling not in SUBSAMPLINGS:
+        raise ValueError(
+            f'subsampling must be "444", "422" or "420" (chroma 4:4:4, 4:2:2, 4:2:0; '
+            f"Pillow's subsampling=0, 1, 2), got {subsampling!r}"
+        )
+    return subsampling
 
 
 def _check_max_side(max_side: int | None) -> int | None:
@@ -301,11 +320,15 @@ def _check_shape(img, h, w):
 
 
 class _Image(Encoding):
-    """Common part of image encodings: height and width columns, the max_side cap."""
+    """Common part of image encodings: height and width columns, the max_side cap (area
+    averaging, of the full decode when ``exact``: ``encoding.fit_pixels``)."""
 
     parts: tuple[tuple[str, str], ...] = (("height", "int32"), ("width", "int32"))
     max_side: int | None = None
     check: bool = True
+    exact: bool = True
+    # Files written before 0.3 decoded JPEG input at a reduced DCT scale before resizing.
+    written_before: dict[str, object] = {"exact": False}
 
     def _as_given(self, value):
         """``value``'s bytes, to be stored as given: decoded first when ``check`` (JPEG at
@@ -317,27 +340,22 @@ class _Image(Encoding):
         return data
 
     def _pixels(self, value):
-        """``value`` as pixels no larger than max_side (JPEG bytes are decoded at a
-        reduced scale when that suffices)."""
-        if isinstance(value, (bytes, bytearray, memoryview)) and codecs.is_jpeg(value):
-            h, w = images.image_size(value)
-            target = images.fit_size(h, w, self.max_side)
-            img = images.decode_image_bytes(value, min_size=target)
-        else:
-            img = images.as_pixels(value)
-            target = images.fit_size(img.shape[0], img.shape[1], self.max_side)
-        return images.resize_area(img, target)
+        """``value`` as pixels no larger than max_side."""
+        return images.fit_pixels(value, self.max_side, self.exact)
 
     def _needs_resize(self, value):
         h, w = images.image_size(value)
         return images.fit_size(h, w, self.max_side) != (h, w)
 
 
-def _encode_jpeg(img, quality):
+def _encode_jpeg(img, quality, subsampling):
     import simplejpeg
 
     return simplejpeg.encode_jpeg(
-        np.ascontiguousarray(img[:, :, :3]), quality=quality, colorspace="RGB"
+        np.ascontiguousarray(img[:, :, :3]),
+        quality=quality,
+        colorspace="RGB",
+        colorsubsampling=subsampling,
     )
 
 
@@ -346,15 +364,34 @@ def _decode_jpeg(data):
 
 
 class JPEG(_Image):
-    """A JPEG image. JPEG bytes that need no resize are stored as given (no re-encode),
-    once decoded to check them unless ``check=False``."""
+    """A JPEG image, encoded (libjpeg-turbo, through simplejpeg) at ``quality`` 1..100
+    with chroma ``subsampling`` "420" (the default: Pillow's, OpenCV's and so FFCV's at
+    every quality), "422" or "444" (full-resolution colour, 25-50% more bytes at
+    quality 90). ``max_side``: images whose longer side exceeds it are shrunk by exact
+    area averaging of the full decode; ``exact=False`` decodes JPEG input at a reduced
+    DCT scale first (faster on large photos, a few gray levels off: docs/format.md).
+    JPEG bytes that need no resize are stored as given (no re-encode: they keep their
+    own quality and subsampling), once decoded to check them unless ``check=False``.
+    Raises ValueError (TypeError for a flag) for a bad parameter."""
 
     name = "jpeg"
+    # Files written before 0.3 were encoded at 4:4:4.
+    written_before: dict[str, object] = {**_Image.written_before, "subsampling": "444"}
 
-    def __init__(self, quality: int = 90, max_side: int | None = None, check: bool = True) -> None:
+    def __init__(
+        self,
+        quality: int = 90,
+        max_side: int | None = None,
+        check: bool = True,
+        *,
+        subsampling: str = "420",
+        exact: bool = True,
+    ) -> None:
         self.quality = _check_quality(quality)
         self.max_side = _check_max_side(max_side)
-        self.check = _check_flag(check)
+        self.check = _check_flag(check, "check")
+        self.subsampling = _check_subsampling(subsampling)
+        self.exact = _check_flag(exact, "exact")
 
     def encode(self, value):
         if (
@@ -365,13 +402,18 @@ class JPEG(_Image):
             h, w = images.image_size(value)
             return self._as_given(value), h, w
         img = self._pixels(value)
-        return _encode_jpeg(img, self.quality), img.shape[0], img.shape[1]
+        return _encode_jpeg(img, self.quality, self.subsampling), img.shape[0], img.shape[1]
 
     def decode(self, data, h, w):
         return _check_shape(_decode_jpeg(data), h, w)
 
     def params(self):
-        return {"quality": self.quality, "max_side": self.max_side}
+        return {
+            "quality": self.quality,
+            "max_side": self.max_side,
+            "subsampling": self.subsampling,
+            "exact": self.exact,
+        }
 
 
 class QOI(_Image):
@@ -380,9 +422,12 @@ class QOI(_Image):
 
     name = "qoi"
 
-    def __init__(self, max_side: int | None = None, check: bool = True) -> None:
+    def __init__(
+        self, max_side: int | None = None, check: bool = True, *, exact: bool = True
+    ) -> None:
         self.max_side = _check_max_side(max_side)
-        self.check = _check_flag(check)
+        self.check = _check_flag(check, "check")
+        self.exact = _check_flag(exact, "exact")
 
     def encode(self, value):
         if (
@@ -399,18 +444,21 @@ class QOI(_Image):
         return _check_shape(codecs.decode(data), h, w)
 
     def params(self):
-        return {"max_side": self.max_side}
+        return {"max_side": self.max_side, "exact": self.exact}
 
 
 class Smart(_Image):
-    """Raw pixels when the (resized) image takes at most ``threshold_bytes``, else JPEG.
-    A ``.format`` column says which, per row (0: raw, 1: JPEG). Raw rows decode to
-    read-only views of the file. JPEG bytes stored as given are checked as ``JPEG``'s."""
+    """Raw pixels when the (resized) image takes at most ``threshold_bytes``, else JPEG
+    (``quality``, ``subsampling``, ``max_side``, ``exact`` and JPEG bytes stored as given
+    as ``JPEG``'s). A ``.format`` column says which, per row (0: raw, 1: JPEG). Raw rows
+    decode to read-only views of the file."""
 
     name = "smart"
     parts = _Image.parts + (("format", "uint8"),)
     threshold_bytes: int
     quality: int
+    subsampling: str
+    written_before = JPEG.written_before
 
     def __init__(
         self,
@@ -418,6 +466,9 @@ class Smart(_Image):
         quality: int = 90,
         max_side: int | None = None,
         check: bool = True,
+        *,
+        subsampling: str = "420",
+        exact: bool = True,
     ) -> None:
         if (
             isinstance(threshold_bytes, bool)
@@ -428,7 +479,9 @@ class Smart(_Image):
         self.threshold_bytes = int(threshold_bytes)
         self.quality = _check_quality(quality)
         self.max_side = _check_max_side(max_side)
-        self.check = _check_flag(check)
+        self.check = _check_flag(check, "check")
+        self.subsampling = _check_subsampling(subsampling)
+        self.exact = _check_flag(exact, "exact")
 
     def encode(self, value):
         if isinstance(value, (bytes, bytearray, memoryview)) and codecs.is_jpeg(value):
@@ -438,7 +491,8 @@ class Smart(_Image):
         img = self._pixels(value)
         if img.nbytes <= self.threshold_bytes:
             return np.ascontiguousarray(img).tobytes(), img.shape[0], img.shape[1], FORMAT_RAW
-        return _encode_jpeg(img, self.quality), img.shape[0], img.shape[1], FORMAT_JPEG
+        jpeg = _encode_jpeg(img, self.quality, self.subsampling)
+        return jpeg, img.shape[0], img.shape[1], FORMAT_JPEG
 
     def decode(self, data, h, w, fmt):
         if fmt == FORMAT_JPEG:
@@ -452,6 +506,8 @@ class Smart(_Image):
             "threshold_bytes": self.threshold_bytes,
             "quality": self.quality,
             "max_side": self.max_side,
+            "subsampling": self.subsampling,
+            "exact": self.exact,
         }
 
 
@@ -474,9 +530,12 @@ def as_encoding(spec: "Encoding | str | np.dtype") -> Encoding:
 
 
 def from_meta(meta):
-    """The Encoding described by a field's metadata dict. Raises ValueError."""
+    """The Encoding described by a field's metadata dict; a parameter the metadata lacks
+    (a file written before it existed) has the value in the class's ``written_before``.
+    Raises ValueError."""
     try:
+        cls = ENCODINGS[meta["encoding"]]
         params = {k: v for k, v in meta.items() if k not in ("encoding", "columns")}
-        return ENCODINGS[meta["encoding"]](**params)
+        return cls(**{**cls.written_before, **params})
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"bad field metadata {meta!r}: {exc}") from exc

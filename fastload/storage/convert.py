@@ -15,17 +15,25 @@ DEFAULT_SMART_THRESHOLD = 64 * 64 * 3
 
 
 def image_encoding(
-    mode, quality=90, max_side=None, threshold_bytes=DEFAULT_SMART_THRESHOLD, check=True
+    mode,
+    quality=90,
+    max_side=None,
+    threshold_bytes=DEFAULT_SMART_THRESHOLD,
+    check=True,
+    subsampling="420",
+    exact=True,
 ):
     """The image field encoding for a convert ``mode``; raises ValueError for another.
     ``check``: image files stored as given are decoded once first (raw mode decodes
-    every image anyway)."""
+    every image anyway). ``subsampling`` and ``exact``: as ``JPEG``'s."""
     if mode == "jpeg":
-        return JPEG(quality=quality, max_side=max_side, check=check)
+        return JPEG(quality, max_side, check, subsampling=subsampling, exact=exact)
     if mode == "qoi":
-        return QOI(max_side=max_side, check=check)
+        return QOI(max_side, check, exact=exact)
     if mode == "smart":
-        return Smart(threshold_bytes, quality=quality, max_side=max_side, check=check)
+        return Smart(
+            threshold_bytes, quality, max_side, check, subsampling=subsampling, exact=exact
+        )
     if mode == "raw":
         return NDArray("uint8")
     raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -48,11 +56,11 @@ class _Sources:
 
 
 class _DecodedImages:
-    """ImageFolder observations with the image decoded (and shrunk to max_side): the
-    input of raw mode, whose NDArray field stores pixels."""
+    """ImageFolder observations with the image decoded (and shrunk to max_side, as an
+    image field would): the input of raw mode, whose NDArray field stores pixels."""
 
-    def __init__(self, folder, max_side):
-        self.folder, self.max_side = folder, max_side
+    def __init__(self, folder, max_side, exact):
+        self.folder, self.max_side, self.exact = folder, max_side, exact
         self.paths = folder.paths
 
     def __len__(self):
@@ -60,9 +68,7 @@ class _DecodedImages:
 
     def __getitem__(self, i):
         data, label = self.folder[i]
-        target = images.fit_size(*images.image_size(data), self.max_side)
-        img = images.decode_image_bytes(data, min_size=target)
-        return images.resize_area(img, target), label
+        return images.fit_pixels(data, self.max_side, self.exact), label
 
 
 @renamed_keywords(chunk_bytes="block_bytes")
@@ -79,6 +85,8 @@ def convert(
     block_bytes=64 << 20,
     on_error="raise",
     check=True,
+    subsampling="420",
+    exact=True,
     num_threads=None,
 ):
     """Packs ``src/<class>/<image files>`` into the file ``dst`` with fields ``image``
@@ -92,17 +100,19 @@ def convert(
 
     Every image is decoded once: JPEG (or QOI) files stored as they are too, unless
     ``check=False`` (faster; a file that cannot be decoded then fails in training).
+    ``quality``, ``subsampling`` (jpeg and smart modes), ``max_side`` and ``exact``: as
+    ``JPEG``'s.
 
     Raises FileNotFoundError for a missing ``src`` or ``dst`` directory, ValueError for a
     folder without images or a bad option, LoadError naming the file that fails (with
     ``on_error="skip"``: files that fail are left out and returned instead).
     """
-    encoding = image_encoding(mode, quality, max_side, threshold_bytes, check)
+    encoding = image_encoding(mode, quality, max_side, threshold_bytes, check, subsampling, exact)
     folder = ImageFolder(src)
     dst_dir = os.path.dirname(os.path.abspath(os.fspath(dst)))
     if not os.path.isdir(dst_dir):
         raise FileNotFoundError(f"output directory {dst_dir!r} does not exist")
-    data = _Sources(_DecodedImages(folder, max_side) if mode == "raw" else folder, folder)
+    data = _Sources(_DecodedImages(folder, max_side, exact) if mode == "raw" else folder, folder)
     skipped = write(
         dst,
         data,

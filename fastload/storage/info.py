@@ -1,6 +1,16 @@
 """A human-readable summary of a packed dataset (``python -m fastload info``)."""
 
-__all__ = ["describe", "format_bytes"]
+import collections
+
+import simplejpeg
+
+from fastload._storage.fields import FORMAT_JPEG
+
+__all__ = ["chroma", "describe", "format_bytes"]
+
+# The rows whose JPEG headers ``chroma`` reads: the first ones, in the first block, so that
+# ``info`` reads (and checks the checksum of) one block, whatever the file's size.
+CHROMA_ROWS = 64
 
 
 def format_bytes(n):
@@ -35,4 +45,32 @@ def describe(ds):
         lines.append(
             f"  {name:<{width}}  {ds[name].encoding:<8} {format_bytes(sizes[name]):>10}  {desc}"
         )
+        if ds[name].encoding in ("jpeg", "smart"):
+            lines.append(f"  {'':<{width}}  {chroma(ds[name])}")
     return lines
+
+
+def chroma(column, rows=CHROMA_ROWS):
+    """The chroma subsampling of the JPEGs stored in the first ``rows`` rows of a jpeg or
+    smart ``column``, read from their headers: "chroma: 4:2:0 in 64 of the first 64 rows".
+    The field's ``subsampling`` is what fastload encodes with; JPEG input stored as given
+    keeps its own, which this shows."""
+    n = min(rows, len(column))
+    formats = column.format[:n] if column.encoding == "smart" else [FORMAT_JPEG] * n
+    found = collections.Counter(
+        _sampling(column.encoded[i]) for i in range(n) if formats[i] == FORMAT_JPEG
+    )
+    if not found:
+        return f"chroma: no JPEG in the first {n} rows"
+    counts = ", ".join(f"{name} in {k}" for name, k in found.most_common())
+    return f"chroma: {counts} of the first {n} rows"
+
+
+def _sampling(data):
+    """A JPEG's chroma subsampling from its header: "4:2:0", "4:4:4", ..., "gray", or
+    "unreadable"."""
+    try:
+        sampling = simplejpeg.decode_jpeg_header(bytes(data))[3]
+    except ValueError:
+        return "unreadable"
+    return ":".join(sampling) if sampling.isdigit() else sampling.lower()
