@@ -1,7 +1,12 @@
 """Helpers shared by the core tests: comparing nested batches, copying buffered ones, a
-resume checker and a deadline guard."""
+resume checker, a deadline guard and a check that workers die with their consumer."""
 
+import os
+import select
 import signal
+import subprocess
+import sys
+import time
 from contextlib import contextmanager
 
 import numpy as np
@@ -136,3 +141,53 @@ def deadline(seconds):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def _running(pid):
+    """True while process ``pid`` exists and is not a zombie (a worker whose parent was
+    killed is reaped by whoever adopts it, if ever)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def assert_workers_die_with_their_consumer(code, workers, within_s=5.0):
+    """Runs ``code`` in a Python subprocess (the consumer) whose ``workers`` worker
+    processes write their pid, a line in one write, once they are stuck; SIGKILLs the
+    consumer and asserts that every worker is gone within ``within_s`` seconds (the promise
+    is about one second: the bound is loose, so that a loaded machine does not fail it)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    consumer = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": root},
+    )
+    pids, lines = set(), b""
+    try:
+        end = time.monotonic() + 60
+        while len(pids) < workers:
+            assert time.monotonic() < end, f"the workers did not start: {pids}"
+            if select.select([consumer.stdout], [], [], 1.0)[0]:
+                chunk = os.read(consumer.stdout.fileno(), 4096)
+                assert chunk, consumer.stderr.read().decode()
+                lines += chunk
+                pids = {int(line) for line in lines.split(b"\n")[:-1]}
+        consumer.kill()
+        consumer.wait()
+        end = time.monotonic() + within_s
+        while any(_running(pid) for pid in pids) and time.monotonic() < end:
+            time.sleep(0.05)
+        left = [pid for pid in pids if _running(pid)]
+        assert not left, f"workers {left} outlived their consumer by {within_s} s"
+    finally:
+        consumer.kill()
+        for pid in pids:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+        consumer.stdout.close()
+        consumer.stderr.close()
+        consumer.wait()

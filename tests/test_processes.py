@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 import simplejpeg
-from helpers import assert_tree_equal, copy_tree, deadline
+from helpers import assert_tree_equal, assert_workers_die_with_their_consumer, copy_tree, deadline
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -693,6 +693,95 @@ def test_a_step_later_than_the_timeout_raises_timeout_error(shm_clean):
             _run(engine, _steps(mapobs(_sleepy, np.arange(4.0)), 4, batch_size=1))
     finally:
         engine.close()
+
+
+def _blocked(v):
+    time.sleep(60)
+    return v
+
+
+def test_a_step_later_than_the_timeout_raises_on_time_and_stops_the_workers(shm_clean):
+    engine = process_engine(2, timeout=1)
+    try:
+        it = _iterate(engine, _steps(mapobs(_blocked, np.arange(4.0)), 4, batch_size=1))
+        workers = engine.worker_processes
+        start = time.monotonic()
+        with deadline(60), pytest.raises(TimeoutError, match="in 1 s"):
+            next(it)
+        # On time (within a second of it): the workers stuck in their items are stopped
+        # at once, not given their jobs' time to end. The bound is loose for a loaded machine.
+        assert time.monotonic() - start < 1 + 3
+        for proc in workers:
+            proc.join(10)
+            assert not proc.is_alive()
+        steps = _steps(np.arange(12), 12)  # the next iteration starts new workers
+        assert_tree_equal(_run(engine, steps), [getobs(steps, k) for k in range(2)])
+    finally:
+        engine.close()
+
+
+_FORK_NOISE = (
+    "import gc, os, sys, numpy as np\n"
+    "from fastload import DataLoader, mapobs\n"
+    "class Parents:\n"
+    "    def __del__(self):\n"
+    "        print('finalized in', os.getpid(), file=sys.stderr)\n"
+    "consumer = os.getpid()\n"
+    "def collect(v):\n"
+    "    if os.getpid() != consumer:  # the consumer reads observation 0 to plan\n"
+    "        gc.collect()  # what any allocation in a worker may do\n"
+    "    return v\n"
+    "gc.disable()  # the parent's garbage stays until it collects it\n"
+    "garbage = Parents()\n"
+    "garbage.cycle = garbage\n"
+    "del garbage\n"
+    "loader = DataLoader(mapobs(collect, np.arange(8.0)), 2, parallel=2, backend='process')\n"
+    "assert [b.tolist() for b in loader] == [[0, 1], [2, 3], [4, 5], [6, 7]]\n"
+    "loader.close()\n"
+    "gc.collect()  # here, in its own process, the parent's object is finalized\n"
+    "print('parent', os.getpid(), file=sys.stderr)\n"
+)
+
+
+def test_a_worker_never_runs_the_finalizers_of_its_parents_objects():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run(
+        [sys.executable, "-c", _FORK_NOISE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": root},
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    parent = lines[-1].split()[1]
+    assert lines == [f"finalized in {parent}", f"parent {parent}"], result.stderr
+
+
+_STUCK_WORKERS = (
+    "import os, sys, threading, time, numpy as np\n"
+    "from fastload import DataLoader, mapobs\n"
+    "consumer = os.getpid()\n"
+    "def stuck(v):\n"
+    "    if os.getpid() != consumer:  # the consumer reads observation 0 to plan\n"
+    "        os.write(1, b'%d\\n' % os.getpid())\n"
+    "        time.sleep(3600)\n"
+    "    return v\n"
+    "def consume():\n"
+    "    loader = DataLoader(mapobs(stuck, np.arange(8.0)), 2, parallel=2, backend='process')\n"
+    "    next(iter(loader))\n"
+    "if sys.argv[1] == 'thread':\n"
+    "    threading.Thread(target=consume, daemon=True).start()\n"
+    "    time.sleep(3600)\n"
+    "consume()\n"
+)
+
+
+@pytest.mark.parametrize("where", ["main", "thread"])
+def test_workers_stuck_in_an_item_die_with_a_killed_consumer(where):
+    # Forked from the main thread, a worker dies with its parent by the kernel's signal;
+    # from another thread (whose end would send it), a watchdog sees the parent gone.
+    assert_workers_die_with_their_consumer(_STUCK_WORKERS.replace("sys.argv[1]", repr(where)), 2)
 
 
 def _slow_while(path, v):

@@ -15,12 +15,15 @@ import operator
 import os
 import pickle
 import signal
+import subprocess
+import sys
 import time
 import warnings
 from collections import Counter
 
 import numpy as np
 import pytest
+from helpers import assert_workers_die_with_their_consumer
 
 torch = pytest.importorskip("torch")
 
@@ -1365,6 +1368,38 @@ def test_generator_gives_pytorchs_order():
     assert [b[0].tolist() for b in ours] == [b[0].tolist() for b in theirs]
 
 
+class NumpyDrawDataset(Dataset):
+    """Draws from numpy's global random state, as augmentations written for PyTorch do."""
+
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        return np.random.rand(), np.random.randint(1 << 30), i
+
+
+# The worker paths of the drop-in, and what takes a dataset there.
+WORKER_PATHS = {
+    "process-ring": {},
+    "process": {"collate_fn": tud.default_collate},
+    "process-spawn": {"multiprocessing_context": "spawn"},
+    "process-forkserver": {"multiprocessing_context": "forkserver"},
+}
+
+
+@pytest.mark.parametrize("path", WORKER_PATHS)
+def test_numpy_in_workers_draws_what_it_draws_in_pytorchs_workers(path):
+    def batches(make):
+        torch.manual_seed(11)
+        kw = dict(batch_size=4, shuffle=True, num_workers=2, **WORKER_PATHS[path])
+        loader = make(NumpyDrawDataset(), **kw)
+        return loader, [[t.tolist() for t in b] for _ in range(2) for b in loader]
+
+    loader, ours = batches(DataLoader)
+    assert loader.path == path.removesuffix("-spawn").removesuffix("-forkserver")
+    assert ours == batches(tud.DataLoader)[1]
+
+
 # -- which path, and its statistics -----------------------------------------------------
 
 
@@ -1463,6 +1498,150 @@ def test_stats_count_batches_and_name_the_path():
     list(loader)
     stats = loader.stats()
     assert stats["batches"] == 3 and stats["items"] == 10 and stats["path"] == "process-ring"
+
+
+# -- workers: on time, named when killed, quiet, gone with their consumer ----------------
+
+
+class BlockedInWorkersDataset(Dataset):
+    """Observation 0 loads at once where there is no worker (the ring's probe); in a worker,
+    every observation takes a minute."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if tud.get_worker_info() is not None:
+            time.sleep(60)
+        return i
+
+
+@pytest.mark.parametrize("path", ["process-ring", "process"])
+def test_a_timeout_raises_on_time_and_stops_the_workers(path):
+    loader = DataLoader(
+        BlockedInWorkersDataset(), batch_size=2, num_workers=2, timeout=3, **WORKER_PATHS[path]
+    )
+    assert loader.path == path
+    it = iter(loader)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="DataLoader timed out after 3 seconds"):
+        next(it)
+    # Within a second of the timeout; the bound is loose, for a loaded machine.
+    assert time.monotonic() - start < 3 + 3
+    for worker in it._workers:
+        worker.join(JOIN_S)
+        assert not worker.is_alive()
+
+
+def _received_from_a_dead_worker():
+    raise EOFError  # what fetching a tensor's memory from a worker that died may raise
+
+
+class _SharedLikeATensor:
+    """Unpickles as a tensor in shared memory does: by asking the worker that sent it."""
+
+    def __reduce__(self):
+        return _received_from_a_dead_worker, ()
+
+
+class DiesAfterItsFirstBatchDataset(Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        if i == 1:
+            time.sleep(0.5)  # the reply of item 0 reaches the consumer's queue
+            os.kill(os.getpid(), signal.SIGKILL)
+        return _SharedLikeATensor()
+
+
+def test_a_batch_sent_by_a_worker_killed_since_raises_naming_it():
+    loader = DataLoader(DiesAfterItsFirstBatchDataset(), num_workers=1, collate_fn=list)
+    assert loader.path == "process"
+    it = iter(loader)
+    it._workers[0].join(JOIN_S)  # killed, after it sent its first batch
+    with pytest.raises(
+        RuntimeError, match=r"DataLoader worker \(pid \d+\) is killed by signal: SIGKILL"
+    ):
+        next(it)
+
+
+_FOREIGN_NOISE = """
+import gc, sys, numpy as np, torch.utils.data as tud
+from fastload import DataLoader as FastloadLoader, mapobs
+from fastload.torch import DataLoader
+
+class Collecting(tud.Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        gc.collect()  # what any allocation in a worker may do
+        return np.full(3, i, np.float32)
+
+def collected(v):
+    gc.collect()
+    return v
+
+def pytorchs_garbage():
+    # A PyTorch iterator with workers, dropped but not collected yet: its __del__ stops its
+    # workers, which only its own process may do. (PyTorch's own workers would collect
+    # it if they collected.)
+    it = iter(tud.DataLoader(range(8), batch_size=2, num_workers=1))
+    next(it)
+    it.cycle = it
+
+gc.disable()
+for kw in ({}, {"collate_fn": tud.default_collate}):
+    pytorchs_garbage()
+    loader = DataLoader(Collecting(), batch_size=2, num_workers=2, **kw)
+    assert len(list(loader)) == 4, loader.path
+pytorchs_garbage()
+loader = FastloadLoader(mapobs(collected, np.arange(8.0)), 2, parallel=2, backend="process")
+assert len(list(loader)) == 4
+gc.enable()
+gc.collect()
+"""
+
+
+def test_forked_probes_and_workers_run_none_of_the_callers_finalizers():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run(
+        [sys.executable, "-c", _FOREIGN_NOISE],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "PYTHONPATH": root},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+
+
+_STUCK_WORKERS = """
+import os, sys, time, torch.utils.data as tud
+from fastload.torch import DataLoader
+
+class Stuck(tud.Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if tud.get_worker_info() is not None:
+            os.write(1, b"%d\\n" % os.getpid())
+            time.sleep(3600)
+        return i
+
+kw = {"collate_fn": tud.default_collate} if sys.argv[-1] == "process" else {}
+loader = DataLoader(Stuck(), batch_size=2, num_workers=2, **kw)
+assert loader.path == sys.argv[-1]
+next(iter(loader))
+"""
+
+
+@pytest.mark.parametrize("path", ["process-ring", "process"])
+def test_workers_stuck_in_getitem_die_with_a_killed_consumer(path):
+    code = _STUCK_WORKERS.replace("sys.argv[-1]", repr(path))
+    assert_workers_die_with_their_consumer(code, 2)
 
 
 # -- other cases of PyTorch's file ------------------------------------------------------

@@ -298,14 +298,28 @@ def test_an_error_in_getitem_is_raised_with_its_type_and_ends_the_epoch():
     assert next(iter(loader))[1].tolist() == [0, 1, 2, 3]  # the next epoch starts afresh
 
 
-def test_an_error_in_worker_init_fn_is_raised_with_its_type():
-    def init(worker_id):
-        raise KeyError(f"no key in worker {worker_id}")
+def _keyless_init(worker_id):
+    raise KeyError(f"no key in worker {worker_id}")
 
-    loader = DataLoader(ArrayDataset(), batch_size=4, num_workers=2, worker_init_fn=init)
-    assert loader.path == "process-ring"
-    with pytest.raises(KeyError, match="no key in worker 0"):
+
+@pytest.mark.parametrize(
+    "path, kw",
+    [("process-ring", {}), ("process", {"collate_fn": tud.default_collate})],
+    ids=["process-ring", "process"],
+)
+def test_an_error_in_worker_init_fn_is_raised_with_its_type_as_pytorch_words_it(path, kw):
+    loader = DataLoader(
+        ArrayDataset(), batch_size=4, num_workers=2, worker_init_fn=_keyless_init, **kw
+    )
+    assert loader.path == path
+    with pytest.raises(KeyError) as info:
         next(iter(loader))
+    assert str(info.value).startswith(
+        "Caught KeyError in DataLoader worker process 0.\n"
+        "Original Traceback (most recent call last):\n"
+    )
+    assert "in _keyless_init" in str(info.value)
+    assert str(info.value).endswith("KeyError: 'no key in worker 0'\n")
 
 
 @pytest.mark.parametrize("persistent", [False, True])

@@ -35,7 +35,9 @@ Concurrency invariants (kept by the consumer):
   job of another generation between items, so stopping an iteration is prompt;
 - every wait is a timed wait on the pipes and the process sentinels together: a worker
   that dies raises in the consumer at once, Ctrl-C always gets through, and a step that
-  does not come within ``timeout`` raises ``TimeoutError``.
+  does not come within ``timeout`` raises ``TimeoutError`` then (the workers are killed
+  first: they hold on to their jobs);
+- a worker dies with the consumer, even stuck in an item (``children.py``).
 
 A worker runs ``init(worker_id)`` (when given) once, after the fork and before any job:
 where a caller seeds a worker's random state or sets what its code reads. What ``init``
@@ -57,11 +59,13 @@ from typing import Any
 
 import numpy as np
 
+from .children import start
 from .schedule import Schedule
 from .tree import map_tree
 from .workers import (
     Cancelled,
     Epoch,
+    InitError,
     InitFailed,
     ItemFailed,
     Job,
@@ -73,6 +77,7 @@ from .workers import (
 )
 
 __all__ = [
+    "InitError",
     "WorkerDied",
     "WorkerError",
     "WorkerPool",
@@ -90,21 +95,18 @@ _STOP_S = 30.0  # most time to let workers abandon their jobs before killing the
 
 
 def fork_workers(count, target, name, args_of):
-    """Forks ``count`` daemon processes running ``target(*args_of(theirs, others))``, each
-    with a pipe: ``theirs`` its end, ``others`` the ends it must close (its siblings'
-    and ours). Returns (processes, our ends of the pipes); the children's ends are closed
-    here, so that a dead worker is seen as the end of its pipe."""
+    """Forks ``count`` daemon processes running ``target(*args_of(theirs, others))`` (as
+    ``children.start`` starts them: they die with this process), each with a pipe:
+    ``theirs`` its end, ``others`` the ends it must close (its siblings' and ours). Returns
+    (processes, our ends of the pipes); the children's ends are closed here, so that a dead
+    worker is seen as the end of its pipe."""
     context = multiprocessing.get_context("fork")
     pipes = [context.Pipe() for _ in range(count)]
     procs = []
     try:
         for k, (_, theirs) in enumerate(pipes):
             others = [end for pipe in pipes for end in pipe if end is not theirs]
-            proc = context.Process(
-                target=target, daemon=True, name=f"{name}-{k}", args=args_of(theirs, others)
-            )
-            proc.start()
-            procs.append(proc)
+            procs.append(start(context, target, args_of(theirs, others), f"{name}-{k}"))
     finally:
         for _, theirs in pipes:
             theirs.close()
@@ -166,11 +168,12 @@ class WorkerPool:
 
     ``init(worker_id)``, when given, runs once in each worker after it is forked (ids
     0 to count - 1); it is never pickled (workers are forked), so a closure will do.
-    ``timeout``: the most seconds to wait for a step (None: no limit). ``discard``: give a
-    slot's pages back to the system when the consumer releases it (when it copied the step
-    out, ``buffer=False``, or dropped the step lent to it), so that the ring holds memory
-    only for the steps in flight, as a loader that makes a new shared buffer per batch does;
-    a worker filling it again faults the pages back in, zeroed. ``split``: spread each
+    ``timeout``: the most seconds to wait for a step (None: no limit); past it the workers
+    are stopped and the next iteration starts new ones. ``discard``: give a slot's pages
+    back to the system when the consumer releases it (when it copied the step out,
+    ``buffer=False``, or dropped the step lent to it), so that the ring holds memory only
+    for the steps in flight, as a loader that makes a new shared buffer per batch does; a
+    worker filling it again faults the pages back in, zeroed. ``split``: spread each
     step's rows over the workers (False: step k to worker k mod n, for a caller whose
     workers' own random state decides what they load). ``lend``: hand a whole step to the
     consumer as the slot itself, with no copy (``_Transport.lend``): the slot is reused only
@@ -260,11 +263,11 @@ class WorkerPool:
         self.gen += 1
         self.stop(graceful=True)
 
-    def receive(self):
-        """Replies that arrived within one timed wait, as (worker, message); raises
-        RuntimeError when a worker died."""
+    def receive(self, wait=_WAIT_S):
+        """Replies that arrived within one timed wait of ``wait`` seconds, as (worker,
+        message); raises RuntimeError when a worker died."""
         procs, conns = self.procs, self.conns
-        ready = multiprocessing.connection.wait(conns + [p.sentinel for p in procs], _WAIT_S)
+        ready = multiprocessing.connection.wait(conns + [p.sentinel for p in procs], wait)
         replies = []
         for k, conn in enumerate(conns):
             if conn in ready:
@@ -426,7 +429,8 @@ class _Transport:
 
     def _wait(self):
         """The step to deliver next, once the replies of all its parts arrived;
-        ``TimeoutError`` when none came within the pool's ``timeout``."""
+        ``TimeoutError`` when none came within the pool's ``timeout``: the workers, which
+        hold on to their jobs (stuck in an item, say), are stopped then, at once."""
         timeout = self.pool.timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -435,9 +439,13 @@ class _Transport:
                 return self.expected
             if not self.ordered and self.arrived:
                 return next(iter(self.arrived))
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"no step came from the worker processes in {timeout} s")
-            for _, reply in self.pool.receive():
+            wait = _WAIT_S
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0:
+                    self.pool.stop(graceful=False)  # not _STOP_S to give their jobs up
+                    raise TimeoutError(f"no step came from the worker processes in {timeout} s")
+            for _, reply in self.pool.receive(wait):
                 parts = self.parts.get(reply.step) if reply.gen == self.gen else None
                 if parts is None:
                     continue
@@ -457,7 +465,8 @@ class _Transport:
                 cause = remote_error(reply.text, reply.chain)
                 raise RuntimeError(f"a worker could not {reply.what}: {reply.message}") from cause
             if isinstance(reply, InitFailed):
-                raise remote_error(reply.text, reply.chain)  # as init raised it
+                remote = InitError(reply.text, reply.worker, reply.name)
+                raise remote_error(reply.text, reply.chain, remote)  # as init raised it
             if isinstance(reply, Cancelled):
                 raise RuntimeError(f"step {step} was cancelled")
         self.stats.skipped += sum(reply.skipped for reply in replies)
@@ -582,11 +591,12 @@ def _objects(replies):
     ]
 
 
-def remote_error(text, chain):
+def remote_error(text, chain, remote=None):
     """The worker's exception and its causes, as far as they unpickle, linked again as
-    they were; the last has the worker's traceback text (a ``WorkerError``) as its cause.
-    Only that text when the exception itself does not unpickle."""
-    remote = WorkerError(text)
+    they were; the last has the worker's traceback text (``remote``, by default a
+    ``WorkerError`` of ``text``) as its cause. Only that when the exception itself does
+    not unpickle."""
+    remote = WorkerError(text) if remote is None else remote
     exceptions = []
     for blob in chain or []:
         try:

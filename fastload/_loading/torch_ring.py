@@ -38,9 +38,10 @@ import torch.utils.data as tud
 from ..errors import LoadError
 from ..obs import copy_into
 from ..tensors import numpy_view
+from .children import start
 from .engine import Engine
 from .plan import MisfitError
-from .processes import WorkerDied, WorkerError
+from .processes import InitError, WorkerDied, WorkerError
 from .torch_batches import as_collated
 from .torch_workers import death, rebuilt
 from .tree import map_tree
@@ -73,10 +74,7 @@ def probe_first(dataset: Any) -> tuple[bool, Any]:
     raised, crashed, or took more than ``_PROBE_S`` seconds."""
     context = multiprocessing.get_context("fork")
     mine, theirs = context.Pipe(duplex=False)
-    proc = context.Process(
-        target=_probe_main, args=(dataset, theirs), daemon=True, name="fastload-torch-probe"
-    )
-    proc.start()
+    proc = start(context, _probe_main, (dataset, theirs), "fastload-torch-probe")
     theirs.close()  # so that a probe that dies is seen as the end of the pipe
     try:
         if not mine.poll(_PROBE_S):
@@ -149,9 +147,9 @@ class FirstKnown:
 
 class RingBatches:
     """The batches of one epoch on the ring: as ``default_collate`` makes them, with the
-    engine's errors raised as PyTorch raises a worker's (the type of the dataset's
-    exception, ``RuntimeError`` for a dead worker or a timeout). An error ends the epoch
-    (``on_end`` runs then, and after the last batch)."""
+    engine's errors raised as PyTorch raises a worker's (the type of the exception raised
+    by the dataset or ``worker_init_fn``, ``RuntimeError`` for a dead worker or a timeout).
+    An error ends the epoch (``on_end`` runs then, and after the last batch)."""
 
     def __init__(
         self, iteration: Any, engine: Engine, timeout: float, on_end: Callable[[], None]
@@ -182,7 +180,26 @@ class RingBatches:
         except TimeoutError as error:
             self.on_end()
             raise RuntimeError(f"DataLoader timed out after {self.timeout} seconds") from error
+        except Exception as error:
+            init = _init_error(error)
+            if init is None:
+                raise
+            self.on_end()
+            raise rebuilt(
+                RuntimeError if error is init else type(error),
+                f"Caught {init.name} in DataLoader worker process {init.worker}.\nOriginal {init}",
+            ) from error
         return as_collated(batch)
+
+
+def _init_error(error: BaseException | None) -> InitError | None:
+    """What ``worker_init_fn`` raised in a worker (its type, worker and traceback), when
+    that is what ``error`` is."""
+    while error is not None:
+        if isinstance(error, InitError):
+            return error
+        error = error.__cause__
+    return None
 
 
 def _reraised(error: LoadError) -> BaseException:

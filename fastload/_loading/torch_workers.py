@@ -6,9 +6,10 @@ for PyTorch behaves the same:
 
 - ``num_workers=0``: the caller's process fetches each batch when it is requested;
 - ``num_workers=n``: n worker processes (forked, unless ``multiprocessing_context`` says
-  otherwise), each seeded with ``base_seed + worker_id`` (``torch``, ``random`` and
-  numpy), with ``torch.utils.data.get_worker_info()`` set and ``worker_init_fn(id)``
-  called once. Batches are assigned to the workers in turn (batch k to worker k mod n),
+  otherwise), each seeded as PyTorch seeds its workers (``torch`` and ``random`` with
+  ``base_seed + worker_id``, numpy from both by PyTorch's own function), with
+  ``torch.utils.data.get_worker_info()`` set and ``worker_init_fn(id)`` called once.
+  Batches are assigned to the workers in turn (batch k to worker k mod n),
   ``prefetch_factor`` per worker in flight; an iterable dataset is iterated whole in
   each worker (it shards itself through ``get_worker_info``).
 
@@ -16,14 +17,18 @@ Concurrency invariants (kept by the consumer, ``WorkerIteration``):
 - a task is ``(generation, task, indices)``; a reply of another generation (an epoch left
   before its end, with persistent workers) is dropped, so an epoch never sees another's;
 - every wait on the result queue is a timed wait: a worker that died raises in the
-  consumer, and ``timeout`` is enforced, whatever the workers do;
-- a worker stops when told (None), and on its own when its parent process is gone.
+  consumer, and ``timeout`` is enforced, whatever the workers do (past it the workers are
+  killed, then the error raised);
+- a reply is ``(generation, task, bytes)``: the consumer knows which worker sent a batch
+  before it unpickles it, so a batch whose shared memory died with its worker raises
+  naming that worker;
+- a worker stops when told (None), and dies with its parent process, even stuck in the
+  dataset's code (``children.py``).
 """
 
 from __future__ import annotations
 
 import itertools
-import os
 import pickle
 import queue
 import random
@@ -38,6 +43,8 @@ import numpy as np
 import torch
 import torch.utils.data
 
+from .children import orphaned, start
+
 __all__ = [
     "Fetcher",
     "WorkerIteration",
@@ -49,7 +56,7 @@ __all__ = [
 ]
 
 _POLL_S = 0.1  # one timed wait on a queue: how soon a dead worker or parent is seen
-_JOIN_S = 5.0  # time given to a worker to stop before it is terminated
+_JOIN_S = 5.0  # time given to the workers to stop before they are killed
 _DEATH_S = 1.0  # time given to a worker that cannot be reached to be seen dead
 
 
@@ -140,10 +147,14 @@ class _Exhausted:
     """The reply of a worker whose iterable dataset has no more steps."""
 
 
-def _seed_worker(seed: int, worker_id: int) -> None:
+def _seed_worker(base: int, worker_id: int) -> None:
+    seed = base + worker_id
     random.seed(seed)
     torch.manual_seed(seed)
-    np.random.seed(np.random.SeedSequence([worker_id, seed]).generate_state(4))
+    # PyTorch's worker loop seeds numpy with this function of (base, worker id), private
+    # to its worker module: called, not copied, numpy draws what it draws there whatever
+    # the version of torch.
+    np.random.seed(torch.utils.data._utils.worker._generate_state(base, worker_id))
 
 
 def _set_worker_info(**info: Any) -> None:
@@ -153,11 +164,12 @@ def _set_worker_info(**info: Any) -> None:
     worker._worker_info = worker.WorkerInfo(**info)
 
 
-def _enter_worker(dataset: Any, worker_id: int, num_workers: int, seed: int) -> None:
+def _enter_worker(dataset: Any, worker_id: int, num_workers: int, base: int) -> None:
     """What PyTorch sets in a worker before ``worker_init_fn``: one thread for torch, the
-    seeds, the worker info."""
+    seeds (from the iteration's ``base`` seed), the worker info."""
     torch.set_num_threads(1)
-    _seed_worker(seed, worker_id)
+    _seed_worker(base, worker_id)
+    seed = base + worker_id
     _set_worker_info(id=worker_id, num_workers=num_workers, seed=seed, dataset=dataset)
 
 
@@ -172,7 +184,7 @@ def worker_setup(
     ``get_worker_info()`` set as in PyTorch's, then ``worker_init_fn(worker_id)`` runs."""
 
     def setup(worker_id: int) -> None:
-        _enter_worker(dataset, worker_id, num_workers, base + worker_id)
+        _enter_worker(dataset, worker_id, num_workers, base)
         if worker_init_fn is not None:
             worker_init_fn(worker_id)
 
@@ -180,18 +192,12 @@ def worker_setup(
 
 
 def _worker_main(
-    dataset: Any,
-    spec: dict[str, Any],
-    worker_id: int,
-    seed: int,
-    tasks: Any,
-    results: Any,
-    parent: int,
+    dataset: Any, spec: dict[str, Any], worker_id: int, base: int, tasks: Any, results: Any
 ) -> None:
     """A worker's life: seed, set the worker info, ``worker_init_fn``, then one reply per
     task until told to stop (None) or the parent is gone."""
     try:
-        _enter_worker(dataset, worker_id, spec["num_workers"], seed)
+        _enter_worker(dataset, worker_id, spec["num_workers"], base)
         where = f"in DataLoader worker process {worker_id}"
         failure = None
         try:
@@ -199,7 +205,7 @@ def _worker_main(
                 spec["worker_init_fn"](worker_id)
         except Exception as exc:  # sent to the consumer, raised there
             failure = _Failure(exc, where)
-        _serve(dataset, spec, tasks, results, parent, failure, where)
+        _serve(dataset, spec, tasks, results, failure, where)
     except KeyboardInterrupt:
         pass  # Ctrl-C reaches the consumer too; it stops the workers
 
@@ -209,7 +215,6 @@ def _serve(
     spec: dict[str, Any],
     tasks: Any,
     results: Any,
-    parent: int,
     failure: _Failure | None,
     where: str,
 ) -> None:
@@ -219,7 +224,7 @@ def _serve(
         try:
             task = tasks.get(timeout=_POLL_S)
         except queue.Empty:
-            if os.getppid() != parent:
+            if orphaned():
                 return
             continue
         if task is None:
@@ -249,14 +254,15 @@ def _serve(
         results.put(_packed(gen, number, reply, where))
 
 
-def _packed(gen: int, number: int, reply: Any, where: str) -> bytes:
+def _packed(gen: int, number: int, reply: Any, where: str) -> tuple[int, int, bytes]:
     """The reply pickled here, as the queue would pickle it (tensors move to shared
-    memory): a reply that cannot be pickled becomes its error, where the queue's feeder
-    thread would drop it and leave the consumer waiting forever."""
+    memory), after its generation and task: a reply that cannot be pickled becomes its
+    error, where the queue's feeder thread would drop it and leave the consumer waiting
+    forever."""
     try:
-        return bytes(ForkingPickler.dumps((gen, number, reply)))
+        return gen, number, bytes(ForkingPickler.dumps(reply))
     except Exception as exc:  # sent to the consumer, raised there
-        return bytes(ForkingPickler.dumps((gen, number, _Failure(exc, where))))
+        return gen, number, bytes(ForkingPickler.dumps(_Failure(exc, where)))
 
 
 def death(proc: Any) -> str:
@@ -287,14 +293,8 @@ class WorkerPool:
         self.generation = 0
         try:
             for k in range(count):
-                proc = context.Process(
-                    target=_worker_main,
-                    args=(dataset, spec, k, seed + k, self.tasks[k], self.results, os.getpid()),
-                    daemon=True,
-                    name=f"fastload-torch-worker-{k}",
-                )
-                proc.start()
-                self.procs.append(proc)
+                args = (dataset, spec, k, seed, self.tasks[k], self.results)
+                self.procs.append(start(context, _worker_main, args, f"fastload-torch-worker-{k}"))
         except BaseException:
             self.close()
             raise
@@ -304,25 +304,29 @@ class WorkerPool:
         dead = [p for p in self.procs if not p.is_alive()]
         if dead:
             how = "; ".join(death(p) for p in dead)
-            self.close()
+            self.close(graceful=False)
             raise RuntimeError(
                 f"{how}: a crash in the dataset's code (a segmentation fault, an abort), "
                 f"or the worker was killed, often for memory"
             )
 
-    def close(self) -> None:
-        """Stop the workers: ask them, then terminate those still running. Idempotent."""
+    def close(self, graceful: bool = True) -> None:
+        """Stop the workers: ask them and give them ``_JOIN_S`` seconds (``graceful``), then
+        kill those still running. Idempotent."""
         procs, self.procs = self.procs, []
-        for q in self.tasks:
-            try:
-                q.put(None)
-            except (ValueError, OSError):
-                pass  # a queue already closed
+        if graceful:
+            for q in self.tasks:
+                try:
+                    q.put(None)
+                except (ValueError, OSError):
+                    pass  # a queue already closed
+            deadline = time.monotonic() + _JOIN_S
+            for proc in procs:
+                proc.join(max(0.0, deadline - time.monotonic()))
         for proc in procs:
-            proc.join(_JOIN_S)
             if proc.is_alive():
-                proc.terminate()
-                proc.join()
+                proc.kill()
+            proc.join()
         for q in [*self.tasks, self.results]:
             q.cancel_join_thread()
             q.close()
@@ -401,7 +405,8 @@ class WorkerIteration:
             self.next_task += 1
             return number, self.ready.pop(number)
         while True:
-            gen, number, reply = self._receive()
+            gen, number, blob = self._receive()
+            reply = self._unpacked(gen, number, blob)
             if gen != self.gen:
                 continue  # a reply of an epoch left before its end
             if not self.in_order or number == self.next_task:
@@ -410,30 +415,44 @@ class WorkerIteration:
                 return number, reply
             self.ready[number] = reply
 
-    def _receive(self) -> Any:
-        waited = 0.0
+    def _receive(self) -> tuple[int, int, bytes]:
+        """The next reply, ``(generation, task, bytes)``; ``RuntimeError`` when a worker
+        died, or after ``timeout`` seconds without a reply (the workers, which would not
+        give their tasks up, are killed first)."""
+        deadline = time.monotonic() + self.timeout if self.timeout else None
         while True:
+            wait = _POLL_S if deadline is None else min(_POLL_S, deadline - time.monotonic())
             try:
-                message = self.pool.results.get(timeout=_POLL_S)
+                message: tuple[int, int, bytes] = self.pool.results.get(timeout=max(0.0, wait))
             except queue.Empty:
-                waited += _POLL_S
+                pass
             else:
-                return self._unpacked(message)
+                return message
             self.pool.check_alive()
-            if self.timeout and waited >= self.timeout:
+            if deadline is not None and time.monotonic() >= deadline:
+                self.pool.close(graceful=False)
                 self._end()
                 raise RuntimeError(f"DataLoader timed out after {self.timeout} seconds")
 
-    def _unpacked(self, message: bytes) -> Any:
+    def _unpacked(self, gen: int, number: int, blob: bytes) -> Any:
+        """The reply of task ``number``; ``RuntimeError`` naming its worker when that
+        cannot be received."""
         try:
-            return ForkingPickler.loads(message)
-        except OSError:
-            # A tensor in shared memory is fetched from the worker that sent it: if that
+            return ForkingPickler.loads(blob)
+        except (OSError, EOFError) as error:
+            # A tensor in shared memory is fetched from the worker that sent it: when that
             # worker died meanwhile, say so rather than raise the socket's error.
-            for _ in range(int(_DEATH_S / _POLL_S)):
+            worker = self.worker_of.get(number) if gen == self.gen else None
+            if worker is None:
                 self.pool.check_alive()
-                time.sleep(_POLL_S)
-            raise
+                return None  # a reply of an epoch left before its end: nobody wants it
+            if worker < len(self.pool.procs):
+                self.pool.procs[worker].join(_DEATH_S)
+            self.pool.check_alive()
+            raise RuntimeError(
+                f"the batch of DataLoader worker process {worker} could not be received: "
+                f"{type(error).__name__}: {error}"
+            ) from error
 
     def _end(self) -> None:
         if not self.done:

@@ -33,6 +33,7 @@ __all__ = [
     "Cancelled",
     "Done",
     "Epoch",
+    "InitError",
     "InitFailed",
     "ItemFailed",
     "Job",
@@ -130,11 +131,14 @@ class WorkerFailed:
 
 @dataclass(frozen=True, slots=True)
 class InitFailed:
-    """``init(worker_id)`` raised: every job of the worker fails with it."""
+    """``init(worker)`` raised an exception of type ``name``: every job of the worker
+    fails with it."""
 
     gen: int
     step: int
     part: int
+    worker: int
+    name: str
     text: str
     chain: list[bytes | None]
 
@@ -150,6 +154,18 @@ class Cancelled:
 
 class WorkerError(Exception):
     """The traceback text of an exception raised in a worker process."""
+
+
+class InitError(WorkerError):
+    """The traceback text of an exception of type ``name`` raised by ``init(worker)`` in
+    worker process ``worker``."""
+
+    def __init__(self, text, worker, name):
+        super().__init__(text)
+        self.worker, self.name = worker, name
+
+    def __reduce__(self):
+        return type(self), (self.args[0], self.worker, self.name)
 
 
 def carve_ring(mapping, plan, slots):
@@ -205,11 +221,13 @@ class _Worker:
         self.bounds: Any = None
         self.setup_error: Exception | None = None
         self.init_error: Exception | None = None  # what ``init`` raised: every job fails
+        self.worker_id = 0
         self.stats = _core.Stats()
 
     def start(self, worker_id, init):
         """Run ``init(worker_id)`` once, before any job; what it raises is kept for the
         replies, so that the consumer raises it."""
+        self.worker_id = worker_id
         if init is None:
             return
         try:
@@ -263,7 +281,10 @@ class _Worker:
         if epoch is None or job.gen != epoch.gen or self.control[0] != job.gen:
             return Cancelled(job.gen, job.step, job.part)
         if self.init_error is not None:
-            return InitFailed(job.gen, job.step, job.part, *describe_error(self.init_error)[1:])
+            error = self.init_error
+            _, text, chain = describe_error(error)
+            name = type(error).__name__
+            return InitFailed(job.gen, job.step, job.part, self.worker_id, name, text, chain)
         if self.setup_error is not None:
             return _worker_failed(job, "plan the steps", self.setup_error)
         try:
