@@ -53,19 +53,20 @@ static inline int64_t step_first(const fl_run *r, int64_t s) {
     return r->bounds ? r->bounds[s] : s * r->rows;
 }
 
+/* Items of step s < end_step. Written so that no product passes end_item: `rows` may be
+ * any positive int64. */
 static int64_t step_rows(const fl_run *r, int64_t s) {
     if (r->bounds) return r->bounds[s + 1] - r->bounds[s];
-    int64_t end = (s + 1) * r->rows;
-    return (end < r->end_item ? end : r->end_item) - s * r->rows;
+    int64_t left = r->end_item - s * r->rows;
+    return left < r->rows ? left : r->rows;
 }
 
-/* Whether `bounds` cuts items [bounds[0], bounds[steps]) into steps of 1 to `rows` items. */
+/* Whether `bounds` cuts items [bounds[0], bounds[steps]) into steps of 1 to `rows` items.
+ * Any int64 may come in: each difference is taken only once it is known positive. */
 static int bounds_fit(const int64_t *bounds, int64_t steps, int64_t rows) {
     if (bounds[0] < 0) return 0;
-    for (int64_t s = 0; s < steps; s++) {
-        int64_t n = bounds[s + 1] - bounds[s];
-        if (n < 1 || n > rows) return 0;
-    }
+    for (int64_t s = 0; s < steps; s++)
+        if (bounds[s + 1] <= bounds[s] || bounds[s + 1] - bounds[s] > rows) return 0;
     return 1;
 }
 
@@ -100,13 +101,18 @@ fl_run *fl_run_create(const int64_t *order, const int64_t *bounds, int64_t end_i
                       int64_t first_step, int64_t end_step, uint64_t seed, uint64_t epoch,
                       const fl_field *fields, int nfields, char *const *dst, int nslots,
                       int parallel, int64_t claim_size, int ordered, int skip_errors, void *ctx) {
-    if (rows < 1 || nslots < 1 || nfields < 1 || first_step < 0 || end_step < 0) return NULL;
+    if (rows < 1 || nslots < 1 || nfields < 1 || first_step < 0 || end_step < 0 || end_item < 0)
+        return NULL;
     if (bounds) {
-        if (bounds[end_step] > end_item || !bounds_fit(bounds, end_step, rows)) return NULL;
+        if (!bounds_fit(bounds, end_step, rows) || bounds[end_step] > end_item) return NULL;
         end_item = bounds[end_step];
     } else {
-        if (end_item > end_step * rows) end_item = end_step * rows;
-        if (end_step > (end_item + rows - 1) / rows) end_step = (end_item + rows - 1) / rows;
+        /* Steps the order holds, computed so that nothing overflows for any rows. */
+        int64_t steps = end_item / rows + (end_item % rows != 0);
+        if (end_step >= steps)
+            end_step = steps;
+        else
+            end_item = end_step * rows; /* less than end_item */
     }
     fl_run *r = calloc(1, sizeof *r);
     if (!r) return NULL;
@@ -131,7 +137,7 @@ fl_run *fl_run_create(const int64_t *order, const int64_t *bounds, int64_t end_i
     r->ctx = ctx;
     r->generation = fl_pool_generation();
     r->claim_step = first_step;
-    r->claim_item = step_first(r, first_step);
+    r->claim_item = first_step < end_step ? step_first(r, first_step) : end_item;
     r->claim_slot = -1;
     r->next_step = first_step;
     r->slots = calloc((size_t)nslots, sizeof *r->slots);
@@ -229,8 +235,9 @@ static void run_items(fl_run *r, int slot_index, int64_t first, int64_t last, fl
         for (int f = 0; f < r->nfields; f++) {
             const fl_field *field = &r->fields[f];
             message[0] = '\0';
-            int rc =
-                field->fill(field, &item, slot->dst[f] + pos * field->row_bytes, scratch, message);
+            /* A field loaded by Python code may have no destination array. */
+            char *dst = slot->dst[f] ? slot->dst[f] + pos * field->row_bytes : NULL;
+            int rc = field->fill(field, &item, dst, scratch, message);
             if (rc != 0) {
                 fail_item(r, slot, pos, f, rc, message);
                 break;
@@ -272,10 +279,10 @@ static int take_claim(fl_run *r, claim *c) {
     /* Guided: a claim takes a share of what is left of the step (at least `claim_size`), so
      * a batch costs a few claims, and its last items still spread over the threads. */
     int64_t left = step_first(r, r->claim_step) + step_rows(r, r->claim_step) - k;
-    int64_t share = r->parallel > 0 ? left / (2 * r->parallel) : left;
+    int64_t share = r->parallel > 0 ? left / (2 * (int64_t)r->parallel) : left;
     /* Inline, a claim is the rest of one step. */
-    int64_t limit = k + (r->parallel == 0 ? left : share > r->claim_size ? share : r->claim_size);
-    if (limit > r->end_item) limit = r->end_item;
+    int64_t want = r->parallel == 0 ? left : share > r->claim_size ? share : r->claim_size;
+    int64_t limit = want < r->end_item - k ? k + want : r->end_item;
     while (k < limit && c->nsteps < MAX_CLAIM_STEPS) {
         int64_t step = r->claim_step;
         if (r->claim_slot < 0 && (r->claim_slot = take_slot(r, step)) < 0) break;
@@ -311,7 +318,8 @@ static void finish_claim(fl_run *r, const claim *c) {
         if (slot->done == slot->rows) {
             slot->state = FL_SLOT_READY;
             if (!r->ordered)
-                r->ready_queue[(r->ready_head + r->ready_count++) % r->nslots] = c->slots[j];
+                r->ready_queue[((int64_t)r->ready_head + r->ready_count++) % r->nslots] =
+                    c->slots[j];
             wake = 1;
         }
     }
@@ -343,15 +351,16 @@ static int64_t claimable(const fl_run *r) {
         const fl_slot *s = &r->slots[r->claim_slot];
         open = s->rows - (r->claim_item - step_first(r, s->step));
     }
-    open += (int64_t)r->nfree * r->rows;
-    return open < left ? open : left;
+    /* The free slots' rows, unless they pass what is left (their product may not fit). */
+    if (open >= left || (r->nfree > 0 && r->rows > (left - open) / r->nfree)) return left;
+    return open + (int64_t)r->nfree * r->rows;
 }
 
 /* Start tasks for the claimable items, up to `parallel`. Returns -1 when none runs and
  * none could start although there is work. Under the lock. */
 static int start_tasks(fl_run *r) {
     int64_t work = claimable(r);
-    int64_t useful = (work + r->claim_size - 1) / r->claim_size;
+    int64_t useful = work / r->claim_size + (work % r->claim_size != 0);
     while (r->tasks < r->parallel && r->tasks < useful) {
         if (fl_pool_submit(task, r) != 0) break;
         r->tasks++;

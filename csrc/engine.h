@@ -170,7 +170,8 @@ typedef struct fl_run {
  * slots whose destinations are dst[slot * nfields + field]. `bounds` (NULL: steps of
  * `rows` items) holds end_step + 1 offsets into `order`, each step 1 to `rows` items.
  * Returns NULL when out of memory or for bounds that do not fit. Nothing starts until
- * the first fl_run_next. */
+ * the first fl_run_next. `order` and `bounds` are checked here and read until the run is
+ * destroyed: they must not change meanwhile (the binding hands C copies of its own). */
 fl_run *fl_run_create(const int64_t *order, const int64_t *bounds, int64_t end_item, int64_t rows,
                       int64_t first_step, int64_t end_step, uint64_t seed, uint64_t epoch,
                       const fl_field *fields, int nfields, char *const *dst, int nslots,

@@ -107,11 +107,11 @@ cdef class Fields:
     or ``(LeafKind.INTO or LeafKind.OBJECT, None)`` (``fastload._loading.tree.LeafKind``);
     row_bytes gives each field's bytes per position in its destination (0 for fields with
     no destination array). The arrays and sources are kept alive here while the C fields
-    point into them."""
+    point into them; ``kinds`` and ``row_bytes`` are tuples, as C keeps them."""
     cdef fl_field *fields
     cdef readonly int nfields
-    cdef readonly list kinds
-    cdef readonly list row_bytes
+    cdef readonly tuple kinds
+    cdef readonly tuple row_bytes
     cdef list owners
 
     def __cinit__(self, list fields, list row_bytes):
@@ -122,8 +122,8 @@ cdef class Fields:
         if self.fields == NULL:
             raise MemoryError()
         self.owners = []
-        self.kinds = [kind for kind, _ in fields]
-        self.row_bytes = list(row_bytes)
+        self.kinds = tuple([kind for kind, _ in fields])
+        self.row_bytes = tuple(row_bytes)
         cdef int f
         for f, (kind, value) in enumerate(fields):
             if kind is _tree.LeafKind.GATHER:
@@ -145,6 +145,8 @@ cdef class Fields:
         cdef int64_t strides[FL_MAX_DIMS + 1]
         if array is None or array.ndim < 1:
             raise ValueError(f"field {f}: a gather field needs an array of observations")
+        # A plain view: what C reads is what is checked, whatever a subclass says of itself.
+        array = np.asarray(array)
         # C copies row_bytes per observation, from the array and into the destination: it
         # must be an observation's size exactly.
         if row_bytes != array.itemsize * np.prod((<object>array).shape[1:], dtype=np.int64):
@@ -304,6 +306,17 @@ def watch_ring(list ring, list values):
     return watches
 
 
+cdef cnp.ndarray _steps_array(value, str message):
+    """``value`` as a plain 1-D C-contiguous int64 array (a view of it), else TypeError with
+    ``message``; checked on the view, whatever a subclass of ndarray says of itself."""
+    if not isinstance(value, np.ndarray):
+        raise TypeError(message)
+    cdef cnp.ndarray array = np.asarray(value)
+    if array.dtype != np.int64 or array.ndim != 1 or not cnp.PyArray_IS_C_CONTIGUOUS(array):
+        raise TypeError(message)
+    return array
+
+
 cdef double _WAIT_S = 0.1      # longest wait between two checks for Ctrl-C
 cdef object _END = object()
 cdef object _EMPTY = object()   # a step none of whose observations loaded
@@ -341,13 +354,19 @@ cdef class Iteration:
     ``objects[slot]`` the lists Python fields collect into; ``watches[slot]`` its
     ``SlotWatch`` (with ``buffer``). Only the running step's tasks write into a slot, and a
     slot is reused only after the consumer released it.
+
+    What C points into is the binding's own: the ring and the watches are copied (as
+    tuples) when the iteration is made, and a run copies the steps of the order and bounds
+    it loads, so that nothing the caller does to its lists or arrays afterwards reaches C.
     """
     cdef fl_run *run
     cdef object transport
     cdef Fields fields
-    cdef object order, bounds
+    cdef object order, bounds      # the run's own copies, from its first step on
+    cdef int64_t first_step        # the schedule's step that C numbers 0
     cdef readonly object plan
-    cdef list ring, values, watches
+    cdef tuple ring, watches
+    cdef list values
     cdef readonly list objects
     cdef dict errors
     cdef object filler, on_end, check, watched, copier
@@ -375,8 +394,16 @@ cdef class Iteration:
         if buffer and len(ring) < 2:
             raise ValueError("buffer=True needs a ring of at least two slots: the consumer "
                              "holds the last step and the one before it")
+        try:
+            self.ring = tuple([tuple(dests) for dests in ring])
+        except TypeError:
+            raise TypeError("each slot of a ring is a sequence of its destinations") from None
+        # A watch is called through C, as a SlotWatch.
+        if watches is not None and not all([isinstance(w, SlotWatch) for w in watches]):
+            raise TypeError("watches must be SlotWatch objects (watch_ring makes them)")
+        self.watches = None if watches is None else tuple(watches)
         self.plan = plan
-        self.ring, self.values, self.objects = ring, values, objects
+        self.values, self.objects = values, objects
         self.rows = rows
         self.buffer = buffer
         self.stats, self.progress = stats, progress
@@ -384,10 +411,10 @@ cdef class Iteration:
         self.check = check
         self.count_values = count_values
         self.errors = {}
-        self.watches = watches
         self.copier = copier
         self.held = self.previous = -1
-        for watch in watches or ():
+        # After the copies above: the references they hold are the loader's, not a batch kept.
+        for watch in self.watches or ():
             (<SlotWatch>watch).arm()
 
     def start_run(self, Fields fields not None, *, cnp.ndarray order not None, bounds,
@@ -397,45 +424,67 @@ cdef class Iteration:
         """Load steps [first_step, end_step) of ``order`` (int64, C-contiguous) natively:
         ``rows`` items a step, or at the offsets ``bounds`` (int64, ``end_step + 1`` of
         them, each step 1 to ``rows`` items). In the caller's thread when ``parallel`` is
-        0, else on up to ``parallel`` pool threads claiming ``claim_size`` items at a time.
-        ``filler(slot, field, pos, index)`` loads an item of a Python field (with the
-        GIL). Raises ValueError for bounds that do not fit."""
+        0, else on up to ``parallel`` pool threads claiming ``claim_size`` (at least 1)
+        items at a time. ``filler(slot, field, pos, index)`` loads an item of a Python field
+        (with the GIL). The run loads from its own copy of the part of ``order`` and
+        ``bounds`` those steps use: changing them afterwards changes nothing. Raises
+        TypeError for an order or bounds of another kind, ValueError for bounds that do not
+        fit and for a negative step, ``parallel`` or a ``claim_size`` below 1."""
         if self.run != NULL or self.transport is not None:
             raise RuntimeError("this iteration was started already")
-        if order.dtype != np.int64 or not order.flags.c_contiguous or order.ndim != 1:
-            raise TypeError("a schedule's order must be a 1-D C-contiguous int64 array")
+        order = _steps_array(order, "a schedule's order must be a 1-D C-contiguous int64 array")
         if fields.nfields < 1:
             raise ValueError("a run loads at least one field")
         if first_step < 0 or end_step < 0:
             raise ValueError(f"steps [{first_step}, {end_step}) of a schedule: they count from 0")
-        cdef const int64_t *bounds_data = NULL
+        if parallel < 0:
+            raise ValueError(f"parallel is a number of pool threads (0: inline), not {parallel}")
+        if claim_size < 1:
+            raise ValueError(f"a claim takes at least one item, not {claim_size}")
+        # The steps to load, from C's step 0 on: first_item and end_item delimit the part of
+        # the order they use. Python integers: rows may be any positive int64.
+        cdef object rows = self.rows
+        cdef Py_ssize_t items = order.shape[0], first_item, end_item
         if bounds is not None:
-            if (not isinstance(bounds, np.ndarray) or bounds.dtype != np.int64
-                    or not bounds.flags.c_contiguous or bounds.ndim != 1
-                    or bounds.shape[0] <= end_step):
+            bounds = _steps_array(bounds, "a schedule's bounds must be a C-contiguous int64 "
+                                          "array of steps + 1 offsets")
+            if bounds.shape[0] <= end_step:
                 raise TypeError("a schedule's bounds must be a C-contiguous int64 array of "
                                 "steps + 1 offsets")
-            bounds_data = <const int64_t *>cnp.PyArray_DATA(<cnp.ndarray>bounds)
+            first_step = min(first_step, end_step)
+            bounds = bounds[first_step:end_step + 1].copy()
+            if not 0 <= bounds[0] <= bounds[-1] <= items:
+                raise ValueError(f"the schedule's bounds must cut the order into steps of 1 "
+                                 f"to {self.rows} observations")
+            first_item, end_item = bounds[0], bounds[-1]
+            bounds -= first_item
         else:
-            # No more steps than the order holds (C multiplies steps by rows).
-            end_step = min(end_step, order.shape[0] // self.rows
-                           + (order.shape[0] % self.rows != 0))
-        cdef int nslots = len(self.ring), f, s
-        cdef char **dst = <char **>calloc(nslots * max(fields.nfields, 1), sizeof(char *))
+            # No more steps than the order holds.
+            end_step = min(end_step, items // rows + (items % rows != 0))
+            first_step = min(first_step, end_step)
+            first_item, end_item = min(first_step * rows, items), min(end_step * rows, items)
+        order = order[first_item:end_item].copy()
+        cdef const int64_t *bounds_data = NULL
+        if bounds is not None:
+            bounds_data = <const int64_t *>cnp.PyArray_DATA(<cnp.ndarray>bounds)
+        cdef Py_ssize_t nslots = len(self.ring), nfields = fields.nfields, f, s
+        cdef char **dst = <char **>calloc(nslots * nfields, sizeof(char *))
         if dst == NULL:
             raise MemoryError()
         try:
             for s in range(nslots):
-                if len(self.ring[s]) != fields.nfields:
-                    raise ValueError(f"{len(self.ring[s])} destinations for {fields.nfields} fields")
-                for f in range(fields.nfields):
-                    dst[s * fields.nfields + f] = self._destination(fields, f, self.ring[s][f])
+                if len(self.ring[s]) != nfields:
+                    raise ValueError(f"{len(self.ring[s])} destinations for {nfields} fields")
+                for f in range(nfields):
+                    dst[s * nfields + f] = self._destination(fields, f, self.ring[s][f])
             self.fields, self.order, self.bounds, self.filler = fields, order, bounds, filler
+            self.first_step = first_step
             self.release_gil = release_gil or parallel > 0
-            self.run = fl_run_create(<const int64_t *>cnp.PyArray_DATA(order), bounds_data,
-                                     order.shape[0], self.rows, first_step, end_step, seed,
-                                     epoch, fields.fields, fields.nfields, dst, nslots,
-                                     parallel, claim_size, ordered, skip_errors, <void *>self)
+            self.run = fl_run_create(<const int64_t *>cnp.PyArray_DATA(<cnp.ndarray>order),
+                                     bounds_data, end_item - first_item, self.rows, 0,
+                                     end_step - first_step, seed, epoch, fields.fields,
+                                     fields.nfields, dst, nslots, parallel, claim_size, ordered,
+                                     skip_errors, <void *>self)
         finally:
             free(dst)
         if self.run == NULL:
@@ -457,14 +506,18 @@ cdef class Iteration:
 
     cdef char *_destination(self, Fields fields, int f, dest) except? NULL:
         # Native fields write row_bytes per position: the array must hold exactly that.
+        # numpy calls an array of one row C-contiguous whatever its first stride: its bytes
+        # are counted too. C-level checks, whatever a subclass says of itself.
         if not fields.kinds[f].native:
             return NULL
         if not isinstance(dest, np.ndarray):
             raise TypeError(f"field {f} needs an array to write into")
         cdef cnp.ndarray array = <cnp.ndarray>dest
         row_bytes = fields.row_bytes[f]
-        if (array.ndim == 0 or array.shape[0] < self.rows or not array.flags.c_contiguous
-                or not array.flags.writeable or array.strides[0] != row_bytes):
+        if (array.ndim == 0 or array.shape[0] < self.rows
+                or not cnp.PyArray_IS_C_CONTIGUOUS(array) or not cnp.PyArray_ISWRITEABLE(array)
+                or array.strides[0] != row_bytes
+                or cnp.PyArray_NBYTES(array) != array.shape[0] * row_bytes):
             raise ValueError(f"field {f}: a destination must be a writeable C-contiguous array "
                              f"of {self.rows} rows of {row_bytes} bytes")
         return <char *>cnp.PyArray_DATA(array)
@@ -475,8 +528,11 @@ cdef class Iteration:
         its consumer moves to another generation. Call after ``start_run``."""
         if self.run == NULL:
             raise RuntimeError("watch needs a native run: call start_run first")
-        if word.dtype != np.int64 or word.ndim != 1 or word.shape[0] < 1:
-            raise TypeError("the watched word must be a 1-D int64 array")
+        # Read atomically by C: an aligned int64 (the memory stays the caller's to write;
+        # the binding holds the array, so that it lives as long as the run).
+        if (np.asarray(word).dtype != np.int64 or word.ndim != 1 or word.shape[0] < 1
+                or not cnp.PyArray_ISALIGNED(word)):
+            raise TypeError("the watched word must be a 1-D aligned int64 array")
         self.watched = word
         fl_run_watch(self.run, <const int64_t *>cnp.PyArray_DATA(word), value)
 
@@ -507,7 +563,7 @@ cdef class Iteration:
             raise RuntimeError(_STOPPED.get(slot, fl_strerror(slot).decode()))
         self.held = slot
         s = fl_run_slot(self.run, slot)
-        return s.step, s.rows, self._failure(slot), self._kept(slot)
+        return self.first_step + s.step, s.rows, self._failure(slot), self._kept(slot)
 
     def start_transport(self, transport):
         """Deliver the steps that ``transport`` loads (see the class docstring)."""
@@ -618,7 +674,7 @@ cdef class Iteration:
         self.held = slot
         s = fl_run_slot(self.run, slot)
         if self.check is not None:
-            self.check(s.step)
+            self.check(self.first_step + s.step)
         value = self.values[slot] if s.rows == self.rows else None
         if value is None or s.failed or s.skipped:
             return self._deliver(slot, s.rows, self._failure(slot), self._kept(slot), None)
@@ -676,6 +732,7 @@ cdef class Iteration:
         cdef const fl_slot *s = fl_run_slot(self.run, slot)
         if not s.failed:
             return None
+        # The run's own order and bounds start at its first step.
         cdef int64_t first = s.step * self.rows if self.bounds is None else self.bounds[s.step]
         cdef int64_t index = (<int64_t *>cnp.PyArray_DATA(self.order))[first + s.fail_pos]
         cause = self.errors.get(slot, {}).get(s.fail_pos)
@@ -683,7 +740,8 @@ cdef class Iteration:
             cause = KeyboardInterrupt()   # in a decoder called from C, which keeps no traceback
         field = s.fail_field if s.fail_field >= 0 else None
         cdef const char *message = &s.message[0]
-        return s.step, field, index, message.decode("utf-8", "replace"), cause
+        return (self.first_step + s.step, field, index, message.decode("utf-8", "replace"),
+                cause)
 
     cdef object _kept(self, int slot):
         cdef const fl_slot *s = fl_run_slot(self.run, slot)

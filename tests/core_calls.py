@@ -11,8 +11,15 @@ expressions may use the names of NAMESPACE: numpy, the module, and the builders 
 arrays, encoded images and ready objects of each class of the module. Memory is capped, so
 a call asking for a huge array fails with MemoryError instead of taking the machine's
 memory.
+
+After each call the child does what a careless caller does next (``aftermath``): it writes
+over every array the call was given (made by ``arr``, read-only ones made writeable
+first), then iterates what the call made or started (up to a few steps of each
+iteration), so that whatever the binding kept of the caller's arrays is used after they
+changed.
 """
 
+import contextlib
 import gc
 import io
 import json
@@ -78,10 +85,23 @@ def completed(code, output):
     return code == 0 and "\ndone\n" in output
 
 
+# What the running call was given and made: arrays (from arr) and iterations (from
+# iteration, or returned), for the aftermath.
+GIVEN = []
+MADE = []
+STEPS_AFTER = 3  # steps of each iteration loaded after its arrays changed
+
+
 def arr(shape, dtype="uint8", layout="c"):
     """An array of `shape` and `dtype` filled with a pattern, laid out as `layout` says:
     c, f (Fortran order), strided (every other column), reversed (rows backwards),
     readonly, or scalar (0-d)."""
+    a = _pattern(shape, dtype, layout)
+    GIVEN.append(a)
+    return a
+
+
+def _pattern(shape, dtype, layout):
     if layout == "scalar":
         return np.array(7, dtype)
     size = int(np.prod(shape)) if shape else 1
@@ -96,6 +116,40 @@ def arr(shape, dtype="uint8", layout="c"):
     if layout == "readonly":
         a.flags.writeable = False
     return a
+
+
+def scribble(a, k):
+    """Writes over array `a` (made writeable if it can be) with the k-th of a few hostile
+    values of its dtype: its largest, its smallest, -1 or NaN."""
+    if not a.flags.writeable:
+        try:
+            a.flags.writeable = True
+        except ValueError:
+            return  # a view of memory that is not writeable: nobody can change it
+    kind = a.dtype.kind
+    if kind in "iu":
+        info = np.iinfo(a.dtype)
+        a[...] = [info.max, info.min, info.max // 2 + 1][k % 3]
+    elif kind == "f":
+        a[...] = [np.nan, np.inf, -1e30][k % 3]
+    elif kind == "b":
+        a[...] = k % 2 == 0
+
+
+def aftermath(result, k):
+    """What a caller does after call k, which returned `result`: writes over the arrays it
+    gave, then loads a few steps of each iteration the call made or started."""
+    for a in GIVEN:
+        scribble(a, k)
+    if isinstance(result, _core.Iteration):
+        MADE.append(result)
+    # A Python exception is a fine answer here too: only a dead interpreter is not.
+    for it in MADE:
+        with contextlib.suppress(Exception):
+            for _ in range(STEPS_AFTER):
+                next(it)
+        with contextlib.suppress(Exception):
+            it.close()  # the call's transport may not close: nothing more is loaded
 
 
 def qoi(h, w, c=3):
@@ -200,16 +254,17 @@ class Plan:
         return ValueError(f"step {step}, field {field}, index {index}: {message}")
 
 
-def iteration(rows=4, slots=2, started=None):
-    """An iteration of `slots` slots of `rows` rows for fields() of the kind `started`
-    names, started on the 10 observations in order when `started` is given."""
+def iteration(rows=4, slots=2, started=None, kind=None):
+    """An iteration of `slots` slots of `rows` rows for fields() of the kind `started` (or
+    `kind`) names, started on the 10 observations in order when `started` is given."""
     ring = [[np.zeros((rows, 2, 3), np.uint8)] for _ in range(slots)]
-    if started == "image":
+    if (started or kind) == "image":
         ring = [[np.zeros((rows, 3, 3, 3), np.uint8)] for _ in range(slots)]
     it = _core.Iteration(
         Plan(), ring=ring, values=[None] * slots, objects=[[[]] for _ in range(slots)],
         rows=rows, buffer=False, stats=_core.Stats(), progress=_core.Progress(),
     )  # fmt: skip
+    MADE.append(it)
     if started is not None:
         it.start_run(fields(started), order=np.arange(10, dtype=np.int64), bounds=None,
                      first_step=0, end_step=10 // rows, seed=1, epoch=0, parallel=1,
@@ -245,13 +300,19 @@ def main():
     for i, call in enumerate(calls):
         out.write(f"start {i}\n")
         out.flush()
+        result = None
         try:
-            eval(call, dict(NAMESPACE))
+            result = eval(call, dict(NAMESPACE))
         except Exception as exc:
             message = str(exc).replace("\n", " ")
             out.write(f"raised {i} {type(exc).__name__}: {message}\n")
         else:
             out.write(f"ok {i}\n")
+        out.flush()
+        aftermath(result, i)
+        del result
+        GIVEN.clear()
+        MADE.clear()
     gc.collect()
     _core.shutdown_pool()
     out.write("done\n")

@@ -180,6 +180,18 @@ REFUSED = {
         "ValueError: a step holds at least one observation"
     ),
     "next(iteration())": "RuntimeError: this iteration was not started",
+    f"_core.Iteration(Plan(), {ITERATION}, rows=1, stats=_core.Stats(), watches=[object()])": (
+        "TypeError: watches must be SlotWatch objects"
+    ),
+    "iteration().start_run(fields(), order=np.arange(3), bounds=None, first_step=0, end_step=1, "
+    "seed=0, epoch=0, parallel=-1, claim_size=1, ordered=True, skip_errors=False, "
+    "release_gil=True, filler=None)": "ValueError: parallel is a number of pool threads",
+    "iteration().start_run(fields(), order=np.arange(3), bounds=None, first_step=0, end_step=1, "
+    "seed=0, epoch=0, parallel=1, claim_size=0, ordered=True, skip_errors=False, "
+    "release_gil=True, filler=None)": "ValueError: a claim takes at least one item",
+    "iteration(4, 2, 'gather').watch(np.frombuffer(bytearray(17), np.int64, 2, 1), 0)": (
+        "TypeError: the watched word must be a 1-D aligned int64 array"
+    ),
 }
 
 
@@ -322,3 +334,143 @@ def test_a_cutmix_box_near_the_int_limit_is_clamped_to_the_image():
     assert 0 <= y and 0 <= x and 0 <= h and 0 <= w
     assert y + h <= 2**31 - 1 and x + w <= 26
     assert 0 <= lam <= 1
+
+
+# What the binding validates and keeps is its own: a caller that changes its arrays or lists
+# afterwards changes nothing that C reads or writes (it overran the heap, or C wrote into
+# freed memory). The crashes run in a child: a regression fails the test, not the suite.
+def start(it, fields, order, bounds=None, first_step=0, end_step=3, **options):
+    options = {"parallel": 0, "claim_size": 1, "ordered": True, **options}
+    it.start_run(
+        fields, order=order, bounds=bounds, first_step=first_step, end_step=end_step, seed=0,
+        epoch=0, skip_errors=False, release_gil=True, filler=None, **options,
+    )  # fmt: skip
+
+
+def observations(indices):
+    """What core_calls.fields("gather") loads for the observations `indices`."""
+    return core_calls.arr((10, 2, 3))[indices]
+
+
+def in_a_child(code):
+    """Runs `code` (with the names of core_calls.NAMESPACE) in a child process: whether it
+    ran to its end without an exception, and what the child wrote."""
+    code_, _, output = core_calls.run([f"exec({code!r})"], timeout_s=60)
+    return core_calls.completed(code_, output) and "ok 0" in output.splitlines(), output
+
+
+@pytest.mark.parametrize("parallel", [0, 2])
+def test_a_run_loads_the_order_and_bounds_as_they_were_when_it_started(parallel):
+    order, bounds = np.arange(10, dtype=np.int64), np.array([0, 3, 7, 10], np.int64)
+    it = core_calls.iteration(4, 3)
+    start(it, core_calls.fields("gather"), order, bounds, parallel=parallel)
+    order[:] = order[::-1].copy()
+    bounds[:] = [0, 1, 2, 3]
+    steps = [batch[0].copy() for batch in it]  # views of a reused slot
+    assert [len(step) for step in steps] == [3, 4, 3]
+    assert np.array_equal(np.concatenate(steps), observations(np.arange(10)))
+
+
+def test_bounds_changed_after_start_run_cannot_overrun_a_slot():
+    # The bounds were checked, then read again by C as the caller left them: steps of
+    # 2**62 items written into slots of 4 rows (heap-buffer-overflow in fl_fill_gather).
+    ran, output = in_a_child(
+        """
+it = iteration(4, 2)
+bounds = np.array([0, 3, 7, 10])
+it.start_run(fields('gather'), order=np.arange(10), bounds=bounds, first_step=0, end_step=3,
+             seed=0, epoch=0, parallel=1, claim_size=1, ordered=True, skip_errors=False,
+             release_gil=True, filler=None)
+bounds[1:] = 2**62
+sizes = [len(batch[0]) for batch in it]
+assert sizes == [3, 4, 3], sizes
+"""
+    )
+    assert ran, output[-2000:]
+
+
+def test_a_ring_changed_after_an_iteration_was_made_is_not_where_it_writes_or_reads():
+    # C kept pointers into the arrays of the caller's ring list: replacing them freed the
+    # memory C went on writing into, and the steps came from the new, empty arrays.
+    ran, output = in_a_child(
+        """
+ring = [[np.zeros((4, 2, 3), np.uint8)] for _ in range(2)]
+it = _core.Iteration(Plan(), ring=ring, values=[None, None], objects=[[[]], [[]]], rows=4,
+                     buffer=False, stats=_core.Stats(), progress=_core.Progress())
+it.start_run(fields('gather'), order=np.arange(8), bounds=None, first_step=0, end_step=2,
+             seed=0, epoch=0, parallel=1, claim_size=1, ordered=True, skip_errors=False,
+             release_gil=True, filler=None)
+for dests in ring:
+    dests[0] = np.zeros((4, 2, 3), np.uint8)
+ring.clear()
+steps = [batch[0].copy() for batch in it]  # views of a reused slot
+assert np.array_equal(np.concatenate(steps), arr((10, 2, 3))[:8])
+"""
+    )
+    assert ran, output[-2000:]
+
+
+def test_the_kinds_and_row_sizes_of_fields_cannot_be_changed_under_c():
+    # A gather field changed into a Python one had no destination (C wrote at NULL); a
+    # smaller row size let a run take destinations too small for what C copies.
+    fields = core_calls.fields("gather")
+    assert fields.kinds == (LeafKind.GATHER,) and fields.row_bytes == (6,)
+    with pytest.raises(TypeError):
+        fields.kinds[0] = LeafKind.OBJECT  # type: ignore[index]
+    with pytest.raises(TypeError):
+        fields.row_bytes[0] = 1  # type: ignore[index]
+
+
+def test_a_destination_of_one_row_whose_bytes_are_fewer_than_a_row_is_refused():
+    # numpy calls an array of one row C-contiguous whatever its first stride says: a row
+    # of 3 bytes passed for one of 6, and C copied 6.
+    short = np.lib.stride_tricks.as_strided(np.zeros((1, 1, 3), np.uint8), strides=(6, 3, 1))
+    it = _core.Iteration(
+        core_calls.Plan(), ring=[[short]], values=[None], objects=[[[]]], rows=1,
+        buffer=False, stats=_core.Stats(), progress=_core.Progress(),
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="a destination must be"):
+        start(it, core_calls.fields("gather"), np.arange(10), end_step=1)
+
+
+def test_a_run_from_a_later_step_numbers_its_steps_as_the_schedule_does():
+    # A run copies the order and bounds from its first step on, numbering them from 0 for
+    # C; what it reports (steps, failed observations) is in the caller's numbers.
+    order = np.array([0, 1, 2, 3, 4, 5, 99, 7, 8, 9], np.int64)
+    it = core_calls.iteration(4, 2)
+    start(it, core_calls.fields("gather"), order, np.array([0, 3, 5, 8, 10]), 1, 4)
+    step, rows, failure, keep = it.load_next()
+    assert (step, rows, failure, keep) == (1, 2, None, None)
+    step, rows, failure, _ = it.load_next()
+    assert (step, rows) == (2, 3) and failure[:3] == (2, 0, 99)
+    assert "index 99 is out of range" in failure[3]
+
+
+@pytest.mark.parametrize(
+    "rows, options",
+    [
+        (4, {"parallel": 2, "claim_size": 2**63 - 1}),
+        (4, {"parallel": 2**31 - 1, "claim_size": 2**62, "ordered": False}),
+        (2**63 - 1, {"parallel": 0, "claim_size": 1}),
+        (2**62, {"parallel": 2, "claim_size": 2**62}),
+    ],
+    ids=["claim-size", "threads", "rows-inline", "rows-parallel"],
+)
+def test_counts_near_the_int64_limit_load_every_step(rows, options):
+    # Each overflowed inside C (UBSan: signed-integer-overflow in csrc/engine.c): a claim
+    # or a thread count that ended the run with "could not start the native thread pool",
+    # steps of 2**63 - 1 rows that loaded nothing, or a run that never ended.
+    seen = []
+    it = _core.Iteration(
+        core_calls.Plan(), ring=[[None], [None]], values=[None, None], objects=[[[]], [[]]],
+        rows=rows, buffer=False, stats=_core.Stats(), progress=_core.Progress(),
+    )  # fmt: skip
+    fields = _core.Fields([(LeafKind.OBJECT, None)], [2**62])  # no destination: no offset
+    it.start_run(
+        fields, order=np.arange(10), bounds=None, first_step=0, end_step=10, seed=0, epoch=0,
+        skip_errors=False, release_gil=True, filler=lambda slot, f, pos, i: seen.append(i),
+        **{"ordered": True, **options},
+    )  # fmt: skip
+    steps = list(it)
+    assert sorted(seen) == list(range(10))
+    assert len(steps) == (3 if rows == 4 else 1)

@@ -1,7 +1,9 @@
 """No call of fastload._core, with any arguments, kills the interpreter: every public
 function, class constructor and method is called with arguments of random shapes and types,
 in child processes (tests/core_calls.py), and each call must return or raise a Python
-exception. A child that dies by a signal, exits abnormally or hangs fails the test, naming
+exception; after each call the child writes over the arrays it gave and loads a few steps
+of the iterations it made, so that what the binding kept of them is used after they
+changed. A child that dies by a signal, exits abnormally or hangs fails the test, naming
 the call that did it (run again alone in a fresh process to make sure).
 
 Each example is a batch of calls run by one child. FASTLOAD_FUZZ_EXAMPLES sets how many
@@ -77,6 +79,10 @@ ARRAYS = st.builds(
     st.sampled_from(["uint8", "uint8", "float32", "int64", "float64", "bool", "uint16"]),
     st.sampled_from(["c", "c", "f", "strided", "reversed", "readonly", "scalar"]),
 )
+# A schedule's order or bounds: 1-D int64 arrays 0, 1, 2, ... (bounds of steps of one).
+STEPS = st.builds(
+    "arr(({},), 'int64', {!r})".format, st.integers(0, 12), st.sampled_from(["c", "readonly"])
+)
 IMAGES = st.builds(
     "arr({}, 'uint8', {!r})".format,
     st.lists(st.integers(0, 9), min_size=2, max_size=4).map(tuple),
@@ -130,7 +136,10 @@ PAIRS = _sequence(NUMBERS, 5)
 # reach further into the code than any value at all.
 HINTS = {
     **dict.fromkeys(["img", "decoded", "image", "x"], st.one_of(IMAGES, ARRAYS)),
-    **dict.fromkeys(["batch", "out", "order", "bounds"], ARRAYS),
+    **dict.fromkeys(["batch", "out"], ARRAYS),
+    "order": st.one_of(STEPS, ARRAYS),
+    "bounds": st.one_of(STEPS, STEPS, ARRAYS, st.just("None")),
+    **dict.fromkeys(["first_step", "end_step"], st.one_of(st.integers(0, 12).map(repr), INTS)),
     **dict.fromkeys(
         ["scale", "ratio", "crop_size", "resize_size", "box", "factors", "mean", "std"], PAIRS
     ),
@@ -253,6 +262,36 @@ def calls(draw):
     return f"{draw(callee)}({', '.join(parts)})"
 
 
+@st.composite
+def runs(draw):
+    """A run of a fresh iteration over a schedule of the shape a loader gives (an int64
+    order, bounds of steps of one or None, steps about as many), with counts up to the
+    int64 limit: a call C accepts more often than not, so that the child's aftermath loads
+    from what the binding kept of arrays it then wrote over."""
+    kind = draw(st.sampled_from(["gather", "image", "python"]))
+    layout = st.sampled_from(["c", "readonly"])
+    order = f"arr(({draw(st.integers(0, 12))},), 'int64', {draw(layout)!r})"
+    bounds = draw(
+        st.one_of(
+            st.just("None"),
+            st.builds("arr(({},), 'int64', {!r})".format, st.integers(1, 13), layout),
+        )
+    )
+    options = {
+        "first_step": draw(st.integers(0, 13)),
+        "end_step": draw(st.integers(0, 13)),
+        "seed": draw(st.integers(0, 2**64 - 1)),
+        "epoch": draw(st.integers(0, 3)),
+        "parallel": draw(st.one_of(st.integers(0, 3), st.just(2**31 - 1))),
+        "claim_size": draw(st.one_of(st.integers(1, 4), st.sampled_from([2**62, 2**63 - 1]))),
+        **{k: draw(st.booleans()) for k in ("ordered", "skip_errors", "release_gil")},
+        "filler": draw(st.sampled_from(["None", "(lambda *a: None)"])),
+    }
+    receiver = f"iteration({draw(st.integers(1, 5))}, {draw(st.integers(1, 3))}, None, {kind!r})"
+    arguments = ", ".join(f"{k}={v}" for k, v in options.items())
+    return f"{receiver}.start_run(fields({kind!r}), order={order}, bounds={bounds}, {arguments})"
+
+
 def _fate(code):
     if code == "hung":
         return f"hangs (over {CHILD_TIMEOUT_S} s)"
@@ -284,7 +323,13 @@ def check_calls(expressions):
     phases=[Phase.explicit, Phase.reuse, Phase.generate],  # the failure names its call
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(st.lists(calls(), min_size=CALLS_PER_CHILD, max_size=CALLS_PER_CHILD))
+@given(
+    st.lists(
+        st.one_of(calls(), calls(), calls(), runs()),
+        min_size=CALLS_PER_CHILD,
+        max_size=CALLS_PER_CHILD,
+    )
+)
 def test_no_call_of_the_core_with_any_arguments_kills_the_interpreter(expressions):
     check_calls(expressions)
 
