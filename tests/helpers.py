@@ -126,20 +126,29 @@ def assert_resumes_exactly(make_loader, epochs=2, through=None):
             assert_tree_equal(resumed, rest, f"resumed after epoch {epoch} step {k}")
 
 
+def load_factor():
+    """How many times slower than an idle machine this one may run now: the load average
+    of the last minute per CPU this process may use, at least 1. The hang guards (this
+    module's ``deadline``, conftest.py's for every test) are scaled by it, so that a
+    loaded machine fails no test that is merely slow."""
+    return max(1.0, os.getloadavg()[0] / len(os.sched_getaffinity(0)))
+
+
 @contextmanager
 def deadline(seconds):
-    """Raise TimeoutError in the main thread if the block runs longer than ``seconds``:
-    a hang guard, not a timing assertion."""
+    """Raise TimeoutError in the main thread if the block runs longer than ``seconds``
+    times ``load_factor()``: a hang guard, not a timing assertion."""
+    limit = seconds * load_factor()
 
     def expire(signum, frame):
-        raise TimeoutError(f"still running after {seconds} s")
+        raise TimeoutError(f"still running after {limit:.0f} s")
 
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
+    signal.setitimer(signal.ITIMER_REAL, limit)
     try:
         yield
     finally:
-        signal.alarm(0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
 
 

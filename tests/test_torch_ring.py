@@ -437,6 +437,50 @@ def test_a_subset_of_a_python_dataset_takes_the_ring():
     assert [b[1].tolist() for b in loader] == [[7, 3], [9, 1]]
 
 
+class ComputesInTheProbe(tud.Dataset):
+    """Observation 0 takes ``cpu_s`` seconds of CPU where there is no worker (the probe)."""
+
+    def __init__(self, cpu_s):
+        self.cpu_s = cpu_s
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        if tud.get_worker_info() is None:
+            end = time.process_time() + self.cpu_s
+            while time.process_time() < end:
+                pass
+        return i
+
+
+class BlockedInTheProbe(tud.Dataset):
+    """Observation 0 waits where there is no worker (the probe), on what nobody releases."""
+
+    def __init__(self):
+        self.never = multiprocessing.get_context("fork").Semaphore(0)
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        if tud.get_worker_info() is None:
+            self.never.acquire()
+        return i
+
+
+@pytest.mark.slow
+def test_the_probe_is_given_up_when_it_waits_not_when_it_computes(monkeypatch):
+    # The limit counts the probe's time off the CPU: a first item that computes longer
+    # than it (however loaded the machine) keeps the ring; a blocked one is given up.
+    monkeypatch.setattr("fastload._loading.torch_ring._PROBE_IDLE_S", 1.0)
+    computes = DataLoader(ComputesInTheProbe(2.5), batch_size=2, num_workers=2)
+    assert computes.path == "process-ring"
+    assert [b.tolist() for b in computes] == [[0, 1], [2, 3]]
+    blocked = DataLoader(BlockedInTheProbe(), batch_size=2, num_workers=2)
+    assert blocked.path == "process"
+
+
 class OtherKeys(tud.Dataset):
     def __len__(self):
         return 8

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -48,7 +49,13 @@ from .tree import map_tree
 
 __all__ = ["FirstKnown", "RingBatches", "fits_ring", "per_item", "probe_first"]
 
-_PROBE_S = 5.0  # the most time the probe may take to read observation 0
+# The probe reading observation 0 is given up after _PROBE_IDLE_S without using the CPU
+# (blocked: on a lock, or on workers that do not exist there) or after _PROBE_S in all:
+# measured on its CPU time rather than on the clock alone, so that a first item that is
+# slow to compute, or a busy machine, does not change the path.
+_PROBE_IDLE_S = 5.0
+_PROBE_S = 60.0
+_PROBE_POLL_S = 0.25
 _INT64 = (-(2**63), 2**63)
 
 
@@ -71,13 +78,13 @@ def _probe_main(dataset: Any, conn: Any) -> None:
 
 def probe_first(dataset: Any) -> tuple[bool, Any]:
     """``(True, dataset[0])`` read in a forked process, or ``(False, None)`` when that
-    raised, crashed, or took more than ``_PROBE_S`` seconds."""
+    raised, crashed, or was given up (``_answered``)."""
     context = multiprocessing.get_context("fork")
     mine, theirs = context.Pipe(duplex=False)
     proc = start(context, _probe_main, (dataset, theirs), "fastload-torch-probe")
     theirs.close()  # so that a probe that dies is seen as the end of the pipe
     try:
-        if not mine.poll(_PROBE_S):
+        if not _answered(mine, proc.pid):
             return False, None
         kind, value = pickle.loads(mine.recv_bytes())
     except (EOFError, OSError, pickle.UnpicklingError):
@@ -88,6 +95,32 @@ def probe_first(dataset: Any) -> tuple[bool, Any]:
         proc.join()
         mine.close()
     return kind == "ok", value
+
+
+def _answered(conn: Any, pid: int) -> bool:
+    """Waits for the probe's reply (or the end of its pipe): True when it came, False
+    when the probe went ``_PROBE_IDLE_S`` seconds without using the CPU (``_PROBE_IDLE_S``
+    in all where its CPU time cannot be read), or took ``_PROBE_S`` seconds."""
+    start = busy = time.monotonic()
+    used = _cpu_ticks(pid)
+    while not conn.poll(_PROBE_POLL_S):
+        now, ticks = time.monotonic(), _cpu_ticks(pid)
+        if ticks is not None and ticks != used:
+            used, busy = ticks, now
+        if now - busy > _PROBE_IDLE_S or now - start > _PROBE_S:
+            return False
+    return True
+
+
+def _cpu_ticks(pid: int) -> int | None:
+    """The CPU time process ``pid`` used so far, in clock ticks (Linux's ``/proc``), or
+    None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime, stime
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def fits_ring(obs: Any) -> bool:
