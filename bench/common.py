@@ -27,12 +27,15 @@ def rate(run, items):
 
 def compare(candidates, repeats, reference, unit="items/s"):
     """Run each candidate ``repeats`` times, interleaved so that machine noise hits all
-    alike; print the median rate and its ratio to ``reference``. ``candidates`` maps a
-    name to (run, items), where items counts what ``unit`` names (e.g. batches for
-    "batches/s"). Returns the medians."""
+    alike, in the reverse order every other round so that none is always first; print the
+    median rate and its ratio to ``reference``. ``candidates`` maps a name to (run,
+    items), where items counts what ``unit`` names (e.g. batches for "batches/s").
+    Returns the medians."""
     samples = {name: [] for name in candidates}
-    for _ in range(repeats):
-        for name, (run, items) in candidates.items():
+    names = list(candidates)
+    for round_ in range(repeats):
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            run, items = candidates[name]
             samples[name].append(rate(run, items))
     medians = {name: statistics.median(values) for name, values in samples.items()}
     width = max(len(name) for name in medians)

@@ -15,6 +15,12 @@ encoders): each leaves its parent's objects alone and dies with its parent.
   would come when that thread ends), a watchdog thread sees the parent gone (the child
   adopted by another process) within ``_WATCH_S`` and ends the child. ``orphaned()``
   tells a child's idle loop the same.
+- **A child keeps freed memory for the next item** (glibc): blocks under 32 MB come from
+  malloc's heap, and up to 64 MB free at its top stays there (``mallopt``), the values
+  glibc's own thresholds reach once it has seen such a block freed. Otherwise a worker
+  gives the memory of one item's temporaries (a decoded image) back to the system and
+  faults it in again for the next: on a PyTorch-style PIL dataset, a tenth of a worker's
+  time went to those page faults.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ __all__ = ["orphaned", "start"]
 
 _WATCH_S = 0.2  # how often the watchdog checks that the parent is alive
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's <malloc.h>
+_HEAP_BLOCK = 32 * 2**20  # glibc's largest dynamic mmap threshold on 64-bit
 _starting = threading.Lock()  # one start at a time: the collector is off during each
 _parent_pid: int | None = None  # in a child: the process whose death ends it
 
@@ -92,7 +100,21 @@ def _child_main(parent: _Parent, target: Callable[..., None], *args: Any) -> Non
     if parent.collects:
         gc.enable()
     _watch(parent)
+    _keep_freed_memory()
     target(*args)
+
+
+def _keep_freed_memory() -> None:
+    """Let malloc keep what an item frees for the next one (see the module docstring);
+    nothing where there is no glibc ``mallopt``."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_MMAP_THRESHOLD, _HEAP_BLOCK)
+    mallopt(_M_TRIM_THRESHOLD, 2 * _HEAP_BLOCK)
 
 
 def _watch(parent: _Parent) -> None:
