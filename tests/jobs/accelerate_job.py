@@ -1,45 +1,21 @@
 """One rank of an accelerate job (2 processes on CPU, gloo, started by
-``torch.distributed.run``), run by tests/test_frameworks.py: for each case of ``CASES`` it
-trains a small model for 2 epochs on a loader prepared by ``Accelerator.prepare``, with
-PyTorch's DataLoader and with ``fastload.torch.DataLoader``, and writes what this rank
-loaded (the items of each step, the losses, the prepared loader's type and path) to
-``OUT/<case>-<loader>-rank<r>.json``."""
+``torch.distributed.run``), run by tests/test_frameworks.py: for each case named on its
+command line it trains a small model for 2 epochs on a loader prepared by
+``Accelerator.prepare``, with PyTorch's DataLoader and with ``fastload.torch.DataLoader``,
+and writes what this rank loaded (the items of each step, the losses, the prepared
+loader's type and path) to ``OUT/<case>-<loader>-rank<r>.json``."""
 
 import json
 import os
 import sys
 
-import numpy as np
 import torch
 import torch.utils.data as tud
 from accelerate import Accelerator
 from accelerate.utils import set_seed
-from PIL import Image
+from data import BATCH, EPOCHS, FEATURES, N, Pictures, tensors
 
 import fastload.torch
-
-N, BATCH, EPOCHS, FEATURES = 36, 4, 2, 12
-
-
-class Pictures(tud.Dataset):
-    """PyTorch-style: a PIL image decoded and cropped in ``__getitem__``; the item's
-    index travels with it, so that each rank's items can be checked."""
-
-    def __init__(self, n):
-        rng = np.random.default_rng(7)
-        self.images = [rng.integers(0, 256, (8, 8), dtype=np.uint8) for _ in range(n)]
-
-    def __len__(self):
-        return len(self.images)
-
-    def __getitem__(self, i):
-        image = Image.fromarray(self.images[i]).crop((1, 1, 7, 3))  # 6 x 2 = 12 pixels
-        return torch.from_numpy(np.asarray(image, np.float32).reshape(-1) / 255), i
-
-
-def tensors(n):
-    x = torch.from_numpy(np.random.default_rng(3).standard_normal((n, FEATURES), np.float32))
-    return tud.TensorDataset(x, torch.arange(n))
 
 
 def run(case, kind, out):

@@ -1,7 +1,7 @@
 """One rank of a Lightning DDP job (2 processes on CPU, gloo), run by
-tests/test_frameworks.py: it trains a small model for 2 epochs with PyTorch's DataLoader
-and with ``fastload.torch.DataLoader``, for each case of ``CASES``, and writes what this
-rank loaded (the items of each step, the losses, the loader's type and path) to
+tests/test_frameworks.py: for each case named on its command line it trains a small model
+for 2 epochs with PyTorch's DataLoader and with ``fastload.torch.DataLoader``, and writes
+what this rank loaded (the items of each step, the losses, the loader's type and path) to
 ``OUT/<case>-<loader>-rank<r>.json``. Lightning starts the second rank itself, by running
 this script again."""
 
@@ -11,37 +11,14 @@ import sys
 import warnings
 
 import lightning.pytorch as pl
-import numpy as np
 import torch
 import torch.utils.data as tud
-from PIL import Image
+from data import BATCH, EPOCHS, FEATURES, N, Pictures, tensors
 from torch.utils.data.distributed import DistributedSampler
 
 import fastload.torch
 
-N, BATCH, EPOCHS, FEATURES = 36, 4, 2, 12
 warnings.filterwarnings("ignore")  # Lightning's advice on workers and logging
-
-
-class Pictures(tud.Dataset):
-    """PyTorch-style: a PIL image decoded and cropped in ``__getitem__``; the item's
-    index travels with it, so that each rank's items can be checked."""
-
-    def __init__(self, n):
-        rng = np.random.default_rng(7)
-        self.images = [rng.integers(0, 256, (8, 8), dtype=np.uint8) for _ in range(n)]
-
-    def __len__(self):
-        return len(self.images)
-
-    def __getitem__(self, i):
-        image = Image.fromarray(self.images[i]).crop((1, 1, 7, 3))  # 6 x 2 = 12 pixels
-        return torch.from_numpy(np.asarray(image, np.float32).reshape(-1) / 255), i
-
-
-def tensors(n):
-    x = torch.from_numpy(np.random.default_rng(3).standard_normal((n, FEATURES), np.float32))
-    return tud.TensorDataset(x, torch.arange(n))
 
 
 class Model(pl.LightningModule):
