@@ -143,6 +143,7 @@ bench: build
 	$(PY) bench/storage.py
 	$(PY) bench/gil.py
 	$(PY) bench/torch_dropin.py
+	$(PY) bench/file_check.py
 
 # Release artefacts, in dist/. The sdist holds the C and Cython sources, and builds with
 # or without libjpeg's headers. The wheel is built from an sdist (python -m build) with
