@@ -101,13 +101,13 @@ def _answered(conn: Any, pid: int) -> bool:
     """Waits for the probe's reply (or the end of its pipe): True when it came, False
     when the probe went ``_PROBE_IDLE_S`` seconds without using the CPU (``_PROBE_IDLE_S``
     in all where its CPU time cannot be read), or took ``_PROBE_S`` seconds."""
-    start = busy = time.monotonic()
+    began = busy = time.monotonic()
     used = _cpu_ticks(pid)
     while not conn.poll(_PROBE_POLL_S):
         now, ticks = time.monotonic(), _cpu_ticks(pid)
         if ticks is not None and ticks != used:
             used, busy = ticks, now
-        if now - busy > _PROBE_IDLE_S or now - start > _PROBE_S:
+        if now - busy > _PROBE_IDLE_S or now - began > _PROBE_S:
             return False
     return True
 
