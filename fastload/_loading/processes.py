@@ -92,6 +92,7 @@ _WAIT_S = 0.5  # one timed wait on the pipes and sentinels
 # its loop variable still holds while it asks for the next.
 _LEND_LIMIT = 2
 _STOP_S = 30.0  # most time to let workers abandon their jobs before killing them
+_REAP_S = 60.0  # most time to wait for a killed worker to be gone
 
 
 def fork_workers(count, target, name, args_of):
@@ -131,7 +132,10 @@ def shutdown_workers(procs, conns, graceful, parent=None, stop=("stop",)):
     for proc in procs:
         if proc.is_alive():
             proc.kill()
-        proc.join(5.0)
+    for proc in procs:
+        # A killed process cannot refuse to die; waiting for it only waits for the kernel
+        # to tear it down (seconds for a large address space on a loaded machine).
+        proc.join(_REAP_S)
     for conn in conns:
         conn.close()
 
