@@ -28,7 +28,7 @@ from ._loading.keywords import refuse_unknown_keywords
 from ._loading.options import BufferOption, LoaderOptions
 from ._loading.protocols import Blockwise, CheckedRows, FilePages, PagedFiles
 from ._loading.rounds import DEFAULT_BUFFER, StreamEpochs
-from ._loading.schedule import Schedule, schedule_of
+from ._loading.schedule import Schedule, folded_views, schedule_of
 from ._loading.sharding import Shard, default_seed, resolve_shard
 from ._loading.state import LoaderKind, check_state, sampler_kind, state_format
 from ._loading.tree import children, head, map_tree, members, tree_leaves
@@ -354,18 +354,22 @@ class _EpochLoader:
         return _filled(self._target, steps, batched)
 
     def _iterate_container(self, epoch: int, start: int) -> Iterator[Any]:
-        schedule = self.schedule(epoch, start)
+        # The obsview layers at the top of the data fold into the order: the engine loads
+        # the container under them item by item (natively where it can), not whole steps
+        # through the views.
+        data, indices = folded_views(self.data)
+        schedule = self.schedule(epoch, start).through(indices)
         self._stop_read_ahead()
         if self._pages is not None:
             self._read_ahead = self._pages.read_ahead(schedule.order, schedule.rows, schedule.start)
         reading = self._read_ahead
         iteration = self._engine.iterate(
-            self.data,
+            data,
             schedule,
             stats=self._stats,
             progress=self._progress,
             on_end=self._epoch_done,
-            verify_rows=_verifiers(self.data),
+            verify_rows=_verifiers(data),
             delivered=reading and reading.delivered,
         )
         if reading is not None:

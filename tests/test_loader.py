@@ -9,7 +9,7 @@ from helpers import assert_resumes_exactly, assert_tree_equal, copy_tree, run_ep
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fastload import DataLoader, eachobs, mapobs
+from fastload import DataLoader, eachobs, getobs, mapobs
 
 X = np.arange(30, dtype=np.float32).reshape(10, 3)
 Y = np.arange(10, dtype=np.int64)
@@ -286,3 +286,30 @@ def test_a_loader_used_in_a_with_block_is_closed_at_its_end(parallel):
     with pytest.raises(RuntimeError, match="closed"):
         next(it)
     assert [b.tolist() for b in loader] == [X[:4].tolist(), X[4:8].tolist(), X[8:].tolist()]
+
+
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_obsview_layers_fold_into_the_order_and_load_item_by_item(monkeypatch, backend):
+    # obsview, shuffleobs and splitobs at the top of the data: the engine loads the
+    # container under them natively, the same values as getobs through the views.
+    from fastload import obsview, shuffleobs, splitobs
+    from fastload._loading import engine as engine_module
+    from fastload._loading.plan import ItemPlan, make_plan
+
+    plans = []
+
+    def spy(data, schedule, **kw):
+        plans.append(make_plan(data, schedule, **kw))
+        return plans[-1]
+
+    monkeypatch.setattr(engine_module, "make_plan", spy)
+    x, y = np.arange(60.0).reshape(30, 2), np.arange(30) * 10
+    train, _ = splitobs(shuffleobs((x, y), seed=3), at=0.8)
+    view = obsview(train, np.arange(23, -1, -1))
+    loader = DataLoader(view, 5, shuffle=True, seed=1, parallel=2, backend=backend)
+    for epoch in range(2):
+        got = [copy_tree(b) for b in loader]
+        order = loader.schedule(epoch).order
+        expected = [getobs(view, order[s : s + 5]) for s in range(0, 24, 5)]
+        assert_tree_equal(got, expected)
+    assert plans and all(isinstance(p, ItemPlan) and not p.has_python for p in plans)

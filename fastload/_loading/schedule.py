@@ -9,7 +9,9 @@ the order, one per step and one for the end; ``batch_size`` is then the size of 
 at least the largest step.
 The engine never looks at views to learn this: ``schedule_of`` turns a view (a
 ``batchview`` over ``obsview``/``shuffleobs`` layers) into a container and a schedule
-once, at the boundary, for ``eachobs_parallel``.
+once, at the boundary, for ``eachobs_parallel``; the loader folds the ``obsview`` layers
+at the top of its data into each epoch's order (``folded_views``, ``Schedule.through``),
+so that the engine loads the container under them item by item.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from ..obs import Container, numobs
 from ..views import BatchView, ObsView, steps
 from .collate import Collate, CollateOption
 
-__all__ = ["Schedule", "schedule_of"]
+__all__ = ["Schedule", "folded_views", "schedule_of"]
 
 
 class Schedule:
@@ -100,6 +102,22 @@ class Schedule:
         first = step * self.rows
         return self.order[first : min(first + self.rows, len(self.order))]
 
+    def through(self, indices: npt.NDArray[np.int64] | None) -> Schedule:
+        """The same schedule over the container that ``indices`` index (``folded_views``):
+        its order mapped through them. ``self`` when ``indices`` is None."""
+        if indices is None:
+            return self
+        return Schedule(
+            indices[self.order],
+            self.batch_size,
+            drop_last=self.drop_last,
+            collate=self.collate,
+            seed=self.seed,
+            epoch=self.epoch,
+            start=self.start,
+            bounds=self.bounds,
+        )
+
     def __repr__(self) -> str:
         cut = "" if self.bounds is None else f", {self.steps} steps of different sizes"
         return (
@@ -136,12 +154,22 @@ def schedule_of(
     if isinstance(data, BatchView):
         batch_size, drop_last, collate = data.batch_size, data.drop_last, data.collate
         data = data.data
-    order = None
-    while isinstance(data, ObsView):
-        order = data.indices if order is None else data.indices[order]
-        data = data.data
+    data, order = folded_views(data)
     if order is None:
         order = np.arange(numobs(data), dtype=np.int64)
     return data, Schedule(
         order, batch_size, drop_last=drop_last, collate=collate, seed=seed, epoch=epoch, start=start
     )
+
+
+def folded_views(data: Container) -> tuple[Container, npt.NDArray[np.int64] | None]:
+    """``(container, indices)``: the ``obsview`` layers at the top of ``data`` (``obsview``,
+    ``shuffleobs``, ``splitobs``' parts) folded into one index array, observation ``i`` of
+    ``data`` being observation ``indices[i]`` of ``container``; ``(data, None)`` when
+    there is no such layer."""
+    indices = None
+    while isinstance(data, ObsView):
+        layer = np.asarray(data.indices, dtype=np.int64)
+        indices = layer if indices is None else layer[indices]
+        data = data.data
+    return data, indices
