@@ -11,6 +11,13 @@
 
 /* Steps one claim may span (claims of small steps take several at once). */
 #define MAX_CLAIM_STEPS 64
+/* Adapting: steps delivered before the window opens (the pool starts, the first steps are
+ * loaded ahead), and the window: at least PROBE_STEPS steps and PROBE_NS of the caller's
+ * time in fl_run_next, or PROBE_MAX_STEPS steps. */
+#define PROBE_SKIP 8
+#define PROBE_STEPS 16
+#define PROBE_NS 2000000LL
+#define PROBE_MAX_STEPS 4096
 
 typedef struct {
     int64_t first, last; /* items [first, last) of the schedule */
@@ -37,6 +44,12 @@ static void scratch_free(fl_scratch *scratch) {
 }
 
 static int orphaned(const fl_run *r) { return r->generation != fl_pool_generation(); }
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
 
 int fl_run_cancelled(const fl_run *r) {
     if (__atomic_load_n(&r->cancel, __ATOMIC_ACQUIRE)) return 1;
@@ -265,10 +278,12 @@ static int take_slot(fl_run *r, int64_t step) {
     return s;
 }
 
-/* Claim up to `claim_size` items in schedule order, across steps while slots are free.
- * Returns 0 when nothing can be claimed now. Under the lock. */
-static int take_claim(fl_run *r, claim *c) {
-    if (fl_run_cancelled(r)) return 0;
+/* Claim up to `claim_size` items in schedule order, across steps while slots are free
+ * (`task`: for a pool task, which claims nothing once the caller's thread loads; the
+ * caller's thread claims the rest of one step). Returns 0 when nothing can be claimed
+ * now. Under the lock. */
+static int take_claim(fl_run *r, claim *c, int task) {
+    if (fl_run_cancelled(r) || (task && r->inline_now)) return 0;
     int64_t k = r->claim_item;
     c->first = k;
     c->nsteps = 0;
@@ -281,7 +296,7 @@ static int take_claim(fl_run *r, claim *c) {
     int64_t left = step_first(r, r->claim_step) + step_rows(r, r->claim_step) - k;
     int64_t share = r->parallel > 0 ? left / (2 * (int64_t)r->parallel) : left;
     /* Inline, a claim is the rest of one step. */
-    int64_t want = r->parallel == 0 ? left : share > r->claim_size ? share : r->claim_size;
+    int64_t want = !task ? left : share > r->claim_size ? share : r->claim_size;
     int64_t limit = want < r->end_item - k ? k + want : r->end_item;
     while (k < limit && c->nsteps < MAX_CLAIM_STEPS) {
         int64_t step = r->claim_step;
@@ -331,10 +346,17 @@ static void task(void *arg) {
     fl_scratch scratch[FL_SCRATCH_REGIONS] = {{NULL, 0}};
     claim c;
     pthread_mutex_lock(&r->lock);
-    while (take_claim(r, &c)) {
+    while (take_claim(r, &c, 1)) {
+        int measure = r->probe == 1;
         pthread_mutex_unlock(&r->lock);
+        int64_t start = measure ? now_ns() : 0;
         run_claim(r, &c, scratch);
+        int64_t spent = measure ? now_ns() - start : 0;
         pthread_mutex_lock(&r->lock);
+        if (measure && r->probe == 1) {
+            r->work_ns += spent;
+            r->work_items += c.last - c.first;
+        }
         finish_claim(r, &c);
     }
     if (--r->tasks == 0) pthread_cond_broadcast(&r->idle);
@@ -359,6 +381,7 @@ static int64_t claimable(const fl_run *r) {
 /* Start tasks for the claimable items, up to `parallel`. Returns -1 when none runs and
  * none could start although there is work. Under the lock. */
 static int start_tasks(fl_run *r) {
+    if (r->inline_now) return 0;
     int64_t work = claimable(r);
     int64_t useful = work / r->claim_size + (work % r->claim_size != 0);
     while (r->tasks < r->parallel && r->tasks < useful) {
@@ -414,7 +437,7 @@ static int next_inline(fl_run *r, int release) {
     release_slot(r, release);
     for (;;) {
         int s = fl_run_cancelled(r) ? FL_ECANCELLED : ready_slot(r);
-        if (s != -1 || r->delivered == r->end_step - r->first_step || !take_claim(r, &c)) {
+        if (s != -1 || r->delivered == r->end_step - r->first_step || !take_claim(r, &c, 0)) {
             pthread_mutex_unlock(&r->lock);
             if (s != -1) return s;
             return r->delivered < r->end_step - r->first_step ? FL_ECANCELLED : FL_DONE;
@@ -426,26 +449,76 @@ static int next_inline(fl_run *r, int release) {
     }
 }
 
+/* After a delivery: open the adapting window, count the delivered step in it, and decide
+ * at its end whether the caller's thread loads the rest (`spent`: the caller's time in
+ * this fl_run_next). Under the lock. */
+static void adapt(fl_run *r, int64_t items, int64_t spent) {
+    if (r->probe == 0) {
+        if (r->delivered < PROBE_SKIP) return;
+        r->probe = 1;
+        r->probe_from = r->delivered;
+        r->work_ns = r->work_items = r->next_ns = r->next_items = 0;
+        return;
+    }
+    if (r->probe != 1) return;
+    r->next_ns += spent;
+    r->next_items += items;
+    int64_t steps = r->delivered - r->probe_from;
+    if (steps < PROBE_MAX_STEPS && (steps < PROBE_STEPS || r->next_ns < PROBE_NS)) return;
+    r->probe = 2;
+    /* Loading an item in the caller's thread costs about what it cost a pool thread (the
+     * same code, and no second thread contending for memory). */
+    if (r->work_items > 0 && r->next_items > 0 &&
+        (double)r->work_ns / (double)r->work_items < (double)r->next_ns / (double)r->next_items)
+        __atomic_store_n(&r->inline_now, 1, __ATOMIC_RELAXED);
+}
+
+/* The caller's thread claims and loads the next items itself. Returns 1 when it loaded
+ * some, 0 when nothing is left to claim. Under the lock (released while loading). */
+static int load_inline(fl_run *r) {
+    claim c;
+    if (!take_claim(r, &c, 0)) return 0;
+    pthread_mutex_unlock(&r->lock);
+    run_claim(r, &c, r->scratch);
+    pthread_mutex_lock(&r->lock);
+    finish_claim(r, &c);
+    return 1;
+}
+
 int fl_run_next(fl_run *r, int release, double timeout_s) {
     if (orphaned(r)) return FL_EFORKED;
     if (r->parallel == 0) return next_inline(r, release);
-    struct timespec until = deadline_after(timeout_s);
-    int s = -1;
+    struct timespec until;
+    int s = -1, timed = 0;
     pthread_mutex_lock(&r->lock);
+    int64_t start = r->adaptive && r->probe < 2 ? now_ns() : 0;
     release_slot(r, release);
     for (;;) {
         if (fl_run_cancelled(r)) {
             s = FL_ECANCELLED;
             break;
         }
-        if ((s = ready_slot(r)) >= 0) break;
+        if ((s = ready_slot(r)) >= 0) {
+            if (start) adapt(r, r->slots[s].rows, now_ns() - start);
+            break;
+        }
         if (r->delivered == r->end_step - r->first_step) {
             s = FL_DONE;
             break;
         }
-        if (start_tasks(r) != 0) {
+        if (r->inline_now) {
+            if (load_inline(r)) continue;
+            if (r->tasks == 0) { /* nothing to claim, no task to finish a step: stopped */
+                s = FL_ECANCELLED;
+                break;
+            }
+        } else if (start_tasks(r) != 0) {
             s = FL_ETHREADS;
             break;
+        }
+        if (!timed) { /* the deadline counts from the first wait: a step loaded inline is */
+            until = deadline_after(timeout_s); /* not waited for */
+            timed = 1;
         }
         r->waiting = 1;
         int rc = pthread_cond_timedwait(&r->ready, &r->lock, &until);
@@ -457,6 +530,25 @@ int fl_run_next(fl_run *r, int release, double timeout_s) {
     }
     pthread_mutex_unlock(&r->lock);
     return s;
+}
+
+void fl_run_adapt(fl_run *r) {
+    if (r->parallel == 0 || orphaned(r)) return;
+    pthread_mutex_lock(&r->lock);
+    r->adaptive = 1;
+    pthread_mutex_unlock(&r->lock);
+}
+
+void fl_run_go_inline(fl_run *r) {
+    if (r->parallel == 0 || orphaned(r)) return;
+    pthread_mutex_lock(&r->lock);
+    __atomic_store_n(&r->inline_now, 1, __ATOMIC_RELAXED);
+    r->probe = 2;
+    pthread_mutex_unlock(&r->lock);
+}
+
+int fl_run_is_inline(const fl_run *r) {
+    return r->parallel == 0 || __atomic_load_n(&r->inline_now, __ATOMIC_RELAXED);
 }
 
 int fl_run_start(fl_run *r) {

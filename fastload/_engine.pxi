@@ -371,6 +371,7 @@ cdef class Iteration:
     cdef dict errors
     cdef object filler, on_end, check, watched, copier
     cdef bint buffer, release_gil, count_values, busy
+    cdef bint adaptive  # a native run that may go inline (start_run's adaptive)
     cdef readonly bint done
     cdef bint warned
     cdef int held, previous
@@ -420,13 +421,15 @@ cdef class Iteration:
     def start_run(self, Fields fields not None, *, cnp.ndarray order not None, bounds,
                   int64_t first_step, int64_t end_step, uint64_t seed, uint64_t epoch,
                   int parallel, int64_t claim_size, bint ordered, bint skip_errors, bint release_gil,
-                  filler):
+                  filler, bint adaptive=False):
         """Load steps [first_step, end_step) of ``order`` (int64, C-contiguous) natively:
         ``rows`` items a step, or at the offsets ``bounds`` (int64, ``end_step + 1`` of
         them, each step 1 to ``rows`` items). In the caller's thread when ``parallel`` is
         0, else on up to ``parallel`` pool threads claiming ``claim_size`` (at least 1)
         items at a time. ``filler(slot, field, pos, index)`` loads an item of a Python field
-        (with the GIL). The run loads from its own copy of the part of ``order`` and
+        (with the GIL). ``adaptive`` (parallel, no ``filler``): once the first steps show that
+        a pool thread's work per item costs less than handing it over, the caller's thread
+        loads the rest (``go_inline``). The run loads from its own copy of the part of ``order`` and
         ``bounds`` those steps use: changing them afterwards changes nothing. Raises
         TypeError for an order or bounds of another kind, ValueError for bounds that do not
         fit and for a negative step, ``parallel`` or a ``claim_size`` below 1."""
@@ -441,6 +444,8 @@ cdef class Iteration:
             raise ValueError(f"parallel is a number of pool threads (0: inline), not {parallel}")
         if claim_size < 1:
             raise ValueError(f"a claim takes at least one item, not {claim_size}")
+        if adaptive and filler is not None:
+            raise ValueError("adaptive=True needs fields that run no Python code (no filler)")
         # The steps to load, from C's step 0 on: first_item and end_item delimit the part of
         # the order they use. Python integers: rows may be any positive int64.
         cdef object rows = self.rows
@@ -487,6 +492,9 @@ cdef class Iteration:
                                      skip_errors, <void *>self)
         finally:
             free(dst)
+        if self.run != NULL and adaptive:
+            fl_run_adapt(self.run)
+            self.adaptive = True
         if self.run == NULL:
             if bounds is not None:
                 raise ValueError(f"the schedule's bounds must cut the order into steps of 1 "
@@ -564,6 +572,23 @@ cdef class Iteration:
         self.held = slot
         s = fl_run_slot(self.run, slot)
         return self.first_step + s.step, s.rows, self._failure(slot), self._kept(slot)
+
+    def go_inline(self):
+        """From the next step on, load the run's remaining steps in the caller's thread: the
+        pool's threads claim nothing more (what they claimed they finish). What an adaptive
+        run does once it measured that this is cheaper. Does nothing inline."""
+        if self.run == NULL:
+            raise RuntimeError("go_inline needs a native run: call start_run first")
+        with nogil:
+            fl_run_go_inline(self.run)
+
+    @property
+    def inline(self):
+        """Whether the caller's thread loads the run's steps now (a run without pool threads,
+        or one that went inline); None without a native run."""
+        if self.run == NULL:
+            return None
+        return bool(fl_run_is_inline(self.run))
 
     def start_transport(self, transport):
         """Deliver the steps that ``transport`` loads (see the class docstring)."""
@@ -658,7 +683,9 @@ cdef class Iteration:
         cdef int slot, release = self._release()
         cdef const fl_slot *s
         while True:
-            if self.release_gil:
+            # Gone inline, a run of native fields loads in this thread: the GIL stays held
+            # (no Python code runs in the run's tasks) rather than paid for per step.
+            if self.release_gil and not (self.adaptive and fl_run_is_inline(self.run)):
                 with nogil:
                     slot = fl_run_next(self.run, release, _WAIT_S)
             else:

@@ -355,6 +355,9 @@ class Engine:
             skip_errors=skip,
             release_gil=plan.expensive,
             filler=filler,
+            # Cheap native gathers: steps that cost less to load than to hand over from a
+            # pool thread load in the caller's thread once the first steps show it.
+            adaptive=parallel > 0 and not plan.expensive and filler is None,
         )
         _live.add(iteration)
         return iteration
