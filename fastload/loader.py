@@ -37,9 +37,9 @@ from .samplers import BatchSampler, Sampler
 from .streams import stream_source
 from .views import collate_batch
 
-__all__ = ["DataLoader", "eachobs", "eachobs_parallel"]
+__all__ = ["DataLoader", "EpochLoader", "eachobs", "eachobs_parallel"]
 
-_Loader = TypeVar("_Loader", bound="_EpochLoader")
+_Loader = TypeVar("_Loader", bound="EpochLoader")
 _T = TypeVar("_T")
 
 
@@ -176,9 +176,10 @@ def _filled(target: Any, steps: Iterator[Any], batched: bool) -> Iterator[Any]:
         yield _fill(target, value, batched)
 
 
-class _EpochLoader:
-    """What ``DataLoader`` and ``eachobs`` share: epochs, order, state, and the engine,
-    made from one ``LoaderOptions`` (``batch_size=None``: each step one observation)."""
+class EpochLoader:
+    """What ``eachobs`` returns, and the base of ``DataLoader``: epochs, order, state, and
+    the engine, made from one ``LoaderOptions`` (``batch_size=None``: each step one
+    observation). Made by ``eachobs`` and ``DataLoader``, not called directly."""
 
     _stream: StreamEpochs | None  # a stream's epochs, or
     _epochs: Epochs | None  # a container's
@@ -493,7 +494,10 @@ class _EpochLoader:
         self.close()
 
 
-class DataLoader(_EpochLoader):
+_EpochLoader = EpochLoader  # the name of 0.2 and before
+
+
+class DataLoader(EpochLoader):
     """Iterates batches of ``data``, epoch after epoch.
 
     ``data`` is a container, or a stream (an iterable without a length: a generator, a
@@ -601,7 +605,7 @@ class DataLoader(_EpochLoader):
     def _of(cls, data: Container, options: LoaderOptions) -> DataLoader:
         """A loader of ``data`` with ``options`` (validated when they were made)."""
         loader = cls.__new__(cls)
-        _EpochLoader.__init__(loader, data, options)
+        EpochLoader.__init__(loader, data, options)
         return loader
 
     def __repr__(self) -> str:
@@ -633,7 +637,7 @@ def eachobs(
     backend: Backend = "thread",
     allocator: Allocator | None = None,
     **unknown: NoReturn,
-) -> _EpochLoader:
+) -> EpochLoader:
     """Iterates ``data`` (a container or a stream), epoch after epoch: one observation at a
     time, or with ``batch_size`` (or ``batch_sampler``) batches, as ``DataLoader`` with the
     same arguments does (MLUtils' ``eachobs`` takes its ``DataLoader``'s arguments). One
@@ -665,7 +669,7 @@ def eachobs(
         allocator=allocator,
     )
     if options.batch_size is None and options.batch_sampler is None:
-        return _EpochLoader(data, options.one_at_a_time())
+        return EpochLoader(data, options.one_at_a_time())
     return DataLoader._of(data, options)
 
 

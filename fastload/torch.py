@@ -26,7 +26,7 @@ import torch
 
 from ._loading.torch_loader import DataLoader
 from ._loading.tree import map_tree
-from .loader import StatsReport, _EpochLoader
+from .loader import EpochLoader, StatsReport
 
 __all__ = ["DataLoader", "TorchLoader", "to_device"]
 
@@ -58,7 +58,7 @@ def _pinned_empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
     return torch.empty(tuple(shape), dtype=torch_dtype, pin_memory=True).numpy()
 
 
-def _pin(loader: _EpochLoader) -> None:
+def _pin(loader: EpochLoader) -> None:
     """Make the ring of ``loader``'s engine page-locked, so that copies to the GPU run
     asynchronously straight from the slots."""
     global _warned_no_cuda
@@ -90,7 +90,7 @@ class TorchLoader:
     loader's.
     """
 
-    def __init__(self, loader: _EpochLoader, pin_memory: bool = False) -> None:
+    def __init__(self, loader: EpochLoader, pin_memory: bool = False) -> None:
         self.loader = loader
         self.pin_memory = bool(pin_memory)
         if self.pin_memory:
@@ -121,7 +121,7 @@ class TorchLoader:
 
 class _OnDevice:
     def __init__(
-        self, batches: TorchLoader | _EpochLoader, device: torch.device, non_blocking: bool
+        self, batches: TorchLoader | EpochLoader, device: torch.device, non_blocking: bool
     ) -> None:
         self.batches = batches
         self.device = device
@@ -174,7 +174,7 @@ class _OnDevice:
 
 
 def to_device(
-    loader: TorchLoader | _EpochLoader, device: str | torch.device, non_blocking: bool = True
+    loader: TorchLoader | EpochLoader, device: str | torch.device, non_blocking: bool = True
 ) -> _OnDevice:
     """The batches of ``loader`` (a ``TorchLoader`` or any fastload loader) as tensors on
     ``device``, through tuples, dicts and lists.

@@ -286,3 +286,13 @@ def test_a_loader_used_in_a_with_block_is_closed_at_its_end(parallel):
     with pytest.raises(RuntimeError, match="closed"):
         next(it)
     assert [b.tolist() for b in loader] == [X[:4].tolist(), X[4:8].tolist(), X[8:].tolist()]
+
+
+def test_eachobs_returns_the_public_epoch_loader_that_dataloader_extends():
+    import fastload
+    from fastload.loader import _EpochLoader
+
+    assert type(eachobs(X)) is fastload.EpochLoader
+    assert isinstance(eachobs(X, batch_size=2), fastload.EpochLoader)
+    assert issubclass(DataLoader, fastload.EpochLoader)
+    assert _EpochLoader is fastload.EpochLoader  # the name before 0.3
