@@ -4,10 +4,14 @@ prefetch.
 
     >>> from fastload.torch import DataLoader   # the one-line switch from torch.utils.data
 
+or fastload's own loader, its batches as tensors, copied to the GPU ahead of the step:
+
+    >>> import fastload, torch
     >>> from fastload.torch import TorchLoader, to_device
-    >>> loader = TorchLoader(DataLoader(data, batch_size=64, parallel=True, buffer=True),
-    ...                      pin_memory=True)
-    >>> for images, labels in to_device(loader, "cuda"):
+    >>> device = "cuda" if torch.cuda.is_available() else "cpu"
+    >>> batches = fastload.DataLoader(data, batch_size=64, parallel=True, buffer=True)
+    >>> loader = TorchLoader(batches, pin_memory=device == "cuda")
+    >>> for images, labels in to_device(loader, device):
     ...     loss = model(images, labels)
 
 Tensors made from a ``buffer=True`` loader share memory with its ring: like the arrays,
