@@ -221,7 +221,7 @@ class EpochLoader:
             source,
             engines,
             self.batch_size,
-            shuffle=buffer,
+            shuffle_buffer=buffer,
             drop_last=self.drop_last,
             collate=self.collate,
             rank=self.rank,
@@ -433,7 +433,7 @@ class EpochLoader:
         if self._stream is not None:
             settings["window"] = self._stream.round_size
             settings["shuffle"] = bool(self.shuffle)
-            settings["shuffle_buffer"] = self._stream.shuffle
+            settings["shuffle_buffer"] = self._stream.shuffle_buffer
         else:
             settings["shuffle"] = self.shuffle
             settings["sampler"] = sampler_kind(self.sampler)
