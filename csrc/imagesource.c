@@ -33,8 +33,8 @@ struct fl_image_source {
     int channels;               /* channels to decode encoded images to (1, 3 or 4) */
     int exact;                  /* decode at full scale, never at a reduced DCT scale */
     /* libjpeg's region decoder (fastload._jpeg's); NULL where it could not be loaded */
-    fl_jpeg_decode_fn jpeg_decode;
-    fl_decode_fn decode_jpeg; /* JPEG, where libjpeg is not there or for CMYK */
+    fl_jpeg_decode_fn libjpeg_decode;
+    fl_decode_fn fallback_decode_jpeg; /* JPEG, where libjpeg is not there or for CMYK */
     fl_decode_other_fn decode_other;
     void *decode_ctx; /* of both */
     char *name;       /* what to call the source in messages */
@@ -46,11 +46,11 @@ struct fl_image_source {
 
 fl_image_source *fl_image_source_create(const fl_pipeline *pipeline, int channels, int exact,
                                         const char *name, int64_t max_pixels,
-                                        int64_t max_file_bytes, fl_jpeg_decode_fn jpeg_decode,
-                                        fl_decode_fn decode_jpeg, fl_decode_other_fn decode_other,
-                                        void *decode_ctx) {
-    if (!pipeline || (channels != 1 && channels != 3 && channels != 4) || !name || !decode_jpeg ||
-        !decode_other)
+                                        int64_t max_file_bytes, fl_jpeg_decode_fn libjpeg_decode,
+                                        fl_decode_fn fallback_decode_jpeg,
+                                        fl_decode_other_fn decode_other, void *decode_ctx) {
+    if (!pipeline || (channels != 1 && channels != 3 && channels != 4) || !name ||
+        !fallback_decode_jpeg || !decode_other)
         return NULL;
     fl_image_source *src = calloc(1, sizeof *src);
     if (!src) return NULL;
@@ -64,8 +64,8 @@ fl_image_source *fl_image_source_create(const fl_pipeline *pipeline, int channel
     src->exact = exact != 0;
     src->max_pixels = max_pixels;
     src->max_file_bytes = max_file_bytes;
-    src->jpeg_decode = jpeg_decode;
-    src->decode_jpeg = decode_jpeg;
+    src->libjpeg_decode = libjpeg_decode;
+    src->fallback_decode_jpeg = fallback_decode_jpeg;
     src->decode_other = decode_other;
     src->decode_ctx = decode_ctx;
     return src;
@@ -293,14 +293,14 @@ static int encoded_size(const fl_image_source *src, const uint8_t *data, size_t 
 }
 
 /* Decodes a JPEG: the region the run reads, in C, or (where libjpeg is not there, or a CMYK
- * image) the whole image at the same scale through src->decode_jpeg. */
+ * image) the whole image at the same scale through src->fallback_decode_jpeg. */
 static int decode_jpeg(const fl_image_source *src, const uint8_t *data, size_t n, int h, int w,
                        int denom, const fl_rect *region, fl_scratch *scratch, fl_image *img,
                        int *img_y, int *img_x, char *message) {
     int rc = FL_EUNSUPPORTED;
-    if (src->jpeg_decode)
-        rc = src->jpeg_decode(data, n, src->channels, denom, region, reserve, scratch, img, img_y,
-                              img_x, message, FL_MESSAGE_BYTES);
+    if (src->libjpeg_decode)
+        rc = src->libjpeg_decode(data, n, src->channels, denom, region, reserve, scratch, img,
+                                 img_y, img_x, message, FL_MESSAGE_BYTES);
     if (rc != FL_EUNSUPPORTED) return rc;
     int dh = (h + denom - 1) / denom, dw = (w + denom - 1) / denom, c = src->channels;
     uint8_t *pixels = fl_scratch_reserve(scratch, (size_t)dh * dw * c);
@@ -309,7 +309,7 @@ static int decode_jpeg(const fl_image_source *src, const uint8_t *data, size_t n
         return FL_ENOMEM;
     }
     message[0] = '\0';
-    rc = src->decode_jpeg(src->decode_ctx, data, n, denom, c, h, w, pixels, message);
+    rc = src->fallback_decode_jpeg(src->decode_ctx, data, n, denom, c, h, w, pixels, message);
     if (rc != FL_OK) return rc;
     *img = fl_image_of(pixels, dh, dw, c, (ptrdiff_t)dw * c);
     *img_y = *img_x = 0;

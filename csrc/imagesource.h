@@ -2,7 +2,7 @@
  * pipeline reads at the scale it allows, run the fused pipeline, and write the item
  * straight into its place in the batch slot. Runs on a pool thread. JPEG (through libjpeg)
  * and QOI decode in C without the GIL; other formats (PNG, BMP, GIF, WebP, TIFF) take the
- * GIL in `decode_other`, as does a JPEG where libjpeg is not there (`decode_jpeg`). */
+ * GIL in `decode_other`, as does a JPEG where libjpeg is not there (`fallback_decode_jpeg`). */
 #ifndef FASTLOAD_IMAGESOURCE_H
 #define FASTLOAD_IMAGESOURCE_H
 
@@ -33,14 +33,14 @@ typedef struct fl_image_source fl_image_source;
 /* `channels`: what encoded images decode to (1, 3 or 4); `exact`: never at a reduced DCT
  * scale; `name`: what messages call the images (copied). Images over max_pixels (from the
  * header) and files over max_file_bytes are refused before memory is set aside for them.
- * `jpeg_decode`: libjpeg's region decoder (fl_jpeg_decode), or NULL where it could not be
- * loaded: JPEGs then decode whole through `decode_jpeg`, as do CMYK JPEGs always.
+ * `libjpeg_decode`: libjpeg's region decoder (fl_jpeg_decode), or NULL where it could not be
+ * loaded: JPEGs then decode whole through `fallback_decode_jpeg`, as do CMYK JPEGs always.
  * NULL when out of memory or for bad arguments. */
 fl_image_source *fl_image_source_create(const fl_pipeline *pipeline, int channels, int exact,
                                         const char *name, int64_t max_pixels,
-                                        int64_t max_file_bytes, fl_jpeg_decode_fn jpeg_decode,
-                                        fl_decode_fn decode_jpeg, fl_decode_other_fn decode_other,
-                                        void *decode_ctx);
+                                        int64_t max_file_bytes, fl_jpeg_decode_fn libjpeg_decode,
+                                        fl_decode_fn fallback_decode_jpeg,
+                                        fl_decode_other_fn decode_other, void *decode_ctx);
 void fl_image_source_destroy(fl_image_source *src);
 
 /* Image i is encoded bytes ptrs[i][0 .. lens[i]). */

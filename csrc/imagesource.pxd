@@ -15,8 +15,9 @@ cdef extern from "imagesource.h" nogil:
         pass
     fl_image_source *fl_image_source_create(const fl_pipeline *pipeline, int channels,
                                             int exact, const char *name, int64_t max_pixels,
-                                            int64_t max_file_bytes, fl_jpeg_decode_fn jpeg_decode,
-                                            fl_decode_fn decode_jpeg,
+                                            int64_t max_file_bytes,
+                                            fl_jpeg_decode_fn libjpeg_decode,
+                                            fl_decode_fn fallback_decode_jpeg,
                                             fl_decode_other_fn decode_other, void *decode_ctx)
     void fl_image_source_destroy(fl_image_source *src)
     void fl_image_source_buffers(fl_image_source *src, int64_t count,

@@ -62,16 +62,66 @@ size_t fl_qoi_max_size(int w, int h, int channels) {
     return FL_QOI_HEADER_SIZE + (size_t)w * (size_t)h * (size_t)(channels + 1) + FL_QOI_END_SIZE;
 }
 
-long fl_qoi_encode(const uint8_t *pixels, int w, int h, int channels, uint8_t *out, size_t cap) {
-    if (pixels == NULL || out == NULL || (channels != 3 && channels != 4) || w <= 0 || h <= 0)
-        return FL_EINVAL;
-    if (!pixels_ok(w, h)) return FL_ELIMIT;
-    if (cap < FL_QOI_HEADER_SIZE + FL_QOI_END_SIZE) return FL_ECAPACITY;
+static void write_header(uint8_t *out, int w, int h, int channels) {
     memcpy(out, "qoif", 4);
     write_be32(out + 4, (uint32_t)w);
     write_be32(out + 8, (uint32_t)h);
     out[12] = (uint8_t)channels;
     out[13] = 0;
+}
+
+/* The op that ends a run of `run` copies of `prev`. A run of one pixel that is in the
+ * index is written as an INDEX op: the same size, and what the reference encoder (qoi.h,
+ * as shipped by PyPI `qoi`) does, so our streams are byte-identical to it. */
+static inline uint8_t run_op(int run, px_t prev, const px_t *index) {
+    unsigned hprev = px_hash(prev);
+    if (run == 1 && px_eq(index[hprev], prev)) return (uint8_t)(OP_INDEX | hprev);
+    return (uint8_t)(OP_RUN | (run - 1));
+}
+
+/* Writes the op of a pixel that is not in the index into o[0..room): DIFF or LUMA for a
+ * small change from `prev` at the same alpha, else the pixel itself (RGB, RGBA). Returns
+ * the bytes written, or FL_ECAPACITY when the op does not fit. */
+static inline int put_new_px(uint8_t *o, size_t room, px_t px, px_t prev) {
+    if (px.a != prev.a) {
+        if (room < 5) return FL_ECAPACITY;
+        o[0] = OP_RGBA;
+        o[1] = px.r;
+        o[2] = px.g;
+        o[3] = px.b;
+        o[4] = px.a;
+        return 5;
+    }
+    /* Differences wrap around, as unsigned bytes do. */
+    int dr = (int8_t)(uint8_t)(px.r - prev.r);
+    int dg = (int8_t)(uint8_t)(px.g - prev.g);
+    int db = (int8_t)(uint8_t)(px.b - prev.b);
+    int dr_dg = dr - dg, db_dg = db - dg;
+    if (dr >= -2 && dr <= 1 && dg >= -2 && dg <= 1 && db >= -2 && db <= 1) {
+        if (room < 1) return FL_ECAPACITY;
+        o[0] = (uint8_t)(OP_DIFF | ((dr + 2) << 4) | ((dg + 2) << 2) | (db + 2));
+        return 1;
+    }
+    if (dg >= -32 && dg <= 31 && dr_dg >= -8 && dr_dg <= 7 && db_dg >= -8 && db_dg <= 7) {
+        if (room < 2) return FL_ECAPACITY;
+        o[0] = (uint8_t)(OP_LUMA | (dg + 32));
+        o[1] = (uint8_t)(((dr_dg + 8) << 4) | (db_dg + 8));
+        return 2;
+    }
+    if (room < 4) return FL_ECAPACITY;
+    o[0] = OP_RGB;
+    o[1] = px.r;
+    o[2] = px.g;
+    o[3] = px.b;
+    return 4;
+}
+
+long fl_qoi_encode(const uint8_t *pixels, int w, int h, int channels, uint8_t *out, size_t cap) {
+    if (pixels == NULL || out == NULL || (channels != 3 && channels != 4) || w <= 0 || h <= 0)
+        return FL_EINVAL;
+    if (!pixels_ok(w, h)) return FL_ELIMIT;
+    if (cap < FL_QOI_HEADER_SIZE + FL_QOI_END_SIZE) return FL_ECAPACITY;
+    write_header(out, w, h, channels);
 
     /* Chunks must leave room for the end marker. Invariant: p <= limit. */
     const size_t limit = cap - FL_QOI_END_SIZE;
@@ -102,15 +152,8 @@ long fl_qoi_encode(const uint8_t *pixels, int w, int h, int channels, uint8_t *o
             continue;
         }
         if (run > 0) {
-            /* A run of one pixel that is in the index is written as an INDEX op: the same
-             * size, and what the reference encoder (qoi.h, as shipped by PyPI `qoi`)
-             * does, so our streams are byte-identical to it. */
             NEED(1);
-            unsigned hprev = px_hash(prev);
-            if (run == 1 && px_eq(index[hprev], prev))
-                out[p++] = (uint8_t)(OP_INDEX | hprev);
-            else
-                out[p++] = (uint8_t)(OP_RUN | (run - 1));
+            out[p++] = run_op(run, prev, index);
             run = 0;
         }
         unsigned hp = px_hash(px);
@@ -119,35 +162,9 @@ long fl_qoi_encode(const uint8_t *pixels, int w, int h, int channels, uint8_t *o
             out[p++] = (uint8_t)(OP_INDEX | hp);
         } else {
             index[hp] = px;
-            if (px.a == prev.a) {
-                /* Differences wrap around, as unsigned bytes do. */
-                int dr = (int8_t)(uint8_t)(px.r - prev.r);
-                int dg = (int8_t)(uint8_t)(px.g - prev.g);
-                int db = (int8_t)(uint8_t)(px.b - prev.b);
-                int dr_dg = dr - dg, db_dg = db - dg;
-                if (dr >= -2 && dr <= 1 && dg >= -2 && dg <= 1 && db >= -2 && db <= 1) {
-                    NEED(1);
-                    out[p++] = (uint8_t)(OP_DIFF | ((dr + 2) << 4) | ((dg + 2) << 2) | (db + 2));
-                } else if (dg >= -32 && dg <= 31 && dr_dg >= -8 && dr_dg <= 7 && db_dg >= -8 &&
-                           db_dg <= 7) {
-                    NEED(2);
-                    out[p++] = (uint8_t)(OP_LUMA | (dg + 32));
-                    out[p++] = (uint8_t)(((dr_dg + 8) << 4) | (db_dg + 8));
-                } else {
-                    NEED(4);
-                    out[p++] = OP_RGB;
-                    out[p++] = px.r;
-                    out[p++] = px.g;
-                    out[p++] = px.b;
-                }
-            } else {
-                NEED(5);
-                out[p++] = OP_RGBA;
-                out[p++] = px.r;
-                out[p++] = px.g;
-                out[p++] = px.b;
-                out[p++] = px.a;
-            }
+            int k = put_new_px(out + p, limit - p, px, prev);
+            if (k < 0) return k;
+            p += (size_t)k;
         }
         prev = px;
     }

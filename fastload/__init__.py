@@ -9,7 +9,7 @@ from ._images.codecs import build_info
 from ._loading.arguments import module_getattr
 from .errors import LoadError
 from .imagefolder import files
-from .loader import DataLoader, eachobs, eachobs_parallel
+from .loader import DataLoader, EpochLoader, eachobs, eachobs_parallel
 from .obs import getobs, getobs_into, numobs
 from .samplers import BucketBatchSampler, WeightedSampler
 from .storage import open, write
@@ -34,6 +34,7 @@ __version__ = "0.2.0"
 __all__ = [
     "BucketBatchSampler",
     "DataLoader",
+    "EpochLoader",
     "FileStream",
     "LoadError",
     "WeightedSampler",

@@ -19,9 +19,9 @@ cdef extern from "Python.h":
     int PyBUF_READ
 
 
-cdef int _decode_jpeg(void *ctx, const uint8_t *data, size_t n, int scale_denom,
-                      int channels, int h, int w, uint8_t *out,
-                      char *message) noexcept nogil:
+cdef int _fallback_decode_jpeg(void *ctx, const uint8_t *data, size_t n, int scale_denom,
+                               int channels, int h, int w, uint8_t *out,
+                               char *message) noexcept nogil:
     """Decodes a JPEG through simplejpeg (``ctx``: the module ``fastload._images.codecs``) on
     bytes owned by C, into C memory. The GIL is held around the call only; simplejpeg
     releases it while it decodes."""
@@ -84,14 +84,14 @@ cdef object _positions(values, str what):
 
 # libjpeg's decoder lives in fastload._jpeg, the one module that links libjpeg, so that this
 # one loads without it. Set once, here, while the module is imported: read-only afterwards.
-cdef fl_jpeg_decode_fn _jpeg_decode = NULL
+cdef fl_jpeg_decode_fn _libjpeg_decode = NULL
 cdef int _jpeg_version = 0
 
 
 def _load_jpeg():
     """Takes the decoder from fastload._jpeg; returns why JPEG goes through simplejpeg
     instead, or "" when it does not."""
-    global _jpeg_decode, _jpeg_version
+    global _libjpeg_decode, _jpeg_version
     try:
         _jpeg = importlib.import_module("fastload._jpeg")
     except ModuleNotFoundError as exc:
@@ -105,7 +105,7 @@ def _load_jpeg():
         raise ImportError(
             f"{_jpeg.__file__} was built from other sources than fastload._core: rebuild both "
             "(python setup.py build_ext --inplace, or reinstall fastload)")
-    _jpeg_decode = (<fl_jpeg_decode_fn *>PyCapsule_GetPointer(capsule, FL_JPEG_CAPSULE_NAME))[0]
+    _libjpeg_decode = (<fl_jpeg_decode_fn *>PyCapsule_GetPointer(capsule, FL_JPEG_CAPSULE_NAME))[0]
     _jpeg_version = _jpeg.library_version()
     return ""
 
@@ -161,8 +161,9 @@ cdef class ImageSource:
         self.owners = [decoder]
         self.source = fl_image_source_create(pipeline.p, channels, exact,
                                              name.encode("utf-8", "replace"), max_pixels,
-                                             max_file_bytes, _jpeg_decode, _decode_jpeg,
-                                             _decode_other, <void *>decoder)
+                                             max_file_bytes, _libjpeg_decode,
+                                             _fallback_decode_jpeg, _decode_other,
+                                             <void *>decoder)
         if self.source == NULL:
             if channels not in (1, 3, 4):
                 raise ValueError(f"an image source decodes to 1, 3 or 4 channels, not {channels}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import numpy as np
@@ -31,16 +31,15 @@ from ._loading.rounds import DEFAULT_BUFFER, StreamEpochs
 from ._loading.schedule import Schedule, folded_views, schedule_of
 from ._loading.sharding import Shard, default_seed, resolve_shard
 from ._loading.state import LoaderKind, check_state, sampler_kind, state_format
-from ._loading.tree import children, head, map_tree, members, tree_leaves
+from ._loading.tree import found_under, head, map_across, map_tree, tree_leaves
 from .obs import Container, copy_into, getobs, is_batch_index, numobs
 from .samplers import BatchSampler, Sampler
 from .streams import stream_source
 from .views import collate_batch
 
-__all__ = ["DataLoader", "eachobs", "eachobs_parallel"]
+__all__ = ["DataLoader", "EpochLoader", "eachobs", "eachobs_parallel"]
 
-_Loader = TypeVar("_Loader", bound="_EpochLoader")
-_T = TypeVar("_T")
+_Loader = TypeVar("_Loader", bound="EpochLoader")
 
 
 # The two spellings of buffering, each refused where the other is the name: the loaders
@@ -80,33 +79,22 @@ class StatsReport(dict[str, float]):
         )
 
 
-def _found(data: Container, offered: Callable[[Any], _T | None]) -> list[_T]:
-    """What ``offered(data)`` gives (when not None), else what it gives for the containers
-    under ``data`` (through tuples, dicts and ``mapobs``), in order: how the loader finds
-    what a packed dataset offers (its blocks, checks, file pages) under columns and views
-    of it."""
-    found = offered(data)
-    if found is not None:
-        return [found]
-    return [v for child in children(data) for v in _found(child, offered)]
-
-
 def _block_bounds(data: Container) -> npt.NDArray[np.int64] | None:
     """Block boundaries of the packed dataset under ``data``, or None."""
-    found = _found(data, lambda d: d.block_bounds if isinstance(d, Blockwise) else None)
+    found = found_under(data, lambda d: d.block_bounds if isinstance(d, Blockwise) else None)
     return found[0] if found else None
 
 
 def _verifiers(data: Container) -> list[Callable[[npt.NDArray[np.int64]], None]]:
     """The ``verify_rows`` of the packed datasets under ``data`` opened with
     ``verify="read"``: they check a step's blocks before the loader hands it out."""
-    return _found(data, lambda d: d.verify_rows if isinstance(d, CheckedRows) else None)
+    return found_under(data, lambda d: d.verify_rows if isinstance(d, CheckedRows) else None)
 
 
 def _file_pages(data: Container) -> list[FilePages]:
     """The ``FilePages`` of the memory-mapped packed datasets under ``data``, each once."""
     found: dict[int, FilePages] = {}
-    for pages in _found(data, lambda d: d.file_pages if isinstance(d, PagedFiles) else None):
+    for pages in found_under(data, lambda d: d.file_pages if isinstance(d, PagedFiles) else None):
         found.setdefault(id(pages), pages)
     return list(found.values())
 
@@ -137,15 +125,15 @@ def _structure(tree: Any) -> Any:
 def _check_dtypes(buffer: Any, value: Any) -> None:
     """Raise ``ValueError`` where an array of ``value`` has another dtype than the array
     of ``buffer`` it goes into (member by member, by key)."""
-    if isinstance(buffer, (tuple, dict)):
-        for key, member in members(buffer):
-            _check_dtypes(member, value[key])
-        return
-    dtype = getattr(value, "dtype", None)
-    if dtype is not None and buffer.dtype != dtype:
+    map_across(_check_dtype, [buffer, value])
+
+
+def _check_dtype(pair: Sequence[Any]) -> None:
+    array, given = pair
+    dtype = getattr(given, "dtype", None)
+    if dtype is not None and array.dtype != dtype:
         raise ValueError(
-            f"buffer= has dtype {buffer.dtype} where the steps have {dtype}: "
-            f"make the buffer {dtype}"
+            f"buffer= has dtype {array.dtype} where the steps have {dtype}: make the buffer {dtype}"
         )
 
 
@@ -176,9 +164,10 @@ def _filled(target: Any, steps: Iterator[Any], batched: bool) -> Iterator[Any]:
         yield _fill(target, value, batched)
 
 
-class _EpochLoader:
-    """What ``DataLoader`` and ``eachobs`` share: epochs, order, state, and the engine,
-    made from one ``LoaderOptions`` (``batch_size=None``: each step one observation)."""
+class EpochLoader:
+    """What ``eachobs`` returns, and the base of ``DataLoader``: epochs, order, state, and
+    the engine, made from one ``LoaderOptions`` (``batch_size=None``: each step one
+    observation). Made by ``eachobs`` and ``DataLoader``, not called directly."""
 
     _stream: StreamEpochs | None  # a stream's epochs, or
     _epochs: Epochs | None  # a container's
@@ -232,7 +221,7 @@ class _EpochLoader:
             source,
             engines,
             self.batch_size,
-            shuffle=buffer,
+            shuffle_buffer=buffer,
             drop_last=self.drop_last,
             collate=self.collate,
             rank=self.rank,
@@ -448,7 +437,7 @@ class _EpochLoader:
         if self._stream is not None:
             settings["window"] = self._stream.round_size
             settings["shuffle"] = bool(self.shuffle)
-            settings["shuffle_buffer"] = self._stream.shuffle
+            settings["shuffle_buffer"] = self._stream.shuffle_buffer
         else:
             settings["shuffle"] = self.shuffle
             settings["sampler"] = sampler_kind(self.sampler)
@@ -497,7 +486,10 @@ class _EpochLoader:
         self.close()
 
 
-class DataLoader(_EpochLoader):
+_EpochLoader = EpochLoader  # the name of 0.2 and before
+
+
+class DataLoader(EpochLoader):
     """Iterates batches of ``data``, epoch after epoch.
 
     ``data`` is a container, or a stream (an iterable without a length: a generator, a
@@ -605,7 +597,7 @@ class DataLoader(_EpochLoader):
     def _of(cls, data: Container, options: LoaderOptions) -> DataLoader:
         """A loader of ``data`` with ``options`` (validated when they were made)."""
         loader = cls.__new__(cls)
-        _EpochLoader.__init__(loader, data, options)
+        EpochLoader.__init__(loader, data, options)
         return loader
 
     def __repr__(self) -> str:
@@ -637,7 +629,7 @@ def eachobs(
     backend: Backend = "thread",
     allocator: Allocator | None = None,
     **unknown: NoReturn,
-) -> _EpochLoader:
+) -> EpochLoader:
     """Iterates ``data`` (a container or a stream), epoch after epoch: one observation at a
     time, or with ``batch_size`` (or ``batch_sampler``) batches, as ``DataLoader`` with the
     same arguments does (MLUtils' ``eachobs`` takes its ``DataLoader``'s arguments). One
@@ -669,7 +661,7 @@ def eachobs(
         allocator=allocator,
     )
     if options.batch_size is None and options.batch_sampler is None:
-        return _EpochLoader(data, options.one_at_a_time())
+        return EpochLoader(data, options.one_at_a_time())
     return DataLoader._of(data, options)
 
 

@@ -24,25 +24,18 @@ import numpy.typing as npt
 
 from . import sparse, tables, tensors
 from ._loading.collate import collate
-from ._loading.tree import map_tree, members, rebuild, tree_leaves
+from ._loading.tree import map_tree as map_tree
+from ._loading.tree import members, rebuild
+from ._loading.tree import tree_leaves as tree_leaves
 from .errors import MisfitError, load_error
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
 
-__all__ = [
-    "Container",
-    "Index",
-    "copy_into",
-    "exact_dtypes",
-    "getobs",
-    "getobs_into",
-    "is_batch_index",
-    "map_tree",
-    "normalize_index",
-    "numobs",
-    "tree_leaves",
-]
+# The user's names. The helpers that other modules of fastload import from here
+# (copy_into, exact_dtypes, is_batch_index, normalize_index) are not among them; map_tree
+# and tree_leaves live in _loading/tree.py and stay importable from here as they were.
+__all__ = ["Container", "Index", "getobs", "getobs_into", "numobs"]
 
 # A container (see the module docstring) is duck-typed: any object that numobs accepts.
 Container: TypeAlias = Any

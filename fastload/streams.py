@@ -36,7 +36,7 @@ from typing import IO, Any
 
 from ._loading.arguments import module_getattr
 from ._loading.randomness import Purpose, generator
-from ._loading.tree import children, walk_views, with_children
+from ._loading.tree import children, replaced, walk_views
 from ._storage.tarshards import tar_samples
 from .obs import Container, numobs
 
@@ -280,9 +280,7 @@ def stream_source(data: Container) -> Any:
 def substitute(data: Container, source: Iterable[Any], records: Sequence[Any]) -> Any:
     """``data`` with the stream ``source`` replaced by the container ``records``: the
     views of a stream made views of one round of its records."""
-    if data is source:
-        return records
-    return with_children(data, [substitute(v, source, records) for v in children(data)])
+    return replaced(data, source, records)
 
 
 def is_one_shot(source: object) -> bool:

@@ -4,10 +4,14 @@ prefetch.
 
     >>> from fastload.torch import DataLoader   # the one-line switch from torch.utils.data
 
+or fastload's own loader, its batches as tensors, copied to the GPU ahead of the step:
+
+    >>> import fastload, torch
     >>> from fastload.torch import TorchLoader, to_device
-    >>> loader = TorchLoader(DataLoader(data, batch_size=64, parallel=True, buffer=True),
-    ...                      pin_memory=True)
-    >>> for images, labels in to_device(loader, "cuda"):
+    >>> device = "cuda" if torch.cuda.is_available() else "cpu"
+    >>> batches = fastload.DataLoader(data, batch_size=64, parallel=True, buffer=True)
+    >>> loader = TorchLoader(batches, pin_memory=device == "cuda")
+    >>> for images, labels in to_device(loader, device):
     ...     loss = model(images, labels)
 
 Tensors made from a ``buffer=True`` loader share memory with its ring: like the arrays,
@@ -26,7 +30,7 @@ import torch
 
 from ._loading.torch_loader import DataLoader
 from ._loading.tree import map_tree
-from .loader import StatsReport, _EpochLoader
+from .loader import EpochLoader, StatsReport
 
 __all__ = ["DataLoader", "TorchLoader", "to_device"]
 
@@ -58,7 +62,7 @@ def _pinned_empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
     return torch.empty(tuple(shape), dtype=torch_dtype, pin_memory=True).numpy()
 
 
-def _pin(loader: _EpochLoader) -> None:
+def _pin(loader: EpochLoader) -> None:
     """Make the ring of ``loader``'s engine page-locked, so that copies to the GPU run
     asynchronously straight from the slots."""
     global _warned_no_cuda
@@ -90,7 +94,7 @@ class TorchLoader:
     loader's.
     """
 
-    def __init__(self, loader: _EpochLoader, pin_memory: bool = False) -> None:
+    def __init__(self, loader: EpochLoader, pin_memory: bool = False) -> None:
         self.loader = loader
         self.pin_memory = bool(pin_memory)
         if self.pin_memory:
@@ -121,7 +125,7 @@ class TorchLoader:
 
 class _OnDevice:
     def __init__(
-        self, batches: TorchLoader | _EpochLoader, device: torch.device, non_blocking: bool
+        self, batches: TorchLoader | EpochLoader, device: torch.device, non_blocking: bool
     ) -> None:
         self.batches = batches
         self.device = device
@@ -174,7 +178,7 @@ class _OnDevice:
 
 
 def to_device(
-    loader: TorchLoader | _EpochLoader, device: str | torch.device, non_blocking: bool = True
+    loader: TorchLoader | EpochLoader, device: str | torch.device, non_blocking: bool = True
 ) -> _OnDevice:
     """The batches of ``loader`` (a ``TorchLoader`` or any fastload loader) as tensors on
     ``device``, through tuples, dicts and lists.

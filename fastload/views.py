@@ -29,6 +29,7 @@ from .obs import (
     numobs,
 )
 
+# The user's names; collate_batch, source_of and steps serve the loader and the storage.
 __all__ = [
     "BatchView",
     "Batched",
@@ -37,15 +38,12 @@ __all__ = [
     "ObsView",
     "SlidingWindow",
     "batchview",
-    "collate_batch",
     "joinobs",
     "mapobs",
     "obsview",
     "randobs",
     "shuffleobs",
     "slidingwindow",
-    "source_of",
-    "steps",
 ]
 
 

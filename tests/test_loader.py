@@ -313,3 +313,13 @@ def test_obsview_layers_fold_into_the_order_and_load_item_by_item(monkeypatch, b
         expected = [getobs(view, order[s : s + 5]) for s in range(0, 24, 5)]
         assert_tree_equal(got, expected)
     assert plans and all(isinstance(p, ItemPlan) and not p.has_python for p in plans)
+
+
+def test_eachobs_returns_the_public_epoch_loader_that_dataloader_extends():
+    import fastload
+    from fastload.loader import _EpochLoader
+
+    assert type(eachobs(X)) is fastload.EpochLoader
+    assert isinstance(eachobs(X, batch_size=2), fastload.EpochLoader)
+    assert issubclass(DataLoader, fastload.EpochLoader)
+    assert _EpochLoader is fastload.EpochLoader  # the name before 0.3

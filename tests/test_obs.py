@@ -316,3 +316,14 @@ def test_getobs_into_equals_getobs_and_fills_the_buffer_for_any_container_and_in
     assert type(result) is type(buffer)
     for got, buf in zip(leaves(result), leaves(buffer)):
         assert got is buf
+
+
+def test_all_lists_the_users_names_and_the_helpers_stay_importable():
+    import fastload.obs as obs
+
+    assert obs.__all__ == ["Container", "Index", "getobs", "getobs_into", "numobs"]
+    for helper in ("copy_into", "exact_dtypes", "is_batch_index", "normalize_index"):
+        assert callable(getattr(obs, helper))
+    from fastload._loading.tree import map_tree, tree_leaves
+
+    assert (obs.map_tree, obs.tree_leaves) == (map_tree, tree_leaves)

@@ -84,3 +84,20 @@ def test_chunk_sizes_is_block_sizes():
 
     with pytest.warns(DeprecationWarning, match="fastload.order.block_sizes"):
         assert fastload.order.chunk_sizes is fastload.order.block_sizes
+
+
+def test_stream_epochs_shuffle_is_its_shuffle_buffer():
+    from fastload._loading.collate import Collate
+    from fastload._loading.rounds import StreamEpochs
+
+    records = list(range(10))
+    options = dict(drop_last=False, collate=Collate.of(None), rank=0, world_size=1)
+    with pytest.warns(
+        DeprecationWarning, match=r"StreamEpochs.__init__\(shuffle=\).*shuffle_buffer="
+    ):
+        epochs = StreamEpochs(records, records, [], 2, shuffle=16, **options)
+    assert epochs.shuffle_buffer == 16
+    with pytest.warns(DeprecationWarning, match="StreamEpochs.shuffle_buffer"):
+        assert epochs.shuffle == 16
+    with pytest.raises(TypeError, match="not both"):
+        StreamEpochs(records, records, [], 2, shuffle=16, shuffle_buffer=16, **options)

@@ -1,6 +1,7 @@
 """The PyTorch integration: tensors on the ring's memory, device passthrough on CPU, the
-pin_memory paths, and the training example."""
+pin_memory paths, and the examples (the module's and the training script)."""
 
+import doctest
 import os
 import re
 import subprocess
@@ -144,6 +145,25 @@ def test_pinned_ring_and_cuda_prefetch_match_the_cpu_batches():
 
 
 @pytest.mark.slow
+def test_the_module_docstring_example_runs_on_generated_data():
+    images = np.random.default_rng(0).random((100, 3, 8, 8), dtype=np.float32)
+    data = (images, np.arange(100) % 10)
+    seen = []
+
+    def model(images, labels):
+        assert isinstance(images, torch.Tensor) and isinstance(labels, torch.Tensor)
+        seen.append(len(images))
+        return images.mean()
+
+    example = doctest.DocTestParser().get_doctest(
+        fltorch.__doc__, {"data": data, "model": model}, "fastload.torch", fltorch.__file__, 0
+    )
+    report = []
+    result = doctest.DocTestRunner().run(example, out=report.append)
+    assert result.attempted == 7 and result.failed == 0, "".join(report)
+    assert seen == [64, 36]
+
+
 def test_the_training_example_runs_and_its_loss_decreases():
     result = subprocess.run(
         [sys.executable, os.path.join(ROOT, "examples", "train_torch.py")],

@@ -14,7 +14,10 @@ from fastload._loading.tree import (
     TreeDef,
     children,
     flatten,
+    found_under,
+    map_across,
     map_tree,
+    replaced,
     unflatten,
     unwrap,
     walk_views,
@@ -128,6 +131,15 @@ def test_map_tree_goes_through_lists_only_when_asked():
     assert lists_whole == {"a": 2, "b": (30,)}
 
 
+def test_map_across_gives_f_the_leaves_at_each_place_in_the_first_trees_structure():
+    trees = [Pair(1, {"a": 2, "b": [3]}), (10, {"b": [30], "a": 20})]
+    out = map_across(
+        lambda leaves: sum(len(x) if isinstance(x, list) else x for x in leaves), trees
+    )
+    assert out == Pair(11, {"a": 22, "b": 2}) and type(out) is Pair
+    assert map_across(list, [1, 2, 3]) == [1, 2, 3]  # leaves all: f of them all
+
+
 def test_treedef_is_a_value():
     assert flatten((1, {"a": 2}))[1] == flatten((5, {"a": 6}))[1]
     assert flatten((1, {"a": 2}))[1] != flatten((1, {"b": 2}))[1]
@@ -188,6 +200,26 @@ def test_with_children_rebuilds_views_over_other_data():
     assert with_children({"a": 1}, [2]) == {"a": 2}
     with pytest.raises(ValueError, match="no containers under it"):
         with_children(np.arange(2), [1])
+
+
+def test_found_under_stops_where_offered_finds_something():
+    a, b = np.arange(4), np.arange(4) * 2
+    data = mapobs(lambda x: x, (a, {"b": b, "c": (a, b)}))
+    arrays = found_under(data, lambda node: node if isinstance(node, np.ndarray) else None)
+    assert [x is a for x in arrays] == [True, False, True, False]
+    nested = mapobs(lambda x: x, {"outer": {"inner": a}})
+    dicts = found_under(nested, lambda node: list(node) if isinstance(node, dict) else None)
+    assert dicts == [["outer"]]  # not the dict under it
+    assert found_under(obsview(data, [1]), lambda node: None) == []
+
+
+def test_replaced_puts_new_data_where_the_old_container_was():
+    a, new = np.arange(3), np.arange(3) * 10
+    view = mapobs(lambda x: x[0] + x[1]["k"], (a, {"k": a}))
+    moved = replaced(view, a, new)
+    assert getobs(moved, 2) == 40 and getobs(view, 2) == 4
+    assert replaced(a, a, new) is new
+    assert replaced((np.arange(3), 1), a, new)[1] == 1
 
 
 def test_source_of_names_the_file_under_mapobs():

@@ -382,3 +382,13 @@ def test_steps_of_whole_and_partial_batches(n, rows, drop_last, expected):
     assert Schedule(np.arange(n), rows, drop_last=drop_last).steps == expected
     if n:
         assert len(DataLoader(np.arange(n), rows, drop_last=drop_last)) == expected
+
+
+def test_all_lists_the_users_names_and_the_helpers_stay_importable():
+    import fastload
+    import fastload.views as views
+
+    functions = [name for name in views.__all__ if name[0].islower()]
+    assert all(name in fastload.__all__ for name in functions)
+    assert not {"collate_batch", "source_of", "steps"} & set(views.__all__)
+    assert all(callable(getattr(views, name)) for name in ("collate_batch", "source_of", "steps"))

@@ -83,8 +83,10 @@ def renamed_keywords(**renames: str) -> Callable[[F], F]:
             for old, new in renames.items():
                 if old in kwargs:
                     if new in kwargs:
-                        raise TypeError(f"{func.__name__}() takes {new}=, not both it and {old}=")
-                    warn_renamed(f"{func.__name__}({old}=)", f"{new}=")
+                        raise TypeError(
+                            f"{func.__qualname__}() takes {new}=, not both it and {old}="
+                        )
+                    warn_renamed(f"{func.__qualname__}({old}=)", f"{new}=")
                     kwargs[new] = kwargs.pop(old)
             return func(*args, **kwargs)
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..tensors import is_tensor
 from ..tensors import stack as stack_tensors
-from .tree import rebuild
+from .tree import map_across, rebuild
 
 __all__ = ["Collate", "CollateOption", "collate", "stack"]
 
@@ -153,11 +153,10 @@ def collate(observations: Iterable[Any]) -> Any:
 def stack(observations: Sequence[Any]) -> Any:
     """Every leaf of the observations stacked with a new leading axis, through tuples and
     dicts (``collate=True``): numpy arrays, or tensors when the leaves are tensors."""
-    first = observations[0]
-    if isinstance(first, dict):
-        return {key: stack([o[key] for o in observations]) for key in first}
-    if isinstance(first, tuple):
-        return rebuild(first, [stack([o[j] for o in observations]) for j in range(len(first))])
-    if all(is_tensor(o) for o in observations):
-        return stack_tensors(observations)
-    return np.stack([np.asarray(o) for o in observations])
+    return map_across(_stack_leaves, observations)
+
+
+def _stack_leaves(leaves: Sequence[Any]) -> Any:
+    if all(is_tensor(leaf) for leaf in leaves):
+        return stack_tensors(leaves)
+    return np.stack([np.asarray(leaf) for leaf in leaves])

@@ -36,6 +36,7 @@ import numpy as np
 
 from ..obs import Container
 from ..streams import check_ranks, is_one_shot, rank_records, substitute
+from .arguments import renamed_attribute, renamed_keywords
 from .collate import Collate
 from .randomness import Purpose, derived_seed, generator
 from .schedule import Schedule
@@ -186,10 +187,14 @@ class _SkippedFiles:
 class StreamEpochs:
     """How a loader reads a stream: the epochs of ``data`` (views of the stream
     ``source``), cut into steps of ``batch_size`` (None: single records), loaded by
-    ``engines`` (two to load a round ahead, or one). ``shuffle``: records in the shuffle
-    buffer (0: none). ``skip``: a file of a ``FileStream`` that fails is left out and counted
-    as one skipped item, as an observation that fails to load."""
+    ``engines`` (two to load a round ahead, or one). ``shuffle_buffer``: records in the
+    shuffle buffer (0: no shuffle; the old spelling ``shuffle=`` warns). ``skip``: a file
+    of a ``FileStream`` that fails is left out and counted as one skipped item, as an
+    observation that fails to load."""
 
+    shuffle = renamed_attribute("shuffle_buffer")  # the name of 0.2
+
+    @renamed_keywords(shuffle="shuffle_buffer")
     def __init__(
         self,
         data: Container,
@@ -197,7 +202,7 @@ class StreamEpochs:
         engines: list[Engine],
         batch_size: int | None,
         *,
-        shuffle: int,
+        shuffle_buffer: int,
         drop_last: bool,
         collate: Collate,
         rank: int,
@@ -207,7 +212,7 @@ class StreamEpochs:
         self.data, self.source, self.engines = data, source, engines
         self.skip = skip
         self.batch_size, self.drop_last, self.collate = batch_size, drop_last, collate
-        self.shuffle = shuffle
+        self.shuffle_buffer = shuffle_buffer
         self.rank, self.world_size = rank, world_size
         check_ranks(source, world_size)
         self.round_size = round_size(batch_size)
@@ -241,10 +246,10 @@ class StreamEpochs:
             self.world_size,
             seed,
             epoch,
-            bool(self.shuffle),
+            bool(self.shuffle_buffer),
             None if skipped is None else skipped.add,
         )
-        buffer = ShuffleBuffer(self.shuffle, seed, epoch) if self.shuffle else None
+        buffer = ShuffleBuffer(self.shuffle_buffer, seed, epoch) if self.shuffle_buffer else None
         reader = _Reader(records, self.round_size, buffer, start * rows // self.round_size)
         iteration = _StreamIteration(
             self,

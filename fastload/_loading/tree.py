@@ -1,14 +1,25 @@
-"""Nested structures: how they are taken apart and rebuilt, in one place.
+"""Nested structures: how they are taken apart, rebuilt and walked, in one place.
 
 Two kinds of nesting, each walked here and nowhere else:
 
 - an observation or a batch: tuples (namedtuples keep their type), dicts (rebuilt as
   plain dicts), and, where asked, lists, around leaves. ``flatten`` takes one apart into
-  its leaves and a ``TreeDef``; ``unflatten`` puts leaves back. The protocol, collation,
-  plans, the loader's buffers and the PyTorch integration all go through them.
+  its leaves and a ``TreeDef``; ``unflatten`` puts leaves back; ``map_across`` walks
+  several of one structure together (the observations of a batch, a buffer and what
+  goes into it). The protocol, collation, plans, the loader's buffers and the PyTorch
+  integration all go through them.
 - a container made of views: ``children`` are the members of a tuple or dict and the
   container under a view that keeps its indices (``mapobs``); the loader, streams and
-  error messages find what lies under the views with it.
+  error messages find what lies under the views (``walk_views``, ``found_under``) and
+  put other data there (``replaced``) with them.
+
+Other recursions over tuples, dicts and lists follow rules of their own at each level,
+so they are not these walks: ``collate`` (members collated only where the observations
+share a structure, else a list), ``copy_into`` (a buffer's members checked against the
+value's, lists filled in place), the drop-in's ``as_collated``, ``_pinned`` and
+``fits_ring`` (PyTorch's rules: tuples made lists, objects with ``pin_memory()``, exact
+types), the binding's ``_collect`` (the tuples and dicts themselves, and the arrays'
+bases, for a slot's watch) and ``subsets``' label keys and ``obsview``s of tuples.
 
 ``LeafKind`` names how a leaf of an observation loads; plans choose it, and the binding
 and the worker processes act on it.
@@ -19,7 +30,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "LEAF",
@@ -27,10 +38,13 @@ __all__ = [
     "TreeDef",
     "children",
     "flatten",
+    "found_under",
     "head",
+    "map_across",
     "map_tree",
     "members",
     "rebuild",
+    "replaced",
     "row",
     "tree_leaves",
     "unflatten",
@@ -38,6 +52,8 @@ __all__ = [
     "walk_views",
     "with_children",
 ]
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -160,6 +176,18 @@ def map_tree(f: Callable[[Any], Any], tree: Any, *, lists: bool = False) -> Any:
     return unflatten(treedef, [f(leaf) for leaf in leaves])
 
 
+def map_across(f: Callable[[Sequence[Any]], Any], trees: Sequence[Any]) -> Any:
+    """``f`` of the leaves at each place of ``trees`` (nested tuples and dicts, the
+    others of the first's structure: its keys and positions are read from each), in a
+    tree of the first's structure."""
+    first = trees[0]
+    if isinstance(first, dict):
+        return {key: map_across(f, [t[key] for t in trees]) for key in first}
+    if isinstance(first, tuple):
+        return rebuild(first, [map_across(f, [t[j] for t in trees]) for j in range(len(first))])
+    return f(trees)
+
+
 def tree_leaves(tree: Any) -> list[Any]:
     """The leaves of nested tuples and dicts, in order."""
     return flatten(tree)[0]
@@ -210,6 +238,23 @@ def walk_views(node: Any) -> Iterator[Any]:
     yield node
     for child in children(node):
         yield from walk_views(child)
+
+
+def found_under(node: Any, offered: Callable[[Any], _T | None]) -> list[_T]:
+    """What ``offered(node)`` gives (when not None), else what it gives for the containers
+    under ``node`` (``children``, recursively), in order."""
+    found = offered(node)
+    if found is not None:
+        return [found]
+    return [v for child in children(node) for v in found_under(child, offered)]
+
+
+def replaced(node: Any, old: Any, new: Any) -> Any:
+    """``node`` with the container ``old`` (the object itself) replaced by ``new``, where
+    it is ``node`` or under it (``children``, recursively)."""
+    if node is old:
+        return new
+    return with_children(node, [replaced(child, old, new) for child in children(node)])
 
 
 def unwrap(node: Any) -> Any:

@@ -18,6 +18,7 @@ import shutil
 import threading
 from collections.abc import Generator, Iterable, Sequence
 from contextlib import ExitStack, closing
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Literal
 
@@ -97,6 +98,53 @@ def write(
     """
     path = os.fspath(path)
     parallel = _renamed_num_threads(num_threads, parallel)
+    job = _job(path, data, fields, block_bytes, parallel, backend, on_error, metadata, source_field)
+    skipped: list[LoadError] = []
+    _remove_stale(path)
+    work = _work_dir(path)
+    try:
+        os.mkdir(work)
+        tmp = _write_work_file(job, work, progress, skipped)
+        _fsync(tmp)
+        os.replace(tmp, path)
+        _fsync(os.path.dirname(os.path.abspath(path)))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return skipped
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One write, its arguments checked: the rows, their encodings bound to the first row
+    that loads, and how the file is laid out."""
+
+    pa: ModuleType
+    data: Container
+    n: int
+    encodings: dict[str, Encoding]
+    kinds: list[str]  # of the columns, in order
+    row_bytes: int  # of the first row that loads
+    block_bytes: int
+    threads: int
+    backend: str
+    skip: bool
+    user_meta: bytes
+    source: bytes
+
+
+def _job(
+    path: str,
+    data: Container,
+    fields: dict[str, Encoding | str | np.dtype[Any]],
+    block_bytes: int,
+    parallel: bool | int,
+    backend: str,
+    on_error: str,
+    metadata: dict[str, Any] | None,
+    source_field: str | None,
+) -> _Job:
+    """``write``'s arguments checked (raising as ``write`` says) and the first row that
+    loads read."""
     encodings, threads = _check_args(path, fields, block_bytes, parallel, backend)
     source = _check_source_field(source_field, encodings)
     if on_error not in ("raise", "skip"):
@@ -109,63 +157,60 @@ def write(
     skip = on_error == "skip"
     encodings, first = _bound(data, n, encodings, skip)
     kinds = [kind for name, enc in encodings.items() for _, kind in enc.columns(name)]
-    row_bytes = _row_bytes(data, first, encodings)
-    skipped: list[LoadError] = []
-    _remove_stale(path)
-    work = _work_dir(path)
-    try:
-        os.mkdir(work)
-        tmp = os.path.join(work, "dataset.arrow")
-        with ExitStack() as stack:
-            # The first column's bytes go straight into the file (_storage/ipcfile.py), the others
-            # to spill files.
-            out = InPlaceFile(
-                tmp,
-                _header_bytes(pa, encodings, user_meta, n, row_bytes, block_bytes, source),
-                body_lead(kinds[0], n) if is_byte_kind(kinds[0]) else None,
-            )
-            stack.callback(out.close)
-            spills = _spills(stack, os.path.join(work, "column"), kinds, out)
-            slabs = stack.enter_context(
-                closing(_slabs(data, n, encodings, kinds, threads, backend, skip, row_bytes))
-            )
-            bounds = _spill_slabs(slabs, spills, block_bytes, n, progress, skipped)
-            arrays = [s.to_arrow(pa) for s in spills]
-            sums = block_checksums(pa, arrays, bounds)
-            schema = _schema(pa, encodings, user_meta, bounds, sums, source)
-            batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
-            del arrays
-            if not out.finish(pa, batch):
-                # More blocks than the header was made for: pyarrow writes the file anew.
-                tmp = os.path.join(work, "copy.arrow")
-                with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as copy:
-                    copy.write_batch(batch)
-            del batch
-        _fsync(tmp)
-        os.replace(tmp, path)
-        _fsync(os.path.dirname(os.path.abspath(path)))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return skipped
+    return _Job(
+        pa=pa,
+        data=data,
+        n=n,
+        encodings=encodings,
+        kinds=kinds,
+        row_bytes=_row_bytes(data, first, encodings),
+        block_bytes=block_bytes,
+        threads=threads,
+        backend=backend,
+        skip=skip,
+        user_meta=user_meta,
+        source=source,
+    )
 
 
-def _slabs(
-    data: Container,
-    n: int,
-    encodings: dict[str, Encoding],
-    kinds: list[str],
-    count: int,
-    backend: str,
-    skip: bool,
-    row_bytes: int,
-) -> Generator[Any, None, None]:
+def _write_work_file(job: _Job, work: str, progress: bool, skipped: list[LoadError]) -> str:
+    """Encodes every row and writes the file in the directory ``work``; returns its path
+    (the LoadErrors of skipped rows go to ``skipped``)."""
+    pa, encodings, n = job.pa, job.encodings, job.n
+    tmp = os.path.join(work, "dataset.arrow")
+    with ExitStack() as stack:
+        # The first column's bytes go straight into the file (_storage/ipcfile.py), the others
+        # to spill files.
+        out = InPlaceFile(
+            tmp,
+            _header_bytes(job),
+            body_lead(job.kinds[0], n) if is_byte_kind(job.kinds[0]) else None,
+        )
+        stack.callback(out.close)
+        spills = _spills(stack, os.path.join(work, "column"), job.kinds, out)
+        slabs = stack.enter_context(closing(_slabs(job)))
+        bounds = _spill_slabs(slabs, spills, job.block_bytes, n, progress, skipped)
+        arrays = [s.to_arrow(pa) for s in spills]
+        sums = block_checksums(pa, arrays, bounds)
+        schema = _schema(pa, encodings, job.user_meta, bounds, sums, job.source)
+        batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+        del arrays
+        if not out.finish(pa, batch):
+            # More blocks than the header was made for: pyarrow writes the file anew.
+            tmp = os.path.join(work, "copy.arrow")
+            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as copy:
+                copy.write_batch(batch)
+        del batch
+    return tmp
+
+
+def _slabs(job: _Job) -> Generator[Any, None, None]:
     """The encoded slabs of rows, in order: about 1 MiB each on threads, half a worker's
     slot in processes."""
-    if backend == "process":
-        return process_slabs(
-            data, n, encodings, kinds, count, skip, _rows_for(SLOT_BYTES // 2, row_bytes)
-        )
-    return thread_slabs(data, n, encodings, kinds, count, skip, _rows_for(1 << 20, row_bytes))
+    args = (job.data, job.n, job.encodings, job.kinds, job.threads, job.skip)
+    if job.backend == "process":
+        return process_slabs(*args, _rows_for(SLOT_BYTES // 2, job.row_bytes))
+    return thread_slabs(*args, _rows_for(1 << 20, job.row_bytes))
 
 
 def _rows_for(target: int, row_bytes: int) -> int:
@@ -189,20 +234,15 @@ def _row_bytes(data: Container, i: int, encodings: dict[str, Encoding]) -> int:
     return size
 
 
-def _header_bytes(
-    pa: ModuleType,
-    encodings: dict[str, Encoding],
-    user_meta: bytes,
-    n: int,
-    row_bytes: int,
-    block_bytes: int,
-    source: bytes,
-) -> int:
+def _header_bytes(job: _Job) -> int:
     """Bytes reserved before the body for the schema and record batch metadata: enough
     for four times the blocks that the first row's size predicts (a block has a row at
     least), rounded up to 64 KiB."""
-    blocks = min(n, 4 * (n * max(row_bytes, 1) // block_bytes + 1) + 16)
-    schema = _schema(pa, encodings, user_meta, [n] * (blocks + 1), [2**32 - 1] * blocks, source)
+    n, encodings = job.n, job.encodings
+    blocks = min(n, 4 * (n * max(job.row_bytes, 1) // job.block_bytes + 1) + 16)
+    schema = _schema(
+        job.pa, encodings, job.user_meta, [n] * (blocks + 1), [2**32 - 1] * blocks, job.source
+    )
     columns = sum(len(enc.columns(name)) for name, enc in encodings.items())
     size = 8 + schema.serialize().size + 1024 + 64 * columns
     return -(-size // (64 << 10)) * (64 << 10)
