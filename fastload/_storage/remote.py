@@ -1,0 +1,454 @@
+"""Objects in object storage (S3, GCS, HTTP, any fsspec URL) read by byte ranges: what
+reading a packed dataset at a URL block by block stands on.
+
+A ``RemoteObject`` is one object, opened once: its size and version (the ETag, else the
+modification time and size) are read at open, and every read after is checked against
+them, so that bytes of two versions of an object never mix::
+
+    read_ranges([(start, end), ...])     each range: a request, retried on its own
+      |-- several requests in flight (an async store: its event loop; else a thread pool)
+      |-- transient failure (refused or reset connection, 5xx, 429, timeout): backoff
+      |     with jitter, then again, all within one deadline (``timeout``)
+      |-- refused credentials (401, 403): LoadError at once
+      |-- shorter than asked, or another version: LoadError at once, "reopen it"
+      '-- the version checked after the reads (HTTP: with them, through If-Match)
+
+fsspec and the store's own library (s3fs, aiohttp, ...) are imported when an object is
+opened, never by ``import fastload``; nothing touches the network before that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import random
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from ..errors import LoadError
+
+T = TypeVar("T")
+
+# The suffixes of packed dataset files (fastload.storage.reader.SUFFIXES, which sits in a
+# layer above this one).
+SUFFIXES = (".arrow", ".arrows", ".feather", ".ipc")
+
+# Requests in flight at once per ``read_ranges`` call.
+MAX_CONCURRENCY = 8
+
+# Backoff between tries, in seconds: the first delay, doubled each try up to the cap, each
+# delay drawn uniformly below that bound (full jitter), so that many clients that failed
+# together do not come back together.
+BACKOFF_FIRST_S = 0.05
+BACKOFF_CAP_S = 2.0
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+
+# Exception classes of the stores' libraries that mean "the connection failed, try again",
+# by name, so that none of these libraries is imported to test for them (aiohttp's, then
+# botocore's).
+_TRANSIENT_NAMES = frozenset(
+    {
+        "ClientConnectionError",
+        "ClientPayloadError",
+        "ServerTimeoutError",
+        "HTTPClientError",
+        "ConnectionClosedError",
+        "EndpointConnectionError",
+        "ReadTimeoutError",
+        "ConnectTimeoutError",
+    }
+)
+
+
+def is_url(path: object) -> bool:
+    """True for a URL of a store (``s3://bucket/key``, ``https://host/file``, ``gs://...``,
+    any ``scheme://``), False for a local path. ``file://`` URLs count as local: a file on
+    this machine is mapped, not fetched by ranges."""
+    return (
+        isinstance(path, str) and bool(_URL.match(path)) and not path.lower().startswith("file://")
+    )
+
+
+class _Changed(Exception):
+    """The object is not the one opened (shorter, another version, gone): not retried."""
+
+
+class RemoteObject:
+    """One object at ``url`` in a store that fsspec can open
+    (``fsspec.core.url_to_fs(url, **storage_options)``), read by byte ranges.
+
+    ``size`` (bytes) and ``version`` (the ETag, else the modification time and size) are
+    read once, here. ``timeout`` (seconds) bounds each call, its retries included: the
+    open, and each ``read_ranges``. Raises FileNotFoundError naming the URL when there is
+    no such object, LoadError when the store cannot be reached within ``timeout`` or
+    refuses the credentials.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        timeout: float = 60.0,
+        _fs: Any = None,
+        _info: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        self.url = url
+        self.timeout = float(timeout)
+        self._random = random.Random()
+        if _fs is None:
+            from fsspec.core import url_to_fs
+
+            _fs, self._path = url_to_fs(url, **dict(storage_options or {}))
+        else:
+            self._path = _fs._strip_protocol(url)
+        self._fs = _fs
+        self._async = bool(getattr(_fs, "async_impl", False))
+        self._http = type(_fs).__name__ == "HTTPFileSystem"
+        info = _info if _info is not None else self._stat(time.monotonic() + self.timeout)
+        if info.get("type", "file") != "file" or info.get("size") is None:
+            raise FileNotFoundError(f"{url!r} is not an object of known size (a directory?)")
+        self.size = int(info["size"])
+        self.etag: str | None = _etag(info)
+        self.version = self.etag or f"{_mtime(info)}/{self.size}"
+
+    def __repr__(self) -> str:
+        return f"RemoteObject({self.url!r}, size={self.size}, version={self.version!r})"
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """The bytes of each ``(start, end)`` range (end excluded), in order, fetched with
+        up to MAX_CONCURRENCY requests in flight. Each result has exactly ``end - start``
+        bytes.
+
+        Raises ValueError for a range outside ``[0, size]``; LoadError naming the URL and
+        the byte range when a read fails for good (after retries within ``timeout``
+        seconds for transient failures, at once for refused credentials) or when the
+        object changed since it was opened.
+        """
+        ranges = [(int(start), int(end)) for start, end in ranges]
+        for start, end in ranges:
+            if not 0 <= start <= end <= self.size:
+                raise ValueError(
+                    f"byte range {start}-{end} is outside {self.url!r} ({self.size} bytes)"
+                )
+        wanted = [(s, e) for s, e in ranges if e > s]  # stores differ on empty ranges
+        if not wanted:
+            return [b"" for _ in ranges]
+        deadline = time.monotonic() + self.timeout
+        if self._async:
+            from fsspec.asyn import sync
+
+            # sync()'s own timeout only backs up _gather's deadline, which cancels the
+            # requests on the loop (a request abandoned by sync() would run on).
+            chunks = sync(self._fs.loop, self._gather, wanted, deadline, timeout=self.timeout + 5)
+        else:
+            chunks = self._pool(wanted, deadline)
+        if not self._conditional():
+            self._check_version(deadline, wanted)
+        fetched = iter(chunks)
+        return [next(fetched) if e > s else b"" for s, e in ranges]
+
+    # -- reading -------------------------------------------------------------------------
+
+    async def _gather(self, ranges: list[tuple[int, int]], deadline: float) -> list[bytes]:
+        """The ranges' bytes; the first failure cancels the requests still running."""
+        gate = asyncio.Semaphore(MAX_CONCURRENCY)
+
+        async def one(start: int, end: int) -> bytes:
+            async with gate:
+                fetch = lambda: self._fetch_async(start, end)
+                return await self._retry_async(fetch, deadline, (start, end))
+
+        tasks = [asyncio.ensure_future(one(s, e)) for s, e in ranges]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            failed = [t for t in tasks if t.done() and not t.cancelled() and t.exception()]
+        finally:
+            for task in tasks:
+                task.cancel()
+            # The cancelled requests close their connections before the call returns.
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if failed:
+            failed[0].result()  # raises its exception
+        return [t.result() for t in tasks]
+
+    async def _fetch_async(self, start: int, end: int) -> bytes:
+        kwargs: dict[str, Any] = {}
+        if self._conditional():
+            headers = dict(getattr(self._fs, "kwargs", {}).get("headers") or {})
+            headers["If-Match"] = self.etag
+            kwargs["headers"] = headers
+        data = await self._fs._cat_file(self._path, start=start, end=end, **kwargs)
+        return _exact(bytes(data), start, end)
+
+    def _pool(self, ranges: list[tuple[int, int]], deadline: float) -> list[bytes]:
+        def one(start: int, end: int) -> bytes:
+            fetch = lambda: _exact(
+                bytes(self._fs.cat_file(self._path, start=start, end=end)), start, end
+            )
+            return self._retry_sync(fetch, deadline, (start, end))
+
+        workers = min(MAX_CONCURRENCY, len(ranges))
+        pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="fastload-fetch")
+        try:
+            futures = [pool.submit(one, s, e) for s, e in ranges]
+            left = max(0.0, deadline - time.monotonic())
+            concurrent.futures.wait(futures, left, concurrent.futures.FIRST_EXCEPTION)
+            for future in futures:  # the first failure, in the order of the ranges
+                if future.done() and future.exception() is not None:
+                    future.result()
+            if not all(f.done() for f in futures):
+                start, end = ranges[next(k for k, f in enumerate(futures) if not f.done())]
+                raise self._error((start, end), f"no answer within {self.timeout:g} s")
+            return [f.result() for f in futures]
+        finally:
+            # A call stuck in the store's library cannot be interrupted: its thread ends
+            # when that call returns, and its result is dropped.
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- retries -------------------------------------------------------------------------
+
+    async def _retry_async(
+        self, fetch: Callable[[], Awaitable[T]], deadline: float, where: tuple[int, int] | None
+    ) -> T:
+        attempt = 0
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                if left <= 0:
+                    raise TimeoutError(f"no answer within {self.timeout:g} s")
+                try:
+                    return await asyncio.wait_for(fetch(), left)
+                except asyncio.TimeoutError:
+                    raise TimeoutError(f"no answer within {self.timeout:g} s") from None
+            except Exception as error:
+                delay = self._next_delay(error, attempt, deadline, where)
+            await asyncio.sleep(delay)
+            attempt += 1
+
+    def _retry_sync(
+        self, fetch: Callable[[], T], deadline: float, where: tuple[int, int] | None
+    ) -> T:
+        attempt = 0
+        while True:
+            try:
+                if deadline - time.monotonic() <= 0:
+                    raise TimeoutError(f"no answer within {self.timeout:g} s")
+                return fetch()
+            except Exception as error:
+                delay = self._next_delay(error, attempt, deadline, where)
+            time.sleep(delay)
+            attempt += 1
+
+    def _next_delay(
+        self, error: Exception, attempt: int, deadline: float, where: tuple[int, int] | None
+    ) -> float:
+        """The pause before trying again after ``error``, or the error to raise: a
+        LoadError (FileNotFoundError for a missing object at open)."""
+        status = _status(error)
+        if isinstance(error, _Changed):
+            raise self._error(
+                where, f"{error}: the object changed since it was opened, reopen it"
+            ) from error
+        if status in (401, 403) or _any(error, PermissionError):
+            raise self._error(where, f"access refused: {_describe(error)}") from error
+        if status in (412, 416):
+            raise self._error(
+                where, f"the object changed since it was opened, reopen it ({_describe(error)})"
+            ) from error
+        if isinstance(error, FileNotFoundError) and status in (None, 404, 410):
+            if where is None:
+                raise FileNotFoundError(f"no such object: {self.url!r}") from error
+            raise self._error(where, "the object is gone since it was opened: reopen it") from error
+        if not _transient(error, status):
+            raise self._error(where, _describe(error)) from error
+        delay = self._random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2**attempt))
+        if time.monotonic() + delay >= deadline:
+            raise self._error(
+                where,
+                f"gave up after {attempt + 1} attempt(s) in {self.timeout:g} s: {_describe(error)}",
+            ) from error
+        return delay
+
+    def _error(self, where: tuple[int, int] | None, message: str) -> LoadError:
+        what = "opening" if where is None else f"reading bytes {where[0]}-{where[1]} of"
+        return LoadError(f"{what} {self.url!r}: {message}", source=self.url)
+
+    # -- the version ---------------------------------------------------------------------
+
+    def _conditional(self) -> bool:
+        """True when each read asks the store for the opened version (HTTP's If-Match):
+        then no check after the reads is needed."""
+        return self._http and self.etag is not None
+
+    def _stat(self, deadline: float, where: tuple[int, int] | None = None) -> Mapping[str, Any]:
+        """The store's description of the object (a fresh one, not a cached listing)."""
+        self._fs.invalidate_cache(self._path)
+        if self._async:
+            from fsspec.asyn import sync
+
+            async def stat() -> Mapping[str, Any]:
+                info: Mapping[str, Any] = await self._retry_async(
+                    lambda: self._fs._info(self._path), deadline, where
+                )
+                return info
+
+            result: Mapping[str, Any] = sync(self._fs.loop, stat, timeout=self.timeout + 5)
+            return result
+        return self._retry_sync(lambda: self._fs.info(self._path), deadline, where)
+
+    def _check_version(self, deadline: float, ranges: list[tuple[int, int]]) -> None:
+        where = (min(s for s, _ in ranges), max(e for _, e in ranges))
+        info = self._stat(deadline, where)
+        size, etag = info.get("size"), _etag(info)
+        version = etag or f"{_mtime(info)}/{size}"
+        if size != self.size or version != self.version:
+            raise self._error(
+                where,
+                f"the object changed since it was opened, reopen it (version {self.version!r}, "
+                f"{self.size} bytes; now {version!r}, {size} bytes)",
+            )
+
+
+def resolve_urls(
+    url: str, storage_options: Mapping[str, Any] | None = None, *, timeout: float = 60.0
+) -> list[RemoteObject]:
+    """The objects ``url`` names, opened: itself; the dataset files of a "directory"
+    prefix (names ending in .arrow, .arrows, .feather or .ipc, not starting with a dot,
+    sorted by name); or a glob's matches (``s3://bucket/train-*.arrow``), sorted. A URL
+    ending in "/" is a directory. Raises FileNotFoundError naming the URL when there are
+    none.
+    """
+    from fsspec.core import url_to_fs
+
+    fs, path = url_to_fs(url, **dict(storage_options or {}))
+    protocol = url.split("://", 1)[0]
+    if any(c in path for c in "*?["):
+        found = fs.glob(path, detail=True)
+        infos = [
+            found[name]
+            for name in sorted(found)
+            if found[name].get("type") == "file" and not _base(name).startswith(".")
+        ]
+        if not infos:
+            raise FileNotFoundError(f"no objects match {url!r}")
+    else:
+        info = None if url.endswith("/") else _info_or_none(fs, path)
+        if info is not None and info.get("type", "file") == "file":
+            return [RemoteObject(url, timeout=timeout, _fs=fs, _info=info)]
+        listing = _listing_or_none(fs, path)
+        if listing is None:
+            raise FileNotFoundError(f"no such object or directory: {url!r}")
+        infos = sorted(
+            (i for i in listing if i.get("type") == "file" and _is_dataset_file(i["name"])),
+            key=lambda i: str(i["name"]),
+        )
+        if not infos:
+            raise FileNotFoundError(f"no dataset files ({', '.join(SUFFIXES)}) under {url!r}")
+    return [
+        RemoteObject(
+            _unstrip(protocol, i["name"]),
+            timeout=timeout,
+            _fs=fs,
+            _info=i if i.get("size") is not None else None,  # HTTP lists no sizes
+        )
+        for i in infos
+    ]
+
+
+def _info_or_none(fs: Any, path: str) -> Mapping[str, Any] | None:
+    try:
+        info: Mapping[str, Any] = fs.info(path)
+    except FileNotFoundError:
+        return None
+    return info
+
+
+def _listing_or_none(fs: Any, path: str) -> list[Mapping[str, Any]] | None:
+    try:
+        listing: list[Mapping[str, Any]] = fs.ls(path, detail=True)
+    except FileNotFoundError:
+        return None
+    return listing
+
+
+def _base(name: str) -> str:
+    return name.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _is_dataset_file(name: str) -> bool:
+    return _base(name).endswith(SUFFIXES) and not _base(name).startswith(".")
+
+
+def _unstrip(protocol: str, name: str) -> str:
+    """The URL of ``name`` as ``fs`` lists it (HTTP lists full URLs, s3fs bucket/key)."""
+    return name if is_url(name) else f"{protocol}://{name}"
+
+
+def _exact(data: bytes, start: int, end: int) -> bytes:
+    if len(data) != end - start:
+        raise _Changed(f"{len(data)} bytes came back for a range of {end - start}")
+    return data
+
+
+def _etag(info: Mapping[str, Any]) -> str | None:
+    for key in ("ETag", "etag", "Etag"):
+        if info.get(key):
+            return str(info[key])
+    return None
+
+
+def _mtime(info: Mapping[str, Any]) -> str:
+    for key in ("LastModified", "Last-Modified", "last_modified", "mtime", "updated", "created"):
+        if info.get(key) is not None:
+            return str(info[key])
+    return "?"
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """``error`` and the exceptions it was raised from or during, nearest first."""
+    seen: list[BaseException] = []
+    e: BaseException | None = error
+    while e is not None and e not in seen:
+        seen.append(e)
+        e = e.__cause__ or e.__context__
+    return seen
+
+
+def _any(error: BaseException, kind: type[BaseException]) -> bool:
+    return any(isinstance(e, kind) for e in _chain(error))
+
+
+def _status(error: BaseException) -> int | None:
+    """The HTTP status of the store's answer in ``error``'s chain, if it has one (aiohttp
+    keeps it as ``status``, botocore in ``response``)."""
+    for e in _chain(error):
+        status = getattr(e, "status", None)
+        if isinstance(status, int):
+            return status
+        response = getattr(e, "response", None)
+        if isinstance(response, dict):
+            code = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if isinstance(code, int):
+                return code
+    return None
+
+
+def _transient(error: BaseException, status: int | None) -> bool:
+    if status is not None:
+        return status >= 500 or status in (408, 429)
+    for e in _chain(error):
+        if isinstance(e, (ConnectionError, TimeoutError, asyncio.TimeoutError)):
+            return True
+        if any(c.__name__ in _TRANSIENT_NAMES for c in type(e).__mro__):
+            return True
+    return False
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
