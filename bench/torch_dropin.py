@@ -6,7 +6,7 @@ uint8), two workers, medians of interleaved epochs (``common.compare``):
    RandomResizedCrop(224), RandomHorizontalFlip()]), folder.images), folder.labels))``:
    ``fastload.torch.DataLoader(data, batch_size, shuffle=True, num_workers=2)`` (the
    native path) against ``fastload.DataLoader(data, batch_size, shuffle=True,
-   parallel=2)``; the aim is at least 0.9x;
+   parallel=2)``, with and without ``buffer=True``: the main loader at least as fast;
 2. over a PyTorch-style dataset (PIL open, convert, crop, resize and flip in
    ``__getitem__``, as ``jpeg.py`` writes it): ``fastload.torch.DataLoader(ds,
    batch_size, shuffle=True, num_workers=2, persistent_workers=True)`` (fastload's worker
@@ -50,6 +50,7 @@ from fastload.transforms import Compose
 PAGE = 4096
 WORKERS = 2
 NATIVE, ENGINE = "fastload.torch.DataLoader", "fastload.DataLoader"
+ENGINE_BUFFERED = "fastload.DataLoader buffer=True"
 DROPIN, TORCH = "fastload.torch.DataLoader (process-ring)", "torch DataLoader"
 
 
@@ -146,8 +147,11 @@ def make(name, root, batch):
         return fastload.torch.DataLoader(
             container(root), batch_size=batch, shuffle=True, num_workers=WORKERS
         )
-    if name == ENGINE:
-        return fastload.DataLoader(container(root), batch, shuffle=True, parallel=WORKERS)
+    if name in (ENGINE, ENGINE_BUFFERED):
+        buffer = name == ENGINE_BUFFERED
+        return fastload.DataLoader(
+            container(root), batch, shuffle=True, parallel=WORKERS, buffer=buffer
+        )
     make_loader = fastload.torch.DataLoader if name == DROPIN else tud.DataLoader
     return make_loader(
         PILFolder(root),
@@ -206,10 +210,13 @@ def main():
     native = make(NATIVE, root, args.batch)
     print(f"{args.n} JPEGs, batch {args.batch}, {WORKERS} workers; path: {native.path}")
     print("1. a fastload container (the drop-in on the native path)")
-    engine = make(ENGINE, root, args.batch)
-    compare(
-        {NATIVE: (epoch(native), args.n), ENGINE: (epoch(engine), args.n)}, args.repeats, ENGINE
-    )
+    engine, buffered = make(ENGINE, root, args.batch), make(ENGINE_BUFFERED, root, args.batch)
+    candidates = {
+        NATIVE: (epoch(native), args.n),
+        ENGINE: (epoch(engine), args.n),
+        ENGINE_BUFFERED: (epoch(buffered), args.n),
+    }
+    compare(candidates, args.repeats, NATIVE)
     print("2. a PyTorch-style dataset (PIL in __getitem__)")
     dropin, torch_loader = make(DROPIN, root, args.batch), make(TORCH, root, args.batch)
     print(f"  path: {dropin.path}")

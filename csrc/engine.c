@@ -11,13 +11,6 @@
 
 /* Steps one claim may span (claims of small steps take several at once). */
 #define MAX_CLAIM_STEPS 64
-/* Adapting: steps delivered before the window opens (the pool starts, the first steps are
- * loaded ahead), and the window: at least PROBE_STEPS steps and PROBE_NS of the caller's
- * time in fl_run_next, or PROBE_MAX_STEPS steps. */
-#define PROBE_SKIP 8
-#define PROBE_STEPS 16
-#define PROBE_NS 2000000LL
-#define PROBE_MAX_STEPS 4096
 
 typedef struct {
     int64_t first, last; /* items [first, last) of the schedule */
@@ -44,12 +37,6 @@ static void scratch_free(fl_scratch *scratch) {
 }
 
 static int orphaned(const fl_run *r) { return r->generation != fl_pool_generation(); }
-
-static int64_t now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
 
 int fl_run_cancelled(const fl_run *r) {
     if (__atomic_load_n(&r->cancel, __ATOMIC_ACQUIRE)) return 1;
@@ -347,16 +334,9 @@ static void task(void *arg) {
     claim c;
     pthread_mutex_lock(&r->lock);
     while (take_claim(r, &c, 1)) {
-        int measure = r->probe == 1;
         pthread_mutex_unlock(&r->lock);
-        int64_t start = measure ? now_ns() : 0;
         run_claim(r, &c, scratch);
-        int64_t spent = measure ? now_ns() - start : 0;
         pthread_mutex_lock(&r->lock);
-        if (measure && r->probe == 1) {
-            r->work_ns += spent;
-            r->work_items += c.last - c.first;
-        }
         finish_claim(r, &c);
     }
     if (--r->tasks == 0) pthread_cond_broadcast(&r->idle);
@@ -449,30 +429,6 @@ static int next_inline(fl_run *r, int release) {
     }
 }
 
-/* After a delivery: open the adapting window, count the delivered step in it, and decide
- * at its end whether the caller's thread loads the rest (`spent`: the caller's time in
- * this fl_run_next). Under the lock. */
-static void adapt(fl_run *r, int64_t items, int64_t spent) {
-    if (r->probe == 0) {
-        if (r->delivered < PROBE_SKIP) return;
-        r->probe = 1;
-        r->probe_from = r->delivered;
-        r->work_ns = r->work_items = r->next_ns = r->next_items = 0;
-        return;
-    }
-    if (r->probe != 1) return;
-    r->next_ns += spent;
-    r->next_items += items;
-    int64_t steps = r->delivered - r->probe_from;
-    if (steps < PROBE_MAX_STEPS && (steps < PROBE_STEPS || r->next_ns < PROBE_NS)) return;
-    r->probe = 2;
-    /* Loading an item in the caller's thread costs about what it cost a pool thread (the
-     * same code, and no second thread contending for memory). */
-    if (r->work_items > 0 && r->next_items > 0 &&
-        (double)r->work_ns / (double)r->work_items < (double)r->next_ns / (double)r->next_items)
-        __atomic_store_n(&r->inline_now, 1, __ATOMIC_RELAXED);
-}
-
 /* The caller's thread claims and loads the next items itself. Returns 1 when it loaded
  * some, 0 when nothing is left to claim. Under the lock (released while loading). */
 static int load_inline(fl_run *r) {
@@ -491,17 +447,13 @@ int fl_run_next(fl_run *r, int release, double timeout_s) {
     struct timespec until;
     int s = -1, timed = 0;
     pthread_mutex_lock(&r->lock);
-    int64_t start = r->adaptive && r->probe < 2 ? now_ns() : 0;
     release_slot(r, release);
     for (;;) {
         if (fl_run_cancelled(r)) {
             s = FL_ECANCELLED;
             break;
         }
-        if ((s = ready_slot(r)) >= 0) {
-            if (start) adapt(r, r->slots[s].rows, now_ns() - start);
-            break;
-        }
+        if ((s = ready_slot(r)) >= 0) break;
         if (r->delivered == r->end_step - r->first_step) {
             s = FL_DONE;
             break;
@@ -532,18 +484,12 @@ int fl_run_next(fl_run *r, int release, double timeout_s) {
     return s;
 }
 
-void fl_run_adapt(fl_run *r) {
+void fl_run_go_inline(fl_run *r, int on) {
     if (r->parallel == 0 || orphaned(r)) return;
     pthread_mutex_lock(&r->lock);
-    r->adaptive = 1;
-    pthread_mutex_unlock(&r->lock);
-}
-
-void fl_run_go_inline(fl_run *r) {
-    if (r->parallel == 0 || orphaned(r)) return;
-    pthread_mutex_lock(&r->lock);
-    __atomic_store_n(&r->inline_now, 1, __ATOMIC_RELAXED);
-    r->probe = 2;
+    __atomic_store_n(&r->inline_now, on != 0, __ATOMIC_RELAXED);
+    /* Back on the pool: tasks start for what can be claimed (the next fl_run_next would). */
+    if (!on && !fl_run_cancelled(r)) start_tasks(r);
     pthread_mutex_unlock(&r->lock);
 }
 

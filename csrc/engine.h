@@ -164,17 +164,9 @@ typedef struct fl_run {
     int64_t delivered;
     int tasks;
     int waiting; /* the consumer waits on `ready` */
-    /* Adapting (fl_run_adapt): after PROBE_SKIP steps the run measures, over a window,
-     * the pool's time per item in claims and the caller's time per item in fl_run_next;
-     * when a pool thread's work per item costs less than the caller pays per item to
-     * receive it, the caller's thread loads the rest of the run itself (`inline_now`)
-     * and the tasks claim nothing more. Under `lock` (`inline_now` is also read without
-     * it, atomically: fl_run_is_inline). */
-    int adaptive;
-    int probe; /* 0: before the window, 1: measuring, 2: decided */
+    /* The caller's thread loads the steps now, the tasks claim nothing more
+     * (fl_run_go_inline). Written under `lock`, read also without it, atomically. */
     int inline_now;
-    int64_t probe_from; /* `delivered` when the window opened */
-    int64_t work_ns, work_items, next_ns, next_items;
 } fl_run;
 
 /* A run of steps [first_step, end_step) of `order` (end_item items in all) into `nslots`
@@ -195,18 +187,13 @@ fl_run *fl_run_create(const int64_t *order, const int64_t *bounds, int64_t end_i
  * start. Call without the GIL unless the run is inline with no Python field. */
 int fl_run_next(fl_run *run, int release, double timeout_s);
 
-/* Let a parallel run load in the caller's thread once it measured that this is cheaper
- * (see `adaptive` in fl_run). Call before the first fl_run_next; only for runs whose
- * fields run no Python code. Does nothing inline. */
-void fl_run_adapt(fl_run *run);
+/* `on`: from the next fl_run_next on, the caller's thread loads the run's remaining steps
+ * itself, and the pool's tasks claim nothing more (what they claimed they finish); not
+ * `on`: back to the pool's tasks. Any time, from the caller's thread; does nothing inline.
+ * What a caller that measured which of the two costs it less uses. */
+void fl_run_go_inline(fl_run *run, int on);
 
-/* From the next fl_run_next on, the caller's thread loads the run's remaining steps and
- * the pool's tasks claim nothing more (what they claimed they finish). Does nothing
- * inline. What adapting does once it measured; callable any time. */
-void fl_run_go_inline(fl_run *run);
-
-/* Whether the caller's thread loads the run now (inline, or since fl_run_go_inline or
- * adapting decided so); once true it stays true. Lock-free: any thread, any time. */
+/* Whether the caller's thread loads the run now (inline, or fl_run_go_inline). Lock-free. */
 int fl_run_is_inline(const fl_run *run);
 
 /* Start loading on the pool now, without waiting (the first fl_run_next starts it

@@ -318,6 +318,29 @@ cdef cnp.ndarray _steps_array(value, str message):
 
 
 cdef double _WAIT_S = 0.1      # longest wait between two checks for Ctrl-C
+# Adapting (start_run's adaptive): the caller's time in next() per step is measured over
+# a window of steps loaded by the pool, one loaded in the caller's thread, and one more of
+# the pool (what else runs at an epoch's start, such as the next epoch's order being
+# drawn, slows the first), each after the steps loaded ahead before it; the run goes on in
+# the caller's thread when that took less than _ADAPT_MARGIN times the pool's better
+# window. A window is _ADAPT_BLOCKS blocks of at least _ADAPT_STEPS steps and _ADAPT_S
+# seconds each (or _ADAPT_MAX_STEPS steps), and counts the median of their means per step:
+# a stall of the process (another thread holding the GIL, the scheduler) moves one block.
+cdef int _ADAPT_SKIP = 8
+cdef int _ADAPT_BLOCKS = 8
+cdef int _ADAPT_STEPS = 4
+cdef int _ADAPT_MAX_STEPS = 128
+cdef double _ADAPT_S = 0.0003
+cdef double _ADAPT_MARGIN = 1.0
+# Phases of adapting, in order.
+cdef enum:
+    ADAPT_OFF = 0           # not adapting, or decided
+    ADAPT_SKIP_POOL = 1     # steps before the pool's window: not measured
+    ADAPT_POOL = 2          # measuring the pool
+    ADAPT_SKIP_INLINE = 3   # steps the pool loaded ahead, delivered first: not measured
+    ADAPT_INLINE = 4        # measuring the caller's thread
+    ADAPT_SKIP_POOL2 = 5    # the pool starting again: not measured
+    ADAPT_POOL2 = 6         # measuring the pool again
 cdef object _END = object()
 cdef object _EMPTY = object()   # a step none of whose observations loaded
 
@@ -327,6 +350,33 @@ _STOPPED = {
                 "the child; start a new one there",
     FL_ETHREADS: "could not start the native thread pool",
 }
+
+
+cdef double _median(double *values, int n) noexcept:
+    """The median of ``values[:n]`` (sorted in place)."""
+    cdef int i, j
+    cdef double v
+    for i in range(1, n):
+        v, j = values[i], i - 1
+        while j >= 0 and values[j] > v:
+            values[j + 1] = values[j]
+            j -= 1
+        values[j + 1] = v
+    return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+
+
+def _check_run(nfields, first_step, end_step, parallel, claim_size, adaptive, filler):
+    """Raise ValueError for arguments of ``Iteration.start_run`` that make no run."""
+    if nfields < 1:
+        raise ValueError("a run loads at least one field")
+    if first_step < 0 or end_step < 0:
+        raise ValueError(f"steps [{first_step}, {end_step}) of a schedule: they count from 0")
+    if parallel < 0:
+        raise ValueError(f"parallel is a number of pool threads (0: inline), not {parallel}")
+    if claim_size < 1:
+        raise ValueError(f"a claim takes at least one item, not {claim_size}")
+    if adaptive and filler is not None:
+        raise ValueError("adaptive=True needs fields that run no Python code (no filler)")
 
 
 cdef class Iteration:
@@ -372,6 +422,14 @@ cdef class Iteration:
     cdef object filler, on_end, check, watched, copier
     cdef bint buffer, release_gil, count_values, busy
     cdef bint adaptive  # a native run that may go inline (start_run's adaptive)
+    cdef int adapt_phase, adapt_left, adapt_steps  # ADAPT_*; steps to skip, measured
+    cdef int adapt_ring  # the ring's slots: steps loaded ahead at most
+    cdef double adapt_s, pool_s, inline_s  # time in next() in the block; per step
+    cdef int adapt_block  # the block of the window being measured
+    cdef double adapt_means[8]  # the window's blocks' means per step (_ADAPT_BLOCKS)
+    # Called with True (the caller's thread loads the rest) or False (the pool does) once
+    # an adaptive run decided.
+    cdef public object on_adapted
     cdef readonly bint done
     cdef bint warned
     cdef int held, previous
@@ -427,25 +485,19 @@ cdef class Iteration:
         them, each step 1 to ``rows`` items). In the caller's thread when ``parallel`` is
         0, else on up to ``parallel`` pool threads claiming ``claim_size`` (at least 1)
         items at a time. ``filler(slot, field, pos, index)`` loads an item of a Python field
-        (with the GIL). ``adaptive`` (parallel, no ``filler``): once the first steps show that
-        a pool thread's work per item costs less than handing it over, the caller's thread
-        loads the rest (``go_inline``). The run loads from its own copy of the part of ``order`` and
-        ``bounds`` those steps use: changing them afterwards changes nothing. Raises
-        TypeError for an order or bounds of another kind, ValueError for bounds that do not
-        fit and for a negative step, ``parallel`` or a ``claim_size`` below 1."""
+        (with the GIL). ``adaptive`` (parallel, no ``filler``): the time the caller spends
+        in ``next()`` is measured over some steps loaded by the pool, then over some loaded
+        in the caller's thread (``go_inline``) and by the pool again; the run goes on the way
+        that took less, and calls ``on_adapted(inline)`` when it decided. The run loads
+        from its own copy of the part of ``order`` and ``bounds`` those steps use: changing
+        them afterwards changes nothing. Raises TypeError for an order or bounds of another
+        kind, ValueError for bounds that do not fit, for a negative step, ``parallel`` or a
+        ``claim_size`` below 1, and for
+        ``adaptive`` with a ``filler``."""
         if self.run != NULL or self.transport is not None:
             raise RuntimeError("this iteration was started already")
         order = _steps_array(order, "a schedule's order must be a 1-D C-contiguous int64 array")
-        if fields.nfields < 1:
-            raise ValueError("a run loads at least one field")
-        if first_step < 0 or end_step < 0:
-            raise ValueError(f"steps [{first_step}, {end_step}) of a schedule: they count from 0")
-        if parallel < 0:
-            raise ValueError(f"parallel is a number of pool threads (0: inline), not {parallel}")
-        if claim_size < 1:
-            raise ValueError(f"a claim takes at least one item, not {claim_size}")
-        if adaptive and filler is not None:
-            raise ValueError("adaptive=True needs fields that run no Python code (no filler)")
+        _check_run(fields.nfields, first_step, end_step, parallel, claim_size, adaptive, filler)
         # The steps to load, from C's step 0 on: first_item and end_item delimit the part of
         # the order they use. Python integers: rows may be any positive int64.
         cdef object rows = self.rows
@@ -492,9 +544,10 @@ cdef class Iteration:
                                      skip_errors, <void *>self)
         finally:
             free(dst)
-        if self.run != NULL and adaptive:
-            fl_run_adapt(self.run)
+        if self.run != NULL and adaptive and parallel > 0:
             self.adaptive = True
+            self.adapt_phase, self.adapt_ring = ADAPT_SKIP_POOL, nslots
+            self.adapt_left = nslots + _ADAPT_SKIP
         if self.run == NULL:
             if bounds is not None:
                 raise ValueError(f"the schedule's bounds must cut the order into steps of 1 "
@@ -573,14 +626,50 @@ cdef class Iteration:
         s = fl_run_slot(self.run, slot)
         return self.first_step + s.step, s.rows, self._failure(slot), self._kept(slot)
 
-    def go_inline(self):
-        """From the next step on, load the run's remaining steps in the caller's thread: the
-        pool's threads claim nothing more (what they claimed they finish). What an adaptive
-        run does once it measured that this is cheaper. Does nothing inline."""
+    def go_inline(self, bint on=True):
+        """``on``: from the next step on, load the run's remaining steps in the caller's
+        thread, the pool's threads claiming nothing more (what they claimed they finish);
+        else back on the pool. What an adaptive run does as it measures which costs the
+        caller less. Does nothing inline."""
         if self.run == NULL:
             raise RuntimeError("go_inline needs a native run: call start_run first")
         with nogil:
-            fl_run_go_inline(self.run)
+            fl_run_go_inline(self.run, on)
+
+    cdef void _adapt(self, double spent):
+        """Count a delivered step's time in next() (``spent``) toward adapting."""
+        cdef double per_step
+        if self.adapt_phase in (ADAPT_SKIP_POOL, ADAPT_SKIP_INLINE, ADAPT_SKIP_POOL2):
+            self.adapt_left -= 1
+            if self.adapt_left <= 0:
+                self.adapt_phase += 1
+                self.adapt_steps, self.adapt_s, self.adapt_block = 0, 0.0, 0
+            return
+        self.adapt_steps += 1
+        self.adapt_s += spent
+        if self.adapt_steps < _ADAPT_MAX_STEPS and (
+                self.adapt_steps < _ADAPT_STEPS or self.adapt_s < _ADAPT_S):
+            return
+        self.adapt_means[self.adapt_block] = self.adapt_s / self.adapt_steps
+        self.adapt_block += 1
+        self.adapt_steps, self.adapt_s = 0, 0.0
+        if self.adapt_block < _ADAPT_BLOCKS:
+            return
+        per_step = _median(self.adapt_means, _ADAPT_BLOCKS)
+        self.adapt_phase += 1
+        if self.adapt_phase == ADAPT_SKIP_INLINE:
+            self.pool_s, self.adapt_left = per_step, self.adapt_ring
+            fl_run_go_inline(self.run, 1)
+        elif self.adapt_phase == ADAPT_SKIP_POOL2:
+            self.inline_s, self.adapt_left = per_step, _ADAPT_SKIP
+            fl_run_go_inline(self.run, 0)
+        else:
+            self.adapt_phase = ADAPT_OFF
+            inline = self.inline_s < _ADAPT_MARGIN * min(self.pool_s, per_step)
+            if inline:
+                fl_run_go_inline(self.run, 1)
+            if self.on_adapted is not None:
+                self.on_adapted(inline)
 
     @property
     def inline(self):
@@ -649,6 +738,8 @@ cdef class Iteration:
             self.busy = False
         end = _now()
         self.stats.wait_s += end - start
+        if self.adapt_phase != ADAPT_OFF and value is not _END:
+            self._adapt(end - start)
         if value is _END:
             self._stop()
             if self.on_end is not None:

@@ -189,6 +189,12 @@ REFUSED = {
     "iteration().start_run(fields(), order=np.arange(3), bounds=None, first_step=0, end_step=1, "
     "seed=0, epoch=0, parallel=1, claim_size=0, ordered=True, skip_errors=False, "
     "release_gil=True, filler=None)": "ValueError: a claim takes at least one item",
+    "iteration().start_run(fields(), order=np.arange(3), bounds=None, first_step=0, end_step=1, "
+    "seed=0, epoch=0, parallel=1, claim_size=1, ordered=True, skip_errors=False, "
+    "release_gil=True, filler=print, adaptive=True)": (
+        "ValueError: adaptive=True needs fields that run no Python code"
+    ),
+    "iteration().go_inline()": "RuntimeError: go_inline needs a native run",
     "iteration(4, 2, 'gather').watch(np.frombuffer(bytearray(17), np.int64, 2, 1), 0)": (
         "TypeError: the watched word must be a 1-D aligned int64 array"
     ),

@@ -398,3 +398,85 @@ def test_an_iteration_started_while_another_holds_the_ring_gets_a_ring_of_its_ow
     values, in_ring = delivered(engine.iterate(x, schedule))
     assert values == expected and all(in_ring) and engine.ring is shared
     engine.close()
+
+
+@pytest.mark.parametrize("buffer", [False, True])
+@pytest.mark.parametrize("rows", [1, 7, 64])
+def test_a_run_that_moves_between_the_pool_and_the_caller_s_thread_loads_every_step(buffer, rows):
+    # go_inline switches, at any step, between loading in the caller's thread and on the
+    # pool: the steps are those of a plain run, in order, however often it switches.
+    x, y = _arrays(3000)
+    order = np.random.default_rng(rows).permutation(3000)
+    engine = Engine(parallel=2, buffer=buffer)
+    engine._adapted = _NeverMeasures()  # the switches below are this test's alone
+    iteration = engine.iterate((x, y), Schedule(order, rows))
+    switches = set(np.random.default_rng(0).choice(3000 // rows, 12, replace=False).tolist())
+    got, modes = [], []
+    for step, value in enumerate(iteration):
+        got.append(copy_tree(value))
+        modes.append(iteration.inline)
+        if step in switches:
+            iteration.go_inline(not iteration.inline)
+    expected = [(x[order[s : s + rows]], y[order[s : s + rows]]) for s in range(0, 3000, rows)]
+    assert_tree_equal(got, expected)
+    assert True in modes and False in modes
+
+
+class _NeverMeasures(dict):
+    """An engine's record of measured plans that says each was measured (on the pool)."""
+
+    def get(self, key, default=None):
+        return (False, True, 0)
+
+    def __setitem__(self, key, value):
+        pass
+
+
+def test_an_adaptive_run_decides_once_and_loads_what_a_sequential_run_loads():
+    x, y = _arrays(20_000)
+    order = np.random.default_rng(1).permutation(20_000)
+    decided = []
+    engine = Engine(parallel=2, buffer=True)
+    iteration = engine.iterate((x, y), Schedule(order, 1))
+    assert iteration.inline is False  # measured: the pool first
+    iteration.on_adapted, chained = decided.append, iteration.on_adapted
+    got = [copy_tree(v) for v in iteration]
+    assert_tree_equal(got, [(x[order[s : s + 1]], y[order[s : s + 1]]) for s in range(20_000)])
+    assert len(decided) == 1 and isinstance(decided[0], bool)
+    assert iteration.inline is decided[0]
+    chained(decided[0])  # what the engine records
+
+
+def test_the_engine_keeps_an_answer_two_measures_agree_on_then_measures_again(monkeypatch):
+    from fastload._loading import engine as engine_module
+
+    x, y = _arrays(600)
+    schedule = Schedule(np.arange(600), 4)
+    engine = Engine(parallel=2)
+    runs = []
+
+    def run():
+        iteration = engine.iterate((x, y), schedule)
+        runs.append((iteration.inline, iteration.on_adapted is not None))
+        measured = iteration.on_adapted
+        for _ in iteration:
+            pass
+        return measured
+
+    run()(True)  # measured: the caller's thread was faster
+    run()(False)  # a second measure that disagrees: measured again
+    run()(False)
+    for _ in range(engine_module._REMEASURE):
+        run()  # the answer held: the pool, not measured
+    run()  # measured again
+    assert runs == [(False, True)] * 3 + [(False, False)] * engine_module._REMEASURE + [
+        (False, True)
+    ]
+    engine._adapted.clear()
+    run()(True)
+    run()(True)
+    assert run() is None and runs[-1] == (True, False)  # the caller's thread: 0 threads
+    assert engine.iterate((x, y), Schedule(np.arange(600), 4)).on_adapted is None
+    # Steps whose loading runs Python code, or is costly, never go inline.
+    expensive = Engine(parallel=2).iterate((views.mapobs(lambda v: v + 1, x), y), schedule)
+    assert expensive.on_adapted is None and expensive.inline is False

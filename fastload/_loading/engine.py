@@ -56,6 +56,11 @@ OnError: TypeAlias = Literal["raise", "skip"]
 Backend: TypeAlias = Literal["thread", "process"]
 
 _RING_BYTES = 32 << 20  # the most a ring of cheap (gathered) steps takes by default
+# An iteration of cheap native steps on the pool measures whether the caller's thread
+# would load them faster (``_core.Iteration.start_run``'s adaptive); once two iterations in
+# a row gave the same answer, the engine keeps it for the plan's next iterations, and
+# measures again after _REMEASURE of them.
+_REMEASURE = 8
 _live: weakref.WeakSet[Any] = weakref.WeakSet()  # iterations that may still have tasks running
 
 
@@ -180,6 +185,10 @@ class Engine:
         # the iteration that took the ring is being made.
         self._ring_owner: weakref.ref[Any] | None = None
         self._lock = threading.Lock()
+        # Per plan signature: (whether its steps loaded faster in the caller's thread than
+        # on the pool when last measured, whether the measure before said the same,
+        # iterations since).
+        self._adapted: dict[Any, tuple[bool, bool, int]] = {}
         self._iterations: weakref.WeakSet[Any] = weakref.WeakSet()
         self._workers: WorkerPool | None = None
         if backend == "process":
@@ -232,7 +241,7 @@ class Engine:
         if plan.expensive:
             return 2 if plan.batch_size else 2 * parallel
         # Cheap steps: enough of them in flight that a wake-up pays for many.
-        prefetch = max(2, min(128, -(-1024 // plan.rows)))
+        prefetch = max(2, min(128, -(-4096 // plan.rows)))
         slot_bytes = max(1, sum(plan.row_bytes) * plan.rows)
         while prefetch > 2 and (prefetch + 1) * slot_bytes > _RING_BYTES:
             prefetch //= 2
@@ -339,6 +348,7 @@ class Engine:
         filler = _filler(plan, ring, iteration.objects, schedule) if plan.has_python else None
         # Cheap items are claimed several at a time so threads do not contend per item.
         claim_size = 1 if plan.expensive else max(16, -(-plan.rows // (4 * max(parallel, 1))))
+        parallel, adaptive = self._adapt(plan, parallel, filler, iteration)
         # A whole-step plan loads step s as its item s: one row a step, whatever the bounds.
         bounds = None if plan.whole_steps else schedule.bounds
         iteration.start_run(
@@ -355,12 +365,32 @@ class Engine:
             skip_errors=skip,
             release_gil=plan.expensive,
             filler=filler,
-            # Cheap native gathers: steps that cost less to load than to hand over from a
-            # pool thread load in the caller's thread once the first steps show it.
-            adaptive=parallel > 0 and not plan.expensive and filler is None,
+            adaptive=adaptive,
         )
         _live.add(iteration)
         return iteration
+
+    def _adapt(self, plan, parallel, filler, iteration):
+        """``(parallel, adaptive)`` for an iteration of ``plan``: cheap native steps (gathers:
+        arrays, tables) can cost less to load in the caller's thread than to hand over from
+        a pool thread. Such an iteration measures which is faster for its caller (the time
+        spent in ``next()``, where a training step's work between two batches counts for the
+        pool); an answer that two iterations in a row gave holds for the plan's next
+        iterations (0 threads when the caller's thread won), until ``_REMEASURE``."""
+        if parallel == 0 or plan.expensive or filler is not None:
+            return parallel, False
+        key = plan.signature
+        known = self._adapted.get(key)
+        if known is not None and known[1] and known[2] < _REMEASURE:
+            self._adapted[key] = (known[0], True, known[2] + 1)
+            return (0 if known[0] else parallel), False
+
+        def adapted(inline, adapted=self._adapted):
+            before = adapted.get(key)
+            adapted[key] = (inline, before is not None and before[0] == inline, 0)
+
+        iteration.on_adapted = adapted
+        return parallel, True
 
     def close(self) -> None:
         """Stop the running iterations, if any, stop worker processes and release the
