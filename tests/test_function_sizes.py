@@ -17,12 +17,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT = 80
 
-# (file, function) pairs allowed over LIMIT; each is to be split, and then leaves this list.
-ALLOWED = {
-    # The engine's delivery loop: to be split where it divides (work on the engine under way).
-    ("fastload/_loading/engine.py", "Engine.iterate"),
-}
-
 
 def python_lengths(source):
     """{qualified name: lines} of every function in Python ``source``; a nested
@@ -154,15 +148,9 @@ def test_no_function_in_the_package_or_the_c_core_is_over_80_lines():
     over = sorted(
         f"{file}: {name} ({lines} lines)"
         for (file, name), lines in lengths.items()
-        if lines > LIMIT and (file, name) not in ALLOWED
+        if lines > LIMIT
     )
     assert not over, f"functions over {LIMIT} lines; split them:\n" + "\n".join(over)
-
-
-def test_every_allowed_function_is_still_over_80_lines():
-    """An entry leaves ALLOWED once its function is split, so the list only shrinks."""
-    lengths = package_lengths()
-    assert {key for key in ALLOWED if lengths.get(key, 0) > LIMIT} == ALLOWED
 
 
 def test_the_scan_finds_the_functions_of_every_kind_of_file():

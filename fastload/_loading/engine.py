@@ -345,6 +345,13 @@ class Engine:
                 _Rechecked(transport, verify_rows) if verify_rows else transport
             )
             return iteration
+        self._start_run(iteration, plan, ring, schedule, parallel)
+        _live.add(iteration)
+        return iteration
+
+    def _start_run(self, iteration, plan, ring, schedule, parallel):
+        """Start ``iteration`` loading natively: in the caller's thread, or on ``parallel``
+        pool threads."""
         filler = _filler(plan, ring, iteration.objects, schedule) if plan.has_python else None
         # Cheap items are claimed several at a time so threads do not contend per item.
         claim_size = 1 if plan.expensive else max(16, -(-plan.rows // (4 * max(parallel, 1))))
@@ -362,13 +369,11 @@ class Engine:
             parallel=parallel,
             claim_size=claim_size,
             ordered=self.ordered,
-            skip_errors=skip,
+            skip_errors=self.on_error == "skip",
             release_gil=plan.expensive,
             filler=filler,
             adaptive=adaptive,
         )
-        _live.add(iteration)
-        return iteration
 
     def _adapt(self, plan, parallel, filler, iteration):
         """``(parallel, adaptive)`` for an iteration of ``plan``: cheap native steps (gathers:
