@@ -183,12 +183,28 @@ def test_a_process_killed_holding_a_blocks_lock_blocks_no_one(tmp_path):
         while not started.exists():
             assert child.is_alive(), "the child ended before fetching"
             time.sleep(0.01)
-        os.kill(child.pid, signal.SIGKILL)
-        child.join()
         counter = tmp_path / "fetches"
         cache = BlockCache(tmp_path / "cache", 10 * BLOCK_BYTES)
+        get(cache, 1, counter)  # its eviction leaves the lock that a live process holds
+        assert block_files(tmp_path / "cache", ".lock") == ["0.lock"]
+        os.kill(child.pid, signal.SIGKILL)
+        child.join()
         assert bytes(get(cache, 0, counter)) == payload(0)
-        assert fetches(counter) == 1
+        assert fetches(counter) == 2
+        assert block_files(tmp_path / "cache", ".lock") == []
+
+
+def test_the_files_a_dead_writer_left_are_removed_by_the_next_eviction(tmp_path):
+    with deadline(10):
+        cache = BlockCache(tmp_path / "cache", 10 * BLOCK_BYTES)
+        counter = tmp_path / "fetches"
+        get(cache, 0, counter)
+        (folder,) = (tmp_path / "cache").iterdir()
+        (folder / "5.tmp").write_bytes(payload(5)[:300])  # died writing block 5
+        (folder / "6.lock").write_bytes(b"")  # died fetching block 6
+        get(cache, 1, counter)
+        assert block_files(tmp_path / "cache") == ["0.blk", "1.blk"]
+        assert block_files(tmp_path / "cache", ".tmp") == []
         assert block_files(tmp_path / "cache", ".lock") == []
 
 

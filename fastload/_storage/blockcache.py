@@ -12,11 +12,12 @@ versions never mix. ``BlockCache.get`` finds a block or fetches it::
       |-- fetch(), check(); a bad block is fetched again once, then LoadError
       |-- written to <block>.tmp, then os.replace'd to <block>.blk; lock released
       '-- evict the least recently used .blk files until the total is <= max_bytes
+            (and remove the .tmp and .lock files that processes that died left)
 
 Invariants, kept across processes:
 - A ``.blk`` file is only ever created whole, by ``os.replace``, and never written
-  after: a crash leaves at most a ``.tmp`` file, which no reader opens, and a reader never
-  sees a torn block.
+  after: a crash leaves at most a ``.tmp`` file, which no reader opens (the next eviction
+  removes it), and a reader never sees a torn block.
 - One process at a time fetches a given block: the one holding its ``flock``. The kernel
   releases the lock of a process that dies, so that a crash mid-fetch blocks nobody.
 - Eviction unlinks: a reader that mapped a block keeps its bytes until it lets go of them.
@@ -104,7 +105,7 @@ class BlockCache:
 
     def total_bytes(self) -> int:
         """The bytes of the blocks cached now (every process's)."""
-        return sum(size for _, size, _ in self._blocks())
+        return sum(size for _, size, _ in self._files(_SUFFIX))
 
     # -- files ------------------------------------------------------------------------
 
@@ -164,22 +165,27 @@ class BlockCache:
             raise self._unwritable(error) from error
 
     @contextlib.contextmanager
-    def _locked(self, lock_path: str) -> Iterator[None]:
-        """Holds the exclusive ``flock`` of ``lock_path``. The holder unlinks the lock file
-        before letting go, so that lock files do not pile up; a waiter that wakes holding
-        the lock of an unlinked file tries again on the file now at the path."""
+    def _locked(self, lock_path: str, wait: bool = True) -> Iterator[bool]:
+        """Holds the exclusive ``flock`` of ``lock_path`` and yields True; with
+        ``wait=False``, yields False at once when another holds it. The holder unlinks the
+        lock file before letting go, so that lock files do not pile up; a waiter that wakes
+        holding the lock of an unlinked file tries again on the file now at the path."""
         while True:
             try:
                 fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             except OSError as error:
                 raise self._unwritable(error) from error
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
                 held = os.fstat(fd)
                 try:
                     now = os.stat(lock_path)
                 except FileNotFoundError:
                     now = None
+            except BlockingIOError:
+                os.close(fd)
+                yield False
+                return
             except BaseException:
                 os.close(fd)
                 raise
@@ -187,33 +193,41 @@ class BlockCache:
                 break
             os.close(fd)
         try:
-            yield
+            yield True
         finally:
             _unlink(lock_path)
             os.close(fd)
 
     # -- eviction ---------------------------------------------------------------------
 
-    def _blocks(self) -> Iterator[tuple[int, int, str]]:
-        """(mtime in ns, size, path) of every cached block file."""
+    def _files(self, suffix: str) -> Iterator[tuple[int, int, str]]:
+        """(mtime in ns, size, path) of every file of the cache whose name ends with
+        ``suffix``."""
         with os.scandir(self.directory) as folders:
             for folder in folders:
                 if not folder.is_dir(follow_symlinks=False):
                     continue
                 with os.scandir(folder.path) as entries:
                     for entry in entries:
-                        if not entry.name.endswith(_SUFFIX):
+                        if not entry.name.endswith(suffix):
                             continue
                         try:
                             stat = entry.stat(follow_symlinks=False)
-                        except FileNotFoundError:  # evicted meanwhile by another process
+                        except FileNotFoundError:  # removed meanwhile by another process
                             continue
                         yield stat.st_mtime_ns, stat.st_size, entry.path
 
     def _evict(self) -> None:
-        """Unlinks the least recently used blocks until the total is <= max_bytes.
-        Processes evicting at once may evict a little more than needed, never less."""
-        blocks = sorted(self._blocks())
+        """Removes what processes that died left (a ``.tmp`` or ``.lock`` file whose lock
+        no one holds), then unlinks the least recently used blocks until the total is
+        <= max_bytes. Processes evicting at once may evict a little more than needed,
+        never less."""
+        for _, _, path in [*self._files(".tmp"), *self._files(".lock")]:
+            stem = path.rsplit(".", 1)[0]
+            with self._locked(stem + ".lock", wait=False) as free:  # unlinks the lock file
+                if free:
+                    _unlink(stem + ".tmp")
+        blocks = sorted(self._files(_SUFFIX))
         total = sum(size for _, size, _ in blocks)
         for _, size, path in blocks:
             if total <= self.max_bytes:
