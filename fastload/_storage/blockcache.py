@@ -77,6 +77,10 @@ class BlockCache:
         naming the object key and the block when the block is still bad after that, and
         LoadError naming the directory when the cache cannot be written. What ``fetch``
         raises goes through unchanged.
+
+        Waits while another process fetches the same block (as long as its ``fetch``
+        takes: that fetch's own timeout bounds the wait; a signal such as Ctrl-C wakes
+        it). A block larger than ``max_bytes`` is returned and not kept.
         """
         if isinstance(block, bool) or not isinstance(block, int) or block < 0:
             raise ValueError(f"block must be an int >= 0, not {block!r}")
@@ -90,6 +94,7 @@ class BlockCache:
             if _passes(check, data):
                 return data
             failures = 1
+        self._makedirs(os.path.dirname(path))
         with self._locked(path[: -len(_SUFFIX)] + ".lock"):
             seen = self._read(path)
             if seen is not None and seen[1] != bad:  # another process stored it meanwhile
@@ -111,9 +116,7 @@ class BlockCache:
 
     def _block_path(self, object_key: str, block: int) -> str:
         name = hashlib.sha256(object_key.encode()).hexdigest()[:32]
-        folder = os.path.join(self.directory, name)
-        self._makedirs(folder)
-        return os.path.join(folder, f"{block}{_SUFFIX}")
+        return os.path.join(self.directory, name, f"{block}{_SUFFIX}")
 
     def _makedirs(self, folder: str) -> None:
         try:
