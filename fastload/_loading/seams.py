@@ -32,7 +32,7 @@ Field: TypeAlias = tuple[LeafKind, Any]
 # A slot's destinations, one per field (an array, a structure of arrays, or None).
 Dests: TypeAlias = list[Any]
 # A slot's object lists, one per field (None for a field loaded into arrays).
-Objects: TypeAlias = list[list[Any] | None]
+Objects: TypeAlias = list[Any]
 # A failed item: (step, field or None when unknown, the observation's index, the
 # message, the exception or None when native code failed).
 Failure: TypeAlias = tuple[int, int | None, int, str, BaseException | None]
