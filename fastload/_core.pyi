@@ -51,6 +51,9 @@ class SlotWatch:
 def watch_ring(ring: list[Any], values: list[Any]) -> list[SlotWatch]: ...
 
 class Iteration:
+    # Told True (the caller's thread loads the rest) or False (the pool does) once an
+    # adaptive run decided.
+    on_adapted: Callable[[bool], None] | None
     @property
     def plan(self) -> Plan: ...
     @property
