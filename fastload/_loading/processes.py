@@ -60,7 +60,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from numbers import Integral
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -77,6 +77,7 @@ from .workers import (
     InitFailed,
     ItemFailed,
     Job,
+    JobReply,
     Stop,
     WorkerError,
     WorkerFailed,
@@ -303,7 +304,7 @@ class WorkerPool:
         self.gen += 1
         self.stop(graceful=True)
 
-    def receive(self, wait: float | None = _WAIT_S) -> list[tuple[int, Any]]:
+    def receive(self, wait: float | None = _WAIT_S) -> list[tuple[int, JobReply]]:
         """Replies that arrived within one timed wait of ``wait`` seconds, as (worker,
         message); raises RuntimeError when a worker died."""
         procs, conns = self.procs, self.conns
@@ -420,9 +421,9 @@ class _Transport:
         lent = self.shared.lent
         self.free = collections.deque(s for s in range(len(pool.slots)) if s not in lent)
         self.inflight: dict[int, int] = {}  # step -> slot
-        self.parts: dict[int, list[Any]] = {}  # step -> [reply or None, one per part]
+        self.parts: dict[int, list[JobReply | None]] = {}  # step -> [reply or None, a part]
         # step -> the replies of all its parts, not yet delivered
-        self.arrived: dict[int, list[Any]] = {}
+        self.arrived: dict[int, list[JobReply]] = {}
         self.next_step = self.expected = schedule.start
         self.total = schedule.steps
 
@@ -503,10 +504,10 @@ class _Transport:
                     continue
                 parts[reply.part] = reply
                 if all(part is not None for part in parts):
-                    self.arrived[reply.step] = self.parts.pop(reply.step)
+                    self.arrived[reply.step] = cast(list[JobReply], self.parts.pop(reply.step))
 
     def _unpack(
-        self, step: int, replies: list[Any]
+        self, step: int, replies: list[JobReply]
     ) -> tuple[int, Failure | None, npt.NDArray[np.bool_] | None, Objects | None]:
         """``(rows, failure, keep, objects)`` of a step from the replies of its parts, in
         order: the first part that failed decides (the first failing position, as the
@@ -523,10 +524,11 @@ class _Transport:
                 raise remote_error(reply.text, reply.chain, remote)  # as init raised it
             if isinstance(reply, Cancelled):
                 raise RuntimeError(f"step {step} was cancelled")
-        self.stats.skipped += sum(reply.skipped for reply in replies)
-        if len(replies) == 1:
-            return replies[0].rows, None, replies[0].keep, replies[0].objects
-        return sum(reply.rows for reply in replies), None, _keep(replies), _objects(replies)
+        done = cast(list[Done], replies)  # every other reply returned or raised above
+        self.stats.skipped += sum(reply.skipped for reply in done)
+        if len(done) == 1:
+            return done[0].rows, None, done[0].keep, done[0].objects
+        return sum(reply.rows for reply in done), None, _keep(done), _objects(done)
 
     def close(self) -> None:
         if self.pool.gen == self.gen:

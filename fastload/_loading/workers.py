@@ -23,7 +23,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +43,7 @@ __all__ = [
     "InitFailed",
     "ItemFailed",
     "Job",
+    "JobReply",
     "Stop",
     "WorkerError",
     "WorkerFailed",
@@ -156,6 +157,10 @@ class Cancelled:
     gen: int
     step: int
     part: int
+
+
+# The reply to a job: one of the above.
+JobReply: TypeAlias = Done | ItemFailed | WorkerFailed | InitFailed | Cancelled
 
 
 class WorkerError(Exception):
@@ -284,7 +289,7 @@ class _Worker:
         except Exception as exc:
             self.setup_error = exc
 
-    def _reply(self, job: Job) -> Done | ItemFailed | WorkerFailed | InitFailed | Cancelled:
+    def _reply(self, job: Job) -> JobReply:
         epoch = self.epoch
         if epoch is None or job.gen != epoch.gen or self.control[0] != job.gen:
             return Cancelled(job.gen, job.step, job.part)
