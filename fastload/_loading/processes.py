@@ -17,7 +17,7 @@ observations that are not arrays (a plan's "object" leaves) travel back pickled.
 consumer hands a step out once all its parts replied. The messages are the frozen
 dataclasses of ``workers.py``.
 The engine's delivery loop (``_core.Iteration``) calls ``next(release)`` of the
-per-iteration ``_Transport``.
+per-iteration ``_Transport`` (a ``seams.Transport``).
 
 The ring is one anonymous shared mapping (``mmap`` MAP_SHARED) made before the fork: it
 never has a name in ``/dev/shm``, so nothing is left behind whatever ends the run (a
