@@ -8,7 +8,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from ._loading.seams import Field, Loaded, Plan, Transport
+from ._loading.seams import Dests, Field, Loaded, Objects, Plan, Transport
 from ._loading.tree import LeafKind
 
 _Bytes = bytes | bytearray | memoryview
@@ -57,16 +57,16 @@ class Iteration:
     @property
     def plan(self) -> Plan: ...
     @property
-    def objects(self) -> list[Any]: ...
+    def objects(self) -> list[Objects]: ...
     @property
     def done(self) -> bool: ...
     def __init__(
         self,
         plan: Plan,
         *,
-        ring: list[Any],
+        ring: list[Dests],
         values: list[Any],
-        objects: list[Any],
+        objects: list[Objects],
         rows: int,
         buffer: bool,
         stats: Stats,
