@@ -393,7 +393,8 @@ cdef class Iteration:
     returns ``(slot, step, rows, failure, keep, objects)`` or None at the end, whose
     ``copied(slot)`` hears that the consumer took a copy of the slot's step (``buffer=False``),
     and whose ``lend(slot, value)`` may hand a whole step's value out as it is, keeping the
-    slot until the caller drops it (None: copy it).
+    slot until the caller drops it (None: copy it). ``_loading/seams.py`` declares both
+    (``Plan``, ``Transport``) and names the tuples.
     ``check(step)``, when given, runs before a step's value is handed out (a packed
     dataset's checksums, with ``verify="read"``); what it raises ends the iteration.
     ``copier(value)``, when given, makes the consumer's copy of a step (``buffer=False``)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import operator
 import weakref
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeAlias, cast
 
 import numpy as np
 
@@ -43,7 +43,11 @@ def is_image_chain(data: object) -> bool:
     return isinstance(data, MappedObs) and isinstance(data.f, Compose)
 
 
-_sources: weakref.WeakKeyDictionary[MappedObs, tuple[Any, NativeImages | None]] = (
+# What a source was built from: the chain, the container, its items or paths (None for
+# other containers), and the bounds of the limits.
+_Snapshot: TypeAlias = tuple[Any, Any, list[Any] | None, tuple[int, int]]
+
+_sources: weakref.WeakKeyDictionary[MappedObs, tuple[_Snapshot, NativeImages | None]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -60,7 +64,7 @@ def native_images(view: MappedObs) -> NativeImages | None:
     return cached[1]
 
 
-def _native(view):
+def _native(view: MappedObs) -> NativeImages | None:
     output = _output_spec(view)
     if output is None:
         return None
@@ -68,7 +72,7 @@ def _native(view):
     return None if source is None else NativeImages(source, *output)
 
 
-def _pixel_images(images):
+def _pixel_images(images: Any) -> list[np.ndarray] | None:
     """The decoded uint8 HWC (or HW) images whose rows are packed pixels, as a list, or None.
     Works for one (N, H, W[, C]) array or a list of arrays of one channel count."""
     arrays = list(images) if isinstance(images, (np.ndarray, list, tuple)) else []
@@ -90,12 +94,12 @@ def _pixel_images(images):
     return arrays
 
 
-def _image_source(view):
+def _image_source(view: MappedObs) -> _core.ImageSource | None:
     """An ``_core.ImageSource`` that runs ``view.f`` (a Compose) natively over
     ``view.data``, or None when the images are in a form only Python can read."""
-    compose, images = view.f, view.data
+    compose, images = cast(Compose, view.f), view.data  # a Compose: see native_images
 
-    def source(**where):
+    def source(**where: Any) -> _core.ImageSource:
         return _core.ImageSource(
             compose.pipeline,
             channels=compose.channels or 3,
@@ -121,10 +125,10 @@ def _image_source(view):
     return None
 
 
-def _output_spec(view):
+def _output_spec(view: MappedObs) -> tuple[tuple[int, ...], np.dtype[Any]] | None:
     """(shape, dtype) of every output of ``mapobs(compose, images)``, or None when it
     varies."""
-    compose = view.f
+    compose = cast(Compose, view.f)  # a Compose: see native_images
     if compose.output_shape is not None:
         return tuple(compose.output_shape), np.dtype(compose.output_dtype)
     images = view.data
@@ -149,7 +153,7 @@ def _output_spec(view):
     return tuple(outputs.pop()), np.dtype(compose.output_dtype)
 
 
-def _snapshot(view):
+def _snapshot(view: MappedObs) -> _Snapshot:
     """What the native source of ``view`` was built from: the pipeline, the container, and
     for a list its items or for files their paths, to see whether it still holds."""
     images = view.data
@@ -162,7 +166,7 @@ def _snapshot(view):
     return view.f, images, items, (limits.MAX_IMAGE_PIXELS, limits.MAX_FILE_BYTES)
 
 
-def _still_holds(snapshot, view):
+def _still_holds(snapshot: _Snapshot, view: MappedObs) -> bool:
     f, images, items, bounds = snapshot
     if view.f is not f or view.data is not images:
         return False

@@ -44,6 +44,7 @@ from .arguments import check_flag, is_size
 from .plan import make_plan
 from .processes import WorkerPool
 from .schedule import Schedule
+from .seams import Dests, Objects, Plan, Reply, Transport
 from .tree import map_tree
 
 __all__ = ["Allocator", "Backend", "Engine", "OnError"]
@@ -54,6 +55,10 @@ Allocator: TypeAlias = Callable[[tuple[int, ...], np.dtype[Any]], np.ndarray]
 OnError: TypeAlias = Literal["raise", "skip"]
 # ``backend=``: load on threads of the native pool, or in worker processes.
 Backend: TypeAlias = Literal["thread", "process"]
+# ``verify(positions)``: checks the rows of a step before it is handed out.
+_Verify: TypeAlias = Callable[[npt.NDArray[np.int64]], None]
+# ``filler(slot, field, pos, index)``: loads an item of a Python field (``_core.Iteration``).
+_Filler: TypeAlias = Callable[[int, int, int, int], None]
 
 _RING_BYTES = 32 << 20  # the most a ring of cheap (gathered) steps takes by default
 # An iteration of cheap native steps on the pool measures whether the caller's thread
@@ -61,11 +66,13 @@ _RING_BYTES = 32 << 20  # the most a ring of cheap (gathered) steps takes by def
 # a row gave the same answer, the engine keeps it for the plan's next iterations, and
 # measures again after _REMEASURE of them.
 _REMEASURE = 8
-_live: weakref.WeakSet[Any] = weakref.WeakSet()  # iterations that may still have tasks running
+_live: weakref.WeakSet[_core.Iteration] = (
+    weakref.WeakSet()
+)  # iterations that may still have tasks running
 
 
 @atexit.register
-def _stop_all_at_exit():
+def _stop_all_at_exit() -> None:
     """Cancel running iterations and join the pool while Python can still serve the GIL
     to tasks that are inside a Python callback."""
     for iteration in list(_live):
@@ -178,9 +185,11 @@ class Engine:
         self.backend = backend
         self.allocator = allocator
         # (signature, slots, values, watches) reused across iterations
-        self._ring: tuple[Any, list[Any], list[Any], list[Any] | None] | None = None
+        self._ring: tuple[Any, list[Dests], list[Any], list[_core.SlotWatch] | None] | None = None
         # (slots, values, watches) of the worker processes' ring, while it is the same
-        self._worker_ring_values: tuple[list[Any], list[Any], list[Any] | None] | None = None
+        self._worker_ring_values: (
+            tuple[list[Dests], list[Any], list[_core.SlotWatch] | None] | None
+        ) = None
         # A weak reference to the iteration using the ring, or to the engine itself while
         # the iteration that took the ring is being made.
         self._ring_owner: weakref.ref[Any] | None = None
@@ -189,7 +198,7 @@ class Engine:
         # on the pool when last measured, whether the measure before said the same,
         # iterations since).
         self._adapted: dict[Any, tuple[bool, bool, int]] = {}
-        self._iterations: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._iterations: weakref.WeakSet[_core.Iteration] = weakref.WeakSet()
         self._workers: WorkerPool | None = None
         if backend == "process":
             count = _core.default_pool_size() if parallel is True else int(parallel)
@@ -203,7 +212,7 @@ class Engine:
             )
 
     @property
-    def ring(self):
+    def ring(self) -> list[Dests] | None:
         """The slots of the ring kept across iterations (each a list of destination arrays
         per leaf), or None before the first iteration and after ``close()``."""
         return None if self._ring is None else self._ring[1]
@@ -215,7 +224,7 @@ class Engine:
         workers = self._workers
         return list(workers.procs) if workers is not None and workers.procs else []
 
-    def _parallel(self):
+    def _parallel(self) -> int:
         """Pool threads that work for one iteration (0: the caller's thread)."""
         if self.parallel is False:
             return 0
@@ -224,14 +233,14 @@ class Engine:
         _core.reserve_threads(self.parallel)
         return int(self.parallel)
 
-    def _slots(self, plan, parallel):
+    def _slots(self, plan: Plan, parallel: int) -> int:
         """Slots of the ring: ``prefetch`` steps in flight and those held by the consumer
         (with ``buffer``, two: the last step, and the one before it while its references
         are checked; lending, two: the last step, and the one before it until the next
         ``next()`` takes its slot back)."""
         return self._in_flight(plan, parallel) + (2 if self.buffer or self.lend else 1)
 
-    def _in_flight(self, plan, parallel):
+    def _in_flight(self, plan: Plan, parallel: int) -> int:
         if self._workers is not None:
             return self.prefetch or 2 * self._workers.count
         if parallel == 0:
@@ -247,7 +256,9 @@ class Engine:
             prefetch //= 2
         return prefetch
 
-    def _ring_for(self, plan, count):
+    def _ring_for(
+        self, plan: Plan, count: int
+    ) -> tuple[list[Dests], list[Any], list[_core.SlotWatch] | None, bool]:
         """Slots for ``plan``: the engine's ring, made once and reused while its layout is
         the same; an iteration that starts while another uses it gets a ring of its own."""
         key = (plan.signature, count)
@@ -265,7 +276,9 @@ class Engine:
             self._ring = (key, slots, values, watches)
         return slots, values, watches, not busy
 
-    def _worker_ring(self, workers, data, plan, count):
+    def _worker_ring(
+        self, workers: WorkerPool, data: Container, plan: Plan, count: int
+    ) -> tuple[list[Dests], list[Any], list[_core.SlotWatch] | None]:
         """The worker processes' ring for ``plan`` (made before they fork), its values and
         watches, kept while the workers keep it."""
         slots = workers.ring(data, plan, count)
@@ -274,7 +287,7 @@ class Engine:
             self._worker_ring_values = (slots, values, self._watch(slots, values))
         return self._worker_ring_values
 
-    def _watch(self, slots, values):
+    def _watch(self, slots: list[Dests], values: list[Any]) -> list[_core.SlotWatch] | None:
         """What tells, with ``buffer``, that the consumer kept a batch of a slot about to be
         reused (``_core.SlotWatch``); counted now, while nothing outside holds the ring."""
         return _core.watch_ring(slots, values) if self.buffer else None
@@ -287,9 +300,9 @@ class Engine:
         stats: Any = None,
         progress: Any = None,
         on_end: Callable[[], None] | None = None,
-        verify_rows: Sequence[Callable[[npt.NDArray[np.int64]], None]] = (),
+        verify_rows: Sequence[_Verify] = (),
         delivered: Callable[[int], None] | None = None,
-    ) -> Any:
+    ) -> _core.Iteration:
         """An iterator over the steps of ``schedule`` loaded from the container ``data``
         (a ``_core.Iteration``). ``stats`` and ``progress`` (``_core.Stats``,
         ``_core.Progress``) are updated as steps are delivered; ``on_end()`` is called
@@ -349,7 +362,14 @@ class Engine:
         _live.add(iteration)
         return iteration
 
-    def _start_run(self, iteration, plan, ring, schedule, parallel):
+    def _start_run(
+        self,
+        iteration: _core.Iteration,
+        plan: Plan,
+        ring: list[Dests],
+        schedule: Schedule,
+        parallel: int,
+    ) -> None:
         """Start ``iteration`` loading natively: in the caller's thread, or on ``parallel``
         pool threads."""
         filler = _filler(plan, ring, iteration.objects, schedule) if plan.has_python else None
@@ -375,7 +395,13 @@ class Engine:
             adaptive=adaptive,
         )
 
-    def _adapt(self, plan, parallel, filler, iteration):
+    def _adapt(
+        self,
+        plan: Plan,
+        parallel: int,
+        filler: _Filler | None,
+        iteration: _core.Iteration,
+    ) -> tuple[int, bool]:
         """``(parallel, adaptive)`` for an iteration of ``plan``: cheap native steps (gathers:
         arrays, tables) can cost less to load in the caller's thread than to hand over from
         a pool thread. Such an iteration measures which is faster for its caller (the time
@@ -390,7 +416,9 @@ class Engine:
             self._adapted[key] = (known[0], True, known[2] + 1)
             return (0 if known[0] else parallel), False
 
-        def adapted(inline, adapted=self._adapted):
+        def adapted(
+            inline: bool, adapted: dict[Any, tuple[bool, bool, int]] = self._adapted
+        ) -> None:
             before = adapted.get(key)
             adapted[key] = (inline, before is not None and before[0] == inline, 0)
 
@@ -408,7 +436,7 @@ class Engine:
             self._ring = self._ring_owner = self._worker_ring_values = None
 
 
-def _recheck(verify_rows):
+def _recheck(verify_rows: Sequence[_Verify]) -> None:
     """Run each of ``verify_rows`` on no rows: what they check whatever the rows (a file
     that shrank under a read, in this process or a worker) raises its own error."""
     for verify in verify_rows:
@@ -420,23 +448,23 @@ class _Rechecked:
     consumer's, say) are preceded by ``_recheck``: when a worker read past the new end of
     a file that shrank, the error names the file rather than what the zeros it read did."""
 
-    def __init__(self, transport, verify_rows):
+    def __init__(self, transport: Transport, verify_rows: Sequence[_Verify]) -> None:
         self.transport, self.verify_rows = transport, verify_rows
 
-    def next(self, release):
+    def next(self, release: int) -> Reply | None:
         try:
             return self.transport.next(release)
         except Exception:
             _recheck(self.verify_rows)
             raise
 
-    def lend(self, slot, value):
+    def lend(self, slot: int, value: Any) -> Any:
         return self.transport.lend(slot, value)
 
-    def copied(self, slot):
+    def copied(self, slot: int) -> None:
         self.transport.copied(slot)
 
-    def close(self):
+    def close(self) -> None:
         self.transport.close()
 
 
@@ -460,13 +488,17 @@ def _mapped_copy(value: Any) -> Any:
     return map_tree(copy, value)
 
 
-def _checker(schedule, verify_rows, delivered):
+def _checker(
+    schedule: Schedule,
+    verify_rows: Sequence[_Verify],
+    delivered: Callable[[int], None] | None,
+) -> Callable[[int], None] | None:
     """``check(step)`` running each of ``verify_rows`` on the step's positions, then
     ``delivered(step)``; or None when there is neither."""
     if not verify_rows:
         return delivered
 
-    def check(step):
+    def check(step: int) -> None:
         positions = schedule.positions(step)
         for verify in verify_rows:
             verify(positions)
@@ -476,12 +508,12 @@ def _checker(schedule, verify_rows, delivered):
     return check
 
 
-def _filler(plan, ring, objects, schedule):
+def _filler(plan: Plan, ring: list[Dests], objects: list[Objects], schedule: Schedule) -> _Filler:
     """The callback that loads an item of a Python leaf: ``filler(slot, field, pos,
     index)``, with ``context.current()`` giving the schedule's seed and epoch."""
     seed, epoch = schedule.seed, schedule.epoch
 
-    def filler(slot, field, pos, index):
+    def filler(slot: int, field: int, pos: int, index: int) -> None:
         with loading(seed, epoch):
             plan.fill(ring[slot], objects[slot], field, pos, index)
 

@@ -21,20 +21,32 @@ comes from the schedule, never from views. When a container defines its own batc
 semantics the plan falls back to loading whole steps with ``getobs``.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
 import numpy as np
+import numpy.typing as npt
 
 from .. import tables, tensors
 from .._images.imagesources import is_image_chain, native_images
 from ..errors import LoadError, MisfitError
-from ..obs import exact_dtypes, getobs, getobs_into
+from ..obs import Container, exact_dtypes, getobs, getobs_into
 from ..sparse import is_sparse
 from ..views import MappedObs, SlidingWindow, collate_batch, source_of
-from .tree import LEAF, LeafKind, flatten, head, map_tree, row, tree_leaves, unflatten
+from .collate import Collate
+from .schedule import Schedule
+from .seams import Dests, Field, Objects
+from .tree import LEAF, LeafKind, TreeDef, flatten, head, map_tree, row, tree_leaves, unflatten
 
 __all__ = ["ItemPlan", "MisfitError", "StepPlan", "make_plan"]
 
+# ``allocator(shape, dtype)``: makes a slot's array (None: only counts its bytes).
+_Allocator = Callable[[tuple[int, ...], np.dtype[Any]], Any]
 
-def _custom_getobs(data):
+
+def _custom_getobs(data: Any) -> bool:
     """True when ``data`` defines how several observations form a batch."""
     dispatch = getobs.dispatch  # type: ignore[attr-defined]  # set by obs.py's dispatcher
     return (
@@ -44,7 +56,7 @@ def _custom_getobs(data):
     )
 
 
-def _per_item(data):
+def _per_item(data: Any) -> bool:
     """True for ``mapobs`` with a function of one observation."""
     return isinstance(data, MappedObs) and not data.batched
 
@@ -54,16 +66,16 @@ class Spec:
 
     __slots__ = ("dtype", "shape", "tensor")
 
-    def __init__(self, shape, dtype, tensor=False):
+    def __init__(self, shape: Sequence[int], dtype: npt.DTypeLike, tensor: bool = False) -> None:
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
         self.tensor = tensor
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Spec({self.shape}, {self.dtype}{', tensor' if self.tensor else ''})"
 
 
-def _spec_of(value):
+def _spec_of(value: Any) -> Any:
     """The Spec of an array-like observation (numbers, dates and times: strings are
     collected as objects), a tuple/dict of Specs, or None (also for an empty tuple/dict
     anywhere in it: nothing to make a slot of)."""
@@ -74,7 +86,7 @@ def _spec_of(value):
     return None if any(spec is None for spec in specs) else unflatten(treedef, specs)
 
 
-def _leaf_spec(value):
+def _leaf_spec(value: Any) -> Spec | None:
     if tensors.is_tensor(value):
         view = tensors.numpy_view(value)
         return None if view is None else Spec(view.shape, view.dtype, tensor=True)
@@ -84,21 +96,21 @@ def _leaf_spec(value):
     return None
 
 
-def _allocate(spec, rows, allocator):
+def _allocate(spec: Any, rows: int, allocator: _Allocator) -> Any:
     return map_tree(lambda leaf: allocator((rows,) + leaf.shape, leaf.dtype), spec)
 
 
-def _has_tensors(spec):
+def _has_tensors(spec: Any) -> bool:
     return any(leaf.tensor for leaf in tree_leaves(spec)) if spec is not None else False
 
 
-def _scalar_leaves(spec):
+def _scalar_leaves(spec: Any) -> bool:
     """True when an observation of ``spec`` has a numpy leaf of shape (): a number, which a
     single observation hands out as a numpy scalar (a value, not a view of the slot)."""
     return any(not leaf.tensor and not leaf.shape for leaf in tree_leaves(spec))
 
 
-def _observation(value, spec):
+def _observation(value: Any, spec: Any) -> Any:
     """The single observation in row 0 of ``value`` (a slot's arrays, for ``spec``): views
     of the row, but a numpy scalar for each numpy leaf of shape (), as ``getobs`` of an
     array gives, so that it is the same value and type on every path and outlives the
@@ -108,7 +120,7 @@ def _observation(value, spec):
     return unflatten(treedef, [v[0, ...] if s.tensor else v[0] for v, s in zip(values, marks)])
 
 
-def _as_tensors(value, spec):
+def _as_tensors(value: Any, spec: Any) -> Any:
     """``value`` (views of a slot) with the members ``spec`` marks as tensors made tensors
     that own their memory: the slot is reused after the step is handed out."""
     values, treedef = flatten(value)
@@ -121,18 +133,20 @@ def _as_tensors(value, spec):
 class Leaf:
     """One member of the observation and how it is loaded."""
 
-    def __init__(self, container, kind, spec=None, source=None):
+    def __init__(
+        self, container: Any, kind: LeafKind, spec: Any = None, source: Any = None
+    ) -> None:
         self.container = container
         self.kind = kind  # a LeafKind
         self.spec = spec  # a Spec, or a tuple/dict of them for LeafKind.INTO
         self.source = source  # the _core.ImageSource of a LeafKind.IMAGE leaf
 
-    def row_bytes(self):
+    def row_bytes(self) -> int:
         if not self.kind.native:
             return 0
         return int(np.prod(self.spec.shape, dtype=np.int64)) * self.spec.dtype.itemsize
 
-    def core_field(self):
+    def core_field(self) -> Field:
         """The binding's field: the kind, and what C reads (an array, an image source)."""
         if self.kind is LeafKind.GATHER:
             return (self.kind, self.container)
@@ -141,7 +155,7 @@ class Leaf:
         return (self.kind, None)
 
 
-def _native_image_leaf(view):
+def _native_image_leaf(view: Any) -> Leaf | None:
     """A native Leaf for ``mapobs(Compose([...]), images)`` that C can load, or None."""
     images = native_images(view)
     if images is None:
@@ -149,7 +163,7 @@ def _native_image_leaf(view):
     return Leaf(view, LeafKind.IMAGE, Spec(images.shape, images.dtype), images.source)
 
 
-def _leaf(container, stacks):
+def _leaf(container: Any, stacks: bool) -> Leaf | None:
     """How to load ``container`` item by item, or None when only whole steps will do;
     ``stacks``: every observation goes into the step's arrays (single observations, or
     ``collate=True``), so even a container with batches of its own loads item by item."""
@@ -179,7 +193,7 @@ def _leaf(container, stacks):
     return Leaf(container, LeafKind.INTO, spec)
 
 
-def _lowered(data):
+def _lowered(data: Any) -> Any:
     """What the engine loads for ``data``: a table's columns, a slidingwindow's windows,
     else ``data`` itself."""
     if tables.is_table(data):
@@ -189,7 +203,7 @@ def _lowered(data):
     return data
 
 
-def _table_members(values):
+def _table_members(values: Any) -> Any:
     """A table's columns, those of Python values (strings, objects; None where missing)
     made object leaves: the column's type says that its values are no arrays, where its
     first value (None, or a number in a column of objects) would not."""
@@ -202,9 +216,11 @@ class ItemPlan:
     """Loads a step item by item into a slot of ``rows`` positions: the observations of a
     batch, or one observation when ``batch_size`` is None."""
 
-    whole_steps = False
+    whole_steps: bool = False
 
-    def __init__(self, layout, leaves, batch_size, collate):
+    def __init__(
+        self, layout: TreeDef, leaves: list[Leaf], batch_size: int | None, collate: Collate
+    ) -> None:
         self.layout = layout
         self.leaves = leaves
         self.paths = ["".join(f"[{key!r}]" for key in path) for path in layout.paths()]
@@ -226,11 +242,11 @@ class ItemPlan:
         self.expensive = any(leaf.kind is not LeafKind.GATHER for leaf in leaves)
         self.signature = tuple((leaf.kind, repr(leaf.spec)) for leaf in leaves) + (batch_size,)
 
-    def order(self, schedule):
+    def order(self, schedule: Schedule) -> npt.NDArray[np.int64]:
         """The indices the native run loads, ``rows`` a step."""
         return schedule.order
 
-    def allocate(self, allocator=np.empty):
+    def allocate(self, allocator: _Allocator = np.empty) -> Dests:
         """Fresh destinations for one slot: an array (or structure of arrays) per leaf,
         made by ``allocator(shape, dtype)``, None for leaves collected into lists."""
         return [
@@ -238,20 +254,20 @@ class ItemPlan:
             for leaf in self.leaves
         ]
 
-    def new_objects(self):
+    def new_objects(self) -> Objects:
         """The lists a slot's object leaves collect into (None for the other leaves)."""
         return [
             [None] * self.rows if leaf.kind is LeafKind.OBJECT else None for leaf in self.leaves
         ]
 
-    def whole_value(self, dests):
+    def whole_value(self, dests: Dests) -> Any:
         """The value of a whole step in the slot ``dests`` (views of it), or None when it
         must be assembled per step (lists of objects, tensors, numpy scalars)."""
         if self.has_objects or self.scalars or any(self.tensors):
             return None
         return self.assemble(dests, None, self.rows)
 
-    def fill(self, dests, objects, field, pos, index):
+    def fill(self, dests: Dests, objects: Objects, field: int, pos: int, index: int) -> None:
         """Load observation ``index`` of a Python leaf into position ``pos`` of a slot."""
         leaf = self.leaves[field]
         if leaf.kind is LeafKind.OBJECT:
@@ -263,13 +279,20 @@ class ItemPlan:
         except MisfitError as error:
             raise MisfitError(error.what, _misfit(error, leaf, self.paths[field])) from None
 
-    def assemble(self, dests, objects, n, keep=None):
+    def assemble(
+        self,
+        dests: Dests,
+        objects: Objects | None,
+        n: int,
+        keep: npt.NDArray[np.bool_] | None = None,
+    ) -> Any:
         """The step's value from its slot: views of the first ``n`` rows (or the single
         observation of row 0, numbers as numpy scalars), with rows where ``keep`` is False
-        dropped."""
+        dropped; ``objects`` None for a plan without object leaves (``whole_value``)."""
         outputs = []
         for k, (leaf, dest) in enumerate(zip(self.leaves, dests)):
             if leaf.kind is LeafKind.OBJECT:
+                assert objects is not None, "a plan with object leaves assembles their lists"
                 value = objects[k][:n]
                 if keep is not None:
                     value = [v for v, kept in zip(value, keep) if kept]
@@ -285,7 +308,9 @@ class ItemPlan:
             outputs.append(value)
         return unflatten(self.layout, outputs)
 
-    def load_error(self, step, field, index, message, cause):
+    def load_error(
+        self, step: int, field: int | None, index: int, message: str, cause: BaseException | None
+    ) -> Exception:
         """The exception for observation ``index`` that failed in ``field`` (None: unknown)."""
         if isinstance(cause, LoadError):
             return cause
@@ -298,7 +323,7 @@ class ItemPlan:
         return error
 
 
-def _misfit(error, leaf, path):
+def _misfit(error: MisfitError, leaf: Leaf, path: str) -> str:
     """The message for an observation of ``leaf`` that does not fit the slot made for
     observation 0 (``error`` says how), in the words of the data at hand."""
     where = f" (member {path} of the observations)" if path else ""
@@ -324,7 +349,7 @@ def _misfit(error, leaf, path):
     )
 
 
-def _describe(spec):
+def _describe(spec: Any) -> str:
     """A Spec (or a tuple/dict of them) in words: "shape (2, 3) of float32"."""
     if isinstance(spec, Spec):
         return f"shape {spec.shape} of {spec.dtype}"
@@ -336,35 +361,37 @@ class StepPlan:
     containers that define their own batches. With ``skip``, a step that fails is loaded
     again observation by observation, without the ones that fail; ``stats`` counts them."""
 
-    whole_steps = True
-    has_python = True
-    has_objects = True
-    expensive = True
-    fields = [(LeafKind.OBJECT, None)]
-    row_bytes = [0]
-    rows = 1
-    signature = ("step",)
+    whole_steps: bool = True
+    has_python: bool = True
+    has_objects: bool = True
+    expensive: bool = True
+    fields: list[Field] = [(LeafKind.OBJECT, None)]
+    row_bytes: list[int] = [0]
+    rows: int = 1
+    signature: tuple[Any, ...] = ("step",)
 
-    def __init__(self, data, schedule, skip=False, stats=None):
+    def __init__(
+        self, data: Container, schedule: Schedule, skip: bool = False, stats: Any = None
+    ) -> None:
         self.data = data
         self.schedule = schedule
         self.batch_size = schedule.batch_size
         self.skip = skip
         self.stats = stats
 
-    def order(self, schedule):
+    def order(self, schedule: Schedule) -> npt.NDArray[np.int64]:
         return np.arange(schedule.steps, dtype=np.int64)
 
-    def allocate(self, allocator=np.empty):
+    def allocate(self, allocator: _Allocator = np.empty) -> Dests:
         return [None]
 
-    def new_objects(self):
+    def new_objects(self) -> Objects:
         return [[None]]
 
-    def whole_value(self, dests):
+    def whole_value(self, dests: Dests) -> Any:
         return None
 
-    def fill(self, dests, objects, field, pos, step):
+    def fill(self, dests: Dests, objects: Objects, field: int, pos: int, step: int) -> None:
         positions = self.schedule.positions(step)
         try:
             objects[0][0] = self._load(positions)
@@ -377,15 +404,19 @@ class StepPlan:
                 raise
             objects[0][0] = self._load(np.asarray(kept, np.int64))
 
-    def _load(self, positions):
+    def _load(self, positions: npt.NDArray[np.int64]) -> Any:
         if self.schedule.batch_size is None:
             return getobs(self.data, int(positions[0]))
         return collate_batch(self.data, positions, self.schedule.collate)
 
-    def assemble(self, dests, objects, n, keep=None):
+    def assemble(
+        self, dests: Dests, objects: Objects, n: int, keep: npt.NDArray[np.bool_] | None = None
+    ) -> Any:
         return objects[0][0]
 
-    def load_error(self, step, field, index, message, cause):
+    def load_error(
+        self, step: int, field: int | None, index: int, message: str, cause: BaseException | None
+    ) -> Exception:
         if isinstance(cause, LoadError):
             return cause
         error = LoadError(f"could not load step {step}: {message}")
@@ -393,7 +424,7 @@ class StepPlan:
         return error
 
 
-def _loads(data, j):
+def _loads(data: Any, j: int) -> bool:
     try:
         getobs(data, j)
         return True
@@ -401,7 +432,9 @@ def _loads(data, j):
         return False
 
 
-def make_plan(data, schedule, *, skip=False, stats=None):
+def make_plan(
+    data: Container, schedule: Schedule, *, skip: bool = False, stats: Any = None
+) -> ItemPlan | StepPlan:
     """The plan for loading the steps of ``schedule`` from the container ``data``. Batches
     with ``collate`` None or True, and single observations, load item by item into slots;
     containers with batch semantics of their own load whole steps (``StepPlan``)."""
@@ -415,4 +448,4 @@ def make_plan(data, schedule, *, skip=False, stats=None):
     leaves = [_leaf(member, stacks) for member in members]
     if any(leaf is None for leaf in leaves):
         return StepPlan(data, schedule, skip, stats)
-    return ItemPlan(layout, leaves, batch_size, collate)
+    return ItemPlan(layout, cast(list[Leaf], leaves), batch_size, collate)

@@ -17,7 +17,7 @@ observations that are not arrays (a plan's "object" leaves) travel back pickled.
 consumer hands a step out once all its parts replied. The messages are the frozen
 dataclasses of ``workers.py``.
 The engine's delivery loop (``_core.Iteration``) calls ``next(release)`` of the
-per-iteration ``_Transport``.
+per-iteration ``_Transport`` (a ``seams.Transport``).
 
 The ring is one anonymous shared mapping (``mmap`` MAP_SHARED) made before the fork: it
 never has a name in ``/dev/shm``, so nothing is left behind whatever ends the run (a
@@ -44,6 +44,8 @@ where a caller seeds a worker's random state or sets what its code reads. What `
 raises is raised in the consumer at its next step, as the worker raised it.
 """
 
+from __future__ import annotations
+
 import collections
 import itertools
 import mmap
@@ -54,21 +56,28 @@ import pickle
 import signal
 import time
 import weakref
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from numbers import Integral
-from typing import Any
+from typing import Any, NoReturn, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from .children import start
 from .schedule import Schedule
+from .seams import Dests, Failure, Objects, Plan, Reply
 from .tree import map_tree
 from .workers import (
     Cancelled,
+    Done,
     Epoch,
     InitError,
     InitFailed,
     ItemFailed,
     Job,
+    JobReply,
     Stop,
     WorkerError,
     WorkerFailed,
@@ -95,7 +104,12 @@ _STOP_S = 30.0  # most time to let workers abandon their jobs before killing the
 _REAP_S = 60.0  # most time to wait for a killed worker to be gone
 
 
-def fork_workers(count, target, name, args_of):
+def fork_workers(
+    count: int,
+    target: Callable[..., None],
+    name: str,
+    args_of: Callable[[Connection, list[Connection]], tuple[Any, ...]],
+) -> tuple[list[BaseProcess], list[Connection]]:
     """Forks ``count`` daemon processes running ``target(*args_of(theirs, others))`` (as
     ``children.start`` starts them: they die with this process), each with a pipe:
     ``theirs`` its end, ``others`` the ends it must close (its siblings' and ours). Returns
@@ -114,7 +128,13 @@ def fork_workers(count, target, name, args_of):
     return procs, [mine for mine, _ in pipes]
 
 
-def shutdown_workers(procs, conns, graceful, parent=None, stop=("stop",)):
+def shutdown_workers(
+    procs: Sequence[BaseProcess],
+    conns: Sequence[Connection],
+    graceful: bool,
+    parent: int | None = None,
+    stop: Any = ("stop",),
+) -> None:
     """Stop worker processes: ask them to (``graceful``, sending them ``stop``), then kill
     what is left. With ``parent`` (the pid that forked them), nothing happens in another
     process: one forked while their pool was alive (a worker of another loader) holds a
@@ -144,13 +164,13 @@ class WorkerDied(RuntimeError):
     """A worker process ended while the consumer waited on it: ``pid`` and ``exitcode``
     (negative: the signal that killed it) say which and how."""
 
-    def __init__(self, message, pid, exitcode):
+    def __init__(self, message: str, pid: int | None, exitcode: int | None) -> None:
         super().__init__(message)
         self.pid = pid
         self.exitcode = exitcode
 
 
-def death_message(proc):
+def death_message(proc: BaseProcess) -> str:
     code = proc.exitcode
     if code is not None and code < 0:
         try:
@@ -184,14 +204,31 @@ class WorkerPool:
     once every array of it is dropped.
     """
 
+    count: int
+    init: Callable[[int], None] | None
+    timeout: float | None
+    discard: bool
+    split: bool
+    lend: bool
+    gen: int  # the live iteration's generation
     # Set when the workers are forked (``ring``), None before and after ``stop``.
     procs: Any
     conns: Any
     slots: Any
     control: Any
+    root: Any  # the container the workers hold
+    key: Any  # the plan's signature and the ring's slots
     _finalizer: Any
 
-    def __init__(self, count, init=None, timeout=None, discard=False, split=True, lend=False):
+    def __init__(
+        self,
+        count: int,
+        init: Callable[[int], None] | None = None,
+        timeout: float | None = None,
+        discard: bool = False,
+        split: bool = True,
+        lend: bool = False,
+    ) -> None:
         if not isinstance(count, Integral) or count < 1:
             raise ValueError(
                 f"the process backend needs a positive number of workers, got {count!r}"
@@ -208,9 +245,9 @@ class WorkerPool:
         self.gen = 0
         self.procs = self.conns = self.slots = self.control = None
         self.root = self.key = self._finalizer = None
-        self.outstanding = []
+        self.outstanding: list[int] = []  # replies due, per worker
 
-    def ring(self, data, plan, count):
+    def ring(self, data: Any, plan: Plan, count: int) -> list[Dests]:
         """The ring of ``count`` slots for ``plan``, with workers that hold ``data``:
         the running ones when they already hold both, else newly forked ones."""
         key = (plan.signature, count)
@@ -248,12 +285,12 @@ class WorkerPool:
         self.slots, self.control = slots, control
         return slots
 
-    def give_back(self, slot):
+    def give_back(self, slot: int) -> None:
         """Return the whole pages of ``slot`` to the system (see ``_SharedRing``)."""
         assert self.shared is not None, "no ring to give back"
         self.shared.give_back(slot)
 
-    def stop(self, graceful):
+    def stop(self, graceful: bool) -> None:
         if self.procs is None:
             return
         self.control[0] = 0
@@ -261,13 +298,13 @@ class WorkerPool:
         shutdown_workers(self.procs, self.conns, graceful, stop=Stop())
         self.procs = self.conns = self.slots = self.control = self.root = None
 
-    def close(self):
+    def close(self) -> None:
         """Stop the workers and release the ring. Idempotent; the next iteration starts
         new workers."""
         self.gen += 1
         self.stop(graceful=True)
 
-    def receive(self, wait=_WAIT_S):
+    def receive(self, wait: float | None = _WAIT_S) -> list[tuple[int, JobReply]]:
         """Replies that arrived within one timed wait of ``wait`` seconds, as (worker,
         message); raises RuntimeError when a worker died."""
         procs, conns = self.procs, self.conns
@@ -285,7 +322,7 @@ class WorkerPool:
                 self.died(proc)
         return replies
 
-    def died(self, proc):
+    def died(self, proc: BaseProcess) -> NoReturn:
         proc.join(1.0)
         message = death_message(proc)
         self.stop(graceful=False)
@@ -296,7 +333,7 @@ class WorkerPool:
             proc.exitcode,
         )
 
-    def drain(self):
+    def drain(self) -> None:
         """Cancel the live jobs and wait for their replies, so that no worker writes into
         the ring afterwards; stop the workers when that takes too long or fails."""
         if self.procs is None:
@@ -313,13 +350,15 @@ class WorkerPool:
             self.stop(graceful=False)
             raise
 
-    def send(self, worker, message):
+    def send(self, worker: int, message: Any) -> None:
         try:
             self.conns[worker].send(message)
         except OSError:
             self.died(self.procs[worker])
 
-    def begin(self, schedule, plan, ordered, skip, stats):
+    def begin(
+        self, schedule: Schedule, plan: Plan, ordered: bool, skip: bool, stats: Any
+    ) -> _Transport:
         """Start an iteration over ``schedule`` on the workers (after ``ring``); any
         earlier iteration of this pool stops. Returns its transport."""
         self.drain()
@@ -346,7 +385,7 @@ class WorkerPool:
         return _Transport(self, self.gen, schedule, plan, ordered, stats)
 
 
-def _slot_pages(plan, count):
+def _slot_pages(plan: Plan, count: int) -> list[tuple[int, int]]:
     """(start, length) of the whole pages inside each slot of the ring ``carve_ring``
     lays out: slots are the same size and follow one another after the header."""
     header = carve_ring(None, plan, 0)[1]
@@ -364,21 +403,31 @@ class _Transport:
     ``prefetch`` (the ring's slots) at most in flight, each as one job or one job per part
     (see the module docstring), and hands over finished ones."""
 
-    def __init__(self, pool, gen, schedule, plan, ordered, stats):
+    def __init__(
+        self,
+        pool: WorkerPool,
+        gen: int,
+        schedule: Schedule,
+        plan: Plan,
+        ordered: bool,
+        stats: Any,
+    ) -> None:
         self.pool, self.gen, self.plan = pool, gen, plan
         self.schedule, self.ordered, self.stats = schedule, ordered, stats
         self.split = pool.split and pool.count > 1 and not plan.whole_steps
+        assert pool.shared is not None, "an iteration begins on a ring"
         self.shared = pool.shared
         self.shared.returned()  # settle the lent slots: those still lent stay out
         lent = self.shared.lent
         self.free = collections.deque(s for s in range(len(pool.slots)) if s not in lent)
-        self.inflight = {}  # step -> slot
-        self.parts = {}  # step -> [reply or None, one per part]
-        self.arrived = {}  # step -> the replies of all its parts, not yet delivered
+        self.inflight: dict[int, int] = {}  # step -> slot
+        self.parts: dict[int, list[JobReply | None]] = {}  # step -> [reply or None, a part]
+        # step -> the replies of all its parts, not yet delivered
+        self.arrived: dict[int, list[JobReply]] = {}
         self.next_step = self.expected = schedule.start
         self.total = schedule.steps
 
-    def next(self, release):
+    def next(self, release: int) -> Reply | None:
         """``(slot, step, rows, failure, keep, objects)`` of the next step, None at the end."""
         if release >= 0:
             self.free.append(release)
@@ -395,7 +444,7 @@ class _Transport:
         self.expected += 1
         return (slot, step) + self._unpack(step, replies)
 
-    def _submit(self, step, slot):
+    def _submit(self, step: int, slot: int) -> None:
         pool = self.pool
         jobs = [(step % pool.count, Job(self.gen, step, slot))]
         if self.split:
@@ -409,7 +458,7 @@ class _Transport:
         self.inflight[step] = slot
         self.parts[step] = [None] * len(jobs)
 
-    def lend(self, slot, value):
+    def lend(self, slot: int, value: Any) -> Any:
         """``value``, the whole step held in ``slot``, as arrays over the slot itself, with
         no copy; the slot stays out of the ring until the consumer drops every one of them
         (and every view of them). None when the pool does not lend, or has lent its limit:
@@ -417,21 +466,21 @@ class _Transport:
         lease = self.shared.lend(slot)
         return None if lease is None else map_tree(lambda leaf: _lent(leaf, lease), value)
 
-    def copied(self, slot):
+    def copied(self, slot: int) -> None:
         """The consumer copied the step out of ``slot`` (``buffer=False``): its memory can go
         back to the system now, while the consumer works on the copy, rather than stay
         until the slot is released at the next step."""
         if self.pool.discard:
             self.pool.give_back(slot)
 
-    def _check(self):
+    def _check(self) -> None:
         if self.pool.gen != self.gen:
             raise RuntimeError(
                 "this iteration was stopped: a newer iteration of the same "
                 "engine started, or the engine was closed"
             )
 
-    def _wait(self):
+    def _wait(self) -> int:
         """The step to deliver next, once the replies of all its parts arrived;
         ``TimeoutError`` when none came within the pool's ``timeout``: the workers, which
         hold on to their jobs (stuck in an item, say), are stopped then, at once."""
@@ -455,9 +504,11 @@ class _Transport:
                     continue
                 parts[reply.part] = reply
                 if all(part is not None for part in parts):
-                    self.arrived[reply.step] = self.parts.pop(reply.step)
+                    self.arrived[reply.step] = cast(list[JobReply], self.parts.pop(reply.step))
 
-    def _unpack(self, step, replies):
+    def _unpack(
+        self, step: int, replies: list[JobReply]
+    ) -> tuple[int, Failure | None, npt.NDArray[np.bool_] | None, Objects | None]:
         """``(rows, failure, keep, objects)`` of a step from the replies of its parts, in
         order: the first part that failed decides (the first failing position, as the
         thread backend reports it where it can tell); raises what a worker could not do."""
@@ -473,12 +524,13 @@ class _Transport:
                 raise remote_error(reply.text, reply.chain, remote)  # as init raised it
             if isinstance(reply, Cancelled):
                 raise RuntimeError(f"step {step} was cancelled")
-        self.stats.skipped += sum(reply.skipped for reply in replies)
-        if len(replies) == 1:
-            return replies[0].rows, None, replies[0].keep, replies[0].objects
-        return sum(reply.rows for reply in replies), None, _keep(replies), _objects(replies)
+        done = cast(list[Done], replies)  # every other reply returned or raised above
+        self.stats.skipped += sum(reply.skipped for reply in done)
+        if len(done) == 1:
+            return done[0].rows, None, done[0].keep, done[0].objects
+        return sum(reply.rows for reply in done), None, _keep(done), _objects(done)
 
-    def close(self):
+    def close(self) -> None:
         if self.pool.gen == self.gen:
             self.pool.drain()
 
@@ -493,15 +545,17 @@ class _SharedRing:
     its token is the slot's: a lease that outlives its turn (kept by a traceback, say)
     can never free the slot of a later one."""
 
-    def __init__(self, mapping, spans, limit, discard):
+    def __init__(
+        self, mapping: mmap.mmap, spans: list[tuple[int, int]], limit: int, discard: bool
+    ) -> None:
         self.mapping, self.spans = mapping, spans
         self.limit, self.discard = limit, discard
-        self.lent = {}
+        self.lent: dict[int, int] = {}  # slot -> its lease's token
         self.returns: collections.deque[tuple[int, int]] = collections.deque()
         self.tokens = itertools.count()
         self.pid = os.getpid()
 
-    def lend(self, slot):
+    def lend(self, slot: int) -> _Lease | None:
         """A lease on ``slot``, or None when ``limit`` slots are lent already."""
         if len(self.lent) >= self.limit:
             return None
@@ -509,7 +563,7 @@ class _SharedRing:
         self.lent[slot] = lease.token
         return lease
 
-    def returned(self):
+    def returned(self) -> list[int]:
         """The lent slots whose batches were dropped since the last call: free again."""
         slots = []
         while self.returns:
@@ -519,7 +573,7 @@ class _SharedRing:
                 slots.append(slot)
         return slots
 
-    def give_back(self, slot):
+    def give_back(self, slot: int) -> None:
         """Return the whole pages of ``slot`` to the system (the next write maps zeroed
         ones): an anonymous shared mapping is shmem, which ``MADV_REMOVE`` frees."""
         start, length = self.spans[slot]
@@ -537,10 +591,10 @@ class _Lease:
     __slots__ = ("ring", "slot", "token")
     _getpid = staticmethod(os.getpid)  # here: a lease may be dropped as Python exits
 
-    def __init__(self, ring, slot, token):
+    def __init__(self, ring: _SharedRing, slot: int, token: int) -> None:
         self.ring, self.slot, self.token = ring, slot, token
 
-    def __del__(self):
+    def __del__(self) -> None:
         ring = self.ring
         try:
             if (
@@ -562,12 +616,12 @@ class _LentArray:
 
     __slots__ = ("__array_interface__", "array", "lease")
 
-    def __init__(self, array, lease):
+    def __init__(self, array: np.ndarray, lease: _Lease) -> None:
         self.__array_interface__ = array.__array_interface__
         self.array, self.lease = array, lease
 
 
-def _lent(leaf, lease):
+def _lent(leaf: Any, lease: _Lease) -> Any:
     if not isinstance(leaf, np.ndarray):
         return leaf
     array = np.asarray(_LentArray(leaf, lease))
@@ -575,7 +629,7 @@ def _lent(leaf, lease):
     return array if array.dtype == leaf.dtype else array.view(leaf.dtype)
 
 
-def _keep(replies):
+def _keep(replies: Sequence[Done]) -> npt.NDArray[np.bool_] | None:
     """The kept flags of a step's rows from those of its parts (None: all kept)."""
     if all(reply.keep is None for reply in replies):
         return None
@@ -584,7 +638,7 @@ def _keep(replies):
     )
 
 
-def _objects(replies):
+def _objects(replies: Sequence[Done]) -> Objects | None:
     """The object lists of a step from those of its parts, by position (None: it has
     none)."""
     if replies[0].objects is None:
@@ -595,7 +649,9 @@ def _objects(replies):
     ]
 
 
-def remote_error(text, chain, remote=None):
+def remote_error(
+    text: str, chain: Sequence[bytes | None] | None, remote: BaseException | None = None
+) -> BaseException:
     """The worker's exception and its causes, as far as they unpickle, linked again as
     they were; the last has the worker's traceback text (``remote``, by default a
     ``WorkerError`` of ``text``) as its cause. Only that when the exception itself does

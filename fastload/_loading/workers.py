@@ -14,19 +14,25 @@ not fit in the slot (``Done``) or what failed. An inline run starts no pool thre
 worker forked while the consumer's pool runs never uses the pool's copy.
 """
 
+from __future__ import annotations
+
 import os
 import pickle
 import signal
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from multiprocessing.connection import Connection
+from typing import Any, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 
 from .. import _core
 from ..context import loading
 from .plan import make_plan
 from .schedule import Schedule
+from .seams import Dests, Failure, Objects, Plan
 from .tree import map_tree
 
 __all__ = [
@@ -37,6 +43,7 @@ __all__ = [
     "InitFailed",
     "ItemFailed",
     "Job",
+    "JobReply",
     "Stop",
     "WorkerError",
     "WorkerFailed",
@@ -95,8 +102,8 @@ class Done:
     step: int
     part: int
     rows: int
-    keep: Any
-    objects: Any
+    keep: npt.NDArray[np.bool_] | None
+    objects: Objects | None
     skipped: int
 
 
@@ -152,6 +159,10 @@ class Cancelled:
     part: int
 
 
+# The reply to a job: one of the above.
+JobReply: TypeAlias = Done | ItemFailed | WorkerFailed | InitFailed | Cancelled
+
+
 class WorkerError(Exception):
     """The traceback text of an exception raised in a worker process."""
 
@@ -160,20 +171,20 @@ class InitError(WorkerError):
     """The traceback text of an exception of type ``name`` raised by ``init(worker)`` in
     worker process ``worker``."""
 
-    def __init__(self, text, worker, name):
+    def __init__(self, text: str, worker: int, name: str) -> None:
         super().__init__(text)
         self.worker, self.name = worker, name
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[InitError], tuple[str, int, str]]:
         return type(self), (self.args[0], self.worker, self.name)
 
 
-def carve_ring(mapping, plan, slots):
+def carve_ring(mapping: Any, plan: Plan, slots: int) -> tuple[list[Dests], int]:
     """The ring: ``slots`` sets of destinations of ``plan``, laid out in ``mapping`` after
     the header (with ``mapping=None``: only the bytes needed)."""
     offset = _HEADER
 
-    def allocate(shape, dtype):
+    def allocate(shape: tuple[int, ...], dtype: npt.DTypeLike) -> np.ndarray | None:
         nonlocal offset
         dtype = np.dtype(dtype)
         count = int(np.prod(shape, dtype=np.int64))
@@ -190,7 +201,7 @@ def carve_ring(mapping, plan, slots):
 _CHAIN = 8  # most exceptions of a __cause__ chain sent to the consumer
 
 
-def describe_error(exc):
+def describe_error(exc: BaseException) -> tuple[str, str, list[bytes | None]]:
     """(message, traceback text, pickled exceptions) of ``exc``, for the consumer: the
     exception and its ``__cause__`` chain, each pickled on its own (None where it does not
     pickle), since pickling an exception drops its cause."""
@@ -209,7 +220,9 @@ def describe_error(exc):
 class _Worker:
     """The loop of one worker process: epochs and jobs in, replies out."""
 
-    def __init__(self, conn, root, ring, control):
+    def __init__(
+        self, conn: Connection, root: Any, ring: list[Dests], control: npt.NDArray[np.int64]
+    ) -> None:
         self.conn = conn
         self.root = root
         self.ring = ring
@@ -224,7 +237,7 @@ class _Worker:
         self.worker_id = 0
         self.stats = _core.Stats()
 
-    def start(self, worker_id, init):
+    def start(self, worker_id: int, init: Callable[[int], None] | None) -> None:
         """Run ``init(worker_id)`` once, before any job; what it raises is kept for the
         replies, so that the consumer raises it."""
         self.worker_id = worker_id
@@ -235,7 +248,7 @@ class _Worker:
         except Exception as exc:
             self.init_error = exc
 
-    def serve(self):
+    def serve(self) -> None:
         parent = os.getppid()
         while True:
             if not self.conn.poll(_PARENT_CHECK_S):
@@ -257,7 +270,7 @@ class _Worker:
             except (BrokenPipeError, ConnectionResetError):
                 return  # the consumer is gone: nobody wants the reply
 
-    def _begin(self, epoch):
+    def _begin(self, epoch: Epoch) -> None:
         self.epoch = epoch
         self.plan = self.fields = self.setup_error = None
         self.stats = _core.Stats()
@@ -276,7 +289,7 @@ class _Worker:
         except Exception as exc:
             self.setup_error = exc
 
-    def _reply(self, job):
+    def _reply(self, job: Job) -> JobReply:
         epoch = self.epoch
         if epoch is None or job.gen != epoch.gen or self.control[0] != job.gen:
             return Cancelled(job.gen, job.step, job.part)
@@ -294,7 +307,7 @@ class _Worker:
                 return Cancelled(job.gen, job.step, job.part)
             return _worker_failed(job, f"load step {job.step}", exc)
 
-    def _load(self, job, epoch):
+    def _load(self, job: Job, epoch: Epoch) -> Done | ItemFailed:
         """Step ``job.step`` (or its rows ``[job.first, job.end)``) loaded by an inline
         native run into its slot."""
         plan, schedule = self.plan, epoch.schedule
@@ -346,34 +359,44 @@ class _Worker:
         return Done(job.gen, job.step, job.part, rows, keep, objects, skipped)
 
 
-def _rows(dest, first, end):
+def _rows(dest: Any, first: int, end: int) -> Any:
     """Rows ``[first, end)`` of a slot's destination (an array or a structure of them;
     None for a leaf collected into lists), as views."""
     return None if dest is None else map_tree(lambda array: array[first:end], dest)
 
 
-def _filler(plan, dests, objects, schedule):
+def _filler(
+    plan: Plan, dests: Dests, objects: Objects, schedule: Schedule
+) -> Callable[[int, int, int, int], None]:
     """The callback of the run's Python leaves, as the consumer's engine makes it."""
     seed, epoch = schedule.seed, schedule.epoch
 
-    def filler(slot, field, pos, index):
+    def filler(slot: int, field: int, pos: int, index: int) -> None:
         with loading(seed, epoch):
             plan.fill(dests, objects, field, pos, index)
 
     return filler
 
 
-def _item_failed(job, failure):
+def _item_failed(job: Job, failure: Failure) -> ItemFailed:
     _, field, index, message, cause = failure
     text, chain = describe_error(cause)[1:] if cause is not None else (None, None)
     return ItemFailed(job.gen, job.step, job.part, field, int(index), message, text, chain)
 
 
-def _worker_failed(job, what, exc):
+def _worker_failed(job: Job, what: str, exc: BaseException) -> WorkerFailed:
     return WorkerFailed(job.gen, job.step, job.part, what, *describe_error(exc))
 
 
-def worker_main(conn, root, ring, control, others, worker_id=0, init=None):
+def worker_main(
+    conn: Connection,
+    root: Any,
+    ring: list[Dests],
+    control: npt.NDArray[np.int64],
+    others: Sequence[Connection],
+    worker_id: int = 0,
+    init: Callable[[int], None] | None = None,
+) -> None:
     """A worker's life: ``init(worker_id)`` once (when given), then jobs until told to
     stop or the consumer is gone."""
     # Ctrl-C in a terminal reaches the whole process group: the consumer handles it and
