@@ -23,6 +23,7 @@ from fastload import (
     shuffleobs,
     views,
 )
+from fastload._loading import engine as engine_module
 from fastload._loading.engine import Engine
 from fastload._loading.schedule import Schedule, schedule_of
 
@@ -402,9 +403,12 @@ def test_an_iteration_started_while_another_holds_the_ring_gets_a_ring_of_its_ow
 
 @pytest.mark.parametrize("buffer", [False, True])
 @pytest.mark.parametrize("rows", [1, 7, 64])
-def test_a_run_that_moves_between_the_pool_and_the_caller_s_thread_loads_every_step(buffer, rows):
+def test_a_run_that_moves_between_the_pool_and_the_caller_s_thread_loads_every_step(
+    buffer, rows, monkeypatch
+):
     # go_inline switches, at any step, between loading in the caller's thread and on the
     # pool: the steps are those of a plain run, in order, however often it switches.
+    monkeypatch.setattr(engine_module, "_TINY_VALUES", 0)  # even these steps on the pool
     x, y = _arrays(3000)
     order = np.random.default_rng(rows).permutation(3000)
     engine = Engine(parallel=2, buffer=buffer)
@@ -432,7 +436,8 @@ class _NeverMeasures(dict):
         pass
 
 
-def test_an_adaptive_run_decides_once_and_loads_what_a_sequential_run_loads():
+def test_an_adaptive_run_decides_once_and_loads_what_a_sequential_run_loads(monkeypatch):
+    monkeypatch.setattr(engine_module, "_TINY_VALUES", 0)  # measured, not inline at once
     x, y = _arrays(20_000)
     order = np.random.default_rng(1).permutation(20_000)
     decided = []
@@ -448,8 +453,7 @@ def test_an_adaptive_run_decides_once_and_loads_what_a_sequential_run_loads():
 
 
 def test_the_engine_keeps_an_answer_two_measures_agree_on_then_measures_again(monkeypatch):
-    from fastload._loading import engine as engine_module
-
+    monkeypatch.setattr(engine_module, "_TINY_VALUES", 0)  # measured, not inline at once
     x, y = _arrays(600)
     schedule = Schedule(np.arange(600), 4)
     engine = Engine(parallel=2)
@@ -480,3 +484,17 @@ def test_the_engine_keeps_an_answer_two_measures_agree_on_then_measures_again(mo
     # Steps whose loading runs Python code, or is costly, never go inline.
     expensive = Engine(parallel=2).iterate((views.mapobs(lambda v: v + 1, x), y), schedule)
     assert expensive.on_adapted is None and expensive.inline is False
+
+
+def test_tiny_steps_load_in_the_caller_s_thread_without_being_measured():
+    # A step of a few values costs less to copy than any hand-over between threads.
+    x, y = _arrays(2000)
+    schedule = Schedule(np.random.default_rng(2).permutation(2000), 16)  # 32 values a step
+    iteration = Engine(parallel=2).iterate((x, y), schedule)
+    assert iteration.inline is True and iteration.on_adapted is None
+    got = [copy_tree(v) for v in iteration]
+    assert_tree_equal(got, [(x[p], y[p]) for p in np.split(schedule.order, 125)])
+    wide = np.zeros((2000, 3000), np.float32)  # 12 KB a row: 16 rows are not tiny
+    iteration = Engine(parallel=2).iterate((wide, y), schedule)
+    assert iteration.inline is False and iteration.on_adapted is not None
+    iteration.close()

@@ -66,6 +66,12 @@ _RING_BYTES = 32 << 20  # the most a ring of cheap (gathered) steps takes by def
 # a row gave the same answer, the engine keeps it for the plan's next iterations, and
 # measures again after _REMEASURE of them.
 _REMEASURE = 8
+# Steps this small (values copied, bytes) cost less to copy than any hand-over between
+# threads: they load in the caller's thread without being measured. (A batch of one row,
+# or of 16 rows of an array and a label, costs 1-3 us to gather; the pool loaded such
+# steps at 0.55-0.7x the caller's thread in bench/parallel.py.)
+_TINY_VALUES = 96
+_TINY_BYTES = 16 << 10
 _live: weakref.WeakSet[_core.Iteration] = (
     weakref.WeakSet()
 )  # iterations that may still have tasks running
@@ -407,9 +413,15 @@ class Engine:
         a pool thread. Such an iteration measures which is faster for its caller (the time
         spent in ``next()``, where a training step's work between two batches counts for the
         pool); an answer that two iterations in a row gave holds for the plan's next
-        iterations (0 threads when the caller's thread won), until ``_REMEASURE``."""
+        iterations (0 threads when the caller's thread won), until ``_REMEASURE``. Tiny
+        steps (``_TINY_VALUES``, ``_TINY_BYTES``) load in the caller's thread at once."""
         if parallel == 0 or plan.expensive or filler is not None:
             return parallel, False
+        if (
+            plan.rows * len(plan.fields) <= _TINY_VALUES
+            and plan.rows * sum(plan.row_bytes) <= _TINY_BYTES
+        ):
+            return 0, False
         key = plan.signature
         known = self._adapted.get(key)
         if known is not None and known[1] and known[2] < _REMEASURE:
