@@ -452,7 +452,7 @@ def test_an_adaptive_run_decides_once_and_loads_what_a_sequential_run_loads(monk
     chained(decided[0])  # what the engine records
 
 
-def test_the_engine_keeps_an_answer_two_measures_agree_on_then_measures_again(monkeypatch):
+def test_the_engine_keeps_what_two_measures_say_then_measures_again(monkeypatch):
     monkeypatch.setattr(engine_module, "_TINY_VALUES", 0)  # measured, not inline at once
     x, y = _arrays(600)
     schedule = Schedule(np.arange(600), 4)
@@ -468,12 +468,11 @@ def test_the_engine_keeps_an_answer_two_measures_agree_on_then_measures_again(mo
         return measured
 
     run()(True)  # measured: the caller's thread was faster
-    run()(False)  # a second measure that disagrees: measured again
-    run()(False)
+    run()(False)  # a second measure that disagrees: a tie, the pool as asked
     for _ in range(engine_module._REMEASURE):
-        run()  # the answer held: the pool, not measured
+        run()  # the pool, not measured
     run()  # measured again
-    assert runs == [(False, True)] * 3 + [(False, False)] * engine_module._REMEASURE + [
+    assert runs == [(False, True)] * 2 + [(False, False)] * engine_module._REMEASURE + [
         (False, True)
     ]
     engine._adapted.clear()

@@ -62,9 +62,9 @@ _Filler: TypeAlias = Callable[[int, int, int, int], None]
 
 _RING_BYTES = 32 << 20  # the most a ring of cheap (gathered) steps takes by default
 # An iteration of cheap native steps on the pool measures whether the caller's thread
-# would load them faster (``_core.Iteration.start_run``'s adaptive); once two iterations in
-# a row gave the same answer, the engine keeps it for the plan's next iterations, and
-# measures again after _REMEASURE of them.
+# would load them faster (``_core.Iteration.start_run``'s adaptive); after two iterations
+# measured, the engine keeps their answer (the caller's thread when both said so, else the
+# pool) for the plan's next iterations, and measures again after _REMEASURE of them.
 _REMEASURE = 8
 # Steps this small (values copied, bytes) cost less to copy than any hand-over between
 # threads: they load in the caller's thread without being measured. (A batch of one row,
@@ -412,8 +412,8 @@ class Engine:
         arrays, tables) can cost less to load in the caller's thread than to hand over from
         a pool thread. Such an iteration measures which is faster for its caller (the time
         spent in ``next()``, where a training step's work between two batches counts for the
-        pool); an answer that two iterations in a row gave holds for the plan's next
-        iterations (0 threads when the caller's thread won), until ``_REMEASURE``. Tiny
+        pool); after two measured iterations, the caller's thread (0 threads) if both said
+        so, else the pool, for the plan's next iterations, until ``_REMEASURE``. Tiny
         steps (``_TINY_VALUES``, ``_TINY_BYTES``) load in the caller's thread at once."""
         if parallel == 0 or plan.expensive or filler is not None:
             return parallel, False
@@ -432,7 +432,10 @@ class Engine:
             inline: bool, adapted: dict[Any, tuple[bool, bool, int]] = self._adapted
         ) -> None:
             before = adapted.get(key)
-            adapted[key] = (inline, before is not None and before[0] == inline, 0)
+            if before is None:
+                adapted[key] = (inline, False, 0)  # measured once: measure again
+            else:  # two measures that disagree are a tie: the pool, as asked
+                adapted[key] = (inline and before[0], True, 0)
 
         iteration.on_adapted = adapted
         return parallel, True
