@@ -325,7 +325,7 @@ class Engine:
         except Exception:
             _recheck(verify_rows)  # a probe that read past a file's new end says so
             raise
-        parallel = self._parallel()
+        parallel = 0 if self._workers is None and _tiny(plan) else self._parallel()
         count = self._slots(plan, parallel)
         if self._workers is not None:
             # An earlier iteration's jobs end first: workers that would not give them up
@@ -413,15 +413,9 @@ class Engine:
         a pool thread. Such an iteration measures which is faster for its caller (the time
         spent in ``next()``, where a training step's work between two batches counts for the
         pool); after two measured iterations, the caller's thread (0 threads) if both said
-        so, else the pool, for the plan's next iterations, until ``_REMEASURE``. Tiny
-        steps (``_TINY_VALUES``, ``_TINY_BYTES``) load in the caller's thread at once."""
+        so, else the pool, for the plan's next iterations, until ``_REMEASURE``."""
         if parallel == 0 or plan.expensive or filler is not None:
             return parallel, False
-        if (
-            plan.rows * len(plan.fields) <= _TINY_VALUES
-            and plan.rows * sum(plan.row_bytes) <= _TINY_BYTES
-        ):
-            return 0, False
         key = plan.signature
         known = self._adapted.get(key)
         if known is not None and known[1] and known[2] < _REMEASURE:
@@ -449,6 +443,17 @@ class Engine:
             self._workers.close()
         with self._lock:
             self._ring = self._ring_owner = self._worker_ring_values = None
+
+
+def _tiny(plan: Plan) -> bool:
+    """Whether the steps of ``plan`` are plain gathers of so few values and bytes that
+    they load in the caller's thread, whatever ``parallel`` says (``_TINY_VALUES``)."""
+    return (
+        not plan.expensive
+        and not plan.has_python
+        and plan.rows * len(plan.fields) <= _TINY_VALUES
+        and plan.rows * sum(plan.row_bytes) <= _TINY_BYTES
+    )
 
 
 def _recheck(verify_rows: Sequence[_Verify]) -> None:
