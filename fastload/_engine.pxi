@@ -493,8 +493,7 @@ cdef class Iteration:
         from its own copy of the part of ``order`` and ``bounds`` those steps use: changing
         them afterwards changes nothing. Raises TypeError for an order or bounds of another
         kind, ValueError for bounds that do not fit, for a negative step, ``parallel`` or a
-        ``claim_size`` below 1, and for
-        ``adaptive`` with a ``filler``."""
+        ``claim_size`` below 1, and for ``adaptive`` with a ``filler``."""
         if self.run != NULL or self.transport is not None:
             raise RuntimeError("this iteration was started already")
         order = _steps_array(order, "a schedule's order must be a 1-D C-contiguous int64 array")
