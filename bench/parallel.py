@@ -16,7 +16,10 @@ ratio parallel / sequential per workload:
 The loader draws each epoch's permutation on both sides. Each candidate is timed over
 whole epochs (the batch of one over its first 50,000 steps) from a fresh iterator.
 
-Usage: python bench/parallel.py [--repeats 5] [--only arrays,jpeg] [--jpegs 1000]
+``--batch n`` gives every workload the batch size n (the batch of one keeps its first
+50,000 steps), to see smaller or larger steps of the same data.
+
+Usage: python bench/parallel.py [--repeats 5] [--only arrays,jpeg] [--jpegs 1000] [--batch N]
 """
 
 import argparse
@@ -95,12 +98,14 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--only", default=",".join(WORKLOADS), help="comma-separated workloads")
     parser.add_argument("--jpegs", type=int, default=1000, help="images of the JPEG workload")
+    parser.add_argument("--batch", type=int, default=None, help="every workload's batch size")
     args = parser.parse_args()
     print(f"{os.cpu_count()} CPUs, pool of {fastload._core.pool_size()} threads")
     ratios = {}
     for name in args.only.split(","):
         try:
             data, batch, steps = WORKLOADS[name](args)
+            batch = args.batch or batch
         except ImportError as exc:
             print(f"{name}: skipped ({exc})")
             continue
@@ -110,7 +115,8 @@ def main():
             )
             for label, parallel in ((PARALLEL, True), (SEQUENTIAL, False))
         }
-        items = steps or fastload.numobs(data)
+        n = fastload.numobs(data)
+        items = min(n, steps * batch) if steps else n
         print(f"{name}: batch {batch}, {items:,} observations per run")
         for loader in loaders.values():  # a first epoch: threads started, files cached
             epoch(loader, steps)()

@@ -7,6 +7,7 @@ uint8), two workers, medians of interleaved epochs (``common.compare``):
    ``fastload.torch.DataLoader(data, batch_size, shuffle=True, num_workers=2)`` (the
    native path) against ``fastload.DataLoader(data, batch_size, shuffle=True,
    parallel=2)``, with and without ``buffer=True``: the main loader at least as fast;
+   the same on in-RAM arrays (a ``TensorDataset`` for the drop-in, batch 512);
 2. over a PyTorch-style dataset (PIL open, convert, crop, resize and flip in
    ``__getitem__``, as ``jpeg.py`` writes it): ``fastload.torch.DataLoader(ds,
    batch_size, shuffle=True, num_workers=2, persistent_workers=True)`` (fastload's worker
@@ -194,6 +195,32 @@ def run_probe(name, root, batch):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def compare_arrays(repeats):
+    """The drop-in over a ``TensorDataset`` (its native path) against ``fastload.DataLoader``
+    over the same arrays with ``buffer=True``, whole epochs."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1_000_000, 64), dtype=np.float32)
+    y = rng.integers(0, 1000, len(x))
+    tensors = tud.TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
+    dropin = fastload.torch.DataLoader(tensors, batch_size=512, shuffle=True, num_workers=WORKERS)
+    main_loader = fastload.DataLoader((x, y), 512, shuffle=True, parallel=WORKERS, buffer=True)
+
+    def drain(loader):
+        def run():
+            for _ in loader:
+                pass
+
+        return run
+
+    for loader in (dropin, main_loader):
+        drain(loader)()  # threads started
+    candidates = {
+        f"{NATIVE} (TensorDataset)": (drain(dropin), len(x)),
+        ENGINE_BUFFERED: (drain(main_loader), len(x)),
+    }
+    compare(candidates, repeats, f"{NATIVE} (TensorDataset)")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=2000)
@@ -217,6 +244,8 @@ def main():
         ENGINE_BUFFERED: (epoch(buffered), args.n),
     }
     compare(candidates, args.repeats, NATIVE)
+    print("1b. in-RAM arrays: 1,000,000 x 64 float32 + int64 labels, batch 512")
+    compare_arrays(args.repeats)
     print("2. a PyTorch-style dataset (PIL in __getitem__)")
     dropin, torch_loader = make(DROPIN, root, args.batch), make(TORCH, root, args.batch)
     print(f"  path: {dropin.path}")

@@ -322,8 +322,7 @@ cdef double _WAIT_S = 0.1      # longest wait between two checks for Ctrl-C
 # a window of steps loaded by the pool, one loaded in the caller's thread, and one more of
 # the pool (what else runs at an epoch's start, such as the next epoch's order being
 # drawn, slows the first), each after the steps loaded ahead before it; the run goes on in
-# the caller's thread when that took less than _ADAPT_MARGIN times the pool's better
-# window. A window is _ADAPT_BLOCKS blocks of at least _ADAPT_STEPS steps and _ADAPT_S
+# the caller's thread when that took less than the pool's better window. A window is _ADAPT_BLOCKS blocks of at least _ADAPT_STEPS steps and _ADAPT_S
 # seconds each (or _ADAPT_MAX_STEPS steps), and counts the median of their means per step:
 # a stall of the process (another thread holding the GIL, the scheduler) moves one block.
 cdef int _ADAPT_SKIP = 8
@@ -331,7 +330,6 @@ cdef int _ADAPT_BLOCKS = 8
 cdef int _ADAPT_STEPS = 4
 cdef int _ADAPT_MAX_STEPS = 128
 cdef double _ADAPT_S = 0.0003
-cdef double _ADAPT_MARGIN = 1.0
 # Phases of adapting, in order.
 cdef enum:
     ADAPT_OFF = 0           # not adapting, or decided
@@ -636,7 +634,7 @@ cdef class Iteration:
         with nogil:
             fl_run_go_inline(self.run, on)
 
-    cdef void _adapt(self, double spent):
+    cdef int _adapt(self, double spent) except -1:
         """Count a delivered step's time in next() (``spent``) toward adapting."""
         cdef double per_step
         if self.adapt_phase in (ADAPT_SKIP_POOL, ADAPT_SKIP_INLINE, ADAPT_SKIP_POOL2):
@@ -644,17 +642,17 @@ cdef class Iteration:
             if self.adapt_left <= 0:
                 self.adapt_phase += 1
                 self.adapt_steps, self.adapt_s, self.adapt_block = 0, 0.0, 0
-            return
+            return 0
         self.adapt_steps += 1
         self.adapt_s += spent
         if self.adapt_steps < _ADAPT_MAX_STEPS and (
                 self.adapt_steps < _ADAPT_STEPS or self.adapt_s < _ADAPT_S):
-            return
+            return 0
         self.adapt_means[self.adapt_block] = self.adapt_s / self.adapt_steps
         self.adapt_block += 1
         self.adapt_steps, self.adapt_s = 0, 0.0
         if self.adapt_block < _ADAPT_BLOCKS:
-            return
+            return 0
         per_step = _median(self.adapt_means, _ADAPT_BLOCKS)
         self.adapt_phase += 1
         if self.adapt_phase == ADAPT_SKIP_INLINE:
@@ -665,11 +663,12 @@ cdef class Iteration:
             fl_run_go_inline(self.run, 0)
         else:
             self.adapt_phase = ADAPT_OFF
-            inline = self.inline_s < _ADAPT_MARGIN * min(self.pool_s, per_step)
+            inline = self.inline_s < min(self.pool_s, per_step)
             if inline:
                 fl_run_go_inline(self.run, 1)
             if self.on_adapted is not None:
                 self.on_adapted(inline)
+        return 0
 
     @property
     def inline(self):

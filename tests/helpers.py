@@ -1,13 +1,16 @@
 """Helpers shared by the core tests: comparing nested batches, copying buffered ones, a
-resume checker, a deadline guard and a check that workers die with their consumer."""
+resume checker, a deadline guard, a check that workers die with their consumer, and mypy
+run on a snippet of user code."""
 
 import os
 import select
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 
@@ -200,3 +203,30 @@ def assert_workers_die_with_their_consumer(code, workers, within_s=5.0):
         consumer.stdout.close()
         consumer.stderr.close()
         consumer.wait()
+
+
+def mypy_on(code, tmp_path):
+    """mypy's report on ``code`` (a module importing fastload from this checkout), and
+    ``(flagged, expected)``: the lines it reports an error on, and those marked
+    ``# error``."""
+    import mypy.api
+
+    root = Path(__file__).resolve().parent.parent
+    (tmp_path / "snippet.py").write_text(code)
+    (tmp_path / "mypy.ini").write_text(
+        textwrap.dedent(f"""\
+        [mypy]
+        mypy_path = {root}
+        cache_dir = {tmp_path / "cache"}
+        python_executable = {sys.executable}
+        follow_imports = silent
+        [mypy-torch.*,jax.*,pyarrow.*,pandas.*,simplejpeg.*,tqdm.*,fsspec.*]
+        follow_imports = skip
+        ignore_missing_imports = True
+        """)
+    )
+    config, path = str(tmp_path / "mypy.ini"), str(tmp_path / "snippet.py")
+    out, err, _ = mypy.api.run(["--config-file", config, path])
+    flagged = {int(line.split(":")[1]) for line in out.splitlines() if ": error:" in line}
+    expected = {k for k, line in enumerate(code.splitlines(), 1) if "# error" in line}
+    return out + err, flagged, expected

@@ -449,7 +449,8 @@ def test_an_adaptive_run_decides_once_and_loads_what_a_sequential_run_loads(monk
     assert_tree_equal(got, [(x[order[s : s + 1]], y[order[s : s + 1]]) for s in range(20_000)])
     assert len(decided) == 1 and isinstance(decided[0], bool)
     assert iteration.inline is decided[0]
-    chained(decided[0])  # what the engine records
+    chained(decided[0])  # what the engine records: one measure, to be taken again
+    assert list(engine._adapted.values()) == [(decided[0], False, 0)]
 
 
 def test_the_engine_keeps_what_two_measures_say_then_measures_again(monkeypatch):

@@ -2,12 +2,11 @@
 transport: the plans and transports the engine hands ``_core.Iteration`` have every member
 (at run time) and satisfy the protocols (under mypy, which flags a class that does not)."""
 
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import mypy_on
 
 import fastload
 from fastload._loading.engine import _Rechecked
@@ -66,21 +65,6 @@ not_a_transport: Transport = NextOnly()  # error
 
 @pytest.mark.slow
 def test_mypy_checks_the_plans_and_transports_against_the_protocols(tmp_path):
-    api = pytest.importorskip("mypy.api")
-    (tmp_path / "seams.py").write_text(SEAMS_CODE)
-    (tmp_path / "mypy.ini").write_text(
-        textwrap.dedent(f"""\
-        [mypy]
-        mypy_path = {ROOT}
-        cache_dir = {tmp_path / "cache"}
-        python_executable = {sys.executable}
-        follow_imports = silent
-        [mypy-torch.*,jax.*,pyarrow.*,pandas.*,simplejpeg.*,tqdm.*,fsspec.*]
-        follow_imports = skip
-        ignore_missing_imports = True
-        """)
-    )
-    out, err, _ = api.run(["--config-file", str(tmp_path / "mypy.ini"), str(tmp_path / "seams.py")])
-    flagged = {int(line.split(":")[1]) for line in out.splitlines() if ": error:" in line}
-    expected = {k for k, line in enumerate(SEAMS_CODE.splitlines(), 1) if "# error" in line}
-    assert flagged == expected, out + err
+    pytest.importorskip("mypy.api")
+    report, flagged, expected = mypy_on(SEAMS_CODE, tmp_path)
+    assert flagged == expected, report

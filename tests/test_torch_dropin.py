@@ -1272,12 +1272,11 @@ def test_dict_dataset_sequential_batch(persistent_workers):
     loader.close()
 
 
-def test_pin_memory_without_cuda_warns_and_yields_the_batches():
-    if torch.cuda.is_available():
-        pytest.skip("checks what pin_memory does without CUDA; this machine has CUDA")
+def test_pin_memory_without_cuda_warns_and_yields_the_batches(monkeypatch):
     import fastload._loading.torch_loader as module
 
-    module._warned_no_cuda = False
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a CPU machine
+    monkeypatch.setattr(module, "_warned_no_cuda", False)
     with pytest.warns(UserWarning, match="pin_memory=True does nothing"):
         batches = list(DataLoader(DictDataset(), batch_size=2, pin_memory=True))
     assert len(batches) == 2 and not batches[0]["a_tensor"].is_pinned()

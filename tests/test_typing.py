@@ -4,12 +4,11 @@ user's code against them: what the library accepts passes, what it refuses is fl
 
 import importlib.resources
 import inspect
-import sys
-import textwrap
 import typing
 from pathlib import Path
 
 import pytest
+from helpers import mypy_on
 
 import fastload
 import fastload.storage
@@ -133,24 +132,9 @@ batchview(data, "4")  # error
 
 @pytest.mark.slow
 def test_mypy_accepts_typical_use_and_flags_the_mistakes(tmp_path):
-    api = pytest.importorskip("mypy.api")
-    (tmp_path / "user.py").write_text(USER_CODE)
-    (tmp_path / "mypy.ini").write_text(
-        textwrap.dedent(f"""\
-        [mypy]
-        mypy_path = {ROOT}
-        cache_dir = {tmp_path / "cache"}
-        python_executable = {sys.executable}
-        follow_imports = silent
-        [mypy-torch.*,jax.*,pyarrow.*,pandas.*,simplejpeg.*,tqdm.*,fsspec.*]
-        follow_imports = skip
-        ignore_missing_imports = True
-        """)
-    )
-    out, err, _ = api.run(["--config-file", str(tmp_path / "mypy.ini"), str(tmp_path / "user.py")])
-    flagged = {int(line.split(":")[1]) for line in out.splitlines() if ": error:" in line}
-    expected = {k for k, line in enumerate(USER_CODE.splitlines(), 1) if "# error" in line}
-    assert flagged == expected, out + err
+    pytest.importorskip("mypy.api")
+    out, flagged, expected = mypy_on(USER_CODE, tmp_path)
+    assert flagged == expected, out
     revealed = [
         line.split("Revealed type is ")[1].replace("builtins.", "")
         for line in out.splitlines()

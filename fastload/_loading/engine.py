@@ -68,8 +68,9 @@ _RING_BYTES = 32 << 20  # the most a ring of cheap (gathered) steps takes by def
 _REMEASURE = 8
 # Steps this small (values copied, bytes) cost less to copy than any hand-over between
 # threads: they load in the caller's thread without being measured. (A batch of one row,
-# or of 16 rows of an array and a label, costs 1-3 us to gather; the pool loaded such
-# steps at 0.55-0.7x the caller's thread in bench/parallel.py.)
+# or of 16 rows of an array and a label, costs 1-3 us to gather; on the pool such steps
+# loaded at 0.55x and 0.7x the caller's thread: bench/parallel.py, its batch of one and
+# ``--only arrays --batch 16``.)
 _TINY_VALUES = 96
 _TINY_BYTES = 16 << 10
 _live: weakref.WeakSet[_core.Iteration] = (

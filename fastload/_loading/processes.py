@@ -370,16 +370,7 @@ class WorkerPool:
         self.gen += 1
         self.control[0] = self.gen
         # A callable collate runs in the consumer (in plan.assemble): workers collect lists.
-        collate = schedule.collate.in_workers()
-        theirs = Schedule(
-            schedule.order,
-            schedule.batch_size,
-            drop_last=schedule.drop_last,
-            collate=collate,
-            seed=schedule.seed,
-            epoch=schedule.epoch,
-            bounds=schedule.bounds,
-        )
+        theirs = schedule.replaced(collate=schedule.collate.in_workers(), start=0)
         for worker in range(self.count):
             self.send(worker, Epoch(self.gen, theirs, skip, plan.signature))
         return _Transport(self, self.gen, schedule, plan, ordered, stats)

@@ -17,6 +17,7 @@ so that the engine loads the container under them item by item.
 from __future__ import annotations
 
 from numbers import Integral
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -102,21 +103,16 @@ class Schedule:
         first = step * self.rows
         return self.order[first : min(first + self.rows, len(self.order))]
 
+    def replaced(self, **changes: Any) -> Schedule:
+        """This schedule with the fields named in ``changes`` replaced (checked anew)."""
+        fields = {name: getattr(self, name) for name in self.__slots__} | changes
+        order, batch_size = fields.pop("order"), fields.pop("batch_size")
+        return Schedule(order, batch_size, **fields)
+
     def through(self, indices: npt.NDArray[np.int64] | None) -> Schedule:
         """The same schedule over the container that ``indices`` index (``folded_views``):
         its order mapped through them. ``self`` when ``indices`` is None."""
-        if indices is None:
-            return self
-        return Schedule(
-            indices[self.order],
-            self.batch_size,
-            drop_last=self.drop_last,
-            collate=self.collate,
-            seed=self.seed,
-            epoch=self.epoch,
-            start=self.start,
-            bounds=self.bounds,
-        )
+        return self if indices is None else self.replaced(order=indices[self.order])
 
     def __repr__(self) -> str:
         cut = "" if self.bounds is None else f", {self.steps} steps of different sizes"
