@@ -790,6 +790,7 @@ def test_workers_stuck_in_an_item_die_with_a_killed_consumer(where):
 
 def _slow_while(path, v):
     if v >= 2 and os.path.exists(path):
+        open(path + ".asleep", "w").close()  # tells the test a worker holds on to its job
         time.sleep(5)
     return v
 
@@ -806,6 +807,9 @@ def test_an_iteration_started_while_workers_hold_on_to_old_jobs_gets_new_workers
         first = _iterate(engine, steps)
         assert next(first).tolist() == [0.0, 1.0]  # the next steps sleep in the workers
         old = engine.worker_processes
+        with deadline(30):  # a slow machine may not have started them yet
+            while not (tmp_path / "slow.asleep").exists():
+                time.sleep(0.01)
         flag.unlink()
         with deadline(30):  # they cannot give their jobs up within 0.5 s: new workers load
             got = list(_iterate(engine, steps))
