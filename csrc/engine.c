@@ -48,6 +48,30 @@ void fl_run_watch(fl_run *r, const int64_t *word, int64_t value) {
     r->watch_value = value;
 }
 
+void fl_run_gate(fl_run *r, const int64_t *word, int64_t base) {
+    r->gate = word;
+    r->gate_base = base;
+}
+
+/* take_claim's answer when the next item is behind the gate. */
+#define GATED         2
+#define GATE_SLEEP_NS 200000L
+
+/* The first item that may not be claimed yet (end_item without a gate). */
+static int64_t gate_item(const fl_run *r) {
+    if (!r->gate) return r->end_item;
+    int64_t g = __atomic_load_n(r->gate, __ATOMIC_ACQUIRE) - r->gate_base;
+    return g < r->end_item ? g : r->end_item;
+}
+
+/* Called under the lock by a thread that found the gate closed: sleep a little without it. */
+static void wait_gate(fl_run *r) {
+    struct timespec nap = {0, GATE_SLEEP_NS};
+    pthread_mutex_unlock(&r->lock);
+    nanosleep(&nap, NULL);
+    pthread_mutex_lock(&r->lock);
+}
+
 /* The first item of step s. */
 static inline int64_t step_first(const fl_run *r, int64_t s) {
     return r->bounds ? r->bounds[s] : s * r->rows;
@@ -267,8 +291,9 @@ static int take_slot(fl_run *r, int64_t step) {
 
 /* Claim up to `claim_size` items in schedule order, across steps while slots are free
  * (`task`: for a pool task, which claims nothing once the caller's thread loads; the
- * caller's thread claims the rest of one step). Returns 0 when nothing can be claimed
- * now. Under the lock. */
+ * caller's thread claims the rest of one step), never past the gate. Returns 0 when
+ * nothing can be claimed now, GATED when the next item is behind the gate. Under the
+ * lock. */
 static int take_claim(fl_run *r, claim *c, int task) {
     if (fl_run_cancelled(r) || (task && r->inline_now)) return 0;
     int64_t k = r->claim_item;
@@ -278,13 +303,18 @@ static int take_claim(fl_run *r, claim *c, int task) {
         c->last = k;
         return 0;
     }
+    int64_t open = gate_item(r);
+    if (k >= open) {
+        c->last = k;
+        return GATED;
+    }
     /* Guided: a claim takes a share of what is left of the step (at least `claim_size`), so
      * a batch costs a few claims, and its last items still spread over the threads. */
     int64_t left = step_first(r, r->claim_step) + step_rows(r, r->claim_step) - k;
     int64_t share = r->parallel > 0 ? left / (2 * (int64_t)r->parallel) : left;
     /* Inline, a claim is the rest of one step. */
     int64_t want = !task ? left : share > r->claim_size ? share : r->claim_size;
-    int64_t limit = want < r->end_item - k ? k + want : r->end_item;
+    int64_t limit = want < open - k ? k + want : open;
     while (k < limit && c->nsteps < MAX_CLAIM_STEPS) {
         int64_t step = r->claim_step;
         if (r->claim_slot < 0 && (r->claim_slot = take_slot(r, step)) < 0) break;
@@ -333,7 +363,12 @@ static void task(void *arg) {
     fl_scratch scratch[FL_SCRATCH_REGIONS] = {{NULL, 0}};
     claim c;
     pthread_mutex_lock(&r->lock);
-    while (take_claim(r, &c, 1)) {
+    int got;
+    while ((got = take_claim(r, &c, 1))) {
+        if (got == GATED) {
+            wait_gate(r);
+            continue;
+        }
         pthread_mutex_unlock(&r->lock);
         run_claim(r, &c, scratch);
         pthread_mutex_lock(&r->lock);
@@ -417,7 +452,12 @@ static int next_inline(fl_run *r, int release) {
     release_slot(r, release);
     for (;;) {
         int s = fl_run_cancelled(r) ? FL_ECANCELLED : ready_slot(r);
-        if (s != -1 || r->delivered == r->end_step - r->first_step || !take_claim(r, &c, 0)) {
+        int got = s != -1 || r->delivered == r->end_step - r->first_step ? 0 : take_claim(r, &c, 0);
+        if (got == GATED) {
+            wait_gate(r);
+            continue;
+        }
+        if (!got) {
             pthread_mutex_unlock(&r->lock);
             if (s != -1) return s;
             return r->delivered < r->end_step - r->first_step ? FL_ECANCELLED : FL_DONE;
@@ -433,7 +473,12 @@ static int next_inline(fl_run *r, int release) {
  * some, 0 when nothing is left to claim. Under the lock (released while loading). */
 static int load_inline(fl_run *r) {
     claim c;
-    if (!take_claim(r, &c, 0)) return 0;
+    int got = take_claim(r, &c, 0);
+    if (got == GATED) {
+        wait_gate(r);
+        return 1;
+    }
+    if (!got) return 0;
     pthread_mutex_unlock(&r->lock);
     run_claim(r, &c, r->scratch);
     pthread_mutex_lock(&r->lock);

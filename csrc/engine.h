@@ -151,6 +151,8 @@ typedef struct fl_run {
     int cancel;           /* set once: stop loading (atomic) */
     const int64_t *watch; /* or NULL: cancelled once *watch != watch_value */
     int64_t watch_value;
+    const int64_t *gate; /* or NULL: items from *gate - gate_base on wait (atomic) */
+    int64_t gate_base;
     fl_scratch scratch[FL_SCRATCH_REGIONS]; /* the inline run's */
     /* Under `lock`: */
     int64_t claim_item;     /* next item to claim */
@@ -209,6 +211,14 @@ int fl_run_cancelled(const fl_run *run);
  * atomically between items): a word in memory shared with another process, which stops
  * a worker process's inline run without a message. Call before the first fl_run_next. */
 void fl_run_watch(fl_run *run, const int64_t *word, int64_t value);
+
+/* Items of the run from `*word - base` on are not claimed until the word (read atomically,
+ * written by another thread or process) grows past them: what holds a run back while the
+ * data of its next items is being fetched. A task or caller that finds the next item
+ * behind the gate sleeps a little and looks again (cancelling still stops it). The
+ * caller of fl_run_next must not hold what the gate's writer needs (Python's GIL, for a
+ * writer in Python). Call before the first fl_run_next. */
+void fl_run_gate(fl_run *run, const int64_t *word, int64_t base);
 
 /* Cancel, then wait until every task of the run has exited. Call without the GIL. */
 void fl_run_join(fl_run *run);

@@ -55,6 +55,7 @@ cdef extern from "engine.h" nogil:
     int fl_run_is_inline(const fl_run *run)
     void fl_run_cancel(fl_run *run)
     void fl_run_watch(fl_run *run, const int64_t *word, int64_t value)
+    void fl_run_gate(fl_run *run, const int64_t *word, int64_t base)
     void fl_run_join(fl_run *run)
     void fl_run_destroy(fl_run *run)
     const fl_slot *fl_run_slot(const fl_run *run, int slot)

@@ -7,12 +7,14 @@ exits with status 2.
 """
 
 import argparse
+import json
 import sys
 import time
 
 from fastload import __version__
 from fastload._images.codecs import build_info
 from fastload._storage.fields import SUBSAMPLINGS
+from fastload._storage.remote import is_url
 from fastload.demo import run_image_demo, run_tensor_demo
 from fastload.errors import LoadError
 from fastload.loader import DataLoader
@@ -29,7 +31,8 @@ def _add_convert_args(p):
         help="folder with one subfolder of image files per class "
         "(labels: sorted class names -> 0, 1, ...)",
     )
-    p.add_argument("dst", help="output file, e.g. train.arrow")
+    p.add_argument("dst", help="output file, e.g. train.arrow, or a URL: s3://bucket/train.arrow")
+    _add_storage_options(p)
     p.add_argument(
         "--mode",
         choices=MODES,
@@ -90,6 +93,36 @@ def _add_convert_args(p):
     )
 
 
+def _add_storage_options(p):
+    p.add_argument(
+        "--storage-options",
+        type=_json_object,
+        default=None,
+        metavar="JSON",
+        help="for a URL: fsspec's storage options as a JSON object, e.g. "
+        '\'{"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}\'; '
+        "credentials otherwise come from the store's usual places (environment, files)",
+    )
+
+
+def _json_object(text):
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("storage options must be a JSON object")
+    return value
+
+
+def _opened(args):
+    """The dataset at ``args.path``; at a URL with the storage options given, and no
+    cache on disk (a command reads each block once)."""
+    if is_url(args.path):
+        return open_dataset(args.path, storage_options=args.storage_options, cache_bytes=0)
+    return open_dataset(args.path, storage_options=args.storage_options)
+
+
 def _run_convert(args):
     n, skipped = convert(
         args.src,
@@ -103,6 +136,7 @@ def _run_convert(args):
         progress=not args.no_progress,
         on_error=args.on_error,
         check=not args.no_check,
+        storage_options=args.storage_options,
     )
     print(f"wrote {n} images to {args.dst}")
     if skipped:
@@ -117,8 +151,9 @@ def _add_info_args(p):
         "path",
         nargs="?",
         help="a dataset file, a directory of files, or a "
-        "glob; without it: what this build decodes with",
+        "glob (or the same at a URL); without it: what this build decodes with",
     )
+    _add_storage_options(p)
 
 
 def _run_info(args):
@@ -126,7 +161,7 @@ def _run_info(args):
         for key, value in build_info().items():
             print(f"{key}: {value}")
         return 0
-    print("\n".join(describe(open_dataset(args.path))))
+    print("\n".join(describe(_opened(args))))
     return 0
 
 
@@ -209,12 +244,13 @@ def _run_bench(args):
 
 
 def _add_verify_args(p):
-    p.add_argument("path", help="a dataset file, a directory of files, or a glob")
+    p.add_argument("path", help="a dataset file, a directory of files, or a glob, or a URL")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_storage_options(p)
 
 
 def _run_verify(args):
-    result = open_dataset(args.path).verify(progress=not args.no_progress)
+    result = _opened(args).verify(progress=not args.no_progress)
     print(
         f"{args.path}: {result['blocks']} blocks of {result['files']} file(s) match their checksums"
     )

@@ -413,12 +413,13 @@ cdef class Iteration:
     cdef Fields fields
     cdef object order, bounds      # the run's own copies, from its first step on
     cdef int64_t first_step        # the schedule's step that C numbers 0
+    cdef int64_t first_item        # the position in the schedule's order that C numbers 0
     cdef readonly object plan
     cdef tuple ring, watches
     cdef list values
     cdef readonly list objects
     cdef dict errors
-    cdef object filler, on_end, check, watched, copier
+    cdef object filler, on_end, check, watched, gated, copier
     cdef bint buffer, release_gil, count_values, busy
     cdef bint adaptive  # a native run that may go inline (start_run's adaptive)
     cdef int adapt_phase, adapt_left, adapt_steps  # ADAPT_*; steps to skip, measured
@@ -533,7 +534,7 @@ cdef class Iteration:
                 for f in range(nfields):
                     dst[s * nfields + f] = self._destination(fields, f, self.ring[s][f])
             self.fields, self.order, self.bounds, self.filler = fields, order, bounds, filler
-            self.first_step = first_step
+            self.first_step, self.first_item = first_step, first_item
             self.release_gil = release_gil or parallel > 0
             self.run = fl_run_create(<const int64_t *>cnp.PyArray_DATA(<cnp.ndarray>order),
                                      bounds_data, end_item - first_item, self.rows, 0,
@@ -594,6 +595,22 @@ cdef class Iteration:
             raise TypeError("the watched word must be a 1-D aligned int64 array")
         self.watched = word
         fl_run_watch(self.run, <const int64_t *>cnp.PyArray_DATA(word), value)
+
+    def gate(self, cnp.ndarray word not None):
+        """Claim no item at a position of the schedule's order from ``word[0]`` on (an
+        int64 array another thread or process writes: the first position whose data is not
+        there yet) until it grows past it. The run then waits without the GIL, so that a
+        Python thread may fetch what it waits for; it does not go inline (``adaptive``).
+        Call after ``start_run``, before the first step."""
+        if self.run == NULL:
+            raise RuntimeError("gate needs a native run: call start_run first")
+        if (np.asarray(word).dtype != np.int64 or word.ndim != 1 or word.shape[0] < 1
+                or not cnp.PyArray_ISALIGNED(word)):
+            raise TypeError("the gate must be a 1-D aligned int64 array")
+        self.gated = word
+        self.release_gil = True
+        self.adaptive = False
+        fl_run_gate(self.run, <const int64_t *>cnp.PyArray_DATA(word), self.first_item)
 
     def load_next(self):
         """Load the run's next step without delivering it: ``(step, rows, failure, keep)``

@@ -31,7 +31,7 @@ from ._loading.rounds import DEFAULT_BUFFER, StreamEpochs
 from ._loading.schedule import Schedule, folded_views, schedule_of
 from ._loading.sharding import Shard, default_seed, resolve_shard
 from ._loading.state import LoaderKind, check_state, sampler_kind, state_format
-from ._loading.tree import found_under, head, map_across, map_tree, tree_leaves
+from ._loading.tree import fetched_under, found_under, head, map_across, map_tree, tree_leaves
 from .obs import Container, copy_into, getobs, is_batch_index, numobs
 from .samplers import BatchSampler, Sampler
 from .streams import stream_source
@@ -89,6 +89,35 @@ def _verifiers(data: Container) -> list[Callable[[npt.NDArray[np.int64]], None]]
     """The ``verify_rows`` of the packed datasets under ``data`` opened with
     ``verify="read"``: they check a step's blocks before the loader hands it out."""
     return found_under(data, lambda d: d.verify_rows if isinstance(d, CheckedRows) else None)
+
+
+def fetched_iteration(
+    engine: Engine, data: Container, schedule: Schedule, **options: Any
+) -> _core.Iteration:
+    """``engine.iterate(data, schedule, **options)`` with the checks of the packed
+    datasets under ``data``; over datasets at a URL, their blocks are fetched ahead of
+    the run (``Prefetch``), which waits at its gate for those not there yet."""
+    remotes = fetched_under(data)
+    if not remotes:
+        return engine.iterate(data, schedule, verify_rows=_verifiers(data), **options)
+    from fastload._storage.remotefiles import Prefetch
+
+    first = (
+        schedule.start * schedule.rows
+        if schedule.bounds is None
+        else schedule.bounds[schedule.start]
+    )
+    prefetch = Prefetch(remotes, schedule.order, int(first))
+    iteration = engine.iterate(
+        data,
+        schedule,
+        verify_rows=[prefetch.check, *_verifiers(data)],
+        gate=prefetch.gate,
+        **options,
+    )
+    prefetch.start()
+    weakref.finalize(iteration, prefetch.close)
+    return iteration
 
 
 def _file_pages(data: Container) -> list[FilePages]:
@@ -352,13 +381,13 @@ class EpochLoader:
         if self._pages is not None:
             self._read_ahead = self._pages.read_ahead(schedule.order, schedule.rows, schedule.start)
         reading = self._read_ahead
-        iteration = self._engine.iterate(
+        iteration = fetched_iteration(
+            self._engine,
             data,
             schedule,
             stats=self._stats,
             progress=self._progress,
             on_end=self._epoch_done,
-            verify_rows=_verifiers(data),
             delivered=reading and reading.delivered,
         )
         if reading is not None:
@@ -676,7 +705,7 @@ class _ParallelIterable:
         return self.schedule.steps
 
     def __iter__(self) -> Iterator[Any]:
-        return self.engine.iterate(self.data, self.schedule, verify_rows=_verifiers(self.data))
+        return fetched_iteration(self.engine, self.data, self.schedule)
 
 
 def eachobs_parallel(

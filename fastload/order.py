@@ -76,7 +76,19 @@ def quasi_random_order(
     sizes, starts = sizes[keep], starts[keep]
     rng = generator(seed, Purpose.QUASI_ORDER, epoch)
     picked = rng.permutation(len(sizes))
-    out = np.empty(n, np.int64)
+    return _waves(picked, starts, sizes, rng, wave)
+
+
+def _waves(
+    picked: npt.NDArray[np.int64],
+    starts: npt.NDArray[np.int64],
+    sizes: npt.NDArray[np.int64],
+    rng: np.random.Generator,
+    wave: int,
+) -> npt.NDArray[np.int64]:
+    """The rows of the blocks ``picked`` (in that order), ``wave`` blocks at a time, the
+    rows of each wave shuffled together by ``rng``."""
+    out = np.empty(int(sizes[picked].sum()), np.int64)
     pos = 0
     for w in range(0, len(picked), wave):
         group = picked[w : w + wave]
@@ -87,3 +99,48 @@ def quasi_random_order(
         out[pos : pos + len(items)] = items
         pos += len(items)
     return out
+
+
+def quasi_shard_order(
+    n: int,
+    blocks: npt.ArrayLike,
+    seed: int,
+    epoch: int,
+    rank: int,
+    world: int,
+    per: int,
+    wave: int = DEFAULT_WAVE,
+) -> npt.NDArray[np.int64]:
+    """Rank ``rank``'s ``per`` rows of a quasi-random epoch shared out by blocks: the
+    blocks, drawn in random order as ``quasi_random_order`` draws them, are dealt one by
+    one to the rank that holds the fewest rows so far, so that the ranks read disjoint
+    blocks (the bytes of data at a URL are fetched by one rank). Each rank reads its own
+    blocks in waves, as ``quasi_random_order``. The ranks' shares differ by less than a
+    block: the rows a rank holds past ``per`` go, in rank order, to the ranks short of it
+    (a few blocks read by two ranks); rows still missing then (``per * world > n``) are
+    its own first rows again, as the unsharded order pads. A pure function of the
+    arguments."""
+    sizes = block_sizes(n, blocks)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    keep = sizes > 0
+    sizes, starts = sizes[keep], starts[keep]
+    picked = generator(seed, Purpose.QUASI_ORDER, epoch).permutation(len(sizes))
+    owner, held = np.empty(len(sizes), np.int64), np.zeros(world, np.int64)
+    for c in picked:
+        r = int(np.argmin(held))
+        owner[c], held[r] = r, held[r] + sizes[c]
+    own = [
+        _waves(
+            picked[owner[picked] == r],
+            starts,
+            sizes,
+            generator(seed, Purpose.QUASI_ORDER, epoch, r + 1),
+            wave,
+        )
+        for r in range(world)
+    ]
+    spare = np.concatenate([o[per:] for o in own])
+    short = np.maximum(per - held, 0)
+    taken = int(short[:rank].sum())
+    mine = np.concatenate([own[rank][:per], spare[taken : taken + int(short[rank])]])
+    return np.resize(mine, per) if len(mine) < per and len(mine) else mine

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -498,3 +499,33 @@ def test_tiny_steps_load_in_the_caller_s_thread_without_being_measured():
     iteration = Engine(parallel=2).iterate((wide, y), schedule)
     assert iteration.inline is False and iteration.on_adapted is not None
     iteration.close()
+
+
+# -- the gate: a native run waits for data being fetched ------------------------------------
+
+
+@pytest.mark.parametrize("parallel", [False, 2])
+def test_a_gated_run_claims_nothing_past_the_gate_until_it_opens(parallel):
+    # Steps of 100 rows: not tiny, so that parallel=2 loads on the pool.
+    data = np.arange(2000.0).reshape(1000, 2)
+    order = np.random.default_rng(0).permutation(1000)
+    gate = np.full(1, 200, np.int64)  # the first 200 positions only: steps 0 and 1
+    engine = Engine(parallel=parallel, buffer=False)
+    got, done = [], threading.Event()
+
+    def consume():
+        for step in engine.iterate(data, Schedule(order, 100), gate=gate):
+            got.append(step.copy())
+        done.set()
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    with deadline(30):
+        while len(got) < 2:
+            time.sleep(0.01)
+    time.sleep(0.3)  # were a position past the gate claimed, step 2 would come now
+    assert len(got) == 2 and not done.is_set()
+    gate[0] = 1000
+    assert done.wait(30)
+    assert np.array_equal(np.concatenate(got), data[order])
+    engine.close()

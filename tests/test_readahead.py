@@ -22,7 +22,7 @@ from fastload import DataLoader
 from fastload._storage import filepages, memory, readahead
 from fastload._storage.readahead import ReadAhead, wave_bytes
 from fastload.errors import LoadError
-from fastload.order import quasi_random_order
+from fastload.order import quasi_random_order, quasi_shard_order
 from fastload.storage import JPEG, Raw, write
 
 ROWS_PER_SHARD, SHARDS, SIDE = 60, 3, 8
@@ -129,7 +129,12 @@ def test_read_ahead_over_columns_and_shards_covers_every_row_once(shards, record
         loader.close()
     merged = np.concatenate(parts)
     assert sorted(merged.tolist()) == list(range(n))
-    assert np.array_equal(merged, quasi_random_order(n, ds.block_bounds, 1, 0))
+    shares = [
+        quasi_shard_order(n, ds.block_bounds, 1, 0, r, world, n // world) for r in range(world)
+    ]
+    assert np.array_equal(merged, np.concatenate(shares))
+    blocks = [set(np.searchsorted(ds.block_bounds, p, side="right") - 1) for p in parts]
+    assert not (blocks[0] & blocks[1]) and not (blocks[1] & blocks[2])  # 3-row blocks, 60 a rank
     assert finished(recorded)["load"] > 0
 
 

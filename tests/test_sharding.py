@@ -16,7 +16,7 @@ import fastload
 from fastload import DataLoader, eachobs
 from fastload._loading import sharding
 from fastload._loading.sharding import resolve_shard, shard_order
-from fastload.order import quasi_random_order
+from fastload.order import quasi_shard_order
 
 
 def epoch_indices(loader):
@@ -112,7 +112,7 @@ class Blockwise:
         return self.values[i]
 
 
-def test_quasi_random_order_shards_stay_block_local_and_cover_the_epoch():
+def test_quasi_random_order_shards_by_blocks_and_covers_the_epoch():
     data = Blockwise(400, 20)
     parts = [
         epoch_indices(DataLoader(data, 10, shuffle="quasi", seed=2, shard=(r, 4), drop_last=True))
@@ -120,10 +120,24 @@ def test_quasi_random_order_shards_stay_block_local_and_cover_the_epoch():
     ]
     merged = np.concatenate(parts)
     assert sorted(merged.tolist()) == list(range(400))
-    expected = quasi_random_order(400, data.block_bounds, 2, 0)
-    assert np.array_equal(merged, expected)
-    for part in parts:  # 100 items per rank: within two waves of 8 blocks
-        assert len(np.unique(part // 20)) <= 16
+    for r, part in enumerate(parts):
+        assert np.array_equal(part, quasi_shard_order(400, data.block_bounds, 2, 0, r, 4, 100))
+    blocks = [set((part // 20).tolist()) for part in parts]
+    for r in range(4):  # 5 whole blocks a rank: no block read by two ranks
+        assert len(blocks[r]) == 5
+        assert all(not (blocks[r] & blocks[q]) for q in range(r))
+    # Unequal blocks: a rank's share differs from the others' by less than a block, and
+    # the rows past it even the shares out.
+    sizes = [7, 30, 3, 12, 25, 9, 14]
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    for world, per in [(3, 33), (3, 34), (2, 50)]:
+        shares = [quasi_shard_order(100, bounds, 5, 1, r, world, per) for r in range(world)]
+        assert all(len(share) == per for share in shares)
+        merged = np.concatenate(shares)
+        if per * world >= 100:
+            assert sorted(set(merged.tolist())) == list(range(100))
+        else:
+            assert len(set(merged.tolist())) == per * world
 
 
 def test_quasi_order_needs_blocks():

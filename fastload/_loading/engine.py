@@ -309,13 +309,18 @@ class Engine:
         on_end: Callable[[], None] | None = None,
         verify_rows: Sequence[_Verify] = (),
         delivered: Callable[[int], None] | None = None,
+        gate: npt.NDArray[np.int64] | None = None,
     ) -> _core.Iteration:
         """An iterator over the steps of ``schedule`` loaded from the container ``data``
         (a ``_core.Iteration``). ``stats`` and ``progress`` (``_core.Stats``,
         ``_core.Progress``) are updated as steps are delivered; ``on_end()`` is called
         when the last one was; each of ``verify_rows(positions)`` checks a step's rows
-        before it is handed out, and then ``delivered(step)`` is told that it is. Raises
-        ``fastload.LoadError`` naming the observation that failed to load."""
+        before it is handed out, and then ``delivered(step)`` is told that it is. ``gate``
+        (an int64 array of one, another thread's to write): a native run claims no item
+        at a position of the schedule's order from ``gate[0]`` on, until it grows (what
+        holds the run back while the data of the next items is fetched; worker processes
+        fetch it themselves). Raises ``fastload.LoadError`` naming the observation that
+        failed to load."""
         stats = stats if stats is not None else _core.Stats()
         progress = (
             progress if progress is not None else _core.Progress(schedule.epoch, schedule.start)
@@ -366,6 +371,8 @@ class Engine:
             )
             return iteration
         self._start_run(iteration, plan, ring, schedule, parallel)
+        if gate is not None and not plan.whole_steps:  # a whole step reads through Python
+            iteration.gate(gate)
         _live.add(iteration)
         return iteration
 

@@ -26,7 +26,7 @@ from typing import Literal, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from ..order import quasi_random_order
+from ..order import quasi_random_order, quasi_shard_order
 from ..samplers import BatchSampler, Sampler, draw_batches, draw_order
 from ..views import steps
 from .collate import Collate
@@ -106,6 +106,17 @@ class Epochs:
             return self._draw(seed, epoch)[0]
         if not self.shuffle:
             order = np.arange(self.n, dtype=np.int64)
+        elif self.shuffle == "quasi" and self.world > 1:
+            # Shared out by blocks: the ranks read disjoint blocks.
+            return quasi_shard_order(
+                self.n,
+                self.block_bounds,  # type: ignore[arg-type]
+                seed,
+                epoch,
+                self.rank,
+                self.world,
+                self._per_rank,
+            )
         elif self.shuffle == "quasi":
             # shuffle="quasi" comes with block bounds (the loader checks).
             order = quasi_random_order(

@@ -22,6 +22,7 @@ __all__ = [
     "CheckedRows",
     "ContiguousBytes",
     "FilePages",
+    "FetchedRows",
     "FilePaths",
     "PackedRows",
     "PagedFiles",
@@ -94,11 +95,21 @@ class CheckedRows(Protocol):
 
 
 @runtime_checkable
-class PackedRows(Blockwise, PagedFiles, CheckedRows, Protocol):
-    """Rows of a packed dataset (the dataset, or a column of it): its blocks, file pages
-    and checks, each None where it has none, as on a slice of a column, whose rows are not
-    the dataset's."""
+class FetchedRows(Protocol):
+    """A container whose rows are fetched from object storage before they are read:
+    ``remote_rows`` (``fastload._storage.remotefiles.RemoteRows``: ``ensure(rows)``
+    fetches their blocks; ``present``, ``bounds``), None when they are local."""
+
+    remote_rows: Any
+
+
+@runtime_checkable
+class PackedRows(Blockwise, PagedFiles, CheckedRows, FetchedRows, Protocol):
+    """Rows of a packed dataset (the dataset, or a column of it): its blocks, file pages,
+    checks and fetching, each None where it has none, as on a slice of a column, whose
+    rows are not the dataset's."""
 
     block_bounds: npt.NDArray[np.int64] | None = None
     file_pages: FilePages | None = None
     verify_rows: Callable[[int | npt.NDArray[np.int64]], None] | None = None
+    remote_rows: Any = None

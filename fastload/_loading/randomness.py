@@ -39,7 +39,8 @@ class Purpose(enum.IntEnum):
     are part of the streams: a value, once given, never changes."""
 
     EPOCH_ORDER = 1  # key (epoch,): the loader's shuffled order of an epoch
-    QUASI_ORDER = 2  # key (epoch,): shuffle="quasi", blocks and the items of each wave
+    QUASI_ORDER = 2  # key (epoch,): shuffle="quasi", blocks and the items of each wave;
+    # (epoch, rank + 1): the waves of a rank's blocks, sharded
     SAMPLER = 3  # key (epoch,): WeightedSampler, BucketBatchSampler
     FILE_ORDER = 4  # key (epoch,): the order of a FileStream's files
     SHUFFLE_BUFFER = 5  # key (epoch,): a stream's shuffle buffer

@@ -1,8 +1,10 @@
 """Which part of each epoch a training process loads: ``shard=(rank, world_size)``.
 
 Every rank draws the same order for (seed, epoch) and takes a contiguous block of it, so
-the ranks are disjoint and together cover the epoch, and a block-local order (quasi-random
-reading of packed data) stays block-local on every rank. All ranks get the same number of
+the ranks are disjoint and together cover the epoch. A quasi-random order of packed data
+is shared out by blocks instead (``order.quasi_shard_order``): each rank reads blocks no
+other rank reads (but a few rows that even the shares out), so that data at a URL is
+fetched once across the ranks. All ranks get the same number of
 observations: with ``drop_last`` the remainder of ``n / world_size`` is dropped, otherwise
 the order is padded by wrapping around to its start, as PyTorch's DistributedSampler pads.
 Batches from a batch sampler are shared out whole, the same way: a contiguous block of

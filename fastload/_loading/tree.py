@@ -32,11 +32,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from .protocols import FetchedRows
+
 __all__ = [
     "LEAF",
     "LeafKind",
     "TreeDef",
     "children",
+    "fetched_under",
     "flatten",
     "found_under",
     "head",
@@ -247,6 +250,17 @@ def found_under(node: Any, offered: Callable[[Any], _T | None]) -> list[_T]:
     if found is not None:
         return [found]
     return [v for child in children(node) for v in found_under(child, offered)]
+
+
+def fetched_under(node: Any) -> list[Any]:
+    """The ``remote_rows`` of the datasets at a URL under ``node`` (``found_under``: whose
+    rows are its rows), each once."""
+    found: dict[int, Any] = {}
+    for remote in found_under(
+        node, lambda d: d.remote_rows if isinstance(d, FetchedRows) else None
+    ):
+        found.setdefault(id(remote), remote)
+    return list(found.values())
 
 
 def replaced(node: Any, old: Any, new: Any) -> Any:

@@ -33,7 +33,7 @@ from ..context import loading
 from .plan import make_plan
 from .schedule import Schedule
 from .seams import Dests, Failure, Objects, Plan
-from .tree import map_tree
+from .tree import fetched_under, map_tree
 
 __all__ = [
     "Cancelled",
@@ -348,6 +348,10 @@ class _Worker:
             filler=_filler(plan, dests, objects, schedule) if plan.has_python else None,
         )
         run.watch(self.control, job.gen)
+        if not plan.whole_steps:  # at a URL: the blocks of the part's rows, first
+            positions = schedule.positions(job.step)[job.first : job.end]
+            for remote in fetched_under(self.root):
+                remote.ensure(positions)
         loaded = run.load_next()
         if loaded is None:
             raise RuntimeError(f"step {job.step} is past the end of the schedule")

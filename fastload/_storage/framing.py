@@ -12,10 +12,11 @@ Streams written before Arrow 0.15 (2019) begin with the schema length alone, wit
 
 import os
 import struct
+from collections.abc import Callable
 
 from fastload.errors import LoadError
 
-__all__ = ["check_framing"]
+__all__ = ["check_framing", "framing_of"]
 
 MAGIC = b"ARROW1"
 _CONTINUATION = b"\xff\xff\xff\xff"
@@ -31,9 +32,15 @@ def check_framing(fd: int, size: int, path: str) -> str:
     (``size`` bytes, named ``path``) say it is; reads 18 bytes at most. Raises
     ``LoadError`` naming ``path`` for a file that is not Arrow IPC, or an IPC file whose
     end is missing (truncated)."""
-    head = os.pread(fd, 8, 0)
+    return framing_of(lambda n, offset: os.pread(fd, n, offset), size, path)
+
+
+def framing_of(pread: Callable[[int, int], bytes], size: int, path: str) -> str:
+    """``check_framing`` of the bytes that ``pread(n, offset)`` reads: the first 8 and
+    the last 10 at most."""
+    head = pread(8, 0)
     if head[: len(MAGIC)] == MAGIC:
-        _check_file_end(fd, size, path)
+        _check_file_end(pread, size, path)
         return "file"
     if head[:4] == _CONTINUATION and len(head) == 8:
         (length,) = struct.unpack("<i", head[4:])
@@ -55,9 +62,9 @@ def check_framing(fd: int, size: int, path: str) -> str:
     raise LoadError(f"{path}: not an Arrow IPC file or stream ({what}); {_HELP}{hint}", source=path)
 
 
-def _check_file_end(fd: int, size: int, path: str) -> None:
+def _check_file_end(pread: Callable[[int, int], bytes], size: int, path: str) -> None:
     """An IPC file ends with its footer's size and the magic bytes, the footer within it."""
-    tail = os.pread(fd, _TAIL, max(size - _TAIL, 0)) if size >= 8 + _TAIL else b""
+    tail = pread(_TAIL, max(size - _TAIL, 0)) if size >= 8 + _TAIL else b""
     if tail[4:] != MAGIC:
         raise LoadError(
             f"{path}: an Arrow IPC file without its closing magic bytes ({size} bytes): "

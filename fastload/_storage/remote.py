@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import random
 import re
 import time
@@ -76,7 +77,71 @@ class _Changed(Exception):
     """The object is not the one opened (shorter, another version, gone): not retried."""
 
 
-class RemoteObject:
+class Retries:
+    """Calls to a store for ``url``, tried again after transient failures (backoff with
+    jitter) within a deadline; what ends them raised as ``LoadError`` naming the URL."""
+
+    def __init__(self, url: str, timeout: float) -> None:
+        if not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        self.url = url
+        self.timeout = float(timeout)
+        self._random = random.Random()
+
+    def call(self, fetch: Callable[[], T]) -> T:
+        """``fetch()``, tried again within ``timeout`` seconds after transient failures."""
+        return self._retry_sync(fetch, time.monotonic() + self.timeout, None)
+
+    def _retry_sync(
+        self, fetch: Callable[[], T], deadline: float, where: tuple[int, int] | None
+    ) -> T:
+        attempt = 0
+        while True:
+            try:
+                if deadline - time.monotonic() <= 0:
+                    raise TimeoutError(f"no answer within {self.timeout:g} s")
+                return fetch()
+            except Exception as error:
+                delay = self._next_delay(error, attempt, deadline, where)
+            time.sleep(delay)
+            attempt += 1
+
+    def _next_delay(
+        self, error: Exception, attempt: int, deadline: float, where: tuple[int, int] | None
+    ) -> float:
+        """The pause before trying again after ``error``, or the error to raise: a
+        LoadError (FileNotFoundError for a missing object at open)."""
+        status = _status(error)
+        if isinstance(error, _Changed):
+            raise self._error(
+                where, f"{error}: the object changed since it was opened, reopen it"
+            ) from error
+        if status in (401, 403) or _any(error, PermissionError):
+            raise self._error(where, f"access refused: {_describe(error)}") from error
+        if status in (412, 416):
+            raise self._error(
+                where, f"the object changed since it was opened, reopen it ({_describe(error)})"
+            ) from error
+        if isinstance(error, FileNotFoundError) and status in (None, 404, 410):
+            if where is None:
+                raise FileNotFoundError(f"no such object: {self.url!r}") from error
+            raise self._error(where, "the object is gone since it was opened: reopen it") from error
+        if not _transient(error, status):
+            raise self._error(where, _describe(error)) from error
+        delay = self._random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2**attempt))
+        if time.monotonic() + delay >= deadline:
+            raise self._error(
+                where,
+                f"gave up after {attempt + 1} attempt(s) in {self.timeout:g} s: {_describe(error)}",
+            ) from error
+        return delay
+
+    def _error(self, where: tuple[int, int] | None, message: str) -> LoadError:
+        what = "opening" if where is None else f"reading bytes {where[0]}-{where[1]} of"
+        return LoadError(f"{what} {self.url!r}: {message}", source=self.url)
+
+
+class RemoteObject(Retries):
     """One object at ``url`` in a store that fsspec can open
     (``fsspec.core.url_to_fs(url, **storage_options)``), read by byte ranges.
 
@@ -96,11 +161,9 @@ class RemoteObject:
         _fs: Any = None,
         _info: Mapping[str, Any] | None = None,
     ) -> None:
-        if not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
-        self.url = url
-        self.timeout = float(timeout)
-        self._random = random.Random()
+        Retries.__init__(self, url, timeout)
+        self._options = dict(storage_options or {})
+        self._pid = os.getpid()
         if _fs is None:
             from fsspec.core import url_to_fs
 
@@ -131,6 +194,7 @@ class RemoteObject:
         object changed since it was opened.
         """
         ranges = [(int(start), int(end)) for start, end in ranges]
+        self._after_fork()
         for start, end in ranges:
             if not 0 <= start <= end <= self.size:
                 raise ValueError(
@@ -152,6 +216,17 @@ class RemoteObject:
             self._check_version(deadline, wanted)
         fetched = iter(chunks)
         return [next(fetched) if e > s else b"" for s, e in ranges]
+
+    def _after_fork(self) -> None:
+        """In a process forked since the object was opened (a worker process), a
+        filesystem of its own: an asynchronous one's event loop stayed in the parent."""
+        if os.getpid() == self._pid:
+            return
+        from fsspec.core import url_to_fs
+
+        options = {**self._options, "skip_instance_cache": True}
+        self._fs, self._path = url_to_fs(self.url, **options)
+        self._pid = os.getpid()
 
     # -- reading -------------------------------------------------------------------------
 
@@ -231,54 +306,6 @@ class RemoteObject:
             await asyncio.sleep(delay)
             attempt += 1
 
-    def _retry_sync(
-        self, fetch: Callable[[], T], deadline: float, where: tuple[int, int] | None
-    ) -> T:
-        attempt = 0
-        while True:
-            try:
-                if deadline - time.monotonic() <= 0:
-                    raise TimeoutError(f"no answer within {self.timeout:g} s")
-                return fetch()
-            except Exception as error:
-                delay = self._next_delay(error, attempt, deadline, where)
-            time.sleep(delay)
-            attempt += 1
-
-    def _next_delay(
-        self, error: Exception, attempt: int, deadline: float, where: tuple[int, int] | None
-    ) -> float:
-        """The pause before trying again after ``error``, or the error to raise: a
-        LoadError (FileNotFoundError for a missing object at open)."""
-        status = _status(error)
-        if isinstance(error, _Changed):
-            raise self._error(
-                where, f"{error}: the object changed since it was opened, reopen it"
-            ) from error
-        if status in (401, 403) or _any(error, PermissionError):
-            raise self._error(where, f"access refused: {_describe(error)}") from error
-        if status in (412, 416):
-            raise self._error(
-                where, f"the object changed since it was opened, reopen it ({_describe(error)})"
-            ) from error
-        if isinstance(error, FileNotFoundError) and status in (None, 404, 410):
-            if where is None:
-                raise FileNotFoundError(f"no such object: {self.url!r}") from error
-            raise self._error(where, "the object is gone since it was opened: reopen it") from error
-        if not _transient(error, status):
-            raise self._error(where, _describe(error)) from error
-        delay = self._random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2**attempt))
-        if time.monotonic() + delay >= deadline:
-            raise self._error(
-                where,
-                f"gave up after {attempt + 1} attempt(s) in {self.timeout:g} s: {_describe(error)}",
-            ) from error
-        return delay
-
-    def _error(self, where: tuple[int, int] | None, message: str) -> LoadError:
-        what = "opening" if where is None else f"reading bytes {where[0]}-{where[1]} of"
-        return LoadError(f"{what} {self.url!r}: {message}", source=self.url)
-
     # -- the version ---------------------------------------------------------------------
 
     def _conditional(self) -> bool:
@@ -322,14 +349,16 @@ def resolve_urls(
     prefix (names ending in .arrow, .arrows, .feather or .ipc, not starting with a dot,
     sorted by name); or a glob's matches (``s3://bucket/train-*.arrow``), sorted. A URL
     ending in "/" is a directory. Raises FileNotFoundError naming the URL when there are
-    none.
+    none, LoadError naming it when the store refuses the credentials or cannot be reached
+    within ``timeout`` seconds (transient failures tried again until then).
     """
     from fsspec.core import url_to_fs
 
     fs, path = url_to_fs(url, **dict(storage_options or {}))
     protocol = url.split("://", 1)[0]
+    store = Retries(url, timeout)
     if any(c in path for c in "*?["):
-        found = fs.glob(path, detail=True)
+        found = store.call(lambda: fs.glob(path, detail=True))
         infos = [
             found[name]
             for name in sorted(found)
@@ -338,10 +367,10 @@ def resolve_urls(
         if not infos:
             raise FileNotFoundError(f"no objects match {url!r}")
     else:
-        info = None if url.endswith("/") else _info_or_none(fs, path)
+        info = None if url.endswith("/") else store.call(lambda: _info_or_none(fs, path))
         if info is not None and info.get("type", "file") == "file":
-            return [RemoteObject(url, timeout=timeout, _fs=fs, _info=info)]
-        listing = _listing_or_none(fs, path)
+            return [RemoteObject(url, storage_options, timeout=timeout, _fs=fs, _info=info)]
+        listing = store.call(lambda: _listing_or_none(fs, path))
         if listing is None:
             raise FileNotFoundError(f"no such object or directory: {url!r}")
         infos = sorted(
@@ -353,6 +382,7 @@ def resolve_urls(
     return [
         RemoteObject(
             _unstrip(protocol, i["name"]),
+            storage_options,
             timeout=timeout,
             _fs=fs,
             _info=i if i.get("size") is not None else None,  # HTTP lists no sizes

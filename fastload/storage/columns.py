@@ -114,6 +114,10 @@ class ItemBytes(ContiguousBytes, SpannedBytes, PackedRows):
     def verify_rows(self):  # type: ignore[override]
         return self._column.verify_rows
 
+    @property
+    def remote_rows(self):
+        return self._column.remote_rows
+
     def __len__(self) -> int:
         return len(self._column)
 
@@ -351,5 +355,7 @@ class RawColumn(PackedRows):
     def __array__(
         self, dtype: "np.typing.DTypeLike | None" = None, copy: bool | None = None
     ) -> np.ndarray:
+        if self.remote_rows is not None:  # at a URL: every block, fetched first
+            self.remote_rows.ensure(np.arange(len(self)))
         out = np.concatenate(self.chunks) if self.chunks else np.zeros(self.shape, self.dtype)
         return out if dtype is None else out.astype(dtype)

@@ -5,6 +5,7 @@ import os
 from fastload._images import encoding as images
 from fastload._loading.arguments import renamed_keywords
 from fastload._storage.fields import JPEG, QOI, NDArray, Smart, Str
+from fastload._storage.remote import is_url
 from fastload.imagefolder import ImageFolder
 from fastload.storage.writer import write
 
@@ -88,6 +89,7 @@ def convert(
     subsampling="420",
     exact=True,
     num_threads=None,
+    storage_options=None,
 ):
     """Packs ``src/<class>/<image files>`` into the file ``dst`` with fields ``image``
     (encoded per ``mode``), ``label`` (int64, classes in sorted name order; the class
@@ -101,7 +103,8 @@ def convert(
     Every image is decoded once: JPEG (or QOI) files stored as they are too, unless
     ``check=False`` (faster; a file that cannot be decoded then fails in training).
     ``quality``, ``subsampling`` (jpeg and smart modes), ``max_side`` and ``exact``: as
-    ``JPEG``'s.
+    ``JPEG``'s. ``dst`` may be a URL (``s3://bucket/train.arrow``; ``storage_options``:
+    fsspec's), where the file is uploaded as ``write`` says.
 
     Raises FileNotFoundError for a missing ``src`` or ``dst`` directory, ValueError for a
     folder without images or a bad option, LoadError naming the file that fails (with
@@ -110,7 +113,7 @@ def convert(
     encoding = image_encoding(mode, quality, max_side, threshold_bytes, check, subsampling, exact)
     folder = ImageFolder(src)
     dst_dir = os.path.dirname(os.path.abspath(os.fspath(dst)))
-    if not os.path.isdir(dst_dir):
+    if not is_url(dst) and not os.path.isdir(dst_dir):
         raise FileNotFoundError(f"output directory {dst_dir!r} does not exist")
     data = _Sources(_DecodedImages(folder, max_side, exact) if mode == "raw" else folder, folder)
     skipped = write(
@@ -124,5 +127,6 @@ def convert(
         on_error=on_error,
         metadata={"classes": folder.classes, "source": os.path.abspath(folder.root)},
         source_field="path",
+        storage_options=storage_options,
     )
     return len(folder) - len(skipped), skipped

@@ -28,7 +28,7 @@ def describe(ds):
         f"{', ...' if len(ds.files) > 3 else ''})",
         f"rows:   {len(ds)}",
         f"blocks: {ds.num_blocks}",
-        f"size:   {format_bytes(ds.nbytes)} on disk",
+        f"size:   {format_bytes(ds.nbytes)} {'in the store' if ds.remote_rows is not None else 'on disk'}",
     ]
     if ds.metadata.get("classes"):
         classes = ds.metadata["classes"]

@@ -14,7 +14,7 @@ import sys
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any, Literal, overload
 
@@ -39,6 +39,7 @@ from fastload._storage.meta import (
     read_user,
 )
 from fastload._storage.progress import progress_bar
+from fastload._storage.remote import is_url
 from fastload.errors import LoadError
 from fastload.obs import Index, is_batch_index, normalize_index
 from fastload.storage.columns import (
@@ -65,9 +66,25 @@ def open(
     *,
     cache: Literal["os", "memory"] = "os",
     verify: Literal["read", "open"] | None = "read",
+    storage_options: Mapping[str, Any] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    cache_bytes: int | None = None,
+    timeout: float = 60.0,
 ) -> Dataset:
     """Open a packed dataset: a file, a directory of files (``*.arrow``, ``*.ipc``,
-    ``*.feather``, ``*.arrows``; opened in name order as one dataset) or a glob pattern.
+    ``*.feather``, ``*.arrows``; opened in name order as one dataset) or a glob pattern;
+    or the same at a URL (``s3://``, ``gs://``, ``http(s)://``, any fsspec URL).
+
+    At a URL, ``storage_options`` are fsspec's (credentials, ``endpoint_url`` for an
+    S3-compatible store, ...), ``timeout`` bounds each request, its retries included. The
+    dataset reads what the same files would give, byte for byte: at open it fetches the
+    files' metadata and small buffers (offsets, scalars, shapes); the bulk of each block
+    is fetched when its rows are first read, or ahead of a loader (ranged requests,
+    several at once), its checksum checked before any of it is used. Fetched blocks stay
+    in memory while the dataset lives, and are kept on disk in ``cache_dir`` (default:
+    ``~/.cache/fastload``) within ``cache_bytes`` (default: 50 GiB, or half the disk's free
+    space; 0: nothing on disk), shared safely by the processes of the machine.
+    ``fastload._storage.remotefiles`` says how.
 
     ``cache="os"`` memory-maps the files (the OS page cache holds what is read);
     ``cache="memory"`` reads each file into RAM once. Any Arrow IPC file or stream opens;
@@ -106,8 +123,16 @@ def open(
         raise ValueError(f"cache must be one of {CACHES}, got {cache!r}")
     if verify not in VERIFY:
         raise ValueError(f"verify must be 'read', 'open' or None, got {verify!r}")
-    files = resolve_files(path)
-    dataset = Dataset([_read_file(f, cache) for f in files], verify=verify)
+    if is_url(path):
+        dataset = _open_remote(str(path), verify, storage_options, cache_dir, cache_bytes, timeout)
+    else:
+        if storage_options is not None or cache_dir is not None or cache_bytes is not None:
+            raise ValueError(
+                f"storage_options, cache_dir and cache_bytes are for a dataset at a URL; "
+                f"{os.fspath(path)!r} is a local path"
+            )
+        files = resolve_files(path)
+        dataset = Dataset([_read_file(f, cache) for f in files], verify=verify)
     if verify == "open":
         dataset.verify()
     for s in dataset._opened:
@@ -122,6 +147,39 @@ def open(
                 stacklevel=2,
             )
     return dataset
+
+
+def _open_remote(
+    url: str,
+    verify: Literal["read", "open"] | None,
+    storage_options: Mapping[str, Any] | None,
+    cache_dir: str | os.PathLike[str] | None,
+    cache_bytes: int | None,
+    timeout: float,
+) -> Dataset:
+    """``open`` of a dataset at a URL: its objects mirrored in memory (``RemoteFile``),
+    parsed as local files are, their bulk fetched by ``RemoteRows``."""
+    from fastload._storage.remotefiles import default_cache, open_objects
+
+    cache = default_cache(cache_dir, cache_bytes)
+    pa = import_pyarrow()
+    opened, files = [], []
+    for remote, kind in open_objects(url, storage_options, timeout):
+        buf = pa.py_buffer(remote.base)
+        if not remote.whole:
+            try:
+                _, batches = _parse_ipc(pa, buf, kind)
+            except Exception as exc:
+                raise LoadError(
+                    f"{remote.url}: not a readable Arrow IPC file (truncated or corrupt?): {exc}",
+                    source=remote.url,
+                ) from exc
+            remote.small_buffers(batches)
+        schema, batches = _parsed(pa, remote.url, buf, kind, None, None)
+        base = np.frombuffer(buf, np.uint8)
+        opened.append(_OpenedFile(remote.url, None, None, base, schema, batches))
+        files.append(remote)
+    return Dataset(opened, verify=verify, remote=(files, cache))
 
 
 def _unchecked(opened_file: _OpenedFile, verify: str | None) -> str | None:
@@ -289,10 +347,14 @@ class Dataset(PackedRows):
     block_bounds: npt.NDArray[np.int64]  # a dataset always knows its blocks
 
     def __init__(
-        self, opened: Sequence[_OpenedFile], verify: Literal["read", "open"] | None = None
+        self,
+        opened: Sequence[_OpenedFile],
+        verify: Literal["read", "open"] | None = None,
+        remote: tuple[Sequence[Any], Any] | None = None,
     ) -> None:
         self._opened = opened
         self._verify = verify
+        self._remote = remote
         first = opened[0]
         _check_same_schema(opened)
         try:
@@ -319,6 +381,8 @@ class Dataset(PackedRows):
             raise
         except Exception as exc:  # inconsistent buffers that Arrow's validation let by
             raise LoadError(f"{first.path}: corrupt dataset: {exc}", source=first.path) from exc
+        # At a URL: the blocks' bulk is fetched before their rows are read.
+        self.remote_rows = None if remote is None else self._remote_rows(*remote)
         self.source_field = read_source_field(first.schema.metadata, self.fields)
         if self.source_field is not None:
             sources = self._columns[self.source_field]
@@ -330,13 +394,22 @@ class Dataset(PackedRows):
         # then check again only the blocks of a file whose change time moved.
         checked = verify == "open"
         self._checks = _BlockChecks(self, self._files, checked) if verify is not None else None
-        if self._checks is not None or self._files:
-            self.verify_rows = _RowChecks(self._files, self._checks)
+        if self._checks is not None or self._files or self.remote_rows is not None:
+            self.verify_rows = _RowChecks(self._files, self._checks, self.remote_rows)
         mapped = all(s.mapping is not None for s in opened)
         check = self._checks.block if self._checks is not None else None
         self.file_pages = FilePages(opened, self.block_bounds, check) if mapped else None
         for column in self._columns.values():
             _mark_blocks(column, self.block_bounds, self.verify_rows, self.file_pages)
+            column.remote_rows = self.remote_rows
+
+    def _remote_rows(self, files: Sequence[Any], cache: Any) -> Any:
+        from fastload._storage.remotefiles import RemoteRows
+
+        per_file = [_own_blocks(s) for s in self._opened]
+        return RemoteRows(
+            files, self._opened, self.block_bounds, per_file, cache, self._verify is not None
+        )
 
     def _block_bounds(self) -> npt.NDArray[np.int64]:
         """Row boundaries of the blocks over all files: a file's block metadata, else its
@@ -376,7 +449,9 @@ class Dataset(PackedRows):
         main = [Piece(a, s.base, id(s)) for (s, _), a in zip(pieces, arrays[name])]
         if isinstance(enc, Raw):
             col = RawColumn(name, enc, main, piece_bounds)
-            return col.chunks[0].view(RawArray) if len(main) == 1 else col
+            # At a URL, an array would read blocks not fetched yet: the column fetches them.
+            single = len(main) == 1 and self._remote is None
+            return col.chunks[0].view(RawArray) if single else col
         parts = {}
         for col, kind in enc.columns(name)[1:]:
             chunked = pa.chunked_array(arrays[col], schema.field(col).type)
@@ -410,6 +485,8 @@ class Dataset(PackedRows):
         (and its rows) that does not match, or a file that changed since it was opened."""
         pa = import_pyarrow()
         self._files.check(self.file_bounds[:-1])
+        if self.remote_rows is not None:  # at a URL: every block fetched (and checked) first
+            self.remote_rows.ensure(np.arange(len(self)))
         bar = progress_bar(len(self.block_bounds) - 1, progress, "block", "verifying")
         checked, blocks, unverified = 0, 0, []
         try:
@@ -467,6 +544,12 @@ class Dataset(PackedRows):
         """One Dataset per file (sharing the mapped files)."""
         if len(self._opened) == 1:
             return [self]
+        if self._remote is not None:
+            files, cache = self._remote
+            return [
+                Dataset([s], verify=self._verify, remote=([f], cache))
+                for s, f in zip(self._opened, files)
+            ]
         return [Dataset([s], verify=self._verify) for s in self._opened]
 
     @overload
@@ -482,6 +565,8 @@ class Dataset(PackedRows):
             except KeyError:
                 raise KeyError(f"no field {key!r}; fields are {self.keys()}") from None
         i = normalize_index(key, len(self))
+        if self.remote_rows is not None:
+            self.remote_rows.ensure(i)
         if self._checks is not None:
             self._checks.rows(i)
         try:
@@ -531,10 +616,12 @@ class _RowChecks:
     holds no reference to the dataset: a dataset dropped is unmapped at once, not when the
     garbage collector finds a cycle."""
 
-    def __init__(self, files: MappedFiles, checks: _BlockChecks | None) -> None:
-        self.files, self.checks = files, checks
+    def __init__(self, files: MappedFiles, checks: _BlockChecks | None, remote: Any = None) -> None:
+        self.files, self.checks, self.remote = files, checks, remote
 
     def __call__(self, rows: int | npt.NDArray[np.int64]) -> None:
+        if self.remote is not None:  # at a URL: the blocks not fetched yet, first
+            self.remote.ensure(rows)
         self.files.check(rows)
         if self.checks is not None:
             self.checks.rows(rows)

@@ -15,8 +15,10 @@ import json
 import os
 import re
 import shutil
+import tempfile
 import threading
-from collections.abc import Generator, Iterable, Sequence
+import uuid
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from types import ModuleType
@@ -41,6 +43,7 @@ from fastload._storage.meta import (
     META_USER,
 )
 from fastload._storage.progress import progress_bar
+from fastload._storage.remote import Retries, is_url
 from fastload._storage.spill import ColumnSpill
 from fastload.errors import LoadError
 from fastload.obs import Container, numobs
@@ -64,8 +67,14 @@ def write(
     on_error: Literal["raise", "skip"] = "raise",
     source_field: str | None = None,
     num_threads: int | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> list[LoadError]:
-    """Encode every observation of ``data`` and write them to the packed file ``path``.
+    """Encode every observation of ``data`` and write them to the packed file ``path``,
+    or upload it to ``path`` when it is a URL (``s3://bucket/train.arrow``, any fsspec
+    URL of a store that takes writes; ``storage_options`` are fsspec's, credentials and
+    endpoint): the file is written in a temporary folder, uploaded under a hidden name
+    (multipart where the store does it) and renamed last, so that the dataset at the URL
+    is whole or not there.
 
     ``data`` is a container (``numobs``/``getobs``) whose observations are dicts holding
     the fields, or tuples with the fields in the order of ``fields``. ``fields`` maps each
@@ -97,6 +106,26 @@ def write(
               {"image": JPEG(quality=90), "label": "int64"})
     """
     path = os.fspath(path)
+    if is_url(path):
+        return _uploaded(
+            path,
+            storage_options,
+            lambda local: write(
+                local,
+                data,
+                fields,
+                block_bytes=block_bytes,
+                parallel=parallel,
+                backend=backend,
+                progress=progress,
+                metadata=metadata,
+                on_error=on_error,
+                source_field=source_field,
+                num_threads=num_threads,
+            ),
+        )
+    if storage_options is not None:
+        raise ValueError(f"storage_options are for a URL; {path!r} is a local path")
     parallel = _renamed_num_threads(num_threads, parallel)
     job = _job(path, data, fields, block_bytes, parallel, backend, on_error, metadata, source_field)
     skipped: list[LoadError] = []
@@ -111,6 +140,43 @@ def write(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return skipped
+
+
+def _uploaded(
+    url: str,
+    storage_options: Mapping[str, Any] | None,
+    write_file: Callable[[str], list[LoadError]],
+) -> list[LoadError]:
+    """``write_file(local)`` into a temporary folder, then the file uploaded to ``url``."""
+    with tempfile.TemporaryDirectory(prefix="fastload-upload-") as folder:
+        local = os.path.join(folder, url.rstrip("/").rsplit("/", 1)[-1] or "data.arrow")
+        skipped = write_file(local)
+        upload(local, url, storage_options)
+    return skipped
+
+
+def upload(local: str, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
+    """Upload the file ``local`` to ``url``: under a hidden name next to it first (which
+    ``open`` of the folder skips), renamed to ``url`` once whole. Raises ``LoadError``
+    naming the URL when the store refuses it or cannot be reached (transient failures
+    tried again for a minute)."""
+    from fsspec.core import url_to_fs
+
+    fs, key = url_to_fs(url, **dict(storage_options or {}))
+    folder, _, name = key.rstrip("/").rpartition("/")
+    hidden = (
+        f"{folder}/.{name}.{uuid.uuid4().hex[:12]}.uploading" if folder else f".{name}.uploading"
+    )
+    store = Retries(url, 60.0)
+    try:
+        store.call(lambda: fs.put_file(local, hidden))
+        store.call(lambda: fs.mv(hidden, key))
+    except BaseException:
+        try:
+            fs.rm_file(hidden)
+        except Exception:  # gone, or never there: nothing left behind
+            pass
+        raise
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,403 @@
+"""Packed datasets at a URL, read from real servers on 127.0.0.1 (moto's S3 server, an HTTP
+server with byte ranges): the same values as the local files, byte for byte, through
+every way of reading them; blocks fetched once and checked; the cache; the faults."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import deadline
+from servers import RangeServer, S3Server
+
+import fastload
+from fastload import DataLoader, LoadError, mapobs, obsview
+from fastload._storage.blockcache import BlockCache
+from fastload.storage import JPEG, Raw
+
+N = 120
+
+
+def _rows(n=N):
+    rng = np.random.default_rng(0)
+    return [
+        {
+            "image": rng.integers(0, 255, (24 + i % 3, 20, 3), np.uint8),
+            "label": i,
+            "raw": np.full((3, 4), i % 256, np.uint8),
+        }
+        for i in range(n)
+    ]
+
+
+FIELDS = {"image": JPEG(quality=90), "label": "int64", "raw": Raw((3, 4), "uint8")}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """Two packed files of 60 rows each, in blocks of a few rows, and one of them whole."""
+    root = tmp_path_factory.mktemp("packed")
+    rows = _rows()
+    for k in range(2):
+        part = rows[k * 60 : (k + 1) * 60]
+        fastload.write(root / f"part-{k}.arrow", part, FIELDS, block_bytes=4000, progress=False)
+    fastload.write(root / "all.arrow", rows, FIELDS, block_bytes=4000, progress=False)
+    return root
+
+
+@pytest.fixture(scope="module")
+def s3(files, tmp_path_factory):
+    server = S3Server(tmp_path_factory.mktemp("moto") / "moto.log")
+    for name in ("part-0.arrow", "part-1.arrow", "all.arrow"):
+        server.put(
+            "data",
+            f"train/{name}" if name.startswith("part") else name,
+            (files / name).read_bytes(),
+        )
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def http(files, tmp_path):
+    root = tmp_path / "www"
+    root.mkdir()
+    (root / "all.arrow").write_bytes((files / "all.arrow").read_bytes())
+    server = RangeServer(root)
+    yield server
+    server.stop()
+
+
+def _same(a, b):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            _same(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            _same(x, y)
+    else:
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
+def _open_s3(s3, path, **kwargs):
+    kwargs.setdefault("cache_bytes", 0)
+    return fastload.open(f"s3://data/{path}", storage_options=s3.storage_options, **kwargs)
+
+
+# -- the same values as the local files -----------------------------------------------------
+
+
+def test_a_dataset_at_a_url_reads_what_the_local_file_holds(s3, files):
+    local = fastload.open(files / "all.arrow")
+    ds = _open_s3(s3, "all.arrow")
+    assert len(ds) == len(local) and ds.num_blocks == local.num_blocks > 10
+    assert ds.keys() == local.keys() and ds.encodings == local.encodings
+    assert not ds.remote_rows.present.any()  # nothing of the bulk fetched at open
+    _same(ds[7], local[7])
+    assert ds.remote_rows.present.sum() == 1  # row 7's block alone
+    _same(ds[[3, 100, 55]], local[[3, 100, 55]])
+    _same(ds[10:30], local[10:30])
+    assert bytes(ds["image"].encoded[90]) == bytes(local["image"].encoded[90])
+    _same(ds["raw"][[1, 119]], local["raw"][[1, 119]])
+    _same(np.asarray(ds["raw"]), np.asarray(local["raw"]))
+    _same(ds["label"], local["label"])
+    assert ds.verify()["blocks"] == local.num_blocks
+    assert ds.remote_rows.present.all()
+
+
+def test_a_prefix_and_a_glob_open_their_objects_in_name_order(s3, files):
+    local = fastload.open(files / "part-*.arrow")
+    for path in ("train/", "train/part-*.arrow"):
+        ds = _open_s3(s3, path)
+        assert ds.files == ["s3://data/train/part-0.arrow", "s3://data/train/part-1.arrow"]
+        _same(ds[np.arange(N)], local[np.arange(N)])
+        assert [len(f) for f in ds.file_datasets] == [60, 60]
+        _same(ds.file_datasets[1][5], local[65])
+
+
+LOADERS = [
+    {"parallel": 2},
+    {"parallel": False},
+    {"parallel": 2, "shuffle": True, "buffer": True},
+    {"parallel": 2, "shuffle": "quasi"},
+    {"parallel": 2, "backend": "process"},
+    {"parallel": 2, "backend": "process", "shuffle": "quasi", "buffer": True},
+]
+
+
+@pytest.mark.parametrize(
+    "options", LOADERS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items())
+)
+def test_loaders_give_the_batches_of_the_local_file(s3, files, options):
+    local = fastload.open(files / "all.arrow")
+    ds = _open_s3(s3, "all.arrow")
+    with deadline(60):
+        got = [b for b in DataLoader(ds, batch_size=16, seed=4, **options)]
+        want = [b for b in DataLoader(local, batch_size=16, seed=4, **options)]
+    assert len(got) == len(want) == 8
+    _same(got, want)
+    assert ds.remote_rows.present.all()
+
+
+def test_views_and_columns_at_a_url_load_as_the_local_ones(s3, files):
+    local = fastload.open(files / "all.arrow")
+    ds = _open_s3(s3, "all.arrow")
+    perm = np.random.default_rng(1).permutation(N)
+
+    def built(d):
+        shape = mapobs(lambda b: np.frombuffer(b, np.uint8)[:4].copy(), d["image"].encoded)
+        return (obsview(d["raw"], perm), shape, d["label"])
+
+    with deadline(60):
+        got = list(DataLoader(built(ds), batch_size=10, parallel=2))
+        want = list(DataLoader(built(local), batch_size=10, parallel=2))
+    _same(got, want)
+
+
+def test_an_http_url_reads_as_the_local_file(http, files):
+    local = fastload.open(files / "all.arrow")
+    ds = fastload.open(f"{http.url}/all.arrow", cache_bytes=0)
+    with deadline(60):
+        _same(
+            list(DataLoader(ds, batch_size=32, shuffle=True, seed=2)),
+            list(DataLoader(local, batch_size=32, shuffle=True, seed=2)),
+        )
+
+
+# -- each block fetched once, by one rank -------------------------------------------------
+
+
+def test_each_block_is_fetched_once_and_the_second_epoch_makes_no_request(http):
+    ds = fastload.open(f"{http.url}/all.arrow", cache_bytes=0)
+    at_open = http.requests
+    loader = DataLoader(ds, batch_size=8, shuffle="quasi", seed=0, parallel=2)
+    with deadline(60):
+        list(loader)
+    per_epoch = http.requests - at_open
+    assert per_epoch <= 2 * ds.num_blocks  # one GET per block (and a version check per read)
+    with deadline(60):
+        list(loader)
+    assert http.requests - at_open == per_epoch
+
+
+def test_ranks_fetch_disjoint_blocks(http):
+    fetched = []
+    for rank in range(3):
+        ds = fastload.open(f"{http.url}/all.arrow", cache_bytes=0)
+        with deadline(60):
+            n = sum(
+                len(b["label"]) for b in DataLoader(ds, 8, shuffle="quasi", shard=(rank, 3), seed=1)
+            )
+        assert n == 40
+        fetched.append(ds.remote_rows.present.astype(bool))
+    both = [(fetched[a] & fetched[b]).sum() for a in range(3) for b in range(a)]
+    assert sum(both) <= 2  # at most the blocks whose rows even the shares out
+    assert np.logical_or.reduce(fetched).all()
+
+
+def test_a_resumed_loader_gives_the_rest_of_the_epoch(s3, files):
+    local = fastload.open(files / "all.arrow")
+    ds = _open_s3(s3, "all.arrow")
+    loader = DataLoader(ds, batch_size=8, shuffle="quasi", seed=3)
+    it = iter(loader)
+    first = [next(it) for _ in range(5)]
+    state = loader.state_dict()
+    resumed = DataLoader(_open_s3(s3, "all.arrow"), batch_size=8, shuffle="quasi", seed=3)
+    resumed.load_state_dict(state)
+    _same(first + list(resumed), list(DataLoader(local, batch_size=8, shuffle="quasi", seed=3)))
+
+
+# -- the cache on disk ----------------------------------------------------------------------
+
+
+def test_a_cache_large_enough_serves_the_next_opens_without_fetching_a_block(http, tmp_path):
+    cache = tmp_path / "cache"
+    ds = fastload.open(f"{http.url}/all.arrow", cache_dir=cache, cache_bytes=1 << 30)
+    with deadline(60):
+        first = list(DataLoader(ds, batch_size=16, seed=0))
+    assert BlockCache(cache, 1 << 30).total_bytes() == ds.remote_rows.block_nbytes().sum()
+    again = fastload.open(f"{http.url}/all.arrow", cache_dir=cache, cache_bytes=1 << 30)
+    at_open = http.requests
+    with deadline(60):
+        _same(list(DataLoader(again, batch_size=16, seed=0)), first)
+    assert http.requests == at_open
+
+
+def test_the_cache_stays_within_its_bytes(http, tmp_path):
+    cache = tmp_path / "cache"
+    ds = fastload.open(f"{http.url}/all.arrow", cache_dir=cache, cache_bytes=20_000)
+    assert ds.remote_rows.block_nbytes().sum() > 60_000
+    with deadline(60):
+        list(DataLoader(ds, batch_size=16, seed=0))
+    assert 0 < BlockCache(cache, 20_000).total_bytes() <= 20_000
+
+
+def test_no_cache_writes_nothing_to_disk(http, tmp_path):
+    ds = fastload.open(f"{http.url}/all.arrow", cache_dir=tmp_path / "cache", cache_bytes=0)
+    ds.verify()
+    assert not (tmp_path / "cache").exists()
+
+
+def test_an_unwritable_cache_is_a_clear_error(http, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_bytes(b"")  # a file where the cache's directory would be
+    with pytest.raises(LoadError, match="cache"):
+        ds = fastload.open(
+            f"{http.url}/all.arrow", cache_dir=blocker / "cache", cache_bytes=1 << 20
+        )
+        ds[0]
+
+
+_TWO_READERS = """
+import sys, numpy as np, fastload
+ds = fastload.open(sys.argv[1], cache_dir=sys.argv[2], cache_bytes=1 << 30)
+print(int(sum(int(np.asarray(b["raw"]).sum()) for b in fastload.DataLoader(ds, 16))))
+"""
+
+
+def test_two_processes_fill_one_cache_at_once(http, files, tmp_path):
+    cache = tmp_path / "cache"
+    run = [sys.executable, "-c", _TWO_READERS, f"{http.url}/all.arrow", str(cache)]
+    procs = [subprocess.Popen(run, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    expected = sum(int(r["raw"].sum()) for r in _rows())
+    assert [int(o) for o in outs] == [expected, expected]
+    ds = fastload.open(f"{http.url}/all.arrow", cache_dir=cache, cache_bytes=1 << 30)
+    assert BlockCache(cache, 1 << 30).total_bytes() == ds.remote_rows.block_nbytes().sum()
+    assert not list(cache.rglob("*.tmp"))
+
+
+# -- faults ----------------------------------------------------------------------------------
+
+
+def _bulk_offset(ds, block):
+    return ds.remote_rows.blocks[block].ranges[0][0] + 3
+
+
+def test_a_block_altered_on_the_server_is_never_handed_out(http):
+    ds = fastload.open(f"{http.url}/all.arrow", cache_bytes=0)
+    http.altered = _bulk_offset(ds, 4)
+    rows = np.arange(ds.block_bounds[4], ds.block_bounds[5])
+    with pytest.raises(LoadError, match=r"all\.arrow.*block 4.*checksum"):
+        ds[int(rows[0])]
+    assert not ds.remote_rows.present[4]
+    with pytest.raises(LoadError, match=r"block 4"), deadline(60):
+        list(DataLoader(ds, batch_size=8, parallel=2))
+    http.altered = None
+    _same(ds[int(rows[0])]["raw"], np.full((3, 4), int(rows[0]) % 256, np.uint8))
+
+
+def test_a_server_killed_mid_epoch_fails_with_the_url(http):
+    ds = fastload.open(f"{http.url}/all.arrow", cache_bytes=0, timeout=2)
+    loader = DataLoader(ds, batch_size=8, parallel=2)
+    got = 0
+    with pytest.raises(LoadError, match=r"127\.0\.0\.1.*all\.arrow"), deadline(60):
+        for _ in loader:
+            got += 1
+            if got == 2:
+                http.stop()
+    assert got < 15
+
+
+def test_a_server_back_within_the_timeout_loses_nothing(http, files):
+    local = fastload.open(files / "all.arrow")
+    ds = fastload.open(f"{http.url}/all.arrow", cache_bytes=0, timeout=30)
+    http.stop()
+    http.restart_after(1.0)
+    with deadline(60):
+        _same(list(DataLoader(ds, batch_size=8, parallel=2)), list(DataLoader(local, batch_size=8)))
+
+
+def test_a_stalled_server_times_out_with_a_clear_error(http):
+    ds = fastload.open(f"{http.url}/all.arrow", cache_bytes=0, timeout=1)
+    http.stall = True
+    with pytest.raises(LoadError, match="within 1 s"), deadline(60):
+        list(DataLoader(ds, batch_size=8, parallel=2))
+    with pytest.raises(LoadError, match="within 1 s"), deadline(60):
+        ds[0]
+
+
+def test_a_truncated_object_is_refused_at_open(http, files):
+    data = (files / "all.arrow").read_bytes()
+    (Path(http.root) / "cut.arrow").write_bytes(data[: len(data) - 100])
+    with pytest.raises(LoadError, match="cut.arrow"):
+        fastload.open(f"{http.url}/cut.arrow", cache_bytes=0)
+    (Path(http.root) / "junk.arrow").write_bytes(b"not arrow at all" * 100)
+    with pytest.raises(LoadError, match="junk.arrow.*not an Arrow IPC"):
+        fastload.open(f"{http.url}/junk.arrow", cache_bytes=0)
+
+
+def test_refused_credentials_give_the_stores_message_with_the_url(http):
+    http.refuse = True
+    with pytest.raises(LoadError, match=r"all\.arrow.*(403|Access Denied|Forbidden)"):
+        fastload.open(f"{http.url}/all.arrow", cache_bytes=0)
+
+
+def test_local_paths_take_no_storage_options(files):
+    with pytest.raises(ValueError, match="URL"):
+        fastload.open(files / "all.arrow", cache_bytes=0)
+
+
+# -- writing to a URL ------------------------------------------------------------------------
+
+
+def test_write_uploads_a_file_that_appears_whole(s3, tmp_path):
+    url = "s3://data/written/train.arrow"
+    fastload.write(
+        url, _rows(30), FIELDS, block_bytes=4000, progress=False, storage_options=s3.storage_options
+    )
+    fastload.write(tmp_path / "train.arrow", _rows(30), FIELDS, block_bytes=4000, progress=False)
+    assert s3.filesystem().ls("data/written") == ["data/written/train.arrow"]  # no hidden key left
+    ds = fastload.open(url, storage_options=s3.storage_options, cache_bytes=0)
+    _same(ds[np.arange(30)], fastload.open(tmp_path / "train.arrow")[np.arange(30)])
+    assert ds.verify()["files"] == 1
+
+    def broken(i):
+        if i == 20:
+            raise OSError("a row that cannot be read")
+        return _rows(30)[i]
+
+    with pytest.raises(LoadError, match="observation 20"):
+        fastload.write(
+            "s3://data/broken/train.arrow",
+            mapobs(broken, np.arange(30)),
+            FIELDS,
+            progress=False,
+            storage_options=s3.storage_options,
+        )
+    assert not s3.filesystem().exists("data/broken/train.arrow")
+
+
+def test_the_command_line_converts_to_a_url_and_reads_it_back(s3, tmp_path):
+    from PIL import Image
+
+    rng = np.random.default_rng(2)
+    for label in ("cat", "dog"):
+        (tmp_path / "images" / label).mkdir(parents=True)
+        for k in range(3):
+            pixels = rng.integers(0, 255, (16, 12, 3), np.uint8)
+            Image.fromarray(pixels).save(tmp_path / "images" / label / f"{k}.png")
+    options = json.dumps(s3.storage_options)
+    url = "s3://data/cli/train.arrow"
+
+    def run(*args):
+        done = subprocess.run(
+            [sys.executable, "-m", "fastload", *args, "--storage-options", options],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "wrote 6 images" in run("convert", str(tmp_path / "images"), url, "--no-progress")
+    info = run("info", url)
+    assert url in info and "6" in info
+    assert "1 blocks of 1 file(s) match their checksums" in run("verify", url, "--no-progress")
+    ds = fastload.open(url, storage_options=s3.storage_options, cache_bytes=0)
+    assert ds.metadata["classes"] == ["cat", "dog"] and ds["label"].tolist() == [0, 0, 0, 1, 1, 1]
