@@ -123,16 +123,7 @@ def open(
         raise ValueError(f"cache must be one of {CACHES}, got {cache!r}")
     if verify not in VERIFY:
         raise ValueError(f"verify must be 'read', 'open' or None, got {verify!r}")
-    if is_url(path):
-        dataset = _open_remote(str(path), verify, storage_options, cache_dir, cache_bytes, timeout)
-    else:
-        if storage_options is not None or cache_dir is not None or cache_bytes is not None:
-            raise ValueError(
-                f"storage_options, cache_dir and cache_bytes are for a dataset at a URL; "
-                f"{os.fspath(path)!r} is a local path"
-            )
-        files = resolve_files(path)
-        dataset = Dataset([_read_file(f, cache) for f in files], verify=verify)
+    dataset = _dataset(path, cache, verify, storage_options, cache_dir, cache_bytes, timeout)
     if verify == "open":
         dataset.verify()
     for s in dataset._opened:
@@ -147,6 +138,26 @@ def open(
                 stacklevel=2,
             )
     return dataset
+
+
+def _dataset(
+    path: str | os.PathLike[str],
+    cache: Literal["os", "memory"],
+    verify: Literal["read", "open"] | None,
+    storage_options: Mapping[str, Any] | None,
+    cache_dir: str | os.PathLike[str] | None,
+    cache_bytes: int | None,
+    timeout: float,
+) -> Dataset:
+    """``open``'s dataset, its blocks not checked yet: at a URL or of local files."""
+    if is_url(path):
+        return _open_remote(str(path), verify, storage_options, cache_dir, cache_bytes, timeout)
+    if storage_options is not None or cache_dir is not None or cache_bytes is not None:
+        raise ValueError(
+            f"storage_options, cache_dir and cache_bytes are for a dataset at a URL; "
+            f"{os.fspath(path)!r} is a local path"
+        )
+    return Dataset([_read_file(f, cache) for f in resolve_files(path)], verify=verify)
 
 
 def _open_remote(

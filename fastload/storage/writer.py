@@ -69,12 +69,9 @@ def write(
     num_threads: int | None = None,
     storage_options: Mapping[str, Any] | None = None,
 ) -> list[LoadError]:
-    """Encode every observation of ``data`` and write them to the packed file ``path``,
-    or upload it to ``path`` when it is a URL (``s3://bucket/train.arrow``, any fsspec
-    URL of a store that takes writes; ``storage_options`` are fsspec's, credentials and
-    endpoint): the file is written in a temporary folder, uploaded under a hidden name
-    (multipart where the store does it) and renamed last, so that the dataset at the URL
-    is whole or not there.
+    """Encode every observation of ``data`` and write them to the packed file ``path``;
+    at a URL (``s3://bucket/train.arrow``; ``storage_options``: fsspec's), write it in a
+    temporary folder and ``upload`` it, so that it is there whole or not at all.
 
     ``data`` is a container (``numobs``/``getobs``) whose observations are dicts holding
     the fields, or tuples with the fields in the order of ``fields``. ``fields`` maps each
@@ -107,22 +104,12 @@ def write(
     """
     path = os.fspath(path)
     if is_url(path):
+        keywords: dict[str, Any] = dict(block_bytes=block_bytes, parallel=parallel)
+        keywords.update(backend=backend)
+        keywords.update(progress=progress, metadata=metadata, on_error=on_error)
+        keywords.update(source_field=source_field, num_threads=num_threads)
         return _uploaded(
-            path,
-            storage_options,
-            lambda local: write(
-                local,
-                data,
-                fields,
-                block_bytes=block_bytes,
-                parallel=parallel,
-                backend=backend,
-                progress=progress,
-                metadata=metadata,
-                on_error=on_error,
-                source_field=source_field,
-                num_threads=num_threads,
-            ),
+            path, storage_options, lambda local: write(local, data, fields, **keywords)
         )
     if storage_options is not None:
         raise ValueError(f"storage_options are for a URL; {path!r} is a local path")
