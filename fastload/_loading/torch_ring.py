@@ -39,7 +39,7 @@ import torch.utils.data as tud
 from ..errors import LoadError
 from ..obs import copy_into
 from ..tensors import numpy_view
-from .children import WorkerDied, WorkerError, death_message, rebuilt, start
+from .children import WorkerDied, WorkerError, death_message, end_processes, rebuilt, start
 from .engine import Engine
 from .plan import MisfitError
 from .torch_batches import as_collated
@@ -89,9 +89,7 @@ def probe_first(dataset: Any) -> tuple[bool, Any]:
     except (EOFError, OSError, pickle.UnpicklingError):
         return False, None
     finally:
-        if proc.is_alive():
-            proc.kill()
-        proc.join()
+        end_processes([proc], 0.0)
         mine.close()
     return kind == "ok", value
 
