@@ -434,7 +434,7 @@ class ChildError:
     traceback text (``where``: "in DataLoader worker process 3")."""
 
     def __init__(self, exc: BaseException, where: str) -> None:
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        text = "".join(traceback.format_exception(exc))
         self.message = f"Caught {type(exc).__name__} {where}.\nOriginal {text}"
         self.type: type[BaseException] | None = type(exc)
         try:
