@@ -28,16 +28,17 @@ Concurrency invariants (kept by the consumer):
   to the caller (``lend``: its step was handed out as arrays over it); a lent slot comes
   back only once its lease says every array over it was dropped, and only the consumer
   takes it back (``_SharedRing``);
-- every job sent to a worker gets exactly one reply; ``outstanding`` counts the replies
-  due per worker, and a slot is reused only once the replies of all its step's parts
-  arrived, so no worker writes into a slot the consumer reads;
+- every job sent to a worker gets exactly one reply; ``Pipes.outstanding`` counts the
+  replies due per worker, and a slot is reused only once the replies of all its step's
+  parts arrived, so no worker writes into a slot the consumer reads;
 - the word at the head of the mapping holds the live generation: a worker abandons a
   job of another generation between items, so stopping an iteration is prompt;
-- every wait is a timed wait on the pipes and the process sentinels together: a worker
-  that dies raises in the consumer at once, Ctrl-C always gets through, and a step that
-  does not come within ``timeout`` raises ``TimeoutError`` then (the workers are killed
-  first: they hold on to their jobs);
-- a worker dies with the consumer, even stuck in an item (``children.py``).
+- every wait is a timed wait on the pipes and the process sentinels together
+  (``children.Pipes``): a worker that dies raises in the consumer at once, Ctrl-C
+  always gets through, and a step that does not come within ``timeout`` raises
+  ``TimeoutError`` then (the workers are killed first: they hold on to their jobs);
+- a worker dies with the consumer, even stuck in an item (``children.py``, which forks
+  the workers with their pipes and carries their errors back).
 
 A worker runs ``init(worker_id)`` (when given) once, after the fork and before any job:
 where a caller seeds a worker's random state or sets what its code reads. What ``init``
@@ -50,22 +51,18 @@ import collections
 import itertools
 import mmap
 import multiprocessing
-import multiprocessing.connection
 import os
-import pickle
-import signal
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from numbers import Integral
-from typing import Any, NoReturn, cast
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from .children import start
+from .children import Pipes, WorkerDied, WorkerError, fork_workers, remote_error
 from .schedule import Schedule
 from .seams import Dests, Failure, Objects, Plan, Reply
 from .tree import map_tree
@@ -78,108 +75,20 @@ from .workers import (
     ItemFailed,
     Job,
     JobReply,
-    Stop,
-    WorkerError,
     WorkerFailed,
     carve_ring,
     worker_main,
 )
 
-__all__ = [
-    "InitError",
-    "WorkerDied",
-    "WorkerError",
-    "WorkerPool",
-    "death_message",
-    "fork_workers",
-    "remote_error",
-    "shutdown_workers",
-]
+# The errors of the transport (``InitError``, ``WorkerDied``, ``WorkerError``) live where
+# they are raised (``workers.py``, ``children.py``); they are named here for its callers.
+__all__ = ["InitError", "WorkerDied", "WorkerError", "WorkerPool"]
 
 _WAIT_S = 0.5  # one timed wait on the pipes and sentinels
 # Slots lent to the consumer at once: the batch it is handed, and the one before, which
 # its loop variable still holds while it asks for the next.
 _LEND_LIMIT = 2
 _STOP_S = 30.0  # most time to let workers abandon their jobs before killing them
-_REAP_S = 60.0  # most time to wait for a killed worker to be gone
-
-
-def fork_workers(
-    count: int,
-    target: Callable[..., None],
-    name: str,
-    args_of: Callable[[Connection, list[Connection]], tuple[Any, ...]],
-) -> tuple[list[BaseProcess], list[Connection]]:
-    """Forks ``count`` daemon processes running ``target(*args_of(theirs, others))`` (as
-    ``children.start`` starts them: they die with this process), each with a pipe:
-    ``theirs`` its end, ``others`` the ends it must close (its siblings' and ours). Returns
-    (processes, our ends of the pipes); the children's ends are closed here, so that a dead
-    worker is seen as the end of its pipe."""
-    context = multiprocessing.get_context("fork")
-    pipes = [context.Pipe() for _ in range(count)]
-    procs = []
-    try:
-        for k, (_, theirs) in enumerate(pipes):
-            others = [end for pipe in pipes for end in pipe if end is not theirs]
-            procs.append(start(context, target, args_of(theirs, others), f"{name}-{k}"))
-    finally:
-        for _, theirs in pipes:
-            theirs.close()
-    return procs, [mine for mine, _ in pipes]
-
-
-def shutdown_workers(
-    procs: Sequence[BaseProcess],
-    conns: Sequence[Connection],
-    graceful: bool,
-    parent: int | None = None,
-    stop: Any = ("stop",),
-) -> None:
-    """Stop worker processes: ask them to (``graceful``, sending them ``stop``), then kill
-    what is left. With ``parent`` (the pid that forked them), nothing happens in another
-    process: one forked while their pool was alive (a worker of another loader) holds a
-    copy of the pool, whose finalizer runs there too."""
-    if parent is not None and parent != os.getpid():
-        return
-    if graceful:
-        for conn in conns:
-            try:
-                conn.send(stop)
-            except (OSError, ValueError):
-                pass
-        for proc in procs:
-            proc.join(1.0)
-    for proc in procs:
-        if proc.is_alive():
-            proc.kill()
-    for proc in procs:
-        # A killed process cannot refuse to die; waiting for it only waits for the kernel
-        # to tear it down (seconds for a large address space on a loaded machine).
-        proc.join(_REAP_S)
-    for conn in conns:
-        conn.close()
-
-
-class WorkerDied(RuntimeError):
-    """A worker process ended while the consumer waited on it: ``pid`` and ``exitcode``
-    (negative: the signal that killed it) say which and how."""
-
-    def __init__(self, message: str, pid: int | None, exitcode: int | None) -> None:
-        super().__init__(message)
-        self.pid = pid
-        self.exitcode = exitcode
-
-
-def death_message(proc: BaseProcess) -> str:
-    code = proc.exitcode
-    if code is not None and code < 0:
-        try:
-            how = f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            how = f"was killed by signal {-code}"
-    else:
-        how = f"exited with code {code}"
-    return f"fastload worker process {proc.pid} {how}"
 
 
 class WorkerPool:
@@ -212,8 +121,7 @@ class WorkerPool:
     lend: bool
     gen: int  # the live iteration's generation
     # Set when the workers are forked (``ring``), None before and after ``stop``.
-    procs: Any
-    conns: Any
+    pipes: Pipes | None
     slots: Any
     control: Any
     root: Any  # the container the workers hold
@@ -243,19 +151,23 @@ class WorkerPool:
         self.split, self.lend = split, lend
         self.shared: _SharedRing | None = None  # the ring's memory, made by ``ring``
         self.gen = 0
-        self.procs = self.conns = self.slots = self.control = None
+        self.pipes = self.slots = self.control = None
         self.root = self.key = self._finalizer = None
-        self.outstanding: list[int] = []  # replies due, per worker
+
+    @property
+    def procs(self) -> list[BaseProcess] | None:
+        """The worker processes, None when none runs."""
+        return None if self.pipes is None else self.pipes.procs
 
     def ring(self, data: Any, plan: Plan, count: int) -> list[Dests]:
         """The ring of ``count`` slots for ``plan``, with workers that hold ``data``:
         the running ones when they already hold both, else newly forked ones."""
         key = (plan.signature, count)
         if (
-            self.procs is not None
+            self.pipes is not None
             and self.root is data
             and self.key == key
-            and all(proc.is_alive() for proc in self.procs)
+            and all(proc.is_alive() for proc in self.pipes.procs)
         ):
             return self.slots
         self.drain()
@@ -269,18 +181,14 @@ class WorkerPool:
         self.shared = _SharedRing(mapping, _slot_pages(plan, count), limit, self.discard)
         control = np.frombuffer(mapping, np.int64, 1, 0)
         control[0] = 0
-        ids = itertools.count()  # fork_workers asks for the arguments of worker 0, 1, ...
-        procs, conns = fork_workers(
+        self.pipes = fork_workers(
             self.count,
             worker_main,
             "fastload-worker",
-            lambda theirs, others: (theirs, data, slots, control, others, next(ids), self.init),
+            lambda k: (data, slots, control, k, self.init),
+            "the iteration",
         )
-        self.procs, self.conns = procs, conns
-        self._finalizer = weakref.finalize(
-            self, shutdown_workers, procs, self.conns, False, os.getpid(), Stop()
-        )
-        self.outstanding = [0] * self.count
+        self._finalizer = weakref.finalize(self, self.pipes.close, False, os.getpid())
         self.root, self.key = data, key
         self.slots, self.control = slots, control
         return slots
@@ -291,12 +199,12 @@ class WorkerPool:
         self.shared.give_back(slot)
 
     def stop(self, graceful: bool) -> None:
-        if self.procs is None:
+        if self.pipes is None:
             return
         self.control[0] = 0
         self._finalizer.detach()
-        shutdown_workers(self.procs, self.conns, graceful, stop=Stop())
-        self.procs = self.conns = self.slots = self.control = self.root = None
+        self.pipes.close(graceful)
+        self.pipes = self.slots = self.control = self.root = None
 
     def close(self) -> None:
         """Stop the workers and release the ring. Idempotent; the next iteration starts
@@ -306,42 +214,23 @@ class WorkerPool:
 
     def receive(self, wait: float | None = _WAIT_S) -> list[tuple[int, JobReply]]:
         """Replies that arrived within one timed wait of ``wait`` seconds, as (worker,
-        message); raises RuntimeError when a worker died."""
-        procs, conns = self.procs, self.conns
-        ready = multiprocessing.connection.wait(conns + [p.sentinel for p in procs], wait)
-        replies = []
-        for k, conn in enumerate(conns):
-            if conn in ready:
-                try:
-                    replies.append((k, conn.recv()))
-                except (EOFError, OSError):
-                    self.died(procs[k])
-                self.outstanding[k] -= 1
-        for proc in procs:
-            if proc.sentinel in ready:
-                self.died(proc)
-        return replies
-
-    def died(self, proc: BaseProcess) -> NoReturn:
-        proc.join(1.0)
-        message = death_message(proc)
-        self.stop(graceful=False)
-        raise WorkerDied(
-            f"{message}; the iteration cannot continue (a worker killed "
-            f"for memory is a common cause)",
-            proc.pid,
-            proc.exitcode,
-        )
+        message); raises ``WorkerDied`` (the workers stopped) when a worker died."""
+        assert self.pipes is not None, "no workers to hear from"
+        try:
+            return self.pipes.receive(wait)
+        except WorkerDied:
+            self.stop(graceful=False)
+            raise
 
     def drain(self) -> None:
         """Cancel the live jobs and wait for their replies, so that no worker writes into
         the ring afterwards; stop the workers when that takes too long or fails."""
-        if self.procs is None:
+        if self.pipes is None:
             return
         self.control[0] = 0
         deadline = time.monotonic() + _STOP_S
         try:
-            while any(self.outstanding):
+            while any(self.pipes.outstanding):
                 if time.monotonic() > deadline:
                     self.stop(graceful=False)
                     return
@@ -350,11 +239,18 @@ class WorkerPool:
             self.stop(graceful=False)
             raise
 
-    def send(self, worker: int, message: Any) -> None:
+    def send(self, worker: int, message: Epoch | Job) -> None:
+        """Send ``message`` to ``worker`` (a ``Job``: one reply due); raises
+        ``WorkerDied`` (the workers stopped) when the worker died."""
+        assert self.pipes is not None, "no workers to send to"
         try:
-            self.conns[worker].send(message)
-        except OSError:
-            self.died(self.procs[worker])
+            if isinstance(message, Job):
+                self.pipes.request(worker, message)
+            else:
+                self.pipes.send(worker, message)
+        except WorkerDied:
+            self.stop(graceful=False)
+            raise
 
     def begin(
         self, schedule: Schedule, plan: Plan, ordered: bool, skip: bool, stats: Any
@@ -362,7 +258,7 @@ class WorkerPool:
         """Start an iteration over ``schedule`` on the workers (after ``ring``); any
         earlier iteration of this pool stops. Returns its transport."""
         self.drain()
-        if self.procs is None:  # drain stopped workers that would not give up their jobs
+        if self.pipes is None:  # drain stopped workers that would not give up their jobs
             raise RuntimeError(
                 f"the worker processes did not stop their earlier jobs within {_STOP_S:.0f} s "
                 f"and were stopped; iterate again to start new ones"
@@ -445,7 +341,6 @@ class _Transport:
             jobs = [(p, Job(self.gen, step, slot, p, cuts[p], cuts[p + 1])) for p in range(k)]
         for worker, job in jobs:
             pool.send(worker, job)
-            pool.outstanding[worker] += 1
         self.inflight[step] = slot
         self.parts[step] = [None] * len(jobs)
 
@@ -638,25 +533,3 @@ def _objects(replies: Sequence[Done]) -> Objects | None:
         None if lists[0] is None else [obj for part in lists for obj in part]
         for lists in zip(*(reply.objects for reply in replies))
     ]
-
-
-def remote_error(
-    text: str, chain: Sequence[bytes | None] | None, remote: BaseException | None = None
-) -> BaseException:
-    """The worker's exception and its causes, as far as they unpickle, linked again as
-    they were; the last has the worker's traceback text (``remote``, by default a
-    ``WorkerError`` of ``text``) as its cause. Only that when the exception itself does
-    not unpickle."""
-    remote = WorkerError(text) if remote is None else remote
-    exceptions = []
-    for blob in chain or []:
-        try:
-            exc = pickle.loads(blob) if blob is not None else None
-        except Exception:
-            exc = None
-        if not isinstance(exc, BaseException):
-            break
-        exceptions.append(exc)
-    for exc, cause in zip(exceptions, exceptions[1:] + [remote]):
-        exc.__cause__ = cause
-    return exceptions[0] if exceptions else remote

@@ -55,7 +55,7 @@ from .torch_batches import Counts, Deferred, Delivered, Mapped, as_collated
 from .torch_frameworks import follow
 from .torch_options import check_counts, check_worker_count, context_of, prefetch_of, samplers
 from .torch_ring import FirstKnown, RingBatches, fits_ring, per_item, probe_first
-from .torch_workers import Fetcher, WorkerIteration, WorkerPool, base_seed, worker_setup
+from .torch_workers import Fetcher, QueueWorkers, WorkerIteration, base_seed, worker_setup
 
 __all__ = ["DataLoader"]
 
@@ -187,7 +187,7 @@ class DataLoader(tud.DataLoader[T_co]):
             self.collate_fn = collate_fn
         self._collate_default = tud.default_collate if self._auto_collation else tud.default_convert
         self._engine: Engine | None = None
-        self._pool: WorkerPool | None = None
+        self._pool: QueueWorkers | None = None
         self._ring_engine: Engine | None = None  # with persistent workers
         self._decide_path()
         self._counts = Counts()
@@ -392,7 +392,7 @@ class DataLoader(tud.DataLoader[T_co]):
         )
         return Mapped(fetch, tasks)
 
-    def _live_pool(self) -> WorkerPool | None:
+    def _live_pool(self) -> QueueWorkers | None:
         """The persistent workers, while they run (after one died, the next epoch starts
         new ones)."""
         pool = self._pool
@@ -411,7 +411,7 @@ class DataLoader(tud.DataLoader[T_co]):
                 collate_fn=self.collate_fn,
             )
             context = self.multiprocessing_context or multiprocessing.get_context("fork")
-            pool = WorkerPool(self.dataset, spec, seed, context, self.num_workers)
+            pool = QueueWorkers(self.dataset, spec, seed, context, self.num_workers)
             if self.persistent_workers:
                 self._pool = pool
                 weakref.finalize(self, pool.close)

@@ -39,13 +39,12 @@ import torch.utils.data as tud
 from ..errors import LoadError
 from ..obs import copy_into
 from ..tensors import numpy_view
-from .children import start
+from .children import WorkerDied, WorkerError, death_message, end_processes, rebuilt, start
 from .engine import Engine
 from .plan import MisfitError
-from .processes import InitError, WorkerDied, WorkerError
 from .torch_batches import as_collated
-from .torch_workers import death, rebuilt
 from .tree import map_tree
+from .workers import InitError
 
 __all__ = ["FirstKnown", "RingBatches", "fits_ring", "per_item", "probe_first"]
 
@@ -90,9 +89,7 @@ def probe_first(dataset: Any) -> tuple[bool, Any]:
     except (EOFError, OSError, pickle.UnpicklingError):
         return False, None
     finally:
-        if proc.is_alive():
-            proc.kill()
-        proc.join()
+        end_processes([proc], 0.0)
         mine.close()
     return kind == "ok", value
 
@@ -207,8 +204,8 @@ class RingBatches:
         except WorkerDied as error:
             self.on_end()
             raise RuntimeError(
-                f"{death(error)}: a crash in the dataset's code (a segmentation fault, an "
-                f"abort), or the worker was killed, often for memory"
+                f"{death_message(error, pytorch=True)}: a crash in the dataset's code (a "
+                f"segmentation fault, an abort), or the worker was killed, often for memory"
             ) from error
         except TimeoutError as error:
             self.on_end()

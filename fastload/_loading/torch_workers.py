@@ -14,28 +14,30 @@ for PyTorch behaves the same:
   each worker (it shards itself through ``get_worker_info``).
 
 Concurrency invariants (kept by the consumer, ``WorkerIteration``):
-- a task is ``(generation, task, indices)``; a reply of another generation (an epoch left
-  before its end, with persistent workers) is dropped, so an epoch never sees another's;
+- a task is ``_Task(generation, number, indices)`` (``children.Tagged``); a reply of
+  another generation (an epoch left before its end, with persistent workers) is dropped,
+  so an epoch never sees another's;
 - every wait on the result queue is a timed wait: a worker that died raises in the
   consumer, and ``timeout`` is enforced, whatever the workers do (past it the workers are
   killed, then the error raised);
-- a reply is ``(generation, task, bytes)``: the consumer knows which worker sent a batch
-  before it unpickles it, so a batch whose shared memory died with its worker raises
-  naming that worker;
+- a reply is ``_Packed(generation, number, bytes)``: the consumer knows which worker sent
+  a batch before it unpickles it, so a batch whose shared memory died with its worker
+  raises naming that worker;
 - a worker stops when told (None), and dies with its parent process, even stuck in the
-  dataset's code (``children.py``).
+  dataset's code.
+
+Starting and ending the processes, their deaths and their exceptions in PyTorch's words
+are the process toolkit's (``children.py``); this module keeps PyTorch's contract.
 """
 
 from __future__ import annotations
 
 import itertools
-import pickle
 import queue
 import random
-import signal
 import time
-import traceback
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
@@ -43,17 +45,9 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from .children import orphaned, start
+from .children import ChildError, Tagged, death_message, end_processes, orphaned, start
 
-__all__ = [
-    "Fetcher",
-    "WorkerIteration",
-    "WorkerPool",
-    "base_seed",
-    "death",
-    "rebuilt",
-    "worker_setup",
-]
+__all__ = ["Fetcher", "QueueWorkers", "WorkerIteration", "base_seed", "worker_setup"]
 
 _POLL_S = 0.1  # one timed wait on a queue: how soon a dead worker or parent is seen
 _JOIN_S = 5.0  # time given to the workers to stop before they are killed
@@ -108,39 +102,20 @@ class Fetcher:
         return items
 
 
-class _Failure:
-    """An exception raised in a worker, sent to the consumer: its type (when it can be
-    pickled) and the text of its traceback."""
+@dataclass(frozen=True, slots=True)
+class _Task(Tagged):
+    """Make the batch of task ``number`` (of generation ``gen``) from ``indices``."""
 
-    def __init__(self, exc: BaseException, where: str) -> None:
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        self.message = f"Caught {type(exc).__name__} {where}.\nOriginal {text}"
-        self.type: type[BaseException] | None = type(exc)
-        try:
-            pickle.dumps(self.type)
-        except (pickle.PicklingError, AttributeError, TypeError):
-            self.type = None  # a local class: re-raised as RuntimeError
-
-    def reraise(self) -> None:
-        raise rebuilt(self.type or RuntimeError, self.message)
+    number: int
+    indices: Any
 
 
-def rebuilt(exc_type: type[BaseException], message: str) -> BaseException:
-    """An exception of ``exc_type`` carrying ``message`` (a worker's traceback text), as
-    PyTorch re-raises a worker's; ``RuntimeError`` for a type that wants other arguments."""
-    if exc_type is KeyError:
-        message = _KeyErrorMessage(message)
-    try:
-        return exc_type(message)
-    except TypeError:
-        return RuntimeError(message)
+@dataclass(frozen=True, slots=True)
+class _Packed(Tagged):
+    """The reply to task ``number``, pickled as the queue would pickle it (``_packed``)."""
 
-
-class _KeyErrorMessage(str):
-    """KeyError prints its argument's repr; this keeps the traceback readable."""
-
-    def __repr__(self) -> str:
-        return str(self)
+    number: int
+    blob: bytes
 
 
 class _Exhausted:
@@ -204,7 +179,7 @@ def _worker_main(
             if spec["worker_init_fn"] is not None:
                 spec["worker_init_fn"](worker_id)
         except Exception as exc:  # sent to the consumer, raised there
-            failure = _Failure(exc, where)
+            failure = ChildError(exc, where)
         _serve(dataset, spec, tasks, results, failure, where)
     except KeyboardInterrupt:
         pass  # Ctrl-C reaches the consumer too; it stops the workers
@@ -215,7 +190,7 @@ def _serve(
     spec: dict[str, Any],
     tasks: Any,
     results: Any,
-    failure: _Failure | None,
+    failure: ChildError | None,
     where: str,
 ) -> None:
     fetch: Fetcher | None = None
@@ -229,7 +204,7 @@ def _serve(
             continue
         if task is None:
             return
-        gen, number, indices = task
+        gen, number, indices = task.gen, task.number, task.indices
         reply: Any
         if failure is not None:
             reply = failure
@@ -250,37 +225,24 @@ def _serve(
             except StopIteration:
                 reply = _Exhausted()
             except Exception as exc:  # sent to the consumer, raised there
-                reply = _Failure(exc, where)
+                reply = ChildError(exc, where)
         results.put(_packed(gen, number, reply, where))
 
 
-def _packed(gen: int, number: int, reply: Any, where: str) -> tuple[int, int, bytes]:
+def _packed(gen: int, number: int, reply: Any, where: str) -> _Packed:
     """The reply pickled here, as the queue would pickle it (tensors move to shared
     memory), after its generation and task: a reply that cannot be pickled becomes its
     error, where the queue's feeder thread would drop it and leave the consumer waiting
     forever."""
     try:
-        return gen, number, bytes(ForkingPickler.dumps(reply))
+        return _Packed(gen, number, bytes(ForkingPickler.dumps(reply)))
     except Exception as exc:  # sent to the consumer, raised there
-        return gen, number, bytes(ForkingPickler.dumps(_Failure(exc, where)))
+        return _Packed(gen, number, bytes(ForkingPickler.dumps(ChildError(exc, where))))
 
 
-def death(proc: Any) -> str:
-    """How a worker process ended, in PyTorch's words (``proc``: anything with ``pid`` and
-    ``exitcode``)."""
-    code = proc.exitcode
-    if code is not None and code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = str(-code)
-        return f"DataLoader worker (pid {proc.pid}) is killed by signal: {name}"
-    return f"DataLoader worker (pid {proc.pid}) exited unexpectedly with exit code {code}"
-
-
-class WorkerPool:
-    """``num_workers`` worker processes for one dataset: each has its task queue, all
-    share one result queue. Lives for one iteration, or across epochs with
+class QueueWorkers:
+    """``num_workers`` worker processes for one dataset, as PyTorch's: each has its task
+    queue, all share one result queue. Lives for one iteration, or across epochs with
     ``persistent_workers``."""
 
     def __init__(
@@ -303,7 +265,7 @@ class WorkerPool:
         """Raise ``RuntimeError`` naming the workers that died, and how."""
         dead = [p for p in self.procs if not p.is_alive()]
         if dead:
-            how = "; ".join(death(p) for p in dead)
+            how = "; ".join(death_message(p, pytorch=True) for p in dead)
             self.close(graceful=False)
             raise RuntimeError(
                 f"{how}: a crash in the dataset's code (a segmentation fault, an abort), "
@@ -320,13 +282,7 @@ class WorkerPool:
                     q.put(None)
                 except (ValueError, OSError):
                     pass  # a queue already closed
-            deadline = time.monotonic() + _JOIN_S
-            for proc in procs:
-                proc.join(max(0.0, deadline - time.monotonic()))
-        for proc in procs:
-            if proc.is_alive():
-                proc.kill()
-            proc.join()
+        end_processes(procs, _JOIN_S if graceful else 0.0)
         for q in [*self.tasks, self.results]:
             q.cancel_join_thread()
             q.close()
@@ -334,14 +290,14 @@ class WorkerPool:
 
 
 class WorkerIteration:
-    """One epoch over a ``WorkerPool``: tasks in turn to the workers still active,
+    """One epoch over ``QueueWorkers``: tasks in turn to the workers still active,
     ``prefetch`` per worker in flight, replies delivered in task order (``in_order``) or
     as they come. Raises the worker's exception with its type, ``RuntimeError`` for a
     dead worker or after ``timeout`` seconds (0: no limit) without a reply."""
 
     def __init__(
         self,
-        pool: WorkerPool,
+        pool: QueueWorkers,
         tasks: Iterator[Any],
         prefetch: int,
         in_order: bool,
@@ -374,7 +330,7 @@ class WorkerIteration:
         worker = next(self.turn)
         while not self.active[worker]:
             worker = next(self.turn)
-        self.pool.tasks[worker].put((self.gen, self.sent, indices))
+        self.pool.tasks[worker].put(_Task(self.gen, self.sent, indices))
         self.worker_of[self.sent] = worker
         self.sent += 1
 
@@ -395,7 +351,7 @@ class WorkerIteration:
                 self.active[worker] = False  # sent no more; its other tasks say the same
                 continue
             self._send()
-            if isinstance(reply, _Failure):
+            if isinstance(reply, ChildError):
                 reply.reraise()  # the iteration goes on with the next batch, as in PyTorch
             return reply
 
@@ -405,8 +361,9 @@ class WorkerIteration:
             self.next_task += 1
             return number, self.ready.pop(number)
         while True:
-            gen, number, blob = self._receive()
-            reply = self._unpacked(gen, number, blob)
+            packed = self._receive()
+            gen, number = packed.gen, packed.number
+            reply = self._unpacked(gen, number, packed.blob)
             if gen != self.gen:
                 continue  # a reply of an epoch left before its end
             if not self.in_order or number == self.next_task:
@@ -415,15 +372,15 @@ class WorkerIteration:
                 return number, reply
             self.ready[number] = reply
 
-    def _receive(self) -> tuple[int, int, bytes]:
-        """The next reply, ``(generation, task, bytes)``; ``RuntimeError`` when a worker
+    def _receive(self) -> _Packed:
+        """The next reply; ``RuntimeError`` when a worker
         died, or after ``timeout`` seconds without a reply (the workers, which would not
         give their tasks up, are killed first)."""
         deadline = time.monotonic() + self.timeout if self.timeout else None
         while True:
             wait = _POLL_S if deadline is None else min(_POLL_S, deadline - time.monotonic())
             try:
-                message: tuple[int, int, bytes] = self.pool.results.get(timeout=max(0.0, wait))
+                message: _Packed = self.pool.results.get(timeout=max(0.0, wait))
             except queue.Empty:
                 pass
             else:

@@ -1,5 +1,6 @@
 """The worker side of the process transport (``processes.py``): what a forked worker runs,
-and the messages between it and the consumer.
+and the messages between it and the consumer (the loop, the stop message, the generation
+tag and the errors' travel are ``children.py``'s).
 
 A worker holds the container it inherited at the fork (the root) and the ring. Per epoch
 (``Epoch``) it builds the same plan as the consumer; per job (``Job``: a step and a slot)
@@ -16,11 +17,7 @@ worker forked while the consumer's pool runs never uses the pool's copy.
 
 from __future__ import annotations
 
-import os
-import pickle
-import signal
-import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, TypeAlias
@@ -30,6 +27,7 @@ import numpy.typing as npt
 
 from .. import _core
 from ..context import loading
+from .children import Tagged, WorkerError, describe_error, serve
 from .plan import make_plan
 from .schedule import Schedule
 from .seams import Dests, Failure, Objects, Plan
@@ -44,39 +42,34 @@ __all__ = [
     "ItemFailed",
     "Job",
     "JobReply",
-    "Stop",
-    "WorkerError",
     "WorkerFailed",
     "carve_ring",
-    "describe_error",
     "worker_main",
 ]
 
-_PARENT_CHECK_S = 1.0  # how often an idle worker checks that the consumer is alive
 _ALIGN = 64
 _HEADER = _ALIGN  # the generation word, then the slots
 
 
-# Requests, from the consumer to a worker.
+# Requests, from the consumer to a worker (``children.Stop`` ends it). Every message
+# carries the generation of its iteration (``children.Tagged``).
 
 
 @dataclass(frozen=True, slots=True)
-class Epoch:
+class Epoch(Tagged):
     """The iteration of generation ``gen`` loads ``schedule`` (its collate None, True or
     False: a callable one runs in the consumer); ``signature``: the consumer's plan's."""
 
-    gen: int
     schedule: Schedule
     skip: bool
     signature: tuple[Any, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class Job:
+class Job(Tagged):
     """Load step ``step`` of generation ``gen`` into slot ``slot`` of the ring: its rows
     ``[first, end)`` as part ``part`` (the whole step when ``end`` is None)."""
 
-    gen: int
     step: int
     slot: int
     part: int = 0
@@ -84,21 +77,15 @@ class Job:
     end: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Stop:
-    """End the worker."""
-
-
 # Replies, one per Job, naming its step and part.
 
 
 @dataclass(frozen=True, slots=True)
-class Done:
+class Done(Tagged):
     """The step is in its slot: ``rows`` observations, ``keep`` their kept flags after
     skips (None: all kept), ``objects`` the lists of its object leaves (None: it has
     none), ``skipped`` observations the plan itself dropped (a whole step's retries)."""
 
-    gen: int
     step: int
     part: int
     rows: int
@@ -108,12 +95,11 @@ class Done:
 
 
 @dataclass(frozen=True, slots=True)
-class ItemFailed:
+class ItemFailed(Tagged):
     """Observation ``index`` failed in ``field`` (None: unknown); ``message`` as the thread
     backend words it; ``text`` and ``chain`` (``describe_error``) the Python exception's
     traceback and pickled causes, None when native code failed."""
 
-    gen: int
     step: int
     part: int
     field: int | None
@@ -124,10 +110,9 @@ class ItemFailed:
 
 
 @dataclass(frozen=True, slots=True)
-class WorkerFailed:
+class WorkerFailed(Tagged):
     """The worker could not ``what`` (planning the epoch, running the step)."""
 
-    gen: int
     step: int
     part: int
     what: str
@@ -137,11 +122,10 @@ class WorkerFailed:
 
 
 @dataclass(frozen=True, slots=True)
-class InitFailed:
+class InitFailed(Tagged):
     """``init(worker)`` raised an exception of type ``name``: every job of the worker
     fails with it."""
 
-    gen: int
     step: int
     part: int
     worker: int
@@ -151,20 +135,15 @@ class InitFailed:
 
 
 @dataclass(frozen=True, slots=True)
-class Cancelled:
+class Cancelled(Tagged):
     """The job's generation is no longer live: its slot holds nothing."""
 
-    gen: int
     step: int
     part: int
 
 
 # The reply to a job: one of the above.
 JobReply: TypeAlias = Done | ItemFailed | WorkerFailed | InitFailed | Cancelled
-
-
-class WorkerError(Exception):
-    """The traceback text of an exception raised in a worker process."""
 
 
 class InitError(WorkerError):
@@ -198,32 +177,10 @@ def carve_ring(mapping: Any, plan: Plan, slots: int) -> tuple[list[Dests], int]:
     return ring, offset
 
 
-_CHAIN = 8  # most exceptions of a __cause__ chain sent to the consumer
-
-
-def describe_error(exc: BaseException) -> tuple[str, str, list[bytes | None]]:
-    """(message, traceback text, pickled exceptions) of ``exc``, for the consumer: the
-    exception and its ``__cause__`` chain, each pickled on its own (None where it does not
-    pickle), since pickling an exception drops its cause."""
-    message = f"{type(exc).__name__}: {exc}"
-    text = "".join(traceback.format_exception(exc))
-    chain: list[bytes | None] = []
-    while exc is not None and len(chain) < _CHAIN:
-        try:
-            chain.append(pickle.dumps(exc))
-        except Exception:
-            chain.append(None)
-        exc = exc.__cause__
-    return message, text, chain
-
-
 class _Worker:
-    """The loop of one worker process: epochs and jobs in, replies out."""
+    """One worker process: epochs and jobs in, replies out (``answer``)."""
 
-    def __init__(
-        self, conn: Connection, root: Any, ring: list[Dests], control: npt.NDArray[np.int64]
-    ) -> None:
-        self.conn = conn
+    def __init__(self, root: Any, ring: list[Dests], control: npt.NDArray[np.int64]) -> None:
         self.root = root
         self.ring = ring
         self.control = control
@@ -248,27 +205,13 @@ class _Worker:
         except Exception as exc:
             self.init_error = exc
 
-    def serve(self) -> None:
-        parent = os.getppid()
-        while True:
-            if not self.conn.poll(_PARENT_CHECK_S):
-                if os.getppid() != parent:
-                    return  # the consumer died
-                continue
-            try:
-                message = self.conn.recv()
-            except (EOFError, OSError):
-                return
-            if isinstance(message, Stop):
-                return
-            if isinstance(message, Epoch):
-                self._begin(message)
-                continue
-            reply = self._reply(message)
-            try:
-                self.conn.send(reply)
-            except (BrokenPipeError, ConnectionResetError):
-                return  # the consumer is gone: nobody wants the reply
+    def answer(self, message: Epoch | Job) -> JobReply | None:
+        """The reply to ``message`` (``children.serve`` sends it): one per job, none to an
+        epoch."""
+        if isinstance(message, Epoch):
+            self._begin(message)
+            return None
+        return self._reply(message)
 
     def _begin(self, epoch: Epoch) -> None:
         self.epoch = epoch
@@ -397,17 +340,11 @@ def worker_main(
     root: Any,
     ring: list[Dests],
     control: npt.NDArray[np.int64],
-    others: Sequence[Connection],
     worker_id: int = 0,
     init: Callable[[int], None] | None = None,
 ) -> None:
-    """A worker's life: ``init(worker_id)`` once (when given), then jobs until told to
-    stop or the consumer is gone."""
-    # Ctrl-C in a terminal reaches the whole process group: the consumer handles it and
-    # stops the workers; a worker killed by it would only turn it into a second error.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for other in others:
-        other.close()  # so that a worker sees EOF when the consumer's end closes
-    worker = _Worker(conn, root, ring, control)
+    """A worker's life (forked by ``children.fork_workers``): ``init(worker_id)`` once
+    (when given), then jobs until told to stop or the consumer is gone."""
+    worker = _Worker(root, ring, control)
     worker.start(worker_id, init)
-    worker.serve()
+    serve(conn, worker.answer)

@@ -18,19 +18,17 @@ Concurrency invariants (kept by the writer's thread): a slot is free, or holds t
 one worker, or holds the slab handed out last (reused only once the consumer asks for the
 next one); slabs are handed out in row order; every job gets one reply; every wait is a
 timed wait on the pipes and the workers' sentinels, so a worker that dies raises at once.
+The workers are forked, served, stopped and their errors carried back by the loader's
+process toolkit (``fastload._loading.children``).
 """
 
 import collections
 import mmap
 import multiprocessing
-import multiprocessing.connection
-import os
-import signal
 
 import numpy as np
 
-from fastload._loading.processes import death_message, fork_workers, remote_error, shutdown_workers
-from fastload._loading.workers import describe_error
+from fastload._loading.children import describe_error, fork_workers, remote_error, serve
 from fastload._storage.encoders import (
     ByteValues,
     Slab,
@@ -44,7 +42,6 @@ __all__ = ["SLOT_BYTES", "process_slabs"]
 
 SLOT_BYTES = 8 << 20  # a worker's slot; jobs aim at half of it
 _WAIT_S = 0.5  # one timed wait on the pipes and sentinels
-_PARENT_CHECK_S = 1.0  # how often an idle worker checks that the writer is alive
 
 
 def process_slabs(data, n, encodings, kinds, count, skip, slab_rows):
@@ -59,26 +56,27 @@ def process_slabs(data, n, encodings, kinds, count, skip, slab_rows):
         )
     nslots = 3 * count
     mapping = mmap.mmap(-1, nslots * SLOT_BYTES)  # anonymous, shared with the children
-    procs, conns = fork_workers(
+    pipes = fork_workers(
         count,
         _worker_main,
         "fastload-write",
-        lambda theirs, others: (theirs, data, encodings, kinds, skip, mapping, others),
+        lambda k: (data, encodings, kinds, skip, mapping),
+        "the write",
     )
     try:
-        yield from _Jobs(procs, conns, mapping, nslots).slabs(n, slab_rows)
+        yield from _Jobs(pipes, mapping, nslots).slabs(n, slab_rows)
     finally:
-        shutdown_workers(procs, conns, graceful=True)
+        pipes.close(graceful=True)
 
 
 class _Jobs:
-    """The writer's side of the workers: jobs out, slabs back in row order."""
+    """The writer's side of the workers (``children.Pipes``): jobs out, slabs back in row
+    order."""
 
-    def __init__(self, procs, conns, mapping, nslots):
-        self.procs, self.conns = procs, conns
+    def __init__(self, pipes, mapping, nslots):
+        self.pipes = pipes
         self.view = memoryview(mapping)
         self.free = collections.deque(range(nslots))
-        self.outstanding = [0] * len(procs)
         self.arrived = {}  # first row -> reply
         self.slot_of = {}  # first row -> slot
 
@@ -87,14 +85,15 @@ class _Jobs:
         while expected < n:
             while self.free and next_row < n:
                 stop = min(n, next_row + slab_rows)
-                worker = min(range(len(self.procs)), key=self.outstanding.__getitem__)
+                outstanding = self.pipes.outstanding
+                worker = min(range(len(outstanding)), key=outstanding.__getitem__)
                 slot = self.free.popleft()
-                self._send(worker, ("job", next_row, stop, slot))
-                self.outstanding[worker] += 1
+                self.pipes.request(worker, ("job", next_row, stop, slot))
                 self.slot_of[next_row] = slot
                 next_row = stop
             while expected not in self.arrived:
-                self._receive()
+                for _, reply in self.pipes.receive(_WAIT_S):
+                    self.arrived[reply[1]] = reply
             reply = self.arrived.pop(expected)
             slot = self.slot_of.pop(expected)
             slab = self._slab(reply, slot)
@@ -115,58 +114,15 @@ class _Jobs:
                 columns[k] = ByteValues(self.view[at + offset : at + offset + size], lengths)
         return Slab(first, stop, columns, [remote_error(*e[1:]) for e in errors])
 
-    def _send(self, worker, message):
-        try:
-            self.conns[worker].send(message)
-        except OSError:
-            self._died(self.procs[worker])
 
-    def _receive(self):
-        ready = multiprocessing.connection.wait(
-            self.conns + [p.sentinel for p in self.procs], _WAIT_S
-        )
-        for k, conn in enumerate(self.conns):
-            if conn in ready:
-                try:
-                    reply = conn.recv()
-                except (EOFError, OSError):
-                    self._died(self.procs[k])
-                self.outstanding[k] -= 1
-                self.arrived[reply[1]] = reply
-        for proc in self.procs:
-            if proc.sentinel in ready:
-                self._died(proc)
-
-    def _died(self, proc):
-        proc.join(1.0)
-        raise RuntimeError(
-            f"{death_message(proc)}; the write cannot continue (a worker "
-            f"killed for memory is a common cause)"
-        )
-
-
-def _worker_main(conn, data, encodings, kinds, skip, mapping, others):
-    # Ctrl-C reaches the whole process group: the writer handles it and stops the workers.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for other in others:
-        other.close()  # so that a worker sees EOF when the writer's end closes
-    parent = os.getppid()
+def _worker_main(conn, data, encodings, kinds, skip, mapping):
     view = memoryview(mapping)
-    while True:
-        if not conn.poll(_PARENT_CHECK_S):
-            if os.getppid() != parent:
-                return  # the writer died
-            continue
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return
-        if message[0] == "stop":
-            return
+
+    def answer(message):
         _, first, stop, slot = message
         try:
             columns, errors = encode_rows(data, first, stop, encodings, skip)
-            reply = (
+            return (
                 "done",
                 first,
                 stop,
@@ -174,11 +130,9 @@ def _worker_main(conn, data, encodings, kinds, skip, mapping, others):
                 [describe_error(e) for e in errors],
             )
         except BaseException as exc:  # raised in the writer, as a thread's would be
-            reply = ("error", first) + describe_error(exc)
-        try:
-            conn.send(reply)
-        except (BrokenPipeError, ConnectionResetError):
-            return  # the writer is gone
+            return ("error", first) + describe_error(exc)
+
+    serve(conn, answer)
 
 
 def _into_slot(columns, kinds, view, slot):
