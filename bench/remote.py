@@ -33,8 +33,9 @@ import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # servers.py: moto's server
 
 BATCH = 256
 
@@ -160,8 +161,8 @@ def main():
     generate(root, args.n)
     folder = tempfile.mkdtemp(prefix="remote-bench-")
     path = os.path.join(folder, "train.arrow")
-    block_bytes = int(args.block_mb * 2**20)
-    convert(root, path, mode="jpeg", quality=90, max_side=256, progress=False, block_bytes=block_bytes)
+    blocks = int(args.block_mb * 2**20)
+    convert(root, path, mode="jpeg", quality=90, max_side=256, progress=False, block_bytes=blocks)
     ds = fastload.open(path)
     size = os.path.getsize(path)
     print(
@@ -173,7 +174,10 @@ def main():
         server.put("bench", "train.arrow", open(path, "rb").read())
         proxy = Proxy(server.port, args.latency_ms / 1e3, args.mbps * 1e6 / 8)
         options = dict(server.storage_options)
-        options["client_kwargs"] = {**options["client_kwargs"], "endpoint_url": f"http://127.0.0.1:{proxy.port}"}
+        options["client_kwargs"] = {
+            **options["client_kwargs"],
+            "endpoint_url": f"http://127.0.0.1:{proxy.port}",
+        }
         results = {"local disk": [], "S3 through the proxy": []}
         downloaded = []
         for r in range(args.repeats):
@@ -192,8 +196,8 @@ def main():
     local = medians["local disk"]["rate"]
     for name, m in medians.items():
         print(
-            f"  {name:22s} {m['rate']:7,.0f} images/s ({m['rate'] / local:.2f}x local), first batch "
-            f"{m['first_s']:.2f} s, peak {m['peak_mb']:.0f} MB"
+            f"  {name:22s} {m['rate']:7,.0f} images/s ({m['rate'] / local:.2f}x local), "
+            f"first batch {m['first_s']:.2f} s, peak {m['peak_mb']:.0f} MB"
         )
     print(
         f"  downloaded per epoch: {statistics.median(downloaded):.1f} MB "

@@ -23,12 +23,13 @@ def format_bytes(n):
 
 def describe(ds):
     """Lines describing ``ds``: files, rows, blocks, sizes, and one line per field."""
+    where = "on disk" if getattr(ds, "remote_rows", None) is None else "in the store"
     lines = [
         f"files:  {len(ds.files)} ({', '.join(ds.files[:3])}"
         f"{', ...' if len(ds.files) > 3 else ''})",
         f"rows:   {len(ds)}",
         f"blocks: {ds.num_blocks}",
-        f"size:   {format_bytes(ds.nbytes)} {'in the store' if ds.remote_rows is not None else 'on disk'}",
+        f"size:   {format_bytes(ds.nbytes)} {where}",
     ]
     if ds.metadata.get("classes"):
         classes = ds.metadata["classes"]
