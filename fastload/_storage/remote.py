@@ -173,6 +173,7 @@ class RemoteObject(Retries):
         self._fs = _fs
         self._async = bool(getattr(_fs, "async_impl", False))
         self._http = type(_fs).__name__ == "HTTPFileSystem"
+        self._s3 = type(_fs).__name__ == "S3FileSystem"
         info = _info if _info is not None else self._stat(time.monotonic() + self.timeout)
         if info.get("type", "file") != "file" or info.get("size") is None:
             raise FileNotFoundError(f"{url!r} is not an object of known size (a directory?)")
@@ -253,6 +254,8 @@ class RemoteObject(Retries):
         return [t.result() for t in tasks]
 
     async def _fetch_async(self, start: int, end: int) -> bytes:
+        if self._s3 and self._conditional():
+            return _exact(await self._fetch_s3(start, end), start, end)
         kwargs: dict[str, Any] = {}
         if self._conditional():
             headers = dict(getattr(self._fs, "kwargs", {}).get("headers") or {})
@@ -308,10 +311,22 @@ class RemoteObject(Retries):
 
     # -- the version ---------------------------------------------------------------------
 
+    async def _fetch_s3(self, start: int, end: int) -> bytes:
+        """Bytes [start, end) of the opened version of an S3 object (``IfMatch``: 412 when
+        it changed), through s3fs's client."""
+        bucket, key, _ = self._fs.split_path(self._path)
+        answer = await self._fs._call_s3(
+            "get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", IfMatch=self.etag
+        )
+        try:
+            return bytes(await answer["Body"].read())
+        finally:
+            answer["Body"].close()
+
     def _conditional(self) -> bool:
-        """True when each read asks the store for the opened version (HTTP's If-Match):
-        then no check after the reads is needed."""
-        return self._http and self.etag is not None
+        """True when each read asks the store for the opened version (HTTP's If-Match, S3's
+        IfMatch): then no check after the reads is needed."""
+        return (self._http or self._s3) and self.etag is not None
 
     def _stat(self, deadline: float, where: tuple[int, int] | None = None) -> Mapping[str, Any]:
         """The store's description of the object (a fresh one, not a cached listing)."""
