@@ -15,7 +15,9 @@ reaches the server, and the answers share a bandwidth of ``--mbps`` megabits per
    RandomHorizontalFlip()]), ds["image"].encoded), ds["label"]), 256, shuffle="quasi",
    parallel=2, buffer=True)``: images/s from the first batch to the end (steady state),
    the time from ``open`` to the first batch, the MB that crossed the proxy, and the
-   child's peak resident memory.
+   child's peak resident memory; and the CPU time the store and the proxy took meanwhile
+   (this script's threads: the HTTP server, the proxy; moto runs in a process of its own,
+   not counted), CPU that a cluster's store does not take from the loader.
 3. The two kinds of runs alternate, ``--repeats`` of each; medians.
 
 Usage: python bench/remote.py [--n 4000] [--repeats 5] [--latency-ms 20] [--mbps 1000]
@@ -89,6 +91,64 @@ class Proxy:
             writer.close()
 
 
+class RangeFiles:
+    """An HTTP server of the files in ``root`` on 127.0.0.1, in threads: HEAD, and GET of
+    one byte range read with ``os.pread`` (what a store's front end costs, not more),
+    with an ETag honoured in If-Match."""
+
+    def __init__(self, root):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_HEAD(self):
+                self._answer(body=False)
+
+            def do_GET(self):
+                self._answer(body=True)
+
+            def _answer(self, body):
+                path = os.path.join(root, self.path.lstrip("/"))
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except OSError:
+                    return self.send_error(404)
+                try:
+                    st = os.fstat(fd)
+                    etag = f'"{st.st_size:x}-{st.st_mtime_ns:x}"'
+                    if self.headers.get("If-Match", etag) != etag:
+                        return self.send_error(412)
+                    start, end, status = 0, st.st_size, 200
+                    ranged = self.headers.get("Range", "")
+                    if ranged.startswith("bytes="):
+                        first, _, last = ranged[6:].partition("-")
+                        start, end, status = int(first), min(int(last) + 1, st.st_size), 206
+                    self.send_response(status)
+                    self.send_header("Content-Length", str(end - start))
+                    self.send_header("Accept-Ranges", "bytes")
+                    self.send_header("ETag", etag)
+                    if status == 206:
+                        self.send_header("Content-Range", f"bytes {start}-{end - 1}/{st.st_size}")
+                    self.end_headers()
+                    if body:
+                        self.wfile.write(os.pread(fd, end - start, start))
+                finally:
+                    os.close(fd)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def child(where, storage_options):
     """One epoch in this process; prints a JSON line of what it measured."""
     from pipelines import train_ops
@@ -97,8 +157,8 @@ def child(where, storage_options):
     from fastload.transforms import Compose
 
     start = time.perf_counter()
-    if where.startswith("s3://"):
-        ds = fastload.open(where, storage_options=storage_options, cache_bytes=0)
+    if "://" in where:
+        ds = fastload.open(where, storage_options=storage_options or None, cache_bytes=0)
     else:
         ds = fastload.open(where)
     loader = fastload.DataLoader(
@@ -170,25 +230,35 @@ def main():
         f"blocks; network: {args.latency_ms:g} ms a request, {args.mbps:g} Mbit/s"
     )
     server = S3Server(os.path.join(folder, "moto.log"))
+    files = RangeFiles(folder)
     try:
         server.put("bench", "train.arrow", open(path, "rb").read())
-        proxy = Proxy(server.port, args.latency_ms / 1e3, args.mbps * 1e6 / 8)
+        to_s3 = Proxy(server.port, args.latency_ms / 1e3, args.mbps * 1e6 / 8)
+        to_http = Proxy(files.port, args.latency_ms / 1e3, args.mbps * 1e6 / 8)
         options = dict(server.storage_options)
-        options["client_kwargs"] = {
-            **options["client_kwargs"],
-            "endpoint_url": f"http://127.0.0.1:{proxy.port}",
+        endpoint = f"http://127.0.0.1:{to_s3.port}"
+        options["client_kwargs"] = {**options["client_kwargs"], "endpoint_url": endpoint}
+        runs = {
+            "local disk": (path, {}, None),
+            "HTTP through the proxy": (f"http://127.0.0.1:{to_http.port}/train.arrow", {}, to_http),
+            "S3 (moto) through it": ("s3://bench/train.arrow", options, to_s3),
         }
-        results = {"local disk": [], "S3 through the proxy": []}
-        downloaded = []
+        results = {name: [] for name in runs}
+        downloaded = {name: [] for name in runs}
         for r in range(args.repeats):
-            for name in list(results) if r % 2 == 0 else list(results)[::-1]:
-                before = proxy.received
-                where = path if name == "local disk" else "s3://bench/train.arrow"
-                results[name].append(run_child(where, options))
-                if name != "local disk":
-                    downloaded.append((proxy.received - before) / 1e6)
+            for name in list(runs) if r % 2 == 0 else list(runs)[::-1]:
+                where, opts, proxy = runs[name]
+                before = proxy.received if proxy else 0
+                used = resource.getrusage(resource.RUSAGE_SELF)
+                results[name].append(run_child(where, opts))
+                now = resource.getrusage(resource.RUSAGE_SELF)
+                results[name][-1]["store_cpu_s"] = (
+                    now.ru_utime + now.ru_stime - used.ru_utime - used.ru_stime
+                )
+                downloaded[name].append((proxy.received - before) / 1e6 if proxy else 0.0)
     finally:
         server.stop()
+        files.stop()
     medians = {
         name: {k: statistics.median(run[k] for run in runs) for k in runs[0]}
         for name, runs in results.items()
@@ -196,13 +266,12 @@ def main():
     local = medians["local disk"]["rate"]
     for name, m in medians.items():
         print(
-            f"  {name:22s} {m['rate']:7,.0f} images/s ({m['rate'] / local:.2f}x local), "
-            f"first batch {m['first_s']:.2f} s, peak {m['peak_mb']:.0f} MB"
+            f"  {name:24s} {m['rate']:7,.0f} images/s ({m['rate'] / local:.2f}x local), "
+            f"first batch {m['first_s']:.2f} s, peak {m['peak_mb']:.0f} MB, "
+            f"{statistics.median(downloaded[name]):.1f} MB downloaded, "
+            f"{m['store_cpu_s']:.2f} s of CPU in this machine's store and proxy"
         )
-    print(
-        f"  downloaded per epoch: {statistics.median(downloaded):.1f} MB "
-        f"(the file: {size / 1e6:.1f} MB); medians of {args.repeats} runs each, interleaved"
-    )
+    print(f"  (the file: {size / 1e6:.1f} MB); medians of {args.repeats} runs each, interleaved")
 
 
 if __name__ == "__main__":

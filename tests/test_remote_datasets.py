@@ -338,6 +338,14 @@ def test_refused_credentials_give_the_stores_message_with_the_url(http):
         fastload.open(f"{http.url}/all.arrow", cache_bytes=0)
 
 
+def test_a_dataset_larger_than_memory_warns_at_open(http, monkeypatch):
+    from fastload.storage import reader
+
+    monkeypatch.setattr(reader, "memory_limit", lambda: 1000)
+    with pytest.warns(UserWarning, match="more than the .* GB of memory this process may use"):
+        fastload.open(f"{http.url}/all.arrow", cache_bytes=0)
+
+
 def test_local_paths_take_no_storage_options(files):
     with pytest.raises(ValueError, match="URL"):
         fastload.open(files / "all.arrow", cache_bytes=0)

@@ -316,7 +316,11 @@ class RemoteObject(Retries):
         it changed), through s3fs's client."""
         bucket, key, _ = self._fs.split_path(self._path)
         answer = await self._fs._call_s3(
-            "get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", IfMatch=self.etag
+            "get_object",
+            Bucket=bucket,
+            Key=key,
+            Range=f"bytes={start}-{end - 1}",
+            IfMatch=self.etag,
         )
         try:
             return bytes(await answer["Body"].read())

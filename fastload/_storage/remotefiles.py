@@ -33,7 +33,7 @@ import os
 import shutil
 import struct
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -184,6 +184,8 @@ class RemoteRows:
         self._marks_map = mmap.mmap(-1, max(len(self.blocks), 1))
         self.present = np.frombuffer(self._marks_map, np.uint8)[: len(self.blocks)]
         self.present[:] = [not b.parts for b in self.blocks]
+        # Told each block this process fetched and checked (the dataset's checks).
+        self.checked: Callable[[int], None] | None = None
         self._pid = -1
         self._after_fork()
 
@@ -237,6 +239,8 @@ class RemoteRows:
                 remote.mapping[start:end] = data[at : at + end - start]
                 at += end - start
             self.present[k] = 1
+        if self.checked is not None and self._sums[block.file] is not None:
+            self.checked(k)
 
     def pool(self) -> concurrent.futures.ThreadPoolExecutor:
         """The threads that fetch blocks (made on first use)."""

@@ -30,6 +30,7 @@ from fastload._storage.fields import Bytes, Encoding, Raw, Scalar, Str
 from fastload._storage.filepages import FilePages
 from fastload._storage.framing import check_framing
 from fastload._storage.guards import MappedFiles, file_state, shrunk_error
+from fastload._storage.memory import memory_limit
 from fastload._storage.meta import (
     META_FIELDS,
     META_FORMAT,
@@ -190,6 +191,15 @@ def _open_remote(
         base = np.frombuffer(buf, np.uint8)
         opened.append(_OpenedFile(remote.url, None, None, base, schema, batches))
         files.append(remote)
+    total, limit = sum(f.obj.size for f in files), memory_limit()
+    if limit is not None and total > limit:
+        warnings.warn(
+            f"{url}: {total / 1e9:.1f} GB, more than the {limit / 1e9:.1f} GB of memory this "
+            f"process may use: the blocks it reads stay in memory while the dataset is open; "
+            f"read a part of it per process (shard=, or file_datasets)",
+            UserWarning,
+            stacklevel=3,
+        )
     return Dataset(opened, verify=verify, remote=(files, cache))
 
 
@@ -405,6 +415,8 @@ class Dataset(PackedRows):
         # then check again only the blocks of a file whose change time moved.
         checked = verify == "open"
         self._checks = _BlockChecks(self, self._files, checked) if verify is not None else None
+        if self._checks is not None and self.remote_rows is not None:
+            self.remote_rows.checked = self._checks.mark  # checked as fetched: not again
         if self._checks is not None or self._files or self.remote_rows is not None:
             self.verify_rows = _RowChecks(self._files, self._checks, self.remote_rows)
         mapped = all(s.mapping is not None for s in opened)
@@ -682,6 +694,11 @@ class _BlockChecks:
             sums, local = self.owner[k]
             if sums is not None:
                 _check_block(sums, local, self.files, self.bounds[k])
+            self.done[k] = True
+
+    def mark(self, k: int) -> None:
+        """Block ``k`` was checked (by whoever fetched it)."""
+        with self._lock:
             self.done[k] = True
 
     def _forget_touched(self) -> None:
