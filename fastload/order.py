@@ -22,7 +22,7 @@ import numpy.typing as npt
 from ._loading.arguments import module_getattr, renamed_keywords
 from ._loading.randomness import Purpose, generator
 
-__all__ = ["block_sizes", "quasi_random_order"]
+__all__ = ["block_sizes", "quasi_random_order", "quasi_shard_order"]
 
 DEFAULT_WAVE = 8
 
