@@ -27,12 +27,14 @@ compressed, is fetched whole at open.
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import mmap
 import os
 import shutil
 import struct
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -90,6 +92,7 @@ class RemoteFile:
         self.mapping = mmap.mmap(-1, max(obj.size, 1))
         self.base = np.frombuffer(self.mapping, np.uint8)[: obj.size]
         self.whole = False
+        self.opened: Any = None  # the reader's _OpenedFile, once parsed
 
     def fill(self, ranges: Sequence[tuple[int, int]]) -> None:
         """Fetch the byte ``ranges`` into the map (at most ``_PIECE`` per request)."""
@@ -277,6 +280,16 @@ class RemoteRows:
             )
 
 
+_running: weakref.WeakSet[Prefetch] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all_at_exit() -> None:
+    """Stop fetching ahead before the interpreter finalizes (as ``readahead.py`` does)."""
+    for prefetch in list(_running):
+        prefetch.close()
+
+
 class Prefetch:
     """Fetching ahead of one loader iteration over ``order[start:]`` (rows of the datasets
     of ``remotes``, each a ``RemoteRows``): their blocks in the order the rows first need
@@ -315,6 +328,7 @@ class Prefetch:
     def start(self) -> Prefetch:
         """Start fetching, on a thread of its own (once)."""
         threading.Thread(target=self._run, daemon=True, name="fastload-prefetch").start()
+        _running.add(self)
         return self
 
     def close(self) -> None:
@@ -369,12 +383,24 @@ class Prefetch:
 
 
 def open_objects(
-    url: str, storage_options: Mapping[str, Any] | None, timeout: float
-) -> list[tuple[RemoteFile, str]]:
+    url: str,
+    storage_options: Mapping[str, Any] | None,
+    timeout: float,
+    parse: Callable[[RemoteFile, str], None],
+) -> list[RemoteFile]:
     """The objects ``url`` names (``resolve_urls``), each mirrored with its skeleton
-    fetched, and its kind (``"file"``, ``"stream"``)."""
+    fetched and then ``parse(file, kind)`` called (kind: ``"file"`` or ``"stream"``),
+    several objects at once."""
     files = [RemoteFile(obj) for obj in resolve_urls(url, storage_options, timeout=timeout)]
-    return [(f, f.skeleton()) for f in files]
+
+    def opened(f: RemoteFile) -> RemoteFile:
+        parse(f, f.skeleton())
+        return f
+
+    if len(files) == 1:
+        return [opened(files[0])]
+    with concurrent.futures.ThreadPoolExecutor(MAX_CONCURRENCY) as pool:
+        return list(pool.map(opened, files))
 
 
 # -- the Arrow file's footer and messages ----------------------------------------------------

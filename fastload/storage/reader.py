@@ -174,23 +174,8 @@ def _open_remote(
     from fastload._storage.remotefiles import default_cache, open_objects
 
     cache = default_cache(cache_dir, cache_bytes)
-    pa = import_pyarrow()
-    opened, files = [], []
-    for remote, kind in open_objects(url, storage_options, timeout):
-        buf = pa.py_buffer(remote.base)
-        if not remote.whole:
-            try:
-                _, batches = _parse_ipc(pa, buf, kind)
-            except Exception as exc:
-                raise LoadError(
-                    f"{remote.url}: not a readable Arrow IPC file (truncated or corrupt?): {exc}",
-                    source=remote.url,
-                ) from exc
-            remote.small_buffers(batches)
-        schema, batches = _parsed(pa, remote.url, buf, kind, None, None)
-        base = np.frombuffer(buf, np.uint8)
-        opened.append(_OpenedFile(remote.url, None, None, base, schema, batches))
-        files.append(remote)
+    files = open_objects(url, storage_options, timeout, _remote_file)
+    opened = [f.opened for f in files]
     total, limit = sum(f.obj.size for f in files), memory_limit()
     if limit is not None and total > limit:
         warnings.warn(
@@ -201,6 +186,26 @@ def _open_remote(
             stacklevel=3,
         )
     return Dataset(opened, verify=verify, remote=(files, cache))
+
+
+def _remote_file(remote: Any, kind: str) -> None:
+    """Parse the object ``remote`` (a ``RemoteFile`` whose skeleton was fetched, of
+    ``kind``): its small buffers fetched, then checked as a local file is; sets
+    ``remote.opened``, its ``_OpenedFile``."""
+    pa = import_pyarrow()
+    buf = pa.py_buffer(remote.base)
+    if not remote.whole:
+        try:
+            _, batches = _parse_ipc(pa, buf, kind)
+        except Exception as exc:
+            raise LoadError(
+                f"{remote.url}: not a readable Arrow IPC file (truncated or corrupt?): {exc}",
+                source=remote.url,
+            ) from exc
+        remote.small_buffers(batches)
+    schema, batches = _parsed(pa, remote.url, buf, kind, None, None)
+    base = np.frombuffer(buf, np.uint8)
+    remote.opened = _OpenedFile(remote.url, None, None, base, schema, batches)
 
 
 def _unchecked(opened_file: _OpenedFile, verify: str | None) -> str | None:
