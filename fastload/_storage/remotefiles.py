@@ -83,8 +83,9 @@ def _existing_parent(path: str) -> str:
 
 class RemoteFile:
     """One object (``RemoteObject``) mirrored in memory: ``mapping`` (an anonymous shared
-    map of its size) and ``base`` (a uint8 view of it), filled by ``fill`` and
-    ``store``. ``whole``: the object was fetched whole at open."""
+    map of its size) and ``base`` (a uint8 view of it), filled by ``fill`` at open and by
+    ``RemoteRows.fetch`` block by block. ``whole``: the object was fetched whole at
+    open."""
 
     def __init__(self, obj: RemoteObject) -> None:
         self.obj, self.url = obj, obj.url
@@ -153,8 +154,8 @@ class _BlockParts:
 
 class RemoteRows:
     """The remote files of a dataset and its blocks' bulk: ``ensure(rows)`` fetches the
-    blocks of ``rows`` that are not there yet; ``prefetch`` makes a loader's ``Prefetch``.
-    ``opened``: the dataset's ``_OpenedFile``s (over the ``files``' maps), ``bounds``: its
+    blocks of ``rows`` that are not there yet; ``present[k]`` marks block k fetched (a
+    ``Prefetch`` fetches them ahead of a loader). ``opened``: the dataset's ``_OpenedFile``s (over the ``files``' maps), ``bounds``: its
     block boundaries (rows); ``per_file``: each file's own block boundaries; ``verify``:
     check each block's CRC-32 as it arrives."""
 
