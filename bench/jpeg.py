@@ -44,7 +44,7 @@ import simplejpeg
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import compare
 from images import DEFAULT_ROOT, generate
-from pipelines import SIZE, pil_jitter, rrc_params, train_ops
+from pipelines import SIZE, pil_crop_flip, pil_jitter, rrc_params, train_ops
 
 import fastload
 from fastload.imagefolder import ImageFolder
@@ -133,10 +133,7 @@ def make_torch(root, workers, persistent, jitter, batches=0):
         def __getitem__(self, i):
             with Image.open(self.paths[i]) as f:
                 img = f.convert("RGB")
-            top, left, h, w = rrc_params(random, img.height, img.width)
-            img = img.crop((left, top, left + w, top + h)).resize((SIZE, SIZE), Image.BILINEAR)
-            if random.random() < 0.5:
-                img = img.transpose(Image.FLIP_LEFT_RIGHT)
+            img = pil_crop_flip(img)
             if not jitter:
                 return torch.from_numpy(np.array(img)), int(self.labels[i])
             img = pil_jitter(img, random, ImageEnhance)

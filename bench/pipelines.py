@@ -1,21 +1,14 @@
 """The image pipeline the JPEG benches share: the training chain fastload runs (``train_ops``)
-and the pieces of its PIL twin (``rrc_params``, ``pil_jitter``), so that every bench times
-the same work."""
+and the pieces of its PIL twin (``rrc_params``, ``pil_crop_flip``, ``pil_jitter``), so that
+every bench times the same work. Only ``train_ops`` imports fastload: the PIL twin also runs
+where fastload is not installed (``remote_peers.py``'s environment)."""
 
 import math
+import random
 
-from fastload.transforms import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    ColorJitter,
-    DecodeImage,
-    Normalize,
-    RandomHorizontalFlip,
-    RandomResizedCrop,
-    ToCHW,
-)
+from PIL import Image
 
-__all__ = ["JITTER", "SIZE", "pil_jitter", "rrc_params", "train_ops"]
+__all__ = ["JITTER", "SIZE", "pil_crop_flip", "pil_jitter", "rrc_params", "train_ops"]
 
 SIZE = 224
 JITTER = 0.4
@@ -23,6 +16,17 @@ JITTER = 0.4
 
 def train_ops(jitter):
     """RandomResizedCrop(224) and a flip (with ``jitter``: + ColorJitter, Normalize, ToCHW)."""
+    from fastload.transforms import (
+        IMAGENET_MEAN,
+        IMAGENET_STD,
+        ColorJitter,
+        DecodeImage,
+        Normalize,
+        RandomHorizontalFlip,
+        RandomResizedCrop,
+        ToCHW,
+    )
+
     ops = [DecodeImage(), RandomResizedCrop(SIZE), RandomHorizontalFlip()]
     if jitter:
         ops += [
@@ -52,6 +56,17 @@ def rrc_params(rng, h, w, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
     else:
         cw, ch = w, h
     return (h - ch) // 2, (w - cw) // 2, ch, cw
+
+
+def pil_crop_flip(img, rng=random):
+    """``train_ops(False)`` after the decode, on a PIL image, as torchvision's PIL path:
+    RandomResizedCrop(224) (bilinear) and a horizontal flip half of the time; returns the
+    224x224 image."""
+    top, left, h, w = rrc_params(rng, img.height, img.width)
+    img = img.crop((left, top, left + w, top + h)).resize((SIZE, SIZE), Image.BILINEAR)
+    if rng.random() < 0.5:
+        img = img.transpose(Image.FLIP_LEFT_RIGHT)
+    return img
 
 
 def pil_jitter(img, rng, enhance):

@@ -28,27 +28,24 @@ Usage: python bench/torch_dropin.py [--n 2000] [--batch 64] [--repeats 3] [--roo
 import argparse
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
-import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np
 import torch
 import torch.utils.data as tud
-from common import compare
+from common import TreeMemory, compare, touch
 from images import DEFAULT_ROOT, generate
 from PIL import Image
-from pipelines import SIZE, rrc_params, train_ops
+from pipelines import pil_crop_flip, train_ops
 
 import fastload
 import fastload.torch
 from fastload.imagefolder import ImageFolder
 from fastload.transforms import Compose
 
-PAGE = 4096
 WORKERS = 2
 NATIVE, ENGINE = "fastload.torch.DataLoader", "fastload.DataLoader"
 ENGINE_BUFFERED = "fastload.DataLoader buffer=True"
@@ -74,73 +71,8 @@ class PILFolder(tud.Dataset):
     def __getitem__(self, i):
         with Image.open(self.paths[i]) as f:
             img = f.convert("RGB")
-        top, left, h, w = rrc_params(random, img.height, img.width)
-        img = img.crop((left, top, left + w, top + h)).resize((SIZE, SIZE), Image.BILINEAR)
-        if random.random() < 0.5:
-            img = img.transpose(Image.FLIP_LEFT_RIGHT)
+        img = pil_crop_flip(img)
         return torch.from_numpy(np.array(img)), int(self.labels[i])
-
-
-def _memory_bytes(pid):
-    """(RSS, PSS) of one process, from /proc: PSS counts a page shared by k processes
-    (forked code, a shared-memory ring, tensors in shared memory) as 1/k in each."""
-    rss = pss = 0
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            if line.startswith("Rss:"):
-                rss = int(line.split()[1]) * 1024
-            elif line.startswith("Pss:"):
-                pss = int(line.split()[1]) * 1024
-    return rss, pss
-
-
-def _descendants(pid):
-    """``pid`` and the processes under it."""
-    pids = [pid]
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/children") as f:
-            for child in f.read().split():
-                pids += _descendants(int(child))
-    return pids
-
-
-def _tree_memory_bytes(pid):
-    """(RSS, PSS) of ``pid`` and its descendants, summed; None when the tree changed while
-    it was read (a fork between reading the parent and listing its children would count
-    the pages they share twice: the parent's whole, the child's half)."""
-    try:
-        pids = _descendants(pid)
-        sizes = [_memory_bytes(p) for p in pids]
-        if _descendants(pid) != pids:
-            return None
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return sum(rss for rss, _ in sizes), sum(pss for _, pss in sizes)
-
-
-class TreeMemory:
-    """Peaks of the summed RSS and of the summed PSS of this process and its workers,
-    sampled every 10 ms. The RSS sum counts a page shared by several processes once per
-    process; the PSS sum counts it once in all, which is the tree's real footprint."""
-
-    def __init__(self):
-        self.rss = self.pss = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        while not self._stop.wait(0.01):
-            sizes = _tree_memory_bytes(os.getpid())
-            if sizes is not None:
-                self.rss, self.pss = max(self.rss, sizes[0]), max(self.pss, sizes[1])
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
 
 
 def make(name, root, batch):
@@ -161,15 +93,6 @@ def make(name, root, batch):
         num_workers=WORKERS,
         persistent_workers=True,
     )
-
-
-def touch(batch):
-    """Read a byte of every page of the batch's arrays (tensors or numpy), as a training step
-    reads its batch (a loop that reads nothing leaves a batch delivered in shared memory
-    unmapped in the consumer: its pages would count in no process's memory)."""
-    for part in batch:
-        flat = torch.as_tensor(part).reshape(-1).view(torch.uint8)
-        int(flat[::PAGE].sum())
 
 
 def epoch(loader):
