@@ -155,9 +155,10 @@ class _BlockParts:
 class RemoteRows:
     """The remote files of a dataset and its blocks' bulk: ``ensure(rows)`` fetches the
     blocks of ``rows`` that are not there yet; ``present[k]`` marks block k fetched (a
-    ``Prefetch`` fetches them ahead of a loader). ``opened``: the dataset's ``_OpenedFile``s (over the ``files``' maps), ``bounds``: its
-    block boundaries (rows); ``per_file``: each file's own block boundaries; ``verify``:
-    check each block's CRC-32 as it arrives."""
+    ``Prefetch`` fetches them ahead of a loader). ``opened``: the dataset's
+    ``_OpenedFile``s (over the ``files``' maps); ``bounds``: its block boundaries (rows);
+    ``per_file``: each file's own block boundaries; ``verify``: check each block's CRC-32
+    as it arrives."""
 
     def __init__(
         self,
