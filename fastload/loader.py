@@ -22,7 +22,8 @@ import numpy.typing as npt
 from . import _core
 from ._loading.arguments import check_flag
 from ._loading.collate import Collate, CollateOption
-from ._loading.engine import Allocator, Backend, Engine, OnError
+from ._loading.engine import Engine
+from ._loading.engine_options import Allocator, Backend, EngineOptions, OnError
 from ._loading.epochs import Epochs, Shuffle
 from ._loading.keywords import refuse_unknown_keywords
 from ._loading.options import BufferOption, LoaderOptions
@@ -207,7 +208,7 @@ class EpochLoader:
         options = options.for_stream() if source is not None else options.for_container()
         self.options = options
         self._target = options.buffers
-        self._engine = Engine(**options.engine_keywords())
+        self._engine = Engine(options.engine, allocator=options.allocator)
         self._engines = [self._engine]
         self.backend = options.backend
         self.data = data
@@ -242,7 +243,7 @@ class EpochLoader:
         # Two engines: a round loads on one while the one before it is delivered.
         engines = [self._engine]
         if self.parallel is not False:
-            engines.append(Engine(**self.options.engine_keywords()))
+            engines.append(Engine(self.options.engine, allocator=self.options.allocator))
         self._engines = engines
         buffer = (self.shuffle_buffer or DEFAULT_BUFFER) if self.shuffle else 0
         self._stream = StreamEpochs(
@@ -734,10 +735,10 @@ def eachobs_parallel(
     ``TypeError`` for a keyword it does not take (``buffer=`` is ``DataLoader``'s).
     """
     refuse_unknown_keywords("eachobs_parallel", unknown, _PARALLEL_HINTS)
-    options = LoaderOptions(
-        buffer=check_flag("buffered", buffered),
+    options = EngineOptions(
         parallel=parallel,
+        buffer=check_flag("buffered", buffered),
         ordered=ordered,
         prefetch=prefetch,
     )
-    return _ParallelIterable(data, Engine(**options.engine_keywords()))
+    return _ParallelIterable(data, Engine(options))

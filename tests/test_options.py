@@ -39,7 +39,7 @@ def _keywords(f):
 
 
 def test_dataloader_and_eachobs_take_exactly_the_options_with_their_defaults():
-    fields = {f.name: f.default for f in dataclasses.fields(LoaderOptions)}
+    fields = {f.name: f.default for f in dataclasses.fields(LoaderOptions) if f.init}
     dataloader = _keywords(DataLoader.__init__)
     assert dataloader == {k: v for k, v in fields.items() if k != "batch_size"}
     assert inspect.signature(DataLoader.__init__).parameters["batch_size"].default == 1
