@@ -140,3 +140,15 @@ def test_a_container_takes_no_shuffle_buffer():
 def test_a_stream_refuses_quasi_with_a_hint():
     with pytest.raises(ValueError, match="use shuffle=True"):
         DataLoader(Records(10), 2, shuffle="quasi")
+
+
+def test_the_loader_s_attributes_read_its_options():
+    buffer = np.zeros((2,), np.int64)
+    loader = DataLoader(np.arange(8), 2, shuffle=True, drop_last=True, buffer=buffer, seed=4)
+    options = loader.options
+    for name in ("batch_size", "shuffle", "sampler", "drop_last", "parallel", "ordered"):
+        assert getattr(loader, name) == getattr(options, name)
+    assert loader.buffer is True and options.buffer is buffer  # arrays of the user's
+    assert loader.collate == Collate.of(None) and loader.backend == "thread"
+    single = eachobs(np.arange(8), parallel=0, collate=True)
+    assert (single.batch_size, single.parallel, single.collate) == (None, False, Collate.of(None))
