@@ -46,6 +46,21 @@ def test_dataloader_and_eachobs_take_exactly_the_options_with_their_defaults():
     assert _keywords(eachobs) == fields
 
 
+def test_dataloader_and_eachobs_type_their_keywords_as_the_options_do():
+    # LoaderOptions types the keywords; each signature spells them out for help() and
+    # completion, with these exceptions: a collate option is stored as a ``Collate``,
+    # and DataLoader's batch_size is an int (None, one observation a step, is eachobs').
+    fields = {f.name: f.type for f in dataclasses.fields(LoaderOptions) if f.init}
+    fields["collate"] = "CollateOption"
+    for f, exceptions in ((DataLoader.__init__, {"batch_size": "int"}), (eachobs, {})):
+        given = {
+            name: p.annotation
+            for name, p in inspect.signature(f).parameters.items()
+            if name in fields
+        }
+        assert given == {**fields, **exceptions}
+
+
 def test_the_options_are_frozen_and_hold_normalized_values():
     options = LoaderOptions(
         batch_size=np.int64(4), shuffle=np.True_, drop_last=np.bool_(True), parallel=0

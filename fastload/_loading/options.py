@@ -3,11 +3,13 @@ checked once when it is made.
 
 The loaders take their options as keywords (as PyTorch's and MLUtils' do); each builds one
 ``LoaderOptions`` from them and hands it on, so that a check and its message live here
-alone. What depends on the data (a stream has no positions to sample, a container no
-shuffle buffer) is checked by ``for_stream`` and ``for_container`` once the loader knows
-which it reads. The engine's own keywords (``parallel``, ``buffer``, ``ordered``,
-``prefetch``, ``on_error``, ``backend``) make the options' ``EngineOptions``, which
-checks them (``engine_options.py``).
+alone. Its fields type the keywords once: the signatures of ``DataLoader`` and ``eachobs``
+spell them out, for ``help()`` and completion, and ``tests/test_options.py`` holds their
+names, defaults and types to these fields. What depends on the data (a stream has no
+positions to sample, a container no shuffle buffer) is checked by ``for_stream`` and
+``for_container`` once the loader knows which it reads. The engine's own keywords
+(``parallel``, ``buffer``, ``ordered``, ``prefetch``, ``on_error``, ``backend``) make the
+options' ``EngineOptions``, which checks them (``engine_options.py``).
 """
 
 from __future__ import annotations
