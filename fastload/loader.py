@@ -14,7 +14,7 @@ from __future__ import annotations
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar, cast, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -22,7 +22,8 @@ import numpy.typing as npt
 from . import _core
 from ._loading.arguments import check_flag
 from ._loading.collate import Collate, CollateOption
-from ._loading.engine import Allocator, Backend, Engine, OnError
+from ._loading.engine import Engine
+from ._loading.engine_options import Allocator, Backend, EngineOptions, OnError
 from ._loading.epochs import Epochs, Shuffle
 from ._loading.keywords import refuse_unknown_keywords
 from ._loading.options import BufferOption, LoaderOptions
@@ -40,6 +41,7 @@ from .views import collate_batch
 __all__ = ["DataLoader", "EpochLoader", "eachobs", "eachobs_parallel"]
 
 _Loader = TypeVar("_Loader", bound="EpochLoader")
+_T = TypeVar("_T")
 
 
 # The two spellings of buffering, each refused where the other is the name: the loaders
@@ -193,6 +195,28 @@ def _filled(target: Any, steps: Iterator[Any], batched: bool) -> Iterator[Any]:
         yield _fill(target, value, batched)
 
 
+class _Option(Generic[_T]):
+    """A loader's attribute that reads the option of the same name in ``loader.options``
+    (in ``loader.options.engine`` when ``engine``). As an attribute it may be assigned,
+    which changes what it reads, not how the loader loads."""
+
+    def __init__(self, engine: bool = False) -> None:
+        self.engine = engine
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, loader: None, owner: type) -> _Option[_T]: ...
+    @overload
+    def __get__(self, loader: EpochLoader, owner: type) -> _T: ...
+    def __get__(self, loader: EpochLoader | None, owner: type) -> _Option[_T] | _T:
+        if loader is None:
+            return self
+        options = loader.options.engine if self.engine else loader.options
+        return cast(_T, getattr(options, self.name))
+
+
 class EpochLoader:
     """What ``eachobs`` returns, and the base of ``DataLoader``: epochs, order, state, and
     the engine, made from one ``LoaderOptions`` (``batch_size=None``: each step one
@@ -202,26 +226,28 @@ class EpochLoader:
     _epochs: Epochs | None  # a container's
     _pages: Any  # the FilePages read ahead in the quasi-random order
 
+    # The options the loader was made with, read from ``self.options``.
+    batch_size = _Option[int | None]()
+    shuffle = _Option[Shuffle]()
+    shuffle_buffer = _Option[int | None]()
+    sampler = _Option[Sampler | None]()
+    batch_sampler = _Option[BatchSampler | None]()
+    drop_last = _Option[bool]()
+    collate = _Option[Collate]()  # made a Collate by the options
+    buffer = _Option[bool](engine=True)  # True also for arrays of the user's
+    parallel = _Option[bool | int]()
+    ordered = _Option[bool]()
+    on_error = _Option[OnError]()
+    backend = _Option[Backend]()
+
     def __init__(self, data: Container, options: LoaderOptions) -> None:
         source = stream_source(data)
         options = options.for_stream() if source is not None else options.for_container()
         self.options = options
         self._target = options.buffers
-        self._engine = Engine(**options.engine_keywords())
+        self._engine = Engine(options.engine, allocator=options.allocator)
         self._engines = [self._engine]
-        self.backend = options.backend
         self.data = data
-        self.batch_size = options.batch_size
-        self.shuffle = options.shuffle
-        self.shuffle_buffer = options.shuffle_buffer
-        self.sampler = options.sampler
-        self.batch_sampler = options.batch_sampler
-        self.drop_last = options.drop_last
-        self.collate = Collate.of(options.collate)  # a Collate already: this types it
-        self.buffer = options.buffer is not False  # True also for buffers of the user's
-        self.parallel = options.parallel
-        self.ordered = options.ordered
-        self.on_error = options.on_error
         self.rank, self.world_size = resolve_shard(options.shard)
         self.seed = default_seed(options.seed, self.world_size)
         self._epoch = 0  # the epoch the next iter() starts
@@ -242,7 +268,7 @@ class EpochLoader:
         # Two engines: a round loads on one while the one before it is delivered.
         engines = [self._engine]
         if self.parallel is not False:
-            engines.append(Engine(**self.options.engine_keywords()))
+            engines.append(Engine(self.options.engine, allocator=self.options.allocator))
         self._engines = engines
         buffer = (self.shuffle_buffer or DEFAULT_BUFFER) if self.shuffle else 0
         self._stream = StreamEpochs(
@@ -734,10 +760,10 @@ def eachobs_parallel(
     ``TypeError`` for a keyword it does not take (``buffer=`` is ``DataLoader``'s).
     """
     refuse_unknown_keywords("eachobs_parallel", unknown, _PARALLEL_HINTS)
-    options = LoaderOptions(
-        buffer=check_flag("buffered", buffered),
+    options = EngineOptions(
         parallel=parallel,
+        buffer=check_flag("buffered", buffered),
         ordered=ordered,
         prefetch=prefetch,
     )
-    return _ParallelIterable(data, Engine(**options.engine_keywords()))
+    return _ParallelIterable(data, Engine(options))

@@ -26,6 +26,7 @@ from fastload import (
 )
 from fastload._loading import engine as engine_module
 from fastload._loading.engine import Engine
+from fastload._loading.engine_options import EngineOptions
 from fastload._loading.schedule import Schedule, schedule_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -57,7 +58,7 @@ def test_schedule_of_folds_obsview_layers_into_one_order():
     assert schedule.order.tolist() == a[b].tolist()
     assert (schedule.batch_size, schedule.drop_last, schedule.steps) == (5, True, 2)
     assert (schedule.seed, schedule.epoch) == (3, 2)
-    got = [copy_tree(v) for v in Engine().iterate(container, schedule)]
+    got = [copy_tree(v) for v in Engine(EngineOptions()).iterate(container, schedule)]
     assert_tree_equal(got, [x[a[b]][:5], x[a[b]][5:10]])
 
 
@@ -193,7 +194,8 @@ def test_close_wakes_a_consumer_waiting_in_another_thread():
 def test_stats_and_progress_are_updated_by_the_delivery_loop():
     stats, progress = _core.Stats(), _core.Progress(0, 2)
     container, schedule = schedule_of(batchview(_arrays(10), 3), start=2)
-    got = list(Engine(parallel=2).iterate(container, schedule, stats=stats, progress=progress))
+    engine = Engine(EngineOptions(parallel=2))
+    got = list(engine.iterate(container, schedule, stats=stats, progress=progress))
     assert [b[1].tolist() for b in got] == [[6, 7, 8], [9]]
     assert (stats.items, stats.batches, progress.step) == (4, 2, 4)
 
@@ -375,7 +377,7 @@ def test_an_iteration_started_while_another_holds_the_ring_gets_a_ring_of_its_ow
     x = np.arange(40, dtype=np.int64) * 3
     schedule = Schedule(np.arange(40), 8)
     expected = [x[k : k + 8].tolist() for k in range(0, 40, 8)]
-    engine = Engine(parallel=2, buffer=True)
+    engine = Engine(EngineOptions(parallel=2, buffer=True))
 
     def delivered(iteration):
         """The batches' values, and whether each lay in the engine's ring."""
@@ -412,7 +414,7 @@ def test_a_run_that_moves_between_the_pool_and_the_caller_s_thread_loads_every_s
     monkeypatch.setattr(engine_module, "_TINY_VALUES", 0)  # even these steps on the pool
     x, y = _arrays(3000)
     order = np.random.default_rng(rows).permutation(3000)
-    engine = Engine(parallel=2, buffer=buffer)
+    engine = Engine(EngineOptions(parallel=2, buffer=buffer))
     engine._adapted = _NeverMeasures()  # the switches below are this test's alone
     iteration = engine.iterate((x, y), Schedule(order, rows))
     switches = set(np.random.default_rng(0).choice(3000 // rows, 12, replace=False).tolist())
@@ -442,7 +444,7 @@ def test_an_adaptive_run_decides_once_and_loads_what_a_sequential_run_loads(monk
     x, y = _arrays(20_000)
     order = np.random.default_rng(1).permutation(20_000)
     decided = []
-    engine = Engine(parallel=2, buffer=True)
+    engine = Engine(EngineOptions(parallel=2, buffer=True))
     iteration = engine.iterate((x, y), Schedule(order, 1))
     assert iteration.inline is False  # measured: the pool first
     iteration.on_adapted, chained = decided.append, iteration.on_adapted
@@ -458,7 +460,7 @@ def test_the_engine_keeps_what_two_measures_say_then_measures_again(monkeypatch)
     monkeypatch.setattr(engine_module, "_TINY_VALUES", 0)  # measured, not inline at once
     x, y = _arrays(600)
     schedule = Schedule(np.arange(600), 4)
-    engine = Engine(parallel=2)
+    engine = Engine(EngineOptions(parallel=2))
     runs = []
 
     def run():
@@ -483,7 +485,9 @@ def test_the_engine_keeps_what_two_measures_say_then_measures_again(monkeypatch)
     assert run() is None and runs[-1] == (True, False)  # the caller's thread: 0 threads
     assert engine.iterate((x, y), Schedule(np.arange(600), 4)).on_adapted is None
     # Steps whose loading runs Python code, or is costly, never go inline.
-    expensive = Engine(parallel=2).iterate((views.mapobs(lambda v: v + 1, x), y), schedule)
+    expensive = Engine(EngineOptions(parallel=2)).iterate(
+        (views.mapobs(lambda v: v + 1, x), y), schedule
+    )
     assert expensive.on_adapted is None and expensive.inline is False
 
 
@@ -491,12 +495,12 @@ def test_tiny_steps_load_in_the_caller_s_thread_without_being_measured():
     # A step of a few values costs less to copy than any hand-over between threads.
     x, y = _arrays(2000)
     schedule = Schedule(np.random.default_rng(2).permutation(2000), 16)  # 32 values a step
-    iteration = Engine(parallel=2).iterate((x, y), schedule)
+    iteration = Engine(EngineOptions(parallel=2)).iterate((x, y), schedule)
     assert iteration.inline is True and iteration.on_adapted is None
     got = [copy_tree(v) for v in iteration]
     assert_tree_equal(got, [(x[p], y[p]) for p in np.split(schedule.order, 125)])
     wide = np.zeros((2000, 3000), np.float32)  # 12 KB a row: 16 rows are not tiny
-    iteration = Engine(parallel=2).iterate((wide, y), schedule)
+    iteration = Engine(EngineOptions(parallel=2)).iterate((wide, y), schedule)
     assert iteration.inline is False and iteration.on_adapted is not None
     iteration.close()
 
@@ -510,7 +514,7 @@ def test_a_gated_run_claims_nothing_past_the_gate_until_it_opens(parallel):
     data = np.arange(2000.0).reshape(1000, 2)
     order = np.random.default_rng(0).permutation(1000)
     gate = np.full(1, 200, np.int64)  # the first 200 positions only: steps 0 and 1
-    engine = Engine(parallel=parallel, buffer=False)
+    engine = Engine(EngineOptions(parallel=parallel, buffer=False))
     got, done = [], threading.Event()
 
     def consume():

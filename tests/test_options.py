@@ -39,11 +39,26 @@ def _keywords(f):
 
 
 def test_dataloader_and_eachobs_take_exactly_the_options_with_their_defaults():
-    fields = {f.name: f.default for f in dataclasses.fields(LoaderOptions)}
+    fields = {f.name: f.default for f in dataclasses.fields(LoaderOptions) if f.init}
     dataloader = _keywords(DataLoader.__init__)
     assert dataloader == {k: v for k, v in fields.items() if k != "batch_size"}
     assert inspect.signature(DataLoader.__init__).parameters["batch_size"].default == 1
     assert _keywords(eachobs) == fields
+
+
+def test_dataloader_and_eachobs_type_their_keywords_as_the_options_do():
+    # LoaderOptions types the keywords; each signature spells them out for help() and
+    # completion, with these exceptions: a collate option is stored as a ``Collate``,
+    # and DataLoader's batch_size is an int (None, one observation a step, is eachobs').
+    fields = {f.name: f.type for f in dataclasses.fields(LoaderOptions) if f.init}
+    fields["collate"] = "CollateOption"
+    for f, exceptions in ((DataLoader.__init__, {"batch_size": "int"}), (eachobs, {})):
+        given = {
+            name: p.annotation
+            for name, p in inspect.signature(f).parameters.items()
+            if name in fields
+        }
+        assert given == {**fields, **exceptions}
 
 
 def test_the_options_are_frozen_and_hold_normalized_values():
@@ -140,3 +155,15 @@ def test_a_container_takes_no_shuffle_buffer():
 def test_a_stream_refuses_quasi_with_a_hint():
     with pytest.raises(ValueError, match="use shuffle=True"):
         DataLoader(Records(10), 2, shuffle="quasi")
+
+
+def test_the_loader_s_attributes_read_its_options():
+    buffer = np.zeros((2,), np.int64)
+    loader = DataLoader(np.arange(8), 2, shuffle=True, drop_last=True, buffer=buffer, seed=4)
+    options = loader.options
+    for name in ("batch_size", "shuffle", "sampler", "drop_last", "parallel", "ordered"):
+        assert getattr(loader, name) == getattr(options, name)
+    assert loader.buffer is True and options.buffer is buffer  # arrays of the user's
+    assert loader.collate == Collate.of(None) and loader.backend == "thread"
+    single = eachobs(np.arange(8), parallel=0, collate=True)
+    assert (single.batch_size, single.parallel, single.collate) == (None, False, Collate.of(None))

@@ -30,6 +30,7 @@ from fastload import (
     numobs,
 )
 from fastload._loading.engine import Engine
+from fastload._loading.engine_options import EngineOptions
 from fastload._loading.schedule import schedule_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -447,7 +448,7 @@ def test_ctrl_c_reaches_the_consumer_promptly_and_a_new_loader_works_after():
 @pytest.mark.parametrize("buffer", [False, True])
 def test_engine_on_error_skip_drops_the_failed_item_from_its_batch_and_counts_it(buffer):
     data = np.arange(120).reshape(30, 4)
-    engine = Engine(on_error="skip", buffer=buffer, parallel=2)
+    engine = Engine(EngineOptions(on_error="skip", buffer=buffer, parallel=2))
     container, schedule = schedule_of(batchview(mapobs(failing_at_7(), data), 10))
     stats = _core.Stats()
     with deadline(10):
@@ -485,7 +486,7 @@ def test_engine_rejects_bad_options_with_value_error():
         {"backend": "process", "parallel": False},
     ):
         with pytest.raises(ValueError):
-            Engine(**options)
+            Engine(EngineOptions(**options))
 
 
 def test_a_thread_count_above_the_cpus_gives_the_same_output():

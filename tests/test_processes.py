@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from fastload import DataLoader, LoadError, _core, batchview, getobs, mapobs, numobs, obsview
 from fastload._loading import processes
 from fastload._loading.engine import Engine
+from fastload._loading.engine_options import EngineOptions, ProcessOptions
 from fastload._loading.processes import WorkerError
 from fastload._loading.schedule import Schedule, schedule_of
 from fastload._loading.tree import LeafKind
@@ -56,12 +57,13 @@ def _steps(data, n, batch_size=7, shuffle=True, drop_last=False, collate=None, s
     return batchview(obsview(data, order), batch_size, drop_last, collate)
 
 
-def process_engine(workers, buffer=True, **options):
-    return Engine(parallel=workers, backend="process", buffer=buffer, **options)
+def process_engine(workers, buffer=True, processes=None, **options):
+    options = EngineOptions(parallel=workers, backend="process", buffer=buffer, **options)
+    return Engine(options, processes)
 
 
 def thread_engine(**options):
-    return Engine(parallel=True, buffer=True, **options)
+    return Engine(EngineOptions(parallel=True, buffer=True, **options))
 
 
 def _iterate(engine, steps, stats=None, **kw):
@@ -210,7 +212,8 @@ def _pages_steps(n=48, batch_size=4):
 def test_a_lending_engine_reuses_a_lent_slot_only_once_its_step_is_dropped():
     steps = _pages_steps()
     expected = [getobs(steps, k) for k in range(numobs(steps))]
-    engine = process_engine(2, buffer=False, lend=True)  # 4 in flight, 6 slots
+    # 4 in flight, 6 slots
+    engine = process_engine(2, buffer=False, processes=ProcessOptions(lend=True))
     try:
         batches = _iterate(engine, steps)
         first = next(batches)
@@ -241,7 +244,8 @@ def test_a_caller_that_keeps_every_step_gets_copies_past_the_lending_limit(
 ):
     # 46 rows: the last step, of 2, is copied whatever the limit.
     steps = _pages_steps(46)
-    engine = process_engine(workers, buffer=False, lend=True, prefetch=prefetch, ordered=ordered)
+    lend = ProcessOptions(lend=True)
+    engine = process_engine(workers, False, lend, prefetch=prefetch, ordered=ordered)
     try:
         with deadline(60):
             got = list(_iterate(engine, steps))
@@ -259,7 +263,7 @@ def test_a_caller_that_keeps_every_step_gets_copies_past_the_lending_limit(
 
 def test_a_step_dropped_in_another_thread_comes_back_to_the_ring():
     steps = _pages_steps()
-    engine = process_engine(2, buffer=False, lend=True, lean=True)
+    engine = process_engine(2, buffer=False, processes=ProcessOptions(lend=True), lean=True)
     try:
         batches = _iterate(engine, steps)
         held = [next(batches), next(batches)]
@@ -279,7 +283,7 @@ def test_a_step_dropped_in_another_thread_comes_back_to_the_ring():
 
 def test_a_lean_lending_engine_gives_a_dropped_steps_pages_back_at_once():
     steps = _pages_steps(24)
-    engine = process_engine(2, buffer=False, lend=True, lean=True)
+    engine = process_engine(2, buffer=False, processes=ProcessOptions(lend=True), lean=True)
     try:
         got, lent = [], []
         for step in _iterate(engine, steps):
@@ -299,7 +303,7 @@ def test_a_lean_lending_engine_gives_a_dropped_steps_pages_back_at_once():
 
 def test_a_lease_that_outlived_its_turn_frees_nothing():
     steps = _pages_steps(24)
-    engine = process_engine(2, buffer=False, lend=True, lean=True)
+    engine = process_engine(2, buffer=False, processes=ProcessOptions(lend=True), lean=True)
     try:
         step = next(_iterate(engine, steps))
         ring = engine._workers.shared
@@ -314,7 +318,7 @@ def test_a_lease_that_outlived_its_turn_frees_nothing():
 
 def test_a_forked_childs_copy_of_a_lent_step_leaves_the_parents_pages():
     steps = _pages_steps(24)
-    engine = process_engine(2, buffer=False, lend=True, lean=True)
+    engine = process_engine(2, buffer=False, processes=ProcessOptions(lend=True), lean=True)
     try:
         step = next(_iterate(engine, steps))
         pid = os.fork()
@@ -333,7 +337,7 @@ def test_a_lent_structured_step_keeps_its_dtype():
     records = np.zeros(24, dtype)
     records["a"], records["b"] = np.arange(24), np.arange(24) * 1000
     steps = _steps(records, 24, batch_size=4)
-    engine = process_engine(2, buffer=False, lend=True)
+    engine = process_engine(2, buffer=False, processes=ProcessOptions(lend=True))
     try:
         got = list(_iterate(engine, steps))
     finally:
@@ -344,7 +348,7 @@ def test_a_lent_structured_step_keeps_its_dtype():
 
 def test_a_lent_step_outlives_its_engine():
     steps = _pages_steps()
-    engine = process_engine(2, buffer=False, lend=True)
+    engine = process_engine(2, buffer=False, processes=ProcessOptions(lend=True))
     kept = next(_iterate(engine, steps))
     assert _lent_from(engine, kept)
     engine.close()
@@ -362,7 +366,7 @@ def test_a_lent_step_outlives_its_engine():
 )
 def test_lending_needs_worker_processes_and_no_buffer(options):
     with pytest.raises(ValueError, match="lend=True .* needs backend='process' and buffer=False"):
-        Engine(lend=True, **options)
+        Engine(EngineOptions(**options), ProcessOptions(lend=True))
 
 
 def test_unordered_delivers_the_same_set_of_steps():
@@ -575,7 +579,7 @@ def test_close_is_idempotent_and_the_next_iteration_restarts():
 )
 def test_bad_options_raise_value_error(bad):
     with pytest.raises(ValueError):
-        Engine(backend="process", **bad)
+        EngineOptions(backend="process", **bad)
 
 
 def test_dataloader_process_backend_matches_threads():
@@ -633,7 +637,9 @@ def _init_worker(worker_id):
 
 def test_worker_init_runs_once_in_each_worker_and_whole_steps_go_in_turn(shm_clean):
     data = mapobs(_who, np.arange(24)[:, None])
-    engine = process_engine(3, buffer=False, worker_init=_init_worker, split_steps=False)
+    engine = process_engine(
+        3, buffer=False, processes=ProcessOptions(worker_init=_init_worker, split_steps=False)
+    )
     try:
         with deadline(30):
             for _ in range(2):  # the same workers, initialised once, over two epochs
@@ -651,7 +657,7 @@ def _split_steps(n, workers, batch_size):
     """The steps of n observations in order on ``workers`` workers, each row holding the
     id of the worker that loaded it (column 0) and the observation (column 2)."""
     data = mapobs(_who, np.arange(n)[:, None])
-    engine = process_engine(workers, buffer=False, worker_init=_init_worker)
+    engine = process_engine(workers, False, ProcessOptions(worker_init=_init_worker))
     try:
         with deadline(30):
             return _run(engine, _steps(data, n, batch_size=batch_size, shuffle=False))
@@ -671,7 +677,7 @@ def _broken_init(worker_id):
 
 
 def test_an_error_in_worker_init_is_raised_as_it_was_raised(shm_clean):
-    engine = process_engine(2, worker_init=_broken_init)
+    engine = process_engine(2, processes=ProcessOptions(worker_init=_broken_init))
     try:
         with deadline(30), pytest.raises(KeyError, match="worker 0 has no key") as info:
             _run(engine, _steps(mapobs(_double, np.arange(10.0)), 10))
@@ -687,7 +693,7 @@ def _sleepy(v):
 
 
 def test_a_step_later_than_the_timeout_raises_timeout_error(shm_clean):
-    engine = process_engine(2, timeout=0.5)
+    engine = process_engine(2, processes=ProcessOptions(timeout=0.5))
     try:
         with deadline(30), pytest.raises(TimeoutError, match="in 0.5 s"):
             _run(engine, _steps(mapobs(_sleepy, np.arange(4.0)), 4, batch_size=1))
@@ -705,7 +711,7 @@ def _blocked(v):
 
 
 def test_a_step_later_than_the_timeout_raises_on_time_and_stops_the_workers(shm_clean):
-    engine = process_engine(2, timeout=1)
+    engine = process_engine(2, processes=ProcessOptions(timeout=1))
     try:
         it = _iterate(engine, _steps(mapobs(_blocked, np.arange(4.0)), 4, batch_size=1))
         workers = engine.worker_processes
@@ -822,21 +828,21 @@ def test_an_iteration_started_while_workers_hold_on_to_old_jobs_gets_new_workers
 
 
 @pytest.mark.parametrize(
-    "bad",
+    "backend, bad",
     [
-        {"backend": "thread", "worker_init": _init_worker},
-        {"backend": "thread", "timeout": 1.0},
-        {"backend": "process", "timeout": 0},
-        {"backend": "process", "timeout": True},
+        ("thread", {"worker_init": _init_worker}),
+        ("thread", {"timeout": 1.0}),
+        ("process", {"timeout": 0}),
+        ("process", {"timeout": True}),
     ],
 )
-def test_worker_options_are_checked(bad):
+def test_worker_options_are_checked(backend, bad):
     with pytest.raises(ValueError):
-        Engine(parallel=2, **bad)
+        Engine(EngineOptions(parallel=2, backend=backend), ProcessOptions(**bad))
     with pytest.raises(TypeError, match="worker_init must be a callable"):
-        Engine(parallel=2, backend="process", worker_init=3)  # type: ignore[arg-type]
+        ProcessOptions(worker_init=3)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="split_steps must be True or False"):
-        Engine(parallel=2, backend="process", split_steps="no")  # type: ignore[arg-type]
+        ProcessOptions(split_steps="no")  # type: ignore[arg-type]
 
 
 # -- the native path in a worker -----------------------------------------------------------
@@ -859,7 +865,7 @@ def test_a_worker_loads_a_native_image_leaf_natively_as_the_thread_engine_does(s
     # The worker runs the step as the engine's inline native run: the image leaf's crops
     # and flips are drawn and applied in C, never through the Python Compose.
     steps = _steps((mapobs(_augment(), _jpegs(30)), np.arange(30)), 30, batch_size=6)
-    engine = process_engine(2, worker_init=_compose_refused)
+    engine = process_engine(2, processes=ProcessOptions(worker_init=_compose_refused))
     try:
         with deadline(60):
             got = _run(engine, steps, epoch=1, seed=5)
@@ -1039,7 +1045,7 @@ def test_split_steps_give_the_thread_engines_values_exactly(batch_size, on_error
             got = _run(engine, steps, stats=stats, epoch=3, seed=7)
     finally:
         engine.close()
-    threads = Engine(parallel=True, on_error=on_error)
+    threads = Engine(EngineOptions(parallel=True, on_error=on_error))
     want = _run(threads, steps, stats=thread_stats, epoch=3, seed=7)
     assert_tree_equal(got, want)
     assert stats.skipped == thread_stats.skipped == len(corrupt)
@@ -1052,7 +1058,9 @@ def test_split_and_whole_steps_give_the_same_values():
     steps = _steps(_split_data(20, (9,)), 20, batch_size=7)
     results = []
     for split_steps in (True, False):
-        engine = process_engine(2, on_error="skip", split_steps=split_steps)
+        engine = process_engine(
+            2, processes=ProcessOptions(split_steps=split_steps), on_error="skip"
+        )
         try:
             with deadline(60):
                 results.append(_run(engine, steps, epoch=1, seed=4))
@@ -1104,7 +1112,10 @@ def test_steps_of_different_sizes_are_split_as_the_thread_engine_loads_them(shm_
     bounds = [0, 6, 7, 11, 17, 18, 20]  # a batch sampler's steps of 6, 1, 4, 6, 1 and 2
     schedule = Schedule(order, 6, bounds=bounds, seed=3, epoch=2)
     results = []
-    for engine in (process_engine(3, buffer=False, on_error="skip"), Engine(on_error="skip")):
+    for engine in (
+        process_engine(3, buffer=False, on_error="skip"),
+        Engine(EngineOptions(on_error="skip")),
+    ):
         try:
             with deadline(60):
                 results.append([copy_tree(step) for step in engine.iterate(data, schedule)])

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from fastload import BucketBatchSampler, DataLoader, LoadError, WeightedSampler, eachobs, getobs
 from fastload._loading.engine import Engine
+from fastload._loading.engine_options import EngineOptions
 from fastload._loading.schedule import Schedule
 
 
@@ -341,5 +342,5 @@ def test_sharded_samplers_split_the_drawn_positions():
 def test_engine_runs_a_schedule_with_bounds_from_any_step():
     x = np.arange(12) * 10
     schedule = Schedule(np.arange(12), 5, bounds=[0, 2, 7, 8, 12], start=2)
-    got = [copy_tree(v) for v in Engine(parallel=2).iterate(x, schedule)]
+    got = [copy_tree(v) for v in Engine(EngineOptions(parallel=2)).iterate(x, schedule)]
     assert [g.tolist() for g in got] == [[70], [80, 90, 100, 110]]

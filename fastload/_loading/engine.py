@@ -31,8 +31,7 @@ import mmap
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from numbers import Integral
-from typing import Any, Literal, TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -40,21 +39,15 @@ import numpy.typing as npt
 from .. import _core, tensors
 from ..context import loading
 from ..obs import Container
-from .arguments import check_flag, is_size
+from .engine_options import Allocator, EngineOptions, ProcessOptions, worker_options
 from .plan import make_plan
 from .processes import WorkerPool
 from .schedule import Schedule
 from .seams import Dests, Objects, Plan, Reply, Transport
 from .tree import map_tree
 
-__all__ = ["Allocator", "Backend", "Engine", "OnError"]
+__all__ = ["Engine"]
 
-# ``allocator(shape, dtype) -> array``: how the arrays of a ring are made (``numpy.empty``).
-Allocator: TypeAlias = Callable[[tuple[int, ...], np.dtype[Any]], np.ndarray]
-# ``on_error=``: raise a LoadError, or skip the observations that fail to load.
-OnError: TypeAlias = Literal["raise", "skip"]
-# ``backend=``: load on threads of the native pool, or in worker processes.
-Backend: TypeAlias = Literal["thread", "process"]
 # ``verify(positions)``: checks the rows of a step before it is handed out.
 _Verify: TypeAlias = Callable[[npt.NDArray[np.int64]], None]
 # ``filler(slot, field, pos, index)``: loads an item of a Python field (``_core.Iteration``).
@@ -87,110 +80,54 @@ def _stop_all_at_exit() -> None:
     _core.shutdown_pool()
 
 
-def _check_options(
-    parallel: bool | int,
-    buffer: bool,
-    ordered: bool,
-    prefetch: int | None,
-    on_error: str,
-    backend: str,
-    worker_init: Any,
-    timeout: float | None,
-) -> None:
-    if parallel is not False and not (
-        parallel is True
-        or (isinstance(parallel, Integral) and not isinstance(parallel, bool) and parallel >= 1)
-    ):
-        raise ValueError(
-            f"parallel must be False, True or a number of threads >= 1, got {parallel!r}"
-        )
-    if prefetch is not None and (not is_size(prefetch) or prefetch < 1):
-        raise ValueError(f"prefetch must be a positive int or None, got {prefetch!r}")
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    if backend not in ("thread", "process"):
-        raise ValueError(f"backend must be 'thread' or 'process', got {backend!r}")
-    if backend == "process" and parallel is False:
-        raise ValueError("backend='process' needs parallel=True or a number of workers")
-    if backend != "process" and (worker_init is not None or timeout is not None):
-        raise ValueError("worker_init and timeout act on worker processes: use backend='process'")
-    if worker_init is not None and not callable(worker_init):
-        raise TypeError(f"worker_init must be a callable of the worker id, got {worker_init!r}")
-    if timeout is not None and (
-        not isinstance(timeout, (Integral, float)) or isinstance(timeout, bool) or timeout <= 0
-    ):
-        raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
-    if not isinstance(buffer, bool) or not isinstance(ordered, bool):
-        raise TypeError(f"buffer and ordered must be True or False, got {buffer!r}, {ordered!r}")
-
-
 class Engine:
     """Loads the steps of a schedule into a ring of reused slots and delivers them.
 
-    ``parallel``: False or 0 (the caller's thread), True (the pool's threads, or as many
-    worker processes as ``FASTLOAD_NUM_THREADS`` or the CPUs say) or a number of threads
-    (processes with ``backend="process"``). ``buffer``: yield views into a ring slot
-    (valid until the next ``next()``) instead of arrays the caller owns. ``ordered``:
-    yield step ``k`` before ``k+1``. ``prefetch``: steps in flight. ``on_error``:
-    "raise", or "skip" to drop failed observations from their batch.
-    ``allocator(shape, dtype)`` makes the ring's arrays (np.empty by default; an
-    integration may allocate pinned memory instead). With ``backend="process"``:
-    ``worker_init(worker_id)`` runs once in each worker process after it is forked (ids 0
-    to n - 1), where it may seed the worker's random state; what it raises is raised by
-    the iteration. ``split_steps``: spread each step's rows over the workers in contiguous
-    parts (part p to worker p), as threads share a step's items, so that no worker idles
-    while fewer steps than workers remain; False: whole steps, step k loaded by worker
-    k mod n (for code whose random state is seeded per worker in ``worker_init``).
-    fastload's own draws are keyed by the observation: both give the same values.
-    ``timeout``: the most seconds to wait for a step from the workers (``TimeoutError``;
-    None: no limit). ``lean``: with ``buffer=False``, hold memory only for the steps in
-    flight and those the caller holds, as a loader that makes a new shared buffer per batch
-    does: a slot's pages go back to the system as soon as its step is copied out, or dropped
-    when it was lent (worker processes), and each copy is a map of its own, returned to the
-    system when the caller drops it (a freed copy would stay in the allocator's heap), at
-    the cost of faulting pages in again each step. ``lend`` (worker processes,
-    ``buffer=False``): hand each whole step out as arrays over its slot, with no copy, and
-    reuse the slot only once the caller dropped every array of it (and every view, tensor or
-    slice of them); the caller owns them as it owns a copy. Two steps are lent at most: past
-    that (a caller that keeps its batches) steps are copied, so the ring always cycles; a
-    step some of whose observations were skipped, or a shorter last one, is copied too.
-    Raises ``ValueError`` for an unknown option value.
+    ``options`` (``EngineOptions``): ``parallel``: False (the caller's thread), True (the
+    pool's threads, or as many worker processes as ``FASTLOAD_NUM_THREADS`` or the CPUs
+    say) or a number of threads (processes with ``backend="process"``). ``buffer``: yield
+    views into a ring slot (valid until the next ``next()``) instead of arrays the caller
+    owns. ``ordered``: yield step ``k`` before ``k+1``. ``prefetch``: steps in flight.
+    ``on_error``: "raise", or "skip" to drop failed observations from their batch.
+    ``lean``: with ``buffer=False``, hold memory only for the steps in flight and those the
+    caller holds, as a loader that makes a new shared buffer per batch does: a slot's pages
+    go back to the system as soon as its step is copied out, or dropped when it was lent
+    (worker processes), and each copy is a map of its own, returned to the system when the
+    caller drops it (a freed copy would stay in the allocator's heap), at the cost of
+    faulting pages in again each step.
+
+    ``processes`` (``ProcessOptions``, with ``backend="process"``; its defaults when
+    None): ``worker_init(worker_id)`` runs once in each worker process after it is forked
+    (ids 0 to n - 1), where it may seed the worker's random state; what it raises is
+    raised by the iteration. ``split_steps``: spread each step's rows over the workers in
+    contiguous parts (part p to worker p), as threads share a step's items, so that no
+    worker idles while fewer steps than workers remain; False: whole steps, step k loaded
+    by worker k mod n (for code whose random state is seeded per worker in
+    ``worker_init``). fastload's own draws are keyed by the observation: both give the
+    same values. ``timeout``: the most seconds to wait for a step from the workers
+    (``TimeoutError``; None: no limit). ``lend`` (``buffer=False``): hand each whole step
+    out as arrays over its slot, with no copy, and reuse the slot only once the caller
+    dropped every array of it (and every view, tensor or slice of them); the caller owns
+    them as it owns a copy. Two steps are lent at most: past that (a caller that keeps its
+    batches) steps are copied, so the ring always cycles; a step some of whose
+    observations were skipped, or a shorter last one, is copied too.
+
+    ``allocator(shape, dtype)`` makes the ring's arrays (``numpy.empty`` when None; an
+    integration may allocate pinned memory instead; ``engine.allocator`` may be set
+    between iterations). Raises ``ValueError`` for process options on threads and for
+    ``lend=True`` with ``buffer=True`` (see ``worker_options``).
     """
 
     def __init__(
         self,
+        options: EngineOptions,
+        processes: ProcessOptions | None = None,
         *,
-        parallel: bool | int = False,
-        buffer: bool = False,
-        ordered: bool = True,
-        prefetch: int | None = None,
-        on_error: OnError = "raise",
-        backend: Backend = "thread",
-        allocator: Allocator = np.empty,
-        worker_init: Callable[[int], None] | None = None,
-        timeout: float | None = None,
-        lean: bool = False,
-        split_steps: bool = True,
-        lend: bool = False,
+        allocator: Allocator | None = None,
     ) -> None:
-        if is_size(parallel) and parallel == 0:
-            parallel = False  # no threads: the caller's (MLUtils' parallel=0)
-        _check_options(parallel, buffer, ordered, prefetch, on_error, backend, worker_init, timeout)
-        self.lean = check_flag("lean", lean)
-        split_steps = check_flag("split_steps", split_steps)
-        self.lend = check_flag("lend", lend)
-        if self.lend and (backend != "process" or buffer):
-            raise ValueError(
-                "lend=True lends the slots of worker processes' ring: it needs "
-                "backend='process' and buffer=False"
-            )
-        self.parallel = parallel
-        self.buffer = buffer
-        self.ordered = ordered
-        self.prefetch = prefetch
-        self.on_error = on_error
-        self.backend = backend
-        self.allocator = allocator
+        self.options = options
+        self.processes = worker_options(options, processes)
+        self.allocator: Allocator = np.empty if allocator is None else allocator
         # (signature, slots, values, watches) reused across iterations
         self._ring: tuple[Any, list[Dests], list[Any], list[_core.SlotWatch] | None] | None = None
         # (slots, values, watches) of the worker processes' ring, while it is the same
@@ -207,15 +144,11 @@ class Engine:
         self._adapted: dict[Any, tuple[bool, bool, int]] = {}
         self._iterations: weakref.WeakSet[_core.Iteration] = weakref.WeakSet()
         self._workers: WorkerPool | None = None
-        if backend == "process":
+        if self.processes is not None:
+            parallel = options.parallel
             count = _core.default_pool_size() if parallel is True else int(parallel)
             self._workers = WorkerPool(
-                count,
-                worker_init,
-                timeout,
-                discard=self.lean and not buffer,
-                split=split_steps,
-                lend=lend,
+                count, self.processes, lean=options.lean and not options.buffer
             )
 
     @property
@@ -233,27 +166,28 @@ class Engine:
 
     def _parallel(self) -> int:
         """Pool threads that work for one iteration (0: the caller's thread)."""
-        if self.parallel is False:
+        if self.options.parallel is False:
             return 0
-        if self.parallel is True:
+        if self.options.parallel is True:
             return _core.pool_size()
-        _core.reserve_threads(self.parallel)
-        return int(self.parallel)
+        _core.reserve_threads(self.options.parallel)
+        return int(self.options.parallel)
 
     def _slots(self, plan: Plan, parallel: int) -> int:
         """Slots of the ring: ``prefetch`` steps in flight and those held by the consumer
         (with ``buffer``, two: the last step, and the one before it while its references
         are checked; lending, two: the last step, and the one before it until the next
         ``next()`` takes its slot back)."""
-        return self._in_flight(plan, parallel) + (2 if self.buffer or self.lend else 1)
+        lends = self.processes is not None and self.processes.lend
+        return self._in_flight(plan, parallel) + (2 if self.options.buffer or lends else 1)
 
     def _in_flight(self, plan: Plan, parallel: int) -> int:
         if self._workers is not None:
-            return self.prefetch or 2 * self._workers.count
+            return self.options.prefetch or 2 * self._workers.count
         if parallel == 0:
             return 0
-        if self.prefetch:
-            return self.prefetch
+        if self.options.prefetch:
+            return self.options.prefetch
         if plan.expensive:
             return 2 if plan.batch_size else 2 * parallel
         # Cheap steps: enough of them in flight that a wake-up pays for many.
@@ -297,7 +231,7 @@ class Engine:
     def _watch(self, slots: list[Dests], values: list[Any]) -> list[_core.SlotWatch] | None:
         """What tells, with ``buffer``, that the consumer kept a batch of a slot about to be
         reused (``_core.SlotWatch``); counted now, while nothing outside holds the ring."""
-        return _core.watch_ring(slots, values) if self.buffer else None
+        return _core.watch_ring(slots, values) if self.options.buffer else None
 
     def iterate(
         self,
@@ -325,7 +259,7 @@ class Engine:
         progress = (
             progress if progress is not None else _core.Progress(schedule.epoch, schedule.start)
         )
-        skip = self.on_error == "skip"
+        skip = self.options.on_error == "skip"
         try:
             plan = make_plan(data, schedule, skip=skip, stats=stats)
         except Exception:
@@ -348,14 +282,14 @@ class Engine:
                 values=values,
                 objects=[plan.new_objects() for _ in ring],
                 rows=plan.rows,
-                buffer=self.buffer,
+                buffer=self.options.buffer,
                 stats=stats,
                 progress=progress,
                 on_end=on_end,
                 count_values=plan.whole_steps and schedule.batch_size is not None,
                 check=_checker(schedule, verify_rows, delivered),
                 watches=watches,
-                copier=_mapped_copy if self.lean and not self.buffer else None,
+                copier=_mapped_copy if self.options.lean and not self.options.buffer else None,
             )
         except BaseException:
             if shared:
@@ -365,7 +299,7 @@ class Engine:
             self._ring_owner = weakref.ref(iteration)
         self._iterations.add(iteration)
         if self._workers is not None:
-            transport = self._workers.begin(schedule, plan, self.ordered, skip, stats)
+            transport = self._workers.begin(schedule, plan, self.options.ordered, skip, stats)
             iteration.start_transport(
                 _Rechecked(transport, verify_rows) if verify_rows else transport
             )
@@ -402,8 +336,8 @@ class Engine:
             epoch=schedule.epoch,
             parallel=parallel,
             claim_size=claim_size,
-            ordered=self.ordered,
-            skip_errors=self.on_error == "skip",
+            ordered=self.options.ordered,
+            skip_errors=self.options.on_error == "skip",
             release_gil=plan.expensive,
             filler=filler,
             adaptive=adaptive,

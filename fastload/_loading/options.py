@@ -3,16 +3,19 @@ checked once when it is made.
 
 The loaders take their options as keywords (as PyTorch's and MLUtils' do); each builds one
 ``LoaderOptions`` from them and hands it on, so that a check and its message live here
-alone. What depends on the data (a stream has no positions to sample, a container no
-shuffle buffer) is checked by ``for_stream`` and ``for_container`` once the loader knows
-which it reads. The engine's own keywords (``parallel``, ``prefetch``, ``on_error``,
-``backend``) are checked by the ``Engine`` the loader makes from them.
+alone. Its fields type the keywords once: the signatures of ``DataLoader`` and ``eachobs``
+spell them out, for ``help()`` and completion, and ``tests/test_options.py`` holds their
+names, defaults and types to these fields. What depends on the data (a stream has no
+positions to sample, a container no shuffle buffer) is checked by ``for_stream`` and
+``for_container`` once the loader knows which it reads. The engine's own keywords
+(``parallel``, ``buffer``, ``ordered``, ``prefetch``, ``on_error``, ``backend``) make the
+options' ``EngineOptions``, which checks them (``engine_options.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,7 +23,7 @@ import numpy as np
 from ..samplers import BatchSampler, Sampler
 from .arguments import check_flag, check_size, is_flag, is_size, warn_renamed
 from .collate import Collate, CollateOption
-from .engine import Allocator, Backend, OnError
+from .engine_options import Allocator, Backend, EngineOptions, OnError
 from .epochs import Shuffle
 from .sharding import Shard
 from .tree import tree_leaves
@@ -38,7 +41,8 @@ class LoaderOptions:
     ``batch_size=None`` makes each step one observation; with a ``batch_sampler`` it is
     None too (the sampler forms the batches). Flags are stored as ``bool``, ``parallel=0``
     as False. ``shuffle`` may still hold the deprecated int of a stream's shuffle buffer
-    until ``for_stream`` or ``for_container`` resolves it.
+    until ``for_stream`` or ``for_container`` resolves it. ``engine``: the options of the
+    ``Engine`` that loads with these options.
 
     Raises ``ValueError`` for a value out of range or options that exclude each other,
     ``TypeError`` for a flag that is not a bool or a value of the wrong kind.
@@ -60,6 +64,7 @@ class LoaderOptions:
     on_error: OnError = "raise"
     backend: Backend = "thread"
     allocator: Allocator | None = None
+    engine: EngineOptions = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # a frozen dataclass normalizes its fields this way
@@ -80,21 +85,7 @@ class LoaderOptions:
             set_(self, "buffer", bool(self.buffer))
         else:
             _check_buffers(self.buffer, self.batch_size)
-        if is_size(self.parallel) and self.parallel == 0:
-            set_(self, "parallel", False)  # MLUtils' spelling of sequential loading
-        elif is_flag(self.parallel):
-            set_(self, "parallel", bool(self.parallel))
-        set_(self, "ordered", check_flag("ordered", self.ordered))
-
-    @property
-    def buffers(self) -> Any:
-        """The user's buffers given as ``buffer=`` (an array, or a tuple/dict of them), or
-        None for a flag."""
-        return None if isinstance(self.buffer, bool) else self.buffer
-
-    def engine_keywords(self) -> dict[str, Any]:
-        """The keywords of the ``Engine`` that loads with these options."""
-        keywords: dict[str, Any] = dict(
+        engine = EngineOptions(
             parallel=self.parallel,
             buffer=self.buffer is not False,  # True also for buffers of the user's
             ordered=self.ordered,
@@ -102,9 +93,15 @@ class LoaderOptions:
             on_error=self.on_error,
             backend=self.backend,
         )
-        if self.allocator is not None:
-            keywords["allocator"] = self.allocator
-        return keywords
+        set_(self, "engine", engine)
+        set_(self, "parallel", engine.parallel)
+        set_(self, "ordered", engine.ordered)
+
+    @property
+    def buffers(self) -> Any:
+        """The user's buffers given as ``buffer=`` (an array, or a tuple/dict of them), or
+        None for a flag."""
+        return None if isinstance(self.buffer, bool) else self.buffer
 
     def one_at_a_time(self) -> LoaderOptions:
         """These options for steps of one observation (no batch size, no batch sampler):

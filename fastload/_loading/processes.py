@@ -10,8 +10,8 @@ k = min(n, r), to worker p), as the thread backend spreads a step's items over i
 threads: no worker idles at the end of an epoch while another loads a whole step. The
 values do not depend on which worker loads an item (the draws are keyed by the
 observation's index). Whole steps go to one worker (step k to worker k mod n) where a
-caller relies on that (``split=False``: a worker's own random state, seeded per worker,
-gives what it loads) and for plans that load a step as one item (``plan.whole_steps``).
+caller relies on that (``split_steps=False``: a worker's own random state, seeded per
+worker, gives what it loads) and for plans that load a step as one item (``plan.whole_steps``).
 A worker loads its part into the slot in place, by the engine's inline native run; only
 observations that are not arrays (a plan's "object" leaves) travel back pickled. The
 consumer hands a step out once all its parts replied. The messages are the frozen
@@ -40,9 +40,9 @@ Concurrency invariants (kept by the consumer):
 - a worker dies with the consumer, even stuck in an item (``children.py``, which forks
   the workers with their pipes and carries their errors back).
 
-A worker runs ``init(worker_id)`` (when given) once, after the fork and before any job:
-where a caller seeds a worker's random state or sets what its code reads. What ``init``
-raises is raised in the consumer at its next step, as the worker raised it.
+A worker runs ``worker_init(worker_id)`` (when given) once, after the fork and before any
+job: where a caller seeds a worker's random state or sets what its code reads. What
+``worker_init`` raises is raised in the consumer at its next step, as the worker raised it.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ import multiprocessing
 import os
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from multiprocessing.process import BaseProcess
 from numbers import Integral
 from typing import Any, cast
@@ -63,6 +63,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .children import Pipes, WorkerDied, WorkerError, fork_workers, remote_error
+from .engine_options import ProcessOptions
 from .schedule import Schedule
 from .seams import Dests, Failure, Objects, Plan, Reply
 from .tree import map_tree
@@ -99,26 +100,23 @@ class WorkerPool:
     iteration). Needs the 'fork' start method (Linux). A worker that dies makes the
     consumer raise ``WorkerDied`` (a ``RuntimeError``) naming the process.
 
-    ``init(worker_id)``, when given, runs once in each worker after it is forked (ids
-    0 to count - 1); it is never pickled (workers are forked), so a closure will do.
-    ``timeout``: the most seconds to wait for a step (None: no limit); past it the workers
-    are stopped and the next iteration starts new ones. ``discard``: give a slot's pages
-    back to the system when the consumer releases it (when it copied the step out,
-    ``buffer=False``, or dropped the step lent to it), so that the ring holds memory only
-    for the steps in flight, as a loader that makes a new shared buffer per batch does; a
-    worker filling it again faults the pages back in, zeroed. ``split``: spread each
-    step's rows over the workers (False: step k to worker k mod n, for a caller whose
-    workers' own random state decides what they load). ``lend``: hand a whole step to the
-    consumer as the slot itself, with no copy (``_Transport.lend``): the slot is reused only
-    once every array of it is dropped.
+    ``options`` (``ProcessOptions``): ``worker_init(worker_id)``, when given, runs once in
+    each worker after it is forked (ids 0 to count - 1); it is never pickled (workers are
+    forked), so a closure will do. ``timeout``: the most seconds to wait for a step (None:
+    no limit); past it the workers are stopped and the next iteration starts new ones.
+    ``split_steps``: spread each step's rows over the workers (False: step k to worker k
+    mod n, for a caller whose workers' own random state decides what they load). ``lend``:
+    hand a whole step to the consumer as the slot itself, with no copy
+    (``_Transport.lend``): the slot is reused only once every array of it is dropped.
+    ``lean``: give a slot's pages back to the system when the consumer releases it (when
+    it copied the step out, ``buffer=False``, or dropped the step lent to it), so that the
+    ring holds memory only for the steps in flight, as a loader that makes a new shared
+    buffer per batch does; a worker filling it again faults the pages back in, zeroed.
     """
 
     count: int
-    init: Callable[[int], None] | None
-    timeout: float | None
-    discard: bool
-    split: bool
-    lend: bool
+    options: ProcessOptions
+    lean: bool
     gen: int  # the live iteration's generation
     # Set when the workers are forked (``ring``), None before and after ``stop``.
     pipes: Pipes | None
@@ -131,11 +129,8 @@ class WorkerPool:
     def __init__(
         self,
         count: int,
-        init: Callable[[int], None] | None = None,
-        timeout: float | None = None,
-        discard: bool = False,
-        split: bool = True,
-        lend: bool = False,
+        options: ProcessOptions,
+        lean: bool = False,
     ) -> None:
         if not isinstance(count, Integral) or count < 1:
             raise ValueError(
@@ -147,8 +142,7 @@ class WorkerPool:
                 "use the thread backend on this platform"
             )
         self.count = int(count)
-        self.init, self.timeout, self.discard = init, timeout, discard
-        self.split, self.lend = split, lend
+        self.options, self.lean = options, lean
         self.shared: _SharedRing | None = None  # the ring's memory, made by ``ring``
         self.gen = 0
         self.pipes = self.slots = self.control = None
@@ -177,15 +171,15 @@ class WorkerPool:
         slots, _ = carve_ring(mapping, plan, count)
         # A new ring: what was lent of the old one stays the caller's (its arrays keep the
         # old mapping alive) and goes back to the old ``_SharedRing``, which nobody reads.
-        limit = min(_LEND_LIMIT, count - 1) if self.lend else 0
-        self.shared = _SharedRing(mapping, _slot_pages(plan, count), limit, self.discard)
+        limit = min(_LEND_LIMIT, count - 1) if self.options.lend else 0
+        self.shared = _SharedRing(mapping, _slot_pages(plan, count), limit, self.lean)
         control = np.frombuffer(mapping, np.int64, 1, 0)
         control[0] = 0
         self.pipes = fork_workers(
             self.count,
             worker_main,
             "fastload-worker",
-            lambda k: (data, slots, control, k, self.init),
+            lambda k: (data, slots, control, k, self.options.worker_init),
             "the iteration",
         )
         self._finalizer = weakref.finalize(self, self.pipes.close, False, os.getpid())
@@ -301,7 +295,7 @@ class _Transport:
     ) -> None:
         self.pool, self.gen, self.plan = pool, gen, plan
         self.schedule, self.ordered, self.stats = schedule, ordered, stats
-        self.split = pool.split and pool.count > 1 and not plan.whole_steps
+        self.split_steps = pool.options.split_steps and pool.count > 1 and not plan.whole_steps
         assert pool.shared is not None, "an iteration begins on a ring"
         self.shared = pool.shared
         self.shared.returned()  # settle the lent slots: those still lent stay out
@@ -334,7 +328,7 @@ class _Transport:
     def _submit(self, step: int, slot: int) -> None:
         pool = self.pool
         jobs = [(step % pool.count, Job(self.gen, step, slot))]
-        if self.split:
+        if self.split_steps:
             rows = len(self.schedule.positions(step))
             k = min(pool.count, rows)
             cuts = [p * rows // k for p in range(k + 1)]
@@ -356,7 +350,7 @@ class _Transport:
         """The consumer copied the step out of ``slot`` (``buffer=False``): its memory can go
         back to the system now, while the consumer works on the copy, rather than stay
         until the slot is released at the next step."""
-        if self.pool.discard:
+        if self.pool.lean:
             self.pool.give_back(slot)
 
     def _check(self) -> None:
@@ -370,7 +364,7 @@ class _Transport:
         """The step to deliver next, once the replies of all its parts arrived;
         ``TimeoutError`` when none came within the pool's ``timeout``: the workers, which
         hold on to their jobs (stuck in an item, say), are stopped then, at once."""
-        timeout = self.pool.timeout
+        timeout = self.pool.options.timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             self._check()
@@ -407,7 +401,7 @@ class _Transport:
                 raise RuntimeError(f"a worker could not {reply.what}: {reply.message}") from cause
             if isinstance(reply, InitFailed):
                 remote = InitError(reply.text, reply.worker, reply.name)
-                raise remote_error(reply.text, reply.chain, remote)  # as init raised it
+                raise remote_error(reply.text, reply.chain, remote)  # as worker_init raised it
             if isinstance(reply, Cancelled):
                 raise RuntimeError(f"step {step} was cancelled")
         done = cast(list[Done], replies)  # every other reply returned or raised above
@@ -426,16 +420,16 @@ class _SharedRing:
     slot (``spans``, which ``give_back`` returns to the system), and what is lent of it.
     ``lent`` maps each slot lent to the consumer to its lease's token, ``limit`` slots at
     most; a lease puts ``(slot, token)`` on ``returns`` when it is dropped (in any
-    thread: a deque append), after giving the slot's pages back with ``discard``. Only
+    thread: a deque append), after giving the slot's pages back with ``lean``. Only
     the consumer (``lend``, ``returned``) changes ``lent``. A return counts only while
     its token is the slot's: a lease that outlives its turn (kept by a traceback, say)
     can never free the slot of a later one."""
 
     def __init__(
-        self, mapping: mmap.mmap, spans: list[tuple[int, int]], limit: int, discard: bool
+        self, mapping: mmap.mmap, spans: list[tuple[int, int]], limit: int, lean: bool
     ) -> None:
         self.mapping, self.spans = mapping, spans
-        self.limit, self.discard = limit, discard
+        self.limit, self.lean = limit, lean
         self.lent: dict[int, int] = {}  # slot -> its lease's token
         self.returns: collections.deque[tuple[int, int]] = collections.deque()
         self.tokens = itertools.count()
@@ -469,7 +463,7 @@ class _SharedRing:
 
 class _Lease:
     """A slot lent to the consumer, until the last array over it is dropped. Then, with
-    ``discard``, the slot's pages go back to the system at once (while the caller works
+    ``lean``, the slot's pages go back to the system at once (while the caller works
     on its next batch, not at its next ``next()``), and the slot goes on ``returns``.
     Only in the process that lent it, and only while the slot is still this lease's: a
     forked child's copy of a lease never touches the shared pages."""
@@ -483,11 +477,7 @@ class _Lease:
     def __del__(self) -> None:
         ring = self.ring
         try:
-            if (
-                ring.discard
-                and ring.lent.get(self.slot) == self.token
-                and self._getpid() == ring.pid
-            ):
+            if ring.lean and ring.lent.get(self.slot) == self.token and self._getpid() == ring.pid:
                 ring.give_back(self.slot)  # nobody else touches a slot that is lent
         except Exception:  # at exit, say: only memory is at stake (the pages stay mapped)
             pass

@@ -49,6 +49,7 @@ import torch.utils.data as tud
 from ..loader import StatsReport
 from ..views import ObsView, steps
 from .engine import Engine
+from .engine_options import EngineOptions, ProcessOptions
 from .plan import make_plan
 from .schedule import Schedule
 from .torch_batches import Counts, Deferred, Delivered, Mapped, as_collated
@@ -341,9 +342,8 @@ class DataLoader(tud.DataLoader[T_co]):
             # PyTorch's prefetch_factor when given; else the engine sizes its own ring.
             workers, factor = self.num_workers, self._prefetch_given
             prefetch = max(1, factor * workers) if workers and factor else None
-            self._engine = Engine(
-                parallel=workers or False, prefetch=prefetch, ordered=self.in_order
-            )
+            options = EngineOptions(parallel=workers, prefetch=prefetch, ordered=self.in_order)
+            self._engine = Engine(options)
         return Mapped(as_collated, self._engine.iterate(self._native, schedule))
 
     def _live_ring(self) -> Engine | None:
@@ -361,17 +361,20 @@ class DataLoader(tud.DataLoader[T_co]):
             if self._ring_engine is not None:  # persistent workers, one of which died
                 self._ring_engine.close()
             setup = worker_setup(self.dataset, self.num_workers, seed, self.worker_init_fn)
-            engine = Engine(
+            options = EngineOptions(
                 parallel=self.num_workers,
                 backend="process",
                 prefetch=max(1, (self.prefetch_factor or 1) * self.num_workers),
                 ordered=self.in_order,
+                lean=True,  # memory for the batches in flight only, as PyTorch's
+            )
+            processes = ProcessOptions(
                 worker_init=setup,
                 timeout=self.timeout or None,
-                lend=True,  # a batch is its slot, reused once the caller drops it
-                lean=True,  # memory for the batches in flight only, as PyTorch's
                 split_steps=False,  # PyTorch's contract: batch k from worker k mod n
+                lend=True,  # a batch is its slot, reused once the caller drops it
             )
+            engine = Engine(options, processes)
             if self.persistent_workers:
                 self._ring_engine = engine
                 weakref.finalize(self, engine.close)

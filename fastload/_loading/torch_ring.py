@@ -1,16 +1,17 @@
 """The ``"process-ring"`` path of ``fastload.torch.DataLoader``: a Python map-style dataset
 loaded in fastload's worker processes (the engine's ``backend="process"``), each batch
 filled in place into a slot of a shared-memory ring and lent to the caller as tensors over
-the slot (``Engine(lend=True)``: reused once they are dropped), under PyTorch's worker
-contract (``worker_setup`` in ``torch_workers.py``).
+the slot (``ProcessOptions(lend=True)``: reused once they are dropped), under PyTorch's
+worker contract (``worker_setup`` in ``torch_workers.py``).
 
 ::
 
     probe_first(dataset)        a forked process reads dataset[0] once: the shapes
         | FirstKnown(dataset, observation 0)
         v
-    Engine(backend="process", worker_init=worker_setup(...), timeout=...,
-           split_steps=False, lend=True, lean=True)
+    Engine(EngineOptions(backend="process", lean=True, ...),
+           ProcessOptions(worker_init=worker_setup(...), timeout=..., split_steps=False,
+                          lend=True))
         | worker k: seeds, get_worker_info(), worker_init_fn(k); then whole steps
         | k, k + n, ... (not split over the workers: PyTorch's turns)
         v
