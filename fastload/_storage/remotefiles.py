@@ -239,9 +239,9 @@ class RemoteRows:
                 fetch=lambda: b"".join(remote.obj.read_ranges(block.ranges)),
                 check=lambda data: self._check(k, data),
             )
-            at = 0
+            at, view = 0, memoryview(data)
             for start, end in block.ranges:
-                remote.mapping[start:end] = data[at : at + end - start]
+                remote.mapping[start:end] = view[at : at + end - start]
                 at += end - start
             self.present[k] = 1
         if self.checked is not None and self._sums[block.file] is not None:
