@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
+from ._base.protocols import Blockwise, CheckedRows, FilePages, PagedFiles
 from ._loading.arguments import check_flag
 from ._loading.collate import Collate, CollateOption
 from ._loading.engine import Engine
@@ -27,7 +28,6 @@ from ._loading.engine_options import Allocator, Backend, EngineOptions, OnError
 from ._loading.epochs import Epochs, Shuffle
 from ._loading.keywords import refuse_unknown_keywords
 from ._loading.options import BufferOption, LoaderOptions
-from ._loading.protocols import Blockwise, CheckedRows, FilePages, PagedFiles
 from ._loading.rounds import DEFAULT_BUFFER, StreamEpochs
 from ._loading.schedule import Schedule, folded_views, schedule_of
 from ._loading.sharding import Shard, default_seed, resolve_shard

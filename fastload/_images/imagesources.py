@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, TypeAlias, cast
 import numpy as np
 
 from .. import _core, limits
-from .._loading.protocols import ContiguousBytes, FilePaths, SpannedBytes
+from .._base.protocols import ContiguousBytes, FilePaths, SpannedBytes
 from ..transforms import Compose
 from ..views import MappedObs
 from . import codecs
