@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from . import _core
 from ._base.protocols import Blockwise, CheckedRows, FilePages, PagedFiles
+from ._base.tree import fetched_under, found_under, head, map_across, map_tree, tree_leaves
 from ._loading.arguments import check_flag
 from ._loading.collate import Collate, CollateOption
 from ._loading.engine import Engine
@@ -32,7 +33,6 @@ from ._loading.rounds import DEFAULT_BUFFER, StreamEpochs
 from ._loading.schedule import Schedule, folded_views, schedule_of
 from ._loading.sharding import Shard, default_seed, resolve_shard
 from ._loading.state import LoaderKind, check_state, sampler_kind, state_format
-from ._loading.tree import fetched_under, found_under, head, map_across, map_tree, tree_leaves
 from .obs import Container, copy_into, getobs, is_batch_index, numobs
 from .samplers import BatchSampler, Sampler
 from .streams import stream_source

@@ -17,10 +17,10 @@ from fastload import (
     mapobs,
     numobs,
 )
+from fastload._base.tree import LeafKind
 from fastload._loading.collate import collate
 from fastload._loading.plan import make_plan
 from fastload._loading.schedule import schedule_of
-from fastload._loading.tree import LeafKind
 from fastload.transforms import Compose, Lambda
 
 torch = pytest.importorskip("torch")

@@ -194,7 +194,7 @@ def _plan(data, batch_size, collate=None):
 
 
 def test_each_leaf_has_a_leaf_kind_and_the_binding_gets_it():
-    from fastload._loading.tree import LeafKind
+    from fastload._base.tree import LeafKind
 
     data = (np.zeros((6, 2)), Items([np.zeros(3)] * 6), Items(["a"] * 6))
     plan = _plan(data, 3)

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .._base.protocols import FetchedRows
+from .protocols import FetchedRows
 
 __all__ = [
     "LEAF",
