@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from . import _core, limits
+from ._base.randomness import Purpose, generator
 from ._images import codecs
 from ._images.codecs import image_size
 from ._images.mixing import CutMix, MixUp
-from ._loading.randomness import Purpose, generator
 from .errors import CoreError, Status
 
 __all__ = [
