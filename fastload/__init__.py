@@ -5,8 +5,8 @@ tables and any sequence, lazy views and subsets after MLUtils.jl, and a
 ``DataLoader`` that loads in parallel on a native thread pool into reused batch buffers.
 """
 
+from ._base.arguments import module_getattr
 from ._images.codecs import build_info
-from ._loading.arguments import module_getattr
 from .errors import LoadError
 from .imagefolder import files
 from .loader import DataLoader, EpochLoader, eachobs, eachobs_parallel

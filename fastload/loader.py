@@ -20,9 +20,9 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
+from ._base.arguments import check_flag
 from ._base.protocols import Blockwise, CheckedRows, FilePages, PagedFiles
 from ._base.tree import fetched_under, found_under, head, map_across, map_tree, tree_leaves
-from ._loading.arguments import check_flag
 from ._loading.collate import Collate, CollateOption
 from ._loading.engine import Engine
 from ._loading.engine_options import Allocator, Backend, EngineOptions, OnError

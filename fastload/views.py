@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeAlias, overload
 import numpy as np
 import numpy.typing as npt
 
+from ._base.arguments import check_flag, check_size, is_flag
 from ._base.randomness import Purpose, generator
 from ._base.tree import head, map_tree, row, tree_leaves, unwrap
-from ._loading.arguments import check_flag, check_size, is_flag
 from ._loading.collate import Collate, CollateOption, collate
 from ._loading.keywords import refuse_unknown_keywords
 from .context import current
