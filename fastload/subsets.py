@@ -20,8 +20,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ._base.arguments import is_size
+from ._base.keywords import refuse_unknown_keywords
 from ._base.randomness import Purpose, generator
-from ._loading.keywords import refuse_unknown_keywords
 from .obs import Container, getobs, numobs
 from .views import ObsView
 

@@ -12,10 +12,10 @@ import numpy as np
 import numpy.typing as npt
 
 from ._base.arguments import check_flag, check_size, is_flag
+from ._base.keywords import refuse_unknown_keywords
 from ._base.randomness import Purpose, generator
 from ._base.tree import head, map_tree, row, tree_leaves, unwrap
 from ._loading.collate import Collate, CollateOption, collate
-from ._loading.keywords import refuse_unknown_keywords
 from .context import current
 from .errors import load_error
 from .obs import (
