@@ -62,8 +62,8 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from .._base.children import Pipes, WorkerDied, WorkerError, fork_workers, remote_error
 from .._base.tree import map_tree
-from .children import Pipes, WorkerDied, WorkerError, fork_workers, remote_error
 from .engine_options import ProcessOptions
 from .schedule import Schedule
 from .seams import Dests, Failure, Objects, Plan, Reply
