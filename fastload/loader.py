@@ -21,10 +21,10 @@ import numpy.typing as npt
 
 from . import _core
 from ._base.arguments import check_flag
+from ._base.collate import Collate, CollateOption
 from ._base.keywords import refuse_unknown_keywords
 from ._base.protocols import Blockwise, CheckedRows, FilePages, PagedFiles
 from ._base.tree import fetched_under, found_under, head, map_across, map_tree, tree_leaves
-from ._loading.collate import Collate, CollateOption
 from ._loading.engine import Engine
 from ._loading.engine_options import Allocator, Backend, EngineOptions, OnError
 from ._loading.epochs import Epochs, Shuffle

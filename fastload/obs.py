@@ -23,10 +23,10 @@ import numpy as np
 import numpy.typing as npt
 
 from . import sparse, tables, tensors
+from ._base.collate import collate
 from ._base.tree import map_tree as map_tree
 from ._base.tree import members, rebuild
 from ._base.tree import tree_leaves as tree_leaves
-from ._loading.collate import collate
 from .errors import MisfitError, load_error
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ def getobs(data: Container, i: Index | None = None) -> Any:
 
     For arrays and tensors several observations come back as one array or tensor (one
     gather); for tuples and dicts as a container of the same kind; for tables as a dict of
-    columns; for lists and other sequences collated (``_loading/collate.py``: arrays and numbers
+    columns; for lists and other sequences collated (``_base/collate.py``: arrays and numbers
     stacked, through tuples and dicts; anything else as a list). Raises ``IndexError``
     naming the index and the length when ``i`` is out of range.
 

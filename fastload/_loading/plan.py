@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import tables, tensors
+from .._base.collate import Collate
 from .._base.tree import (
     LEAF,
     LeafKind,
@@ -46,7 +47,6 @@ from ..errors import LoadError, MisfitError
 from ..obs import Container, exact_dtypes, getobs, getobs_into
 from ..sparse import is_sparse
 from ..views import MappedObs, SlidingWindow, collate_batch, source_of
-from .collate import Collate
 from .schedule import Schedule
 from .seams import Dests, Field, Objects
 

@@ -28,9 +28,9 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
-from .._base.tree import map_across, rebuild
 from ..tensors import is_tensor
 from ..tensors import stack as stack_tensors
+from .tree import map_across, rebuild
 
 __all__ = ["Collate", "CollateOption", "collate", "stack"]
 
