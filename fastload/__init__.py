@@ -6,6 +6,7 @@ tables and any sequence, lazy views and subsets after MLUtils.jl, and a
 """
 
 from ._base.arguments import module_getattr
+from ._base.version import __version__ as __version__
 from ._images.codecs import build_info
 from .errors import LoadError
 from .imagefolder import files
@@ -27,9 +28,6 @@ from .subsets import (
     undersample,
 )
 from .views import batchview, joinobs, mapobs, obsview, randobs, shuffleobs, slidingwindow
-
-# The one place the version is written: the build reads it from here (pyproject.toml).
-__version__ = "0.2.0"
 
 __all__ = [
     "BucketBatchSampler",
