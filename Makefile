@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-VERSION := $(shell sed -nE 's/^__version__ = "(.*)"/\1/p' fastload/__init__.py)
+VERSION := $(shell sed -nE 's/^__version__ = "(.*)"/\1/p' fastload/_base/version.py)
 
 .PHONY: base install libjpeg clang build test demo bench stress lint format sanitize tsan fuzz \
 	docs wheel-tools sdist wheel wheel-check clean

@@ -5,8 +5,9 @@ tables and any sequence, lazy views and subsets after MLUtils.jl, and a
 ``DataLoader`` that loads in parallel on a native thread pool into reused batch buffers.
 """
 
+from ._base.arguments import module_getattr
+from ._base.version import __version__ as __version__
 from ._images.codecs import build_info
-from ._loading.arguments import module_getattr
 from .errors import LoadError
 from .imagefolder import files
 from .loader import DataLoader, EpochLoader, eachobs, eachobs_parallel
@@ -27,9 +28,6 @@ from .subsets import (
     undersample,
 )
 from .views import batchview, joinobs, mapobs, obsview, randobs, shuffleobs, slidingwindow
-
-# The one place the version is written: the build reads it from here (pyproject.toml).
-__version__ = "0.2.0"
 
 __all__ = [
     "BucketBatchSampler",

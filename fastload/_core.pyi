@@ -8,8 +8,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from ._base.tree import LeafKind
 from ._loading.seams import Dests, Field, Loaded, Objects, Plan, Transport
-from ._loading.tree import LeafKind
 
 _Bytes = bytes | bytearray | memoryview
 _Box = tuple[int, int, int, int]

@@ -17,7 +17,7 @@ from status cimport *
 import traceback
 import warnings
 
-from ._loading import tree as _tree  # a module: _core holds no type but its own
+from ._base import tree as _tree  # a module: _core holds no type but its own
 
 cdef extern from "Python.h":
     Py_ssize_t Py_REFCNT(PyObject *o)
@@ -104,7 +104,7 @@ cdef class Fields:
     that item.
 
     ``fields`` is a list of ``(LeafKind.GATHER, array)``, ``(LeafKind.IMAGE, ImageSource)``
-    or ``(LeafKind.INTO or LeafKind.OBJECT, None)`` (``fastload._loading.tree.LeafKind``);
+    or ``(LeafKind.INTO or LeafKind.OBJECT, None)`` (``fastload._base.tree.LeafKind``);
     row_bytes gives each field's bytes per position in its destination (0 for fields with
     no destination array). The arrays and sources are kept alive here while the C fields
     point into them; ``kinds`` and ``row_bytes`` are tuples, as C keeps them."""

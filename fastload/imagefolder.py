@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from . import limits
-from ._loading.protocols import FilePaths
+from ._base.protocols import FilePaths
 
 __all__ = ["ImageFolder", "files"]
 

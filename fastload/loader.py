@@ -20,19 +20,19 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
-from ._loading.arguments import check_flag
-from ._loading.collate import Collate, CollateOption
+from ._base.arguments import check_flag
+from ._base.collate import Collate, CollateOption
+from ._base.keywords import refuse_unknown_keywords
+from ._base.protocols import Blockwise, CheckedRows, FilePages, PagedFiles
+from ._base.tree import fetched_under, found_under, head, map_across, map_tree, tree_leaves
 from ._loading.engine import Engine
 from ._loading.engine_options import Allocator, Backend, EngineOptions, OnError
 from ._loading.epochs import Epochs, Shuffle
-from ._loading.keywords import refuse_unknown_keywords
 from ._loading.options import BufferOption, LoaderOptions
-from ._loading.protocols import Blockwise, CheckedRows, FilePages, PagedFiles
 from ._loading.rounds import DEFAULT_BUFFER, StreamEpochs
 from ._loading.schedule import Schedule, folded_views, schedule_of
 from ._loading.sharding import Shard, default_seed, resolve_shard
 from ._loading.state import LoaderKind, check_state, sampler_kind, state_format
-from ._loading.tree import fetched_under, found_under, head, map_across, map_tree, tree_leaves
 from .obs import Container, copy_into, getobs, is_batch_index, numobs
 from .samplers import BatchSampler, Sampler
 from .streams import stream_source

@@ -23,10 +23,10 @@ import numpy as np
 import numpy.typing as npt
 
 from . import sparse, tables, tensors
-from ._loading.collate import collate
-from ._loading.tree import map_tree as map_tree
-from ._loading.tree import members, rebuild
-from ._loading.tree import tree_leaves as tree_leaves
+from ._base.collate import collate
+from ._base.tree import map_tree as map_tree
+from ._base.tree import members, rebuild
+from ._base.tree import tree_leaves as tree_leaves
 from .errors import MisfitError, load_error
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 # The user's names. The helpers that other modules of fastload import from here
 # (copy_into, exact_dtypes, is_batch_index, normalize_index) are not among them; map_tree
-# and tree_leaves live in _loading/tree.py and stay importable from here as they were.
+# and tree_leaves live in _base/tree.py and stay importable from here as they were.
 __all__ = ["Container", "Index", "getobs", "getobs_into", "numobs"]
 
 # A container (see the module docstring) is duck-typed: any object that numobs accepts.
@@ -143,7 +143,7 @@ def getobs(data: Container, i: Index | None = None) -> Any:
 
     For arrays and tensors several observations come back as one array or tensor (one
     gather); for tuples and dicts as a container of the same kind; for tables as a dict of
-    columns; for lists and other sequences collated (``_loading/collate.py``: arrays and numbers
+    columns; for lists and other sequences collated (``_base/collate.py``: arrays and numbers
     stacked, through tuples and dicts; anything else as a list). Raises ``IndexError``
     naming the index and the length when ``i`` is out of range.
 

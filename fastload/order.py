@@ -19,8 +19,8 @@ import numbers
 import numpy as np
 import numpy.typing as npt
 
-from ._loading.arguments import module_getattr, renamed_keywords
-from ._loading.randomness import Purpose, generator
+from ._base.arguments import module_getattr, renamed_keywords
+from ._base.randomness import Purpose, generator
 
 __all__ = ["block_sizes", "quasi_random_order", "quasi_shard_order"]
 

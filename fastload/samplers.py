@@ -24,7 +24,7 @@ from typing import Any, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from ._loading.randomness import Purpose, generator
+from ._base.randomness import Purpose, generator
 
 __all__ = [
     "BatchSampler",

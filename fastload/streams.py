@@ -34,9 +34,9 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any
 
-from ._loading.arguments import module_getattr
-from ._loading.randomness import Purpose, generator
-from ._loading.tree import children, replaced, walk_views
+from ._base.arguments import module_getattr
+from ._base.randomness import Purpose, generator
+from ._base.tree import children, replaced, walk_views
 from ._storage.tarshards import tar_samples
 from .obs import Container, numobs
 

@@ -19,9 +19,9 @@ from typing import Any, NoReturn
 import numpy as np
 import numpy.typing as npt
 
-from ._loading.arguments import is_size
-from ._loading.keywords import refuse_unknown_keywords
-from ._loading.randomness import Purpose, generator
+from ._base.arguments import is_size
+from ._base.keywords import refuse_unknown_keywords
+from ._base.randomness import Purpose, generator
 from .obs import Container, getobs, numobs
 from .views import ObsView
 

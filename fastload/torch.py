@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ._base.tree import map_tree
 from ._loading.torch_loader import DataLoader
-from ._loading.tree import map_tree
 from .loader import EpochLoader, StatsReport
 
 __all__ = ["DataLoader", "TorchLoader", "to_device"]

@@ -21,10 +21,11 @@ from typing import Any
 import numpy as np
 
 from . import _core, limits
+from ._base.randomness import Purpose, generator
 from ._images import codecs
+from ._images.chains import ImageChain
 from ._images.codecs import image_size
 from ._images.mixing import CutMix, MixUp
-from ._loading.randomness import Purpose, generator
 from .errors import CoreError, Status
 
 __all__ = [
@@ -498,7 +499,7 @@ def _check_place(ops, k, op, seen):
         raise ValueError(f"{where} works on uint8 pixels: put it before Normalize and ToCHW")
 
 
-class Compose:
+class Compose(ImageChain):
     """A validated chain of transforms, compiled to one native pipeline.
 
     The chain may start with DecodeImage (input: encoded image bytes, JPEG, QOI, PNG, ...),
@@ -555,7 +556,7 @@ class Compose:
         """The Pipeline arguments of the ops at positions `span` (a range) of the chain;
         each random op keeps its position in the whole chain as the op of its RNG key."""
         part = {k: self.ops[k] for k in span}
-        args = {"channels": (self.channels or 0) if span.start == 0 else 0}
+        args: dict[str, Any] = {"channels": (self.channels or 0) if span.start == 0 else 0}
         args.update(self._geometry_args(part))
         args["pixel_ops"] = [op._pixel_op(k) for k, op in part.items() if op.kind == "colour"]
         args.update(self._output_args(part))

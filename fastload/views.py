@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeAlias, overload
 import numpy as np
 import numpy.typing as npt
 
-from ._loading.arguments import check_flag, check_size, is_flag
-from ._loading.collate import Collate, CollateOption, collate
-from ._loading.keywords import refuse_unknown_keywords
-from ._loading.randomness import Purpose, generator
-from ._loading.tree import head, map_tree, row, tree_leaves, unwrap
+from ._base.arguments import check_flag, check_size, is_flag
+from ._base.collate import Collate, CollateOption, collate
+from ._base.keywords import refuse_unknown_keywords
+from ._base.randomness import Purpose, generator
+from ._base.tree import head, map_tree, row, tree_leaves, unwrap
 from .context import current
 from .errors import load_error
 from .obs import (
@@ -131,7 +131,7 @@ class MappedObs(_View):
     called as ``f(x, index=i, seed=seed, epoch=epoch)`` so that its draws depend only on
     those; the seed and epoch are the loader's (0 and 0 outside a loader).
 
-    Several observations come back collated (``_loading/collate.py``): stacked into arrays when
+    Several observations come back collated (``_base/collate.py``): stacked into arrays when
     ``f`` returns arrays or numbers (or tuples/dicts of them) of one shape. With
     ``batched=True``, ``f`` takes and returns a whole batch instead; with
     ``batched="auto"``, whatever it is given: a batch for several indices, the

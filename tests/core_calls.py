@@ -33,8 +33,8 @@ import numpy as np
 
 import fastload
 from fastload import _core, limits
+from fastload._base.tree import LeafKind
 from fastload._images import codecs
-from fastload._loading.tree import LeafKind
 
 MEMORY_CAP_BYTES = 3 << 30
 # The child imports the fastload under test, wherever this script lies.

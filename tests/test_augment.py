@@ -14,7 +14,7 @@ import pytest
 from test_image_kernels import ModelRng, natural_image
 
 from fastload import DataLoader, _core, mapobs
-from fastload._loading.randomness import Purpose, generator
+from fastload._base.randomness import Purpose, generator
 from fastload.transforms import (
     CenterCrop,
     ColorJitter,

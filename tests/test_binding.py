@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from fastload import _core, limits
+from fastload._base.tree import LeafKind
 from fastload._images import codecs
-from fastload._loading.tree import LeafKind
 
 
 def image_source(**where):

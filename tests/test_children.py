@@ -1,4 +1,4 @@
-"""fastload/_loading/children.py: the process toolkit every transport forks its workers
+"""fastload/_base/children.py: the process toolkit every transport forks its workers
 with. Real forked processes throughout: pipes, stop, deaths, errors carried back."""
 
 import os
@@ -9,7 +9,7 @@ from dataclasses import FrozenInstanceError, dataclass
 
 import pytest
 
-from fastload._loading.children import (
+from fastload._base.children import (
     ChildError,
     Stop,
     Tagged,

@@ -1,4 +1,4 @@
-"""Default collation (fastload._loading.collate) for every kind of container, and torch tensors as
+"""Default collation (fastload._base.collate) for every kind of container, and torch tensors as
 containers (fastload.tensors): batches of arrays and tensors, strings as lists."""
 
 from collections import namedtuple
@@ -17,10 +17,10 @@ from fastload import (
     mapobs,
     numobs,
 )
-from fastload._loading.collate import collate
+from fastload._base.collate import collate
+from fastload._base.tree import LeafKind
 from fastload._loading.plan import make_plan
 from fastload._loading.schedule import schedule_of
-from fastload._loading.tree import LeafKind
 from fastload.transforms import Compose, Lambda
 
 torch = pytest.importorskip("torch")

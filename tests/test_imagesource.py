@@ -17,9 +17,9 @@ from test_image_kernels import natural_image
 
 import fastload
 from fastload import DataLoader, LoadError, _core, batchview, mapobs
+from fastload._base.tree import LeafKind
 from fastload._loading.plan import make_plan
 from fastload._loading.schedule import schedule_of
-from fastload._loading.tree import LeafKind
 from fastload.imagefolder import ImageFolder
 from fastload.storage import JPEG, QOI
 from fastload.transforms import (

@@ -3,12 +3,8 @@ loads the observations of ``mapobs(Compose([...]), images)``, with which source,
 which shape; the source is made once per view and made again when what it was built
 from changed."""
 
-import ast
-from pathlib import Path
-
 import numpy as np
 
-import fastload
 from fastload import _core, limits, mapobs
 from fastload._images.imagesources import is_image_chain, native_images
 from fastload.transforms import CenterCrop, Compose, DecodeImage, Lambda, Resize, ToCHW
@@ -56,13 +52,3 @@ def test_the_source_is_made_again_when_the_size_limits_change(monkeypatch):
     first = native_images(view).source
     monkeypatch.setattr(limits, "MAX_IMAGE_PIXELS", limits.MAX_IMAGE_PIXELS - 1)
     assert native_images(view).source is not first
-
-
-def test_the_planner_imports_no_image_code():
-    # plan.py plans leaves; the image sources (and transforms, codecs, limits) live apart.
-    tree = ast.parse((Path(fastload.__file__).with_name("_loading") / "plan.py").read_text())
-    imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            imported |= {node.module or ""} | {alias.name for alias in node.names}
-    assert not imported & {"transforms", "codecs", "limits", "_core"}

@@ -18,7 +18,7 @@ from fastload import (
     splitobs,
     undersample,
 )
-from fastload._loading.keywords import PYTORCH_KEYWORDS
+from fastload._base.keywords import PYTORCH_KEYWORDS
 
 
 @pytest.mark.parametrize(

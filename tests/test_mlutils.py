@@ -32,9 +32,9 @@ from fastload import (
     timeseries_kfolds,
     undersample,
 )
+from fastload._base.tree import LeafKind
 from fastload._loading.plan import ItemPlan, make_plan
 from fastload._loading.schedule import schedule_of
-from fastload._loading.tree import LeafKind
 from fastload.views import ObsView
 
 

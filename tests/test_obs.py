@@ -324,6 +324,6 @@ def test_all_lists_the_users_names_and_the_helpers_stay_importable():
     assert obs.__all__ == ["Container", "Index", "getobs", "getobs_into", "numobs"]
     for helper in ("copy_into", "exact_dtypes", "is_batch_index", "normalize_index"):
         assert callable(getattr(obs, helper))
-    from fastload._loading.tree import map_tree, tree_leaves
+    from fastload._base.tree import map_tree, tree_leaves
 
     assert (obs.map_tree, obs.tree_leaves) == (map_tree, tree_leaves)

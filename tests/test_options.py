@@ -11,7 +11,7 @@ import pytest
 from helpers import run_epochs
 
 from fastload import DataLoader, eachobs
-from fastload._loading.collate import Collate
+from fastload._base.collate import Collate
 from fastload._loading.options import LoaderOptions
 
 

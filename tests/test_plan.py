@@ -194,7 +194,7 @@ def _plan(data, batch_size, collate=None):
 
 
 def test_each_leaf_has_a_leaf_kind_and_the_binding_gets_it():
-    from fastload._loading.tree import LeafKind
+    from fastload._base.tree import LeafKind
 
     data = (np.zeros((6, 2)), Items([np.zeros(3)] * 6), Items(["a"] * 6))
     plan = _plan(data, 3)
@@ -207,7 +207,7 @@ def test_each_leaf_has_a_leaf_kind_and_the_binding_gets_it():
 
 @pytest.mark.parametrize("transport", list(TRANSPORTS))
 def test_a_collate_function_is_the_plans_value_not_a_patched_method(transport):
-    from fastload._loading.collate import Collate
+    from fastload._base.collate import Collate
 
     def pairs(observations):
         return [tuple(o) for o in observations]

@@ -19,12 +19,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fastload import DataLoader, LoadError, _core, batchview, getobs, mapobs, numobs, obsview
+from fastload._base.tree import LeafKind
 from fastload._loading import processes
 from fastload._loading.engine import Engine
 from fastload._loading.engine_options import EngineOptions, ProcessOptions
 from fastload._loading.processes import WorkerError
 from fastload._loading.schedule import Schedule, schedule_of
-from fastload._loading.tree import LeafKind
 from fastload.transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,

@@ -1,5 +1,5 @@
 """What the engine and the loader ask of storage is declared as protocols
-(``fastload._loading.protocols``): the storage classes implement them explicitly, and the loader and
+(``fastload._base.protocols``): the storage classes implement them explicitly, and the loader and
 the planner take what implements them, never an object that merely has an attribute of
 the same name."""
 
@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 from fastload import DataLoader, mapobs
-from fastload._images.imagesources import native_images
-from fastload._loading.protocols import (
+from fastload._base.protocols import (
     Blockwise,
     ContiguousBytes,
     FilePaths,
     PackedRows,
     SpannedBytes,
 )
+from fastload._images.imagesources import native_images
 from fastload.imagefolder import FileBytes
 from fastload.storage import JPEG, Raw, write
 from fastload.storage import open as open_dataset

@@ -1,4 +1,4 @@
-"""One derivation of every random stream (fastload._loading.randomness): each purpose its own
+"""One derivation of every random stream (fastload._base.randomness): each purpose its own
 stream, each stream a pure function of (seed, purpose, key), the orders users saved kept."""
 
 import itertools
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fastload import DataLoader, FileStream, shuffleobs, splitobs
-from fastload._loading.randomness import Purpose, derived_seed, generator
+from fastload._base.randomness import Purpose, derived_seed, generator
 from fastload._loading.rounds import ShuffleBuffer
 from fastload.order import quasi_random_order
 from fastload.streams import rank_records

@@ -87,7 +87,7 @@ def test_chunk_sizes_is_block_sizes():
 
 
 def test_stream_epochs_shuffle_is_its_shuffle_buffer():
-    from fastload._loading.collate import Collate
+    from fastload._base.collate import Collate
     from fastload._loading.rounds import StreamEpochs
 
     records = list(range(10))

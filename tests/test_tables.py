@@ -14,9 +14,9 @@ import pytest
 from helpers import assert_tree_equal, copy_tree
 
 from fastload import DataLoader, getobs, getobs_into, numobs, splitobs
+from fastload._base.tree import LeafKind
 from fastload._loading.plan import ItemPlan, make_plan
 from fastload._loading.schedule import schedule_of
-from fastload._loading.tree import LeafKind
 from fastload.tables import columns
 from fastload.views import batchview
 

@@ -1,4 +1,4 @@
-"""Nested structures (fastload._loading.tree): one flatten/unflatten for observations and batches,
+"""Nested structures (fastload._base.tree): one flatten/unflatten for observations and batches,
 one traversal of the containers under views."""
 
 from collections import OrderedDict, namedtuple
@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fastload import getobs, mapobs, obsview
-from fastload._loading.tree import (
+from fastload._base.tree import (
     LEAF,
     TreeDef,
     children,

@@ -308,7 +308,7 @@ def test_a_batched_function_that_raises_on_an_empty_batch_gives_the_load_error()
 @pytest.mark.parametrize("bad", ["stack", 1, 0, [], np.bool_(True)])
 def test_a_collate_that_is_not_none_a_flag_or_a_callable_is_refused_at_every_edge(bad):
     from fastload import DataLoader, eachobs
-    from fastload._loading.collate import Collate
+    from fastload._base.collate import Collate
 
     message = "collate must be None, True, False or a callable, got"
     for make in (
@@ -323,7 +323,7 @@ def test_a_collate_that_is_not_none_a_flag_or_a_callable_is_refused_at_every_edg
 
 
 def test_collate_forms_a_batch_as_its_option_says():
-    from fastload._loading.collate import Collate
+    from fastload._base.collate import Collate
 
     obs = [np.arange(2), np.arange(2) + 5]
     assert Collate.of(None).by_getobs and not Collate.of(None).whole
@@ -337,7 +337,7 @@ def test_collate_forms_a_batch_as_its_option_says():
 
 
 def test_worker_processes_collect_lists_for_a_collate_function():
-    from fastload._loading.collate import Collate
+    from fastload._base.collate import Collate
 
     assert Collate.of(len).in_workers() == Collate(False)
     for option in (None, True, False):

@@ -5,6 +5,8 @@
   (``fastload.build_info``);
 - ``imagesources``: whether and how the planner loads ``mapobs(Compose([...]), images)``
   in C (the ``_core.ImageSource`` of a view);
+- ``chains``: what the image sources read of a chain of transforms (``Compose``), so that
+  they need not import the transforms;
 - ``mixing``: the batch mixes ``MixUp`` and ``CutMix`` (``fastload.transforms``);
 - ``encoding``: the pixel work of the packed datasets' image encodings and ``convert``
   (decoding file bytes, fitting a size, area resize).

@@ -12,6 +12,7 @@ import numpy as np
 import simplejpeg
 
 from .. import _core
+from .._base.version import __version__
 
 # A JPEG stream opens with its start-of-image marker, FF D8, and the FF of the marker
 # after it: two bytes alone also start files that are not JPEG.
@@ -41,8 +42,6 @@ def build_info() -> dict[str, str]:
     ``"simplejpeg (built without libjpeg's headers)"`` (the whole image, with the GIL taken
     per call; the words in brackets say why, e.g. a libjpeg that could not be loaded).
     Also ``python -m fastload info``."""
-    from .. import __version__
-
     try:
         import PIL
 

@@ -21,10 +21,10 @@ from typing import Any, NamedTuple, TypeAlias, cast
 import numpy as np
 
 from .. import _core, limits
-from .._loading.protocols import ContiguousBytes, FilePaths, SpannedBytes
-from ..transforms import Compose
+from .._base.protocols import ContiguousBytes, FilePaths, SpannedBytes
 from ..views import MappedObs
 from . import codecs
+from .chains import ImageChain
 
 __all__ = ["NativeImages", "is_image_chain", "native_images"]
 
@@ -40,7 +40,7 @@ class NativeImages(NamedTuple):
 
 def is_image_chain(data: object) -> bool:
     """True for ``mapobs(Compose([...]), images)``, native or not."""
-    return isinstance(data, MappedObs) and isinstance(data.f, Compose)
+    return isinstance(data, MappedObs) and isinstance(data.f, ImageChain)
 
 
 # What a source was built from: the chain, the container, its items or paths (None for
@@ -56,7 +56,7 @@ def native_images(view: MappedObs) -> NativeImages | None:
     """How C loads the observations of ``view``, or None when they load through Python:
     a chain with a Lambda (it runs item by item through ``Compose.__call__``), a batched
     ``mapobs``, images in a form only Python reads, or outputs whose shape varies."""
-    if not isinstance(view.f, Compose) or not view.f.native or view.batched:
+    if not isinstance(view.f, ImageChain) or not view.f.native or view.batched:
         return None
     cached = _sources.get(view)
     if cached is None or not _still_holds(cached[0], view):
@@ -97,7 +97,7 @@ def _pixel_images(images: Any) -> list[np.ndarray] | None:
 def _image_source(view: MappedObs) -> _core.ImageSource | None:
     """An ``_core.ImageSource`` that runs ``view.f`` (a Compose) natively over
     ``view.data``, or None when the images are in a form only Python can read."""
-    compose, images = cast(Compose, view.f), view.data  # a Compose: see native_images
+    compose, images = cast(ImageChain, view.f), view.data  # a Compose: see native_images
 
     def source(**where: Any) -> _core.ImageSource:
         return _core.ImageSource(
@@ -128,7 +128,7 @@ def _image_source(view: MappedObs) -> _core.ImageSource | None:
 def _output_spec(view: MappedObs) -> tuple[tuple[int, ...], np.dtype[Any]] | None:
     """(shape, dtype) of every output of ``mapobs(compose, images)``, or None when it
     varies."""
-    compose = cast(Compose, view.f)  # a Compose: see native_images
+    compose = cast(ImageChain, view.f)  # a Compose: see native_images
     if compose.output_shape is not None:
         return tuple(compose.output_shape), np.dtype(compose.output_dtype)
     images = view.data

@@ -1,3 +1,3 @@
 """The loading machinery: the engine and its plans, schedules and epochs, the process
-transport, the walkers of nested observations, keyword checks, and what
-``fastload.torch`` runs on. Nothing here is imported by users."""
+transport, the loader's options and state, and what ``fastload.torch`` runs on. It sits
+above the views and streams it loads. Nothing here is imported by users."""

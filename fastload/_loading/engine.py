@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _core, tensors
+from .._base.tree import map_tree
 from ..context import loading
 from ..obs import Container
 from .engine_options import Allocator, EngineOptions, ProcessOptions, worker_options
@@ -44,7 +45,6 @@ from .plan import make_plan
 from .processes import WorkerPool
 from .schedule import Schedule
 from .seams import Dests, Objects, Plan, Reply, Transport
-from .tree import map_tree
 
 __all__ = ["Engine"]
 

@@ -16,7 +16,7 @@ from typing import Any, Literal, TypeAlias
 
 import numpy as np
 
-from .arguments import check_flag, is_flag, is_size
+from .._base.arguments import check_flag, is_flag, is_size
 
 __all__ = [
     "Allocator",

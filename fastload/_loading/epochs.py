@@ -26,11 +26,11 @@ from typing import Literal, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
+from .._base.collate import Collate
+from .._base.randomness import Purpose, generator
 from ..order import quasi_random_order, quasi_shard_order
 from ..samplers import BatchSampler, Sampler, draw_batches, draw_order
 from ..views import steps
-from .collate import Collate
-from .randomness import Purpose, generator
 from .schedule import Schedule
 from .sharding import shard_batches, shard_order, shard_size
 

@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
+from .._base.arguments import check_flag, check_size, is_flag, is_size, warn_renamed
+from .._base.collate import Collate, CollateOption
+from .._base.tree import tree_leaves
 from ..samplers import BatchSampler, Sampler
-from .arguments import check_flag, check_size, is_flag, is_size, warn_renamed
-from .collate import Collate, CollateOption
 from .engine_options import Allocator, Backend, EngineOptions, OnError
 from .epochs import Shuffle
 from .sharding import Shard
-from .tree import tree_leaves
 
 __all__ = ["BufferOption", "LoaderOptions"]
 

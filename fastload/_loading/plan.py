@@ -30,15 +30,25 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import tables, tensors
+from .._base.collate import Collate
+from .._base.tree import (
+    LEAF,
+    LeafKind,
+    TreeDef,
+    flatten,
+    head,
+    map_tree,
+    row,
+    tree_leaves,
+    unflatten,
+)
 from .._images.imagesources import is_image_chain, native_images
 from ..errors import LoadError, MisfitError
 from ..obs import Container, exact_dtypes, getobs, getobs_into
 from ..sparse import is_sparse
 from ..views import MappedObs, SlidingWindow, collate_batch, source_of
-from .collate import Collate
 from .schedule import Schedule
 from .seams import Dests, Field, Objects
-from .tree import LEAF, LeafKind, TreeDef, flatten, head, map_tree, row, tree_leaves, unflatten
 
 __all__ = ["ItemPlan", "MisfitError", "StepPlan", "make_plan"]
 

@@ -62,11 +62,11 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from .children import Pipes, WorkerDied, WorkerError, fork_workers, remote_error
+from .._base.children import Pipes, WorkerDied, WorkerError, fork_workers, remote_error
+from .._base.tree import map_tree
 from .engine_options import ProcessOptions
 from .schedule import Schedule
 from .seams import Dests, Failure, Objects, Plan, Reply
-from .tree import map_tree
 from .workers import (
     Cancelled,
     Done,

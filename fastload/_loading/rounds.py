@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._base.arguments import renamed_attribute, renamed_keywords
+from .._base.collate import Collate
+from .._base.randomness import Purpose, derived_seed, generator
 from ..obs import Container
 from ..streams import check_ranks, is_one_shot, rank_records, substitute
-from .arguments import renamed_attribute, renamed_keywords
-from .collate import Collate
-from .randomness import Purpose, derived_seed, generator
 from .schedule import Schedule
 
 if TYPE_CHECKING:

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .._base.collate import Collate, CollateOption
 from ..obs import Container, numobs
 from ..views import BatchView, ObsView, steps
-from .collate import Collate, CollateOption
 
 __all__ = ["Schedule", "folded_views", "schedule_of"]
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from .tree import LeafKind
+from .._base.tree import LeafKind
 
 if TYPE_CHECKING:  # for annotations only: this module stays a leaf of the import graph
     from .schedule import Schedule

@@ -33,7 +33,7 @@ from typing import Literal, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from .arguments import user_stacklevel
+from .._base.arguments import user_stacklevel
 
 __all__ = [
     "DEFAULT_SEED",

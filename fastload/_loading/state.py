@@ -37,7 +37,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from .arguments import is_flag, is_size
+from .._base.arguments import is_flag, is_size
 
 __all__ = [
     "ORDER_SETTINGS",

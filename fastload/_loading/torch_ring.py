@@ -37,14 +37,14 @@ import numpy as np
 import torch
 import torch.utils.data as tud
 
+from .._base.children import WorkerDied, WorkerError, death_message, end_processes, rebuilt, start
+from .._base.tree import map_tree
 from ..errors import LoadError
 from ..obs import copy_into
 from ..tensors import numpy_view
-from .children import WorkerDied, WorkerError, death_message, end_processes, rebuilt, start
 from .engine import Engine
 from .plan import MisfitError
 from .torch_batches import as_collated
-from .tree import map_tree
 from .workers import InitError
 
 __all__ = ["FirstKnown", "RingBatches", "fits_ring", "per_item", "probe_first"]

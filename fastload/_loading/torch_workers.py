@@ -45,7 +45,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from .children import ChildError, Tagged, death_message, end_processes, orphaned, start
+from .._base.children import ChildError, Tagged, death_message, end_processes, orphaned, start
 
 __all__ = ["Fetcher", "QueueWorkers", "WorkerIteration", "base_seed", "worker_setup"]
 

@@ -26,12 +26,12 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _core
+from .._base.children import Tagged, WorkerError, describe_error, serve
+from .._base.tree import fetched_under, map_tree
 from ..context import loading
-from .children import Tagged, WorkerError, describe_error, serve
 from .plan import make_plan
 from .schedule import Schedule
 from .seams import Dests, Failure, Objects, Plan
-from .tree import fetched_under, map_tree
 
 __all__ = [
     "Cancelled",

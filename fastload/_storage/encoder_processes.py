@@ -19,7 +19,7 @@ one worker, or holds the slab handed out last (reused only once the consumer ask
 next one); slabs are handed out in row order; every job gets one reply; every wait is a
 timed wait on the pipes and the workers' sentinels, so a worker that dies raises at once.
 The workers are forked, served, stopped and their errors carried back by the loader's
-process toolkit (``fastload._loading.children``).
+process toolkit (``fastload._base.children``).
 """
 
 import collections
@@ -28,7 +28,7 @@ import multiprocessing
 
 import numpy as np
 
-from fastload._loading.children import describe_error, fork_workers, remote_error, serve
+from fastload._base.children import describe_error, fork_workers, remote_error, serve
 from fastload._storage.encoders import (
     ByteValues,
     Slab,

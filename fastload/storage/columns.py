@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from fastload._loading.protocols import ContiguousBytes, PackedRows, SpannedBytes
+from fastload._base.protocols import ContiguousBytes, PackedRows, SpannedBytes
 from fastload.errors import LoadError
 from fastload.obs import is_batch_index, normalize_index
 

@@ -2,8 +2,8 @@
 
 import os
 
+from fastload._base.arguments import renamed_keywords
 from fastload._images import encoding as images
-from fastload._loading.arguments import renamed_keywords
 from fastload._storage.fields import JPEG, QOI, NDArray, Smart, Str
 from fastload._storage.remote import is_url
 from fastload.imagefolder import ImageFolder

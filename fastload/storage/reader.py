@@ -22,8 +22,8 @@ import numpy as np
 import numpy.typing as npt
 
 from fastload import _core
-from fastload._loading.arguments import RenamedKeys, renamed_attribute
-from fastload._loading.protocols import PackedRows
+from fastload._base.arguments import RenamedKeys, renamed_attribute
+from fastload._base.protocols import PackedRows
 from fastload._storage.arrow_types import arrow_type, import_pyarrow
 from fastload._storage.checksums import META_CHECKSUMS, file_checksums
 from fastload._storage.fields import Bytes, Encoding, Raw, Scalar, Str

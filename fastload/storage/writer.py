@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from fastload._loading.arguments import is_size, renamed_keywords, warn_renamed
+from fastload._base.arguments import is_size, renamed_keywords, warn_renamed
 from fastload._storage.arrow_types import arrow_type, import_pyarrow
 from fastload._storage.checksums import META_CHECKSUMS, block_checksums, metadata_checksum
 from fastload._storage.encoder_processes import SLOT_BYTES, process_slabs
