@@ -104,12 +104,7 @@ def fetched_iteration(
         return engine.iterate(data, schedule, verify_rows=_verifiers(data), **options)
     from fastload._storage.remotefiles import Prefetch
 
-    first = (
-        schedule.start * schedule.rows
-        if schedule.bounds is None
-        else schedule.bounds[schedule.start]
-    )
-    prefetch = Prefetch(remotes, schedule.order, int(first))
+    prefetch = Prefetch(remotes, schedule.order, schedule.first(schedule.start))
     iteration = engine.iterate(
         data,
         schedule,

@@ -96,11 +96,15 @@ class Schedule:
             return len(self.bounds) - 1
         return steps(len(self.order), self.rows, self.drop_last)
 
+    def first(self, step: int) -> int:
+        """The position in ``order`` of the first item of ``step``."""
+        return int(self.bounds[step]) if self.bounds is not None else step * self.rows
+
     def positions(self, step: int) -> npt.NDArray[np.int64]:
         """The container positions that ``step`` loads (a view of ``order``)."""
         if self.bounds is not None:
             return self.order[self.bounds[step] : self.bounds[step + 1]]
-        first = step * self.rows
+        first = self.first(step)
         return self.order[first : min(first + self.rows, len(self.order))]
 
     def replaced(self, **changes: Any) -> Schedule:

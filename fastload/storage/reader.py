@@ -150,42 +150,30 @@ def _dataset(
     cache_bytes: int | None,
     timeout: float,
 ) -> Dataset:
-    """``open``'s dataset, its blocks not checked yet: at a URL or of local files."""
-    if is_url(path):
-        return _open_remote(str(path), verify, storage_options, cache_dir, cache_bytes, timeout)
-    if storage_options is not None or cache_dir is not None or cache_bytes is not None:
-        raise ValueError(
-            f"storage_options, cache_dir and cache_bytes are for a dataset at a URL; "
-            f"{os.fspath(path)!r} is a local path"
-        )
-    return Dataset([_read_file(f, cache) for f in resolve_files(path)], verify=verify)
-
-
-def _open_remote(
-    url: str,
-    verify: Literal["read", "open"] | None,
-    storage_options: Mapping[str, Any] | None,
-    cache_dir: str | os.PathLike[str] | None,
-    cache_bytes: int | None,
-    timeout: float,
-) -> Dataset:
-    """``open`` of a dataset at a URL: its objects mirrored in memory (``RemoteFile``),
-    parsed as local files are, their bulk fetched by ``RemoteRows``."""
+    """``open``'s dataset, its blocks not checked yet: of local files, or at a URL, its
+    objects mirrored in memory (``RemoteFile``), parsed as local files are, their bulk
+    fetched by ``RemoteRows``."""
+    if not is_url(path):
+        if storage_options is not None or cache_dir is not None or cache_bytes is not None:
+            raise ValueError(
+                f"storage_options, cache_dir and cache_bytes are for a dataset at a URL; "
+                f"{os.fspath(path)!r} is a local path"
+            )
+        return Dataset([_read_file(f, cache) for f in resolve_files(path)], verify=verify)
     from fastload._storage.remotefiles import default_cache, open_objects
 
-    cache = default_cache(cache_dir, cache_bytes)
-    files = open_objects(url, storage_options, timeout, _remote_file)
-    opened = [f.opened for f in files]
+    blocks = default_cache(cache_dir, cache_bytes)
+    files = open_objects(str(path), storage_options, timeout, _remote_file)
     total, limit = sum(f.obj.size for f in files), memory_limit()
     if limit is not None and total > limit:
         warnings.warn(
-            f"{url}: {total / 1e9:.1f} GB, more than the {limit / 1e9:.1f} GB of memory this "
+            f"{path}: {total / 1e9:.1f} GB, more than the {limit / 1e9:.1f} GB of memory this "
             f"process may use: the blocks it reads stay in memory while the dataset is open; "
             f"read a part of it per process (shard=, or file_datasets)",
             UserWarning,
             stacklevel=3,
         )
-    return Dataset(opened, verify=verify, remote=(files, cache))
+    return Dataset([f.opened for f in files], verify=verify, remote=(files, blocks))
 
 
 def _remote_file(remote: Any, kind: str) -> None:
