@@ -15,7 +15,8 @@ reaches the server, and the answers share a bandwidth of ``--mbps`` megabits per
    (``remote_peers.py``).
 2. Each run is a fresh child process that opens the dataset (the local file, already in
    the page cache; or its URL through the proxy with ``cache_bytes=0``: every block
-   fetched, nothing on disk) and loads one epoch of
+   fetched, nothing on disk; once more with ``memory_bytes`` at ``--memory-part`` of the
+   file, so that its blocks are let go after use) and loads one epoch of
    ``DataLoader((mapobs(Compose([DecodeImage(), RandomResizedCrop(224),
    RandomHorizontalFlip()]), ds["image"].encoded), ds["label"]), 256, shuffle="quasi",
    parallel=2, buffer=True)``. A peer's run (``remote_peers.py read``, in the
@@ -34,13 +35,14 @@ reaches the server, and the answers share a bandwidth of ``--mbps`` megabits per
    the CPU time the store and the proxy took meanwhile (this script's threads: the HTTP
    server, the proxy; moto runs in a process of its own, not counted), CPU that a
    cluster's store does not take from the loader. Each loop reads a byte of every page of
-   each batch, as a training step would.
+   each batch, as a training step would. A run with ``memory_bytes`` also reports the
+   most bytes of blocks it held (sampled at each batch).
 4. The kinds of runs alternate, ``--repeats`` of each; medians.
 
 Usage (fastload built in place; the peers' environment made once):
   bench/peers_env.sh
   python bench/remote.py [--n 4000] [--repeats 5] [--latency-ms 20]
-      [--mbps 1000] [--block-mb 4] [--peers] [--peer-file-mb MB]
+      [--mbps 1000] [--block-mb 4] [--memory-part 0.25] [--peers] [--peer-file-mb MB]
 """
 
 import argparse
@@ -175,7 +177,7 @@ class RangeFiles:
         self.server.server_close()
 
 
-def child(where, storage_options):
+def child(where, storage_options, memory_bytes):
     """One epoch in this process; prints a JSON line of what it measured."""
     from pipelines import train_ops
 
@@ -185,7 +187,12 @@ def child(where, storage_options):
     with TreeMemory() as memory:
         start = time.perf_counter()
         if "://" in where:
-            ds = fastload.open(where, storage_options=storage_options or None, cache_bytes=0)
+            ds = fastload.open(
+                where,
+                storage_options=storage_options or None,
+                cache_bytes=0,
+                memory_bytes=memory_bytes,
+            )
         else:
             ds = fastload.open(where)
         loader = fastload.DataLoader(
@@ -196,17 +203,23 @@ def child(where, storage_options):
             buffer=True,
             seed=0,
         )
+        remote = getattr(ds, "remote_rows", None)
+        bounded = remote is not None and remote.bounded
         it = iter(loader)
         loaded = first_size = len(next(it)[1])
         first = time.perf_counter()
+        held = 0
         for batch in it:
             touch(batch)
             loaded += len(batch[1])
+            if bounded:
+                held = max(held, remote.held_bytes())
         end = time.perf_counter()
     if loaded != len(ds):
         raise RuntimeError(f"fastload loaded {loaded} images of {len(ds)}")
     result = {"rate": (loaded - first_size) / (end - first), "first_s": first - start}
     result["disk_mb"] = 0.0  # cache_bytes=0: nothing written
+    result["held_mb"] = held / 2**20
     print(json.dumps({**result, "rss_mb": memory.rss / 2**20, "pss_mb": memory.pss / 2**20}))
 
 
@@ -271,8 +284,11 @@ def plan(args, server, files, path, peer_folders):
     options = dict(server.storage_options)
     options["client_kwargs"] = {**options["client_kwargs"], "endpoint_url": endpoint}
 
-    def fastload_child(where, opts):
-        return [sys.executable, __file__, "--child", where, "--options", json.dumps(opts)]
+    def fastload_child(where, opts, memory=None):
+        argv = [sys.executable, __file__, "--child", where, "--options", json.dumps(opts)]
+        return argv + (["--memory-bytes", str(memory)] if memory else [])
+
+    budget = int(os.path.getsize(path) * args.memory_part)
 
     runs = {
         "local disk": (fastload_child(path, {}), None, None),
@@ -282,6 +298,11 @@ def plan(args, server, files, path, peer_folders):
             to_http,
         ),
         "S3 (moto) through it": (fastload_child("s3://bench/train.arrow", options), None, to_s3),
+        f"HTTP, memory_bytes {budget / 2**20:.0f} MiB": (
+            fastload_child(f"http://127.0.0.1:{to_http.port}/train.arrow", {}, budget),
+            None,
+            to_http,
+        ),
     }
     env = {
         **os.environ,
@@ -331,6 +352,7 @@ def report(results, size_mb, repeats):
             f"  {'':{width}s} peak {m['pss_mb']:,.0f} MB PSS ({m['rss_mb']:,.0f} MB summed RSS), "
             f"{m['disk_mb']:.1f} MB on disk at the end, "
             f"{m['store_cpu_s']:.2f} s of CPU in the store and proxy"
+            + (f", at most {m['held_mb']:.1f} MiB of blocks held" if m.get("held_mb") else "")
         )
     print(f"  (the file: {size_mb:.1f} MB); medians of {repeats} runs each, interleaved")
 
@@ -342,13 +364,17 @@ def main():
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--mbps", type=float, default=1000.0)
     parser.add_argument("--block-mb", type=float, default=4.0)
+    parser.add_argument(
+        "--memory-part", type=float, default=0.25, help="memory_bytes of the bounded run"
+    )
     parser.add_argument("--peers", action="store_true", help="also Mosaic Streaming and LitData")
     parser.add_argument("--peer-file-mb", type=float, default=None, help="(--block-mb)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--options", default="{}", help=argparse.SUPPRESS)
+    parser.add_argument("--memory-bytes", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
-        return child(args.child, json.loads(args.options))
+        return child(args.child, json.loads(args.options), args.memory_bytes)
     if args.peers and not os.path.exists(PEERS_PYTHON):
         parser.error(f"--peers runs {PEERS_PYTHON}, which is missing: run bench/peers_env.sh")
 

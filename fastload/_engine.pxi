@@ -596,6 +596,11 @@ cdef class Iteration:
         self.watched = word
         fl_run_watch(self.run, <const int64_t *>cnp.PyArray_DATA(word), value)
 
+    @property
+    def is_gated(self):
+        """Whether a gate holds the run back (``gate``)."""
+        return self.gated is not None
+
     def gate(self, cnp.ndarray word not None):
         """Claim no item at a position of the schedule's order from ``word[0]`` on (an
         int64 array another thread or process writes: the first position whose data is not

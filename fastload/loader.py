@@ -98,20 +98,39 @@ def fetched_iteration(
 ) -> _core.Iteration:
     """``engine.iterate(data, schedule, **options)`` with the checks of the packed
     datasets under ``data``; over datasets at a URL, their blocks are fetched ahead of
-    the run (``Prefetch``), which waits at its gate for those not there yet."""
+    the run (``Prefetch``), which waits at its gate for those not there yet, and let go
+    of after their last step was delivered when the dataset is larger than its
+    ``memory_bytes``."""
     remotes = fetched_under(data)
     if not remotes:
         return engine.iterate(data, schedule, verify_rows=_verifiers(data), **options)
     from fastload._storage.remotefiles import Prefetch
 
-    prefetch = Prefetch(remotes, schedule.order, schedule.first(schedule.start))
+    prefetch = Prefetch(
+        remotes,
+        schedule.order,
+        schedule.first(schedule.start),
+        first_step=schedule.start,
+        step_end=lambda step: schedule.first(step) + len(schedule.positions(step)),
+    )
+    delivered = options.pop("delivered", None)
+
+    def told(step: int) -> None:  # the blocks of bounded datasets let go after use
+        prefetch.delivered(step)
+        if delivered is not None:
+            delivered(step)
+
     iteration = engine.iterate(
         data,
         schedule,
         verify_rows=[prefetch.check, *_verifiers(data)],
         gate=prefetch.gate,
+        delivered=told,
         **options,
     )
+    # Steps read through Python or by worker processes run ahead of the gate: every block
+    # their iteration still reads is kept from other iterations' letting go.
+    prefetch.gated = iteration.is_gated
     prefetch.start()
     weakref.finalize(iteration, prefetch.close)
     return iteration

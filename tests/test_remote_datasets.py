@@ -15,7 +15,7 @@ from servers import RangeServer, S3Server
 import fastload
 from fastload import DataLoader, LoadError, mapobs, obsview
 from fastload._storage.blockcache import BlockCache
-from fastload.storage import JPEG, Raw
+from fastload.storage import JPEG, Bytes, Raw
 
 N = 120
 
@@ -298,10 +298,10 @@ def test_a_server_killed_mid_epoch_fails_with_the_url(http, files):
     remote, fetch = ds.remote_rows, ds.remote_rows.fetch
     killed_at = int(ds.block_bounds[6])  # the server dies as block 6 is about to be fetched
 
-    def fetch_until_killed(k):
+    def fetch_until_killed(k, wanted=None):
         if k >= 6:
             http.stop()
-        fetch(k)
+        fetch(k, wanted)
 
     remote.fetch = fetch_until_killed
     got = []
@@ -346,12 +346,134 @@ def test_refused_credentials_give_the_stores_message_with_the_url(http):
         fastload.open(f"{http.url}/all.arrow", cache_bytes=0)
 
 
-def test_a_dataset_larger_than_memory_warns_at_open(http, monkeypatch):
-    from fastload.storage import reader
+# -- a dataset larger than memory_bytes --------------------------------------------------------
 
-    monkeypatch.setattr(reader, "memory_limit", lambda: 1000)
-    with pytest.warns(UserWarning, match="more than the .* GB of memory this process may use"):
-        fastload.open(f"{http.url}/all.arrow", cache_bytes=0)
+BIG = 1200  # rows of 1 KiB in blocks of 16 KiB: 75 blocks, 1.2 MB
+BUDGET = 150_000  # about 9 blocks
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory):
+    """A range server over a dataset of 75 blocks (1.2 MB), and two files of half of it."""
+    root = tmp_path_factory.mktemp("big")
+    rows = [
+        {"x": np.full((32, 32), i % 251, np.uint8), "label": i, "tag": bytes([i % 251]) * 8}
+        for i in range(BIG)
+    ]
+    fields = {"x": Raw((32, 32), "uint8"), "label": "int64", "tag": Bytes()}
+    fastload.write(root / "all.arrow", rows, fields, block_bytes=16 << 10, progress=False)
+    (root / "parts").mkdir()
+    for k in range(2):
+        part = rows[k * BIG // 2 : (k + 1) * BIG // 2]
+        fastload.write(
+            root / "parts" / f"{k}.arrow", part, fields, block_bytes=16 << 10, progress=False
+        )
+    server = RangeServer(root)
+    yield server
+    server.stop()
+
+
+def _shared_memory():
+    """The shared pages mapped in this process (the mirrors are shared maps)."""
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) << 10 for line in status if line.startswith("RssShmem"))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"parallel": False}, {"buffer": True}, {"parallel": 2, "backend": "process"}],
+    ids=["threads", "sequential", "buffer", "processes"],
+)
+def test_a_dataset_larger_than_memory_bytes_is_read_within_them(big, options):
+    ds = fastload.open(f"{big.url}/all.arrow", cache_bytes=0, memory_bytes=BUDGET)
+    remote = ds.remote_rows
+    assert remote.bounded and remote.nbytes.sum() > 8 * BUDGET
+    loader = DataLoader(ds, 50, shuffle="quasi", seed=1, **options)
+    for _ in range(2):
+        before, held, mapped, labels = big.requests, 0, 0, []
+        with deadline(120):
+            for batch in loader:
+                x, label = np.asarray(batch["x"]), np.asarray(batch["label"])
+                assert (x == (label % 251).astype(np.uint8)[:, None, None]).all()
+                labels.append(label)
+                held = max(held, remote.held_bytes())
+                mapped = max(mapped, _shared_memory())
+        assert sorted(np.concatenate(labels).tolist()) == list(range(BIG))
+        # Within the budget, but for the blocks of the steps being loaded.
+        assert held <= 3 * BUDGET
+        if "backend" not in options:  # the pages are given back, not only marked
+            assert mapped - _shared_memory() < 4 * BUDGET
+        # Each block fetched once per epoch (a request per column): again in the second,
+        # once for all processes.
+        once = sum(len(block.ranges) for block in remote.blocks)
+        assert once <= big.requests - before <= 1.05 * once
+
+
+@pytest.mark.parametrize("options", [{}, {"buffer": True}], ids=["threads", "buffer"])
+def test_images_larger_than_memory_bytes_load_as_the_local_files_do(http, files, options):
+    local = fastload.open(files / "all.arrow")
+    budget = 10 * 5200  # 10 blocks of 30
+    ds = fastload.open(f"{http.url}/all.arrow", cache_bytes=0, memory_bytes=budget)
+    remote = ds.remote_rows
+    assert remote.bounded and len(remote.blocks) == 30
+    loader = DataLoader(ds, 8, shuffle="quasi", seed=5, parallel=2, **options)
+    reference = DataLoader(local, 8, shuffle="quasi", seed=5, **options)
+    for _ in range(2):
+        held, steps = 0, 0
+        with deadline(60):
+            for got, want in zip(loader, reference, strict=True):
+                _same(got, want)
+                held = max(held, remote.held_bytes())
+                steps += 1
+        assert steps == 15
+        # Within the budget, and the few blocks the gate waits for or a step being loaded
+        # reads (without letting go, all 30 are held by the end)
+        assert held <= budget + 3 * remote.nbytes.max()
+
+
+def test_a_dataset_within_memory_bytes_keeps_its_blocks(big):
+    ds = fastload.open(f"{big.url}/all.arrow", cache_bytes=0)  # half the memory: all of it
+    assert not ds.remote_rows.bounded
+    with deadline(60):
+        list(DataLoader(ds, 50, shuffle="quasi", seed=1))
+    assert ds.remote_rows.present.all()
+    with pytest.raises(ValueError, match="memory_bytes"):
+        fastload.open(f"{big.url}/all.arrow", cache_bytes=0, memory_bytes=-1)
+
+
+def test_a_block_read_through_python_is_never_let_go(big):
+    ds = fastload.open(f"{big.url}/all.arrow", cache_bytes=0, memory_bytes=BUDGET)
+    item, stored, row = ds["x"][7], ds["tag"].encoded[900], ds[534]["x"]  # views of the map
+    pinned = ds.remote_rows.pinned
+    assert pinned.sum() == 3 and ds.remote_rows.present[pinned != 0].all()
+    assert ds["tag"][10] == bytes([10]) * 8 and pinned.sum() == 3  # decoded: a copy
+    with deadline(120):
+        for _ in DataLoader(ds, 50, shuffle="quasi", seed=2):
+            pass
+    assert (item == 7).all() and set(bytes(stored)) == {900 % 251} and (row == 534 % 251).all()
+    gathered = ds["x"][[10, 1100]]  # a gather is a copy: nothing more pinned
+    assert pinned.sum() == 3 and gathered[1, 0, 0] == 1100 % 251
+
+
+def test_a_random_order_over_a_bounded_dataset_warns(big):
+    ds = fastload.open(f"{big.url}/all.arrow", cache_bytes=0, memory_bytes=BUDGET)
+    with pytest.warns(UserWarning, match="shuffle='quasi'"):
+        labels = [b["label"] for b in DataLoader(ds, 100, shuffle=True, seed=0)]
+    assert sorted(np.concatenate(labels).tolist()) == list(range(BIG))
+
+
+def test_the_file_datasets_of_a_bounded_dataset_share_its_marks(big):
+    ds = fastload.open(f"{big.url}/parts/", cache_bytes=0, memory_bytes=BUDGET)
+    first, second = ds.file_datasets
+    assert first.remote_rows.bounded and second.remote_rows.root is ds.remote_rows
+    kept = second["x"][5]  # pinned in the dataset as well
+    assert ds.remote_rows.pinned[second.remote_rows.offset + second.remote_rows.blocks_of(5)].all()
+    with deadline(120):
+        for batch in DataLoader(ds, 50, shuffle="quasi", seed=3):  # lets go of the others
+            assert (np.asarray(batch["x"])[:, 0, 0] == np.asarray(batch["label"]) % 251).all()
+        labels = [b["label"] for b in DataLoader(second, 50, shuffle="quasi", seed=3)]
+    assert sorted(np.concatenate(labels).tolist()) == list(range(BIG // 2, BIG))
+    assert (kept == (BIG // 2 + 5) % 251).all()
 
 
 def test_local_paths_take_no_storage_options(files):

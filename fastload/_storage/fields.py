@@ -56,6 +56,8 @@ class Encoding:
     parts: tuple[tuple[str, str], ...] = ()
     # Parameters missing from the metadata of older files: the values they were written with.
     written_before: dict[str, object] = {}
+    # Whether ``decode`` always returns new memory (never a view of the stored bytes).
+    copies = False
 
     def bind(self, value):
         """This encoding with whatever the first observation fixes (a shape, a dtype)."""
@@ -253,6 +255,7 @@ class Bytes(Encoding):
     """Opaque bytes per observation."""
 
     name = "bytes"
+    copies = True
 
     def encode(self, value):
         if not isinstance(value, (bytes, bytearray, memoryview)):
@@ -268,6 +271,7 @@ class Str(Encoding):
 
     name = "str"
     kind = "string"
+    copies = True
 
     def encode(self, value):
         if not isinstance(value, str):
@@ -375,6 +379,7 @@ class JPEG(_Image):
     Raises ValueError (TypeError for a flag) for a bad parameter."""
 
     name = "jpeg"
+    copies = True
     # Files written before 0.3 were encoded at 4:4:4.
     written_before: dict[str, object] = {**_Image.written_before, "subsampling": "444"}
 
@@ -421,6 +426,7 @@ class QOI(_Image):
     resize are stored as given, once decoded to check them unless ``check=False``."""
 
     name = "qoi"
+    copies = True
 
     def __init__(
         self, max_side: int | None = None, check: bool = True, *, exact: bool = True

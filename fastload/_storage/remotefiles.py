@@ -21,6 +21,20 @@ whose block is not there yet), and a worker process's ``ensure`` before it loads
 of a step. A block is written once, whole and checked, and never changes after: readers
 never see a torn one.
 
+Memory. A dataset whose bulk fits in ``memory_bytes`` (``open``'s; default: half the
+memory this process may use) keeps every block it fetched while it is open. A larger one
+is read with bounded memory: each loader iteration lets go of a block once the last step
+that reads it was delivered (its pages returned to the system, ``MADV_REMOVE``; its mark
+cleared), and fetches ahead only while what is held fits ``memory_bytes`` (the gate's
+block always). What a step copies into its batch needs its blocks only until the step is
+delivered; a view handed to Python does not: a block read through Python (``ds[i]``, a
+column's items, ``encoded[i]``) is **pinned** (marked before it is read, under its lock)
+and never let go, so that no value handed out ever changes. A block let go is fetched
+again when it is next needed (from the disk cache when it is there), checked again::
+
+    positions  |== delivered ==|== being loaded ==|gate|== fetched ahead ==|
+    blocks      let go (last use delivered)  held      held (within memory_bytes)
+
 An object that is not an Arrow IPC file (a stream, ``.arrows``), or whose batches are
 compressed, is fetched whole at open.
 """
@@ -29,11 +43,16 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
+import errno
+import fcntl
 import mmap
 import os
 import shutil
 import struct
+import tempfile
 import threading
+import time
+import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -45,6 +64,7 @@ from fastload._storage.arrow_types import import_pyarrow
 from fastload._storage.blockcache import BlockCache
 from fastload._storage.checksums import block_checksums, file_checksums
 from fastload._storage.framing import framing_of
+from fastload._storage.memory import memory_limit
 from fastload._storage.remote import MAX_CONCURRENCY, RemoteObject, resolve_urls
 from fastload.errors import LoadError
 
@@ -56,6 +76,25 @@ _GAP = 64 << 10  # small buffers this close are fetched in one range
 _LOCKS = 64  # per-block locks, striped
 AHEAD_BLOCKS = 16  # blocks a loader's prefetch keeps in flight or fetched ahead
 DEFAULT_CACHE_BYTES = 50 << 30  # at most; never more than half the disk's free space
+# Returns a shared anonymous map's pages to the system (Linux); elsewhere blocks are kept.
+_MADV_REMOVE = getattr(mmap, "MADV_REMOVE", None)
+
+
+def can_let_go() -> bool:
+    """Whether fetched blocks can be let go of on this platform (``MADV_REMOVE``)."""
+    return _MADV_REMOVE is not None
+
+
+def default_memory(memory_bytes: int | None) -> int | None:
+    """The bytes of fetched blocks a dataset at a URL keeps in memory: ``memory_bytes``,
+    or half the memory this process may use (None: unknown, all kept). Raises
+    ValueError for a negative or non-integer value."""
+    if memory_bytes is None:
+        limit = memory_limit()
+        return None if limit is None else limit // 2
+    if isinstance(memory_bytes, bool) or not isinstance(memory_bytes, int) or memory_bytes < 0:
+        raise ValueError(f"memory_bytes must be an int >= 0 (bytes), got {memory_bytes!r}")
+    return memory_bytes
 
 
 def default_cache(cache_dir: str | os.PathLike[str] | None, cache_bytes: int | None) -> BlockCache:
@@ -158,7 +197,12 @@ class RemoteRows:
     ``Prefetch`` fetches them ahead of a loader). ``opened``: the dataset's
     ``_OpenedFile``s (over the ``files``' maps); ``bounds``: its block boundaries (rows);
     ``per_file``: each file's own block boundaries; ``verify``: check each block's CRC-32
-    as it arrives."""
+    as it arrives; ``memory_bytes``: the bytes of blocks to keep in memory (None: all).
+    ``bounded``: the bulk is larger than that, so loaders let go of blocks after use
+    (``release``); ``pinned[k]`` marks block k read through Python (``pin``), never let
+    go. ``within``: (the ``RemoteRows`` of a dataset of several files, the first block of
+    these files there) for one of its ``file_datasets``: the maps are the same, so the
+    marks, locks, memory and readers are that dataset's (``root``, from ``offset``)."""
 
     def __init__(
         self,
@@ -168,6 +212,8 @@ class RemoteRows:
         per_file: Sequence[npt.NDArray[np.int64]],
         cache: BlockCache,
         verify: bool,
+        memory_bytes: int | None = None,
+        within: tuple[RemoteRows, int] | None = None,
     ) -> None:
         pa = import_pyarrow()
         self.files, self.cache, self.bounds = list(files), cache, bounds
@@ -185,10 +231,35 @@ class RemoteRows:
                     else _bulk_parts(s, remote, int(own[local]), int(own[local + 1]))
                 )
                 self.blocks.append(_BlockParts(f, local, parts))
-        # Marks shared with worker processes forked later (an anonymous shared map).
-        self._marks_map = mmap.mmap(-1, max(len(self.blocks), 1))
-        self.present = np.frombuffer(self._marks_map, np.uint8)[: len(self.blocks)]
-        self.present[:] = [not b.parts for b in self.blocks]
+        n = len(self.blocks)
+        self.nbytes = self.block_nbytes()
+        self.root: RemoteRows = self
+        self.offset = 0
+        self.memory_bytes: int | None
+        self.bounded: bool
+        self.present: npt.NDArray[np.uint8]
+        self.pinned: npt.NDArray[np.uint8]
+        if within is not None:
+            self.root, self.offset = within[0].root, within[0].offset + within[1]
+            self.present = self.root.present[self.offset : self.offset + n]
+            self.pinned = self.root.pinned[self.offset : self.offset + n]
+            self.memory_bytes, self.bounded = self.root.memory_bytes, self.root.bounded
+            self._readers: weakref.WeakSet[Prefetch] = self.root._readers
+        else:
+            # Marks shared with worker processes forked later (an anonymous shared map).
+            self._marks_map = mmap.mmap(-1, max(2 * n, 1))
+            self.present = np.frombuffer(self._marks_map, np.uint8)[:n]
+            self.pinned = np.frombuffer(self._marks_map, np.uint8)[n : 2 * n]
+            self.present[:] = [not b.parts for b in self.blocks]
+            # Byte k of this unlinked file is locked (a POSIX record lock, a process's own)
+            # by the process fetching block k: processes forked later fetch it once.
+            self._claims = tempfile.TemporaryFile(prefix="fastload-blocks-")
+            self.memory_bytes = memory_bytes
+            self.bounded = (
+                memory_bytes is not None and can_let_go() and int(self.nbytes.sum()) > memory_bytes
+            )
+            self._readers = weakref.WeakSet()  # the iterations reading it (``Prefetch``)
+            self._readers_lock = threading.Lock()
         # Told each block this process fetched and checked (the dataset's checks).
         self.checked: Callable[[int], None] | None = None
         self._pid = -1
@@ -211,6 +282,64 @@ class RemoteRows:
         """The blocks of ``rows`` (a row, an array of them), each once."""
         return np.unique(np.searchsorted(self.bounds, np.atleast_1d(rows), side="right") - 1)
 
+    def readers(self) -> list[Prefetch]:
+        """The iterations reading the dataset (of all files of ``root``) now."""
+        with self.root._readers_lock:
+            return list(self._readers)
+
+    def reading(self, prefetch: Prefetch, now: bool) -> None:
+        """Count ``prefetch`` among the ``readers`` (``now``), or not any more."""
+        with self.root._readers_lock:
+            if now:
+                self._readers.add(prefetch)
+            else:
+                self._readers.discard(prefetch)
+
+    def held_bytes(self) -> int:
+        """The bulk bytes of the blocks in memory now (of all files of ``root``)."""
+        return int(self.root.nbytes[self.root.present != 0].sum())
+
+    def _lock(self, k: int) -> threading.Lock:
+        """The lock of block ``k`` (striped; ``root``'s, in this process)."""
+        self.root._after_fork()
+        return self.root._locks[(k + self.offset) % _LOCKS]
+
+    def pin(self, rows: int | npt.NDArray[np.int64]) -> None:
+        """Mark the blocks of ``rows`` as read through Python before they are read: what
+        Python holds may be a view of them, so they are never let go (``bounded`` only)."""
+        if not self.bounded:
+            return
+        blocks = self.blocks_of(rows)
+        if self.pinned[blocks].all():
+            return
+        for k in blocks[self.pinned[blocks] == 0]:
+            with self._lock(int(k)):  # not while ``release`` lets go of it
+                self.pinned[k] = 1
+
+    def release(self, k: int) -> bool:
+        """Let go of block ``k``'s bulk (its pages back to the system, its mark cleared)
+        unless it is pinned, not there, or an iteration may read it (``Prefetch.needs``:
+        its gate passed the block, and a step that reads it was not delivered yet); it
+        is fetched again when next needed. Returns whether it did."""
+        block = self.blocks[k]
+        if not self.bounded or not block.parts:
+            return False
+        with self._lock(k):  # a Prefetch passes a block under its lock, as it is here
+            if self.pinned[k] or not self.present[k]:
+                return False
+            if any(reader.needs(self, k) for reader in self.readers()):
+                return False
+            self.present[k] = 0
+            mapping = self.files[block.file].mapping
+            for start, end in block.ranges:  # whole pages only: their ends are shared
+                lo, hi = (
+                    -(-start // mmap.PAGESIZE) * mmap.PAGESIZE,
+                    end // mmap.PAGESIZE * mmap.PAGESIZE,
+                )
+                if lo < hi and _MADV_REMOVE is not None:
+                    mapping.madvise(_MADV_REMOVE, lo, hi - lo)
+        return True
+
     def ensure(self, rows: int | npt.NDArray[np.int64]) -> None:
         """Fetch the blocks of ``rows`` that are not there yet (several at once); returns
         when all are. Raises ``LoadError`` naming the URL (and block) that failed."""
@@ -224,28 +353,55 @@ class RemoteRows:
             for future in [self.pool().submit(self.fetch, int(k)) for k in missing]:
                 future.result()
 
-    def fetch(self, k: int) -> None:
-        """Fetch block ``k`` unless it is there (one thread at a time per block)."""
+    def fetch(self, k: int, wanted: Callable[[], bool] | None = None) -> None:
+        """Fetch block ``k`` unless it is there (one thread at a time per block), or
+        ``wanted()`` (asked under its lock) says it is not needed any more."""
         if self.present[k]:
             return
-        with self._locks[k % _LOCKS]:
-            if self.present[k]:
+        with self._lock(k):
+            if self.present[k] or (wanted is not None and not wanted()) or not self._claim(k):
                 return
-            block = self.blocks[k]
-            remote = self.files[block.file]
-            data = self.cache.get(
-                remote.key,
-                block.local,
-                fetch=lambda: b"".join(remote.obj.read_ranges(block.ranges)),
-                check=lambda data: self._check(k, data),
-            )
-            at, view = 0, memoryview(data)
-            for start, end in block.ranges:
-                remote.mapping[start:end] = view[at : at + end - start]
-                at += end - start
-            self.present[k] = 1
-        if self.checked is not None and self._sums[block.file] is not None:
+            try:
+                self._fetch(k)
+            finally:
+                fcntl.lockf(self.root._claims, fcntl.LOCK_UN, 1, k + self.offset)
+        if self.checked is not None and self._sums[self.blocks[k].file] is not None:
             self.checked(k)
+
+    def _claim(self, k: int) -> bool:
+        """Take block ``k``'s lock among processes, or return False once another process
+        fetched it. Polled, not waited for: the kernel takes two processes whose threads
+        wait for each other's blocks for a deadlock."""
+        while True:
+            try:
+                fcntl.lockf(self.root._claims, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, k + self.offset)
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                if self.present[k]:
+                    return False
+                time.sleep(0.001)
+            else:
+                if not self.present[k]:
+                    return True
+                fcntl.lockf(self.root._claims, fcntl.LOCK_UN, 1, k + self.offset)
+                return False
+
+    def _fetch(self, k: int) -> None:
+        """Fetch block ``k`` into the map (this process holds its locks)."""
+        block = self.blocks[k]
+        remote = self.files[block.file]
+        data = self.cache.get(
+            remote.key,
+            block.local,
+            fetch=lambda: b"".join(remote.obj.read_ranges(block.ranges)),
+            check=lambda data: self._check(k, data),
+        )
+        at, view = 0, memoryview(data)
+        for start, end in block.ranges:
+            remote.mapping[start:end] = view[at : at + end - start]
+            at += end - start
+        self.present[k] = 1
 
     def pool(self) -> concurrent.futures.ThreadPoolExecutor:
         """The threads that fetch blocks (made on first use)."""
@@ -295,40 +451,79 @@ def _stop_all_at_exit() -> None:
 class Prefetch:
     """Fetching ahead of one loader iteration over ``order[start:]`` (rows of the datasets
     of ``remotes``, each a ``RemoteRows``): their blocks in the order the rows first need
-    them, ``AHEAD_BLOCKS`` in flight or fetched ahead of the first one missing.
+    them, ``AHEAD_BLOCKS`` in flight or fetched ahead of the first one missing (of a
+    ``bounded`` dataset, only while what it holds fits its ``memory_bytes``; the first
+    one missing always).
 
     ``gate[0]``: the first position of ``order`` whose blocks are not all there yet
     (``len(order)`` once all are), from which the engine's native run claims no item.
     When fetching fails for good, the gate opens and ``check(rows)``, run on each step
     before it is handed out, raises what failed for a step the run may have read before
-    its blocks were there. ``close()`` stops it."""
+    its blocks were there. ``delivered(step)`` (steps from ``first_step`` on, in any
+    order; ``step_end(step)``: the position past its last item) lets go of the blocks of
+    a bounded dataset whose last step was delivered, unless another iteration still
+    reads them. ``close()`` stops it."""
 
     def __init__(
-        self, remotes: Sequence[RemoteRows], order: npt.NDArray[np.int64], start: int
+        self,
+        remotes: Sequence[RemoteRows],
+        order: npt.NDArray[np.int64],
+        start: int,
+        first_step: int = 0,
+        step_end: Callable[[int], int] | None = None,
     ) -> None:
         self.remotes = list(remotes)
         rows = np.asarray(order, np.int64)[start:]
-        needs, firsts, owners = [], [], []
+        needs, firsts, lasts, owners = [], [], [], []
+        self._last_of = []  # per remote, the last position that reads each block (-1: none)
+        self._index_of = []  # per remote, each block's place in ``_need`` (-1: none)
         for r, remote in enumerate(self.remotes):
             blocks = np.searchsorted(remote.bounds, rows, side="right") - 1
             need, first = np.unique(blocks, return_index=True)
+            _, back = np.unique(blocks[::-1], return_index=True)
+            last_of = np.full(len(remote.blocks), -1, np.int64)
+            last_of[need] = len(rows) - 1 - back + start
+            self._last_of.append(last_of)
             needs.append(need)
             firsts.append(first)
+            lasts.append(last_of[need])
             owners.append(np.full(len(need), r, np.int64))
         first = np.concatenate(firsts)
         by_first = np.argsort(first, kind="stable")
         self._need = np.concatenate(needs)[by_first]
         self._owner = np.concatenate(owners)[by_first]
         self._first = first[by_first] + start
+        self._last = np.concatenate(lasts)[by_first]
+        for r, remote in enumerate(self.remotes):
+            index_of = np.full(len(remote.blocks), -1, np.int64)
+            mine = np.flatnonzero(self._owner == r)
+            index_of[self._need[mine]] = mine
+            self._index_of.append(index_of)
+        self._passed = 0  # the blocks before it in ``_need`` were there when the gate passed
         self._rows, self._start, self._end = rows, start, len(order)
         self.gate = np.zeros(1, np.int64)
         self.error: BaseException | None = None
         self._failed_at = self._end
         self._stopped = threading.Event()
+        self._wake = threading.Event()
+        # What was delivered: every position before ``_done`` (steps before ``_low``).
+        self._step_end, self._low, self._done = step_end, first_step, start
+        self._delivered: set[int] = set()
+        self._by_last = np.argsort(self._last, kind="stable")
+        self._let_go = 0  # blocks in ``_by_last`` before it were let go (or kept)
+        self._lock = threading.Lock()
+        self.gated = False  # whether the engine waits at the gate (the loader says)
+        self._bounded = any(r.bounded for r in self.remotes)
+        if self._bounded:
+            self._warn_when_over()
+        for remote in self.remotes:
+            remote.reading(self, True)
         self._advance(0)
 
     def start(self) -> Prefetch:
         """Start fetching, on a thread of its own (once)."""
+        if self._bounded:
+            self._let_go_of_others()
         threading.Thread(target=self._run, daemon=True, name="fastload-prefetch").start()
         _running.add(self)
         return self
@@ -336,44 +531,162 @@ class Prefetch:
     def close(self) -> None:
         """Stop fetching ahead (what is in flight lands). Idempotent, never blocks."""
         self._stopped.set()
+        self._wake.set()
+        for remote in self.remotes:
+            remote.reading(self, False)
 
     def check(self, rows: npt.NDArray[np.int64]) -> None:
         """Raise what made the fetching fail when ``rows`` (a step's) may have been read
         before their blocks were there: at a position past the gate when it failed."""
-        if self.error is None:
+        if self.error is not None:
+            late = self._rows[self._failed_at - self._start :]
+            if np.isin(rows, late).any() or any(
+                (r.present[r.blocks_of(rows)] == 0).any() for r in self.remotes
+            ):
+                raise self.error
+        elif self._bounded and any((r.present[r.blocks_of(rows)] == 0).any() for r in self.remotes):
+            raise RuntimeError(
+                "a block of a dataset at a URL was let go while a step read it; the step is "
+                "not handed out (please report this)"
+            )
+
+    def delivered(self, step: int) -> None:
+        """The consumer handed out ``step``: let go of the blocks of bounded datasets that
+        no step from the first one not delivered yet reads, unless another iteration
+        still reads them."""
+        if not self._bounded or self._step_end is None:
             return
-        late = self._rows[self._failed_at - self._start :]
-        if np.isin(rows, late).any() or any(
-            (r.present[r.blocks_of(rows)] == 0).any() for r in self.remotes
-        ):
-            raise self.error
+        with self._lock:
+            self._delivered.add(step)
+            if step != self._low:
+                return
+            while self._low in self._delivered:
+                self._delivered.discard(self._low)
+                self._low += 1
+            self._done = min(self._step_end(self._low - 1), self._end)
+            while self._let_go < len(self._by_last):
+                j = int(self._by_last[self._let_go])
+                if self._last[j] >= self._done:
+                    break
+                self._let_go += 1
+                self.remotes[self._owner[j]].release(int(self._need[j]))
+        self._wake.set()
+
+    def needs(self, remote: RemoteRows, k: int) -> bool:
+        """Whether this iteration may read block ``k`` of ``remote`` now or later: a step
+        that reads it was not delivered yet and, when the engine waits at the gate
+        (``gated``), the gate passed it (under its lock); a block the gate did not pass
+        yet is fetched again if it is let go. Steps read through Python or by worker
+        processes do not wait at the gate: all their blocks to come are kept."""
+        if self._stopped.is_set():
+            return False
+        for r, mine in enumerate(self.remotes):
+            local = k + remote.offset - mine.offset  # both may be parts of one dataset
+            if mine.root is remote.root and 0 <= local < len(mine.blocks):
+                j = self._index_of[r][local]
+                if self._last_of[r][local] >= self._done and (not self.gated or j < self._passed):
+                    return True
+        return False
+
+    def _let_go_of_others(self) -> None:
+        """Let go of the blocks of bounded datasets held from before (an iteration
+        dropped midway) that this one does not read soon (among the first
+        ``AHEAD_BLOCKS`` past its gate) and that no iteration may read now."""
+        for r, remote in enumerate(self.remotes):
+            if not remote.bounded:
+                continue
+            soon = self._index_of[r] < self._passed + AHEAD_BLOCKS
+            soon &= self._index_of[r] >= 0
+            for k in np.flatnonzero((remote.present != 0) & (remote.pinned == 0) & ~soon):
+                remote.release(int(k))
+
+    def _warn_when_over(self) -> None:
+        """Warn when the order reads more bytes of a bounded dataset at once (the blocks
+        read both before and after some position) than its ``memory_bytes``."""
+        for r, remote in enumerate(self.remotes):
+            mine = self._owner == r
+            if not remote.bounded or not mine.any():
+                continue
+            sizes = remote.nbytes[self._need[mine]]
+            at = np.concatenate([self._first[mine], self._last[mine] + 1])
+            change = np.concatenate([sizes, -sizes])
+            by = np.lexsort((change, at))  # at one position, what ends before what starts
+            peak = int(np.cumsum(change[by]).max())
+            if peak > int(remote.memory_bytes or 0):
+                warnings.warn(
+                    f"{remote.files[0].url}: this order reads up to {peak / 1e6:.0f} MB of "
+                    f"blocks at once, more than memory_bytes={remote.memory_bytes} "
+                    f"({int(remote.memory_bytes or 0) / 1e6:.0f} MB), and holds them: a "
+                    f"random order (shuffle=True) needs every block all epoch. Use "
+                    f"shuffle='quasi' (blocks in random order, shuffled a wave at a time), "
+                    f"or open with a larger memory_bytes",
+                    UserWarning,
+                    stacklevel=5,
+                )
+                return
+
+    def _wanted(self, r: int, k: int) -> Callable[[], bool]:
+        """Whether block ``k`` of remote ``r`` is still to be read by this iteration (a
+        fetch queued ahead may start after the steps that read it were delivered)."""
+        last_of = self._last_of[r]
+        return lambda: not self._stopped.is_set() and last_of[k] >= self._done
 
     def _present(self, i: int) -> bool:
         return bool(self.remotes[self._owner[i]].present[self._need[i]])
 
     def _advance(self, i: int) -> int:
-        """The index in ``_need`` of the first block missing from ``i`` on; sets the gate."""
-        while i < len(self._need) and self._present(i):
-            i += 1
+        """The index in ``_need`` of the first block missing from ``i`` on; sets the gate.
+        Each block is passed under its lock, so that ``release`` sees it passed or the
+        gate sees it gone."""
+        while i < len(self._need):
+            remote, k = self.remotes[self._owner[i]], int(self._need[i])
+            with remote._lock(k):
+                if not remote.present[k]:
+                    break
+                i += 1
+                self._passed = i
         self.gate[0] = self._first[i] if i < len(self._need) else self._end
         return i
 
+    def _room(self, running: Mapping[int, Any]) -> list[int | None]:
+        """Per remote, the bytes it may still fetch within its ``memory_bytes`` (None: no
+        bound), what is in flight counted as held."""
+        room: list[int | None] = []
+        for r, remote in enumerate(self.remotes):
+            if not remote.bounded:
+                room.append(None)
+                continue
+            flying = sum(int(remote.nbytes[self._need[j]]) for j in running if self._owner[j] == r)
+            room.append(int(remote.memory_bytes or 0) - remote.held_bytes() - flying)
+        return room
+
     def _run(self) -> None:
         running: dict[int, concurrent.futures.Future[None]] = {}
-        i = 0
+        i = self._passed  # the gate never moves back: what it passed may be read now
         try:
             while not self._stopped.is_set():
+                self._wake.clear()
                 i = self._advance(i)
                 if i >= len(self._need):
                     return
+                room = self._room(running) if self._bounded else []
                 for j in range(i, min(i + AHEAD_BLOCKS, len(self._need))):
-                    if j not in running and not self._present(j):
-                        remote = self.remotes[self._owner[j]]
-                        running[j] = remote.pool().submit(remote.fetch, int(self._need[j]))
-                done, _ = concurrent.futures.wait(
-                    list(running.values()), 0.1, concurrent.futures.FIRST_COMPLETED
-                )
-                for j in [j for j, f in running.items() if f in done]:
+                    if j in running or self._present(j):
+                        continue
+                    owner = int(self._owner[j])
+                    remote = self.remotes[owner]
+                    left = room[owner] if room else None
+                    if left is not None:
+                        size = int(remote.nbytes[self._need[j]])
+                        if j > i and size > left:  # the first one missing, always
+                            break
+                        room[owner] = left - size
+                    k = int(self._need[j])
+                    running[j] = remote.pool().submit(remote.fetch, k, self._wanted(owner, k))
+                    running[j].add_done_callback(lambda _: self._wake.set())
+                # Until a fetch ends or a step is delivered (room, when held back by memory).
+                self._wake.wait(0.1)
+                for j in [j for j, f in running.items() if f.done()]:
                     running.pop(j).result()
         except BaseException as exc:  # what it could not fetch fails where it is read
             self._failed_at = int(self.gate[0])

@@ -83,6 +83,13 @@ def _large_ids():
     return {pa.large_binary().id, pa.large_string().id}
 
 
+def _pin(column, rows):
+    """At a URL, keep the blocks of ``rows`` in memory for good before they are read
+    through Python: what is handed out may be a view of them (``RemoteRows.pin``)."""
+    if column.remote_rows is not None:
+        column.remote_rows.pin(rows)
+
+
 def _check_rows(column, rows):
     """The dataset's checks of ``rows`` (``Dataset.verify_rows``): before they are read,
     their blocks' checksums (``verify="read"``); before what was read is handed out, that
@@ -123,6 +130,7 @@ class ItemBytes(ContiguousBytes, SpannedBytes, PackedRows):
 
     def __getitem__(self, i: "slice | np.typing.ArrayLike"):
         i = normalize_index(i, len(self._column))
+        _pin(self, i)
         _check_rows(self, i)
         if is_batch_index(i):
             return [self._column._view(int(j)) for j in i]
@@ -259,6 +267,8 @@ class EncodedColumn(ContiguousBytes, SpannedBytes, PackedRows):
 
     def __getitem__(self, i: "slice | np.typing.ArrayLike"):
         i = normalize_index(i, len(self))
+        if not self.codec.copies:
+            _pin(self, i)
         _check_rows(self, i)
         try:
             items = [self._decode(int(j)) for j in i] if is_batch_index(i) else self._decode(i)
@@ -343,6 +353,8 @@ class RawColumn(PackedRows):
 
     def __getitem__(self, i: "slice | np.typing.ArrayLike") -> np.ndarray:
         i = normalize_index(i, len(self))
+        if not is_batch_index(i):  # an item is a view; a gather, a copy
+            _pin(self, i)
         _check_rows(self, i)
         if is_batch_index(i):
             out = np.empty((len(i),) + self.codec.shape, self.dtype)

@@ -70,6 +70,7 @@ def open(
     storage_options: Mapping[str, Any] | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     cache_bytes: int | None = None,
+    memory_bytes: int | None = None,
     timeout: float = 60.0,
 ) -> Dataset:
     """Open a packed dataset: a file, a directory of files (``*.arrow``, ``*.ipc``,
@@ -81,11 +82,11 @@ def open(
     dataset reads what the same files would give, byte for byte: at open it fetches the
     files' metadata and small buffers (offsets, scalars, shapes); the bulk of each block
     is fetched when its rows are first read, or ahead of a loader (ranged requests,
-    several at once), its checksum checked before any of it is used. Fetched blocks stay
-    in memory while the dataset lives, and are kept on disk in ``cache_dir`` (default:
-    ``~/.cache/fastload``) within ``cache_bytes`` (default: 50 GiB, or half the disk's free
-    space; 0: nothing on disk), shared safely by the processes of the machine.
-    ``fastload._storage.remotefiles`` says how.
+    several at once), its checksum checked before any of it is used. Fetched blocks are
+    kept on disk in ``cache_dir`` (default: ``~/.cache/fastload``) within ``cache_bytes``
+    (default: 50 GiB, or half the disk's free space; 0: nothing on disk), shared safely by
+    the processes of the machine. One larger than ``memory_bytes`` (default: half the
+    memory this process may use) is read with bounded memory (docs/remote.md).
 
     ``cache="os"`` memory-maps the files (the OS page cache holds what is read);
     ``cache="memory"`` reads each file into RAM once. Any Arrow IPC file or stream opens;
@@ -124,7 +125,9 @@ def open(
         raise ValueError(f"cache must be one of {CACHES}, got {cache!r}")
     if verify not in VERIFY:
         raise ValueError(f"verify must be 'read', 'open' or None, got {verify!r}")
-    dataset = _dataset(path, cache, verify, storage_options, cache_dir, cache_bytes, timeout)
+    dataset = _dataset(
+        path, cache, verify, storage_options, cache_dir, cache_bytes, memory_bytes, timeout
+    )
     if verify == "open":
         dataset.verify()
     for s in dataset._opened:
@@ -148,32 +151,40 @@ def _dataset(
     storage_options: Mapping[str, Any] | None,
     cache_dir: str | os.PathLike[str] | None,
     cache_bytes: int | None,
+    memory_bytes: int | None,
     timeout: float,
 ) -> Dataset:
     """``open``'s dataset, its blocks not checked yet: of local files, or at a URL, its
     objects mirrored in memory (``RemoteFile``), parsed as local files are, their bulk
     fetched by ``RemoteRows``."""
     if not is_url(path):
-        if storage_options is not None or cache_dir is not None or cache_bytes is not None:
+        given = (storage_options, cache_dir, cache_bytes, memory_bytes)
+        if any(option is not None for option in given):
             raise ValueError(
-                f"storage_options, cache_dir and cache_bytes are for a dataset at a URL; "
-                f"{os.fspath(path)!r} is a local path"
+                f"storage_options, cache_dir, cache_bytes and memory_bytes are for a dataset "
+                f"at a URL; {os.fspath(path)!r} is a local path"
             )
         return Dataset([_read_file(f, cache) for f in resolve_files(path)], verify=verify)
-    from fastload._storage.remotefiles import default_cache, open_objects
+    from fastload._storage.remotefiles import (
+        can_let_go,
+        default_cache,
+        default_memory,
+        open_objects,
+    )
 
     blocks = default_cache(cache_dir, cache_bytes)
+    memory = default_memory(memory_bytes)
     files = open_objects(str(path), storage_options, timeout, _remote_file)
     total, limit = sum(f.obj.size for f in files), memory_limit()
-    if limit is not None and total > limit:
+    if not can_let_go() and limit is not None and total > limit:
         warnings.warn(
             f"{path}: {total / 1e9:.1f} GB, more than the {limit / 1e9:.1f} GB of memory this "
-            f"process may use: the blocks it reads stay in memory while the dataset is open; "
-            f"read a part of it per process (shard=, or file_datasets)",
+            f"process may use: on this platform the blocks it reads stay in memory while "
+            f"the dataset is open; read a part of it per process (shard=, or file_datasets)",
             UserWarning,
             stacklevel=3,
         )
-    return Dataset([f.opened for f in files], verify=verify, remote=(files, blocks))
+    return Dataset([f.opened for f in files], verify=verify, remote=(files, blocks, memory))
 
 
 def _remote_file(remote: Any, kind: str) -> None:
@@ -364,7 +375,7 @@ class Dataset(PackedRows):
         self,
         opened: Sequence[_OpenedFile],
         verify: Literal["read", "open"] | None = None,
-        remote: tuple[Sequence[Any], Any] | None = None,
+        remote: tuple[Sequence[Any], Any, Any] | None = None,
     ) -> None:
         self._opened = opened
         self._verify = verify
@@ -419,12 +430,23 @@ class Dataset(PackedRows):
             _mark_blocks(column, self.block_bounds, self.verify_rows, self.file_pages)
             column.remote_rows = self.remote_rows
 
-    def _remote_rows(self, files: Sequence[Any], cache: Any) -> Any:
+    def _remote_rows(self, files: Sequence[Any], cache: Any, memory: Any) -> Any:
+        """The dataset's ``RemoteRows``; ``memory``: its ``memory_bytes``, or (for one of
+        ``file_datasets``) the whole dataset's ``RemoteRows`` and the file's first block
+        there, whose marks it shares: the files' maps are the same."""
         from fastload._storage.remotefiles import RemoteRows
 
         per_file = [_own_blocks(s) for s in self._opened]
+        within = memory if isinstance(memory, tuple) else None
         return RemoteRows(
-            files, self._opened, self.block_bounds, per_file, cache, self._verify is not None
+            files,
+            self._opened,
+            self.block_bounds,
+            per_file,
+            cache,
+            self._verify is not None,
+            memory_bytes=None if within else memory,
+            within=within,
         )
 
     def _block_bounds(self) -> npt.NDArray[np.int64]:
@@ -561,10 +583,11 @@ class Dataset(PackedRows):
         if len(self._opened) == 1:
             return [self]
         if self._remote is not None:
-            files, cache = self._remote
+            files, cache, _ = self._remote
+            firsts = np.searchsorted(self.block_bounds, self.file_bounds[:-1])
             return [
-                Dataset([s], verify=self._verify, remote=([f], cache))
-                for s, f in zip(self._opened, files)
+                Dataset([s], verify=self._verify, remote=([f], cache, (self.remote_rows, int(b))))
+                for s, f, b in zip(self._opened, files, firsts)
             ]
         return [Dataset([s], verify=self._verify) for s in self._opened]
 
