@@ -42,7 +42,7 @@ reaches the server, and the answers share a bandwidth of ``--mbps`` megabits per
 Usage (fastload built in place; the peers' environment made once):
   bench/peers_env.sh
   python bench/remote.py [--n 4000] [--repeats 5] [--latency-ms 20]
-      [--mbps 1000] [--block-mb 4] [--memory-part 0.25] [--peers] [--peer-file-mb MB]
+      [--mbps 1000] [--block-mb 4] [--memory-part 0.5] [--peers] [--peer-file-mb MB]
 """
 
 import argparse
@@ -365,7 +365,7 @@ def main():
     parser.add_argument("--mbps", type=float, default=1000.0)
     parser.add_argument("--block-mb", type=float, default=4.0)
     parser.add_argument(
-        "--memory-part", type=float, default=0.25, help="memory_bytes of the bounded run"
+        "--memory-part", type=float, default=0.5, help="memory_bytes of the bounded run"
     )
     parser.add_argument("--peers", action="store_true", help="also Mosaic Streaming and LitData")
     parser.add_argument("--peer-file-mb", type=float, default=None, help="(--block-mb)")

@@ -637,14 +637,20 @@ class Prefetch:
     def _advance(self, i: int) -> int:
         """The index in ``_need`` of the first block missing from ``i`` on; sets the gate.
         Each block is passed under its lock, so that ``release`` sees it passed or the
-        gate sees it gone."""
+        gate sees it gone; a block whose lock is held (being fetched) is not there yet:
+        the gate does not wait for one fetch while others land."""
         while i < len(self._need):
             remote, k = self.remotes[self._owner[i]], int(self._need[i])
-            with remote._lock(k):
+            lock = remote._lock(k)
+            if not lock.acquire(blocking=False):  # being fetched (or let go) now: not yet
+                break
+            try:
                 if not remote.present[k]:
                     break
                 i += 1
                 self._passed = i
+            finally:
+                lock.release()
         self.gate[0] = self._first[i] if i < len(self._need) else self._end
         return i
 
@@ -665,7 +671,6 @@ class Prefetch:
         i = self._passed  # the gate never moves back: what it passed may be read now
         try:
             while not self._stopped.is_set():
-                self._wake.clear()
                 i = self._advance(i)
                 if i >= len(self._need):
                     return
@@ -684,8 +689,10 @@ class Prefetch:
                     k = int(self._need[j])
                     running[j] = remote.pool().submit(remote.fetch, k, self._wanted(owner, k))
                     running[j].add_done_callback(lambda _: self._wake.set())
-                # Until a fetch ends or a step is delivered (room, when held back by memory).
+                # Until a fetch ends or a step is delivered (room, when held back by memory);
+                # what ends from the clear on wakes the next wait.
                 self._wake.wait(0.1)
+                self._wake.clear()
                 for j in [j for j, f in running.items() if f.done()]:
                     running.pop(j).result()
         except BaseException as exc:  # what it could not fetch fails where it is read
