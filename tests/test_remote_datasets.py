@@ -272,6 +272,29 @@ def test_two_processes_fill_one_cache_at_once(http, files, tmp_path):
     assert not list(cache.rglob("*.tmp"))
 
 
+_FULL_DISK = """
+import resource, signal, sys, fastload
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))  # no block fits on this "disk"
+ds = fastload.open(sys.argv[1], cache_dir=sys.argv[2], cache_bytes=1 << 30)
+try:
+    ds[0]
+except fastload.LoadError as error:
+    print(error)
+"""
+
+
+def test_a_cache_on_a_full_disk_is_a_clear_error_and_leaves_nothing_half_written(http, tmp_path):
+    cache = tmp_path / "cache"
+    run = [sys.executable, "-c", _FULL_DISK, f"{http.url}/all.arrow", str(cache)]
+    done = subprocess.run(run, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "cache" in done.stdout and str(cache) in done.stdout and "large" in done.stdout
+    assert not [p for p in cache.rglob("*") if p.is_file() and not p.name.endswith(".lock")]
+    ds = fastload.open(f"{http.url}/all.arrow", cache_dir=cache, cache_bytes=1 << 30)
+    assert ds[0]["label"] == 0  # the same cache, with room: nothing wrong was kept
+
+
 # -- faults ----------------------------------------------------------------------------------
 
 
