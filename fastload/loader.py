@@ -112,6 +112,7 @@ def fetched_iteration(
         schedule.first(schedule.start),
         first_step=schedule.start,
         step_end=lambda step: schedule.first(step) + len(schedule.positions(step)),
+        slack=2 * schedule.rows,  # over memory_bytes: two steps ahead of the consumer
     )
     delivered = options.pop("delivered", None)
 

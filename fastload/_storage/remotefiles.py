@@ -25,11 +25,14 @@ Memory. A dataset whose bulk fits in ``memory_bytes`` (``open``'s; default: half
 memory this process may use) keeps every block it fetched while it is open. A larger one
 is read with bounded memory: each loader iteration lets go of a block once the last step
 that reads it was delivered (its pages returned to the system, ``MADV_REMOVE``; its mark
-cleared), and fetches ahead only while what is held fits ``memory_bytes`` (the gate's
-block always). What a step copies into its batch needs its blocks only until the step is
-delivered; a view handed to Python does not: a block read through Python (``ds[i]``, a
-column's items, ``encoded[i]``) is **pinned** (marked before it is read, under its lock)
-and never let go, so that no value handed out ever changes. A block let go is fetched
+cleared), and fetches ahead only while what is held fits ``memory_bytes`` (over it, only
+the block the loader is about to wait for). What a step copies into its batch needs its
+blocks only until the step is delivered; a view handed to Python does not: a block read
+through Python as a view (a raw item, ``encoded[i]``) is **pinned** (marked before it
+is read, under its locks) and never let go, so that no value handed out ever changes; a
+read that copies **holds** its blocks while it reads (``holds``, counted under the same
+locks). The locks are the block's thread lock in this process and its claim among
+processes (a POSIX record lock), which ``release`` takes too. A block let go is fetched
 again when it is next needed (from the disk cache when it is there), checked again::
 
     positions  |== delivered ==|== being loaded ==|gate|== fetched ahead ==|
@@ -43,6 +46,7 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
+import contextlib
 import errno
 import fcntl
 import mmap
@@ -239,17 +243,21 @@ class RemoteRows:
         self.bounded: bool
         self.present: npt.NDArray[np.uint8]
         self.pinned: npt.NDArray[np.uint8]
+        self.holds: npt.NDArray[np.int32]
         if within is not None:
             self.root, self.offset = within[0].root, within[0].offset + within[1]
             self.present = self.root.present[self.offset : self.offset + n]
             self.pinned = self.root.pinned[self.offset : self.offset + n]
+            self.holds = self.root.holds[self.offset : self.offset + n]
             self.memory_bytes, self.bounded = self.root.memory_bytes, self.root.bounded
             self._readers: weakref.WeakSet[Prefetch] = self.root._readers
         else:
             # Marks shared with worker processes forked later (an anonymous shared map).
-            self._marks_map = mmap.mmap(-1, max(2 * n, 1))
+            at = -(-2 * n // 4) * 4
+            self._marks_map = mmap.mmap(-1, max(at + 4 * n, 1))
             self.present = np.frombuffer(self._marks_map, np.uint8)[:n]
             self.pinned = np.frombuffer(self._marks_map, np.uint8)[n : 2 * n]
+            self.holds = np.frombuffer(self._marks_map, np.int32, n, at)  # reads under way
             self.present[:] = [not b.parts for b in self.blocks]
             # Byte k of this unlinked file is locked (a POSIX record lock, a process's own)
             # by the process fetching block k: processes forked later fetch it once.
@@ -259,7 +267,7 @@ class RemoteRows:
                 memory_bytes is not None and can_let_go() and int(self.nbytes.sum()) > memory_bytes
             )
             self._readers = weakref.WeakSet()  # the iterations reading it (``Prefetch``)
-            self._readers_lock = threading.Lock()
+            self._readers_lock = threading.RLock()  # a finalizer may run while it is held
         # Told each block this process fetched and checked (the dataset's checks).
         self.checked: Callable[[int], None] | None = None
         self._pid = -1
@@ -313,31 +321,68 @@ class RemoteRows:
         if self.pinned[blocks].all():
             return
         for k in blocks[self.pinned[blocks] == 0]:
-            with self._lock(int(k)):  # not while ``release`` lets go of it
-                self.pinned[k] = 1
+            # Not while a ``release`` of any process lets go of it: under its locks.
+            with self._lock(int(k)):
+                self._claim_wait(int(k))
+                try:
+                    self.pinned[k] = 1
+                finally:
+                    fcntl.lockf(self.root._claims, fcntl.LOCK_UN, 1, int(k) + self.offset)
+
+    @contextlib.contextmanager
+    def holding(self, rows: int | npt.NDArray[np.int64]) -> Any:
+        """Keep the blocks of ``rows`` from being let go while a read through Python
+        copies them (between its fetch and its read): counted in ``holds``, which every
+        process sees (``bounded`` only)."""
+        if not self.bounded:
+            yield
+            return
+        blocks = [int(k) for k in self.blocks_of(rows)]
+        for k in blocks:
+            self._count(k, 1)
+        try:
+            yield
+        finally:
+            for k in blocks:
+                self._count(k, -1)
+
+    def _count(self, k: int, change: int) -> None:
+        with self._lock(k):  # under both locks, as ``release`` reads it
+            self._claim_wait(k)
+            try:
+                self.holds[k] += change
+            finally:
+                fcntl.lockf(self.root._claims, fcntl.LOCK_UN, 1, k + self.offset)
 
     def release(self, k: int) -> bool:
         """Let go of block ``k``'s bulk (its pages back to the system, its mark cleared)
-        unless it is pinned, not there, or an iteration may read it (``Prefetch.needs``:
+        unless it is pinned, held, not there, or an iteration may read it (``Prefetch.needs``:
         its gate passed the block, and a step that reads it was not delivered yet); it
         is fetched again when next needed. Returns whether it did."""
         block = self.blocks[k]
         if not self.bounded or not block.parts:
             return False
-        with self._lock(k):  # a Prefetch passes a block under its lock, as it is here
-            if self.pinned[k] or not self.present[k]:
+        # A Prefetch passes a block under its thread lock; another process pins or fetches
+        # it under its claim: both are held here, or nothing is let go.
+        with self._lock(k):
+            if not self._claim_now(k):
                 return False
-            if any(reader.needs(self, k) for reader in self.readers()):
-                return False
-            self.present[k] = 0
-            mapping = self.files[block.file].mapping
-            for start, end in block.ranges:  # whole pages only: their ends are shared
-                lo, hi = (
-                    -(-start // mmap.PAGESIZE) * mmap.PAGESIZE,
-                    end // mmap.PAGESIZE * mmap.PAGESIZE,
-                )
-                if lo < hi and _MADV_REMOVE is not None:
-                    mapping.madvise(_MADV_REMOVE, lo, hi - lo)
+            try:
+                if self.pinned[k] or self.holds[k] or not self.present[k]:
+                    return False
+                if any(reader.needs(self, k) for reader in self.readers()):
+                    return False
+                self.present[k] = 0
+                mapping = self.files[block.file].mapping
+                for start, end in block.ranges:  # whole pages only: their ends are shared
+                    lo, hi = (
+                        -(-start // mmap.PAGESIZE) * mmap.PAGESIZE,
+                        end // mmap.PAGESIZE * mmap.PAGESIZE,
+                    )
+                    if lo < hi and _MADV_REMOVE is not None:
+                        mapping.madvise(_MADV_REMOVE, lo, hi - lo)
+            finally:
+                fcntl.lockf(self.root._claims, fcntl.LOCK_UN, 1, k + self.offset)
         return True
 
     def ensure(self, rows: int | npt.NDArray[np.int64]) -> None:
@@ -369,23 +414,33 @@ class RemoteRows:
             self.checked(k)
 
     def _claim(self, k: int) -> bool:
-        """Take block ``k``'s lock among processes, or return False once another process
-        fetched it. Polled, not waited for: the kernel takes two processes whose threads
-        wait for each other's blocks for a deadlock."""
-        while True:
-            try:
-                fcntl.lockf(self.root._claims, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, k + self.offset)
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-                if self.present[k]:
-                    return False
-                time.sleep(0.001)
-            else:
-                if not self.present[k]:
-                    return True
-                fcntl.lockf(self.root._claims, fcntl.LOCK_UN, 1, k + self.offset)
+        """Take block ``k``'s lock among processes to fetch it, or return False once
+        another process fetched it."""
+        while not self._claim_now(k):
+            if self.present[k]:
                 return False
+            time.sleep(0.001)
+        if not self.present[k]:
+            return True
+        fcntl.lockf(self.root._claims, fcntl.LOCK_UN, 1, k + self.offset)
+        return False
+
+    def _claim_wait(self, k: int) -> None:
+        """Take block ``k``'s lock among processes, waiting for it. Polled, not waited
+        for: the kernel takes two processes whose threads wait for each other's blocks
+        for a deadlock. The holder holds it for one fetch at most."""
+        while not self._claim_now(k):
+            time.sleep(0.001)
+
+    def _claim_now(self, k: int) -> bool:
+        """Take block ``k``'s lock among processes if no other process holds it."""
+        try:
+            fcntl.lockf(self.root._claims, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, k + self.offset)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            return False
+        return True
 
     def _fetch(self, k: int) -> None:
         """Fetch block ``k`` into the map (this process holds its locks)."""
@@ -462,7 +517,9 @@ class Prefetch:
     its blocks were there. ``delivered(step)`` (steps from ``first_step`` on, in any
     order; ``step_end(step)``: the position past its last item) lets go of the blocks of
     a bounded dataset whose last step was delivered, unless another iteration still
-    reads them. ``close()`` stops it."""
+    reads them. Over the budget, the first block missing is fetched only once the gate
+    is within ``slack`` positions of what was delivered (the loader would wait for it):
+    a slow consumer does not let the gate walk the epoch. ``close()`` stops it."""
 
     def __init__(
         self,
@@ -471,6 +528,7 @@ class Prefetch:
         start: int,
         first_step: int = 0,
         step_end: Callable[[int], int] | None = None,
+        slack: int = 0,
     ) -> None:
         self.remotes = list(remotes)
         rows = np.asarray(order, np.int64)[start:]
@@ -508,6 +566,7 @@ class Prefetch:
         self._wake = threading.Event()
         # What was delivered: every position before ``_done`` (steps before ``_low``).
         self._step_end, self._low, self._done = step_end, first_step, start
+        self._slack = slack
         self._delivered: set[int] = set()
         self._by_last = np.argsort(self._last, kind="stable")
         self._let_go = 0  # blocks in ``_by_last`` before it were let go (or kept)
@@ -645,7 +704,9 @@ class Prefetch:
             if not lock.acquire(blocking=False):  # being fetched (or let go) now: not yet
                 break
             try:
-                if not remote.present[k]:
+                # Missing, unless its steps were all delivered (read ahead of the gate by
+                # worker processes or through Python, and let go since).
+                if not remote.present[k] and self._last[i] >= self._done:
                     break
                 i += 1
                 self._passed = i
@@ -683,7 +744,8 @@ class Prefetch:
                     left = room[owner] if room else None
                     if left is not None:
                         size = int(remote.nbytes[self._need[j]])
-                        if j > i and size > left:  # the first one missing, always
+                        # Over the budget, only the block the loader is about to wait for.
+                        if size > left and (j > i or self._first[i] > self._done + self._slack):
                             break
                         room[owner] = left - size
                     k = int(self._need[j])

@@ -5,6 +5,7 @@ A column is built from pieces, one per record batch: the piece's Arrow array and
 columns are located once, at open, as absolute (start, end) byte positions in their base.
 """
 
+import contextlib
 import weakref
 from typing import Any
 
@@ -85,9 +86,17 @@ def _large_ids():
 
 def _pin(column, rows):
     """At a URL, keep the blocks of ``rows`` in memory for good before they are read
-    through Python: what is handed out may be a view of them (``RemoteRows.pin``)."""
+    through Python (``RemoteRows.pin``): what is handed out may be a view of them."""
     if column.remote_rows is not None:
         column.remote_rows.pin(rows)
+
+
+def _holding(column, rows):
+    """At a URL, keep the blocks of ``rows`` from being let go while a read through
+    Python copies them (``RemoteRows.holding``): between its fetch and its read, a block
+    let go would be read as zeros."""
+    remote = column.remote_rows
+    return remote.holding(rows) if remote is not None else contextlib.nullcontext()
 
 
 def _check_rows(column, rows):
@@ -269,12 +278,13 @@ class EncodedColumn(ContiguousBytes, SpannedBytes, PackedRows):
         i = normalize_index(i, len(self))
         if not self.codec.copies:
             _pin(self, i)
-        _check_rows(self, i)
-        try:
-            items = [self._decode(int(j)) for j in i] if is_batch_index(i) else self._decode(i)
-        except LoadError:
-            _check_rows(self, i)  # bytes that do not decode: read past a file's new end?
-            raise
+        with _holding(self, i):
+            _check_rows(self, i)
+            try:
+                items = [self._decode(int(j)) for j in i] if is_batch_index(i) else self._decode(i)
+            except LoadError:
+                _check_rows(self, i)  # bytes that do not decode: read past a file's new end?
+                raise
         _check_rows(self, i)
         return items
 
@@ -353,21 +363,23 @@ class RawColumn(PackedRows):
 
     def __getitem__(self, i: "slice | np.typing.ArrayLike") -> np.ndarray:
         i = normalize_index(i, len(self))
-        if not is_batch_index(i):  # an item is a view; a gather, a copy
+        if not is_batch_index(i):  # an item is a view of the block
             _pin(self, i)
-        _check_rows(self, i)
-        if is_batch_index(i):
-            out = np.empty((len(i),) + self.codec.shape, self.dtype)
+            _check_rows(self, i)
+            return self._item(i)
+        out = np.empty((len(i),) + self.codec.shape, self.dtype)
+        with _holding(self, i):  # a gather copies
+            _check_rows(self, i)
             for k, j in enumerate(i):
                 out[k] = self._item(int(j))
-            _check_rows(self, i)
-            return out
-        return self._item(i)
+        _check_rows(self, i)
+        return out
 
     def __array__(
         self, dtype: "np.typing.DTypeLike | None" = None, copy: bool | None = None
     ) -> np.ndarray:
-        if self.remote_rows is not None:  # at a URL: every block, fetched first
-            self.remote_rows.ensure(np.arange(len(self)))
-        out = np.concatenate(self.chunks) if self.chunks else np.zeros(self.shape, self.dtype)
+        with _holding(self, np.arange(len(self))):
+            if self.remote_rows is not None:  # at a URL: every block, fetched first
+                self.remote_rows.ensure(np.arange(len(self)))
+            out = np.concatenate(self.chunks) if self.chunks else np.zeros(self.shape, self.dtype)
         return out if dtype is None else out.astype(dtype)

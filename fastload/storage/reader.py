@@ -7,6 +7,7 @@ then read through numpy views of the mapped file.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import glob
 import mmap
 import os
@@ -523,8 +524,15 @@ class Dataset(PackedRows):
         (and its rows) that does not match, or a file that changed since it was opened."""
         pa = import_pyarrow()
         self._files.check(self.file_bounds[:-1])
-        if self.remote_rows is not None:  # at a URL: every block fetched (and checked) first
-            self.remote_rows.ensure(np.arange(len(self)))
+        remote, every = self.remote_rows, np.arange(len(self))
+        # At a URL: every block fetched (and checked) first, none let go meanwhile.
+        with remote.holding(every) if remote is not None else contextlib.nullcontext():
+            if remote is not None:
+                remote.ensure(every)
+            return self._verified(pa, progress)
+
+    def _verified(self, pa: Any, progress: bool) -> dict[str, Any]:
+        """``verify``'s checks of every block, their blocks in memory."""
         bar = progress_bar(len(self.block_bounds) - 1, progress, "block", "verifying")
         checked, blocks, unverified = 0, 0, []
         try:
