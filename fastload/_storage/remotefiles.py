@@ -354,19 +354,24 @@ class RemoteRows:
             finally:
                 fcntl.lockf(self.root._claims, fcntl.LOCK_UN, 1, k + self.offset)
 
-    def release(self, k: int) -> bool:
+    def release(self, k: int, wait: bool = True) -> bool | None:
         """Let go of block ``k``'s bulk (its pages back to the system, its mark cleared)
         unless it is pinned, held, not there, or an iteration may read it (``Prefetch.needs``:
         its gate passed the block, and a step that reads it was not delivered yet); it
-        is fetched again when next needed. Returns whether it did."""
+        is fetched again when next needed. Returns whether it did; None when its locks
+        are taken (a fetch of it or of a block of the same stripe, another process's read)
+        and ``wait`` is False, or its claim among processes is: try again later."""
         block = self.blocks[k]
         if not self.bounded or not block.parts:
             return False
         # A Prefetch passes a block under its thread lock; another process pins or fetches
         # it under its claim: both are held here, or nothing is let go.
-        with self._lock(k):
+        lock = self._lock(k)
+        if not lock.acquire(blocking=wait):
+            return None
+        try:
             if not self._claim_now(k):
-                return False
+                return None
             try:
                 if self.pinned[k] or self.holds[k] or not self.present[k]:
                     return False
@@ -383,6 +388,8 @@ class RemoteRows:
                         mapping.madvise(_MADV_REMOVE, lo, hi - lo)
             finally:
                 fcntl.lockf(self.root._claims, fcntl.LOCK_UN, 1, k + self.offset)
+        finally:
+            lock.release()
         return True
 
     def ensure(self, rows: int | npt.NDArray[np.int64]) -> None:
@@ -570,6 +577,7 @@ class Prefetch:
         self._delivered: set[int] = set()
         self._by_last = np.argsort(self._last, kind="stable")
         self._let_go = 0  # blocks in ``_by_last`` before it were let go (or kept)
+        self._busy: list[int] = []  # blocks (in ``_need``) to let go whose locks were taken
         self._lock = threading.Lock()
         self.gated = False  # whether the engine waits at the gate (the loader says)
         self._bounded = any(r.bounded for r in self.remotes)
@@ -623,12 +631,19 @@ class Prefetch:
                 self._delivered.discard(self._low)
                 self._low += 1
             self._done = min(self._step_end(self._low - 1), self._end)
+            due, self._busy = self._busy, []
             while self._let_go < len(self._by_last):
                 j = int(self._by_last[self._let_go])
                 if self._last[j] >= self._done:
                     break
                 self._let_go += 1
-                self.remotes[self._owner[j]].release(int(self._need[j]))
+                due.append(j)
+            # The consumer does not wait for a fetch to let go of a block of its stripe: a
+            # busy block is let go at a later step, or at the last one, waiting.
+            last = self._done >= self._end
+            for j in due:
+                if self.remotes[self._owner[j]].release(int(self._need[j]), wait=last) is None:
+                    self._busy.append(j)
         self._wake.set()
 
     def needs(self, remote: RemoteRows, k: int) -> bool:
