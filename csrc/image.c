@@ -12,10 +12,20 @@
 #define FL_ONE   (1 << FL_BITS)
 #define FL_HALF  (1 << (FL_BITS - 1))
 #define FL_ALIGN 64
+#define FL_CHUNK 32 /* values of a row summed at once */
+#define FL_BLOCK 16 /* rows resampled per block of the two passes (see store_pixels) */
+#define FL_PAD   1  /* spare bytes after each row of a block (see store_pixels) */
 
 /* The hot loops get an AVX2 clone, picked at load time on CPUs that have it. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
 #define FL_HOT __attribute__((target_clones("avx2", "default")))
+#define FL_X86_AVX2
+#include <immintrin.h>
+static int fl_has_avx2; /* the CPU has AVX2, and fl_set_simd did not turn it off */
+__attribute__((constructor)) static void fl_detect_avx2(void) {
+    __builtin_cpu_init(); /* constructors may run before the compiler's own detection */
+    fl_has_avx2 = __builtin_cpu_supports("avx2");
+}
 #else
 #define FL_HOT
 #endif
@@ -81,44 +91,129 @@ static void axis_fill(axis_tab *t, double b0, double b1, int lo, int hi, int n_v
     }
 }
 
-/* acc[i] = rounding + sum_j q[j] * rows[first + j][i] for i < len: whole rows at a time,
- * which gcc vectorizes. Both passes are this sum; each stores its result transposed. */
-FL_HOT static void weighted_rows(const uint8_t *rows, size_t stride, int first, int cnt,
-                                 const int16_t *restrict q, size_t len, int32_t *restrict acc) {
-    for (size_t i = 0; i < len; i++) acc[i] = FL_HALF;
-    for (int j = 0; j < cnt; j++) {
-        const uint8_t *restrict s = rows + (size_t)(first + j) * stride;
-        const int32_t w = q[j];
-        for (size_t i = 0; i < len; i++) acc[i] += w * s[i];
-    }
-}
-
-/* Rows b < nb of acc (`len` apart; each n pixels of C channels, fixed point) stored
- * transposed: pixel p of row b goes to d + p * step + col(b) * C, col(b) = b, or nb - 1 - b
- * when mirrored. A block of rows at once writes nb pixels side by side, so each cache line
- * of the transposed image is touched once per block rather than once per row. */
-static inline void store_pixels(const int32_t *restrict acc, size_t len, int nb, int n, const int C,
-                                uint8_t *restrict d, size_t step, int mirror) {
-    for (int p = 0; p < n; p++, d += step)
-        for (int b = 0; b < nb; b++) {
-            const int32_t *a = acc + (size_t)b * len + (size_t)p * C;
-            uint8_t *o = d + (size_t)(mirror ? nb - 1 - b : b) * C;
-            for (int ch = 0; ch < C; ch++) o[ch] = (uint8_t)(a[ch] >> FL_BITS);
+/* out[i] = (rounding + sum_j q[j] * rows[first + j][i]) >> FL_BITS for i < len: whole
+ * rows at a time, a chunk of each in registers. The weights are non-negative and sum to
+ * FL_ONE, so each result is a byte. Both passes are this sum; each stores its result
+ * transposed. `done` values were summed already (by the AVX2 kernel below). */
+FL_HOT static void weighted_rows_from(const uint8_t *top, size_t stride, int cnt,
+                                      const int16_t *restrict q, size_t done, size_t len,
+                                      uint8_t *restrict out) {
+    size_t i = done;
+    for (; i + FL_CHUNK <= len; i += FL_CHUNK) {
+        int32_t acc[FL_CHUNK];
+        for (int k = 0; k < FL_CHUNK; k++) acc[k] = FL_HALF;
+        for (int j = 0; j < cnt; j++) {
+            const uint8_t *restrict s = top + (size_t)j * stride + i;
+            const int32_t w = q[j];
+            for (int k = 0; k < FL_CHUNK; k++) acc[k] += w * s[k];
         }
-}
-
-static void store_transposed(const int32_t *acc, size_t len, int nb, int n, int c, uint8_t *d,
-                             size_t step, int mirror) {
-    switch (c) {
-    case 1: store_pixels(acc, len, nb, n, 1, d, step, mirror); break;
-    case 2: store_pixels(acc, len, nb, n, 2, d, step, mirror); break;
-    case 3: store_pixels(acc, len, nb, n, 3, d, step, mirror); break;
-    default: store_pixels(acc, len, nb, n, 4, d, step, mirror); break;
+        for (int k = 0; k < FL_CHUNK; k++) out[i + k] = (uint8_t)(acc[k] >> FL_BITS);
+    }
+    for (; i < len; i++) {
+        int32_t acc = FL_HALF;
+        for (int j = 0; j < cnt; j++) acc += q[j] * top[(size_t)j * stride + i];
+        out[i] = (uint8_t)(acc >> FL_BITS);
     }
 }
 
-/* Rows resampled per block of the two passes (see store_pixels). */
-#define FL_BLOCK 8
+#ifdef FL_X86_AVX2
+/* The same sums 16 values at a time, two rows per multiply: the bytes of rows j and j + 1
+ * interleaved as 16-bit pairs, times the pair of weights (q[j], q[j + 1]), summed into 32
+ * bits by one madd, exactly as the scalar sum. Returns how many values it did. */
+__attribute__((target("avx2"))) static size_t weighted_rows_avx2(const uint8_t *top, size_t stride,
+                                                                 int cnt, const int16_t *q,
+                                                                 size_t len, uint8_t *out) {
+    const __m256i half = _mm256_set1_epi32(FL_HALF), zero = _mm256_setzero_si256();
+    size_t i = 0;
+    for (; i + 16 <= len; i += 16) {
+        __m256i lo = half, hi = half;
+        for (int j = 0; j < cnt; j += 2) {
+            const uint8_t *s = top + (size_t)j * stride + i;
+            __m256i a = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)s));
+            __m256i b = zero;
+            uint32_t w1 = 0;
+            if (j + 1 < cnt) {
+                b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(s + stride)));
+                w1 = (uint16_t)q[j + 1];
+            }
+            __m256i w = _mm256_set1_epi32((int)((uint16_t)q[j] | (w1 << 16)));
+            lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), w));
+            hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), w));
+        }
+        /* Each 128-bit lane holds values 0-3 (lo) and 4-7 (hi) of its 8: packing lane by
+         * lane puts them back in order. */
+        __m256i words =
+            _mm256_packs_epi32(_mm256_srai_epi32(lo, FL_BITS), _mm256_srai_epi32(hi, FL_BITS));
+        __m256i bytes = _mm256_permute4x64_epi64(_mm256_packus_epi16(words, words), 0x08);
+        _mm_storeu_si128((__m128i *)(out + i), _mm256_castsi256_si128(bytes));
+    }
+    return i;
+}
+#endif
+
+static void weighted_rows(const uint8_t *rows, size_t stride, int first, int cnt,
+                          const int16_t *restrict q, size_t len, uint8_t *restrict out) {
+    const uint8_t *top = rows + (size_t)first * stride;
+    size_t done = 0;
+#ifdef FL_X86_AVX2
+    if (fl_has_avx2) done = weighted_rows_avx2(top, stride, cnt, q, len, out);
+#endif
+    weighted_rows_from(top, stride, cnt, q, done, len, out);
+}
+
+int fl_set_simd(int on) {
+#ifdef FL_X86_AVX2
+    int was = fl_has_avx2;
+    fl_has_avx2 = on && __builtin_cpu_supports("avx2");
+    return was;
+#else
+    (void)on;
+    return 0;
+#endif
+}
+
+/* Rows b < nb of bytes (`len` apart, each n pixels of C channels, with FL_PAD bytes of
+ * room after each row's last pixel) stored transposed: pixel p of row b goes to
+ * d + p * step + col(b) * C, col(b) = b, or nb - 1 - b when mirrored. A block of rows at
+ * once writes nb pixels side by side, so each cache line of the transposed image is
+ * touched once per block rather than once per row. A pixel of 3 channels moves as a word
+ * of 4 bytes, written in the order of its column so that each word's last byte is
+ * rewritten by the next; the last column's pixel moves as 3 bytes. */
+static inline void store_pixels(const uint8_t *restrict rows, size_t len, int nb, int n,
+                                const int C, uint8_t *restrict d, size_t step, int mirror) {
+    for (int p = 0; p < n; p++, d += step) {
+        const uint8_t *s = rows + (size_t)p * C;
+        for (int k = 0; k < nb; k++) {
+            int b = mirror ? nb - 1 - k : k;
+            const uint8_t *from = s + (size_t)b * len;
+            uint8_t *to = d + (size_t)k * C;
+            if (C == 3 && k < nb - 1) {
+                uint32_t word;
+                memcpy(&word, from, 4);
+                memcpy(to, &word, 4);
+            } else {
+                memcpy(to, from, (size_t)C);
+            }
+        }
+    }
+}
+
+static void store_transposed(const uint8_t *rows, size_t len, int nb, int n, int c, uint8_t *d,
+                             size_t step, int mirror) {
+    if (c == 3 && nb == FL_BLOCK) { /* the common case, unrolled */
+        if (mirror)
+            store_pixels(rows, len, FL_BLOCK, n, 3, d, step, 1);
+        else
+            store_pixels(rows, len, FL_BLOCK, n, 3, d, step, 0);
+        return;
+    }
+    switch (c) {
+    case 1: store_pixels(rows, len, nb, n, 1, d, step, mirror); break;
+    case 2: store_pixels(rows, len, nb, n, 2, d, step, mirror); break;
+    case 3: store_pixels(rows, len, nb, n, 3, d, step, mirror); break;
+    default: store_pixels(rows, len, nb, n, 4, d, step, mirror); break;
+    }
+}
 
 /* A resampling job: box [x0,x1)x[y0,y1) of src (clamped to pixels [rx0,rx1)x[ry0,ry1))
  * to a virtual vh x vw image, of which the window at (wy, wx) of dst's size is written. */
@@ -129,7 +224,7 @@ typedef struct {
 } resample_job;
 
 typedef struct {
-    size_t xs, xc, ys, yc, tmp, acc, total;
+    size_t xs, xc, ys, yc, tmp, rows, total;
 } resample_layout;
 
 static resample_layout layout_for(int oh, int ow, int kx, int ky, int cols, int c) {
@@ -145,8 +240,8 @@ static resample_layout layout_for(int oh, int ow, int kx, int ky, int cols, int 
     off += align_up(sizeof(int16_t) * (size_t)oh * ky);
     L.tmp = off;
     off += align_up((size_t)cols * oh * c);
-    L.acc = off;
-    off += align_up(sizeof(int32_t) * (size_t)imax(cols, oh) * c * FL_BLOCK);
+    L.rows = off; /* FL_BLOCK rows of bytes, each with FL_PAD spare bytes */
+    off += align_up(((size_t)imax(cols, oh) * c + FL_PAD) * FL_BLOCK);
     L.total = off + FL_ALIGN; /* room to align the scratch pointer itself */
     return L;
 }
@@ -180,23 +275,24 @@ static int resample(const fl_image *src, const resample_job *j, fl_image *dst, i
     int cols = col_hi - col_lo;
     size_t tstride = (size_t)oh * c;
     uint8_t *tmp = base + L.tmp;
-    int32_t *acc = (int32_t *)(base + L.acc);
+    uint8_t *rows = base + L.rows;
     size_t vlen = (size_t)cols * c;
     for (int i = 0; i < oh; i += FL_BLOCK) {
         int nb = imin(FL_BLOCK, oh - i);
         for (int b = 0; b < nb; b++)
             weighted_rows(src->data + (size_t)col_lo * c, (size_t)src->stride, ty.start[i + b],
-                          ty.count[i + b], ty.coef + (size_t)(i + b) * ky, vlen, acc + b * vlen);
-        store_transposed(acc, vlen, nb, cols, c, tmp + (size_t)i * c, tstride, 0);
+                          ty.count[i + b], ty.coef + (size_t)(i + b) * ky, vlen,
+                          rows + b * (vlen + FL_PAD));
+        store_transposed(rows, vlen + FL_PAD, nb, cols, c, tmp + (size_t)i * c, tstride, 0);
     }
     /* Output column i goes to column ow - 1 - i when mirrored: the flip costs nothing. */
     for (int i = 0; i < ow; i += FL_BLOCK) {
         int nb = imin(FL_BLOCK, ow - i);
         for (int b = 0; b < nb; b++)
             weighted_rows(tmp, tstride, tx.start[i + b] - col_lo, tx.count[i + b],
-                          tx.coef + (size_t)(i + b) * kx, tstride, acc + b * tstride);
+                          tx.coef + (size_t)(i + b) * kx, tstride, rows + b * (tstride + FL_PAD));
         int first = mirror ? ow - i - nb : i;
-        store_transposed(acc, tstride, nb, oh, c, dst->data + (size_t)first * c,
+        store_transposed(rows, tstride + FL_PAD, nb, oh, c, dst->data + (size_t)first * c,
                          (size_t)dst->stride, mirror);
     }
     return FL_OK;

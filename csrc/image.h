@@ -42,9 +42,14 @@ static inline fl_rect fl_rect_of(int y, int x, int h, int w) {
 
 /* Resamples src to dst's size (same channel count). Triangle filter whose support widens
  * with the shrink factor (antialiased, as PIL's BILINEAR), plain bilinear when enlarging;
- * separable, 14-bit fixed point, horizontal pass then vertical pass. */
+ * separable, 14-bit fixed point, vertical pass then horizontal pass. */
 size_t fl_resize_scratch_bytes(int sh, int sw, int dh, int dw, int c);
 int fl_resize(const fl_image *src, fl_image *dst, void *scratch, size_t scratch_bytes);
+
+/* Turns the resampler's hand-written AVX2 kernel on (where the CPU has it) or off, for
+ * every thread; returns whether it was on. Both give the same bytes: the tests compare
+ * them. Not to be called while images are resampled. */
+int fl_set_simd(int on);
 
 void fl_flip_horizontal(fl_image *img);
 

@@ -112,6 +112,12 @@ def resize(img, int height, int width):
     return out
 
 
+def set_simd(bint on):
+    """Turns the resampler's AVX2 kernel on (where the CPU has it) or off; returns whether
+    it was on. For tests, which compare both: call it while nothing resamples."""
+    return bool(fl_set_simd(on))
+
+
 def flip_horizontal(img):
     """Mirrors img (uint8 HWC, writable) left-right in place and returns it."""
     cdef cnp.ndarray a = as_image(img)

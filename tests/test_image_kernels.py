@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from fastload import _core
-from fastload.transforms import Compose, RandomResizedCrop
+from fastload.transforms import Compose, RandomHorizontalFlip, RandomResizedCrop
 
 MASK = (1 << 64) - 1
 
@@ -237,3 +237,89 @@ def test_random_crop_params_cover_the_padded_range():
     assert {y for y, _ in seen} == set(range(-4, 5)) == {x for _, x in seen}
     with pytest.raises(ValueError, match="smaller than the crop"):
         _core.random_crop_params(20, 20, 32, 32, padding=4)
+
+
+def _axis_weights(src_n, dst_n):
+    """The resampler's weights for one axis, as ``axis_fill`` in csrc/image.c computes them:
+    (first source pixel, 14-bit weights) of each output pixel, in the same double
+    arithmetic, so that the model below gives the same bytes."""
+    one = 1 << 14
+    scale = src_n / dst_n
+    support = max(scale, 1.0)
+    inv, taps = 1.0 / support, math.ceil(support) * 2 + 1
+
+    def triangle(x):
+        x = abs(x)
+        return 1.0 - x if x < 1.0 else 0.0
+
+    axis = []
+    for i in range(dst_n):
+        center = (i + 0.5) * scale
+        first = max(math.floor(center - support + 0.5), 0)
+        count = min(min(math.floor(center + support + 0.5), src_n) - first, taps)
+        raw = [triangle((first + j - center + 0.5) * inv) for j in range(count)]
+        total = sum(raw) if count > 0 else 0.0
+        if count <= 0 or total <= 0.0:
+            axis.append((min(max(math.floor(center), 0), src_n - 1), [one]))
+            continue
+        q = [math.floor(r / total * one + 0.5) for r in raw]
+        big = q.index(max(q))
+        q[big] += one - sum(q)
+        axis.append((first, q))
+    return axis
+
+
+def _model_resize(img, dh, dw):
+    """A numpy model of the resampler's exact fixed point: the vertical pass, each sum
+    rounded to a byte, then the horizontal pass."""
+
+    def one_pass(rows, weights):  # rows: (n, m) -> (len(weights), m), along axis 0
+        out = np.empty((len(weights), rows.shape[1]), np.uint8)
+        for i, (first, q) in enumerate(weights):
+            acc = np.full(rows.shape[1], 1 << 13, np.int64)
+            for j, w in enumerate(q):
+                acc += w * rows[first + j].astype(np.int64)
+            out[i] = acc >> 14
+        return out
+
+    h, w, c = img.shape
+    tmp = one_pass(img.reshape(h, w * c), _axis_weights(h, dh)).reshape(dh, w, c)
+    across = tmp.transpose(1, 0, 2).reshape(w, dh * c)
+    out = one_pass(across, _axis_weights(w, dw)).reshape(dw, dh, c)
+    return out.transpose(1, 0, 2)
+
+
+@pytest.mark.parametrize("simd", [True, False])
+@given(
+    sh=st.integers(1, 90),
+    sw=st.integers(1, 90),
+    dh=st.integers(1, 90),
+    dw=st.integers(1, 90),
+    channels=st.sampled_from([1, 2, 3, 4]),
+)
+def test_resize_gives_the_exact_bytes_of_its_fixed_point_model(simd, sh, sw, dh, dw, channels):
+    rng = np.random.default_rng(sh * 7919 + sw * 31 + dh * 7 + dw)
+    img = rng.integers(0, 256, (sh, sw, channels), dtype=np.uint8)
+    was = _core.set_simd(simd)
+    try:
+        ours = _core.resize(img, dh, dw)
+    finally:
+        _core.set_simd(was)
+    np.testing.assert_array_equal(ours, _model_resize(img, dh, dw))
+
+
+@pytest.mark.parametrize("channels", [1, 3, 4])
+def test_the_resampler_gives_the_same_bytes_with_and_without_its_avx2_kernel(channels):
+    rng = np.random.default_rng(channels)
+    chain = Compose([RandomResizedCrop(224), RandomHorizontalFlip()])
+    for trial in range(40):
+        h, w = (int(v) for v in rng.integers(30, 700, 2))
+        img = rng.integers(0, 256, (h, w, channels), dtype=np.uint8)
+        outs = []
+        for simd in (True, False):
+            was = _core.set_simd(simd)
+            try:
+                outs.append(chain(img, index=trial, seed=1, epoch=0))
+            finally:
+                _core.set_simd(was)
+        np.testing.assert_array_equal(outs[0], outs[1])
