@@ -101,6 +101,21 @@ def test_a_worker_ignores_ctrl_c_and_serves_on():
         pipes.close(graceful=True)
 
 
+def test_ctrl_c_as_a_worker_starts_never_kills_it():
+    # SIGINT sent the moment the fork returns, before the child's start-up ran: blocked
+    # from the fork on, it is dropped once the child ignores it.
+    for _ in range(20):
+        pipes = fork_workers(2, _echo, "test-sigint-early", lambda k: (k,), "the test")
+        try:
+            for proc in pipes.procs:
+                os.kill(proc.pid, signal.SIGINT)
+            for worker in range(2):
+                pipes.request(worker, 1)
+            assert sorted(value for _, (value, _) in _received(pipes, 2)) == [1, 2]
+        finally:
+            pipes.close(graceful=True)
+
+
 def test_a_worker_ends_when_its_parents_end_of_the_pipe_closes():
     pipes = fork_workers(1, _echo, "test-eof", lambda k: (0,), "the test")
     pipes.conns[0].close()

@@ -301,6 +301,134 @@ def test_a_lean_lending_engine_gives_a_dropped_steps_pages_back_at_once():
     assert all(len(slot) >= 4096 and slot.count(0) == len(slot) for slot in pages)
 
 
+def _slow_pages_steps(n=48, batch_size=4, seconds=0.002):
+    """``_pages_steps`` whose rows each take ``seconds`` to load."""
+    rows = ((np.arange(n)[:, None] * 7 + np.arange(4096)) % 251 + 1).astype(np.uint8)
+    labels = np.arange(n)
+
+    def slow(row):
+        time.sleep(seconds)
+        return row
+
+    return _steps((mapobs(slow, rows), labels), n, batch_size=batch_size, shuffle=False)
+
+
+def _slot_of(engine, step):
+    """The ring slot a lent step lies in."""
+    ring = engine._workers.shared
+    base = np.frombuffer(ring.mapping, np.uint8).ctypes.data
+    offset = step[0].__array_interface__["data"][0] - base
+    return max(k for k, (start, _) in enumerate(ring.spans) if start <= offset + mmap.PAGESIZE)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_whole_step_jobs_take_the_lowest_free_slot_when_they_start(workers):
+    # Jobs queued at a worker hold no slot: a step takes one when its work starts, the
+    # lowest free, so the slots in use are those filled or held at once (a worker's, the
+    # caller's step and the one before), not all six of the ring (4 in flight + 2 held).
+    steps = _slow_pages_steps()
+    lend = ProcessOptions(lend=True, split_steps=False)
+    engine = process_engine(workers, buffer=False, processes=lend, prefetch=4)
+    try:
+        slots, got = [], []
+        with deadline(60):
+            for step in _iterate(engine, steps):
+                assert _lent_from(engine, step)
+                slots.append(_slot_of(engine, step))
+                got.append(copy_tree(step))
+        count = len(engine._workers.slots)
+    finally:
+        engine.close()
+    assert_tree_equal(got, [getobs(steps, k) for k in range(numobs(steps))])
+    assert count == 6 and max(slots) < workers + 2
+
+
+def test_a_lean_ring_of_whole_steps_keeps_the_pages_of_a_slot_per_worker():
+    # The first slots (one per worker) keep their pages once released: a worker fills
+    # them again without faulting them in; the others give theirs back when released.
+    steps = _slow_pages_steps(24)
+    lend = ProcessOptions(lend=True, split_steps=False)
+    engine = process_engine(2, buffer=False, processes=lend, lean=True, prefetch=4)
+    try:
+        got = [copy_tree(step) for step in _iterate(engine, steps)]
+        pages = _ring_pages(engine)
+        cold = engine._workers.shared.cold
+    finally:
+        engine.close()
+    assert_tree_equal(got, [getobs(steps, k) for k in range(numobs(steps))])
+    assert cold == 2 and len(pages) == 6
+    assert all(slot.count(0) < len(slot) for slot in pages[:2])  # steps left in them
+    assert all(len(slot) >= 4096 and slot.count(0) == len(slot) for slot in pages[2:])
+
+
+def test_whole_step_jobs_give_their_slots_back_after_failures_and_early_ends():
+    # A step that fails, epochs left early and a lent step kept across them: every later
+    # epoch still finds its free slots (a slot lost would make a worker find none).
+    n = 48
+    rows = ((np.arange(n)[:, None] * 7 + np.arange(4096)) % 251 + 1).astype(np.uint8)
+
+    def item(i):
+        if i == 13 and failing:
+            raise ValueError("item 13")
+        return rows[i]
+
+    failing = True
+    steps = _steps((mapobs(item, np.arange(n)), np.arange(n)), n, batch_size=4, shuffle=False)
+    expected = [getobs((rows, np.arange(n)), np.arange(4 * k, 4 * k + 4)) for k in range(12)]
+    lend = ProcessOptions(lend=True, split_steps=False)
+    engine = process_engine(2, buffer=False, processes=lend, lean=True)
+    try:
+        with deadline(60):
+            kept = None
+            for _ in range(3):
+                with pytest.raises(LoadError, match="13"):
+                    for step in _iterate(engine, steps):
+                        kept = step if kept is None else kept
+                for k, _step in enumerate(_iterate(engine, steps, start=0)):
+                    if k == 1:
+                        break
+            failing = False  # the workers forked with ``failing`` set: a new engine
+            engine.close()
+            got = [copy_tree(step) for step in _iterate(engine, steps)]
+            assert_tree_equal(kept, expected[0])
+    finally:
+        engine.close()
+    assert_tree_equal(got, expected)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_lent_step_dropped_early_never_frees_a_slot_a_worker_took_since(workers):
+    # Each step dropped as soon as it is read, then the caller works a while: the step's
+    # lease freed its slot and a worker takes it for its next job before the consumer
+    # counts it free; counting it must not free it a second time under the worker (a
+    # later step would overwrite the one in it).
+    steps = _slow_pages_steps(32, seconds=0.001)
+    lend = ProcessOptions(lend=True, split_steps=False)
+    engine = process_engine(workers, buffer=False, processes=lend)
+    expected = [getobs(steps, k) for k in range(numobs(steps))]
+    try:
+        with deadline(60):
+            got = []
+            for step in _iterate(engine, steps):
+                got.append(copy_tree(step))
+                del step
+                time.sleep(0.006)
+    finally:
+        engine.close()
+    assert_tree_equal(got, expected)
+
+
+def test_slot_claims_take_the_lowest_free_slot():
+    claims = processes.SlotClaims(np.zeros(4, np.int64), threading.Lock())
+    assert [claims.take(), claims.take(), claims.take()] == [0, 1, 2]
+    claims.give(1)
+    assert claims.take() == 1
+    claims.reset({2})  # slot 2 lent: it stays taken
+    assert [claims.take(), claims.take(), claims.take()] == [0, 1, 3]
+    with pytest.raises(RuntimeError, match="no free slot"):
+        claims.take()
+
+
 def test_a_lease_that_outlived_its_turn_frees_nothing():
     steps = _pages_steps(24)
     engine = process_engine(2, buffer=False, processes=ProcessOptions(lend=True), lean=True)

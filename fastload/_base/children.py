@@ -108,10 +108,19 @@ class _Parent:
     collects: bool
 
 
-def start(context: Any, target: Callable[..., None], args: tuple[Any, ...], name: str) -> Any:
+def start(
+    context: Any,
+    target: Callable[..., None],
+    args: tuple[Any, ...],
+    name: str,
+    ignore_interrupt: bool = False,
+) -> Any:
     """A started daemon process of the multiprocessing ``context`` (fork, spawn or
     forkserver) running ``target(*args)`` as a child of fastload's (see the module
-    docstring)."""
+    docstring). ``ignore_interrupt``: the child ignores SIGINT (Ctrl-C) from its first
+    instruction on: SIGINT is blocked while it is started, so that one that comes before
+    the child says it ignores it waits, then goes to the parent or is dropped in the
+    child, rather than raising in the child's start-up."""
     with _starting:
         parent = _Parent(
             os.getpid(),
@@ -119,16 +128,34 @@ def start(context: Any, target: Callable[..., None], args: tuple[Any, ...], name
             context.get_start_method() != "forkserver",
             gc.isenabled(),
         )
-        proc = context.Process(
-            target=_child_main, args=(parent, target, *args), daemon=True, name=name
-        )
-        gc.disable()  # so that no collection runs in the child before it freezes
+        before = _block_interrupts()
         try:
+            proc = context.Process(
+                target=_child_main,
+                args=(parent, ignore_interrupt, before, target, *args),
+                daemon=True,
+                name=name,
+            )
+            gc.disable()  # so that no collection runs in the child before it freezes
             proc.start()
         finally:
+            _restore_interrupts(before)
             if parent.collects:
                 gc.enable()
     return proc
+
+
+def _block_interrupts() -> set[int | signal.Signals] | None:
+    """Block SIGINT in this thread (a child forked now starts with it blocked); the mask
+    before, None where signals cannot be masked."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+def _restore_interrupts(mask: set[int | signal.Signals] | None) -> None:
+    if mask is not None and signal.SIGINT not in mask:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def orphaned() -> bool:
@@ -136,7 +163,18 @@ def orphaned() -> bool:
     return _parent_pid is not None and os.getppid() != _parent_pid
 
 
-def _child_main(parent: _Parent, target: Callable[..., None], *args: Any) -> None:
+def _child_main(
+    parent: _Parent,
+    ignore_interrupt: bool,
+    mask: set[int | signal.Signals] | None,
+    target: Callable[..., None],
+    *args: Any,
+) -> None:
+    if ignore_interrupt:
+        # Ctrl-C in a terminal reaches the whole process group: the parent handles it and
+        # stops the workers; a worker killed by it would only turn it into a second error.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _restore_interrupts(mask)  # as blocked by ``start``: one pending is dropped or raised
     gc.freeze()
     if parent.collects:
         gc.enable()
@@ -211,7 +249,7 @@ def fork_workers(
         for k, (_, theirs) in enumerate(pipes):
             others = [end for pipe in pipes for end in pipe if end is not theirs]
             args = (theirs, others, target, *args_of(k))
-            procs.append(start(context, _piped_main, args, f"{name}-{k}"))
+            procs.append(start(context, _piped_main, args, f"{name}-{k}", True))
     finally:
         for _, theirs in pipes:
             theirs.close()
@@ -374,9 +412,6 @@ def serve(conn: Connection, answer: Callable[[Any], Any]) -> None:
 def _piped_main(
     conn: Connection, others: Sequence[Connection], target: Callable[..., None], *args: Any
 ) -> None:
-    # Ctrl-C in a terminal reaches the whole process group: the parent handles it and
-    # stops the workers; a worker killed by it would only turn it into a second error.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     for other in others:
         other.close()  # so that a worker sees EOF when the parent's end closes
     target(conn, *args)

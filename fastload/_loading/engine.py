@@ -94,7 +94,8 @@ class Engine:
     go back to the system as soon as its step is copied out, or dropped when it was lent
     (worker processes), and each copy is a map of its own, returned to the system when the
     caller drops it (a freed copy would stay in the allocator's heap), at the cost of
-    faulting pages in again each step.
+    faulting pages in again each step (worker processes loading whole steps keep the
+    pages of a slot per worker: ``WorkerPool``).
 
     ``processes`` (``ProcessOptions``, with ``backend="process"``; its defaults when
     None): ``worker_init(worker_id)`` runs once in each worker process after it is forked

@@ -28,6 +28,12 @@ Concurrency invariants (kept by the consumer):
   to the caller (``lend``: its step was handed out as arrays over it); a lent slot comes
   back only once its lease says every array over it was dropped, and only the consumer
   takes it back (``_SharedRing``);
+- whole steps (not split in parts) are sent without a slot: the worker takes the lowest
+  free one when it starts the job (``workers.SlotClaims``, a word per slot in the ring's
+  header, taken under a lock only workers hold); the consumer counts the free slots and
+  sends no more such jobs than that, frees a slot's word once its step is released (a
+  lease frees it as it is dropped), and resets the words when an iteration begins, no
+  job being out then;
 - every job sent to a worker gets exactly one reply; ``Pipes.outstanding`` counts the
   replies due per worker, and a slot is reused only once the replies of all its step's
   parts arrived, so no worker writes into a slot the consumer reads;
@@ -76,8 +82,10 @@ from .workers import (
     ItemFailed,
     Job,
     JobReply,
+    SlotClaims,
     WorkerFailed,
     carve_ring,
+    ring_header,
     worker_main,
 )
 
@@ -111,7 +119,14 @@ class WorkerPool:
     ``lean``: give a slot's pages back to the system when the consumer releases it (when
     it copied the step out, ``buffer=False``, or dropped the step lent to it), so that the
     ring holds memory only for the steps in flight, as a loader that makes a new shared
-    buffer per batch does; a worker filling it again faults the pages back in, zeroed.
+    buffer per batch does; a worker filling it again faults the pages back in, zeroed
+    (some 4 µs a page on a virtual machine: 5% of a worker's time for 150 KB images).
+    Where whole steps go to one worker, the worker takes the lowest free slot when it
+    starts a job (``workers.SlotClaims``) and the first slots, one per worker, keep their
+    pages: in the steady state a worker fills one of them again and the caller holds
+    one, so about half the refilled slots fault, for no more memory at its peak than
+    giving every slot back (measured against PyTorch's loader, ``bench/torch_dropin.py``;
+    a slot more kept warm faults almost never, but holds a slot's worth more).
     """
 
     count: int
@@ -156,7 +171,7 @@ class WorkerPool:
     def ring(self, data: Any, plan: Plan, count: int) -> list[Dests]:
         """The ring of ``count`` slots for ``plan``, with workers that hold ``data``:
         the running ones when they already hold both, else newly forked ones."""
-        key = (plan.signature, count)
+        key = (plan.signature, count, self.splits(plan))
         if (
             self.pipes is not None
             and self.root is data
@@ -169,23 +184,41 @@ class WorkerPool:
         _, size = carve_ring(None, plan, count)
         mapping = mmap.mmap(-1, size)  # anonymous, shared with the forked children
         slots, _ = carve_ring(mapping, plan, count)
+        # Whole steps: each job's worker takes its slot when it starts it (``SlotClaims``),
+        # so that the slots in use keep their pages; parts of a step share the slot the
+        # consumer chose, which goes back to the system after its step with ``lean``.
+        claims = None
+        if not self.splits(plan):
+            words = np.frombuffer(mapping, np.int64, count, 8)
+            claims = SlotClaims(words, multiprocessing.get_context("fork").Lock())
         # A new ring: what was lent of the old one stays the caller's (its arrays keep the
         # old mapping alive) and goes back to the old ``_SharedRing``, which nobody reads.
         limit = min(_LEND_LIMIT, count - 1) if self.options.lend else 0
-        self.shared = _SharedRing(mapping, _slot_pages(plan, count), limit, self.lean)
+        # With ``lean``, the slots from ``cold`` on give their pages back when released:
+        # with claims, only those beyond what a worker each and the caller's two steps use,
+        # taken when more steps than that are in use at once.
+        cold = count
+        if self.lean:
+            cold = 0 if claims is None else min(count, self.count)
+        self.shared = _SharedRing(mapping, _slot_pages(plan, count), limit, cold, claims)
         control = np.frombuffer(mapping, np.int64, 1, 0)
         control[0] = 0
         self.pipes = fork_workers(
             self.count,
             worker_main,
             "fastload-worker",
-            lambda k: (data, slots, control, k, self.options.worker_init),
+            lambda k: (data, slots, control, k, self.options.worker_init, claims),
             "the iteration",
         )
         self._finalizer = weakref.finalize(self, self.pipes.close, False, os.getpid())
         self.root, self.key = data, key
         self.slots, self.control = slots, control
         return slots
+
+    def splits(self, plan: Plan) -> bool:
+        """Whether ``plan``'s steps are spread over the workers in parts (see the module
+        docstring), rather than loaded whole by one."""
+        return self.options.split_steps and self.count > 1 and not plan.whole_steps
 
     def give_back(self, slot: int) -> None:
         """Return the whole pages of ``slot`` to the system (see ``_SharedRing``)."""
@@ -269,8 +302,8 @@ class WorkerPool:
 def _slot_pages(plan: Plan, count: int) -> list[tuple[int, int]]:
     """(start, length) of the whole pages inside each slot of the ring ``carve_ring``
     lays out: slots are the same size and follow one another after the header."""
-    header = carve_ring(None, plan, 0)[1]
-    size = carve_ring(None, plan, 1)[1] - header
+    header = ring_header(count)
+    size = (carve_ring(None, plan, count)[1] - header) // max(1, count)
     spans = []
     for slot in range(count):
         start = -(-(header + slot * size) // mmap.PAGESIZE) * mmap.PAGESIZE
@@ -295,13 +328,18 @@ class _Transport:
     ) -> None:
         self.pool, self.gen, self.plan = pool, gen, plan
         self.schedule, self.ordered, self.stats = schedule, ordered, stats
-        self.split_steps = pool.options.split_steps and pool.count > 1 and not plan.whole_steps
+        self.split_steps = pool.splits(plan)
         assert pool.shared is not None, "an iteration begins on a ring"
         self.shared = pool.shared
         self.shared.returned()  # settle the lent slots: those still lent stay out
         lent = self.shared.lent
         self.free = collections.deque(s for s in range(len(pool.slots)) if s not in lent)
-        self.inflight: dict[int, int] = {}  # step -> slot
+        # With claims, ``free`` only counts the free slots: a job's worker takes the lowest
+        # (no job is out now: ``begin`` drained them).
+        self.claims = self.shared.claims
+        if self.claims is not None:
+            self.claims.reset(lent)
+        self.inflight: dict[int, int] = {}  # step -> slot (-1: its worker's choice)
         self.parts: dict[int, list[JobReply | None]] = {}  # step -> [reply or None, a part]
         # step -> the replies of all its parts, not yet delivered
         self.arrived: dict[int, list[JobReply]] = {}
@@ -311,8 +349,12 @@ class _Transport:
     def next(self, release: int) -> Reply | None:
         """``(slot, step, rows, failure, keep, objects)`` of the next step, None at the end."""
         if release >= 0:
+            if self.claims is not None:
+                self.claims.give(release)
             self.free.append(release)
         self._check()
+        # A lent slot's lease freed its word as it was dropped: a worker may hold it
+        # already, so it is only counted here.
         self.free.extend(self.shared.returned())
         while self.next_step < self.total and self.free:
             self._submit(self.next_step, self.free.popleft())
@@ -323,10 +365,15 @@ class _Transport:
         replies = self.arrived.pop(step)
         slot = self.inflight.pop(step)
         self.expected += 1
-        return (slot, step) + self._unpack(step, replies)
+        unpacked = self._unpack(step, replies)
+        if slot < 0:  # the worker's choice (a Done or an ItemFailed: others raised)
+            slot = cast(Done | ItemFailed, replies[0]).slot
+        return (slot, step) + unpacked
 
     def _submit(self, step: int, slot: int) -> None:
         pool = self.pool
+        if self.claims is not None:
+            slot = -1  # its worker takes the lowest free slot when it starts
         jobs = [(step % pool.count, Job(self.gen, step, slot))]
         if self.split_steps:
             rows = len(self.schedule.positions(step))
@@ -350,7 +397,7 @@ class _Transport:
         """The consumer copied the step out of ``slot`` (``buffer=False``): its memory can go
         back to the system now, while the consumer works on the copy, rather than stay
         until the slot is released at the next step."""
-        if self.pool.lean:
+        if slot >= self.shared.cold:
             self.pool.give_back(slot)
 
     def _check(self) -> None:
@@ -420,16 +467,23 @@ class _SharedRing:
     slot (``spans``, which ``give_back`` returns to the system), and what is lent of it.
     ``lent`` maps each slot lent to the consumer to its lease's token, ``limit`` slots at
     most; a lease puts ``(slot, token)`` on ``returns`` when it is dropped (in any
-    thread: a deque append), after giving the slot's pages back with ``lean``. Only
-    the consumer (``lend``, ``returned``) changes ``lent``. A return counts only while
-    its token is the slot's: a lease that outlives its turn (kept by a traceback, say)
-    can never free the slot of a later one."""
+    thread: a deque append), after giving the slot's pages back when it is ``cold``
+    (slots from ``cold`` on; all of them with ``lean`` where the consumer chooses the
+    slots, those past one per worker where the workers take them, none without) and
+    freeing it in ``claims``. Only the consumer (``lend``, ``returned``) changes
+    ``lent``. A return counts only while its token is the slot's: a lease that outlives
+    its turn (kept by a traceback, say) can never free the slot of a later one."""
 
     def __init__(
-        self, mapping: mmap.mmap, spans: list[tuple[int, int]], limit: int, lean: bool
+        self,
+        mapping: mmap.mmap,
+        spans: list[tuple[int, int]],
+        limit: int,
+        cold: int,
+        claims: SlotClaims | None = None,
     ) -> None:
-        self.mapping, self.spans = mapping, spans
-        self.limit, self.lean = limit, lean
+        self.mapping, self.spans, self.claims = mapping, spans, claims
+        self.limit, self.cold = limit, cold
         self.lent: dict[int, int] = {}  # slot -> its lease's token
         self.returns: collections.deque[tuple[int, int]] = collections.deque()
         self.tokens = itertools.count()
@@ -477,8 +531,11 @@ class _Lease:
     def __del__(self) -> None:
         ring = self.ring
         try:
-            if ring.lean and ring.lent.get(self.slot) == self.token and self._getpid() == ring.pid:
-                ring.give_back(self.slot)  # nobody else touches a slot that is lent
+            if ring.lent.get(self.slot) == self.token and self._getpid() == ring.pid:
+                if self.slot >= ring.cold:
+                    ring.give_back(self.slot)  # nobody else touches a slot that is lent
+                if ring.claims is not None:
+                    ring.claims.give(self.slot)  # a worker may take it before ``returned``
         except Exception:  # at exit, say: only memory is at stake (the pages stay mapped)
             pass
         finally:

@@ -17,7 +17,7 @@ worker forked while the consumer's pool runs never uses the pool's copy.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, TypeAlias
@@ -43,12 +43,12 @@ __all__ = [
     "Job",
     "JobReply",
     "WorkerFailed",
+    "SlotClaims",
     "carve_ring",
     "worker_main",
 ]
 
 _ALIGN = 64
-_HEADER = _ALIGN  # the generation word, then the slots
 
 
 # Requests, from the consumer to a worker (``children.Stop`` ends it). Every message
@@ -67,8 +67,9 @@ class Epoch(Tagged):
 
 @dataclass(frozen=True, slots=True)
 class Job(Tagged):
-    """Load step ``step`` of generation ``gen`` into slot ``slot`` of the ring: its rows
-    ``[first, end)`` as part ``part`` (the whole step when ``end`` is None)."""
+    """Load step ``step`` of generation ``gen`` into slot ``slot`` of the ring (-1: the
+    lowest free one, which the worker takes when it starts the job, ``SlotClaims``): its
+    rows ``[first, end)`` as part ``part`` (the whole step when ``end`` is None)."""
 
     step: int
     slot: int
@@ -82,12 +83,14 @@ class Job(Tagged):
 
 @dataclass(frozen=True, slots=True)
 class Done(Tagged):
-    """The step is in its slot: ``rows`` observations, ``keep`` their kept flags after
-    skips (None: all kept), ``objects`` the lists of its object leaves (None: it has
-    none), ``skipped`` observations the plan itself dropped (a whole step's retries)."""
+    """The step is in slot ``slot``: ``rows`` observations, ``keep`` their kept flags
+    after skips (None: all kept), ``objects`` the lists of its object leaves (None: it
+    has none), ``skipped`` observations the plan itself dropped (a whole step's
+    retries)."""
 
     step: int
     part: int
+    slot: int
     rows: int
     keep: npt.NDArray[np.bool_] | None
     objects: Objects | None
@@ -96,12 +99,14 @@ class Done(Tagged):
 
 @dataclass(frozen=True, slots=True)
 class ItemFailed(Tagged):
-    """Observation ``index`` failed in ``field`` (None: unknown); ``message`` as the thread
-    backend words it; ``text`` and ``chain`` (``describe_error``) the Python exception's
-    traceback and pickled causes, None when native code failed."""
+    """Observation ``index`` failed in ``field`` (None: unknown), loading into slot
+    ``slot``; ``message`` as the thread backend words it; ``text`` and ``chain``
+    (``describe_error``) the Python exception's traceback and pickled causes, None when
+    native code failed."""
 
     step: int
     part: int
+    slot: int
     field: int | None
     index: int
     message: str
@@ -158,10 +163,16 @@ class InitError(WorkerError):
         return type(self), (self.args[0], self.worker, self.name)
 
 
+def ring_header(slots: int) -> int:
+    """Bytes before the first slot of a ring of ``slots``: the generation word, then one
+    claim word per slot (``SlotClaims``)."""
+    return -(-(1 + slots) * 8 // _ALIGN) * _ALIGN
+
+
 def carve_ring(mapping: Any, plan: Plan, slots: int) -> tuple[list[Dests], int]:
     """The ring: ``slots`` sets of destinations of ``plan``, laid out in ``mapping`` after
     the header (with ``mapping=None``: only the bytes needed)."""
-    offset = _HEADER
+    offset = ring_header(slots)
 
     def allocate(shape: tuple[int, ...], dtype: npt.DTypeLike) -> np.ndarray | None:
         nonlocal offset
@@ -177,13 +188,59 @@ def carve_ring(mapping: Any, plan: Plan, slots: int) -> tuple[list[Dests], int]:
     return ring, offset
 
 
+class SlotClaims:
+    """Which slots of the ring are in use, for jobs whose worker takes the slot when it
+    starts them (``Job.slot`` -1): one word per slot in the ring's header, 0 when the
+    slot is free. A worker takes the lowest free slot (under ``lock``, which only workers
+    hold) and gives it back when the job ends without a step in it; the consumer gives
+    a slot back once the caller is done with its step, and sends no more such jobs than
+    there are free slots, so a worker always finds one.
+
+    Taking the lowest free slot when the work starts, rather than when the job is queued,
+    keeps a ring's slots in use, and so the pages ever written, only as many as steps
+    were being filled or held at once: slots that wait in a worker's queue hold nothing.
+    Their pages then stay mapped from one step to the next (a page written anew costs a
+    fault and a zeroing, some 4 µs)."""
+
+    def __init__(self, words: npt.NDArray[np.int64], lock: Any) -> None:
+        self.words, self.lock = words, lock
+
+    def take(self) -> int:
+        """The lowest free slot, now in use (in a worker)."""
+        with self.lock:
+            free = np.flatnonzero(self.words == 0)
+            if not free.size:
+                raise RuntimeError("no free slot in the ring for a job (a consumer's miscount)")
+            slot = int(free[0])
+            self.words[slot] = 1
+        return slot
+
+    def give(self, slot: int) -> None:
+        """Slot ``slot`` is free again."""
+        self.words[slot] = 0
+
+    def reset(self, lent: Container[int]) -> None:
+        """Every slot free but those ``lent`` to the caller (in the consumer, while no job
+        is out), whose words their leases clear when they are dropped."""
+        for slot in range(len(self.words)):
+            if slot not in lent:
+                self.words[slot] = 0
+
+
 class _Worker:
     """One worker process: epochs and jobs in, replies out (``answer``)."""
 
-    def __init__(self, root: Any, ring: list[Dests], control: npt.NDArray[np.int64]) -> None:
+    def __init__(
+        self,
+        root: Any,
+        ring: list[Dests],
+        control: npt.NDArray[np.int64],
+        claims: SlotClaims | None = None,
+    ) -> None:
         self.root = root
         self.ring = ring
         self.control = control
+        self.claims = claims
         self.epoch: Epoch | None = None
         self.plan: Any = None
         self.fields: Any = None  # the plan's _core.Fields, its order and bounds, per epoch
@@ -243,18 +300,28 @@ class _Worker:
             return InitFailed(job.gen, job.step, job.part, self.worker_id, name, text, chain)
         if self.setup_error is not None:
             return _worker_failed(job, "plan the steps", self.setup_error)
+        if job.slot >= 0:
+            return self._attempt(job, epoch, job.slot)
+        assert self.claims is not None, "a job without a slot on a ring without claims"
+        slot = self.claims.take()
+        reply = self._attempt(job, epoch, slot)
+        if not isinstance(reply, (Done, ItemFailed)):
+            self.claims.give(slot)  # nothing in it for the consumer
+        return reply
+
+    def _attempt(self, job: Job, epoch: Epoch, slot: int) -> JobReply:
         try:
-            return self._load(job, epoch)
+            return self._load(job, epoch, slot)
         except Exception as exc:
             if self.control[0] != job.gen:  # the run stopped for the new generation
                 return Cancelled(job.gen, job.step, job.part)
             return _worker_failed(job, f"load step {job.step}", exc)
 
-    def _load(self, job: Job, epoch: Epoch) -> Done | ItemFailed:
+    def _load(self, job: Job, epoch: Epoch, slot: int) -> Done | ItemFailed:
         """Step ``job.step`` (or its rows ``[job.first, job.end)``) loaded by an inline
-        native run into its slot."""
+        native run into slot ``slot``."""
         plan, schedule = self.plan, epoch.schedule
-        dests = self.ring[job.slot]
+        dests = self.ring[slot]
         if job.end is None:
             order, bounds, first_step, rows = self.order, self.bounds, job.step, plan.rows
         else:
@@ -300,10 +367,10 @@ class _Worker:
             raise RuntimeError(f"step {job.step} is past the end of the schedule")
         _, rows, failure, keep = loaded
         if failure is not None:
-            return _item_failed(job, failure)
+            return _item_failed(job, slot, failure)
         objects = objects if plan.has_objects else None
         skipped = self.stats.skipped - skipped_before
-        return Done(job.gen, job.step, job.part, rows, keep, objects, skipped)
+        return Done(job.gen, job.step, job.part, slot, rows, keep, objects, skipped)
 
 
 def _rows(dest: Any, first: int, end: int) -> Any:
@@ -325,10 +392,10 @@ def _filler(
     return filler
 
 
-def _item_failed(job: Job, failure: Failure) -> ItemFailed:
+def _item_failed(job: Job, slot: int, failure: Failure) -> ItemFailed:
     _, field, index, message, cause = failure
     text, chain = describe_error(cause)[1:] if cause is not None else (None, None)
-    return ItemFailed(job.gen, job.step, job.part, field, int(index), message, text, chain)
+    return ItemFailed(job.gen, job.step, job.part, slot, field, int(index), message, text, chain)
 
 
 def _worker_failed(job: Job, what: str, exc: BaseException) -> WorkerFailed:
@@ -342,9 +409,11 @@ def worker_main(
     control: npt.NDArray[np.int64],
     worker_id: int = 0,
     init: Callable[[int], None] | None = None,
+    claims: SlotClaims | None = None,
 ) -> None:
     """A worker's life (forked by ``children.fork_workers``): ``init(worker_id)`` once
-    (when given), then jobs until told to stop or the consumer is gone."""
-    worker = _Worker(root, ring, control)
+    (when given), then jobs until told to stop or the consumer is gone. ``claims``: the
+    ring's, where jobs come without a slot."""
+    worker = _Worker(root, ring, control, claims)
     worker.start(worker_id, init)
     serve(conn, worker.answer)
