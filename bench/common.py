@@ -64,6 +64,20 @@ def _memory_bytes(pid):
     return rss, pss
 
 
+def minor_faults(pids):
+    """The minor page faults of the processes ``pids`` so far, summed (Linux's ``/proc``)."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            total += int(f.read().rsplit(")", 1)[1].split()[7])
+    return total
+
+
+def workers_of(pid):
+    """The processes under ``pid``."""
+    return [p for p in _descendants(pid) if p != pid]
+
+
 def _descendants(pid):
     """``pid`` and the processes under it."""
     pids = [pid]

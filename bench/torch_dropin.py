@@ -16,7 +16,9 @@ uint8), two workers, medians of interleaved epochs (``common.compare``):
    least 0.95x, and less peak memory over one epoch, each measured in a fresh child
    process: the PSS of the process and its workers summed (a page shared by k processes
    counts 1/k in each, so the tree's footprint; the summed RSS, which counts shared pages
-   once per process, is printed beside it).
+   once per process, is printed beside it), then the minor page faults of its workers
+   over a second epoch (the pages of a batch's shared memory, and of what an item
+   allocates, mapped anew).
 
 Each loop reads a byte of every page of every batch, as a training step reads its batch:
 a loop that reads nothing never maps the shared memory PyTorch delivers a batch in, so
@@ -36,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np
 import torch
 import torch.utils.data as tud
-from common import TreeMemory, compare, touch
+from common import TreeMemory, compare, minor_faults, touch, workers_of
 from images import DEFAULT_ROOT, generate
 from PIL import Image
 from pipelines import pil_crop_flip, train_ops
@@ -104,11 +106,17 @@ def epoch(loader):
 
 
 def probe(name, root, batch):
-    """In a fresh process: peak memory of this process and its workers over one epoch."""
+    """In a fresh process: peak memory of this process and its workers over one epoch,
+    then the page faults of the workers over a second."""
     with TreeMemory() as memory:
         loader = make(name, root, batch)
         epoch(loader)()
-    print(json.dumps({"rss_mb": memory.rss / 2**20, "pss_mb": memory.pss / 2**20}))
+    workers = workers_of(os.getpid())  # persistent: the same in the second epoch
+    before = minor_faults(workers)
+    epoch(loader)()
+    faults = minor_faults(workers) - before
+    sizes = {"rss_mb": memory.rss / 2**20, "pss_mb": memory.pss / 2**20}
+    print(json.dumps({**sizes, "faults": faults}))
 
 
 def run_probe(name, root, batch):
@@ -182,7 +190,11 @@ def main():
     for name, runs in peaks.items():
         pss = statistics.median(r["pss_mb"] for r in runs)
         rss = statistics.median(r["rss_mb"] for r in runs)
-        print(f"  {name}: peak memory {pss:,.0f} MB PSS ({rss:,.0f} MB summed RSS), median")
+        faults = statistics.median(r["faults"] for r in runs)
+        print(
+            f"  {name}: peak memory {pss:,.0f} MB PSS ({rss:,.0f} MB summed RSS); "
+            f"page faults in the workers over a second epoch {faults:,.0f}; medians"
+        )
 
 
 if __name__ == "__main__":
