@@ -418,6 +418,19 @@ def test_a_lent_step_dropped_early_never_frees_a_slot_a_worker_took_since(worker
     assert_tree_equal(got, expected)
 
 
+def test_a_worker_that_finds_no_free_slot_replies_that_it_failed():
+    # A consumer's miscount: the job fails with a reply that says so, the worker lives on.
+    from fastload._loading import workers
+
+    claims = processes.SlotClaims(np.ones(2, np.int64), threading.Lock())
+    control = np.ones(1, np.int64)
+    worker = workers._Worker(None, [], control, claims)
+    worker.epoch = workers.Epoch(1, None, False, ())
+    reply = worker.answer(workers.Job(1, 5, -1))
+    assert isinstance(reply, workers.WorkerFailed) and reply.step == 5
+    assert "take a slot" in reply.what and "no free slot" in reply.message
+
+
 def test_slot_claims_take_the_lowest_free_slot():
     claims = processes.SlotClaims(np.zeros(4, np.int64), threading.Lock())
     assert [claims.take(), claims.take(), claims.take()] == [0, 1, 2]

@@ -42,9 +42,10 @@ __all__ = [
     "ItemFailed",
     "Job",
     "JobReply",
-    "WorkerFailed",
     "SlotClaims",
+    "WorkerFailed",
     "carve_ring",
+    "ring_header",
     "worker_main",
 ]
 
@@ -303,7 +304,10 @@ class _Worker:
         if job.slot >= 0:
             return self._attempt(job, epoch, job.slot)
         assert self.claims is not None, "a job without a slot on a ring without claims"
-        slot = self.claims.take()
+        try:
+            slot = self.claims.take()
+        except RuntimeError as exc:
+            return _worker_failed(job, "take a slot of the ring", exc)
         reply = self._attempt(job, epoch, slot)
         if not isinstance(reply, (Done, ItemFailed)):
             self.claims.give(slot)  # nothing in it for the consumer
