@@ -158,17 +158,22 @@ def _ring_pages(engine):
     return [bytes(ring.mapping[start : start + length]) for start, length in ring.spans]
 
 
+def _copies_then_pages(engine, steps):
+    """Every step of ``steps`` loaded by ``engine`` (copied, so that none is held), then
+    the bytes of its ring's slots; the engine closed."""
+    try:
+        got = [copy_tree(step) for step in _iterate(engine, steps)]
+        return got, _ring_pages(engine)
+    finally:
+        engine.close()
+
+
 @pytest.mark.parametrize("buffer, lean", [(False, True), (True, True), (False, False)])
 def test_a_lean_engine_gives_a_copied_steps_pages_back_and_keeps_the_rest(buffer, lean):
     # Rows of 3 pages, so that every slot holds whole pages whatever its offset.
     data = np.arange(24 * 3 * 4096, dtype=np.uint8).reshape(24, 3 * 4096) | 1
     steps = _steps(data, 24, batch_size=4)
-    engine = process_engine(2, buffer=buffer, lean=lean)
-    try:
-        got = [copy_tree(step) for step in _iterate(engine, steps)]
-        pages = _ring_pages(engine)
-    finally:
-        engine.close()
+    got, pages = _copies_then_pages(process_engine(2, buffer=buffer, lean=lean), steps)
     assert_tree_equal(got, [getobs(steps, k) for k in range(numobs(steps))])
     assert all(len(slot) >= 4096 for slot in pages)
     # Copied out by a lean engine: returned to the system, reading zeros; buffered, or
@@ -203,10 +208,14 @@ def _lent_from(engine, step):
     return all(np.shares_memory(part, ring) for part in step)
 
 
+def _pages_rows(n):
+    """``n`` rows of one page each, every row its own bytes, none zero."""
+    return ((np.arange(n)[:, None] * 7 + np.arange(4096)) % 251 + 1).astype(np.uint8)
+
+
 def _pages_steps(n=48, batch_size=4):
-    """Steps of rows of one page each, every row its own bytes, with their positions."""
-    rows = (np.arange(n)[:, None] * 7 + np.arange(4096)) % 251 + 1
-    return _steps((rows.astype(np.uint8), np.arange(n)), n, batch_size=batch_size)
+    """Steps of ``_pages_rows``, with their positions."""
+    return _steps((_pages_rows(n), np.arange(n)), n, batch_size=batch_size)
 
 
 def test_a_lending_engine_reuses_a_lent_slot_only_once_its_step_is_dropped():
@@ -303,8 +312,7 @@ def test_a_lean_lending_engine_gives_a_dropped_steps_pages_back_at_once():
 
 def _slow_pages_steps(n=48, batch_size=4, seconds=0.002):
     """``_pages_steps`` whose rows each take ``seconds`` to load."""
-    rows = ((np.arange(n)[:, None] * 7 + np.arange(4096)) % 251 + 1).astype(np.uint8)
-    labels = np.arange(n)
+    rows, labels = _pages_rows(n), np.arange(n)
 
     def slow(row):
         time.sleep(seconds)
@@ -350,11 +358,7 @@ def test_a_lean_ring_of_whole_steps_keeps_the_pages_of_its_first_slot():
     steps = _slow_pages_steps(24)
     lend = ProcessOptions(lend=True, split_steps=False)
     engine = process_engine(2, buffer=False, processes=lend, lean=True, prefetch=4)
-    try:
-        got = [copy_tree(step) for step in _iterate(engine, steps)]
-        pages = _ring_pages(engine)
-    finally:
-        engine.close()
+    got, pages = _copies_then_pages(engine, steps)
     assert_tree_equal(got, [getobs(steps, k) for k in range(numobs(steps))])
     assert len(pages) == 6
     assert pages[0].count(0) < len(pages[0])  # a step left in it
@@ -365,7 +369,7 @@ def test_whole_step_jobs_give_their_slots_back_after_failures_and_early_ends():
     # A step that fails, epochs left early and a lent step kept across them: every later
     # epoch still finds its free slots (a slot lost would make a worker find none).
     n = 48
-    rows = ((np.arange(n)[:, None] * 7 + np.arange(4096)) % 251 + 1).astype(np.uint8)
+    rows = _pages_rows(n)
 
     def item(i):
         if i == 13 and failing:
@@ -384,9 +388,8 @@ def test_whole_step_jobs_give_their_slots_back_after_failures_and_early_ends():
                 with pytest.raises(LoadError, match="13"):
                     for step in _iterate(engine, steps):
                         kept = step if kept is None else kept
-                for k, _step in enumerate(_iterate(engine, steps, start=0)):
-                    if k == 1:
-                        break
+                early = _iterate(engine, steps)
+                next(early), next(early)  # left there: the next iteration stops it
             failing = False  # the workers forked with ``failing`` set: a new engine
             engine.close()
             got = [copy_tree(step) for step in _iterate(engine, steps)]
