@@ -184,6 +184,19 @@ class _RangeHandler(SimpleHTTPRequestHandler):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, directory=self.switches.root, **kwargs)
 
+    def setup(self):
+        # Known from its accept on, so that ``stop`` drops a connection that has not sent
+        # its first request yet, rather than leave it serving after the server "died".
+        super().setup()
+        with self.switches._lock:
+            self.switches._connections.add(self.connection)
+
+    def handle_one_request(self):
+        if self.server is not self.switches._server:  # stopped: a killed server answers nothing
+            self.close_connection = True
+            return
+        super().handle_one_request()
+
     def log_message(self, format, *args):
         pass  # quiet: the tests say what went wrong
 
