@@ -3,6 +3,7 @@
 
 #include <setjmp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <jpeglib.h>
@@ -81,17 +82,13 @@ static int read_rows(struct jpeg_decompress_struct *cinfo, uint8_t *pixels, size
     return FL_OK;
 }
 
-int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom, const fl_rect *want,
-                   fl_alloc_fn alloc, void *alloc_ctx, fl_image *out, int *out_y, int *out_x,
-                   char *message, size_t message_bytes) {
+/* fl_jpeg_decode on `data` as it is: without the checks of the arguments, and without
+ * cutting out the restart intervals under `want`. */
+static int decode_stream(const uint8_t *data, size_t n, int channels, int denom,
+                         const fl_rect *want, fl_alloc_fn alloc, void *alloc_ctx, fl_image *out,
+                         int *out_y, int *out_x, char *message, size_t message_bytes) {
     struct jpeg_decompress_struct cinfo;
     error_state err;
-    if ((channels != 1 && channels != 3 && channels != 4) ||
-        (denom != 1 && denom != 2 && denom != 4 && denom != 8)) {
-        snprintf(message, message_bytes, "cannot decode a JPEG to %d channels at 1/%d", channels,
-                 denom);
-        return FL_EINVAL;
-    }
     cinfo.err = jpeg_std_error(&err.mgr);
     err.mgr.error_exit = on_error;
     err.mgr.emit_message = on_message;
@@ -142,5 +139,254 @@ int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom, const
     out->stride = (ptrdiff_t)row_bytes;
     *out_y = y0;
     *out_x = (int)xoff;
+    return FL_OK;
+}
+
+/* ---- restart intervals -----------------------------------------------------------------
+ * A scan with restart markers is a row of independent intervals: each starts byte-aligned
+ * after its marker, with the DC predictions reset. When every MCU row is a whole number of
+ * intervals, the intervals under a crop (and its margin) make a smaller JPEG of their own:
+ * the same headers with the smaller size in the frame header, those intervals in order,
+ * renumbered markers between them. Decoding it entropy-decodes only the crop's intervals,
+ * where a plain stream is entropy-decoded over every row down to the crop's last. */
+
+/* The layout of a stream, from its markers up to the first scan. */
+typedef struct {
+    int h, w;         /* the image */
+    int mcu_h, mcu_w; /* one MCU, in pixels */
+    int per_row;      /* MCUs in a row */
+    int interval;     /* MCUs in a restart interval; 0 without restarts */
+    size_t sof;       /* where the frame header's payload starts */
+    size_t data;      /* where the entropy-coded data starts (after the SOS segment) */
+} jpeg_layout;
+
+static int be16(const uint8_t *p) { return (p[0] << 8) | p[1]; }
+
+static void put_be16(uint8_t *p, int v) {
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
+}
+
+/* Reads the markers of a stream from SOI to its first SOS. Returns 1 for a stream that
+ * the intervals' shortcut understands: 8-bit sequential Huffman coding (SOF0, SOF1), one
+ * scan of every component, a restart interval that divides the MCU row. Else 0. */
+static int read_layout(const uint8_t *d, size_t n, jpeg_layout *L) {
+    int comps = 0, hmax = 1, vmax = 1, have_sof = 0;
+    size_t i = 2;
+    memset(L, 0, sizeof *L);
+    if (n < 4 || d[0] != 0xFF || d[1] != 0xD8) return 0;
+    while (!L->data) {
+        if (i + 4 > n || d[i] != 0xFF) return 0;
+        int m = d[i + 1];
+        if (m == 0xFF) { /* a fill byte */
+            i++;
+            continue;
+        }
+        size_t len = (size_t)be16(d + i + 2);
+        if (len < 2 || i + 2 + len > n) return 0;
+        const uint8_t *s = d + i + 4;
+        if (m == 0xC0 || m == 0xC1) {
+            if (have_sof || len < 8 || s[0] != 8) return 0;
+            L->h = be16(s + 1);
+            L->w = be16(s + 3);
+            comps = s[5];
+            if (L->h < 1 || L->w < 1 || comps < 1 || comps > 4 || len != 8 + 3 * (size_t)comps)
+                return 0;
+            for (int c = 0; c < comps; c++) {
+                int hs = s[7 + 3 * c] >> 4, vs = s[7 + 3 * c] & 15;
+                if (hs < 1 || hs > 4 || vs < 1 || vs > 4) return 0;
+                hmax = hs > hmax ? hs : hmax;
+                vmax = vs > vmax ? vs : vmax;
+            }
+            L->sof = i + 4;
+            have_sof = 1;
+        } else if (m >= 0xC2 && m <= 0xCF && m != 0xC4 && m != 0xCC) {
+            return 0; /* progressive, lossless, arithmetic or hierarchical */
+        } else if (m == 0xDD) {
+            if (len != 4) return 0;
+            L->interval = be16(s);
+        } else if (m == 0xDA) {
+            if (!have_sof || len < 3 || s[0] != comps) return 0;
+            L->data = i + 2 + len;
+        } else if (m == 0xD8 || m == 0xD9 || (m >= 0xD0 && m <= 0xD7) || m == 0xDC) {
+            return 0; /* a marker out of place, or DNL (a height given after the scan) */
+        }
+        i += 2 + len;
+    }
+    /* A scan of one component has one block per MCU, whatever its sampling factors. */
+    L->mcu_h = comps == 1 ? 8 : 8 * vmax;
+    L->mcu_w = comps == 1 ? 8 : 8 * hmax;
+    L->per_row = (L->w + L->mcu_w - 1) / L->mcu_w;
+    return L->interval > 0 && L->per_row % L->interval == 0;
+}
+
+/* Where the intervals of rows [r0, r1) and interval columns [c0, c1) of the scan begin and
+ * end: their byte ranges, row by row, into begin/end. Walks the whole scan: returns 1 when
+ * it has exactly `count` intervals, closed by RST0..RST7 in turn and the last by EOI. */
+static int find_intervals(const uint8_t *d, size_t n, const jpeg_layout *L, int64_t count, int r0,
+                          int r1, int c0, int c1, size_t *begin, size_t *end) {
+    int per_row = L->per_row / L->interval;
+    int64_t k = 0; /* the interval being read */
+    size_t from = L->data, at = L->data;
+    for (;;) {
+        const uint8_t *f = at < n ? memchr(d + at, 0xFF, n - at) : NULL;
+        if (!f || (size_t)(f - d) + 1 >= n) return 0;
+        size_t pos = (size_t)(f - d);
+        int m = d[pos + 1];
+        if (m == 0x00 || m == 0xFF) { /* a stuffed 0xFF, or fill bytes before a marker */
+            at = pos + (m == 0x00 ? 2 : 1);
+            continue;
+        }
+        int closes = m >= 0xD0 && m <= 0xD7 ? 1 : m == 0xD9 ? 2 : 0;
+        if (!closes || (closes == 1 && (m & 7) != (int)(k & 7))) return 0;
+        int row = (int)(k / per_row), col = (int)(k % per_row);
+        if (row >= r0 && row < r1 && col >= c0 && col < c1) {
+            size_t j = (size_t)(row - r0) * (size_t)(c1 - c0) + (size_t)(col - c0);
+            begin[j] = from;
+            end[j] = pos;
+        }
+        k++;
+        if (closes == 2) return k == count;
+        if (k >= count) return 0;
+        from = at = pos + 2;
+    }
+}
+
+int fl_jpeg_part(const uint8_t *data, size_t n, int denom, const fl_rect *want, uint8_t **part,
+                 size_t *part_n, int *dy, int *dx) {
+    jpeg_layout L;
+    *part = NULL;
+    if (!want || !read_layout(data, n, &L)) return 0;
+    int dh = (L.h + denom - 1) / denom, dw = (L.w + denom - 1) / denom;
+    fl_rect m = with_margin(want, dh, dw);
+    int rows = (L.h + L.mcu_h - 1) / L.mcu_h, per_row = L.per_row / L.interval;
+    int span = L.mcu_w * L.interval; /* pixels across an interval */
+    int r0 = m.y * denom / L.mcu_h, r1 = ((m.y + m.h) * denom + L.mcu_h - 1) / L.mcu_h;
+    int c0 = m.x * denom / span, c1 = ((m.x + m.w) * denom + span - 1) / span;
+    r1 = r1 < rows ? r1 : rows;
+    c1 = c1 < per_row ? c1 : per_row;
+    if (r0 == 0 && c0 == 0 && c1 == per_row) return 0; /* as many intervals as a plain decode */
+    size_t count = (size_t)(r1 - r0) * (size_t)(c1 - c0);
+    size_t *begin = malloc(2 * count * sizeof *begin);
+    if (!begin) return -1;
+    size_t *end = begin + count;
+    if (!find_intervals(data, n, &L, (int64_t)rows * per_row, r0, r1, c0, c1, begin, end)) {
+        free(begin);
+        return 0;
+    }
+    size_t bytes = L.data + 2 * count;
+    for (size_t j = 0; j < count; j++) bytes += end[j] - begin[j];
+    uint8_t *out = malloc(bytes);
+    if (!out) {
+        free(begin);
+        return -1;
+    }
+    memcpy(out, data, L.data);
+    put_be16(out + L.sof + 1, r1 == rows ? L.h - r0 * L.mcu_h : (r1 - r0) * L.mcu_h);
+    put_be16(out + L.sof + 3, c1 == per_row ? L.w - c0 * span : (c1 - c0) * span);
+    size_t at = L.data;
+    for (size_t j = 0; j < count; j++) {
+        memcpy(out + at, data + begin[j], end[j] - begin[j]);
+        at += end[j] - begin[j];
+        out[at++] = 0xFF;
+        out[at++] = j + 1 == count ? 0xD9 : (uint8_t)(0xD0 + (j & 7));
+    }
+    free(begin);
+    *part = out;
+    *part_n = at;
+    *dy = r0 * L.mcu_h / denom;
+    *dx = c0 * span / denom;
+    return 1;
+}
+
+int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom, const fl_rect *want,
+                   fl_alloc_fn alloc, void *alloc_ctx, fl_image *out, int *out_y, int *out_x,
+                   char *message, size_t message_bytes) {
+    if ((channels != 1 && channels != 3 && channels != 4) ||
+        (denom != 1 && denom != 2 && denom != 4 && denom != 8)) {
+        snprintf(message, message_bytes, "cannot decode a JPEG to %d channels at 1/%d", channels,
+                 denom);
+        return FL_EINVAL;
+    }
+    uint8_t *part;
+    size_t part_n;
+    int dy, dx;
+    int found = want && ends_with_eoi(data, n)
+        ? fl_jpeg_part(data, n, denom, want, &part, &part_n, &dy, &dx)
+        : 0;
+    if (found < 0) {
+        snprintf(message, message_bytes, "out of memory decoding a JPEG of %zu bytes", n);
+        return FL_ENOMEM;
+    }
+    if (!found)
+        return decode_stream(data, n, channels, denom, want, alloc, alloc_ctx, out, out_y, out_x,
+                             message, message_bytes);
+    fl_rect moved = fl_rect_of(want->y - dy, want->x - dx, want->h, want->w);
+    int err = decode_stream(part, part_n, channels, denom, &moved, alloc, alloc_ctx, out, out_y,
+                            out_x, message, message_bytes);
+    free(part);
+    if (err == FL_OK) {
+        *out_y += dy;
+        *out_x += dx;
+    }
+    return err;
+}
+
+int fl_jpeg_add_restarts(const uint8_t *data, size_t n, int span, uint8_t **out, size_t *out_n,
+                         char *message, size_t message_bytes) {
+    struct jpeg_decompress_struct src;
+    struct jpeg_compress_struct dst;
+    error_state err;
+    unsigned char *volatile ours = NULL;
+    *out = NULL;
+    src.err = dst.err = jpeg_std_error(&err.mgr);
+    err.mgr.error_exit = on_error;
+    err.mgr.emit_message = on_message;
+    err.message = message;
+    err.message_bytes = message_bytes;
+    jpeg_create_decompress(&src);
+    jpeg_create_compress(&dst);
+    if (setjmp(err.jump)) {
+        jpeg_destroy_compress(&dst);
+        jpeg_destroy_decompress(&src);
+        free(ours);
+        return FL_ECORRUPT;
+    }
+    jpeg_mem_src(&src, data, (unsigned long)n);
+    jpeg_read_header(&src, TRUE);
+    if (src.progressive_mode || src.arith_code || src.data_precision != 8) {
+        jpeg_destroy_compress(&dst);
+        jpeg_destroy_decompress(&src);
+        return FL_EUNSUPPORTED;
+    }
+    /* The interval: the most MCUs that divide the row and span at most `span` pixels. */
+    int one = src.num_components == 1;
+    int mcu_w = one ? 8 : 8 * src.max_h_samp_factor, mcu_h = one ? 8 : 8 * src.max_v_samp_factor;
+    int per_row = ((int)src.image_width + mcu_w - 1) / mcu_w, interval = 1;
+    for (int k = 2; k <= per_row && k * mcu_w <= span; k++)
+        if (per_row % k == 0) interval = k;
+    /* Room for the stream and 8 bytes per interval (its marker, a partial byte, whole DC
+     * values at its start): libjpeg then never grows the buffer, in memory of its own. */
+    size_t mcus = (size_t)per_row * (((size_t)src.image_height + mcu_h - 1) / mcu_h);
+    unsigned long room = (unsigned long)(n + 8 * mcus + 4096), bytes = room;
+    unsigned char *buffer = ours = malloc(room);
+    if (!ours) {
+        jpeg_destroy_compress(&dst);
+        jpeg_destroy_decompress(&src);
+        snprintf(message, message_bytes, "out of memory adding restart markers to a JPEG");
+        return FL_ENOMEM;
+    }
+    jvirt_barray_ptr *coefficients = jpeg_read_coefficients(&src);
+    jpeg_copy_critical_parameters(&src, &dst);
+    dst.restart_interval = (unsigned)interval;
+    jpeg_mem_dest(&dst, &buffer, &bytes);
+    jpeg_write_coefficients(&dst, coefficients);
+    jpeg_finish_compress(&dst);
+    jpeg_finish_decompress(&src);
+    jpeg_destroy_compress(&dst);
+    jpeg_destroy_decompress(&src);
+    if (buffer != ours) free(ours);
+    *out = buffer;
+    *out_n = (size_t)bytes;
     return FL_OK;
 }

@@ -25,7 +25,8 @@ typedef void *(*fl_alloc_fn)(void *ctx, size_t bytes);
  * scaled pixels; NULL: the whole image): exactly its rows, and its columns widened to
  * whole iMCUs, as libjpeg crops. The pixels go into memory from `alloc`, rows packed;
  * *out describes them and (*out_y, *out_x) is where their first pixel sits in the scaled
- * image. Warnings of corrupt data are errors. Rows below `want` are not decoded, so damage
+ * image. Warnings of corrupt data are errors. Rows below `want` are not decoded, nor, in a
+ * stream with restart markers, the intervals beside and above it (fl_jpeg_part), so damage
  * there goes unnoticed; a stream that does not end in an EOI marker is decoded whole, so
  * that a truncated file is always reported. Returns FL_OK; FL_EUNSUPPORTED when the
  * caller must decode another way; else FL_ECORRUPT (corrupt, truncated or unsupported
@@ -33,6 +34,25 @@ typedef void *(*fl_alloc_fn)(void *ctx, size_t bytes);
 int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom, const fl_rect *want,
                    fl_alloc_fn alloc, void *alloc_ctx, fl_image *out, int *out_y, int *out_x,
                    char *message, size_t message_bytes);
+
+/* The restart intervals under `want` (with decode's margin, at 1/denom scale) as a JPEG of
+ * their own, in *part (malloc'd, *part_n bytes; the caller frees it), whose first pixel is
+ * (*dy, *dx) in the scaled image. Only for a stream whose every MCU row is a whole number
+ * of restart intervals, in one sequential Huffman scan that ends in EOI, and only when
+ * the part leaves out intervals that a plain decode reads (those of rows above the part,
+ * or of columns beside it). Returns 1 with a part; 0 where there is none (the stream is
+ * to be decoded as it is); -1 out of memory. fl_jpeg_decode uses it, so that a crop's
+ * intervals alone are entropy-decoded; damage in the others goes unnoticed. */
+int fl_jpeg_part(const uint8_t *data, size_t n, int denom, const fl_rect *want, uint8_t **part,
+                 size_t *part_n, int *dy, int *dx);
+
+/* The same JPEG with a restart marker after every interval of MCUs that spans at most
+ * `span` pixels across (one MCU at least) and divides the MCU row, losslessly: the same
+ * coefficients, the standard Huffman tables. *out is malloc'd, *out_n bytes; the caller
+ * frees it. Returns FL_OK; FL_EUNSUPPORTED for a progressive, arithmetic-coded or 12-bit
+ * stream; FL_ECORRUPT with libjpeg's words in `message`. */
+int fl_jpeg_add_restarts(const uint8_t *data, size_t n, int span, uint8_t **out, size_t *out_n,
+                         char *message, size_t message_bytes);
 
 /* The name of the capsule in which fastload._jpeg hands fl_jpeg_decode to the core. Its last
  * part changes with fl_jpeg_decode's signature, so that a core and a _jpeg module built from

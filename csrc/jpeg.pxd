@@ -13,3 +13,7 @@ cdef extern from "jpeg.h" nogil:
     int fl_jpeg_decode(const unsigned char *data, size_t n, int channels, int denom,
                        const fl_rect *want, fl_alloc_fn alloc, void *alloc_ctx, fl_image *out,
                        int *out_y, int *out_x, char *message, size_t message_bytes)
+    int fl_jpeg_part(const unsigned char *data, size_t n, int denom, const fl_rect *want,
+                     unsigned char **part, size_t *part_n, int *dy, int *dx)
+    int fl_jpeg_add_restarts(const unsigned char *data, size_t n, int span, unsigned char **out,
+                             size_t *out_n, char *message, size_t message_bytes)

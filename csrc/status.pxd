@@ -7,6 +7,7 @@ cdef extern from "status.h" nogil:
         FL_ESCRATCH
         FL_ETOOSMALL
         FL_ENOMEM
+        FL_EUNSUPPORTED
         FL_ELIMIT
         FL_ETRUNCATED
         FL_EFAILED

@@ -56,6 +56,15 @@ def _add_convert_args(p):
         "(as Pillow, OpenCV and FFCV write); default: %(default)s",
     )
     p.add_argument(
+        "--restart-px",
+        type=int,
+        default=32,
+        metavar="PX",
+        help="JPEG restart markers for jpeg and smart: one after every run of MCUs at most "
+        "PX pixels across, so that crops decode only their part; 0: none; "
+        "default: %(default)s",
+    )
+    p.add_argument(
         "--max-side",
         type=int,
         default=None,
@@ -130,6 +139,7 @@ def _run_convert(args):
         mode=args.mode,
         quality=args.quality,
         subsampling=args.subsampling,
+        restart_px=args.restart_px or None,
         max_side=args.max_side,
         threshold_bytes=args.threshold if args.threshold is not None else DEFAULT_SMART_THRESHOLD,
         parallel=True if args.threads is None else args.threads,

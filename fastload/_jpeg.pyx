@@ -4,9 +4,12 @@ links libjpeg. ``fastload._core`` takes the decoder from here when it loads; whe
 module is missing (a build without libjpeg's headers) or cannot be loaded (the library is
 gone), the core decodes JPEG through simplejpeg instead, and ``import fastload`` works."""
 from cpython.pycapsule cimport PyCapsule_New
+from libc.stdlib cimport free
 
-from jpeg cimport (FL_JPEG_CAPSULE_NAME, fl_jpeg_decode, fl_jpeg_decode_fn,
-                  fl_jpeg_library_version)
+from image cimport fl_rect
+from jpeg cimport (FL_JPEG_CAPSULE_NAME, fl_jpeg_add_restarts, fl_jpeg_decode,
+                  fl_jpeg_decode_fn, fl_jpeg_library_version, fl_jpeg_part)
+from status cimport FL_ENOMEM, FL_EUNSUPPORTED, FL_OK
 
 cdef fl_jpeg_decode_fn _decode = fl_jpeg_decode
 
@@ -20,3 +23,53 @@ def decoder():
     """fl_jpeg_decode's address, in a capsule named FL_JPEG_CAPSULE_NAME (jpeg.h), for the
     C core."""
     return PyCapsule_New(<void *>&_decode, FL_JPEG_CAPSULE_NAME, NULL)
+
+
+def add_restarts(const unsigned char[::1] data, int span=32):
+    """``data`` (baseline JPEG bytes) with a restart marker after every interval of MCUs
+    that spans at most ``span`` pixels across (one MCU at least) and divides the MCU row,
+    losslessly (the same coefficients, libjpeg's standard Huffman tables): a crop of the
+    result entropy-decodes only its own intervals. Returns the new bytes; ``data``
+    unchanged for a progressive, arithmetic-coded or 12-bit stream. Raises ValueError for
+    bytes that do not decode."""
+    cdef unsigned char *out = NULL
+    cdef size_t out_n = 0
+    cdef char message[256]
+    cdef int rc
+    message[0] = 0
+    if data.shape[0] == 0:
+        raise ValueError("empty JPEG")
+    with nogil:
+        rc = fl_jpeg_add_restarts(&data[0], data.shape[0], span, &out, &out_n, message,
+                                  sizeof(message))
+    if rc == FL_EUNSUPPORTED:
+        return bytes(data)
+    if rc != FL_OK:
+        raise (MemoryError if rc == FL_ENOMEM else ValueError)(message.decode(errors="replace"))
+    try:
+        return bytes(out[:out_n])
+    finally:
+        free(out)
+
+
+def part(const unsigned char[::1] data, int denom, int y, int x, int h, int w):
+    """The restart intervals under the rows y..y+h and columns x..x+w (at 1/denom scale,
+    with the decoder's one-pixel margin) as JPEG bytes of their own, and where their first
+    pixel sits in the scaled image: ``(bytes, dy, dx)``; None where the stream has no such
+    part (fl_jpeg_part in csrc/jpeg.h). For tests."""
+    cdef fl_rect want
+    cdef unsigned char *out = NULL
+    cdef size_t out_n = 0
+    cdef int dy = 0, dx = 0, rc
+    if denom not in (1, 2, 4, 8) or h < 1 or w < 1 or data.shape[0] == 0:
+        raise ValueError(f"no part of {data.shape[0]} bytes at 1/{denom} for a {h} x {w} region")
+    want.y, want.x, want.h, want.w = y, x, h, w
+    rc = fl_jpeg_part(&data[0], data.shape[0], denom, &want, &out, &out_n, &dy, &dx)
+    if rc < 0:
+        raise MemoryError("out of memory cutting a JPEG's restart intervals")
+    if rc == 0:
+        return None
+    try:
+        return bytes(out[:out_n]), dy, dx
+    finally:
+        free(out)

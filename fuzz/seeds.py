@@ -36,7 +36,9 @@ def _pil_jpeg(image, **options):
 
 
 def _jpegs(rng):
-    """Baseline 4:2:0, 4:4:4 and gray, progressive, with restart markers."""
+    """Baseline 4:2:0, 4:4:4 and gray, progressive, with restart markers: every 2 MCUs
+    (not a whole number per row of 30 pixels), every MCU and every MCU row (whose crops
+    decode through the intervals under them alone)."""
     image = rng.integers(0, 256, (21, 30, 3), dtype=np.uint8)
     gray = image[:, :, :1]
     return {
@@ -45,6 +47,8 @@ def _jpegs(rng):
         "gray": simplejpeg.encode_jpeg(np.ascontiguousarray(gray), quality=70, colorspace="GRAY"),
         "progressive": _pil_jpeg(image, progressive=True),
         "restarts": _pil_jpeg(image, restart_marker_blocks=2),
+        "restart_each_mcu": _pil_jpeg(image, restart_marker_blocks=1),
+        "restart_each_row": _pil_jpeg(image, restart_marker_rows=1),
     }
 
 

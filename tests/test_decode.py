@@ -17,6 +17,7 @@ import fastload
 from fastload import DataLoader, LoadError, _core, mapobs
 from fastload._images import codecs
 from fastload.imagefolder import IMAGE_EXTENSIONS, ImageFolder
+from fastload.storage import JPEG
 from fastload.transforms import (
     CenterCrop,
     Compose,
@@ -47,6 +48,9 @@ JPEG_KINDS = {
     ),
     "progressive": lambda img: pil_jpeg(img, progressive=True),
     "restart markers": lambda img: pil_jpeg(img, restart_marker_blocks=3),
+    "restart every MCU": lambda img: pil_jpeg(img, restart_marker_blocks=1),
+    "fastload 420": lambda img: JPEG(90).encode(img)[0],
+    "fastload 444": lambda img: JPEG(90, subsampling="444", restart_px=8).encode(img)[0],
 }
 
 CROP_CHAINS = {

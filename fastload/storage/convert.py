@@ -23,17 +23,26 @@ def image_encoding(
     check=True,
     subsampling="420",
     exact=True,
+    restart_px=32,
 ):
     """The image field encoding for a convert ``mode``; raises ValueError for another.
     ``check``: image files stored as given are decoded once first (raw mode decodes
-    every image anyway). ``subsampling`` and ``exact``: as ``JPEG``'s."""
+    every image anyway). ``subsampling``, ``exact`` and ``restart_px``: as ``JPEG``'s."""
     if mode == "jpeg":
-        return JPEG(quality, max_side, check, subsampling=subsampling, exact=exact)
+        return JPEG(
+            quality, max_side, check, subsampling=subsampling, exact=exact, restart_px=restart_px
+        )
     if mode == "qoi":
         return QOI(max_side, check, exact=exact)
     if mode == "smart":
         return Smart(
-            threshold_bytes, quality, max_side, check, subsampling=subsampling, exact=exact
+            threshold_bytes,
+            quality,
+            max_side,
+            check,
+            subsampling=subsampling,
+            exact=exact,
+            restart_px=restart_px,
         )
     if mode == "raw":
         return NDArray("uint8")
@@ -88,6 +97,7 @@ def convert(
     check=True,
     subsampling="420",
     exact=True,
+    restart_px=32,
     num_threads=None,
     storage_options=None,
 ):
@@ -102,15 +112,17 @@ def convert(
 
     Every image is decoded once: JPEG (or QOI) files stored as they are too, unless
     ``check=False`` (faster; a file that cannot be decoded then fails in training).
-    ``quality``, ``subsampling`` (jpeg and smart modes), ``max_side`` and ``exact``: as
-    ``JPEG``'s. ``dst`` may be a URL (``s3://bucket/train.arrow``; ``storage_options``:
-    fsspec's), where the file is uploaded as ``write`` says.
+    ``quality``, ``subsampling``, ``restart_px`` (jpeg and smart modes), ``max_side`` and
+    ``exact``: as ``JPEG``'s. ``dst`` may be a URL (``s3://bucket/train.arrow``;
+    ``storage_options``: fsspec's), where the file is uploaded as ``write`` says.
 
     Raises FileNotFoundError for a missing ``src`` or ``dst`` directory, ValueError for a
     folder without images or a bad option, LoadError naming the file that fails (with
     ``on_error="skip"``: files that fail are left out and returned instead).
     """
-    encoding = image_encoding(mode, quality, max_side, threshold_bytes, check, subsampling, exact)
+    encoding = image_encoding(
+        mode, quality, max_side, threshold_bytes, check, subsampling, exact, restart_px
+    )
     folder = ImageFolder(src)
     dst_dir = os.path.dirname(os.path.abspath(os.fspath(dst)))
     if not is_url(dst) and not os.path.isdir(dst_dir):

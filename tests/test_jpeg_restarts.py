@@ -1,0 +1,273 @@
+"""JPEG restart markers (csrc/jpeg.c): the writer adds them losslessly, and a crop of a
+stream that has them entropy-decodes only the restart intervals under it, as a JPEG of
+their own whose pixels must be the full decode's."""
+
+import io
+import os
+
+import numpy as np
+import pytest
+import simplejpeg
+from PIL import Image
+from test_decode import JPEG_KINDS
+from test_image_kernels import natural_image
+
+from fastload import DataLoader, LoadError, mapobs
+from fastload import storage as fs
+from fastload.__main__ import main
+from fastload._images import codecs
+from fastload._images.encoding import fit_pixels
+from fastload._storage.fields import from_meta
+from fastload.storage import JPEG, Smart
+from fastload.storage.convert import convert
+from fastload.transforms import Compose, DecodeImage, RandomCrop, RandomResizedCrop
+
+pytestmark = pytest.mark.skipif(
+    not codecs.decoder_name().startswith("libjpeg"),
+    reason="this build has no fastload._jpeg (no libjpeg headers at build time): JPEGs "
+    "are written without restart markers and decoded whole",
+)
+
+PHOTOS = os.path.join(os.path.dirname(__file__), "data", "photos")
+PHOTO_NAMES = sorted(name for name in os.listdir(PHOTOS) if name.endswith(".jpg"))
+
+
+def _jpeg():
+    from fastload import _jpeg
+
+    return _jpeg
+
+
+def markers(data):
+    """(restart interval in MCUs or 0, the RST markers in the scan, MCU width in pixels)."""
+    i, interval, mcu_w = 2, 0, 8
+    while True:
+        marker, length = data[i + 1], int.from_bytes(data[i + 2 : i + 4], "big")
+        if marker == 0xDD:
+            interval = int.from_bytes(data[i + 4 : i + 6], "big")
+        if marker in (0xC0, 0xC1) and data[i + 9] > 1:
+            mcu_w = 8 * max(data[i + 11 + 3 * c] >> 4 for c in range(data[i + 9]))
+        if marker == 0xDA:
+            scan = data[i + 2 + length :]
+            return interval, sum(scan.count(bytes([0xFF, 0xD0 + k])) for k in range(8)), mcu_w
+        i += 2 + length
+
+
+def pixels(data):
+    """PIL's decode (its own libjpeg-turbo, not fastload's)."""
+    with Image.open(io.BytesIO(data)) as im:
+        return np.asarray(im)
+
+
+# The plain encoders of test_decode's kinds: simplejpeg at 4:2:0, 4:2:2, 4:4:4 and gray.
+ENCODERS = {kind: JPEG_KINDS[kind] for kind in ("420", "422", "444", "gray")}
+
+
+@pytest.mark.parametrize("kind", ENCODERS)
+@pytest.mark.parametrize("span", [1, 16, 32, 100])
+def test_markers_are_added_without_changing_a_pixel(kind, span):
+    for h, w in [(37, 53), (64, 64), (200, 333), (256, 171)]:
+        data = ENCODERS[kind](natural_image(h, w, seed=h + w))
+        with_markers = _jpeg().add_restarts(data, span)
+        assert np.array_equal(pixels(with_markers), pixels(data))
+        interval, count, mcu_w = markers(with_markers)
+        per_row = -(-w // mcu_w)
+        rows = -(-h // (8 if kind in ("444", "gray") else 16 if kind == "420" else 8))
+        assert interval >= 1 and per_row % interval == 0
+        assert interval == 1 or interval * mcu_w <= span
+        # the most MCUs that divide the row within the span
+        assert not any(per_row % k == 0 for k in range(interval + 1, span // mcu_w + 1))
+        assert count == rows * per_row // interval - 1
+        assert markers(data)[:2] == (0, 0)
+
+
+def test_a_progressive_stream_is_left_as_it_is_and_garbage_is_an_error():
+    img = natural_image(40, 50)
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, "JPEG", progressive=True)
+    assert _jpeg().add_restarts(buf.getvalue()) == buf.getvalue()
+    with pytest.raises(ValueError, match="corrupt or truncated JPEG"):
+        _jpeg().add_restarts(buf.getvalue()[:20] + b"\0" * 50)
+
+
+@pytest.mark.parametrize("kind", ENCODERS)
+def test_the_intervals_under_a_region_decode_as_the_whole_image_does(kind):
+    """The part is a JPEG of its own: decoded by another decoder (PIL's), the region (with
+    fl_jpeg_decode's one-pixel margin) holds the pixels of the whole image's decode."""
+    rng = np.random.default_rng(len(kind))
+    parts = 0
+    for h, w in [(53, 37), (131, 200), (333, 256), (480, 640)]:
+        data = _jpeg().add_restarts(ENCODERS[kind](natural_image(h, w, seed=h)), 16)
+        whole = pixels(data)
+        for _ in range(15):
+            rh, rw = int(rng.integers(1, h + 1)), int(rng.integers(1, w + 1))
+            y, x = int(rng.integers(0, h - rh + 1)), int(rng.integers(0, w - rw + 1))
+            found = _jpeg().part(data, 1, y, x, rh, rw)
+            if found is None:  # every column from the first row: no interval to leave out
+                assert y - 1 < 16 and x - 1 < 16 and x + rw + 1 > w - 16
+                continue
+            part, dy, dx = found
+            parts += 1
+            got = pixels(part)
+            assert len(part) < len(data)
+            assert 0 <= dy <= max(y - 1, 0) and 0 <= dx <= max(x - 1, 0)
+            assert dy + got.shape[0] >= min(y + rh + 1, h)
+            assert dx + got.shape[1] >= min(x + rw + 1, w)
+            region = got[y - dy : y - dy + rh, x - dx : x - dx + rw]
+            assert np.array_equal(region, whole[y : y + rh, x : x + rw]), (h, w, y, x, rh, rw)
+    assert parts > 30
+
+
+@pytest.mark.parametrize("kind", ENCODERS)
+def test_crops_of_marked_and_plain_streams_are_the_same_pixels_at_every_scale(kind):
+    """Markers change no coefficient, so a pipeline's crop (decoded through the restart
+    intervals under it, at the DCT scale the pipeline picks) gives the plain stream's
+    pixels, bit for bit: at full scale, and at 1/2, 1/4 and 1/8 where the crop is large."""
+    chains = [
+        Compose([DecodeImage(), RandomResizedCrop(24)]),
+        Compose([DecodeImage(), RandomResizedCrop(8, scale=(0.05, 0.3))]),
+        Compose([DecodeImage(), RandomResizedCrop(64)]),
+        Compose([DecodeImage(), RandomCrop(20, padding=3)]),
+    ]
+    scales = set()
+    for h, w in [(53, 37), (333, 256), (1001, 777)]:
+        plain = ENCODERS[kind](natural_image(h, w, seed=h))
+        for span in (8, 32):
+            marked = _jpeg().add_restarts(plain, span)
+            for chain in chains:
+                for index in range(6):
+                    scales.add(chain.pipeline.prepare(h, w, 0, 0, index)[1])
+                    expected = chain(plain, index=index)
+                    assert np.array_equal(chain(marked, index=index), expected), (h, w, index)
+    assert scales == {1, 2, 4, 8}
+
+
+def test_no_part_without_usable_intervals():
+    img = natural_image(64, 80)  # 5 MCUs across at 4:2:0
+    plain = simplejpeg.encode_jpeg(img, 90, colorsubsampling="420")
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, "JPEG", quality=90, restart_marker_blocks=3)
+    across_rows = buf.getvalue()  # intervals of 3 MCUs: not a whole number per row
+    progressive = io.BytesIO()
+    Image.fromarray(img).save(progressive, "JPEG", progressive=True, restart_marker_blocks=1)
+    for data in (plain, across_rows, progressive.getvalue()):
+        assert _jpeg().part(data, 1, 30, 30, 4, 4) is None
+    every = _jpeg().add_restarts(plain, 16)
+    assert _jpeg().part(every, 1, 30, 30, 4, 4) is not None
+    assert _jpeg().part(every, 1, 0, 0, 64, 80) is None  # the whole image
+    assert _jpeg().part(every[:-2], 1, 30, 30, 4, 4) is None  # no EOI
+    assert _jpeg().part(every[: len(every) // 2] + every[-2:], 1, 30, 30, 4, 4) is None
+
+
+def damaged(data, nbytes):
+    """``data`` with the first ``nbytes`` of its scan replaced by bits that are no Huffman
+    code of the standard tables."""
+    at = data.index(b"\xff\xda")
+    at += 2 + int.from_bytes(data[at + 2 : at + 4], "big")
+    filler = b"\xff\x00" * (nbytes // 2) + b"\xfe" * (nbytes % 2)  # ones: no code
+    return data[:at] + filler + data[at + nbytes :]
+
+
+def first_interval_bytes(data):
+    """The bytes of a scan's first restart interval, up to its marker."""
+    at = data.index(b"\xff\xda")
+    at += 2 + int.from_bytes(data[at + 2 : at + 4], "big")
+    return data.index(b"\xff\xd0", at) - at
+
+
+def test_a_crop_decodes_only_its_own_intervals():
+    """Damage in the first restart interval (the top-left 16 x 16 pixels) fails the crops
+    that need it and goes unnoticed by the others: they read none of its bytes. (A decode
+    of the whole stream down to a crop's rows would entropy-decode the first MCU row for
+    every crop, meet the damage, and at the interval's marker fail.)"""
+    h, w = 64, 64
+    plain = simplejpeg.encode_jpeg(natural_image(h, w, seed=4), 90, colorsubsampling="420")
+    marked = _jpeg().add_restarts(plain, 16)
+    nbytes = first_interval_bytes(marked)
+    whole = pixels(plain)
+    chain = Compose([DecodeImage(exact=True), RandomCrop(24)])
+    near = far = 0
+    for index in range(60):
+        (y, x, _, _), _ = chain.pipeline.prepare(h, w, 0, 0, index)
+        if y >= 17 or x >= 17:  # the crop and its margin miss the first interval
+            far += 1
+            assert np.array_equal(
+                chain(damaged(marked, nbytes), index=index), whole[y : y + 24, x : x + 24]
+            )
+        else:
+            near += 1
+            with pytest.raises(ValueError, match="corrupt"):
+                chain(damaged(marked, nbytes), index=index)
+    assert near and far
+
+
+def test_misnumbered_markers_are_an_error_not_a_shortcut():
+    data = _jpeg().add_restarts(simplejpeg.encode_jpeg(natural_image(96, 96), 90), 16)
+    at = data.index(b"\xff\xd3")
+    wrong = data[:at] + b"\xff\xd5" + data[at + 2 :]
+    chain = Compose([DecodeImage(), RandomResizedCrop(16)])
+    for index in range(8):
+        with pytest.raises(ValueError, match="corrupt or truncated JPEG"):
+            chain(wrong, index=index)
+    cut = data[: len(data) * 2 // 3]
+    with pytest.raises(LoadError, match="image 0 of list: .*corrupt or truncated JPEG"):
+        list(DataLoader(mapobs(chain, [cut, data]), 2, parallel=2))
+
+
+def test_the_writer_adds_markers_by_default_and_says_so():
+    img = natural_image(100, 150)
+    assert JPEG().restart_px == Smart(0).restart_px == 32
+    with_markers, h, w = JPEG(90).encode(img)
+    without = JPEG(90, restart_px=None).encode(img)[0]
+    assert (h, w) == (100, 150)
+    assert markers(with_markers)[0] == 2 and markers(without)[0] == 0  # 32 px at 4:2:0
+    assert np.array_equal(pixels(with_markers), pixels(without))
+    assert 1 < len(with_markers) / len(without) < 1.1
+    assert markers(Smart(0, restart_px=64).encode(img)[0])[0] == 2  # 10 MCUs: 2 divides
+    # Files written before restart markers read as written without them.
+    assert from_meta({"encoding": "jpeg", "quality": 90}).restart_px is None
+    for bad in (0, -1, 1.5, True, "32", 70000):
+        with pytest.raises(ValueError, match="restart_px must be an int 1..65535 or None"):
+            JPEG(restart_px=bad)
+
+
+def test_convert_and_its_command_line_write_markers_unless_told_not_to(tmp_path):
+    src = tmp_path / "src" / "cat"
+    src.mkdir(parents=True)
+    for k in range(3):
+        Image.fromarray(natural_image(80, 120, seed=k)).save(src / f"{k}.png")
+    convert(str(tmp_path / "src"), str(tmp_path / "a.arrow"), progress=False)
+    main(
+        [
+            "convert",
+            str(tmp_path / "src"),
+            str(tmp_path / "b.arrow"),
+            "--restart-px",
+            "0",
+            "--no-progress",
+        ]
+    )
+    a, b = fs.open(str(tmp_path / "a.arrow")), fs.open(str(tmp_path / "b.arrow"))
+    assert markers(bytes(a["image"].encoded[0]))[0] > 0
+    assert markers(bytes(b["image"].encoded[0]))[0] == 0
+    assert a.fields["image"].restart_px == 32 and b.fields["image"].restart_px is None
+    assert np.array_equal(a["image"][1], b["image"][1])
+
+
+def test_photographs_cost_a_few_percent_more_bytes():
+    """The markers' price on natural photographs at FFCV's recipe (longer side 256,
+    quality 90, 4:2:0): what docs/format.md states."""
+    for name in PHOTO_NAMES:
+        with Image.open(os.path.join(PHOTOS, name)) as im:
+            img = fit_pixels(np.asarray(im.convert("RGB")), 256, exact=True)
+        ratio = len(JPEG(90).encode(img)[0]) / len(JPEG(90, restart_px=None).encode(img)[0])
+        assert 1.0 < ratio < 1.045, name
+
+
+def test_bad_arguments_are_refused():
+    data = _jpeg().add_restarts(simplejpeg.encode_jpeg(natural_image(40, 40), 90), 16)
+    with pytest.raises(ValueError, match="empty JPEG"):
+        _jpeg().add_restarts(b"")
+    for denom, h, w, blob in ((3, 4, 4, data), (2, 0, 4, data), (1, 4, 4, b"")):
+        with pytest.raises(ValueError, match="no part of"):
+            _jpeg().part(blob, denom, 0, 0, h, w)
