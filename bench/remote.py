@@ -7,9 +7,9 @@ makes the network look like a cluster's: each request waits ``--latency-ms`` bef
 reaches the server, and the answers share a bandwidth of ``--mbps`` megabits per second.
 
 1. The dataset: ``images.py``'s synthetic ImageFolder (``--n`` images, about 450x400)
-   converted as FFCV's ImageNet recipe (JPEG quality 90, longer side at most 256) into
-   blocks of ``--block-mb`` MB, on local disk and uploaded to the server. With
-   ``--peers``, the same JPEG bytes and labels also in each peer's files of
+   converted as FFCV's ImageNet recipe (JPEG quality 90, longer side at most 256, no
+   restart markers) into blocks of ``--block-mb`` MB, on local disk and uploaded to the
+   server. With ``--peers``, the same JPEG bytes and labels also in each peer's files of
    ``--peer-file-mb`` MB (Mosaic's MDS "shards", LitData's "chunks"; by default
    ``--block-mb``, where both libraries' own default is 64 MB), uploaded beside it
    (``remote_peers.py``).
@@ -241,7 +241,18 @@ def build(args, folder):
     generate(root, args.n)
     path = os.path.join(folder, "train.arrow")
     blocks = int(args.block_mb * 2**20)
-    convert(root, path, mode="jpeg", quality=90, max_side=256, progress=False, block_bytes=blocks)
+    # Without restart markers: the files README's figures of this bench were measured on
+    # (what markers change in reading is recipe256.py's).
+    convert(
+        root,
+        path,
+        mode="jpeg",
+        quality=90,
+        max_side=256,
+        restart_px=None,
+        progress=False,
+        block_bytes=blocks,
+    )
     ds = fastload.open(path)
     size = os.path.getsize(path)
     print(
