@@ -123,8 +123,8 @@ def main():
         "  markers against none: "
         f"{statistics.median(rates['with markers']) / statistics.median(rates['without']):.2f}x "
         "the rate, "
-        f"{statistics.median(cpu['without']) / statistics.median(cpu['with markers']):.2f}x "
-        "less CPU per image"
+        f"{statistics.median(cpu['with markers']) / statistics.median(cpu['without']):.2f}x "
+        "the CPU per image"
     )
 
 

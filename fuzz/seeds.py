@@ -36,9 +36,9 @@ def _pil_jpeg(image, **options):
 
 
 def _jpegs(rng):
-    """Baseline 4:2:0, 4:4:4 and gray, progressive, with restart markers: every 2 MCUs
-    (not a whole number per row of 30 pixels), every MCU and every MCU row (whose crops
-    decode through the intervals under them alone)."""
+    """Baseline 4:2:0, 4:4:4 and gray, progressive, with restart markers every 2 MCUs,
+    every MCU and every MCU row (intervals that divide the row: a crop decodes through
+    the intervals under it alone)."""
     image = rng.integers(0, 256, (21, 30, 3), dtype=np.uint8)
     gray = image[:, :, :1]
     return {
