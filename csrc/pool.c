@@ -1,7 +1,10 @@
 /* The process-wide pool; see pool.h.
  *
  * Invariants, all under `lock`: `head..tail` is the FIFO of queued tasks; `nthreads` threads
- * run `worker` while `started`; `stopping` (a shutdown in progress) makes idle workers exit
+ * run `worker` while `started`, `running` of them past their start (start and reserve
+ * return only once all are: a fork never copies a thread halfway through its start, whose
+ * locks, ASan's thread registry for one, the child would inherit held and wait on
+ * forever); `stopping` (a shutdown in progress) makes idle workers exit
  * once the queue is empty, and makes submit, reserve and a second shutdown wait for
  * `stopped`. `generation` counts forks, so objects of a parent's pool are known as such
  * in a child. This is the only mutable global state of the native core. */
@@ -21,15 +24,18 @@ typedef struct task {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t stopped = PTHREAD_COND_INITIALIZER; /* a shutdown finished */
+static pthread_cond_t ready = PTHREAD_COND_INITIALIZER;   /* a worker is running */
 static task *head, *tail;
 static pthread_t *threads;
-static int nthreads, started, stopping;
+static int nthreads, running, started, stopping;
 static unsigned long generation; /* forks survived: a child's pool is a new one */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 static void *worker(void *unused) {
     (void)unused;
     pthread_mutex_lock(&lock);
+    running++;
+    pthread_cond_broadcast(&ready);
     for (;;) {
         while (!head && !stopping) pthread_cond_wait(&wake, &lock);
         if (!head) break;
@@ -69,6 +75,7 @@ static void after_fork_child(void) {
     pthread_mutex_init(&lock, NULL);
     pthread_cond_init(&wake, NULL);
     pthread_cond_init(&stopped, NULL);
+    pthread_cond_init(&ready, NULL);
     while (head) {
         task *t = head;
         head = t->next;
@@ -77,7 +84,12 @@ static void after_fork_child(void) {
     tail = NULL;
     free(threads);
     threads = NULL;
-    nthreads = started = stopping = 0;
+    nthreads = running = started = stopping = 0;
+}
+
+/* Called with `lock` held, after creating threads: waits until each runs `worker`. */
+static void await_running(void) {
+    while (running < nthreads) pthread_cond_wait(&ready, &lock);
 }
 
 static void install_atfork(void) {
@@ -101,7 +113,8 @@ static int start_locked(void) {
         threads = NULL;
         return FL_ETHREADS;
     }
-    started = 1;
+    started = 1; /* before the wait, which lets go of `lock`: no second start meanwhile */
+    await_running();
     return FL_OK;
 }
 
@@ -147,6 +160,7 @@ int fl_pool_reserve(int n) {
             threads = grown;
             while (nthreads < n && pthread_create(&threads[nthreads], NULL, worker, NULL) == 0)
                 nthreads++;
+            await_running();
         }
     }
     int size = started ? nthreads : 1;
@@ -171,7 +185,7 @@ void fl_pool_shutdown(void) {
     pthread_mutex_lock(&lock);
     free(threads);
     threads = NULL;
-    nthreads = started = stopping = 0;
+    nthreads = running = started = stopping = 0;
     pthread_cond_broadcast(&stopped);
     pthread_mutex_unlock(&lock);
 }

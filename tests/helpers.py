@@ -182,7 +182,9 @@ def assert_workers_die_with_their_consumer(code, workers, within_s=5.0):
     try:
         end = time.monotonic() + 60
         while len(pids) < workers:
-            assert time.monotonic() < end, f"the workers did not start: {pids}"
+            assert time.monotonic() < end, (
+                f"the workers did not start: {pids}; the consumer printed: {_output_of(consumer)}"
+            )
             if select.select([consumer.stdout], [], [], 1.0)[0]:
                 chunk = os.read(consumer.stdout.fileno(), 4096)
                 assert chunk, consumer.stderr.read().decode()
@@ -203,6 +205,19 @@ def assert_workers_die_with_their_consumer(code, workers, within_s=5.0):
         consumer.stdout.close()
         consumer.stderr.close()
         consumer.wait()
+
+
+def _output_of(process, within_s=5.0):
+    """What a subprocess (and the children that share its stderr) printed to stderr, after
+    killing it: as much as arrives within ``within_s`` seconds."""
+    process.kill()
+    chunks, end = [], time.monotonic() + within_s
+    while time.monotonic() < end and select.select([process.stderr], [], [], 0.2)[0]:
+        chunk = os.read(process.stderr.fileno(), 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace")[-4000:]
 
 
 def mypy_on(code, tmp_path):
