@@ -220,35 +220,38 @@ static int read_layout(const uint8_t *d, size_t n, jpeg_layout *L) {
     return L->interval > 0 && L->per_row % L->interval == 0;
 }
 
-/* Where the intervals of rows [r0, r1) and interval columns [c0, c1) of the scan begin and
- * end: their byte ranges, row by row, into begin/end. Walks the whole scan: returns 1 when
- * it has exactly `count` intervals, closed by RST0..RST7 in turn and the last by EOI. */
-static int find_intervals(const uint8_t *d, size_t n, const jpeg_layout *L, int64_t count, int r0,
-                          int r1, int c0, int c1, size_t *begin, size_t *end) {
+/* Walks the whole scan: returns 1 when it has exactly `count` intervals, closed by
+ * RST0..RST7 in turn and the last by EOI, having appended those of rows [r0, r1) and
+ * interval columns [c0, c1) (in scan order, which is the part's) to out[*at...], each
+ * closed by the part's own marker: RST0..RST7 in turn, EOI after the last. */
+static int copy_intervals(const uint8_t *d, size_t n, const jpeg_layout *L, int64_t count, int r0,
+                          int r1, int c0, int c1, uint8_t *out, size_t *at) {
     int per_row = L->per_row / L->interval;
-    int64_t k = 0; /* the interval being read */
-    size_t from = L->data, at = L->data;
+    int64_t k = 0, copied = 0, wanted = (int64_t)(r1 - r0) * (c1 - c0);
+    size_t from = L->data, next = L->data;
     for (;;) {
-        const uint8_t *f = at < n ? memchr(d + at, 0xFF, n - at) : NULL;
+        const uint8_t *f = next < n ? memchr(d + next, 0xFF, n - next) : NULL;
         if (!f || (size_t)(f - d) + 1 >= n) return 0;
         size_t pos = (size_t)(f - d);
         int m = d[pos + 1];
         if (m == 0x00 || m == 0xFF) { /* a stuffed 0xFF, or fill bytes before a marker */
-            at = pos + (m == 0x00 ? 2 : 1);
+            next = pos + (m == 0x00 ? 2 : 1);
             continue;
         }
         int closes = m >= 0xD0 && m <= 0xD7 ? 1 : m == 0xD9 ? 2 : 0;
         if (!closes || (closes == 1 && (m & 7) != (int)(k & 7))) return 0;
         int row = (int)(k / per_row), col = (int)(k % per_row);
         if (row >= r0 && row < r1 && col >= c0 && col < c1) {
-            size_t j = (size_t)(row - r0) * (size_t)(c1 - c0) + (size_t)(col - c0);
-            begin[j] = from;
-            end[j] = pos;
+            memcpy(out + *at, d + from, pos - from);
+            *at += pos - from;
+            copied++;
+            out[(*at)++] = 0xFF;
+            out[(*at)++] = copied == wanted ? 0xD9 : (uint8_t)(0xD0 + ((copied - 1) & 7));
         }
         k++;
         if (closes == 2) return k == count;
         if (k >= count) return 0;
-        from = at = pos + 2;
+        from = next = pos + 2;
     }
 }
 
@@ -266,32 +269,17 @@ int fl_jpeg_part(const uint8_t *data, size_t n, int denom, const fl_rect *want, 
     r1 = r1 < rows ? r1 : rows;
     c1 = c1 < per_row ? c1 : per_row;
     if (r0 == 0 && c0 == 0 && c1 == per_row) return 0; /* as many intervals as a plain decode */
-    size_t count = (size_t)(r1 - r0) * (size_t)(c1 - c0);
-    size_t *begin = malloc(2 * count * sizeof *begin);
-    if (!begin) return -1;
-    size_t *end = begin + count;
-    if (!find_intervals(data, n, &L, (int64_t)rows * per_row, r0, r1, c0, c1, begin, end)) {
-        free(begin);
-        return 0;
-    }
-    size_t bytes = L.data + 2 * count;
-    for (size_t j = 0; j < count; j++) bytes += end[j] - begin[j];
-    uint8_t *out = malloc(bytes);
-    if (!out) {
-        free(begin);
-        return -1;
-    }
+    /* The headers, the intervals' bytes and a marker after each: at most n + 2 per one. */
+    uint8_t *out = malloc(n + 2 * (size_t)(r1 - r0) * (size_t)(c1 - c0));
+    if (!out) return -1;
     memcpy(out, data, L.data);
     put_be16(out + L.sof + 1, r1 == rows ? L.h - r0 * L.mcu_h : (r1 - r0) * L.mcu_h);
     put_be16(out + L.sof + 3, c1 == per_row ? L.w - c0 * span : (c1 - c0) * span);
     size_t at = L.data;
-    for (size_t j = 0; j < count; j++) {
-        memcpy(out + at, data + begin[j], end[j] - begin[j]);
-        at += end[j] - begin[j];
-        out[at++] = 0xFF;
-        out[at++] = j + 1 == count ? 0xD9 : (uint8_t)(0xD0 + (j & 7));
+    if (!copy_intervals(data, n, &L, (int64_t)rows * per_row, r0, r1, c0, c1, out, &at)) {
+        free(out);
+        return 0;
     }
-    free(begin);
     *part = out;
     *part_n = at;
     *dy = r0 * L.mcu_h / denom;

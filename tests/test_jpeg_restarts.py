@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import simplejpeg
 from PIL import Image
-from test_decode import JPEG_KINDS
+from test_decode import JPEG_KINDS, NATIVE
+from test_image_encoding import sampling_factors
 from test_image_kernels import natural_image
 
 from fastload import DataLoader, LoadError, mapobs
 from fastload import storage as fs
 from fastload.__main__ import main
-from fastload._images import codecs
 from fastload._images.encoding import fit_pixels
 from fastload._storage.fields import from_meta
 from fastload.storage import JPEG, Smart
@@ -23,7 +23,7 @@ from fastload.storage.convert import convert
 from fastload.transforms import Compose, DecodeImage, RandomCrop, RandomResizedCrop
 
 pytestmark = pytest.mark.skipif(
-    not codecs.decoder_name().startswith("libjpeg"),
+    not NATIVE,
     reason="this build has no fastload._jpeg (no libjpeg headers at build time): JPEGs "
     "are written without restart markers and decoded whole",
 )
@@ -40,17 +40,16 @@ def _jpeg():
 
 def markers(data):
     """(restart interval in MCUs or 0, the RST markers in the scan, MCU width in pixels)."""
-    i, interval, mcu_w = 2, 0, 8
-    while True:
-        marker, length = data[i + 1], int.from_bytes(data[i + 2 : i + 4], "big")
-        if marker == 0xDD:
+    factors = sampling_factors(data)
+    mcu_w = 8 * max(h for h, _ in factors) if len(factors) > 1 else 8
+    i, interval = 2, 0
+    while data[i + 1] != 0xDA:
+        length = int.from_bytes(data[i + 2 : i + 4], "big")
+        if data[i + 1] == 0xDD:
             interval = int.from_bytes(data[i + 4 : i + 6], "big")
-        if marker in (0xC0, 0xC1) and data[i + 9] > 1:
-            mcu_w = 8 * max(data[i + 11 + 3 * c] >> 4 for c in range(data[i + 9]))
-        if marker == 0xDA:
-            scan = data[i + 2 + length :]
-            return interval, sum(scan.count(bytes([0xFF, 0xD0 + k])) for k in range(8)), mcu_w
         i += 2 + length
+    scan = data[i + 2 + int.from_bytes(data[i + 2 : i + 4], "big") :]
+    return interval, sum(scan.count(bytes([0xFF, 0xD0 + k])) for k in range(8)), mcu_w
 
 
 def pixels(data):
