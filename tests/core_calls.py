@@ -15,8 +15,8 @@ memory.
 After each call the child does what a careless caller does next (``aftermath``): it writes
 over every array the call was given (made by ``arr``, read-only ones made writeable
 first), then iterates what the call made or started (up to a few steps of each
-iteration), so that whatever the binding kept of the caller's arrays is used after they
-changed.
+iteration; none of a gated one, which waits for a gate nothing here opens), so that
+whatever the binding kept of the caller's arrays is used after they changed.
 """
 
 import contextlib
@@ -143,10 +143,12 @@ def aftermath(result, k):
         scribble(a, k)
     if isinstance(result, _core.Iteration):
         MADE.append(result)
-    # A Python exception is a fine answer here too: only a dead interpreter is not.
+    # A Python exception is a fine answer here too: only a dead interpreter is not. A gated
+    # run is not iterated: it waits, by its contract, until another thread opens its gate
+    # (``Iteration.gate``), and nothing here does; it is still closed.
     for it in MADE:
         with contextlib.suppress(Exception):
-            for _ in range(STEPS_AFTER):
+            for _ in range(0 if it.is_gated else STEPS_AFTER):
                 next(it)
         with contextlib.suppress(Exception):
             it.close()  # the call's transport may not close: nothing more is loaded
