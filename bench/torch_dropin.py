@@ -12,13 +12,12 @@ uint8), two workers, medians of interleaved epochs (``common.compare``):
    ``__getitem__``, as ``jpeg.py`` writes it): ``fastload.torch.DataLoader(ds,
    batch_size, shuffle=True, num_workers=2, persistent_workers=True)`` (fastload's worker
    processes and shared-memory ring, the ``"process-ring"`` path) against PyTorch's
-   ``DataLoader`` with the same arguments; the aim is at
-   least 0.95x, and less peak memory over one epoch, each measured in a fresh child
-   process: the PSS of the process and its workers summed (a page shared by k processes
-   counts 1/k in each, so the tree's footprint; the summed RSS, which counts shared pages
-   once per process, is printed beside it), then the minor page faults of its workers
-   over a second epoch (the pages of a batch's shared memory, and of what an item
-   allocates, mapped anew).
+   ``DataLoader`` with the same arguments; the aim is at least 1.0x in every run, and no
+   more peak memory over one epoch, each measured in a fresh child process: the PSS of
+   the process and its workers summed (a page shared by k processes counts 1/k in each,
+   so the tree's footprint; the summed RSS, which counts shared pages once per process,
+   is printed beside it), then the minor page faults of its workers over a second epoch
+   (the pages of a batch's shared memory, and of what an item allocates, mapped anew).
 
 Each loop reads a byte of every page of every batch, as a training step reads its batch:
 a loop that reads nothing never maps the shared memory PyTorch delivers a batch in, so

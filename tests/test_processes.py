@@ -352,17 +352,32 @@ def test_whole_step_jobs_take_the_lowest_free_slot_when_they_start(workers):
     assert count == 6 and max(slots) < 5
 
 
-def test_a_lean_ring_of_whole_steps_keeps_the_pages_of_its_first_slot():
-    # The first slot, taken whenever it is free, keeps its pages once released: a worker
-    # fills it again without faulting them in; the others give theirs back when released.
-    steps = _slow_pages_steps(24)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_lean_ring_of_whole_steps_keeps_the_pages_of_the_slots_a_steady_state_uses(workers):
+    # A released slot keeps its pages as a spare, which the next job takes first, while no
+    # more slots hold pages than the workers' and the two lent (``keep``): the workers
+    # fill spares again without faulting pages in, and only a slot beyond those gives its
+    # pages back. After the epoch, no slot in use: the spares hold steps, the others zeros
+    # (which spare a job takes: test_slot_claims_take_a_spare_first_else_the_lowest_free_slot).
+    from fastload._loading import workers as worker_module
+
+    steps = _slow_pages_steps(48, seconds=0.002)
     lend = ProcessOptions(lend=True, split_steps=False)
-    engine = process_engine(2, buffer=False, processes=lend, lean=True, prefetch=4)
-    got, pages = _copies_then_pages(engine, steps)
+    engine = process_engine(workers, buffer=False, processes=lend, lean=True, prefetch=4)
+    try:
+        got = [copy_tree(step) for step in _iterate(engine, steps)]
+        ring = engine._workers.shared
+        words = ring.claims.words.copy()
+        pages = _ring_pages(engine)
+    finally:
+        engine.close()
     assert_tree_equal(got, [getobs(steps, k) for k in range(numobs(steps))])
-    assert len(pages) == 6
-    assert pages[0].count(0) < len(pages[0])  # a step left in it
-    assert all(len(slot) >= 4096 and slot.count(0) == len(slot) for slot in pages[1:])
+    assert ring.keep == workers + 2 and len(pages) == 6
+    spares = [slot for slot, word in enumerate(words) if word == worker_module._SPARE]
+    assert 1 <= len(spares) <= ring.keep
+    assert all(words[slot] == worker_module._FREE for slot in range(6) if slot not in spares)
+    for slot, data in enumerate(pages):
+        assert len(data) >= 4096 and (data.count(0) < len(data)) == (slot in spares)
 
 
 def test_whole_step_jobs_give_their_slots_back_after_failures_and_early_ends():
@@ -434,13 +449,19 @@ def test_a_worker_that_finds_no_free_slot_replies_that_it_failed():
     assert "take a slot" in reply.what and "no free slot" in reply.message
 
 
-def test_slot_claims_take_the_lowest_free_slot():
+def test_slot_claims_take_a_spare_first_else_the_lowest_free_slot():
     claims = processes.SlotClaims(np.zeros(4, np.int64), threading.Lock())
     assert [claims.take(), claims.take(), claims.take()] == [0, 1, 2]
+    assert claims.holding() == 3
     claims.give(1)
     assert claims.take() == 1
-    claims.reset({2})  # slot 2 lent: it stays taken
-    assert [claims.take(), claims.take(), claims.take()] == [0, 1, 3]
+    claims.spare(2)  # free, with its pages: taken before the lower free slot 0
+    claims.give(0)
+    assert claims.holding() == 2 and claims.take() == 2
+    claims.spare(1)
+    claims.reset({2})  # slot 2 lent: it stays taken; slot 1 stays a spare
+    assert claims.holding() == 2
+    assert [claims.take(), claims.take(), claims.take()] == [1, 0, 3]
     with pytest.raises(RuntimeError, match="no free slot"):
         claims.take()
 

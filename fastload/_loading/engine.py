@@ -95,7 +95,7 @@ class Engine:
     (worker processes), and each copy is a map of its own, returned to the system when the
     caller drops it (a freed copy would stay in the allocator's heap), at the cost of
     faulting pages in again each step (worker processes loading whole steps keep the
-    pages of the ring's first slot: ``WorkerPool``).
+    pages of as many slots as a steady state uses at once: ``WorkerPool``).
 
     ``processes`` (``ProcessOptions``, with ``backend="process"``; its defaults when
     None): ``worker_init(worker_id)`` runs once in each worker process after it is forked

@@ -121,13 +121,16 @@ class WorkerPool:
     ring holds memory only for the steps in flight, as a loader that makes a new shared
     buffer per batch does; a worker filling it again faults the pages back in, zeroed
     (some 4 µs a page on a virtual machine: 5% of a worker's time for 150 KB images).
-    Where whole steps go to one worker, the worker takes the lowest free slot when it
-    starts a job (``workers.SlotClaims``), and the first slot, the one taken whenever it
-    is free, keeps its pages: a quarter fewer faults on ``bench/torch_dropin.py``'s PIL
-    dataset (2 workers, 3 slots in use at once in the steady state), with a peak memory
-    still below PyTorch's loader's. Keeping a slot per worker halved them but held more
-    than PyTorch's loader in 2 runs of 5; keeping 3 (those in use at once) left almost
-    no faults, but held a slot more than giving them back, so more than PyTorch's loader.
+    Where whole steps go to one worker, the worker takes its slot when it starts a job
+    (``workers.SlotClaims``), and a released slot keeps its pages, as a spare that the
+    next job takes first, while no more slots hold pages than a steady state uses at
+    once: one being filled per worker and those lent to the consumer (the batch it works
+    on, and the one before, which its loop holds while it asks for the next). Only a
+    slot beyond those (a batch waiting for an earlier one, say) gives its pages back. On
+    ``bench/torch_dropin.py``'s PIL dataset (2 workers, so 4 slots) that takes a third
+    of the faults of keeping only the first slot's pages, at the same peak memory;
+    keeping the pages of a fifth left almost no faults, but held a slot more than PyTorch's
+    loader.
     """
 
     count: int
@@ -195,12 +198,12 @@ class WorkerPool:
         # A new ring: what was lent of the old one stays the caller's (its arrays keep the
         # old mapping alive) and goes back to the old ``_SharedRing``, which nobody reads.
         limit = min(_LEND_LIMIT, count - 1) if self.options.lend else 0
-        # With ``lean``, the slots from ``cold`` on give their pages back when released:
-        # all of them, or all but the first where workers take the lowest free slot.
-        cold = count
+        # With ``lean``, the slots that keep their pages when released: none where the
+        # consumer chooses the slots, else as many as are in use at once in a steady state.
+        keep = count
         if self.lean:
-            cold = 0 if claims is None else 1
-        self.shared = _SharedRing(mapping, _slot_pages(plan, count), limit, cold, claims)
+            keep = 0 if claims is None else min(count, self.count + max(1, limit))
+        self.shared = _SharedRing(mapping, _slot_pages(plan, count), limit, keep, claims)
         control = np.frombuffer(mapping, np.int64, 1, 0)
         control[0] = 0
         self.pipes = fork_workers(
@@ -350,7 +353,7 @@ class _Transport:
         """``(slot, step, rows, failure, keep, objects)`` of the next step, None at the end."""
         if release >= 0:
             if self.claims is not None:
-                self.claims.give(release)
+                self.shared.release(release)
             self.free.append(release)
         self._check()
         # A lent slot's lease freed its word as it was dropped: a worker may hold it
@@ -396,8 +399,9 @@ class _Transport:
     def copied(self, slot: int) -> None:
         """The consumer copied the step out of ``slot`` (``buffer=False``): its memory can go
         back to the system now, while the consumer works on the copy, rather than stay
-        until the slot is released at the next step."""
-        if slot >= self.shared.cold:
+        until the slot is released at the next step (where workers take the slots, the
+        release decides: ``_SharedRing.release``)."""
+        if self.claims is None and not self.shared.keep:
             self.pool.give_back(slot)
 
     def _check(self) -> None:
@@ -466,24 +470,25 @@ class _SharedRing:
     """The memory of one ring: its anonymous shared ``mapping``, the whole pages of each
     slot (``spans``, which ``give_back`` returns to the system), and what is lent of it.
     ``lent`` maps each slot lent to the consumer to its lease's token, ``limit`` slots at
-    most; a lease puts ``(slot, token)`` on ``returns`` when it is dropped (in any
-    thread: a deque append), after giving the slot's pages back when it is ``cold``
-    (slots from ``cold`` on; all of them with ``lean`` where the consumer chooses the
-    slots, all but the first where the workers take them, none without) and
-    freeing it in ``claims``. Only the consumer (``lend``, ``returned``) changes
-    ``lent``. A return counts only while its token is the slot's: a lease that outlives
-    its turn (kept by a traceback, say) can never free the slot of a later one."""
+    most; a lease ``release``s its slot when it is dropped (in any thread), then puts
+    ``(slot, token)`` on ``returns`` (a deque append). ``keep``: where the consumer
+    chooses the slots (no ``claims``), 0 gives a released slot's pages back, anything
+    else keeps them; where workers take them, a released slot keeps its pages (a spare)
+    while no more than ``keep`` slots hold pages, counting it. Only the consumer
+    (``lend``, ``returned``) changes ``lent``. A return counts only while its token is
+    the slot's: a lease that outlives its turn (kept by a traceback, say) can never free
+    the slot of a later one."""
 
     def __init__(
         self,
         mapping: mmap.mmap,
         spans: list[tuple[int, int]],
         limit: int,
-        cold: int,
+        keep: int,
         claims: SlotClaims | None = None,
     ) -> None:
         self.mapping, self.spans, self.claims = mapping, spans, claims
-        self.limit, self.cold = limit, cold
+        self.limit, self.keep = limit, keep
         self.lent: dict[int, int] = {}  # slot -> its lease's token
         self.returns: collections.deque[tuple[int, int]] = collections.deque()
         self.tokens = itertools.count()
@@ -507,6 +512,20 @@ class _SharedRing:
                 slots.append(slot)
         return slots
 
+    def release(self, slot: int) -> None:
+        """Slot ``slot``, which nobody else touches now, is free again (see ``keep``). The
+        count of slots holding pages is read while workers take slots: it may be one off,
+        which can only keep one spare more or fewer."""
+        claims = self.claims
+        if claims is None:
+            if not self.keep:
+                self.give_back(slot)
+        elif claims.holding() > self.keep:
+            self.give_back(slot)
+            claims.give(slot)
+        else:
+            claims.spare(slot)  # a worker may take it before ``returned``
+
     def give_back(self, slot: int) -> None:
         """Return the whole pages of ``slot`` to the system (the next write maps zeroed
         ones): an anonymous shared mapping is shmem, which ``MADV_REMOVE`` frees."""
@@ -516,9 +535,10 @@ class _SharedRing:
 
 
 class _Lease:
-    """A slot lent to the consumer, until the last array over it is dropped. Then, with
-    ``lean``, the slot's pages go back to the system at once (while the caller works
-    on its next batch, not at its next ``next()``), and the slot goes on ``returns``.
+    """A slot lent to the consumer, until the last array over it is dropped. Then the slot
+    is released at once (``_SharedRing.release``: with ``lean``, its pages may go back to
+    the system while the caller works on its next batch, not at its next ``next()``), and
+    goes on ``returns``.
     Only in the process that lent it, and only while the slot is still this lease's: a
     forked child's copy of a lease never touches the shared pages."""
 
@@ -532,10 +552,7 @@ class _Lease:
         ring = self.ring
         try:
             if ring.lent.get(self.slot) == self.token and self._getpid() == ring.pid:
-                if self.slot >= ring.cold:
-                    ring.give_back(self.slot)  # nobody else touches a slot that is lent
-                if ring.claims is not None:
-                    ring.claims.give(self.slot)  # a worker may take it before ``returned``
+                ring.release(self.slot)
         except Exception:  # at exit, say: only memory is at stake (the pages stay mapped)
             pass
         finally:

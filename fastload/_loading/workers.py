@@ -189,43 +189,57 @@ def carve_ring(mapping: Any, plan: Plan, slots: int) -> tuple[list[Dests], int]:
     return ring, offset
 
 
+_FREE, _USED, _SPARE = 0, 1, 2  # a SlotClaims word: free, in use, free with its pages
+
+
 class SlotClaims:
     """Which slots of the ring are in use, for jobs whose worker takes the slot when it
-    starts them (``Job.slot`` -1): one word per slot in the ring's header, 0 when the
-    slot is free. A worker takes the lowest free slot (under ``lock``, which only workers
-    hold) and gives it back when the job ends without a step in it; the consumer gives
-    a slot back once the caller is done with its step, and sends no more such jobs than
-    there are free slots, so a worker always finds one.
+    starts them (``Job.slot`` -1): one word per slot in the ring's header, ``_FREE`` when
+    the slot is free, ``_USED`` in use, ``_SPARE`` free with its pages kept. A worker
+    takes a spare when there is one, else the lowest free slot (under ``lock``, which
+    only workers hold), and gives it back when the job ends without a step in it; the
+    consumer frees a slot, or makes it a spare, once the caller is done with its step
+    (``_SharedRing.release``), and sends no more such jobs than there are free slots, so
+    a worker always finds one.
 
-    Taking the lowest free slot when the work starts, rather than when the job is queued,
-    keeps a ring's slots in use, and so the pages ever written, only as many as steps
-    were being filled or held at once: slots that wait in a worker's queue hold nothing.
-    Their pages then stay mapped from one step to the next (a page written anew costs a
+    Taking a slot when the work starts, rather than when the job is queued, keeps a
+    ring's slots in use, and so the pages ever written, only as many as steps were being
+    filled or held at once: slots that wait in a worker's queue hold nothing. Taking a
+    spare first writes a step into pages already there (a page written anew costs a
     fault and a zeroing, some 4 µs)."""
 
     def __init__(self, words: npt.NDArray[np.int64], lock: Any) -> None:
         self.words, self.lock = words, lock
 
     def take(self) -> int:
-        """The lowest free slot, now in use (in a worker)."""
+        """A spare slot, else the lowest free one, now in use (in a worker)."""
         with self.lock:
-            free = np.flatnonzero(self.words == 0)
+            spares = np.flatnonzero(self.words == _SPARE)
+            free = spares if spares.size else np.flatnonzero(self.words == _FREE)
             if not free.size:
                 raise RuntimeError("no free slot in the ring for a job (a consumer's miscount)")
             slot = int(free[0])
-            self.words[slot] = 1
+            self.words[slot] = _USED
         return slot
 
     def give(self, slot: int) -> None:
         """Slot ``slot`` is free again."""
-        self.words[slot] = 0
+        self.words[slot] = _FREE
+
+    def spare(self, slot: int) -> None:
+        """Slot ``slot`` is free again, with its pages: the next job takes it first."""
+        self.words[slot] = _SPARE
+
+    def holding(self) -> int:
+        """The slots in use or spare: those that hold pages."""
+        return int(np.count_nonzero(self.words))
 
     def reset(self, lent: Container[int]) -> None:
         """Every slot free but those ``lent`` to the caller (in the consumer, while no job
-        is out), whose words their leases clear when they are dropped."""
+        is out), whose words their leases clear when they are dropped, and the spares."""
         for slot in range(len(self.words)):
-            if slot not in lent:
-                self.words[slot] = 0
+            if slot not in lent and self.words[slot] != _SPARE:
+                self.words[slot] = _FREE
 
 
 class _Worker:
