@@ -330,11 +330,12 @@ def _slot_of(engine, step):
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_whole_step_jobs_take_the_lowest_free_slot_when_they_start(workers):
-    # Jobs queued at a worker hold no slot: a step takes one when its work starts, the
-    # lowest free, so the slots in use are those filled or held at once (a worker's, the
-    # caller's step and the one before: workers + 2, or one more while the caller is
-    # late), not all six of the ring (4 in flight + 2 held) in turn.
+def test_whole_step_jobs_take_a_slot_when_they_start(workers):
+    # Jobs queued at a worker hold no slot: a step takes one when its work starts (a
+    # released one first, else the lowest free), so the slots in use are those filled or
+    # held at once (a worker's, the caller's step and the one before: workers + 2, or one
+    # more while the caller is late), not all six of the ring (4 in flight + 2 held) in
+    # turn.
     steps = _slow_pages_steps(seconds=0.005)
     lend = ProcessOptions(lend=True, split_steps=False)
     engine = process_engine(workers, buffer=False, processes=lend, prefetch=4)
