@@ -28,12 +28,13 @@ Concurrency invariants (kept by the consumer):
   to the caller (``lend``: its step was handed out as arrays over it); a lent slot comes
   back only once its lease says every array over it was dropped, and only the consumer
   takes it back (``_SharedRing``);
-- whole steps (not split in parts) are sent without a slot: the worker takes the lowest
-  free one when it starts the job (``workers.SlotClaims``, a word per slot in the ring's
-  header, taken under a lock only workers hold); the consumer counts the free slots and
-  sends no more such jobs than that, frees a slot's word once its step is released (a
-  lease frees it as it is dropped), and resets the words when an iteration begins, no
-  job being out then;
+- whole steps (not split in parts) are sent without a slot: the worker takes one when
+  it starts the job, a spare first, else the lowest free one (``workers.SlotClaims``, a
+  word per slot in the ring's header, taken under a lock only workers hold); the
+  consumer counts the free slots (spares included) and sends no more such jobs than
+  that, frees a slot's word or makes it a spare once its step is released (a lease does
+  so as it is dropped), and resets the words but the spares' when an iteration begins,
+  no job being out then;
 - every job sent to a worker gets exactly one reply; ``Pipes.outstanding`` counts the
   replies due per worker, and a slot is reused only once the replies of all its step's
   parts arrived, so no worker writes into a slot the consumer reads;
@@ -337,8 +338,8 @@ class _Transport:
         self.shared.returned()  # settle the lent slots: those still lent stay out
         lent = self.shared.lent
         self.free = collections.deque(s for s in range(len(pool.slots)) if s not in lent)
-        # With claims, ``free`` only counts the free slots: a job's worker takes the lowest
-        # (no job is out now: ``begin`` drained them).
+        # With claims, ``free`` only counts the free slots (spares included): a job's worker
+        # takes one (no job is out now: ``begin`` drained them).
         self.claims = self.shared.claims
         if self.claims is not None:
             self.claims.reset(lent)
@@ -376,7 +377,7 @@ class _Transport:
     def _submit(self, step: int, slot: int) -> None:
         pool = self.pool
         if self.claims is not None:
-            slot = -1  # its worker takes the lowest free slot when it starts
+            slot = -1  # its worker takes a slot when it starts (``SlotClaims.take``)
         jobs = [(step % pool.count, Job(self.gen, step, slot))]
         if self.split_steps:
             rows = len(self.schedule.positions(step))

@@ -69,7 +69,7 @@ class Epoch(Tagged):
 @dataclass(frozen=True, slots=True)
 class Job(Tagged):
     """Load step ``step`` of generation ``gen`` into slot ``slot`` of the ring (-1: the
-    lowest free one, which the worker takes when it starts the job, ``SlotClaims``): its
+    one the worker takes when it starts the job, ``SlotClaims.take``): its
     rows ``[first, end)`` as part ``part`` (the whole step when ``end`` is None)."""
 
     step: int
