@@ -18,12 +18,16 @@ uint8), two workers, medians of interleaved epochs (``common.compare``):
    so the tree's footprint; the summed RSS, which counts shared pages once per process,
    is printed beside it), then the minor page faults of its workers over a second epoch
    (the pages of a batch's shared memory, and of what an item allocates, mapped anew).
+   With ``--control``, a second PyTorch ``DataLoader`` with the same arguments runs in the
+   same rounds: its ratio to the first is this run's own noise, what a loader that is
+   exactly as fast as PyTorch's would read.
 
 Each loop reads a byte of every page of every batch, as a training step reads its batch:
 a loop that reads nothing never maps the shared memory PyTorch delivers a batch in, so
 its pages would count in no process's memory.
 
 Usage: python bench/torch_dropin.py [--n 2000] [--batch 64] [--repeats 3] [--root DIR]
+       [--control]
 """
 
 import argparse
@@ -51,6 +55,7 @@ WORKERS = 2
 NATIVE, ENGINE = "fastload.torch.DataLoader", "fastload.DataLoader"
 ENGINE_BUFFERED = "fastload.DataLoader buffer=True"
 DROPIN, TORCH = "fastload.torch.DataLoader (process-ring)", "torch DataLoader"
+CONTROL = "torch DataLoader, a second one"
 
 
 def container(root):
@@ -86,7 +91,7 @@ def make(name, root, batch):
         return fastload.DataLoader(
             container(root), batch, shuffle=True, parallel=WORKERS, buffer=buffer
         )
-    make_loader = fastload.torch.DataLoader if name == DROPIN else tud.DataLoader
+    make_loader = fastload.torch.DataLoader if name == DROPIN else tud.DataLoader  # or CONTROL
     return make_loader(
         PILFolder(root),
         batch_size=batch,
@@ -157,6 +162,9 @@ def main():
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--root", default=None)
+    parser.add_argument(
+        "--control", action="store_true", help="time a second PyTorch loader too (the noise)"
+    )
     parser.add_argument("--probe", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     root = args.root or f"{DEFAULT_ROOT}-{args.n}"
@@ -180,6 +188,8 @@ def main():
     dropin, torch_loader = make(DROPIN, root, args.batch), make(TORCH, root, args.batch)
     print(f"  path: {dropin.path}")
     candidates = {DROPIN: (epoch(dropin), args.n), TORCH: (epoch(torch_loader), args.n)}
+    if args.control:
+        candidates[CONTROL] = (epoch(make(CONTROL, root, args.batch)), args.n)
     compare(candidates, args.repeats, TORCH)
     dropin.close()
     peaks = {DROPIN: [], TORCH: []}

@@ -8,23 +8,26 @@ container gets the same draws sequentially, on any thread, and in any order.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ContextDecorator
 
 __all__ = ["current", "loading"]
 
 _local = threading.local()
 
 
-@contextmanager
-def loading(seed: int, epoch: int) -> Iterator[None]:
-    """Within this block, ``current()`` on this thread is ``(seed, epoch)``."""
-    previous = getattr(_local, "key", None)
-    _local.key = (seed, epoch)
-    try:
-        yield
-    finally:
-        _local.key = previous
+class loading(ContextDecorator):
+    """Within this block, ``current()`` on this thread is ``(seed, epoch)``. A class rather
+    than a generator: a loader enters it around every item it loads."""
+
+    def __init__(self, seed: int, epoch: int) -> None:
+        self.key = (seed, epoch)
+
+    def __enter__(self) -> None:
+        self.previous = getattr(_local, "key", None)
+        _local.key = self.key
+
+    def __exit__(self, *exc: object) -> None:
+        _local.key = self.previous
 
 
 def current() -> tuple[int, int]:

@@ -54,6 +54,10 @@ def normalize_index(i: Index, n: int) -> int | npt.NDArray[np.int64]:
     Negative positions count from the end, as in Python. Raises ``IndexError`` naming the
     index and the length, ``TypeError`` for something that is not an index.
     """
+    if type(i) is int:  # the common case first (a bool is not of type int)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} is out of range for {n} observations")
+        return i + n if i < 0 else i
     _refuse_bools(i)
     if isinstance(i, (Integral, np.integer)):
         j = int(i)
@@ -316,6 +320,23 @@ def _check_dtype(dtype: np.dtype[Any], buffer_dtype: np.dtype[Any]) -> None:
         )
 
 
+def _copy_array(buffer: npt.NDArray[Any], value: Any) -> npt.NDArray[Any]:
+    """``copy_into`` for an array ``buffer``."""
+    if type(value) is not np.ndarray:
+        if tensors.is_tensor(value):
+            value = value.detach().cpu().numpy()
+        value = np.asarray(value)
+    if value.shape != buffer.shape:
+        raise MisfitError(
+            "shape",
+            f"buffer of shape {buffer.shape} does not fit an observation of shape {value.shape}",
+        )
+    if value.dtype != buffer.dtype:
+        _check_dtype(value.dtype, buffer.dtype)
+    buffer[...] = value
+    return buffer
+
+
 def copy_into(buffer: Any, value: Any) -> Any:
     """Copy ``value`` into ``buffer`` (an array; a list, which takes a list or 1-D array
     of values whatever its length; or a tuple/dict of them) and return the filled buffer;
@@ -323,22 +344,13 @@ def copy_into(buffer: Any, value: Any) -> Any:
     Raises ``MisfitError`` (a ``ValueError``) when the value's shape differs, or when its
     dtype would lose information in the buffer's (a float into an int buffer, int64 into
     int32, float64 into float32, a longer string)."""
+    if type(buffer) is np.ndarray:  # the common case first: a row of a batch's buffer
+        return _copy_array(buffer, value)
     if tensors.is_tensor(buffer) and tensors.numpy_view(buffer) is not None:
         copy_into(tensors.numpy_view(buffer), value)
         return buffer
     if isinstance(buffer, np.ndarray):
-        if tensors.is_tensor(value):
-            value = value.detach().cpu().numpy()
-        value = np.asarray(value)
-        if value.shape != buffer.shape:
-            raise MisfitError(
-                "shape",
-                f"buffer of shape {buffer.shape} does not fit an observation of shape "
-                f"{value.shape}",
-            )
-        _check_dtype(value.dtype, buffer.dtype)
-        buffer[...] = value
-        return buffer
+        return _copy_array(buffer, value)
     if isinstance(buffer, list) and isinstance(value, (list, np.ndarray)) and np.ndim(value) == 1:
         # A list takes the values in place, resized to hold them as a list would be.
         buffer[:] = value.tolist() if isinstance(value, np.ndarray) else value
@@ -357,5 +369,7 @@ def copy_into(buffer: Any, value: Any) -> Any:
                 "members",
                 f"buffer with members {list(buffer)} does not fit an observation with {keys}",
             )
+        if type(buffer) is tuple and type(value) is tuple:  # as rebuild makes it, sooner
+            return tuple([copy_into(member, part) for member, part in zip(buffer, value)])
         return rebuild(buffer, [copy_into(buffer[key], value[key]) for key, _ in members(buffer)])
     return value

@@ -231,6 +231,39 @@ def test_getobs_into_takes_the_casts_numpy_calls_safe():
     assert wide.tolist() == [1, -5]
 
 
+class _Items:
+    """A sequence container whose observations are (row, label) tuples, as a PyTorch
+    dataset gives them."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return self.rows[i], i
+
+
+def test_copy_into_fills_a_tuple_member_by_member_and_checks_each_as_the_others():
+    from fastload.obs import copy_into, exact_dtypes
+
+    rows = np.arange(12, dtype=np.float32).reshape(4, 3)
+    image, label = np.zeros(3, np.float32), np.zeros((), np.int64)
+    filled = getobs_into((image, label), _Items(rows), 2)
+    assert type(filled) is tuple and filled[0] is image and filled[1] is label
+    assert image.tolist() == [6.0, 7.0, 8.0] and label == 2
+    with pytest.raises(ValueError, match="buffer with 2 members does not fit .* with 3"):
+        copy_into((image, label), (rows[0], 1, 2))
+    with pytest.raises(ValueError, match=r"shape \(3,\) does not fit .* shape \(2,\)"):
+        copy_into((image, label), (rows[0, :2], 1))
+    with exact_dtypes(), pytest.raises(ValueError, match="float32 does not fit .* float64"):
+        copy_into((image, label), (rows[1].astype(np.float64), 1))
+    # A member that cannot be filled in place comes back as the observation's.
+    assert copy_into((image, None), (rows[3], "a")) == (image, "a")
+    assert image.tolist() == [9.0, 10.0, 11.0]
+
+
 def test_getobs_into_falls_back_to_getobs_for_a_list_buffer_or_plain_sequences():
     assert getobs_into([], X, [1]).tolist() == [X[1].tolist()]
     buffer = np.empty(2, np.int64)

@@ -139,3 +139,31 @@ def test_a_seed_or_key_out_of_range_is_refused():
         generator(1 << 64, Purpose.SAMPLER, 0)
     with pytest.raises(ValueError, match=r"2\*\*64"):
         derived_seed(0, Purpose.STREAM_ROUND, 1 << 64)
+
+
+def test_loading_sets_what_current_reads_on_its_thread_and_puts_the_outer_key_back():
+    import threading
+
+    from fastload.context import current, loading
+
+    assert current() == (0, 0)
+    with loading(3, 1):
+        assert current() == (3, 1)
+        with loading(4, 2):
+            assert current() == (4, 2)
+        assert current() == (3, 1)
+        seen = []
+        other = threading.Thread(target=lambda: seen.append(current()))
+        other.start()
+        other.join()
+        assert seen == [(0, 0)]
+        with pytest.raises(KeyError), loading(5, 5):
+            raise KeyError("an item failed")
+        assert current() == (3, 1)
+    assert current() == (0, 0)
+
+    @loading(7, 0)
+    def draw():
+        return current()
+
+    assert draw() == (7, 0) and current() == (0, 0)

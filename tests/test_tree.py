@@ -18,6 +18,8 @@ from fastload._base.tree import (
     map_across,
     map_tree,
     replaced,
+    row,
+    tree_leaves,
     unflatten,
     unwrap,
     walk_views,
@@ -138,6 +140,17 @@ def test_map_across_gives_f_the_leaves_at_each_place_in_the_first_trees_structur
     )
     assert out == Pair(11, {"a": 22, "b": 2}) and type(out) is Pair
     assert map_across(list, [1, 2, 3]) == [1, 2, 3]  # leaves all: f of them all
+
+
+def test_row_is_row_k_of_every_leaf_as_a_view_in_the_buffers_structure():
+    a, b = np.arange(12).reshape(4, 3), np.arange(4.0)
+    for buffer in (a, b, (a, b), Pair(a, b), {"x": a, "y": b}, (a, (b, {"z": a}))):
+        got = row(buffer, 2)
+        assert type(got) is type(buffer)
+        assert flatten(got)[1] == flatten(buffer)[1]
+        for leaf, array in zip(tree_leaves(got), tree_leaves(buffer)):
+            assert leaf.shape == array.shape[1:] and np.shares_memory(leaf, array)
+            assert np.array_equal(leaf, array[2])
 
 
 def test_treedef_is_a_value():

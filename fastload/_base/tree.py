@@ -204,6 +204,11 @@ def head(buffer: Any, m: int) -> Any:
 def row(buffer: Any, k: int) -> Any:
     """Row ``k`` of a batch buffer (an array, or a tuple/dict of them), as views: even for
     1-D arrays, where ``array[k]`` would be a copy."""
+    # The common cases first, as map_tree makes them: a loader asks for every item's row.
+    if not isinstance(buffer, (tuple, dict)):
+        return buffer[k, ...]
+    if type(buffer) is tuple and not any(isinstance(leaf, (tuple, dict)) for leaf in buffer):
+        return tuple([leaf[k, ...] for leaf in buffer])
     return map_tree(lambda array: array[k, ...], buffer)
 
 
