@@ -82,9 +82,13 @@ def _descendants(pid):
     """``pid`` and the processes under it."""
     pids = [pid]
     for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/children") as f:
-            for child in f.read().split():
-                pids += _descendants(int(child))
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                children = f.read().split()
+        except FileNotFoundError:  # a thread that ended since: its children are another's
+            continue
+        for child in children:
+            pids += _descendants(int(child))
     return pids
 
 

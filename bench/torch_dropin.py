@@ -126,8 +126,11 @@ def probe(name, root, batch):
 def run_probe(name, root, batch):
     cmd = [sys.executable, os.path.abspath(__file__), "--probe", name, "--root", root]
     cmd += ["--batch", str(batch)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr)
+        raise RuntimeError(f"the probe of {name} exited with {done.returncode} (its output above)")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def compare_arrays(repeats):

@@ -17,17 +17,21 @@ _local = threading.local()
 
 class loading(ContextDecorator):
     """Within this block, ``current()`` on this thread is ``(seed, epoch)``. A class rather
-    than a generator: a loader enters it around every item it loads."""
+    than a generator: a loader enters it around every item it loads. The keys it covers
+    are kept per thread, so one ``loading`` decorating a function serves every thread."""
 
     def __init__(self, seed: int, epoch: int) -> None:
         self.key = (seed, epoch)
 
     def __enter__(self) -> None:
-        self.previous = getattr(_local, "key", None)
+        outer = getattr(_local, "outer", None)
+        if outer is None:
+            outer = _local.outer = []
+        outer.append(getattr(_local, "key", None))
         _local.key = self.key
 
     def __exit__(self, *exc: object) -> None:
-        _local.key = self.previous
+        _local.key = _local.outer.pop()
 
 
 def current() -> tuple[int, int]:

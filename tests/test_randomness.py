@@ -163,7 +163,27 @@ def test_loading_sets_what_current_reads_on_its_thread_and_puts_the_outer_key_ba
     assert current() == (0, 0)
 
     @loading(7, 0)
-    def draw():
-        return current()
+    def draw(inner=None):
+        if inner is None:
+            return current()
+        with loading(*inner):
+            return current(), draw()
 
     assert draw() == (7, 0) and current() == (0, 0)
+    assert draw((8, 1)) == ((8, 1), (7, 0)) and current() == (0, 0)
+    # One decorating loading, on two threads at once under keys of their own: each
+    # thread gets its own key back when the function returns.
+    barrier = threading.Barrier(2)
+    inside = loading(9, 9)(lambda: (barrier.wait(5), current())[1])
+    seen = {}
+
+    def on_a_thread(key):
+        with loading(*key):
+            seen[key] = (inside(), current())
+
+    threads = [threading.Thread(target=on_a_thread, args=(key,)) for key in [(1, 1), (2, 2)]]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert seen == {(1, 1): ((9, 9), (1, 1)), (2, 2): ((9, 9), (2, 2))}
