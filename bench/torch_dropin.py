@@ -91,7 +91,7 @@ def make(name, root, batch):
         return fastload.DataLoader(
             container(root), batch, shuffle=True, parallel=WORKERS, buffer=buffer
         )
-    make_loader = fastload.torch.DataLoader if name == DROPIN else tud.DataLoader  # or CONTROL
+    make_loader = fastload.torch.DataLoader if name == DROPIN else tud.DataLoader  # TORCH, CONTROL
     return make_loader(
         PILFolder(root),
         batch_size=batch,

@@ -54,16 +54,18 @@ def normalize_index(i: Index, n: int) -> int | npt.NDArray[np.int64]:
     Negative positions count from the end, as in Python. Raises ``IndexError`` naming the
     index and the length, ``TypeError`` for something that is not an index.
     """
-    if type(i) is int:  # the common case first (a bool is not of type int)
-        if not -n <= i < n:
-            raise IndexError(f"index {i} is out of range for {n} observations")
-        return i + n if i < 0 else i
-    _refuse_bools(i)
-    if isinstance(i, (Integral, np.integer)):
-        j = int(i)
-        if not -n <= j < n:
-            raise IndexError(f"index {j} is out of range for {n} observations")
-        return j + n if j < 0 else j
+    if type(i) is not int:  # an int, the common case, is no bool (a bool's type is bool)
+        _refuse_bools(i)
+        if not isinstance(i, (Integral, np.integer)):
+            return _normalize_positions(i, n)
+    j = int(i)
+    if not -n <= j < n:
+        raise IndexError(f"index {j} is out of range for {n} observations")
+    return j + n if j < 0 else j
+
+
+def _normalize_positions(i: Index, n: int) -> npt.NDArray[np.int64]:
+    """``normalize_index`` of a slice, or of several positions."""
     if isinstance(i, slice):
         return np.arange(*i.indices(n), dtype=np.int64)
     idx = np.asarray(i)
