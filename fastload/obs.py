@@ -346,13 +346,11 @@ def copy_into(buffer: Any, value: Any) -> Any:
     Raises ``MisfitError`` (a ``ValueError``) when the value's shape differs, or when its
     dtype would lose information in the buffer's (a float into an int buffer, int64 into
     int32, float64 into float32, a longer string)."""
-    if type(buffer) is np.ndarray:  # the common case first: a row of a batch's buffer
+    if isinstance(buffer, np.ndarray):  # the common case first: a row of a batch's buffer
         return _copy_array(buffer, value)
     if tensors.is_tensor(buffer) and tensors.numpy_view(buffer) is not None:
         copy_into(tensors.numpy_view(buffer), value)
         return buffer
-    if isinstance(buffer, np.ndarray):
-        return _copy_array(buffer, value)
     if isinstance(buffer, list) and isinstance(value, (list, np.ndarray)) and np.ndim(value) == 1:
         # A list takes the values in place, resized to hold them as a list would be.
         buffer[:] = value.tolist() if isinstance(value, np.ndarray) else value
