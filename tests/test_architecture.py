@@ -52,7 +52,6 @@ BACK_ARROWS = {
     ("_storage.encoders", "obs"): "the writer's encoders read each row with getobs",
     ("_storage.encoders", "views"): "a row that fails to encode is named by its file, "
     "which source_of finds under the views",
-    ("_loading.torch_loader", "loader"): "the drop-in's stats() is the loader's StatsReport",
 }
 
 _PYX_IMPORT = re.compile(r"^\s*(?:from\s+(\.*[\w.]*)\s+import\s+([\w, ]+)|import\s+([\w.]+))")

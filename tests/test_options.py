@@ -47,11 +47,9 @@ def test_dataloader_and_eachobs_take_exactly_the_options_with_their_defaults():
 
 
 def test_dataloader_and_eachobs_type_their_keywords_as_the_options_do():
-    # LoaderOptions types the keywords; each signature spells them out for help() and
-    # completion, with these exceptions: a collate option is stored as a ``Collate``,
-    # and DataLoader's batch_size is an int (None, one observation a step, is eachobs').
+    # The signatures are made from LoaderOptions' fields, with one exception: DataLoader's
+    # batch_size is an int, positional (None, one observation a step, is eachobs').
     fields = {f.name: f.type for f in dataclasses.fields(LoaderOptions) if f.init}
-    fields["collate"] = "CollateOption"
     for f, exceptions in ((DataLoader.__init__, {"batch_size": "int"}), (eachobs, {})):
         given = {
             name: p.annotation
@@ -59,6 +57,27 @@ def test_dataloader_and_eachobs_type_their_keywords_as_the_options_do():
             if name in fields
         }
         assert given == {**fields, **exceptions}
+    batch_size = inspect.signature(DataLoader).parameters["batch_size"]
+    assert batch_size.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+
+
+def test_every_option_is_documented_once_and_listed_in_dataloaders_docstring():
+    for f in dataclasses.fields(LoaderOptions):
+        if f.init:
+            assert len(f.metadata["doc"]) > 20, f.name
+            assert f"``{f.name}`` (default ``{f.default!r}``): " in DataLoader.__doc__
+    assert "{options}" not in DataLoader.__doc__
+
+
+def test_a_loaders_attributes_read_its_options_and_may_be_assigned():
+    loader = DataLoader(np.arange(10), 4, shuffle=True, drop_last=True, buffer=np.zeros(4))
+    assert (loader.batch_size, loader.shuffle, loader.drop_last) == (4, True, True)
+    assert loader.buffer is True and loader.collate == Collate(None) and loader.prefetch is None
+    assert loader.on_error == "raise" and loader.backend == "thread" and loader.parallel is False
+    loader.shuffle = False  # reads what was assigned; the loader loads as it was made
+    assert loader.shuffle is False and loader.options.shuffle is True
+    with pytest.raises(AttributeError, match="no attribute 'batchsize'"):
+        loader.batchsize  # noqa: B018
 
 
 def test_the_options_are_frozen_and_hold_normalized_values():

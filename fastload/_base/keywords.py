@@ -1,12 +1,34 @@
-"""The keyword arguments that fastload spells differently or does not need: PyTorch
-DataLoader's and MLUtils.jl's. A loader given any raises one ``TypeError`` that names
-each of them and says what to write instead."""
+"""The keywords a loader takes, and those it refuses.
+
+A loader's keywords are written once, as the fields of a frozen dataclass (name, type,
+default, what it means); ``keywords_of`` and ``init_keywords_of`` give a function that
+takes ``**options`` the signature of those fields, for ``help()``, ``inspect`` and type
+checkers alike. The keyword arguments that fastload spells differently or does not need,
+PyTorch DataLoader's and MLUtils.jl's, are refused: a loader given any raises one
+``TypeError`` that names each of them and says what to write instead.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import dataclasses
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-__all__ = ["MLUTILS_KEYWORDS", "PYTORCH_KEYWORDS", "refuse_unknown_keywords"]
+__all__ = [
+    "MLUTILS_KEYWORDS",
+    "PYTORCH_KEYWORDS",
+    "documented_fields",
+    "init_keywords_of",
+    "keywords_of",
+    "refuse_unknown_keywords",
+    "taken_keywords",
+]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_D = TypeVar("_D")
+_S = TypeVar("_S")
 
 PYTORCH_KEYWORDS = {
     "num_workers": "use parallel=n (n native threads; parallel=True for every CPU), or "
@@ -71,3 +93,69 @@ def refuse_unknown_keywords(
         raise TypeError(f"{what}() {prefix}{complaint}")
     listed = "; ".join(complaints)
     raise TypeError(f"{what}() does not take {len(names)} of the keywords given: {listed}")
+
+
+def _with_fields(f: Callable[..., Any], options: Any) -> inspect.Signature:
+    """The signature of ``f`` with its ``**options`` replaced by the fields of the
+    dataclass ``options`` it does not name itself, as keyword-only parameters."""
+    own = inspect.signature(f)
+    params = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    named = {p.name for p in params}
+    params += [
+        inspect.Parameter(
+            field.name, inspect.Parameter.KEYWORD_ONLY, default=field.default, annotation=field.type
+        )
+        for field in dataclasses.fields(options)
+        if field.init and field.name not in named
+    ]
+    return own.replace(parameters=params)
+
+
+def keywords_of(
+    options: Callable[_P, object],
+) -> Callable[[Callable[Concatenate[_D, ...], _R]], Callable[Concatenate[_D, _P], _R]]:
+    """Decorate ``f(data, **options)`` to take the fields of the dataclass ``options`` as
+    keywords: its signature (``inspect.signature``, ``help()``) and its type are those
+    fields' names, types and defaults. ``f`` builds its options with ``taken_keywords``."""
+
+    def decorate(f: Callable[Concatenate[_D, ...], _R]) -> Callable[Concatenate[_D, _P], _R]:
+        f.__signature__ = _with_fields(f, options)  # type: ignore[attr-defined]
+        return f
+
+    return decorate
+
+
+def init_keywords_of(
+    options: Callable[_P, object],
+) -> Callable[[Callable[Concatenate[_S, _D, ...], None]], Callable[Concatenate[_S, _D, _P], None]]:
+    """``keywords_of`` for a class's ``__init__(self, data, ...)``; parameters it names
+    itself (``batch_size=1``, positional) stay as it writes them."""
+
+    def decorate(
+        f: Callable[Concatenate[_S, _D, ...], None],
+    ) -> Callable[Concatenate[_S, _D, _P], None]:
+        f.__signature__ = _with_fields(f, options)  # type: ignore[attr-defined]
+        return f
+
+    return decorate
+
+
+def taken_keywords(
+    what: str, options: type, keywords: Mapping[str, Any], hints: Mapping[str, str]
+) -> dict[str, Any]:
+    """``keywords`` when each is a field of the dataclass ``options``; raises one
+    ``TypeError`` for all of those that are not (``refuse_unknown_keywords``)."""
+    fields = {field.name for field in dataclasses.fields(options) if field.init}
+    refuse_unknown_keywords(what, [k for k in keywords if k not in fields], hints)
+    return dict(keywords)
+
+
+def documented_fields(options: type) -> str:
+    """The fields of the dataclass ``options`` as a docstring's list: name, default and
+    what each means (its ``metadata["doc"]``)."""
+    lines = []
+    for field in dataclasses.fields(options):
+        if field.init:
+            doc = field.metadata.get("doc", "")
+            lines.append(f"    - ``{field.name}`` (default ``{field.default!r}``): {doc}")
+    return "\n".join(lines)

@@ -3,13 +3,15 @@ checked once when it is made.
 
 The loaders take their options as keywords (as PyTorch's and MLUtils' do); each builds one
 ``LoaderOptions`` from them and hands it on, so that a check and its message live here
-alone. Its fields type the keywords once: the signatures of ``DataLoader`` and ``eachobs``
-spell them out, for ``help()`` and completion, and ``tests/test_options.py`` holds their
-names, defaults and types to these fields. What depends on the data (a stream has no
-positions to sample, a container no shuffle buffer) is checked by ``for_stream`` and
-``for_container`` once the loader knows which it reads. The engine's own keywords
-(``parallel``, ``buffer``, ``ordered``, ``prefetch``, ``on_error``, ``backend``) make the
-options' ``EngineOptions``, which checks them (``engine_options.py``).
+alone. Its fields write the keywords once, each with its type, default and meaning: the
+signatures of ``DataLoader`` and ``eachobs`` are made from them (``_base/keywords.py``:
+``help()``, ``inspect`` and type checkers see every keyword), their docstrings list them
+from the fields' docs, and a loader's attributes (``loader.batch_size``) read them. What
+depends on the data (a stream has no positions to sample, a container no shuffle buffer)
+is checked by ``for_stream`` and ``for_container`` once the loader knows which it reads.
+The engine's own keywords (``parallel``, ``buffer``, ``ordered``, ``prefetch``,
+``on_error``, ``backend``) make the options' ``EngineOptions``, which checks them
+(``engine_options.py``).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ __all__ = ["BufferOption", "LoaderOptions"]
 BufferOption = bool | np.ndarray | tuple[Any, ...] | dict[Any, Any]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LoaderOptions:
     """The options of a loader (see ``DataLoader`` for what each means), validated.
 
@@ -48,22 +50,126 @@ class LoaderOptions:
     ``TypeError`` for a flag that is not a bool or a value of the wrong kind.
     """
 
-    batch_size: int | None = None
-    shuffle: Shuffle = False
-    shuffle_buffer: int | None = None
-    sampler: Sampler | None = None
-    batch_sampler: BatchSampler | None = None
-    drop_last: bool = False
-    collate: CollateOption | Collate = None
-    buffer: BufferOption = False
-    parallel: bool | int = False
-    seed: int | None = None
-    ordered: bool = True
-    prefetch: int | None = None
-    shard: Shard = None
-    on_error: OnError = "raise"
-    backend: Backend = "thread"
-    allocator: Allocator | None = None
+    batch_size: int | None = field(
+        default=None,
+        kw_only=False,
+        metadata={
+            "doc": "observations per batch (an int >= 1); the last batch is partial unless "
+            "``drop_last``. ``len(loader)`` is the number of batches per epoch (a stream has no "
+            "length: ``TypeError``). None (``eachobs``): each step one observation"
+        },
+    )
+    shuffle: Shuffle = field(
+        default=False,
+        metadata={
+            "doc": "True draws a new order every epoch from (``seed``, epoch) alone; over a "
+            "memory-mapped packed dataset larger than the memory this process may use it warns "
+            '(UserWarning) once. ``"quasi"`` reads packed datasets larger than RAM block by '
+            "block, reading the coming blocks ahead (``fastload._storage.readahead``). A stream is "
+            "shuffled through a buffer of ``shuffle_buffer`` records, its files in a new order "
+            "each epoch"
+        },
+    )
+    shuffle_buffer: int | None = field(
+        default=None,
+        metadata={
+            "doc": "records in a stream's shuffle buffer (None: 1,024); for streams only (the old "
+            "spelling ``shuffle=n`` warns)"
+        },
+    )
+    sampler: Sampler | None = field(
+        default=None,
+        metadata={
+            "doc": "the positions to load each epoch instead of all of them in order: "
+            "``sampler(epoch, seed) -> positions`` or an iterable of positions (see "
+            "``fastload.samplers``: ``WeightedSampler``)"
+        },
+    )
+    batch_sampler: BatchSampler | None = field(
+        default=None,
+        metadata={
+            "doc": "the batches themselves, of any sizes (``BucketBatchSampler``); it excludes "
+            "``batch_size``, ``shuffle``, ``sampler`` and ``drop_last``"
+        },
+    )
+    drop_last: bool = field(
+        default=False, metadata={"doc": "drop the last batch when it is partial"}
+    )
+    collate: CollateOption | Collate = field(
+        default=None,
+        metadata={
+            "doc": "as in ``batchview``: None, ``getobs(data, indices)``; True, stack; False, "
+            "a list of observations; a callable, applied to that list"
+        },
+    )
+    buffer: BufferOption = field(
+        default=False,
+        metadata={
+            "doc": "True fills preallocated buffers in place and yields them: **a yielded batch is "
+            "valid only until the next batch is requested**; copy what you keep. Arrays (an "
+            "array, or a tuple/dict of them, of one step's shape and dtype): each step is "
+            "copied into *your* buffer, which is yielded (its first rows for a shorter last "
+            "batch), as MLUtils' ``getobs!``; ``ValueError`` when they do not fit the steps"
+        },
+    )
+    parallel: bool | int = field(
+        default=False,
+        metadata={
+            "doc": "False or 0 (the consumer's thread), True (all CPUs of the native pool) or a "
+            "number of threads. Output is identical for every value"
+        },
+    )
+    seed: int | None = field(
+        default=None,
+        metadata={
+            "doc": "the seed of every random draw, an int in [0, 2**64); None draws one once, at "
+            "construction (or takes 0 when sharded over several ranks, which must agree)"
+        },
+    )
+    ordered: bool = field(
+        default=True,
+        metadata={
+            "doc": "False (parallel only) yields batches as they complete: the same batches per "
+            "epoch, in an order that depends on timing"
+        },
+    )
+    prefetch: int | None = field(
+        default=None, metadata={"doc": "batches in flight (None: the engine's default)"}
+    )
+    shard: Shard = field(
+        default=None,
+        metadata={
+            "doc": '``(rank, world_size)`` or ``"auto"``: this process loads its own block of each '
+            "epoch, all ranks the same number of batches (``fastload._loading.sharding``). "
+            "Without it while several ranks are up (torch.distributed, ``WORLD_SIZE``, JAX), "
+            "every rank loads the whole dataset, and a warning says so once; False means that, "
+            "without the warning"
+        },
+    )
+    on_error: OnError = field(
+        default="raise",
+        metadata={
+            "doc": '``"skip"`` drops observations that fail to load from their batch (the batch is '
+            'shorter), counts them in ``stats()["skipped"]`` and warns once; ``"raise"`` '
+            "raises ``fastload.LoadError`` naming the index. A file of a ``FileStream`` that "
+            "fails to read is left from where it failed and counts as one"
+        },
+    )
+    backend: Backend = field(
+        default="thread",
+        metadata={
+            "doc": '``"process"`` (with ``parallel=n``) loads in n worker processes instead of '
+            "threads, for GIL-bound Python containers (``fastload._loading.processes``)"
+        },
+    )
+    allocator: Allocator | None = field(
+        default=None,
+        metadata={
+            "doc": "``allocator(shape, dtype) -> array`` makes the batch buffers of the ring "
+            "(None: ``numpy.empty``); ``loader.allocator = f`` changes it for the next epoch "
+            "(``fastload.torch`` pins memory this way)"
+        },
+    )
     engine: EngineOptions = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -46,10 +46,10 @@ import numpy.typing as npt
 import torch
 import torch.utils.data as tud
 
-from ..loader import StatsReport
 from ..views import ObsView, steps
 from .engine import Engine
 from .engine_options import EngineOptions, ProcessOptions
+from .iteration import StatsReport
 from .plan import make_plan
 from .schedule import Schedule
 from .torch_batches import Counts, Deferred, Delivered, Mapped, as_collated
