@@ -17,7 +17,8 @@ from status cimport *
 import traceback
 import warnings
 
-from ._base import tree as _tree  # a module: _core holds no type but its own
+from ._base import replies as _replies  # modules: _core holds no type but its own
+from ._base import tree as _tree
 
 cdef extern from "Python.h":
     Py_ssize_t Py_REFCNT(PyObject *o)
@@ -388,7 +389,7 @@ cdef class Iteration:
     ones are counted, and a step none of whose observations loaded is passed over. The
     steps come from a native run (``start_run``: inline or on the pool) or from a
     transport object (``start_transport``: worker processes), whose ``next(release)``
-    returns ``(slot, step, rows, failure, keep, objects)`` or None at the end, whose
+    returns a ``Reply`` (``_base/replies.py``) or None at the end, whose
     ``copied(slot)`` hears that the consumer took a copy of the slot's step (``buffer=False``),
     and whose ``lend(slot, value)`` may hand a whole step's value out as it is, keeping the
     slot until the caller drops it (None: copy it). ``_loading/seams.py`` declares both
@@ -618,9 +619,9 @@ cdef class Iteration:
         fl_run_gate(self.run, <const int64_t *>cnp.PyArray_DATA(word), self.first_item)
 
     def load_next(self):
-        """Load the run's next step without delivering it: ``(step, rows, failure, keep)``
-        (failure: ``(step, field, index, message, cause)`` or None; keep: the rows'
-        kept flags after skips, or None), or None at the end. What a worker process
+        """Load the run's next step without delivering it: a ``Loaded`` (``step``, ``rows``,
+        ``failure``: a ``Failure`` or None; ``keep``: the rows' kept flags after skips, or
+        None), or None at the end. What a worker process
         replies; its slot is released at the next call. Raises RuntimeError when the run
         was cancelled."""
         cdef int slot, release = self.held
@@ -644,7 +645,8 @@ cdef class Iteration:
             raise RuntimeError(_STOPPED.get(slot, fl_strerror(slot).decode()))
         self.held = slot
         s = fl_run_slot(self.run, slot)
-        return self.first_step + s.step, s.rows, self._failure(slot), self._kept(slot)
+        return _replies.Loaded(
+            self.first_step + s.step, s.rows, self._failure(slot), self._kept(slot))
 
     def go_inline(self, bint on=True):
         """``on``: from the next step on, load the run's remaining steps in the caller's
@@ -825,19 +827,19 @@ cdef class Iteration:
         reply = self.transport.next(release)
         if reply is None:
             return _END
-        slot, step, rows, failure, keep, objects = reply
+        slot, rows = reply.slot, reply.rows
         self.held = slot
         if self.check is not None:
-            self.check(step)
+            self.check(reply.step)
         value = self.values[slot]
-        if (not self.buffer and failure is None and keep is None and rows == self.rows
-                and value is not None):
+        if (not self.buffer and reply.failure is None and reply.keep is None
+                and rows == self.rows and value is not None):
             value = self.transport.lend(slot, value)
             if value is not None:
                 self.held = -1     # the transport takes it back once the caller drops it
                 self.stats.items += rows
                 return value
-        value = self._deliver(slot, rows, failure, keep, objects)
+        value = self._deliver(slot, rows, reply.failure, reply.keep, reply.objects)
         if not self.buffer:
             self.transport.copied(slot)  # nothing refers to the slot's memory any more
         return value
@@ -845,10 +847,11 @@ cdef class Iteration:
     cdef object _deliver(self, int slot, int64_t rows, failure, keep, objects):
         self.errors.pop(slot, None)
         if failure is not None:
-            cause = failure[4]
+            cause = failure.cause
             if cause is not None and not isinstance(cause, Exception):
                 raise cause        # an interrupt is not a failed observation
-            raise self.plan.load_error(*failure)
+            raise self.plan.load_error(
+                failure.step, failure.field, failure.observation, failure.message, cause)
         if objects is None:
             objects = self.objects[slot]
         kept = rows if keep is None else int(keep.sum())
@@ -867,7 +870,7 @@ cdef class Iteration:
         return _owned(value) if self.copier is None else self.copier(value)
 
     cdef object _failure(self, int slot):
-        """(step, field, index, message, cause) of the slot's fatal failure, or None."""
+        """The ``Failure`` of the slot's fatal failure, or None."""
         cdef const fl_slot *s = fl_run_slot(self.run, slot)
         if not s.failed:
             return None
@@ -879,8 +882,8 @@ cdef class Iteration:
             cause = KeyboardInterrupt()   # in a decoder called from C, which keeps no traceback
         field = s.fail_field if s.fail_field >= 0 else None
         cdef const char *message = &s.message[0]
-        return (self.first_step + s.step, field, index, message.decode("utf-8", "replace"),
-                cause)
+        return _replies.Failure(self.first_step + s.step, field, index,
+                                message.decode("utf-8", "replace"), cause)
 
     cdef object _kept(self, int slot):
         cdef const fl_slot *s = fl_run_slot(self.run, slot)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from fastload import _core, limits
+from fastload._base.replies import Failure, Loaded
 from fastload._base.tree import LeafKind
 from fastload._images import codecs
 
@@ -450,6 +451,19 @@ def test_a_run_from_a_later_step_numbers_its_steps_as_the_schedule_does():
     step, rows, failure, _ = it.load_next()
     assert (step, rows) == (2, 3) and failure[:3] == (2, 0, 99)
     assert "index 99 is out of range" in failure[3]
+
+
+def test_a_loaded_step_and_its_failure_are_named_tuples():
+    order = np.array([0, 1, 2, 99], np.int64)
+    it = core_calls.iteration(2, 2)
+    start(it, core_calls.fields("gather"), order, end_step=2)
+    loaded = it.load_next()
+    assert isinstance(loaded, Loaded) and (loaded.step, loaded.rows) == (0, 2)
+    assert loaded.failure is None and loaded.keep is None
+    failure = it.load_next().failure
+    assert isinstance(failure, Failure)
+    assert (failure.step, failure.field, failure.observation) == (1, 0, 99)
+    assert "index 99 is out of range" in failure.message and failure.cause is None
 
 
 @pytest.mark.parametrize(

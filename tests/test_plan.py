@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastload import DataLoader, LoadError, eachobs, mapobs
+from fastload._loading.plan import StepPlan, make_plan
+from fastload._loading.schedule import Schedule
 
 TRANSPORTS = {
     "sequential": {},
@@ -218,3 +220,12 @@ def test_a_collate_function_is_the_plans_value_not_a_patched_method(transport):
     assert "assemble" not in vars(plan)  # assembled by the class, forming with the value
     batches = _load(data, 4, collate=pairs, **TRANSPORTS[transport])
     assert batches == [[(0, 1), (2, 3), (4, 5), (6, 7)], [(8, 9), (10, 11)]]
+
+
+def test_each_step_plan_has_its_own_fields_and_row_bytes():
+    # The binding and the ring read these lists: one plan's are not another's.
+    schedule = Schedule(np.arange(0), 4)
+    a, b = make_plan(np.zeros((6, 2)), schedule), make_plan(np.zeros((6, 2)), schedule)
+    assert isinstance(a, StepPlan) and a.fields == b.fields and a.row_bytes == b.row_bytes
+    assert a.fields is not b.fields and a.row_bytes is not b.row_bytes
+    assert "fields" not in vars(StepPlan) and "row_bytes" not in vars(StepPlan)

@@ -1,14 +1,18 @@
 """Nested structures (fastload._base.tree): one flatten/unflatten for observations and batches,
 one traversal of the containers under views."""
 
+import ast
 from collections import OrderedDict, namedtuple
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import fastload
 from fastload import getobs, mapobs, obsview
+from fastload._base import tree
 from fastload._base.tree import (
     LEAF,
     TreeDef,
@@ -247,3 +251,57 @@ def test_source_of_names_the_file_under_mapobs():
 
     assert source_of(mapobs(str.upper, mapobs(str, Files())), 1) == "b.jpg"
     assert source_of(np.arange(2), 1) is None
+
+
+# The functions outside _base/tree.py that call themselves on the members of tuples, dicts
+# or lists: the ones its docstring lists, each following rules of its own.
+LISTED_RECURSIONS = {
+    "_base/collate.py:collate",
+    "obs.py:copy_into",
+    "_loading/torch_batches.py:as_collated",
+    "_loading/torch_batches.py:_pinned",
+    "_loading/torch_ring.py:fits_ring",
+    "subsets.py:_hashable",
+    "subsets.py:_last_member",
+    "views.py:_strided_windows",  # through map_tree
+}
+
+
+def _callee(func):
+    """The name a call calls itself by: ``f(...)``, ``self.f(...)`` or ``cls.f(...)``."""
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute) and getattr(func.value, "id", None) in ("self", "cls"):
+        return func.attr
+    return None
+
+
+def _recursions_over_structures(root):
+    """``path:function`` of each function under ``root`` that calls itself and tests a
+    value for a tuple, a dict or a list."""
+    found = set()
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "tree.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            called = {_callee(call.func) for call in ast.walk(node) if isinstance(call, ast.Call)}
+            tested = {
+                name.id
+                for call in ast.walk(node)
+                if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "isinstance"
+                for name in ast.walk(call.args[1])
+                if isinstance(name, ast.Name)
+            }
+            if node.name in called and tested & {"tuple", "dict", "list"}:
+                found.add(f"{path.relative_to(root).as_posix()}:{node.name}")
+    return found
+
+
+def test_the_tree_is_the_only_walker_of_structures_but_the_recursions_it_lists():
+    root = Path(fastload.__file__).resolve().parent
+    assert _recursions_over_structures(root) == LISTED_RECURSIONS
+    doc = tree.__doc__
+    for entry in LISTED_RECURSIONS - {"views.py:_strided_windows"}:
+        assert entry.split(":")[1] in doc, entry

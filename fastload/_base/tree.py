@@ -13,13 +13,24 @@ Two kinds of nesting, each walked here and nowhere else:
   error messages find what lies under the views (``walk_views``, ``found_under``) and
   put other data there (``replaced``) with them.
 
-Other recursions over tuples, dicts and lists follow rules of their own at each level,
-so they are not these walks: ``collate`` (members collated only where the observations
-share a structure, else a list), ``copy_into`` (a buffer's members checked against the
-value's, lists filled in place), the drop-in's ``as_collated``, ``_pinned`` and
-``fits_ring`` (PyTorch's rules: tuples made lists, objects with ``pin_memory()``, exact
-types), the binding's ``_collect`` (the tuples and dicts themselves, and the arrays'
-bases, for a slot's watch) and ``subsets``' label keys and ``obsview``s of tuples.
+The other recursions over tuples, dicts and lists in fastload follow rules of their own
+at each level, so they are not these walks; each is listed here, and there is no other:
+
+- ``collate`` (members collated only where the observations share a structure, else a
+  list) and ``copy_into`` (a buffer's members checked against the value's, lists filled
+  in place);
+- the container protocol's ``numobs``, ``getobs`` and ``getobs_into`` of a tuple or a
+  dict, which dispatch on each member (``members`` and ``rebuild`` from here);
+- the drop-in's ``as_collated``, ``_pinned`` and ``fits_ring`` (PyTorch's rules: tuples
+  made lists, objects with ``pin_memory()``, exact types);
+- the binding's ``_collect`` (the tuples and dicts themselves, and the arrays' bases,
+  for a slot's watch);
+- ``subsets``' label keys (``_hashable``: lists and arrays made tuples) and the last
+  member of a tuple through its ``obsview``s (``_last_member``), and
+  ``_loading/schedule.py``'s ``folded_views``: both follow the ``obsview`` layers at the
+  top of a container only, to fold their indices, not its members;
+- ``tables``' conversions of Arrow and pandas columns, which walk those libraries' nested
+  types, not Python's.
 
 ``LeafKind`` names how a leaf of an observation loads; plans choose it, and the binding
 and the worker processes act on it.

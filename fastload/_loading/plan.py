@@ -154,7 +154,7 @@ class Leaf:
     def row_bytes(self) -> int:
         if not self.kind.native:
             return 0
-        return int(np.prod(self.spec.shape, dtype=np.int64)) * self.spec.dtype.itemsize
+        return int(np.prod(self.spec.shape, dtype=np.int64)) * int(self.spec.dtype.itemsize)
 
     def core_field(self) -> Field:
         """The binding's field: the kind, and what C reads (an array, an image source)."""
@@ -217,9 +217,10 @@ def _table_members(values: Any) -> Any:
     """A table's columns, those of Python values (strings, objects; None where missing)
     made object leaves: the column's type says that its values are no arrays, where its
     first value (None, or a number in a column of objects) would not."""
-    if isinstance(values, dict):
-        return {name: _table_members(column) for name, column in values.items()}
-    return Leaf(values, LeafKind.OBJECT) if isinstance(values, list) else values
+    return map_tree(
+        lambda column: Leaf(column, LeafKind.OBJECT) if isinstance(column, list) else column,
+        values,
+    )
 
 
 class ItemPlan:
@@ -375,14 +376,16 @@ class StepPlan:
     has_python: bool = True
     has_objects: bool = True
     expensive: bool = True
-    fields: list[Field] = [(LeafKind.OBJECT, None)]
-    row_bytes: list[int] = [0]
     rows: int = 1
     signature: tuple[Any, ...] = ("step",)
 
     def __init__(
         self, data: Container, schedule: Schedule, skip: bool = False, stats: Any = None
     ) -> None:
+        # One field, an object list of one row: the step's value. Each plan has its own
+        # lists, which the binding and the ring read.
+        self.fields: list[Field] = [(LeafKind.OBJECT, None)]
+        self.row_bytes: list[int] = [0]
         self.data = data
         self.schedule = schedule
         self.batch_size = schedule.batch_size

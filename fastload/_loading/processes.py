@@ -140,7 +140,7 @@ class WorkerPool:
     gen: int  # the live iteration's generation
     # Set when the workers are forked (``ring``), None before and after ``stop``.
     pipes: Pipes | None
-    slots: Any
+    slots: list[Dests] | None
     control: Any
     root: Any  # the container the workers hold
     key: Any  # the plan's signature and the ring's slots
@@ -179,6 +179,7 @@ class WorkerPool:
         key = (plan.signature, count, self.splits(plan))
         if (
             self.pipes is not None
+            and self.slots is not None
             and self.root is data
             and self.key == key
             and all(proc.is_alive() for proc in self.pipes.procs)
@@ -333,7 +334,7 @@ class _Transport:
         self.pool, self.gen, self.plan = pool, gen, plan
         self.schedule, self.ordered, self.stats = schedule, ordered, stats
         self.split_steps = pool.splits(plan)
-        assert pool.shared is not None, "an iteration begins on a ring"
+        assert pool.shared is not None and pool.slots is not None, "an iteration begins on a ring"
         self.shared = pool.shared
         self.shared.returned()  # settle the lent slots: those still lent stay out
         lent = self.shared.lent
@@ -351,7 +352,7 @@ class _Transport:
         self.total = schedule.steps
 
     def next(self, release: int) -> Reply | None:
-        """``(slot, step, rows, failure, keep, objects)`` of the next step, None at the end."""
+        """The ``Reply`` of the next step, None at the end."""
         if release >= 0:
             if self.claims is not None:
                 self.shared.release(release)
@@ -372,7 +373,7 @@ class _Transport:
         unpacked = self._unpack(step, replies)
         if slot < 0:  # the worker's choice (a Done or an ItemFailed: others raised)
             slot = cast(Done | ItemFailed, replies[0]).slot
-        return (slot, step) + unpacked
+        return Reply(slot, step, *unpacked)
 
     def _submit(self, step: int, slot: int) -> None:
         pool = self.pool
@@ -447,7 +448,7 @@ class _Transport:
         for reply in replies:
             if isinstance(reply, ItemFailed):
                 cause = None if reply.text is None else remote_error(reply.text, reply.chain)
-                return 0, (step, reply.field, reply.index, reply.message, cause), None, None
+                return 0, Failure(step, reply.field, reply.index, reply.message, cause), None, None
             if isinstance(reply, WorkerFailed):
                 cause = remote_error(reply.text, reply.chain)
                 raise RuntimeError(f"a worker could not {reply.what}: {reply.message}") from cause

@@ -1,5 +1,6 @@
 """The seams of the engine: what ``_core.Iteration`` and ``engine.py`` ask of a plan and of a
-transport, declared as protocols, and the tuples that cross the binding, named.
+transport, declared as protocols, and the tuples that cross the binding, named
+(``Field``; ``Failure``, ``Loaded`` and ``Reply``, named tuples of ``_base/replies.py``).
 
 A ``Plan`` (``plan.py``'s ``ItemPlan`` and ``StepPlan``) says how a step is laid out in a
 slot of the ring and loads the items of its Python fields; a ``Transport``
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
+from .._base.replies import Failure, Loaded, Reply
 from .._base.tree import LeafKind
 
 if TYPE_CHECKING:  # for annotations only: this module stays a leaf of the import graph
@@ -33,16 +35,6 @@ Field: TypeAlias = tuple[LeafKind, Any]
 Dests: TypeAlias = list[Any]
 # A slot's object lists, one per field (None for a field loaded into arrays).
 Objects: TypeAlias = list[Any]
-# A failed item: (step, field or None when unknown, the observation's index, the
-# message, the exception or None when native code failed).
-Failure: TypeAlias = tuple[int, int | None, int, str, BaseException | None]
-# A transport's step: (slot, step, rows, failure, kept flags or None when all were kept,
-# object lists or None to read the slot's own).
-Reply: TypeAlias = tuple[
-    int, int, int, Failure | None, npt.NDArray[np.bool_] | None, Objects | None
-]
-# A step loaded by ``Iteration.load_next``: (slot, rows, failure, kept flags).
-Loaded: TypeAlias = tuple[int, int, Failure | None, npt.NDArray[np.bool_] | None]
 
 
 class Plan(Protocol):

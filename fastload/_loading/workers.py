@@ -383,12 +383,11 @@ class _Worker:
         loaded = run.load_next()
         if loaded is None:
             raise RuntimeError(f"step {job.step} is past the end of the schedule")
-        _, rows, failure, keep = loaded
-        if failure is not None:
-            return _item_failed(job, slot, failure)
+        if loaded.failure is not None:
+            return _item_failed(job, slot, loaded.failure)
         objects = objects if plan.has_objects else None
         skipped = self.stats.skipped - skipped_before
-        return Done(job.gen, job.step, job.part, slot, rows, keep, objects, skipped)
+        return Done(job.gen, job.step, job.part, slot, loaded.rows, loaded.keep, objects, skipped)
 
 
 def _rows(dest: Any, first: int, end: int) -> Any:
@@ -411,9 +410,19 @@ def _filler(
 
 
 def _item_failed(job: Job, slot: int, failure: Failure) -> ItemFailed:
-    _, field, index, message, cause = failure
+    cause = failure.cause
     text, chain = describe_error(cause)[1:] if cause is not None else (None, None)
-    return ItemFailed(job.gen, job.step, job.part, slot, field, int(index), message, text, chain)
+    return ItemFailed(
+        job.gen,
+        job.step,
+        job.part,
+        slot,
+        failure.field,
+        int(failure.observation),
+        failure.message,
+        text,
+        chain,
+    )
 
 
 def _worker_failed(job: Job, what: str, exc: BaseException) -> WorkerFailed:
