@@ -17,7 +17,9 @@ $(VENV)/.python:
 
 # fastload (editable, built in place) and what it needs at run time: all the demo needs.
 # The editable install builds the native core in place: .built says it is up to date.
-$(VENV)/.base: $(VENV)/.python pyproject.toml
+# This is the one editable install (the version is read from version.py): every target
+# that needs fastload starts from it, so that the native core is compiled once.
+$(VENV)/.base: $(VENV)/.python pyproject.toml fastload/_base/version.py
 	$(PY) -m pip install --quiet --no-build-isolation -e .
 	touch $@ $(VENV)/.built
 
@@ -28,13 +30,16 @@ $(VENV)/.base: $(VENV)/.python pyproject.toml
 FRAMEWORKS := "lightning==2.6.6" "lightning-utilities==0.15.3" \
 	"torchmetrics==1.9.0" "accelerate==1.16.0" "huggingface_hub==0.36.0" "safetensors==0.8.0" \
 	"psutil>=5" "PyYAML>=6" "packaging>=23" "typing_extensions>=4.6"
-$(VENV)/.deps: $(VENV)/.python pyproject.toml
-	$(PY) -m pip install --quiet --no-build-isolation -e '.[test]'
+# The test extras go next to the editable install of .base: pip takes the fastload
+# installed there for "fastload[test]==VERSION" and installs only what the extra adds
+# (a second `pip install -e '.[test]'` would build the native core again, from scratch).
+$(VENV)/.deps: $(VENV)/.base pyproject.toml
+	$(PY) -m pip install --quiet "fastload[test]==$(VERSION)"
 	$(PY) -m pip install --quiet "torch==2.13.0" "jax[cpu]" || \
 		echo "torch or jax could not be installed: their tests will be skipped"
 	$(PY) -m pip install --quiet --no-deps $(FRAMEWORKS) || \
 		echo "Lightning or accelerate could not be installed: their tests will be skipped"
-	touch $@ $(VENV)/.base $(VENV)/.built
+	touch $@
 
 base: $(VENV)/.base
 
@@ -139,7 +144,7 @@ docs: build
 
 # Every benchmark, one after the other (a few minutes each on 2 cores).
 bench: build
-	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) -m pip install --quiet "fastload[bench]==$(VERSION)"
 	$(PY) bench/overhead.py
 	$(PY) bench/tensor.py
 	$(PY) bench/cifar.py

@@ -78,13 +78,7 @@ def _add_convert_args(p):
         metavar="BYTES",
         help="smart mode: images of at most BYTES decoded bytes are stored raw; default: 64*64*3",
     )
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        metavar="N",
-        help="encoder threads; default: one per CPU",
-    )
+    _add_parallel_args(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--no-check",
@@ -99,6 +93,25 @@ def _add_convert_args(p):
         help="a file that cannot be read, decoded or encoded stops the conversion "
         "(raise) or is left out and listed at the end (skip); "
         "default: %(default)s",
+    )
+
+
+def _add_parallel_args(p):
+    """``--parallel N``, and ``--threads N``, its old spelling (one or the other)."""
+    workers = p.add_mutually_exclusive_group()
+    workers.add_argument(
+        "--parallel",
+        type=int,
+        default=None,
+        metavar="N",
+        help="encoder threads (convert's parallel=); default: one per CPU",
+    )
+    workers.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="deprecated: the old spelling of --parallel N (removed in 0.4)",
     )
 
 
@@ -132,6 +145,19 @@ def _opened(args):
     return open_dataset(args.path, storage_options=args.storage_options)
 
 
+def _convert_parallel(args):
+    """``parallel=`` of ``convert``: ``--parallel N``, or the old ``--threads N``, which
+    still works in this release and says so on stderr."""
+    if args.threads is None:
+        return True if args.parallel is None else args.parallel
+    print(
+        f"DeprecationWarning: --threads {args.threads} is deprecated: write --parallel "
+        f"{args.threads} (--threads goes in fastload 0.4)",
+        file=sys.stderr,
+    )
+    return args.threads
+
+
 def _run_convert(args):
     n, skipped = convert(
         args.src,
@@ -142,7 +168,7 @@ def _run_convert(args):
         restart_px=args.restart_px or None,
         max_side=args.max_side,
         threshold_bytes=args.threshold if args.threshold is not None else DEFAULT_SMART_THRESHOLD,
-        parallel=True if args.threads is None else args.threads,
+        parallel=_convert_parallel(args),
         progress=not args.no_progress,
         on_error=args.on_error,
         check=not args.no_check,

@@ -168,7 +168,7 @@ def test_version_prints_the_package_version_as_a_module():
         timeout=60,
     ).stdout
     assert out == f"fastload {fastload.__version__}\n"
-    assert fastload.__version__ == "0.2.0"
+    assert fastload.__version__ == "0.3.0"
 
 
 def test_info_without_a_path_says_what_this_build_decodes_with(capsys):
@@ -239,9 +239,26 @@ def test_convert_takes_parallel_and_warns_for_num_threads(image_folder, tmp_path
     assert all(np.array_equal(a["image"], b["image"]) for a, b in zip(old, new))
 
 
-def test_the_threads_option_of_convert_does_not_warn(image_folder, tmp_path, recwarn):
+def test_convert_takes_parallel_and_the_old_threads_still_works_saying_so_on_stderr(
+    image_folder, tmp_path, capsys
+):
     src, _ = image_folder
-    dst = tmp_path / "out.arrow"
-    assert main(["convert", str(src), str(dst), "--threads", "2", "--no-progress"]) == 0
-    assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning)]
-    assert len(open_dataset(dst)) == 6
+    new, old = tmp_path / "new.arrow", tmp_path / "old.arrow"
+    assert main(["convert", str(src), str(new), "--parallel", "2", "--no-progress"]) == 0
+    assert "deprecated" not in capsys.readouterr().err
+    assert main(["convert", str(src), str(old), "--threads", "2", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "DeprecationWarning: --threads 2 is deprecated: write --parallel 2" in err
+    new_rows, old_rows = open_dataset(new), open_dataset(old)
+    assert len(new_rows) == len(old_rows) == 6
+    assert all(np.array_equal(a["image"], b["image"]) for a, b in zip(old_rows, new_rows))
+
+
+def test_convert_refuses_parallel_and_threads_together(image_folder, tmp_path, capsys):
+    src, _ = image_folder
+    argv = ["convert", str(src), str(tmp_path / "x.arrow"), "--parallel", "2", "--threads", "2"]
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+    assert not (tmp_path / "x.arrow").exists()
