@@ -223,7 +223,7 @@ def eachobs(data: Container, **options: Any) -> EpochLoader:
 
 # The options' list in DataLoader's docstring is made from the fields that define them.
 DataLoader.__doc__ = (DataLoader.__doc__ or "").replace(
-    "{options}", documented_fields(LoaderOptions).strip()
+    "{options}", documented_fields(LoaderOptions, DataLoader.__init__).strip()
 )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import textwrap
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -150,12 +151,16 @@ def taken_keywords(
     return dict(keywords)
 
 
-def documented_fields(options: type) -> str:
-    """The fields of the dataclass ``options`` as a docstring's list: name, default and
-    what each means (its ``metadata["doc"]``)."""
+def documented_fields(options: Any, f: Callable[..., Any] | None = None) -> str:
+    """The fields of the dataclass ``options`` as a docstring's list: name, default (as
+    ``f``'s signature gives it, when ``f`` is given) and what each means (its
+    ``metadata["doc"]``), wrapped for ``help()``."""
+    given = {} if f is None else inspect.signature(f).parameters
     lines = []
     for field in dataclasses.fields(options):
         if field.init:
+            default = given[field.name].default if field.name in given else field.default
             doc = field.metadata.get("doc", "")
-            lines.append(f"    - ``{field.name}`` (default ``{field.default!r}``): {doc}")
+            item = f"- ``{field.name}`` (default ``{default!r}``): {doc}."
+            lines.append(textwrap.fill(item, 88, initial_indent="    ", subsequent_indent="      "))
     return "\n".join(lines)

@@ -119,7 +119,7 @@ def tar_samples(f: IO[bytes]) -> Iterator[dict[str, Any]]:
     it covers (for gzip, the whole file), so samples it finds damaged may have been
     handed out already: the error says how many, and the last sample of a file is held
     until its end is checked. The checks cost little: zlib computes gzip's CRC-32 as it
-    inflates (a 50 MB ``.tar.gz`` reads 3-13% slower than unchecked: README, Streams)."""
+    inflates (a 50 MB ``.tar.gz`` reads 3-13% slower than unchecked: docs/loader.md, Streams)."""
     name = str(getattr(f, "name", None) or "tar stream")
     sample: dict[str, Any] | None = None
     member: tarfile.TarInfo | None = None
