@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import textwrap
+import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -96,20 +97,25 @@ def refuse_unknown_keywords(
     raise TypeError(f"{what}() does not take {len(names)} of the keywords given: {listed}")
 
 
-def _with_fields(f: Callable[..., Any], options: Any) -> inspect.Signature:
-    """The signature of ``f`` with its ``**options`` replaced by the fields of the
-    dataclass ``options`` it does not name itself, as keyword-only parameters."""
+def _with_fields(f: Callable[..., Any], options: Any) -> None:
+    """Give ``f`` the signature and annotations of its own parameters with its
+    ``**options`` replaced by the fields of the dataclass ``options`` it does not name
+    itself, as keyword-only parameters (their types resolved where ``options`` is
+    written, for ``typing.get_type_hints``)."""
     own = inspect.signature(f)
     params = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
     named = {p.name for p in params}
+    fields = [fl for fl in dataclasses.fields(options) if fl.init and fl.name not in named]
     params += [
         inspect.Parameter(
-            field.name, inspect.Parameter.KEYWORD_ONLY, default=field.default, annotation=field.type
+            fl.name, inspect.Parameter.KEYWORD_ONLY, default=fl.default, annotation=fl.type
         )
-        for field in dataclasses.fields(options)
-        if field.init and field.name not in named
+        for fl in fields
     ]
-    return own.replace(parameters=params)
+    types = typing.get_type_hints(options)
+    annotations = {k: v for k, v in f.__annotations__.items() if k in named or k == "return"}
+    f.__annotations__ = {**annotations, **{fl.name: types[fl.name] for fl in fields}}
+    f.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]
 
 
 def keywords_of(
@@ -120,7 +126,7 @@ def keywords_of(
     fields' names, types and defaults. ``f`` builds its options with ``taken_keywords``."""
 
     def decorate(f: Callable[Concatenate[_D, ...], _R]) -> Callable[Concatenate[_D, _P], _R]:
-        f.__signature__ = _with_fields(f, options)  # type: ignore[attr-defined]
+        _with_fields(f, options)
         return f
 
     return decorate
@@ -135,7 +141,7 @@ def init_keywords_of(
     def decorate(
         f: Callable[Concatenate[_S, _D, ...], None],
     ) -> Callable[Concatenate[_S, _D, _P], None]:
-        f.__signature__ = _with_fields(f, options)  # type: ignore[attr-defined]
+        _with_fields(f, options)
         return f
 
     return decorate
