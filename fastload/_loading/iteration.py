@@ -2,7 +2,7 @@
 or a stream's rounds (``_loading/rounds.py``) made a ``Schedule`` and handed with the
 container to the loader's ``Engine``; the checks and fetches of the packed datasets under
 the data wired into each run (``fetched_iteration``); ``buffer=`` arrays of the user's
-filled with each step; and the loader's ``stats()``.
+filled with each step (``_loading/filled.py``); and the loader's ``stats()``.
 
 ``IteratingLoader`` is the base of ``fastload.EpochLoader``: it holds what a loader is
 made of and iterates it; ``_loading/resume.py`` adds its state, ``loader.py`` the public
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -22,12 +22,13 @@ import numpy.typing as npt
 from .. import _core
 from .._base.collate import Collate
 from .._base.protocols import Blockwise, CheckedRows, FilePages, PagedFiles
-from .._base.tree import fetched_under, found_under, head, map_across, map_tree, tree_leaves
-from ..obs import Container, copy_into, numobs
+from .._base.tree import fetched_under, found_under
+from ..obs import Container, numobs
 from ..samplers import BatchSampler, Sampler
 from ..streams import stream_source
 from .engine import Engine
 from .epochs import Epochs
+from .filled import filled
 from .options import LoaderOptions
 from .rounds import DEFAULT_BUFFER, StreamEpochs
 from .schedule import Schedule, folded_views
@@ -143,53 +144,6 @@ def _warn_random_reads(pages: list[FilePages]) -> None:
             return
 
 
-def _structure(tree: Any) -> Any:
-    """The nesting of tuples and dicts of ``tree``, without its leaves."""
-    return map_tree(lambda leaf: None, tree)
-
-
-def _check_dtypes(buffer: Any, value: Any) -> None:
-    """Raise ``ValueError`` where an array of ``value`` has another dtype than the array
-    of ``buffer`` it goes into (member by member, by key)."""
-    map_across(_check_dtype, [buffer, value])
-
-
-def _check_dtype(pair: Sequence[Any]) -> None:
-    array, given = pair
-    dtype = getattr(given, "dtype", None)
-    if dtype is not None and array.dtype != dtype:
-        raise ValueError(
-            f"buffer= has dtype {array.dtype} where the steps have {dtype}: make the buffer {dtype}"
-        )
-
-
-def _fill(target: Any, value: Any, batched: bool) -> Any:
-    """``value`` (a step: a batch when ``batched``) copied into ``target`` (its first
-    rows for a shorter last batch), which is returned. Raises ``ValueError`` when the
-    structure, shapes or dtypes differ: the buffer must match the steps exactly."""
-    if _structure(target) != _structure(value):
-        raise ValueError(
-            f"buffer= must have the structure of the steps (tuples and dicts of arrays): "
-            f"the buffer is {_structure(target)}, a step is {_structure(value)}"
-        )
-    part = target
-    if batched:
-        rows = len(tree_leaves(value)[0])
-        if rows < len(tree_leaves(target)[0]):
-            part = head(target, rows)  # the shorter last batch
-    _check_dtypes(part, value)
-    try:
-        return copy_into(part, value)
-    except ValueError as error:
-        raise ValueError(f"buffer= does not fit the batches: {error}") from error
-
-
-def _filled(target: Any, steps: Iterator[Any], batched: bool) -> Iterator[Any]:
-    """The steps of ``steps`` each copied into ``target`` in place: ``buffer=`` arrays."""
-    for value in steps:
-        yield _fill(target, value, batched)
-
-
 class IteratingLoader:
     """What a loader is made of (its options, engines, shard, seed and epochs) and its
     iteration: each ``iter()`` loads the next epoch (or the rest of one, after a resume).
@@ -293,7 +247,7 @@ class IteratingLoader:
         if self._target is None:
             return steps
         batched = self.options.batch_size is not None or self.options.batch_sampler is not None
-        return _filled(self._target, steps, batched)
+        return filled(self._target, steps, batched)
 
     def _iterate_container(self, epoch: int, start: int) -> Iterator[Any]:
         # The obsview layers at the top of the data fold into the order: the engine loads
