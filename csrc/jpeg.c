@@ -370,6 +370,25 @@ int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom, const
     return err;
 }
 
+/* Has libjpeg keep the stream's APPn and COM segments (EXIF, ICC profiles, comments) with
+ * the header it reads, so that copy_markers can write them out again. */
+static void keep_markers(struct jpeg_decompress_struct *src) {
+    jpeg_save_markers(src, JPEG_COM, 0xFFFF);
+    for (int m = 0; m < 16; m++) jpeg_save_markers(src, JPEG_APP0 + m, 0xFFFF);
+}
+
+/* Writes the segments keep_markers kept into `dst`, after its frame's own JFIF or Adobe
+ * segment, which libjpeg writes itself (and which are therefore not copied twice). */
+static void copy_markers(struct jpeg_decompress_struct *src, struct jpeg_compress_struct *dst) {
+    for (jpeg_saved_marker_ptr m = src->marker_list; m; m = m->next) {
+        int jfif = m->marker == JPEG_APP0 && m->data_length >= 5 && memcmp(m->data, "JFIF", 5) == 0;
+        int adobe =
+            m->marker == JPEG_APP0 + 14 && m->data_length >= 5 && memcmp(m->data, "Adobe", 5) == 0;
+        if ((jfif && dst->write_JFIF_header) || (adobe && dst->write_Adobe_marker)) continue;
+        jpeg_write_marker(dst, m->marker, m->data, m->data_length);
+    }
+}
+
 int fl_jpeg_add_restarts(const uint8_t *data, size_t n, int span, uint8_t **out, size_t *out_n,
                          char *message, size_t message_bytes) {
     struct jpeg_decompress_struct src;
@@ -391,6 +410,7 @@ int fl_jpeg_add_restarts(const uint8_t *data, size_t n, int span, uint8_t **out,
         return FL_ECORRUPT;
     }
     jpeg_mem_src(&src, data, (unsigned long)n);
+    keep_markers(&src);
     jpeg_read_header(&src, TRUE);
     if (src.progressive_mode || src.arith_code || src.data_precision != 8) {
         jpeg_destroy_compress(&dst);
@@ -419,6 +439,7 @@ int fl_jpeg_add_restarts(const uint8_t *data, size_t n, int span, uint8_t **out,
     dst.restart_interval = (unsigned)interval;
     jpeg_mem_dest(&dst, &buffer, &bytes);
     jpeg_write_coefficients(&dst, coefficients);
+    copy_markers(&src, &dst);
     jpeg_finish_compress(&dst);
     jpeg_finish_decompress(&src);
     jpeg_destroy_compress(&dst);

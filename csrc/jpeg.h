@@ -50,7 +50,8 @@ int fl_jpeg_part(const uint8_t *data, size_t n, int denom, const fl_rect *want, 
 
 /* The same JPEG with a restart marker after every interval of MCUs that spans at most
  * `span` pixels across (one MCU at least) and divides the MCU row, losslessly: the same
- * coefficients, the standard Huffman tables. *out is malloc'd, *out_n bytes; the caller
+ * coefficients, the standard Huffman tables, the APPn and COM segments (EXIF, ICC
+ * profiles) kept. *out is malloc'd, *out_n bytes; the caller
  * frees it. Returns FL_OK; FL_EUNSUPPORTED for a progressive, arithmetic-coded or 12-bit
  * stream; FL_ECORRUPT with libjpeg's words in `message`. */
 int fl_jpeg_add_restarts(const uint8_t *data, size_t n, int span, uint8_t **out, size_t *out_n,

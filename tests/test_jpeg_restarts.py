@@ -425,3 +425,75 @@ def test_no_crop_of_a_damaged_stream_is_silently_wrong():
                 assert np.array_equal(got, lenient[y : y + ch, x : x + cw]), (at, y, x, ch, cw)
                 outcomes["equal"] += 1
     assert outcomes["raised"] > 20 and outcomes["equal"] > 200
+
+
+# ---- JPEG files kept at their size ------------------------------------------------------
+
+
+def with_segments(img):
+    """A JPEG (Pillow, 4:2:2) carrying an EXIF segment, an ICC profile and a comment."""
+    exif = Image.Exif()
+    exif[0x010E] = "a description"
+    buf = io.BytesIO()
+    Image.fromarray(img).save(
+        buf, "JPEG", quality=85, subsampling=1, exif=exif, icc_profile=b"icc" * 40, comment=b"hi"
+    )
+    return buf.getvalue()
+
+
+def test_jpeg_files_kept_at_their_size_get_markers_and_the_same_pixels():
+    """A JPEG that needs no resize is stored with restart markers added losslessly: the same
+    pixels (PIL's decode and fastload's), its own segments kept, and crops through the
+    intervals that are the full decode's; keep_given=True stores it byte for byte."""
+    h, w = 121, 203
+    img = natural_image(h, w, seed=9)
+    given = {kind: encode(img, kind) for kind in SUBSAMPLINGS}
+    given["pillow with segments"] = with_segments(img)
+    rng = np.random.default_rng(3)
+    for kind, data in given.items():
+        stored, sh, sw = JPEG().encode(data)
+        assert (sh, sw) == (h, w) and markers(stored)[0] > 0 and markers(data)[0] == 0, kind
+        assert np.array_equal(pixels(stored), pixels(data)), kind
+        assert len(stored) < 1.25 * len(data)  # a marker every 16 or 32 pixels: small images
+        channels = 1 if kind == "gray" else 3
+        whole = region(data, 0, 0, h, w, channels)
+        for _ in range(20):
+            ch, cw = int(rng.integers(1, h)), int(rng.integers(1, w))
+            y, x = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
+            got = region(stored, y, x, ch, cw, channels)
+            assert np.array_equal(got, whole[y : y + ch, x : x + cw]), (kind, y, x, ch, cw)
+        assert JPEG(keep_given=True).encode(data)[0] == data
+        assert JPEG(restart_px=None).encode(data)[0] == data
+    stored = JPEG().encode(given["pillow with segments"])[0]
+    for segment in (b"Exif\0\0", b"ICC_PROFILE\0" + b"\1\1" + b"icc" * 40, b"\xff\xfe\0\4hi"):
+        assert segment in stored
+    with Image.open(io.BytesIO(stored)) as im:
+        assert im.getexif()[0x010E] == "a description"
+    progressive = io.BytesIO()
+    Image.fromarray(img).save(progressive, "JPEG", progressive=True)
+    assert JPEG().encode(progressive.getvalue())[0] == progressive.getvalue()
+    with pytest.raises(ValueError, match="corrupt or truncated JPEG"):
+        JPEG().encode(given["420"][: len(given["420"]) // 2])
+    assert Smart(0).encode(given["420"])[0] == JPEG().encode(given["420"])[0]
+    assert Smart(0, keep_given=True).encode(given["420"])[0] == given["420"]
+
+
+def test_convert_adds_markers_to_kept_files_unless_told_to_keep_them(tmp_path):
+    src = tmp_path / "src" / "cat"
+    src.mkdir(parents=True)
+    files = [with_segments(natural_image(70, 90 + k, seed=k)) for k in range(3)]
+    for k, data in enumerate(files):
+        (src / f"{k}.jpg").write_bytes(data)
+    convert(str(tmp_path / "src"), str(tmp_path / "a.arrow"), progress=False)
+    main(["convert", str(tmp_path / "src"), str(tmp_path / "b.arrow"), "--keep-given",
+          "--no-progress"])  # fmt: skip
+    a, b = fs.open(str(tmp_path / "a.arrow")), fs.open(str(tmp_path / "b.arrow"))
+    assert a.fields["image"].keep_given is False and b.fields["image"].keep_given is True
+    for k, data in enumerate(files):
+        assert bytes(b["image"].encoded[k]) == data
+        assert markers(bytes(a["image"].encoded[k]))[0] > 0
+        assert np.array_equal(a["image"][k], b["image"][k])
+    # Files written before the option stored every JPEG as given, and say so.
+    assert from_meta({"encoding": "jpeg", "quality": 90}).keep_given is True
+    with pytest.raises(TypeError, match="keep_given must be True or False"):
+        JPEG(keep_given=1)
