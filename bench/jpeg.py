@@ -23,7 +23,17 @@ what that candidate needs and loads one epoch: peak memory is the sum of the RSS
 process and its children (torch's workers), sampled every 10 ms by a thread (psutil).
 Worker RSS counts pages shared with the parent once per process, so it overstates torch.
 
+With --packed, instead: the packed pass-through read of the same full-size JPEGs.
+``fastload.convert`` without ``max_side`` (no resize: every file keeps its coefficients)
+writes the folder once with restart markers added losslessly (the default, restart_px=32,
+and each other --restart-px given) and once with ``keep_given=True`` (the files byte for
+byte); then DataLoader((mapobs(Compose([DecodeImage(), RandomResizedCrop(224),
+RandomHorizontalFlip()]), ds["image"].encoded), ds["label"]), 256, shuffle=True,
+parallel=True, buffer=True) reads each file, epochs alternating (medians), in RAM:
+stored bytes per image, convert time, images/s.
+
 Usage: python bench/jpeg.py [--n 4000] [--repeats 3] [--batches 0] [--root DIR] [--jitter]
+       python bench/jpeg.py --packed [--restart-px 32 64] [--n 4000] [--repeats 5]
 (--batches 0: whole epochs; k: the first k batches of each epoch)
 """
 
@@ -32,8 +42,10 @@ import concurrent.futures
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -48,6 +60,7 @@ from pipelines import SIZE, pil_crop_flip, pil_jitter, rrc_params, train_ops
 
 import fastload
 from fastload.imagefolder import ImageFolder
+from fastload.storage.convert import convert
 from fastload.transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -241,12 +254,26 @@ def main():
     parser.add_argument(
         "--jitter", action="store_true", help="add ColorJitter(0.4, 0.4, 0.4) + Normalize + ToCHW"
     )
+    parser.add_argument(
+        "--packed",
+        action="store_true",
+        help="the packed read of the files with restart markers added and as given",
+    )
+    parser.add_argument(
+        "--restart-px",
+        type=int,
+        nargs="+",
+        default=[32],
+        help="with --packed: the restart_px values to write (default: 32)",
+    )
     parser.add_argument("--probe", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.probe:
         return probe(args.probe, args.root, args.workers, args.jitter)
     root = generate(args.root or DEFAULT_ROOT, args.n)
+    if args.packed:
+        return packed_pass_through(root, args.restart_px, args.repeats, args.jitter)
     n = len(ImageFolder(root))
     workers = fastload._core.pool_size()
     batches = args.batches or -(-n // BATCH)
@@ -286,6 +313,54 @@ def main():
             f"peak {p['peak_mb']:6.0f} MB"
         )
     one_core_split(root, args.jitter)
+
+
+def packed_pass_through(root, restart_pxs, repeats, jitter):
+    """The folder packed without resize, with restart markers added losslessly (each of
+    ``restart_pxs``) and as given: stored bytes per image and convert time; then, epochs
+    alternating (in reverse order every other round), images/s and CPU ms per image of the
+    training pipeline over each file (median and range of ``repeats``), and ms per image of
+    the same pipeline on one core over the first 300 rows (median of ``repeats`` passes)."""
+    out = tempfile.mkdtemp(prefix="jpeg-packed-")
+    written = {f"restart_px={px}": {"restart_px": px} for px in restart_pxs}
+    written["as given (keep_given=True)"] = {"keep_given": True}
+    print(f"packed pass-through read of {root} (no max_side), {os.cpu_count()} CPUs:")
+    loaders, rows = {}, {}
+    for k, (name, options) in enumerate(written.items()):
+        path = os.path.join(out, f"{k}.arrow")
+        start = time.perf_counter()
+        convert(root, path, mode="jpeg", check=False, progress=False, **options)
+        seconds = time.perf_counter() - start
+        stored = fastload.open(path)["image"].encoded
+        labels = fastload.open(path)["label"]
+        mean = float(np.mean([len(stored[i]) for i in range(len(stored))]))
+        print(f"  {name:<28} {mean / 1e3:7.1f} KB per image, convert {seconds:5.1f} s")
+        chain = Compose(train_ops(jitter))
+        loaders[name] = fastload.DataLoader(
+            (fastload.mapobs(chain, stored), labels), BATCH, shuffle=True, parallel=True,
+            buffer=True,
+        )  # fmt: skip
+        drain(loaders[name], 0)()  # untimed: threads started, the file in the page cache
+        rows[name] = (chain, [stored[i] for i in range(min(300, len(stored)))])
+    rates, cpu, one_core = ({name: [] for name in loaders} for _ in range(3))
+    names = list(loaders)
+    for round_ in range(repeats):
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            wall, proc = time.perf_counter(), time.process_time()
+            drain(loaders[name], 0)()
+            rates[name].append(len(labels) / (time.perf_counter() - wall))
+            cpu[name].append((time.process_time() - proc) / len(labels) * 1e3)
+            chain, items = rows[name]
+            one_core[name].append(per_image_ms(lambda i, d, f=chain: f(d, index=i), items))
+    reference = statistics.median(rates[names[-1]])
+    print(f"  {repeats} alternating rounds: images/s, CPU ms per image, one-core ms per image")
+    for name in names:
+        r, c, o = rates[name], cpu[name], one_core[name]
+        print(
+            f"  {name:<28} {statistics.median(r):6,.0f} ({min(r):,.0f}-{max(r):,.0f}) "
+            f"{statistics.median(r) / reference:5.2f}x   {statistics.median(c):6.3f} "
+            f"({min(c):.3f}-{max(c):.3f})   {statistics.median(o):6.3f}"
+        )
 
 
 def per_image_ms(f, items):

@@ -46,17 +46,27 @@ static int ends_with_eoi(const uint8_t *data, size_t n) {
 }
 
 /* The part of an h x w image to decode for `want`: `want` and one pixel more on every side,
- * within the image (the whole image when they do not meet). libjpeg upsamples the chroma at
- * the edges of a cropped decode without its neighbours, so those pixels differ from a full
- * decode's; the margin keeps them out of the part the caller reads. */
-static fl_rect with_margin(const fl_rect *want, int h, int w) {
+ * within the image (the whole image when they do not meet), and at least `min_w` pixels
+ * wide where the image is. libjpeg upsamples the chroma at the edges of a cropped decode
+ * without its neighbours, so those pixels differ from a full decode's: the margin keeps
+ * them out of the part the caller reads. And it upsamples a crop whose chroma is under 2
+ * samples wide by replication, not the smooth filter of the full decode (jpeg_crop_scanline
+ * re-chooses the upsampler then): `min_w` (upsample_width) keeps the chroma 3 wide. */
+static fl_rect with_margin(const fl_rect *want, int h, int w, int min_w) {
     int y0 = want->y - 1 < 0 ? 0 : want->y - 1;
     int x0 = want->x - 1 < 0 ? 0 : want->x - 1;
     int y1 = want->y + want->h + 1 > h ? h : want->y + want->h + 1;
     int x1 = want->x + want->w + 1 > w ? w : want->x + want->w + 1;
     if (y1 <= y0 || x1 <= x0) return fl_rect_of(0, 0, h, w);
+    if (x1 - x0 < min_w) x1 = x0 + min_w > w ? w : x0 + min_w;
+    if (x1 - x0 < min_w) x0 = x1 - min_w < 0 ? 0 : x1 - min_w;
     return fl_rect_of(y0, x0, y1 - y0, x1 - x0);
 }
+
+/* The narrowest crop (in output pixels, at any scale) whose every component is at least 3
+ * samples wide, for an image whose widest component has `max_h` samples per MCU across:
+ * jpeg_crop_scanline gives a component ceil(width * h_samp / max_h) samples. */
+static int upsample_width(int max_h) { return 2 * max_h + 1; }
 
 /* Reads the rows [y0, y1) of a started decompression into `pixels`, rows of `row_bytes`,
  * skipping the rows above y0 undecoded. Returns FL_OK, or FL_ECORRUPT with a message when
@@ -79,6 +89,44 @@ static int read_rows(struct jpeg_decompress_struct *cinfo, uint8_t *pixels, size
             return FL_ECORRUPT;
         }
     }
+    return FL_OK;
+}
+
+/* The row to read up to, past `y1`, so that libjpeg reads on past the end of the last
+ * restart interval that rows [0, y1) use, and so checks that its data ends at its marker (a
+ * warning of extraneous bytes when it does not, as a full decode gives): the first row of
+ * the iMCU row that holds the next interval's first MCU, or the whole image, after which
+ * jpeg_finish_decompress reads up to EOI. y1 itself where there is nothing to check: a
+ * stream without restart intervals (damage below a crop's rows goes unnoticed), or one of
+ * several scans (libjpeg reads those whole when it starts). */
+static int check_row(const struct jpeg_decompress_struct *c, int y1) {
+    int h = (int)c->output_height;
+    if (!c->restart_interval || y1 >= h || c->progressive_mode ||
+        c->comps_in_scan != c->num_components)
+        return y1;
+    /* An iMCU row is one row of MCUs, or v_samp_factor rows of a lone component's blocks. */
+    int64_t mcu_rows = c->comps_in_scan == 1 ? c->cur_comp_info[0]->v_samp_factor : 1;
+    int64_t imcu_h = (int64_t)c->max_v_samp_factor * c->min_DCT_scaled_size; /* output rows */
+    int64_t per_row = c->MCUs_per_row, total = per_row * c->MCU_rows_in_scan;
+    int64_t done = ((y1 - 1) / imcu_h + 1) * mcu_rows * per_row; /* MCUs decoded for y1 */
+    int64_t next = (done + c->restart_interval - 1) / c->restart_interval * c->restart_interval;
+    if (next >= total) return h;
+    int64_t row = next / per_row / mcu_rows * imcu_h + 1;
+    return row < h ? (int)row : h;
+}
+
+/* Reads (and drops) rows of a started decompression up to row y, one at a time, in memory
+ * that libjpeg frees with the decompression. Returns FL_OK, or FL_ECORRUPT with a message. */
+static int read_past(struct jpeg_decompress_struct *c, size_t row_bytes, int y, char *message,
+                     size_t message_bytes) {
+    JSAMPARRAY row =
+        (*c->mem->alloc_sarray)((j_common_ptr)c, JPOOL_IMAGE, (JDIMENSION)row_bytes, 1);
+    while ((int)c->output_scanline < y)
+        if (jpeg_read_scanlines(c, row, 1) == 0) {
+            snprintf(message, message_bytes, "corrupt JPEG: no data at row %d",
+                     (int)c->output_scanline);
+            return FL_ECORRUPT;
+        }
     return FL_OK;
 }
 
@@ -111,8 +159,9 @@ static int decode_stream(const uint8_t *data, size_t n, int channels, int denom,
     cinfo.dct_method = JDCT_ISLOW;
     jpeg_start_decompress(&cinfo);
     int h = (int)cinfo.output_height, w = (int)cinfo.output_width;
-    fl_rect part =
-        want && ends_with_eoi(data, n) ? with_margin(want, h, w) : fl_rect_of(0, 0, h, w);
+    int max_h = cinfo.num_components == 1 ? 1 : cinfo.max_h_samp_factor;
+    fl_rect part = want && ends_with_eoi(data, n) ? with_margin(want, h, w, upsample_width(max_h))
+                                                  : fl_rect_of(0, 0, h, w);
     int y0 = part.y, y1 = part.y + part.h, x0 = part.x, x1 = part.x + part.w;
     JDIMENSION xoff = (JDIMENSION)x0, width = (JDIMENSION)(x1 - x0);
     if (width < (JDIMENSION)w) jpeg_crop_scanline(&cinfo, &xoff, &width);
@@ -123,12 +172,13 @@ static int decode_stream(const uint8_t *data, size_t n, int channels, int denom,
         jpeg_destroy_decompress(&cinfo);
         return FL_ENOMEM;
     }
-    if (read_rows(&cinfo, pixels, row_bytes, y0, y1, message, message_bytes) != FL_OK) {
+    if (read_rows(&cinfo, pixels, row_bytes, y0, y1, message, message_bytes) != FL_OK ||
+        read_past(&cinfo, row_bytes, check_row(&cinfo, y1), message, message_bytes) != FL_OK) {
         jpeg_destroy_decompress(&cinfo);
         return FL_ECORRUPT;
     }
     if (cinfo.output_scanline == cinfo.output_height)
-        jpeg_finish_decompress(&cinfo); /* reads up to EOI: reports a truncated end */
+        jpeg_finish_decompress(&cinfo); /* reads up to EOI: a truncated end, extraneous bytes */
     else
         jpeg_abort_decompress(&cinfo);
     jpeg_destroy_decompress(&cinfo);
@@ -261,7 +311,7 @@ int fl_jpeg_part(const uint8_t *data, size_t n, int denom, const fl_rect *want, 
     *part = NULL;
     if (!want || !read_layout(data, n, &L)) return 0;
     int dh = (L.h + denom - 1) / denom, dw = (L.w + denom - 1) / denom;
-    fl_rect m = with_margin(want, dh, dw);
+    fl_rect m = with_margin(want, dh, dw, upsample_width(L.mcu_w / 8));
     int rows = (L.h + L.mcu_h - 1) / L.mcu_h, per_row = L.per_row / L.interval;
     int span = L.mcu_w * L.interval; /* pixels across an interval */
     int r0 = m.y * denom / L.mcu_h, r1 = ((m.y + m.h) * denom + L.mcu_h - 1) / L.mcu_h;
@@ -320,6 +370,25 @@ int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom, const
     return err;
 }
 
+/* Has libjpeg keep the stream's APPn and COM segments (EXIF, ICC profiles, comments) with
+ * the header it reads, so that copy_markers can write them out again. */
+static void keep_markers(struct jpeg_decompress_struct *src) {
+    jpeg_save_markers(src, JPEG_COM, 0xFFFF);
+    for (int m = 0; m < 16; m++) jpeg_save_markers(src, JPEG_APP0 + m, 0xFFFF);
+}
+
+/* Writes the segments keep_markers kept into `dst`, after its frame's own JFIF or Adobe
+ * segment, which libjpeg writes itself (and which are therefore not copied twice). */
+static void copy_markers(struct jpeg_decompress_struct *src, struct jpeg_compress_struct *dst) {
+    for (jpeg_saved_marker_ptr m = src->marker_list; m; m = m->next) {
+        int jfif = m->marker == JPEG_APP0 && m->data_length >= 5 && memcmp(m->data, "JFIF", 5) == 0;
+        int adobe =
+            m->marker == JPEG_APP0 + 14 && m->data_length >= 5 && memcmp(m->data, "Adobe", 5) == 0;
+        if ((jfif && dst->write_JFIF_header) || (adobe && dst->write_Adobe_marker)) continue;
+        jpeg_write_marker(dst, m->marker, m->data, m->data_length);
+    }
+}
+
 int fl_jpeg_add_restarts(const uint8_t *data, size_t n, int span, uint8_t **out, size_t *out_n,
                          char *message, size_t message_bytes) {
     struct jpeg_decompress_struct src;
@@ -341,6 +410,7 @@ int fl_jpeg_add_restarts(const uint8_t *data, size_t n, int span, uint8_t **out,
         return FL_ECORRUPT;
     }
     jpeg_mem_src(&src, data, (unsigned long)n);
+    keep_markers(&src);
     jpeg_read_header(&src, TRUE);
     if (src.progressive_mode || src.arith_code || src.data_precision != 8) {
         jpeg_destroy_compress(&dst);
@@ -369,6 +439,7 @@ int fl_jpeg_add_restarts(const uint8_t *data, size_t n, int span, uint8_t **out,
     dst.restart_interval = (unsigned)interval;
     jpeg_mem_dest(&dst, &buffer, &bytes);
     jpeg_write_coefficients(&dst, coefficients);
+    copy_markers(&src, &dst);
     jpeg_finish_compress(&dst);
     jpeg_finish_decompress(&src);
     jpeg_destroy_compress(&dst);

@@ -22,13 +22,15 @@ typedef void *(*fl_alloc_fn)(void *ctx, size_t bytes);
 
 /* Decodes JPEG bytes at 1/denom scale (1, 2, 4 or 8; the scaled image is ceil(h/denom) x
  * ceil(w/denom)) to `channels` (1 gray, 3 RGB, 4 RGBA), only the part under `want` (in
- * scaled pixels; NULL: the whole image): exactly its rows, and its columns widened to
- * whole iMCUs, as libjpeg crops. The pixels go into memory from `alloc`, rows packed;
- * *out describes them and (*out_y, *out_x) is where their first pixel sits in the scaled
- * image. Warnings of corrupt data are errors. Rows below `want` are not decoded, nor, in a
- * stream with restart markers, the intervals beside and above it (fl_jpeg_part), so damage
- * there goes unnoticed; a stream that does not end in an EOI marker is decoded whole, so
- * that a truncated file is always reported. Returns FL_OK; FL_EUNSUPPORTED when the
+ * scaled pixels; NULL: the whole image): its rows, and its columns widened to whole iMCUs
+ * as libjpeg crops, each with a margin, so that they are the full decode's pixels. The
+ * pixels go into memory from `alloc`, rows packed; *out describes them and (*out_y,
+ * *out_x) is where their first pixel sits in the scaled image. Warnings of corrupt data are
+ * errors; in a stream with restart markers the decode goes on up to the marker after the
+ * last interval it uses, whose end is so checked. Rows below `want` are not decoded, nor,
+ * in a stream with restart markers, the intervals beside and above it (fl_jpeg_part), so
+ * damage there goes unnoticed; a stream that does not end in an EOI marker is decoded
+ * whole, so that a truncated file is always reported. Returns FL_OK; FL_EUNSUPPORTED when the
  * caller must decode another way; else FL_ECORRUPT (corrupt, truncated or unsupported
  * data: the message has libjpeg's words), FL_ENOMEM or FL_EINVAL, with a message. */
 int fl_jpeg_decode(const uint8_t *data, size_t n, int channels, int denom, const fl_rect *want,
@@ -48,7 +50,8 @@ int fl_jpeg_part(const uint8_t *data, size_t n, int denom, const fl_rect *want, 
 
 /* The same JPEG with a restart marker after every interval of MCUs that spans at most
  * `span` pixels across (one MCU at least) and divides the MCU row, losslessly: the same
- * coefficients, the standard Huffman tables. *out is malloc'd, *out_n bytes; the caller
+ * coefficients, the standard Huffman tables, the APPn and COM segments (EXIF, ICC
+ * profiles) kept. *out is malloc'd, *out_n bytes; the caller
  * frees it. Returns FL_OK; FL_EUNSUPPORTED for a progressive, arithmetic-coded or 12-bit
  * stream; FL_ECORRUPT with libjpeg's words in `message`. */
 int fl_jpeg_add_restarts(const uint8_t *data, size_t n, int span, uint8_t **out, size_t *out_n,

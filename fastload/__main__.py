@@ -61,8 +61,13 @@ def _add_convert_args(p):
         default=32,
         metavar="PX",
         help="JPEG restart markers for jpeg and smart: one after every run of MCUs at most "
-        "PX pixels across, so that crops decode only their part; 0: none; "
-        "default: %(default)s",
+        "PX pixels across, so that crops decode only their part, added losslessly to JPEG "
+        "files kept at their size too; 0: none; default: %(default)s",
+    )
+    p.add_argument(
+        "--keep-given",
+        action="store_true",
+        help="store JPEG files that need no resize byte for byte, without restart markers",
     )
     p.add_argument(
         "--max-side",
@@ -166,6 +171,7 @@ def _run_convert(args):
         quality=args.quality,
         subsampling=args.subsampling,
         restart_px=args.restart_px or None,
+        keep_given=args.keep_given,
         max_side=args.max_side,
         threshold_bytes=args.threshold if args.threshold is not None else DEFAULT_SMART_THRESHOLD,
         parallel=_convert_parallel(args),

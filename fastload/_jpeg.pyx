@@ -4,9 +4,9 @@ links libjpeg. ``fastload._core`` takes the decoder from here when it loads; whe
 module is missing (a build without libjpeg's headers) or cannot be loaded (the library is
 gone), the core decodes JPEG through simplejpeg instead, and ``import fastload`` works."""
 from cpython.pycapsule cimport PyCapsule_New
-from libc.stdlib cimport free
+from libc.stdlib cimport free, malloc
 
-from image cimport fl_rect
+from image cimport fl_image, fl_rect
 from jpeg cimport (FL_JPEG_CAPSULE_NAME, fl_jpeg_add_restarts, fl_jpeg_decode,
                   fl_jpeg_decode_fn, fl_jpeg_library_version, fl_jpeg_part)
 from status cimport FL_ENOMEM, FL_EUNSUPPORTED, FL_OK
@@ -73,3 +73,39 @@ def part(const unsigned char[::1] data, int denom, int y, int x, int h, int w):
         return bytes(out[:out_n]), dy, dx
     finally:
         free(out)
+
+
+cdef void *_malloc(void *ctx, size_t n) noexcept nogil:
+    (<void **>ctx)[0] = malloc(n if n else 1)
+    return (<void **>ctx)[0]
+
+
+def decode_region(const unsigned char[::1] data, int y, int x, int h, int w, int channels=3,
+                  int denom=1):
+    """The pixels of rows y..y+h and columns x..x+w (at 1/denom scale) as fl_jpeg_decode
+    gives them, cut to exactly that region: ``(bytes, h, w, channels)``, rows packed.
+    Raises ValueError with libjpeg's words for data that does not decode. For tests."""
+    cdef fl_rect want
+    cdef fl_image img
+    cdef void *memory = NULL
+    cdef int oy = 0, ox = 0, rc
+    cdef char message[256]
+    message[0] = 0
+    if h < 1 or w < 1 or y < 0 or x < 0 or data.shape[0] == 0:
+        raise ValueError(f"no region {y}, {x}, {h} x {w} of {data.shape[0]} bytes")
+    want.y, want.x, want.h, want.w = y, x, h, w
+    with nogil:
+        rc = fl_jpeg_decode(&data[0], data.shape[0], channels, denom, &want, _malloc, &memory,
+                            &img, &oy, &ox, message, sizeof(message))
+    try:
+        if rc != FL_OK:
+            raise (MemoryError if rc == FL_ENOMEM else ValueError)(
+                message.decode(errors="replace"))
+        if oy > y or ox > x or oy + img.h < y + h or ox + img.w < x + w:
+            raise ValueError(f"the decoded part {oy}, {ox}, {img.h} x {img.w} misses the region")
+        rows = [(<unsigned char *>img.data)[(y - oy + r) * img.stride + (x - ox) * channels:
+                                            (y - oy + r) * img.stride + (x - ox + w) * channels]
+                for r in range(h)]
+        return b"".join(rows), h, w, channels
+    finally:
+        free(memory)

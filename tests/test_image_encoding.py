@@ -236,7 +236,8 @@ def test_info_says_the_chroma_subsampling_of_the_stored_jpegs(tmp_path):
     lines = [line.strip() for line in describe(fs.open(tmp_path / "i.arrow"))]
     after = {line.split()[0]: lines[k + 1] for k, line in enumerate(lines) if line[:1] in "egs"}
     assert lines[lines.index("fields:") + 1].endswith(
-        "JPEG(quality=90, max_side=None, subsampling='420', exact=True, restart_px=32)"
+        "JPEG(quality=90, max_side=None, subsampling='420', exact=True, restart_px=32, "
+        "keep_given=False)"
     )
     assert after["encoded"] == "chroma: 4:2:0 in 3 of the first 3 rows"
     assert after["given"] == "chroma: 4:4:4 in 3 of the first 3 rows"

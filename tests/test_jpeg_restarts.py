@@ -270,3 +270,230 @@ def test_bad_arguments_are_refused():
     for denom, h, w, blob in ((3, 4, 4, data), (2, 0, 4, data), (1, 4, 4, b"")):
         with pytest.raises(ValueError, match="no part of"):
             _jpeg().part(blob, denom, 0, 0, h, w)
+
+
+# ---- crops that are the full decode, at every width and edge --------------------------
+
+# Every chroma subsampling simplejpeg writes (4:4:0 and 4:1:1 too), and gray.
+SUBSAMPLINGS = ("444", "422", "420", "440", "411", "gray")
+
+
+def encode(img, subsampling):
+    if subsampling == "gray":
+        return simplejpeg.encode_jpeg(np.ascontiguousarray(img[:, :, :1]), 90, colorspace="GRAY")
+    return simplejpeg.encode_jpeg(img, 90, colorsubsampling=subsampling)
+
+
+def region(data, y, x, h, w, channels=3, denom=1):
+    """fl_jpeg_decode's pixels of exactly rows y..y+h and columns x..x+w."""
+    got, h, w, c = _jpeg().decode_region(data, y, x, h, w, channels, denom)
+    return np.frombuffer(got, np.uint8).reshape(h, w, c)
+
+
+@pytest.mark.parametrize("subsampling", SUBSAMPLINGS)
+def test_narrow_crops_at_the_edges_are_the_full_decode(subsampling):
+    """Crops 1-8 pixels wide at the left edge, the right edge and the middle (and as tall,
+    at the top, the bottom and the middle), of plain streams and through restart
+    intervals, are the full decode's pixels bit for bit: the decoder widens a region so
+    that its chroma keeps the full decode's smooth upsampling."""
+    channels = 1 if subsampling == "gray" else 3
+    for h, w in [(37, 53), (64, 98), (50, 100), (33, 131)]:
+        plain = encode(natural_image(h, w, seed=h * w), subsampling)
+        marked = _jpeg().add_restarts(plain, 16)
+        whole = region(plain, 0, 0, h, w, channels)
+        assert np.array_equal(whole, pixels(plain).reshape(h, w, channels))  # as PIL decodes
+        assert np.array_equal(region(marked, 0, 0, h, w, channels), whole)
+        for data in (plain, marked):
+            for size in range(1, 9):
+                for at in (0, (w - size) // 2, w - size):
+                    for y in (h // 2 - 2, h - 4):
+                        got = region(data, y, at, 4, size, channels)
+                        assert np.array_equal(got, whole[y : y + 4, at : at + size]), (h, w, y, at)
+                for at in (0, (h - size) // 2, h - size):
+                    got = region(data, at, w // 2, size, 3, channels)
+                    assert np.array_equal(got, whole[at : at + size, w // 2 : w // 2 + 3])
+
+
+def test_narrow_random_crops_of_a_pipeline_are_the_full_decode():
+    """The same through DecodeImage + RandomCrop, whose crops of a 9-pixel-wide image
+    meet both edges."""
+    for subsampling in ("420", "422"):
+        plain = encode(natural_image(40, 9, seed=2), subsampling)
+        whole = pixels(plain)
+        for data in (plain, _jpeg().add_restarts(plain, 8)):
+            for size in (1, 2, 3):
+                chain = Compose([DecodeImage(), RandomCrop((5, size))])
+                for index in range(40):
+                    (y, x, _, _), _ = chain.pipeline.prepare(40, 9, 0, 0, index)
+                    expected = whole[y : y + 5, x : x + size]
+                    assert np.array_equal(chain(data, index=index), expected), (size, index)
+
+
+# ---- damage in the intervals a crop decodes ---------------------------------------------
+
+
+def interval_spans(data):
+    """(start, end) of the entropy-coded bytes of each restart interval, in scan order."""
+    at = data.index(b"\xff\xda")
+    at += 2 + int.from_bytes(data[at + 2 : at + 4], "big")
+    spans, start = [], at
+    for k in range(at, len(data) - 1):
+        if data[k] == 0xFF and (0xD0 <= data[k + 1] <= 0xD7 or data[k + 1] == 0xD9):
+            spans.append((start, k))
+            start = k + 2
+    return spans
+
+
+def extraneous(data, span):
+    """``data`` with 8 bytes more at the end of one interval: its MCUs decode as before,
+    and libjpeg finds the bytes left over at the next marker."""
+    return data[: span[1]] + bytes(range(1, 9)) + data[span[1] :]
+
+
+def bad_codes(data, span):
+    """``data`` with the start of one interval made bits that are no Huffman code."""
+    n = min(6, span[1] - span[0])
+    return data[: span[0]] + b"\xff\x00" * (n // 2) + b"\xfe" * (n % 2) + data[span[0] + n :]
+
+
+@pytest.mark.parametrize("subsampling", ("420", "422", "444", "gray"))
+def test_damage_in_every_interval_a_crop_decodes_is_an_error(subsampling):
+    """A crop through restart intervals reads 2 MCU rows x 3 intervals of a 4 x 6 grid:
+    damage in any one of them (the first and the last too, whose end the decoder checks
+    at the part's EOI) fails the crop as it fails the full decode; damage in the others
+    goes unnoticed, the crop keeping the full decode's pixels. A crop of the top rows
+    across the whole width (the stream decoded as it is, down to its rows) fails for
+    damage in the intervals of its MCU row, and where it does not fail (damage further
+    down), its pixels are the full decode's."""
+    mcu = 16 if subsampling == "420" else 8  # MCU rows; every interval is 16 pixels across
+    h, w = 4 * mcu, 96
+    channels = 1 if subsampling == "gray" else 3
+    marked = _jpeg().add_restarts(encode(natural_image(h, w, seed=5), subsampling), 16)
+    spans = interval_spans(marked)
+    per_row = w // 16
+    assert len(spans) == h // mcu * per_row
+    whole = region(marked, 0, 0, h, w, channels)
+    crops = {  # (y, x, h, w): the intervals (row, column) it decodes, whether a part
+        (mcu + 2, 20, 2 * mcu - 4, 40): ({(r, c) for r in (1, 2) for c in (1, 2, 3)}, True),
+        (0, 0, 2, w): ({(0, c) for c in range(per_row)}, False),
+    }
+    for (y, x, ch, cw), (used, part) in crops.items():
+        assert (_jpeg().part(marked, 1, y, x, ch, cw) is not None) == part
+        for k, span in enumerate(spans):
+            for damage in (extraneous, bad_codes):
+                data = damage(marked, span)
+                with pytest.raises(ValueError, match="Corrupt JPEG data"):
+                    region(data, 0, 0, h, w, channels)  # the full decode
+                if divmod(k, per_row) in used:
+                    with pytest.raises(ValueError, match="Corrupt JPEG data"):
+                        region(data, y, x, ch, cw, channels)
+                    continue
+                try:
+                    got = region(data, y, x, ch, cw, channels)
+                except ValueError:
+                    assert not part  # a plain decode may read on into the damage
+                    continue
+                assert np.array_equal(got, whole[y : y + ch, x : x + cw]), k
+
+
+def test_no_crop_of_a_damaged_stream_is_silently_wrong():
+    """Single bytes changed at random inside the intervals: every crop either fails or is
+    the pixels of a full decode that goes on past the damage (which equal the undamaged
+    ones outside the damaged interval)."""
+    rng = np.random.default_rng(1)
+    outcomes = {"raised": 0, "equal": 0}
+    for subsampling in ("420", "422", "444"):
+        h, w = 75, 131
+        marked = _jpeg().add_restarts(encode(natural_image(h, w, seed=h), subsampling), 16)
+        spans = interval_spans(marked)
+        for _ in range(60):
+            a, b = spans[int(rng.integers(len(spans)))]
+            at = int(rng.integers(a + 1, max(a + 2, b - 1)))
+            data = bytearray(marked)
+            data[at] = int(rng.integers(0, 255))
+            if 0xFF in data[at - 1 : at + 2]:  # a marker made or unmade: another test's
+                continue
+            lenient = simplejpeg.decode_jpeg(bytes(data), colorspace="RGB", strict=False)
+            for _ in range(5):
+                ch, cw = int(rng.integers(1, h // 2)), int(rng.integers(1, w // 2))
+                y, x = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
+                try:
+                    got = region(bytes(data), y, x, ch, cw)
+                except ValueError:
+                    outcomes["raised"] += 1
+                    continue
+                assert np.array_equal(got, lenient[y : y + ch, x : x + cw]), (at, y, x, ch, cw)
+                outcomes["equal"] += 1
+    assert outcomes["raised"] > 20 and outcomes["equal"] > 200
+
+
+# ---- JPEG files kept at their size ------------------------------------------------------
+
+
+def with_segments(img):
+    """A JPEG (Pillow, 4:2:2) carrying an EXIF segment, an ICC profile and a comment."""
+    exif = Image.Exif()
+    exif[0x010E] = "a description"
+    buf = io.BytesIO()
+    Image.fromarray(img).save(
+        buf, "JPEG", quality=85, subsampling=1, exif=exif, icc_profile=b"icc" * 40, comment=b"hi"
+    )
+    return buf.getvalue()
+
+
+def test_jpeg_files_kept_at_their_size_get_markers_and_the_same_pixels():
+    """A JPEG that needs no resize is stored with restart markers added losslessly: the same
+    pixels (PIL's decode and fastload's), its own segments kept, and crops through the
+    intervals that are the full decode's; keep_given=True stores it byte for byte."""
+    h, w = 121, 203
+    img = natural_image(h, w, seed=9)
+    given = {kind: encode(img, kind) for kind in SUBSAMPLINGS}
+    given["pillow with segments"] = with_segments(img)
+    rng = np.random.default_rng(3)
+    for kind, data in given.items():
+        stored, sh, sw = JPEG().encode(data)
+        assert (sh, sw) == (h, w) and markers(stored)[0] > 0 and markers(data)[0] == 0, kind
+        assert np.array_equal(pixels(stored), pixels(data)), kind
+        assert len(stored) < 1.25 * len(data)  # a marker every 16 or 32 pixels: small images
+        channels = 1 if kind == "gray" else 3
+        whole = region(data, 0, 0, h, w, channels)
+        for _ in range(20):
+            ch, cw = int(rng.integers(1, h)), int(rng.integers(1, w))
+            y, x = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
+            got = region(stored, y, x, ch, cw, channels)
+            assert np.array_equal(got, whole[y : y + ch, x : x + cw]), (kind, y, x, ch, cw)
+        assert JPEG(keep_given=True).encode(data)[0] == data
+        assert JPEG(restart_px=None).encode(data)[0] == data
+    stored = JPEG().encode(given["pillow with segments"])[0]
+    for segment in (b"Exif\0\0", b"ICC_PROFILE\0" + b"\1\1" + b"icc" * 40, b"\xff\xfe\0\4hi"):
+        assert segment in stored
+    with Image.open(io.BytesIO(stored)) as im:
+        assert im.getexif()[0x010E] == "a description"
+    progressive = io.BytesIO()
+    Image.fromarray(img).save(progressive, "JPEG", progressive=True)
+    assert JPEG().encode(progressive.getvalue())[0] == progressive.getvalue()
+    with pytest.raises(ValueError, match="corrupt or truncated JPEG"):
+        JPEG().encode(given["420"][: len(given["420"]) // 2])
+    assert Smart(0).encode(given["420"])[0] == JPEG().encode(given["420"])[0]
+    assert Smart(0, keep_given=True).encode(given["420"])[0] == given["420"]
+
+
+def test_convert_adds_markers_to_kept_files_unless_told_to_keep_them(tmp_path):
+    src = tmp_path / "src" / "cat"
+    src.mkdir(parents=True)
+    files = [with_segments(natural_image(70, 90 + k, seed=k)) for k in range(3)]
+    for k, data in enumerate(files):
+        (src / f"{k}.jpg").write_bytes(data)
+    convert(str(tmp_path / "src"), str(tmp_path / "a.arrow"), progress=False)
+    main(["convert", str(tmp_path / "src"), str(tmp_path / "b.arrow"), "--keep-given",
+          "--no-progress"])  # fmt: skip
+    a, b = fs.open(str(tmp_path / "a.arrow")), fs.open(str(tmp_path / "b.arrow"))
+    assert a.fields["image"].keep_given is False and b.fields["image"].keep_given is True
+    for k, data in enumerate(files):
+        assert bytes(b["image"].encoded[k]) == data
+        assert markers(bytes(a["image"].encoded[k]))[0] > 0
+        assert np.array_equal(a["image"][k], b["image"][k])
+    # Files written before the option stored every JPEG as given, and say so.
+    assert from_meta({"encoding": "jpeg", "quality": 90}).keep_given is True
+    with pytest.raises(TypeError, match="keep_given must be True or False"):
+        JPEG(keep_given=1)

@@ -382,6 +382,27 @@ def _encode_jpeg(img, quality, subsampling, restart_px):
     return _jpeg.add_restarts(data, restart_px)
 
 
+def _stored_jpeg(field, data):
+    """JPEG bytes that need no resize as ``field`` (a JPEG or Smart) stores them: with a
+    restart marker every ``restart_px`` pixels added losslessly (libjpeg rewrites the same
+    coefficients, reading every one of them: bytes that do not decode raise ValueError),
+    or as given where ``keep_given`` or ``restart_px=None`` says so, or where markers
+    cannot be added (a progressive, arithmetic-coded or 12-bit stream; bytes that do not
+    decode when ``check=False``, to be found in training as ``check`` says)."""
+    if field.keep_given or field.restart_px is None:
+        return field._as_given(data)
+    from fastload import _jpeg
+
+    given = bytes(data)
+    try:
+        marked = _jpeg.add_restarts(given, field.restart_px)
+    except ValueError:
+        if field.check:
+            raise
+        return given
+    return field._as_given(given) if marked == given else marked
+
+
 def _decode_jpeg(data):
     return codecs.decode(data, channels=3)
 
@@ -397,9 +418,12 @@ class JPEG(_Image):
     across (and dividing the MCU row), so that a crop entropy-decodes only the runs under
     it (about 2% more bytes at the default 32 and 4:2:0; the same pixels); None: no
     markers (None also where fastload was built without libjpeg, which adds them).
-    JPEG bytes that need no resize are stored as given (no re-encode: they keep their
-    own quality, subsampling and markers), once decoded to check them unless
-    ``check=False``. Raises ValueError (TypeError for a flag) for a bad parameter."""
+    JPEG bytes that need no resize are not re-encoded: they keep their own quality and
+    subsampling, and get the markers losslessly (the same coefficients, so the same
+    pixels; their APPn and COM segments kept), which reads every coefficient and so
+    checks them. ``keep_given=True`` stores them byte for byte instead, once decoded to
+    check them unless ``check=False`` (as does a progressive JPEG, which gets no
+    markers). Raises ValueError (TypeError for a flag) for a bad parameter."""
 
     name = "jpeg"
     copies = True
@@ -408,6 +432,7 @@ class JPEG(_Image):
         **_Image.written_before,
         "subsampling": "444",
         "restart_px": None,
+        "keep_given": True,
     }
 
     def __init__(
@@ -419,6 +444,7 @@ class JPEG(_Image):
         subsampling: str = "420",
         exact: bool = True,
         restart_px: int | None = 32,
+        keep_given: bool = False,
     ) -> None:
         self.quality = _check_quality(quality)
         self.max_side = _check_max_side(max_side)
@@ -426,6 +452,7 @@ class JPEG(_Image):
         self.subsampling = _check_subsampling(subsampling)
         self.exact = _check_flag(exact, "exact")
         self.restart_px = _check_restart_px(restart_px)
+        self.keep_given = _check_flag(keep_given, "keep_given")
 
     def encode(self, value):
         if (
@@ -434,7 +461,7 @@ class JPEG(_Image):
             and not self._needs_resize(value)
         ):
             h, w = images.image_size(value)
-            return self._as_given(value), h, w
+            return _stored_jpeg(self, value), h, w
         img = self._pixels(value)
         jpeg = _encode_jpeg(img, self.quality, self.subsampling, self.restart_px)
         return jpeg, img.shape[0], img.shape[1]
@@ -449,6 +476,7 @@ class JPEG(_Image):
             "subsampling": self.subsampling,
             "exact": self.exact,
             "restart_px": self.restart_px,
+            "keep_given": self.keep_given,
         }
 
 
@@ -486,9 +514,9 @@ class QOI(_Image):
 
 class Smart(_Image):
     """Raw pixels when the (resized) image takes at most ``threshold_bytes``, else JPEG
-    (``quality``, ``subsampling``, ``max_side``, ``exact``, ``restart_px`` and JPEG bytes
-    stored as given as ``JPEG``'s). A ``.format`` column says which, per row (0: raw,
-    1: JPEG). Raw rows decode to read-only views of the file."""
+    (``quality``, ``subsampling``, ``max_side``, ``exact``, ``restart_px``, ``keep_given``
+    and JPEG bytes that need no resize as ``JPEG``'s). A ``.format`` column says which,
+    per row (0: raw, 1: JPEG). Raw rows decode to read-only views of the file."""
 
     name = "smart"
     parts = _Image.parts + (("format", "uint8"),)
@@ -496,6 +524,7 @@ class Smart(_Image):
     quality: int
     subsampling: str
     restart_px: int | None
+    keep_given: bool
     written_before = JPEG.written_before
 
     def __init__(
@@ -508,6 +537,7 @@ class Smart(_Image):
         subsampling: str = "420",
         exact: bool = True,
         restart_px: int | None = 32,
+        keep_given: bool = False,
     ) -> None:
         if (
             isinstance(threshold_bytes, bool)
@@ -522,12 +552,13 @@ class Smart(_Image):
         self.subsampling = _check_subsampling(subsampling)
         self.exact = _check_flag(exact, "exact")
         self.restart_px = _check_restart_px(restart_px)
+        self.keep_given = _check_flag(keep_given, "keep_given")
 
     def encode(self, value):
         if isinstance(value, (bytes, bytearray, memoryview)) and codecs.is_jpeg(value):
             h, w = images.fit_size(*images.image_size(value), self.max_side)
             if h * w * 3 > self.threshold_bytes and not self._needs_resize(value):
-                return self._as_given(value), h, w, FORMAT_JPEG
+                return _stored_jpeg(self, value), h, w, FORMAT_JPEG
         img = self._pixels(value)
         if img.nbytes <= self.threshold_bytes:
             return np.ascontiguousarray(img).tobytes(), img.shape[0], img.shape[1], FORMAT_RAW
@@ -549,6 +580,7 @@ class Smart(_Image):
             "subsampling": self.subsampling,
             "exact": self.exact,
             "restart_px": self.restart_px,
+            "keep_given": self.keep_given,
         }
 
 

@@ -24,13 +24,21 @@ def image_encoding(
     subsampling="420",
     exact=True,
     restart_px=32,
+    keep_given=False,
 ):
     """The image field encoding for a convert ``mode``; raises ValueError for another.
     ``check``: image files stored as given are decoded once first (raw mode decodes
-    every image anyway). ``subsampling``, ``exact`` and ``restart_px``: as ``JPEG``'s."""
+    every image anyway). ``subsampling``, ``exact``, ``restart_px`` and ``keep_given``:
+    as ``JPEG``'s."""
     if mode == "jpeg":
         return JPEG(
-            quality, max_side, check, subsampling=subsampling, exact=exact, restart_px=restart_px
+            quality,
+            max_side,
+            check,
+            subsampling=subsampling,
+            exact=exact,
+            restart_px=restart_px,
+            keep_given=keep_given,
         )
     if mode == "qoi":
         return QOI(max_side, check, exact=exact)
@@ -43,6 +51,7 @@ def image_encoding(
             subsampling=subsampling,
             exact=exact,
             restart_px=restart_px,
+            keep_given=keep_given,
         )
     if mode == "raw":
         return NDArray("uint8")
@@ -98,6 +107,7 @@ def convert(
     subsampling="420",
     exact=True,
     restart_px=32,
+    keep_given=False,
     num_threads=None,
     storage_options=None,
 ):
@@ -112,8 +122,9 @@ def convert(
 
     Every image is decoded once: JPEG (or QOI) files stored as they are too, unless
     ``check=False`` (faster; a file that cannot be decoded then fails in training).
-    ``quality``, ``subsampling``, ``restart_px`` (jpeg and smart modes), ``max_side`` and
-    ``exact``: as ``JPEG``'s. ``dst`` may be a URL (``s3://bucket/train.arrow``;
+    ``quality``, ``subsampling``, ``restart_px``, ``keep_given`` (jpeg and smart modes),
+    ``max_side`` and ``exact``: as ``JPEG``'s: JPEG files that need no resize get restart
+    markers losslessly, or with ``keep_given=True`` are stored byte for byte. ``dst`` may be a URL (``s3://bucket/train.arrow``;
     ``storage_options``: fsspec's), where the file is uploaded as ``write`` says.
 
     Raises FileNotFoundError for a missing ``src`` or ``dst`` directory, ValueError for a
@@ -121,7 +132,7 @@ def convert(
     ``on_error="skip"``: files that fail are left out and returned instead).
     """
     encoding = image_encoding(
-        mode, quality, max_side, threshold_bytes, check, subsampling, exact, restart_px
+        mode, quality, max_side, threshold_bytes, check, subsampling, exact, restart_px, keep_given
     )
     folder = ImageFolder(src)
     dst_dir = os.path.dirname(os.path.abspath(os.fspath(dst)))
