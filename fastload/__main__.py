@@ -20,6 +20,7 @@ from fastload.errors import LoadError
 from fastload.loader import DataLoader
 from fastload.storage.convert import DEFAULT_SMART_THRESHOLD, MODES, convert
 from fastload.storage.info import describe
+from fastload.storage.parts import clean
 from fastload.storage.reader import open as open_dataset
 from fastload.transforms import Compose, DecodeImage, RandomHorizontalFlip, RandomResizedCrop
 from fastload.views import mapobs
@@ -269,6 +270,17 @@ def _run_verify(args):
     return 0
 
 
+def _add_clean_args(p):
+    p.add_argument("prefix", help="the directory or URL prefix of a dataset written in parts")
+    _add_storage_options(p)
+
+
+def _run_clean(args):
+    removed = clean(args.prefix, args.storage_options)
+    print(f"{args.prefix}: removed {len(removed)} files that no manifest lists")
+    return 0
+
+
 def _add_demo_args(p):
     pass
 
@@ -301,6 +313,12 @@ COMMANDS = {
         "check every block of a dataset against the checksums its writer stored",
         _add_verify_args,
         _run_verify,
+    ),
+    "clean": (
+        "remove the part files of a dataset written in parts that its manifest does not "
+        "list (failed or duplicate attempts; every part of a write that was not committed)",
+        _add_clean_args,
+        _run_clean,
     ),
     "demo": (
         "load generated tensors and images, and print items/s against a plain loop",
