@@ -4,6 +4,7 @@ the check that a committed dataset holds what ``fastload.write`` writes for the 
 in the same order, byte for byte in every column."""
 
 import os
+import signal
 
 import numpy as np
 import pyarrow as pa
@@ -83,3 +84,60 @@ def assert_same_as_write(prefix, rows, folder, storage_options=None, fields=FIEL
         for k in a:
             np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b[k]))
     return ds
+
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def share_tests_path():
+    """Puts this folder (and the tree's root) on the path of the processes an engine
+    starts from now on, so that they import what the rows hold (``Once``)."""
+    root = os.path.dirname(TESTS)
+    paths = [TESTS, root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+
+
+class Once:
+    """An image's pixels that fail where a task reads them: the first time in any process
+    (``marker``: a file made then), ``action`` "kill" kills that process (SIGKILL, by its
+    pid) and "raise" raises; "always" raises every time."""
+
+    def __init__(self, pixels, marker, action):
+        self.pixels, self.marker, self.action = pixels, str(marker), action
+
+    def __array__(self, dtype=None, copy=None):
+        if self.action == "always":
+            raise RuntimeError("this row fails every time")
+        try:
+            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return self.pixels
+        if self.action == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise RuntimeError("this row fails once")
+
+
+def pixel_rows(n, seed=1):
+    """``n`` rows as ``make_rows`` makes them, their images as pixels (which a ``Once``
+    can stand for)."""
+    rows = make_rows(n, seed)
+    for row in rows:
+        row["image"] = simplejpeg.decode_jpeg(row["image"])
+    return rows
+
+
+def with_once(rows, at, marker, action):
+    """``rows`` with row ``at``'s image a ``Once`` of its pixels."""
+    rows = [dict(r) for r in rows]
+    rows[at]["image"] = Once(rows[at]["image"], marker, action)
+    return rows
+
+
+def assert_not_committed(prefix, storage_options=None):
+    """``prefix`` has no manifest, and opening it says that it was not committed."""
+    import pytest
+
+    from fastload import LoadError
+
+    with pytest.raises((LoadError, FileNotFoundError), match="not committed|no dataset files"):
+        fastload.open(prefix, storage_options=storage_options)
