@@ -209,7 +209,7 @@ def _chunks(rows: Iterable[Any], file_bytes: int) -> Iterable[list[Any]]:
 def _plain(row: Any) -> Any:
     """``row`` as ``write`` reads it: a dict or a tuple; a record's ``asDict()`` (a
     Spark ``Row``); bytearray and memoryview values as bytes."""
-    if not isinstance(row, (dict, tuple, list)) and hasattr(row, "asDict"):
+    if hasattr(row, "asDict"):  # a Spark Row is a tuple, in its schema's order
         row = row.asDict()
     if isinstance(row, Mapping):
         return {k: _value(v) for k, v in row.items()}
