@@ -106,15 +106,36 @@ class Once:
         self.pixels, self.marker, self.action = pixels, str(marker), action
 
     def __array__(self, dtype=None, copy=None):
-        if self.action == "always":
-            raise RuntimeError("this row fails every time")
-        try:
-            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            return self.pixels
-        if self.action == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        raise RuntimeError("this row fails once")
+        _fail(self.marker, self.action)
+        return self.pixels
+
+
+def _fail(marker, action):
+    """``Once``'s failure: kill, raise, or nothing when ``marker`` was made before."""
+    if action == "always":
+        raise RuntimeError("this row fails every time")
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise RuntimeError("this row fails once")
+
+
+class OnceJPEG(JPEG):
+    """``FIELDS["image"]`` (the same file metadata) that fails as ``Once`` says where it
+    encodes the image ``trigger``: for an engine that turns the rows' values into its own
+    columns before a task sees them (Ray)."""
+
+    def __init__(self, trigger, marker, action):
+        super().__init__(quality=85, max_side=24)
+        self.trigger, self.marker, self.action = trigger, str(marker), action
+
+    def encode(self, value):
+        if bytes(value) == self.trigger:
+            _fail(self.marker, self.action)
+        return super().encode(value)
 
 
 def pixel_rows(n, seed=1):

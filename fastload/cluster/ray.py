@@ -61,6 +61,9 @@ class Datasink(ray.data.Datasink):
         self.options = options
         self.committed: Committed | None = None
 
+    def get_name(self) -> str:
+        return "fastload"
+
     def on_write_start(self, schema: Any = None) -> None:
         prepare(self.prefix, self.storage_options, self.overwrite)
 

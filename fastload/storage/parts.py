@@ -317,9 +317,8 @@ def engine_error(prefix: str, error: BaseException) -> PartitionError:
     at: BaseException | None = error
     while at is not None and at not in seen:
         seen.append(at)
-        if isinstance(at, PartitionError) and at.partition is not None:
-            return PartitionError(at.partition, f"nothing was committed at {prefix}: {at}")
         at = at.__cause__ or at.__context__
+    # The marker's line, not the engine's rendering of the error (a traceback, colours).
     match = _MARKER.search("\n".join(str(e) for e in seen))
     if match is not None:
         partition, cause = int(match[1]), match[0]
