@@ -120,7 +120,7 @@ def test_a_bad_row_fails_its_partition_or_is_skipped(tmp_path):
 
 def test_engine_error_finds_the_partition_in_a_chain_or_a_message():
     try:
-        write_part([{"image": b"x"}], 4, "/nonexistent/folder", FIELDS)
+        write_part([{"image": b"x"}], 4, os.path.join(__file__, "under-a-file"), FIELDS)
     except PartitionError as exc:
         error = exc
     found = engine_error("P", RuntimeError("task failed").with_traceback(None))

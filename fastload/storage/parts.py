@@ -126,6 +126,7 @@ def write_part(
     attempt = new_attempt()
     try:
         folder = Prefix(prefix, storage_options)
+        folder.make()
         options: dict[str, Any] = dict(block_bytes=block_bytes, on_error=on_error)
         options.update(metadata=metadata, source_field=source_field)
         return _written(rows, partition, attempt, folder, fields, file_bytes, options)
