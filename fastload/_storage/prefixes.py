@@ -51,6 +51,10 @@ class Prefix:
         if not self.remote:
             os.makedirs(self.where, exist_ok=True)
 
+    def local(self, name: str) -> str | None:
+        """The path of the file ``name`` in a local folder; None at a URL."""
+        return None if self.remote else os.path.join(self.where, name)
+
     def names(self) -> list[str]:
         """The names of the files in the folder ([] when there is none)."""
         if not self.remote:

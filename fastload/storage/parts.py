@@ -156,12 +156,15 @@ def _written(
     with tempfile.TemporaryDirectory(prefix="fastload-part-") as work:
         for chunk in _chunks(rows, file_bytes):
             name = part_name(partition, attempt, len(files))
-            local = os.path.join(work, name)
+            # A local folder's part is written in place (write renames it in whole);
+            # a store's is written here, then uploaded.
+            local = folder.local(name) or os.path.join(work, name)
             errors = _write_chunk(local, chunk, fields, options)
             skipped += [(_at(e.index, first), e.source, str(e)) for e in errors]
             first += len(chunk)
             if len(errors) < len(chunk):
-                folder.put(local, name)
+                if folder.remote:
+                    folder.put(local, name)
                 files.append(name)
                 total += len(chunk) - len(errors)
     return Part(partition, attempt, tuple(files), total, tuple(skipped))
