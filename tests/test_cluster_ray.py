@@ -21,16 +21,16 @@ import fastload
 from fastload.cluster import PartitionError
 
 pytestmark = pytest.mark.cluster
-ray = pytest.importorskip("ray")
 
 ROWS = make_rows(2000)
 
 
 @pytest.fixture(scope="module")
 def cluster():
+    ray = pytest.importorskip("ray")
     share_tests_path()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
+    yield ray
     ray.shutdown()
 
 
@@ -43,6 +43,8 @@ def s3(tmp_path_factory):
 
 
 def _dataset(rows, blocks):
+    import ray.data
+
     return ray.data.from_items(rows, override_num_blocks=blocks)
 
 
@@ -50,7 +52,7 @@ def test_a_datasink_writes_as_write_writes(cluster, tmp_path):
     from fastload.cluster import Datasink
 
     prefix = str(tmp_path / "out")
-    context = ray.data.DataContext.get_current()
+    context = cluster.data.DataContext.get_current()
     context.execution_options.preserve_order = True
     sink = Datasink(prefix, FIELDS)
     _dataset(ROWS, 4).write_datasink(sink)

@@ -22,7 +22,6 @@ from servers import S3Server
 from fastload.cluster import PartitionError, write_spark
 
 pytestmark = pytest.mark.cluster
-pyspark_sql = pytest.importorskip("pyspark.sql")
 
 ROWS = make_rows(2000)
 # A DataFrame's columns: the fields but the vector (Spark infers no type for an array).
@@ -31,6 +30,7 @@ FRAME_FIELDS = {k: v for k, v in FIELDS.items() if k != "vector"}
 
 @pytest.fixture(scope="module")
 def spark():
+    pyspark_sql = pytest.importorskip("pyspark.sql")
     share_tests_path()
     os.environ["PYSPARK_PYTHON"] = sys.executable  # the workers run this interpreter
     session = (
