@@ -1,8 +1,9 @@
 """A folder that a write in parts fills: a local directory, or a prefix at a URL (any
 fsspec store), with the few operations that the parts and their manifest need.
 
-``put`` places a finished file under its final name (a part's name is unique to its
-attempt, so nothing else ever writes it); ``publish`` makes a small file appear whole
+``local`` is where a local folder's file is written in place; ``put`` uploads a finished
+file under its final name (a part's name is unique to its attempt, so nothing else ever
+writes it); ``publish`` makes a small file appear whole
 (locally a temporary file renamed, flushed to disk first; at a URL a single PUT, which an
 object store makes visible at once or not at all). Transient failures of a store are
 tried again for a minute (``remote.Retries``); what the store refuses raises.
@@ -11,7 +12,6 @@ tried again for a minute (``remote.Retries``); what the store refuses raises.
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -83,9 +83,10 @@ class Prefix:
 
     def put(self, local: str, name: str) -> None:
         """Place the finished local file ``local`` in the folder as ``name`` (moved
-        locally, uploaded at a URL)."""
+        locally, uploaded at a URL: a local folder's files are best written in place,
+        ``local(name)``)."""
         if not self.remote:
-            shutil.move(local, os.path.join(self.where, name))
+            os.replace(local, os.path.join(self.where, name))
             return
         fs, key, store = self._store()
         store.call(lambda: fs.put_file(local, f"{key}/{name}"))
