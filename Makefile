@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 VERSION := $(shell sed -nE 's/^__version__ = "(.*)"/\1/p' fastload/_base/version.py)
 
-.PHONY: base install libjpeg clang build test demo bench stress lint format sanitize tsan fuzz \
+.PHONY: base install libjpeg clang build test demo bench stress cluster lint format sanitize tsan fuzz \
 	docs wheel-tools sdist wheel wheel-check clean
 
 # The interpreter and what building fastload needs.
@@ -75,6 +75,21 @@ demo: base $(VENV)/.built
 # killed workers, interrupted writes, a full disk (as root).
 stress: build
 	$(PY) -m pytest -q -m stress tests/test_stress.py
+
+# Datasets written in parts by real engines (a few minutes on 2 cores): Dask's distributed
+# cluster, Ray and Spark, pinned, with the Java runtime Spark needs (apt, as root) when
+# there is none; and the code blocks of docs/cluster.md.
+CLUSTER_ENGINES := "ray==2.60.0" "dask[distributed]==2026.8.0" "pyspark==4.3.0"
+cluster: build
+	$(PY) -m pip install --quiet $(CLUSTER_ENGINES)
+	@command -v java >/dev/null \
+	|| { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	     && echo "installing a Java runtime for Spark (apt-get install default-jre-headless)" \
+	     && { apt-get install -y -q default-jre-headless >/dev/null 2>&1 \
+	          || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q default-jre-headless >/dev/null 2>&1; }; }; } \
+	|| echo "no Java runtime here and none installable: the Spark tests will fail"
+	$(PY) -m pytest -q -m cluster tests/test_cluster_dask.py tests/test_cluster_ray.py \
+		tests/test_cluster_spark.py tests/test_cluster_cli.py tests/test_docs.py
 
 # The linters, pinned: ruff (lint, and format as a check) on the Python, clang-format on
 # the C, mypy on the package (its public API typed; fastload/_core.pyi types the binding).

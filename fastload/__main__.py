@@ -15,11 +15,13 @@ from fastload import __version__
 from fastload._images.codecs import build_info
 from fastload._storage.fields import SUBSAMPLINGS
 from fastload._storage.remote import is_url
+from fastload.cluster.convert import ENGINES, convert_parts
 from fastload.demo import run_image_demo, run_tensor_demo
 from fastload.errors import LoadError
 from fastload.loader import DataLoader
-from fastload.storage.convert import DEFAULT_SMART_THRESHOLD, MODES, convert
+from fastload.storage.convert import DEFAULT_SMART_THRESHOLD, MODES, convert, image_encoding
 from fastload.storage.info import describe
+from fastload.storage.parts import clean
 from fastload.storage.reader import open as open_dataset
 from fastload.transforms import Compose, DecodeImage, RandomHorizontalFlip, RandomResizedCrop
 from fastload.views import mapobs
@@ -99,6 +101,29 @@ def _add_convert_args(p):
         "(raise) or is left out and listed at the end (skip); "
         "default: %(default)s",
     )
+    _add_engine_args(p)
+
+
+def _add_engine_args(p):
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=None,
+        help="pack on a cluster's engine, one task per partition, into DST as a dataset "
+        "written in parts and committed whole (docs/cluster.md); default: this machine's "
+        "threads, into one file",
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        help="with --engine: the cluster to run on (Ray's address, Dask's scheduler, Spark's "
+        "master URL); default: a local one of --workers processes, started here",
+    )
+    p.add_argument("--workers", type=int, default=2, help="with --engine: local workers")
+    p.add_argument("--partitions", type=int, default=None, help="with --engine: tasks")
+    p.add_argument(
+        "--overwrite", action="store_true", help="with --engine: replace a dataset at DST"
+    )
 
 
 def _add_parallel_args(p):
@@ -164,6 +189,8 @@ def _convert_parallel(args):
 
 
 def _run_convert(args):
+    if args.engine is not None:
+        return _run_engine_convert(args)
     n, skipped = convert(
         args.src,
         args.dst,
@@ -184,6 +211,37 @@ def _run_convert(args):
     if skipped:
         print(f"skipped {len(skipped)} files that could not be read or encoded:")
         for error in skipped:
+            print(f"  {error}")
+    return 0
+
+
+def _run_engine_convert(args):
+    encoding = image_encoding(
+        args.mode,
+        args.quality,
+        args.max_side,
+        args.threshold if args.threshold is not None else DEFAULT_SMART_THRESHOLD,
+        not args.no_check,
+        args.subsampling,
+        restart_px=args.restart_px or None,
+    )
+    committed = convert_parts(
+        args.src,
+        args.dst,
+        encoding,
+        args.engine,
+        address=args.address,
+        workers=args.workers,
+        partitions=args.partitions,
+        storage_options=args.storage_options,
+        on_error=args.on_error,
+        progress=not args.no_progress,
+        overwrite=args.overwrite,
+    )
+    print(f"wrote {committed.rows} images to {args.dst} in {len(committed.files)} parts")
+    if committed.skipped:
+        print(f"skipped {len(committed.skipped)} files that could not be read or encoded:")
+        for error in committed.skipped:
             print(f"  {error}")
     return 0
 
@@ -301,6 +359,17 @@ def _run_verify(args):
     return 0
 
 
+def _add_clean_args(p):
+    p.add_argument("prefix", help="the directory or URL prefix of a dataset written in parts")
+    _add_storage_options(p)
+
+
+def _run_clean(args):
+    removed = clean(args.prefix, args.storage_options)
+    print(f"{args.prefix}: removed {len(removed)} files that no manifest lists")
+    return 0
+
+
 def _add_demo_args(p):
     pass
 
@@ -333,6 +402,12 @@ COMMANDS = {
         "check every block of a dataset against the checksums its writer stored",
         _add_verify_args,
         _run_verify,
+    ),
+    "clean": (
+        "remove the part files of a dataset written in parts that its manifest does not "
+        "list (failed or duplicate attempts; every part of a write that was not committed)",
+        _add_clean_args,
+        _run_clean,
     ),
     "demo": (
         "load generated tensors and images, and print items/s against a plain loop",

@@ -40,7 +40,7 @@ LAYERS = [
     ("engine", ["_loading", "_loading.*"]),
     ("loader", ["loader"]),
     ("storage", ["storage", "storage.*"]),
-    ("integrations", ["torch", "jax", "demo"]),
+    ("integrations", ["torch", "jax", "demo", "cluster", "cluster.*"]),
     ("front", ["__init__", "__main__"]),
 ]
 

@@ -56,8 +56,15 @@ def test_the_readme_makes_the_images_its_examples_read():
     assert python_blocks("README.md")[first_use] == making
 
 
+# Pages whose blocks start engines (Ray, Dask's cluster, Spark): run by make cluster.
+CLUSTER_PAGES = {"docs/cluster.md"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize(
+    "page",
+    [pytest.param(p, marks=pytest.mark.cluster) if p in CLUSTER_PAGES else p for p in PAGES],
+)
 def test_every_python_block_of_the_page_runs(page, tmp_path):
     folder = tmp_path / "work"
     folder.mkdir()

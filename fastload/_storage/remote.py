@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ..errors import LoadError
+from .manifest import MANIFEST, committed_names
 
 T = TypeVar("T")
 
@@ -365,9 +366,10 @@ def resolve_urls(
     url: str, storage_options: Mapping[str, Any] | None = None, *, timeout: float = 60.0
 ) -> list[RemoteObject]:
     """The objects ``url`` names, opened: itself; the dataset files of a "directory"
-    prefix (names ending in .arrow, .arrows, .feather or .ipc, not starting with a dot,
-    sorted by name); or a glob's matches (``s3://bucket/train-*.arrow``), sorted. A URL
-    ending in "/" is a directory. Raises FileNotFoundError naming the URL when there are
+    prefix (those its manifest lists, when it has one: ``manifest.py``; else names ending
+    in .arrow, .arrows, .feather or .ipc, not starting with a dot, sorted by name); or a
+    glob's matches (``s3://bucket/train-*.arrow``), sorted. A URL ending in "/" is a
+    directory. Raises FileNotFoundError naming the URL when there are
     none, LoadError naming it when the store refuses the credentials or cannot be reached
     within ``timeout`` seconds (transient failures tried again until then).
     """
@@ -392,7 +394,7 @@ def resolve_urls(
         listing = store.call(lambda: _listing_or_none(fs, path))
         if listing is None:
             raise FileNotFoundError(f"no such object or directory: {url!r}")
-        infos = sorted(
+        infos = _committed(url, fs, path, listing, store) or sorted(
             (i for i in listing if i.get("type") == "file" and _is_dataset_file(i["name"])),
             key=lambda i: str(i["name"]),
         )
@@ -408,6 +410,17 @@ def resolve_urls(
         )
         for i in infos
     ]
+
+
+def _committed(
+    url: str, fs: Any, path: str, listing: list[Mapping[str, Any]], store: Retries
+) -> list[Mapping[str, Any]] | None:
+    """The objects of the prefix ``url`` that its manifest lists, in partition order; None
+    for a prefix without manifest or parts (``manifest.committed_names``)."""
+    files = {_base(i["name"]): i for i in listing if i.get("type") == "file"}
+    manifest = f"{path.rstrip('/')}/{MANIFEST}"
+    names = committed_names(files, lambda: store.call(lambda: fs.cat_file(manifest)), url)
+    return None if names is None else [files[name] for name in names]
 
 
 def _info_or_none(fs: Any, path: str) -> Mapping[str, Any] | None:

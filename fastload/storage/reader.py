@@ -31,6 +31,7 @@ from fastload._storage.fields import Bytes, Encoding, Raw, Scalar, Str
 from fastload._storage.filepages import FilePages
 from fastload._storage.framing import check_framing
 from fastload._storage.guards import MappedFiles, file_state, shrunk_error
+from fastload._storage.manifest import committed_folder
 from fastload._storage.memory import memory_limit
 from fastload._storage.meta import (
     META_FIELDS,
@@ -75,8 +76,8 @@ def open(
     timeout: float = 60.0,
 ) -> Dataset:
     """Open a packed dataset: a file, a directory of files (``*.arrow``, ``*.ipc``,
-    ``*.feather``, ``*.arrows``; opened in name order as one dataset) or a glob pattern;
-    or the same at a URL (``s3://``, ``gs://``, ``http(s)://``, any fsspec URL).
+    ``*.feather``, ``*.arrows``; in name order, or as its manifest lists: docs/cluster.md)
+    or a glob pattern; or the same at a URL (``s3://``, ``gs://``, any fsspec URL).
 
     At a URL, ``storage_options`` are fsspec's (credentials, ``endpoint_url`` for an
     S3-compatible store, ...), ``timeout`` bounds each request, its retries included. The
@@ -223,10 +224,15 @@ def _unchecked(opened_file: _OpenedFile, verify: str | None) -> str | None:
 
 
 def resolve_files(path: str | os.PathLike[str]) -> list[str]:
-    """The files ``path`` names: itself, the files of a directory, or a glob's
-    matches, sorted. Raises FileNotFoundError when there are none."""
+    """The files ``path`` names: itself, the files of a directory (those its manifest
+    lists, when it has one: ``_storage/manifest.py``), or a glob's matches, sorted.
+    Raises FileNotFoundError when there are none, LoadError for a directory of parts
+    that was not committed."""
     path = os.fspath(path)
     if os.path.isdir(path):
+        committed = committed_folder(path)
+        if committed is not None:
+            return committed
         files = sorted(
             os.path.join(path, f)
             for f in os.listdir(path)

@@ -208,7 +208,7 @@ def _job(
         raise ValueError("cannot write a dataset with no observations")
     pa = import_pyarrow()
     skip = on_error == "skip"
-    encodings, first = _bound(data, n, encodings, skip)
+    encodings, row_bytes = _bound(data, n, encodings, skip)
     kinds = [kind for name, enc in encodings.items() for _, kind in enc.columns(name)]
     return _Job(
         pa=pa,
@@ -216,7 +216,7 @@ def _job(
         n=n,
         encodings=encodings,
         kinds=kinds,
-        row_bytes=_row_bytes(data, first, encodings),
+        row_bytes=row_bytes,
         block_bytes=block_bytes,
         threads=threads,
         backend=backend,
@@ -364,16 +364,17 @@ def _bound(
     encodings: dict[str, Encoding],
     skip: bool,
 ) -> tuple[dict[str, Encoding], int]:
-    """(the encodings bound to the first row that loads, that row): the first row, unless
-    ``skip``."""
+    """(the encodings bound to the first row that loads and encodes, the bytes of that
+    row): the first row, unless ``skip``."""
     names = list(encodings)
     for i in range(n):
         try:
             first = observation(data, i, names)
-            return {
+            bound = {
                 k: at_row(i, k, lambda enc=enc, k=k, first=first: enc.bind(first[k]), data)
                 for k, enc in encodings.items()
-            }, i
+            }
+            return bound, _row_bytes(data, i, bound)
         except LoadError:
             if not skip or i == n - 1:
                 raise

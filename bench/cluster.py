@@ -1,0 +1,180 @@
+"""Datasets written in parts by a cluster's engine (``fastload.cluster``): 2 workers
+against 1 on each engine, converting the same JPEGs to longer side 256 (each task reads
+the files, decodes, resizes by area and encodes at quality 90: ``JPEG(max_side=256)``),
+committed whole.
+
+For each engine the 1-worker and the 2-worker runs alternate (the order reversed every
+other round), the engine warm: Dask keeps a local cluster of 1 worker process and one of
+2 alive; Ray runs one ``ray.init(num_cpus=2)``, its writes at ``concurrency`` 1 or 2;
+Spark (whose local master's cores are fixed at start) starts ``local[1]`` or ``local[2]``
+before each run, outside the time measured. The time is the write's, from the engine's
+first task to the commit. Medians of ``--repeats`` rounds; the target is 2 workers >=
+1.8x 1 worker.
+
+Usage: python bench/cluster.py [--n 4000] [--repeats 3] [--partitions 8]
+[--engines dask,ray,spark] [--side 640]
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import simplejpeg
+
+from fastload.cluster.convert import ImageRow
+from fastload.storage import JPEG, Str
+
+FIELDS = {"image": JPEG(quality=90, max_side=256), "label": "int64", "path": Str()}
+
+
+def generate(root, n, side):
+    """``n`` JPEGs of ``side`` x 3/4 ``side`` pixels (smooth gradients and noise, as a
+    photo compresses) in two class folders; returns [(path under root, label)]."""
+    rng = np.random.default_rng(0)
+    h, w = side * 3 // 4, side
+    y, x = np.mgrid[0:h, 0:w]
+    items = []
+    for i in range(n):
+        name = f"c{i % 2}/{i:05d}.jpg"
+        os.makedirs(os.path.join(root, f"c{i % 2}"), exist_ok=True)
+        base = (x * rng.uniform(0.1, 0.5) + y * rng.uniform(0.1, 0.5))[..., None]
+        pixels = (base + rng.integers(0, 40, (h, w, 3))).astype(np.uint8)
+        with open(os.path.join(root, name), "wb") as f:
+            f.write(simplejpeg.encode_jpeg(pixels, quality=90))
+        items.append((name, i % 2))
+    return items
+
+
+def timed(write, out):
+    """Seconds of ``write(prefix)`` into a fresh folder under ``out``."""
+    prefix = os.path.join(out, "ds")
+    shutil.rmtree(prefix, ignore_errors=True)
+    start = time.perf_counter()
+    committed = write(prefix)
+    seconds = time.perf_counter() - start
+    assert committed.rows == n_rows, committed.rows
+    return seconds
+
+
+def dask_runs(items, root, out, partitions, repeats):
+    import dask.bag as db
+    from distributed import Client, LocalCluster
+
+    from fastload.cluster import write_dask
+
+    clusters = {
+        k: LocalCluster(n_workers=k, threads_per_worker=1, dashboard_address=None) for k in (1, 2)
+    }
+    try:
+
+        def run(k):
+            with Client(clusters[k]):
+                bag = db.from_sequence(items, npartitions=partitions).map(ImageRow(root))
+                return timed(lambda p: write_dask(bag, p, FIELDS), out)
+
+        return alternate(run, repeats)
+    finally:
+        for cluster in clusters.values():
+            cluster.close()
+
+
+def ray_runs(items, root, out, partitions, repeats):
+    import ray
+
+    from fastload.cluster import Datasink
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    records = [{"path": p, "label": t} for p, t in items]
+    try:
+
+        def run(k):
+            def write(prefix):
+                sink = Datasink(prefix, FIELDS)
+                dataset = ray.data.from_items(records, override_num_blocks=partitions)
+                dataset.map(ImageRow(root)).write_datasink(sink, concurrency=k)
+                return sink.committed
+
+            return timed(write, out)
+
+        return alternate(run, repeats)
+    finally:
+        ray.shutdown()
+
+
+def spark_runs(items, root, out, partitions, repeats):
+    from pyspark.sql import SparkSession
+
+    from fastload.cluster import write_spark
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+    def run(k):
+        spark = (
+            SparkSession.builder.master(f"local[{k}]")
+            .config("spark.ui.showConsoleProgress", "false")
+            .getOrCreate()
+        )
+        try:
+            spark.sparkContext.parallelize(range(k), k).count()  # the workers started
+            rdd = spark.sparkContext.parallelize(items, partitions).map(ImageRow(root))
+            return timed(lambda p: write_spark(rdd, p, FIELDS), out)
+        finally:
+            spark.stop()
+
+    return alternate(run, repeats)
+
+
+def alternate(run, repeats):
+    """{workers: [seconds, ...]} of ``run(1)`` and ``run(2)``, alternating."""
+    samples = {1: [], 2: []}
+    for r in range(repeats):
+        for k in (1, 2) if r % 2 == 0 else (2, 1):
+            samples[k].append(run(k))
+            print(f"    {k} worker(s): {samples[k][-1]:.1f} s", flush=True)
+    return samples
+
+
+RUNS = {"dask": dask_runs, "ray": ray_runs, "spark": spark_runs}
+
+
+def main():
+    global n_rows
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=4000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--side", type=int, default=640)
+    parser.add_argument("--engines", default="dask,ray,spark")
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="fastload-bench-cluster-")
+    try:
+        root = os.path.join(work, "images")
+        items = generate(root, args.n, args.side)
+        n_rows = len(items)
+        print(
+            f"{args.n} JPEGs of {args.side}x{args.side * 3 // 4} -> longer side 256, "
+            f"{args.partitions} partitions, {os.cpu_count()} CPUs"
+        )
+        for engine in args.engines.split(","):
+            print(f"{engine}:", flush=True)
+            samples = RUNS[engine](items, root, work, args.partitions, args.repeats)
+            one, two = (statistics.median(samples[k]) for k in (1, 2))
+            print(
+                f"  {engine}: 1 worker {args.n / one:,.0f} images/s, 2 workers "
+                f"{args.n / two:,.0f} images/s: {one / two:.2f}x (target >= 1.8x)",
+                flush=True,
+            )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+n_rows = 0
+
+if __name__ == "__main__":
+    main()

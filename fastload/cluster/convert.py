@@ -1,0 +1,145 @@
+"""``python -m fastload convert SRC DST --engine ray|dask|spark``: a folder of class
+subfolders of images packed by a cluster's engine into a dataset written in parts, with
+the fields and metadata that ``convert`` gives a single file."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from fastload._storage.fields import Encoding, Str
+from fastload.imagefolder import ImageFolder
+from fastload.storage.parts import Committed
+
+__all__ = ["ENGINES", "convert_parts"]
+
+ENGINES = ("ray", "dask", "spark")
+ROWS_PER_PARTITION = 1000
+
+
+class ImageRow:
+    """A task's row of one image: ``{"image": its file's bytes, "label", "path"}`` from
+    ``(path under root, label)`` (or a dict holding them, as Ray Data hands rows)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def __call__(self, item: Any) -> dict[str, Any]:
+        path, label = (item["path"], item["label"]) if isinstance(item, Mapping) else item
+        with open(os.path.join(self.root, path), "rb") as f:
+            return {"image": f.read(), "label": int(label), "path": path}
+
+
+def convert_parts(
+    src: str,
+    dst: str,
+    encoding: Encoding,
+    engine: str,
+    *,
+    address: str | None = None,
+    workers: int = 2,
+    partitions: int | None = None,
+    **options: Any,
+) -> Committed:
+    """Pack ``src/<class>/<image files>`` into the dataset ``dst`` (a directory or a URL)
+    in parts, one task per partition (``partitions``: default one per 1000 images, at
+    least two per worker), on ``engine``'s cluster at ``address``, or on a local one of
+    ``workers`` processes started here (and stopped after). Fields ``image``
+    (``encoding``), ``label`` and ``path``, as ``convert`` writes them; ``options``: as
+    the engine's writer takes them (``storage_options``, ``on_error``, ``progress``,
+    ``overwrite``). Raises ValueError for an unknown engine."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    folder = ImageFolder(src)
+    root = os.path.abspath(folder.root)
+    items = [(os.path.relpath(os.path.abspath(p), root), int(t)) for p, t in _labelled(folder)]
+    n = partitions or max(2 * workers, -(-len(items) // ROWS_PER_PARTITION))
+    fields = {"image": encoding, "label": "int64", "path": Str()}
+    options.update(metadata={"classes": folder.classes, "source": root}, source_field="path")
+    run: Callable[..., Committed] = {"ray": _ray, "dask": _dask, "spark": _spark}[engine]
+    return run(items, ImageRow(root), n, dst, fields, address, workers, options)
+
+
+def _labelled(folder: ImageFolder) -> list[tuple[str, int]]:
+    return list(zip(folder.paths, (int(label) for label in folder.labels)))
+
+
+def _dask(
+    items: list[tuple[str, int]],
+    row: ImageRow,
+    n: int,
+    dst: str,
+    fields: dict[str, Any],
+    address: str | None,
+    workers: int,
+    options: dict[str, Any],
+) -> Committed:
+    import dask.bag as db
+    from distributed import Client, LocalCluster
+
+    from fastload.cluster.dask import write_dask
+
+    cluster = None
+    if address is None:
+        cluster = LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+        )
+    try:
+        with Client(address or cluster):
+            bag = db.from_sequence(items, npartitions=n).map(row)
+            return write_dask(bag, dst, fields, **options)
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
+def _ray(
+    items: list[tuple[str, int]],
+    row: ImageRow,
+    n: int,
+    dst: str,
+    fields: dict[str, Any],
+    address: str | None,
+    workers: int,
+    options: dict[str, Any],
+) -> Committed:
+    import ray
+
+    from fastload.cluster.ray import write_ray
+
+    options.pop("progress", None)  # Ray Data shows its own
+    ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False)
+    try:
+        records = [{"path": p, "label": t} for p, t in items]
+        dataset = ray.data.from_items(records, override_num_blocks=n).map(row)
+        return write_ray(dataset, dst, fields, **options)
+    finally:
+        ray.shutdown()
+
+
+def _spark(
+    items: list[tuple[str, int]],
+    row: ImageRow,
+    n: int,
+    dst: str,
+    fields: dict[str, Any],
+    address: str | None,
+    workers: int,
+    options: dict[str, Any],
+) -> Committed:
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    from fastload.cluster.spark import write_spark
+
+    options.pop("progress", None)  # Spark shows its own
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    master = address or f"local[{workers},3]"
+    spark = SparkSession.builder.master(master).appName("fastload convert").getOrCreate()
+    try:
+        rdd = spark.sparkContext.parallelize(items, n).map(row)
+        return write_spark(rdd, dst, fields, **options)
+    finally:
+        spark.stop()

@@ -1,0 +1,98 @@
+"""Writing a Dask bag or dataframe as a packed dataset: a task per partition, committed
+by the client (``fastload/storage/parts.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from fastload._storage.progress import progress_bar
+from fastload.storage.parts import (
+    DEFAULT_FILE_BYTES,
+    Committed,
+    commit,
+    engine_error,
+    prepare,
+    write_part,
+)
+from fastload.storage.writer import DEFAULT_BLOCK_BYTES
+
+__all__ = ["write_dask"]
+
+
+def write_dask(
+    collection: Any,
+    prefix: str,
+    fields: dict[str, Any],
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
+    retries: int = 2,
+    progress: bool = False,
+    file_bytes: int = DEFAULT_FILE_BYTES,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    on_error: Literal["raise", "skip"] = "raise",
+    metadata: dict[str, Any] | None = None,
+    source_field: str | None = None,
+) -> Committed:
+    """Write the rows of ``collection`` (a Dask bag of dicts or tuples, or a Dask
+    dataframe whose columns hold the fields) as the packed dataset ``prefix`` (a
+    directory or a URL; ``storage_options``: fsspec's): one task per partition, on the
+    distributed client in use (``distributed.Client``) or else Dask's default
+    scheduler; a task that raises is run again up to ``retries`` times (one whose worker
+    died, as Dask's ``allowed-failures`` says). The rows are in partition order, then
+    row order. ``progress``: a bar over the partitions (with a distributed client).
+    ``fields`` and the other options: as ``write_part`` takes them.
+
+    Returns the ``Committed`` dataset. Raises FileExistsError for a committed ``prefix``
+    unless ``overwrite``, and PartitionError naming the partition and the cause when a
+    task fails for good: nothing is committed then."""
+    import dask
+
+    prepare(prefix, storage_options, overwrite)
+    options: dict[str, Any] = dict(storage_options=storage_options, file_bytes=file_bytes)
+    options.update(block_bytes=block_bytes, on_error=on_error, metadata=metadata)
+    options.update(source_field=source_field)
+    task = dask.delayed(_write_partition, pure=False)
+    partitions = collection.to_delayed()
+    tasks = [task(p, i, prefix, fields, options) for i, p in enumerate(partitions)]
+    try:
+        parts = _computed(tasks, retries, progress)
+    except Exception as exc:
+        raise engine_error(prefix, exc) from exc
+    return commit(prefix, parts, len(tasks), storage_options=storage_options)
+
+
+def _write_partition(
+    partition: Any, index: int, prefix: str, fields: dict[str, Any], options: dict[str, Any]
+) -> Any:
+    """A task: partition ``index`` (a list of rows, or a pandas DataFrame) written."""
+    if hasattr(partition, "to_dict") and hasattr(partition, "columns"):
+        partition = partition.to_dict("records")
+    return write_part(partition, index, prefix, fields, **options)
+
+
+def _computed(tasks: list[Any], retries: int, progress: bool) -> list[Any]:
+    """The results of ``tasks``: on the distributed client in use (its futures cancelled
+    when one fails for good), else on Dask's default scheduler."""
+    try:
+        from distributed import as_completed, get_client
+
+        client = get_client()
+    except (ImportError, ValueError):  # no distributed client: Dask's default scheduler
+        import dask
+
+        return list(dask.compute(*tasks))
+    futures = client.compute(tasks, retries=retries)
+    bar = progress_bar(len(futures), progress, "partitions", "writing")
+    try:
+        for future in as_completed(futures):
+            if future.status == "error":
+                future.result()  # raises the task's error
+            if bar is not None:
+                bar.update(1)
+        return list(client.gather(futures))
+    finally:
+        if bar is not None:
+            bar.close()
+        client.cancel(futures)
