@@ -293,6 +293,12 @@ def test_a_bad_parallel_is_refused_before_anything_is_written(tmp_path, options,
 def test_skip_leaves_out_a_first_row_that_cannot_be_encoded(tmp_path):
     good = simplejpeg.encode_jpeg(np.zeros((8, 8, 3), np.uint8))
     rows = [{"image": b"not an image"}, {"image": good}]
-    [error] = write(tmp_path / "a.arrow", rows, {"image": JPEG()}, on_error="skip", progress=False)
+    [error] = write(
+        tmp_path / "a.arrow",
+        rows,
+        {"image": JPEG(keep_given=True)},
+        on_error="skip",
+        progress=False,
+    )
     assert error.index == 0 and "not an image file" in str(error)
     assert fastload.open(tmp_path / "a.arrow")["image"].encoded[0] == good
