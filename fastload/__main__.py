@@ -86,6 +86,7 @@ def _add_convert_args(p):
         help="encoder threads; default: one per CPU",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_block_bytes(p)
     p.add_argument(
         "--no-check",
         action="store_true",
@@ -99,6 +100,17 @@ def _add_convert_args(p):
         help="a file that cannot be read, decoded or encoded stops the conversion "
         "(raise) or is left out and listed at the end (skip); "
         "default: %(default)s",
+    )
+
+
+def _add_block_bytes(p):
+    p.add_argument(
+        "--block-bytes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="encoded bytes per block, the unit of quasi-random order and, at a URL, of a "
+        "request; default: 64 MiB for a local file, 4 MiB at a URL",
     )
 
 
@@ -147,6 +159,7 @@ def _run_convert(args):
         on_error=args.on_error,
         check=not args.no_check,
         storage_options=args.storage_options,
+        block_bytes=args.block_bytes,
     )
     print(f"wrote {n} images to {args.dst}")
     if skipped:

@@ -12,8 +12,7 @@ records at a time, each round loaded by the engine as a container (``_loading/ro
 from __future__ import annotations
 
 import warnings
-import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Generic, NoReturn, TypeVar, cast, overload
 
 import numpy as np
@@ -23,8 +22,8 @@ from . import _core
 from ._base.arguments import check_flag
 from ._base.collate import Collate, CollateOption
 from ._base.keywords import refuse_unknown_keywords
-from ._base.protocols import Blockwise, CheckedRows, FilePages, PagedFiles
-from ._base.tree import fetched_under, found_under, head, map_across, map_tree, tree_leaves
+from ._base.protocols import Blockwise, FilePages, PagedFiles
+from ._base.tree import found_under, head, map_across, map_tree, tree_leaves
 from ._loading.engine import Engine
 from ._loading.engine_options import Allocator, Backend, EngineOptions, OnError
 from ._loading.epochs import Epochs, Shuffle
@@ -85,56 +84,6 @@ def _block_bounds(data: Container) -> npt.NDArray[np.int64] | None:
     """Block boundaries of the packed dataset under ``data``, or None."""
     found = found_under(data, lambda d: d.block_bounds if isinstance(d, Blockwise) else None)
     return found[0] if found else None
-
-
-def _verifiers(data: Container) -> list[Callable[[npt.NDArray[np.int64]], None]]:
-    """The ``verify_rows`` of the packed datasets under ``data`` opened with
-    ``verify="read"``: they check a step's blocks before the loader hands it out."""
-    return found_under(data, lambda d: d.verify_rows if isinstance(d, CheckedRows) else None)
-
-
-def fetched_iteration(
-    engine: Engine, data: Container, schedule: Schedule, **options: Any
-) -> _core.Iteration:
-    """``engine.iterate(data, schedule, **options)`` with the checks of the packed
-    datasets under ``data``; over datasets at a URL, their blocks are fetched ahead of
-    the run (``Prefetch``), which waits at its gate for those not there yet, and let go
-    of after their last step was delivered when the dataset is larger than its
-    ``memory_bytes``."""
-    remotes = fetched_under(data)
-    if not remotes:
-        return engine.iterate(data, schedule, verify_rows=_verifiers(data), **options)
-    from fastload._storage.remotefiles import Prefetch
-
-    prefetch = Prefetch(
-        remotes,
-        schedule.order,
-        schedule.first(schedule.start),
-        first_step=schedule.start,
-        step_end=lambda step: schedule.first(step) + len(schedule.positions(step)),
-        slack=2 * schedule.rows,  # over memory_bytes: two steps ahead of the consumer
-    )
-    delivered = options.pop("delivered", None)
-
-    def told(step: int) -> None:  # the blocks of bounded datasets let go after use
-        prefetch.delivered(step)
-        if delivered is not None:
-            delivered(step)
-
-    iteration = engine.iterate(
-        data,
-        schedule,
-        verify_rows=[prefetch.check, *_verifiers(data)],
-        gate=prefetch.gate,
-        delivered=told,
-        **options,
-    )
-    # Steps read through Python or by worker processes run ahead of the gate: every block
-    # their iteration still reads is kept from other iterations' letting go.
-    prefetch.gated = iteration.is_gated
-    prefetch.start()
-    weakref.finalize(iteration, prefetch.close)
-    return iteration
 
 
 def _file_pages(data: Container) -> list[FilePages]:
@@ -421,22 +370,17 @@ class EpochLoader:
         self._stop_read_ahead()
         if self._pages is not None:
             self._read_ahead = self._pages.read_ahead(schedule.order, schedule.rows, schedule.start)
+        # Started by the engine once it runs (worker processes are forked by then); stopped
+        # at the end of the epoch, by the next one, or when the iteration is dropped.
         reading = self._read_ahead
-        iteration = fetched_iteration(
-            self._engine,
+        return self._engine.iterate(
             data,
             schedule,
             stats=self._stats,
             progress=self._progress,
             on_end=self._epoch_done,
-            delivered=reading and reading.delivered,
+            feeds=() if reading is None else (reading,),
         )
-        if reading is not None:
-            # Started once the engine runs (worker processes are forked by then); stopped
-            # at the end of the epoch, by the next one, or when the iteration is dropped.
-            reading.start()
-            weakref.finalize(iteration, reading.close)
-        return iteration
 
     def _stop_read_ahead(self) -> None:
         ahead, self._read_ahead = self._read_ahead, None
@@ -746,7 +690,7 @@ class _ParallelIterable:
         return self.schedule.steps
 
     def __iter__(self) -> Iterator[Any]:
-        return fetched_iteration(self.engine, self.data, self.schedule)
+        return self.engine.iterate(self.data, self.schedule)
 
 
 def eachobs_parallel(

@@ -13,7 +13,7 @@ v2 ``memory.current``), where the page cache that the kernel lets go of first (t
 
 import os
 
-__all__ = ["memory_limit", "memory_room"]
+__all__ = ["memory_limit", "memory_room", "readable_bytes"]
 
 _UNLIMITED = 1 << 60  # v1 writes "no limit" as a huge number (2^63 rounded to pages)
 
@@ -169,3 +169,13 @@ def _meminfo(name, path="/proc/meminfo"):
     except OSError:
         pass
     return None
+
+
+def readable_bytes(n: int | float) -> str:
+    """``n`` bytes in the unit that shows them: ``"512 B"``, ``"93.2 KB"``, ``"4.19 MB"``,
+    ``"1.5 GB"`` (powers of 1000, three significant digits)."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(n) >= size:
+            value = n / size
+            return f"{value:.3g} {unit}" if value < 1000 else f"{value:,.0f} {unit}"
+    return f"{int(n)} B"

@@ -101,8 +101,18 @@ class ReadAhead:
         self._cond = threading.Condition()
         self._threads = []
 
-    def start(self):
-        """Start the threads (once)."""
+    # As a feed of the engine (``_loading.seams.Feed``): no gate (the pages are read through
+    # the map whatever it reads ahead), nothing to check or to bring in first.
+    gate = None
+
+    def check(self, rows):
+        """Nothing to check: a page read ahead or not reads the same."""
+
+    def ensure(self, rows):
+        """Nothing to bring in: the map reads what was not read ahead."""
+
+    def start(self, gated=False):
+        """Start the threads (once); ``gated`` is the engine's (not used: no gate)."""
         for target, name in (
             (self._read, "reader"),
             (self._let_go, "releaser"),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
 import os
 import random
 import re
@@ -77,6 +78,14 @@ class _Changed(Exception):
     """The object is not the one opened (shorter, another version, gone): not retried."""
 
 
+class _NoRanges(Exception):
+    """The server sent the whole object for a range: it does not answer byte ranges."""
+
+
+class _Short(Exception):
+    """The server sent fewer bytes than the range holds: a fault of the answer, retried."""
+
+
 class Retries:
     """Calls to a store for ``url``, tried again after transient failures (backoff with
     jitter) within a deadline; what ends them raised as ``LoadError`` naming the URL."""
@@ -87,6 +96,11 @@ class Retries:
         self.url = url
         self.timeout = float(timeout)
         self._random = random.Random()
+        # (when, what): the last time the store gave no answer (or refused the connection)
+        # within ``timeout``; a read started within ``timeout`` after it fails at once with
+        # the same message, so that a caller whose reads follow one another (a probe, a
+        # loader's fetch, its check) hears of an outage once, within ``timeout``.
+        self._down: tuple[float, str] | None = None
 
     def call(self, fetch: Callable[[], T]) -> T:
         """``fetch()``, tried again within ``timeout`` seconds after transient failures."""
@@ -112,6 +126,13 @@ class Retries:
         """The pause before trying again after ``error``, or the error to raise: a
         LoadError (FileNotFoundError for a missing object at open)."""
         status = _status(error)
+        if isinstance(error, _NoRanges):
+            raise self._error(
+                where,
+                f"{error}: the server does not answer byte ranges. Serve the dataset with one "
+                f"that does (an S3-compatible store, nginx, Caddy: docs/remote.md, 'Serving "
+                f"over HTTP'), or copy it to a local disk",
+            ) from error
         if isinstance(error, _Changed):
             raise self._error(
                 where, f"{error}: the object changed since it was opened, reopen it"
@@ -130,11 +151,26 @@ class Retries:
             raise self._error(where, _describe(error)) from error
         delay = self._random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2**attempt))
         if time.monotonic() + delay >= deadline:
-            raise self._error(
+            raise self._gave_up(
                 where,
-                f"gave up after {attempt + 1} attempt(s) in {self.timeout:g} s: {_describe(error)}",
+                f"gave up after {attempt + 1} attempt(s) in {self.timeout:g} s: "
+                f"{_reason(error, self.timeout)}",
             ) from error
         return delay
+
+    def _gave_up(self, where: tuple[int, int] | None, message: str) -> LoadError:
+        """The error of a store that gave no answer within ``timeout``, remembered."""
+        error = self._error(where, message)
+        self._down = (time.monotonic(), str(error))
+        return error
+
+    def _still_down(self) -> None:
+        """Raise the last ``_gave_up`` error when it came less than ``timeout`` ago."""
+        down = self._down
+        if down is not None and time.monotonic() - down[0] < self.timeout:
+            raise LoadError(
+                f"{down[1]} (the store failed {self.timeout:g} s ago or less)", source=self.url
+            )
 
     def _error(self, where: tuple[int, int] | None, message: str) -> LoadError:
         what = "opening" if where is None else f"reading bytes {where[0]}-{where[1]} of"
@@ -204,6 +240,7 @@ class RemoteObject(Retries):
         wanted = [(s, e) for s, e in ranges if e > s]  # stores differ on empty ranges
         if not wanted:
             return [b"" for _ in ranges]
+        self._still_down()
         deadline = time.monotonic() + self.timeout
         if self._async:
             from fsspec.asyn import sync
@@ -255,19 +292,19 @@ class RemoteObject(Retries):
 
     async def _fetch_async(self, start: int, end: int) -> bytes:
         if self._s3 and self._conditional():
-            return _exact(await self._fetch_s3(start, end), start, end)
+            return _exact(await self._fetch_s3(start, end), start, end, self.size)
         kwargs: dict[str, Any] = {}
         if self._conditional():
             headers = dict(getattr(self._fs, "kwargs", {}).get("headers") or {})
             headers["If-Match"] = self.etag
             kwargs["headers"] = headers
         data = await self._fs._cat_file(self._path, start=start, end=end, **kwargs)
-        return _exact(bytes(data), start, end)
+        return _exact(bytes(data), start, end, self.size)
 
     def _pool(self, ranges: list[tuple[int, int]], deadline: float) -> list[bytes]:
         def one(start: int, end: int) -> bytes:
             fetch = lambda: _exact(
-                bytes(self._fs.cat_file(self._path, start=start, end=end)), start, end
+                bytes(self._fs.cat_file(self._path, start=start, end=end)), start, end, self.size
             )
             return self._retry_sync(fetch, deadline, (start, end))
 
@@ -282,7 +319,7 @@ class RemoteObject(Retries):
                     future.result()
             if not all(f.done() for f in futures):
                 start, end = ranges[next(k for k, f in enumerate(futures) if not f.done())]
-                raise self._error((start, end), f"no answer within {self.timeout:g} s")
+                raise self._gave_up((start, end), f"no answer within {self.timeout:g} s")
             return [f.result() for f in futures]
         finally:
             # A call stuck in the store's library cannot be interrupted: its thread ends
@@ -439,10 +476,17 @@ def _unstrip(protocol: str, name: str) -> str:
     return name if is_url(name) else f"{protocol}://{name}"
 
 
-def _exact(data: bytes, start: int, end: int) -> bytes:
-    if len(data) != end - start:
-        raise _Changed(f"{len(data)} bytes came back for a range of {end - start}")
-    return data
+def _exact(data: bytes, start: int, end: int, size: int) -> bytes:
+    """``data``, when it is the ``end - start`` bytes asked for; else raises what its length
+    says: the whole object (``size`` bytes: no range support), fewer bytes (a short answer,
+    tried again), more (the object changed)."""
+    if len(data) == end - start:
+        return data
+    if len(data) == size:
+        raise _NoRanges(f"the whole object ({size} bytes) came back for a range of {end - start}")
+    if len(data) < end - start:
+        raise _Short(f"a short answer: {len(data)} bytes came back for a range of {end - start}")
+    raise _Changed(f"{len(data)} bytes came back for a range of {end - start}")
 
 
 def _etag(info: Mapping[str, Any]) -> str | None:
@@ -489,6 +533,8 @@ def _status(error: BaseException) -> int | None:
 
 
 def _transient(error: BaseException, status: int | None) -> bool:
+    if isinstance(error, _Short):
+        return True
     if status is not None:
         return status >= 500 or status in (408, 429)
     for e in _chain(error):
@@ -497,6 +543,22 @@ def _transient(error: BaseException, status: int | None) -> bool:
         if any(c.__name__ in _TRANSIENT_NAMES for c in type(e).__mro__):
             return True
     return False
+
+
+def _reason(error: BaseException, timeout: float) -> str:
+    """Why the last try failed, in words: the connection refused, no answer, or the
+    error."""
+    chain = _chain(error)
+    if any(
+        isinstance(e, ConnectionRefusedError)
+        or getattr(e, "errno", None) == errno.ECONNREFUSED
+        or "connection refused" in str(e).lower()
+        for e in chain
+    ):
+        return f"the connection was refused: is the server up at this address? ({_describe(error)})"
+    if any(isinstance(e, (TimeoutError, asyncio.TimeoutError)) for e in chain):
+        return f"no answer within {timeout:g} s ({_describe(error)})"
+    return _describe(error)
 
 
 def _describe(error: BaseException) -> str:

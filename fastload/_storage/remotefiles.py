@@ -68,7 +68,7 @@ from fastload._storage.arrow_types import import_pyarrow
 from fastload._storage.blockcache import BlockCache
 from fastload._storage.checksums import block_checksums, file_checksums
 from fastload._storage.framing import framing_of
-from fastload._storage.memory import memory_limit
+from fastload._storage.memory import memory_limit, readable_bytes
 from fastload._storage.remote import MAX_CONCURRENCY, RemoteObject, resolve_urls
 from fastload.errors import LoadError
 
@@ -262,6 +262,7 @@ class RemoteRows:
             # Byte k of this unlinked file is locked (a POSIX record lock, a process's own)
             # by the process fetching block k: processes forked later fetch it once.
             self._claims = tempfile.TemporaryFile(prefix="fastload-blocks-")
+            weakref.finalize(self, self._claims.close)  # closed with it, not by the collector
             self.memory_bytes = memory_bytes
             self.bounded = (
                 memory_bytes is not None and can_let_go() and int(self.nbytes.sum()) > memory_bytes
@@ -587,8 +588,11 @@ class Prefetch:
             remote.reading(self, True)
         self._advance(0)
 
-    def start(self) -> Prefetch:
-        """Start fetching, on a thread of its own (once)."""
+    def start(self, gated: bool | None = None) -> Prefetch:
+        """Start fetching, on a thread of its own (once); ``gated``: whether the engine
+        waits at the gate (None: as set before)."""
+        if gated is not None:
+            self.gated = gated
         if self._bounded:
             self._let_go_of_others()
         threading.Thread(target=self._run, daemon=True, name="fastload-prefetch").start()
@@ -676,7 +680,7 @@ class Prefetch:
 
     def _warn_when_over(self) -> None:
         """Warn when the order reads more bytes of a bounded dataset at once (the blocks
-        read both before and after some position) than its ``memory_bytes``."""
+        read both before and after some position: a wave) than its ``memory_bytes``."""
         for r, remote in enumerate(self.remotes):
             mine = self._owner == r
             if not remote.bounded or not mine.any():
@@ -684,18 +688,14 @@ class Prefetch:
             sizes = remote.nbytes[self._need[mine]]
             at = np.concatenate([self._first[mine], self._last[mine] + 1])
             change = np.concatenate([sizes, -sizes])
+            count = np.concatenate([np.ones_like(sizes), -np.ones_like(sizes)])
             by = np.lexsort((change, at))  # at one position, what ends before what starts
-            peak = int(np.cumsum(change[by]).max())
+            held = np.cumsum(change[by])
+            peak = int(held.max())
             if peak > int(remote.memory_bytes or 0):
+                blocks = int(np.cumsum(count[by])[int(held.argmax())])
                 warnings.warn(
-                    f"{remote.files[0].url}: this order reads up to {peak / 1e6:.0f} MB of "
-                    f"blocks at once, more than memory_bytes={remote.memory_bytes} "
-                    f"({int(remote.memory_bytes or 0) / 1e6:.0f} MB), and holds them: a "
-                    f"random order (shuffle=True) needs every block all epoch. Use "
-                    f"shuffle='quasi' (blocks in random order, shuffled a wave at a time), "
-                    f"or open with a larger memory_bytes",
-                    UserWarning,
-                    stacklevel=5,
+                    _over_message(remote, peak, blocks, len(sizes)), UserWarning, stacklevel=2
                 )
                 return
 
@@ -779,6 +779,29 @@ class Prefetch:
         finally:
             for future in running.values():
                 future.cancel()
+
+
+def _over_message(remote: RemoteRows, peak: int, blocks: int, used: int) -> str:
+    """What to do about an order that holds ``peak`` bytes (``blocks`` blocks of the
+    ``used`` that it reads) of ``remote`` at once, over its ``memory_bytes``."""
+    limit = int(remote.memory_bytes or 0)
+    largest = readable_bytes(int(remote.nbytes.max()))
+    head = (
+        f"{remote.files[0].url}: this order reads a wave of {blocks} blocks (up to "
+        f"{largest} each, {readable_bytes(peak)} in all) at once, more than "
+        f"memory_bytes={limit:,} ({readable_bytes(limit)}): the blocks of a wave stay "
+        f"until its last step that reads them was delivered, so the loader holds more "
+        f"than memory_bytes. "
+    )
+    if blocks >= used > 8:
+        return head + (
+            "A random order (shuffle=True) reads every block all epoch: use "
+            "shuffle='quasi' (blocks in random order, shuffled a wave at a time)"
+        )
+    return head + (
+        f"Open it with memory_bytes of at least {readable_bytes(peak)} (twice that for "
+        f"full speed), or write it with smaller blocks (block_bytes)"
+    )
 
 
 def open_objects(

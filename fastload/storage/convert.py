@@ -92,7 +92,7 @@ def convert(
     threshold_bytes=DEFAULT_SMART_THRESHOLD,
     parallel=True,
     progress=True,
-    block_bytes=64 << 20,
+    block_bytes=None,
     on_error="raise",
     check=True,
     subsampling="420",
@@ -113,7 +113,8 @@ def convert(
     Every image is decoded once: JPEG (or QOI) files stored as they are too, unless
     ``check=False`` (faster; a file that cannot be decoded then fails in training).
     ``quality``, ``subsampling``, ``restart_px`` (jpeg and smart modes), ``max_side`` and
-    ``exact``: as ``JPEG``'s. ``dst`` may be a URL (``s3://bucket/train.arrow``;
+    ``exact``: as ``JPEG``'s. ``block_bytes``: as ``write`` takes it (default: 64 MiB
+    for a local file, 4 MiB at a URL). ``dst`` may be a URL (``s3://bucket/train.arrow``;
     ``storage_options``: fsspec's), where the file is uploaded as ``write`` says.
 
     Raises FileNotFoundError for a missing ``src`` or ``dst`` directory, ValueError for a
