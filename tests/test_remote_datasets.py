@@ -697,3 +697,40 @@ def test_a_server_without_byte_ranges_is_named_as_such(files, tmp_path):
     finally:
         server.kill()
         server.wait()
+
+
+def _big_rows(shift):
+    return [
+        {
+            "x": np.full((32, 32), (i + shift) % 251, np.uint8),
+            "label": i,
+            "tag": bytes([i % 251]) * 8,
+        }
+        for i in range(BIG)
+    ]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"parallel": 2}, {"parallel": False}, {"parallel": 2, "backend": "process"}],
+    ids=["threads", "sequential", "processes"],
+)
+def test_an_object_replaced_under_a_bounded_epoch_gives_the_documented_error(tmp_path, options):
+    fields = {"x": Raw((32, 32), "uint8"), "label": "int64", "tag": Bytes()}
+    for shift in (0, 1):
+        path = tmp_path / f"v{shift}.arrow"
+        fastload.write(path, _big_rows(shift), fields, block_bytes=16 << 10, progress=False)
+    (tmp_path / "www").mkdir()
+    server = RangeServer(tmp_path / "www")
+    try:
+        for seed in range(4):
+            (tmp_path / "www" / "all.arrow").write_bytes((tmp_path / "v0.arrow").read_bytes())
+            ds = fastload.open(f"{server.url}/all.arrow", cache_bytes=0, memory_bytes=BUDGET)
+            with pytest.raises(LoadError, match=r"all\.arrow.*changed") as caught, deadline(60):
+                for k, _ in enumerate(DataLoader(ds, 50, shuffle="quasi", seed=seed, **options)):
+                    if k == 2 + 3 * seed:  # replaced, as a new version is uploaded
+                        new = (tmp_path / "v1.arrow").read_bytes()
+                        (tmp_path / "www" / "all.arrow").write_bytes(new)
+            assert "please report" not in str(caught.value)
+    finally:
+        server.stop()

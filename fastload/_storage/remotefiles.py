@@ -616,6 +616,10 @@ class Prefetch:
             ):
                 raise self.error
         elif self._bounded and any((r.present[r.blocks_of(rows)] == 0).any() for r in self.remotes):
+            # What the step read is not handed out. Its blocks fetched again say why, when
+            # the store does: the object changed or is gone (the documented LoadError).
+            for remote in self.remotes:
+                remote.ensure(rows)
             raise RuntimeError(
                 "a block of a dataset at a URL was let go while a step read it; the step is "
                 "not handed out (please report this)"
