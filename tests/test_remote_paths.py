@@ -285,3 +285,39 @@ def test_views_over_a_dataset_at_a_url_read_as_over_the_local_file(
     http, local, tmp_path, path, view
 ):
     _check(_http(http), local, tmp_path, path, view, "bounded")
+
+
+# -- faults: what each path raises, naming the cause ------------------------------------------
+
+FAULTS = [
+    (path, fault)
+    for fault, paths in {
+        "stall": ["item", "caller", "threads", "processes", "torch-native", "torch-ring"],
+        "refused": ["item", "threads", "processes"],
+    }.items()
+    for path in paths
+]
+
+
+@pytest.mark.parametrize(("path", "fault"), FAULTS)
+def test_a_stalled_or_refusing_server_is_named_on_every_path(local, path, fault):
+    server = RangeServer(local)
+    try:
+        ds = fastload.open(f"{server.url}/all.arrow", cache_bytes=0, timeout=1)
+        if fault == "stall":
+            server.stall = True
+        else:
+            server.stop()  # the port refuses connections from now on
+        read = (lambda: ds[5]) if path == "item" else (lambda: PATHS[path](ds["raw"]))
+        with pytest.raises(Exception) as caught, deadline(30):
+            read()
+        message = str(caught.value)
+        assert f"{server.url}/all.arrow" in message
+        if fault == "stall":
+            assert "no answer within 1 s" in message
+        else:
+            assert "the connection was refused" in message and "no answer" not in message
+        assert "changed" not in message and "please report" not in message
+    finally:
+        server.stall = False
+        server.stop()

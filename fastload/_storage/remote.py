@@ -22,9 +22,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import errno
+import mmap
 import os
 import random
 import re
+import struct
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -36,6 +38,9 @@ T = TypeVar("T")
 # The suffixes of packed dataset files (fastload.storage.reader.SUFFIXES, which sits in a
 # layer above this one).
 SUFFIXES = (".arrow", ".arrows", ".feather", ".ipc")
+
+# Bytes of the shared record of the last outage (when, the message's length, the message).
+_DOWN_BYTES = 4096
 
 # Requests in flight at once per ``read_ranges`` call.
 MAX_CONCURRENCY = 8
@@ -96,11 +101,13 @@ class Retries:
         self.url = url
         self.timeout = float(timeout)
         self._random = random.Random()
-        # (when, what): the last time the store gave no answer (or refused the connection)
-        # within ``timeout``; a read started within ``timeout`` after it fails at once with
-        # the same message, so that a caller whose reads follow one another (a probe, a
-        # loader's fetch, its check) hears of an outage once, within ``timeout``.
-        self._down: tuple[float, str] | None = None
+        # When the store last gave no answer (or refused the connection) within
+        # ``timeout``, and the message: a read started within ``timeout`` after it fails at
+        # once with it, so that reads that follow one another (a probe, a loader's fetch,
+        # a worker process's, a check) tell of one outage once, within ``timeout``. In
+        # memory shared with the worker processes forked later, which wait for each
+        # other's fetches.
+        self._down = mmap.mmap(-1, _DOWN_BYTES)
 
     def call(self, fetch: Callable[[], T]) -> T:
         """``fetch()``, tried again within ``timeout`` seconds after transient failures."""
@@ -161,15 +168,20 @@ class Retries:
     def _gave_up(self, where: tuple[int, int] | None, message: str) -> LoadError:
         """The error of a store that gave no answer within ``timeout``, remembered."""
         error = self._error(where, message)
-        self._down = (time.monotonic(), str(error))
+        text = str(error).encode()[: _DOWN_BYTES - 12]
+        self._down[12 : 12 + len(text)] = text
+        struct.pack_into("<dI", self._down, 0, time.monotonic(), len(text))
         return error
 
     def _still_down(self) -> None:
-        """Raise the last ``_gave_up`` error when it came less than ``timeout`` ago."""
-        down = self._down
-        if down is not None and time.monotonic() - down[0] < self.timeout:
+        """Raise the last ``_gave_up`` error (of any process) when it came less than
+        ``timeout`` ago."""
+        when, length = struct.unpack_from("<dI", self._down, 0)
+        if length and time.monotonic() - when < self.timeout:
+            message = bytes(self._down[12 : 12 + length]).decode(errors="replace")
             raise LoadError(
-                f"{down[1]} (the store failed {self.timeout:g} s ago or less)", source=self.url
+                f"{message} (the store failed less than {self.timeout:g} s ago)",
+                source=self.url,
             )
 
     def _error(self, where: tuple[int, int] | None, message: str) -> LoadError:

@@ -403,7 +403,10 @@ class RemoteRows:
         if len(missing) == 1:
             self.fetch(int(missing[0]))
         elif len(missing):
-            for future in [self.pool().submit(self.fetch, int(k)) for k in missing]:
+            futures = [self.pool().submit(self.fetch, int(k)) for k in missing]
+            # The first failure is raised as it comes, not after the fetches listed before it.
+            concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
+            for future in [f for f in futures if f.done()] + futures:
                 future.result()
 
     def fetch(self, k: int, wanted: Callable[[], bool] | None = None) -> None:
