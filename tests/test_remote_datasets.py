@@ -6,6 +6,7 @@ import json
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -734,3 +735,45 @@ def test_an_object_replaced_under_a_bounded_epoch_gives_the_documented_error(tmp
             assert "please report" not in str(caught.value)
     finally:
         server.stop()
+
+
+def _soon_bytes(ds, order, rows):
+    """The most bytes of blocks that five consecutive steps of ``order`` read: what one
+    loader keeps past its budget (its first step not delivered and the next four)."""
+    remote = ds.remote_rows
+    blocks = np.searchsorted(remote.bounds, order, side="right") - 1
+    return max(
+        int(remote.nbytes[np.unique(blocks[p : p + 5 * rows])].sum())
+        for p in range(0, len(order), rows)
+    )
+
+
+@pytest.mark.parametrize("together", ["zip", "threads"])
+def test_two_loaders_on_one_bounded_dataset_hold_within_the_stated_bound(big, together):
+    budget = 300_000  # a quarter of the 1.2 MB
+    ds = fastload.open(f"{big.url}/all.arrow", cache_bytes=0, memory_bytes=budget)
+    remote = ds.remote_rows
+    loaders = [DataLoader(ds, 16, shuffle="quasi", seed=s, parallel=2) for s in (1, 2)]
+    bound = budget + sum(_soon_bytes(ds, loader.order(0), 16) for loader in loaders)
+    held, labels = [], [[], []]
+
+    def run(k):
+        for batch in loaders[k]:
+            labels[k].append(np.asarray(batch["label"]))
+            held.append(remote.held_bytes())
+
+    with deadline(120):
+        if together == "zip":
+            for a, b in zip(*loaders, strict=True):
+                for k, batch in enumerate((a, b)):
+                    labels[k].append(np.asarray(batch["label"]))
+                held.append(remote.held_bytes())
+        else:
+            threads = [threading.Thread(target=run, args=(k,)) for k in (0, 1)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+    for got in labels:
+        assert sorted(np.concatenate(got).tolist()) == list(range(BIG))
+    assert max(held) <= bound < remote.nbytes.sum()

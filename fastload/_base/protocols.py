@@ -12,6 +12,7 @@ rather than probing attribute names. Nothing here imports the rest of fastload.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -128,6 +129,11 @@ class FeedSource(Protocol):
     def ensure(self, rows: int | npt.NDArray[np.int64]) -> None:
         """Bring in the data of ``rows`` now (what a worker process calls before it loads
         them natively)."""
+        ...
+
+    def holding(self, rows: int | npt.NDArray[np.int64]) -> AbstractContextManager[None]:
+        """Keep the data of ``rows`` from being let go while it is read (a worker
+        process's native read, from its ``ensure`` to the end of the load)."""
         ...
 
 

@@ -17,6 +17,7 @@ PyTorch loader), the feed is the same one, started by the engine.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -42,6 +43,14 @@ class RowFeed(FeedSource):
         naming the URL when that fails."""
         if self.remote is not None:
             self.remote.ensure(rows)
+
+    def holding(self, rows: _Rows) -> contextlib.AbstractContextManager[None]:
+        """Keep the blocks of ``rows`` from being let go while they are read (at a URL,
+        bounded: ``RemoteRows.holding``)."""
+        if self.remote is None:
+            return contextlib.nullcontext()
+        held: contextlib.AbstractContextManager[None] = self.remote.holding(rows)
+        return held
 
     def feed(
         self,

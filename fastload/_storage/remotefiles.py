@@ -662,16 +662,25 @@ class Prefetch:
         that reads it was not delivered yet and, when the engine waits at the gate
         (``gated``), the gate passed it (under its lock); a block the gate did not pass
         yet is fetched again if it is let go. Steps read through Python or by worker
-        processes do not wait at the gate: all their blocks to come are kept."""
+        processes do not wait at the gate: they hold their blocks while they read them
+        (``holding``), and the blocks of the steps about to be loaded are kept for them."""
         if self._stopped.is_set():
             return False
         for r, mine in enumerate(self.remotes):
             local = k + remote.offset - mine.offset  # both may be parts of one dataset
             if mine.root is remote.root and 0 <= local < len(mine.blocks):
                 j = self._index_of[r][local]
-                if self._last_of[r][local] >= self._done and (not self.gated or j < self._passed):
+                if self._last_of[r][local] < self._done or j < 0:
+                    continue
+                if j < self._passed if self.gated else self._first[j] <= self._soon():
                     return True
         return False
+
+    def _soon(self) -> int:
+        """The last position of the steps about to be loaded: the window past what was
+        delivered within which the gate passes blocks (bounded) and blocks are kept for
+        steps read without a gate."""
+        return self._done + 2 * self._slack
 
     def _let_go_of_others(self) -> None:
         """Let go of the blocks of bounded datasets held from before (an iteration
@@ -721,6 +730,11 @@ class Prefetch:
         gate sees it gone; a block whose lock is held (being fetched) is not there yet:
         the gate does not wait for one fetch while others land."""
         while i < len(self._need):
+            # Bounded: a block passed is kept for this iteration until its last step is
+            # delivered, so the gate passes only the blocks of the steps about to be loaded
+            # (what another iteration fetched ahead is not kept for this one's far future).
+            if self._bounded and self._first[i] > self._soon():
+                break
             remote, k = self.remotes[self._owner[i]], int(self._need[i])
             lock = remote._lock(k)
             if not lock.acquire(blocking=False):  # being fetched (or let go) now: not yet
