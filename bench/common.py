@@ -52,16 +52,21 @@ def compare(candidates, repeats, reference, unit="items/s"):
 
 
 def _memory_bytes(pid):
-    """(RSS, PSS) of one process, from /proc: PSS counts a page shared by k processes
-    (forked code, a shared-memory ring, tensors in shared memory) as 1/k in each."""
-    rss = pss = 0
+    """(RSS, PSS, unreclaimable PSS) of one process, from /proc: PSS counts a page shared
+    by k processes (forked code, a shared-memory ring, tensors in shared memory) as 1/k in
+    each; the unreclaimable part is its anonymous and shared-memory pages (``Pss_Anon`` +
+    ``Pss_Shmem``), which the kernel cannot drop under memory pressure (without swap), as
+    it drops the clean pages of files (``Pss_File``)."""
+    rss = pss = unreclaimable = 0
     with open(f"/proc/{pid}/smaps_rollup") as f:
         for line in f:
             if line.startswith("Rss:"):
                 rss = int(line.split()[1]) * 1024
             elif line.startswith("Pss:"):
                 pss = int(line.split()[1]) * 1024
-    return rss, pss
+            elif line.startswith(("Pss_Anon:", "Pss_Shmem:")):
+                unreclaimable += int(line.split()[1]) * 1024
+    return rss, pss, unreclaimable
 
 
 def minor_faults(pids):
@@ -93,9 +98,10 @@ def _descendants(pid):
 
 
 def _tree_memory_bytes(pid):
-    """(RSS, PSS) of ``pid`` and its descendants, summed; None when the tree changed while
-    it was read (a fork between reading the parent and listing its children would count
-    the pages they share twice: the parent's whole, the child's half)."""
+    """(RSS, PSS, unreclaimable PSS) of ``pid`` and its descendants, summed; None when the
+    tree changed while it was read (a fork between reading the parent and listing its
+    children would count the pages they share twice: the parent's whole, the child's
+    half)."""
     try:
         pids = _descendants(pid)
         sizes = [_memory_bytes(p) for p in pids]
@@ -103,16 +109,19 @@ def _tree_memory_bytes(pid):
             return None
     except (FileNotFoundError, ProcessLookupError):
         return None
-    return sum(rss for rss, _ in sizes), sum(pss for _, pss in sizes)
+    return tuple(sum(size[k] for size in sizes) for k in range(3))
 
 
 class TreeMemory:
-    """Peaks of the summed RSS and of the summed PSS of this process and its workers,
-    sampled every 10 ms. The RSS sum counts a page shared by several processes once per
-    process; the PSS sum counts it once in all, which is the tree's real footprint."""
+    """Peaks of the summed RSS, of the summed PSS and of the summed unreclaimable PSS
+    (anonymous and shared-memory pages) of this process and its workers, sampled every
+    10 ms. The RSS sum counts a page shared by several processes once per process; the
+    PSS sum counts it once in all, which is the tree's real footprint; the unreclaimable
+    part is what the kernel cannot take back for others (a mapped file's clean pages it
+    can)."""
 
     def __init__(self):
-        self.rss = self.pss = 0
+        self.rss = self.pss = self.unreclaimable = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -121,6 +130,7 @@ class TreeMemory:
             sizes = _tree_memory_bytes(os.getpid())
             if sizes is not None:
                 self.rss, self.pss = max(self.rss, sizes[0]), max(self.pss, sizes[1])
+                self.unreclaimable = max(self.unreclaimable, sizes[2])
 
     def __enter__(self):
         self._thread.start()

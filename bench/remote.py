@@ -29,7 +29,9 @@ reaches the server, and the answers share a bandwidth of ``--mbps`` megabits per
    ``open`` (a peer: its dataset's construction) to the first batch; the MB that crossed
    the proxy; the peak memory of the process and its workers, sampled every 10 ms (the
    sum of their PSS, where a page shared by k processes counts 1/k in each, so that the
-   workers' forked pages count once; and the sum of their RSS, which counts them in each);
+   workers' forked pages count once; the part of it in anonymous and shared-memory pages,
+   which the kernel cannot reclaim for the training process, as it can a mapped file's
+   clean pages; and the sum of their RSS, which counts them in each);
    fastload's child has no worker processes, its threads are in its own memory. Also the
    MB left on local disk (a peer's cache folder at the end; fastload writes nothing), and
    the CPU time the store and the proxy took meanwhile (this script's threads: the HTTP
@@ -43,6 +45,7 @@ Usage (fastload built in place; the peers' environment made once):
   bench/peers_env.sh
   python bench/remote.py [--n 4000] [--repeats 5] [--latency-ms 20]
       [--mbps 1000] [--block-mb 4] [--memory-part 0.5] [--peers] [--peer-file-mb MB]
+      [--baseline DIR]
 """
 
 import argparse
@@ -220,7 +223,8 @@ def child(where, storage_options, memory_bytes):
     result = {"rate": (loaded - first_size) / (end - first), "first_s": first - start}
     result["disk_mb"] = 0.0  # cache_bytes=0: nothing written
     result["held_mb"] = held / 2**20
-    print(json.dumps({**result, "rss_mb": memory.rss / 2**20, "pss_mb": memory.pss / 2**20}))
+    result.update(rss_mb=memory.rss / 2**20, pss_mb=memory.pss / 2**20)
+    print(json.dumps({**result, "unreclaimable_mb": memory.unreclaimable / 2**20}))
 
 
 def run_child(argv, env=None):
@@ -324,6 +328,10 @@ def plan(args, server, files, path, peer_folders):
         "S3_ENDPOINT_URL": endpoint,  # Mosaic's
         "LITDATA_DISABLE_VERSION_CHECK": "1",  # else each run asks PyPI for a newer release
     }
+    if args.baseline:  # the same fastload runs with another checkout, interleaved
+        baseline = {**os.environ, "PYTHONPATH": os.path.abspath(args.baseline)}
+        for name, (argv, _, proxy) in list(runs.items()):
+            runs[f"{name}, baseline"] = (argv, baseline, proxy)
     for name, peer in PEERS.items():
         if peer in peer_folders:
             argv = [PEERS_PYTHON, PEERS_SCRIPT, "read", peer, f"s3://bench/{peer}"]
@@ -360,7 +368,9 @@ def report(results, size_mb, repeats):
         print(
             f"  {name:{width}s} {m['rate']:7,.0f} images/s ({m['rate'] / local:.2f}x local), "
             f"first batch {m['first_s']:.2f} s, {m['downloaded_mb']:.1f} MB downloaded\n"
-            f"  {'':{width}s} peak {m['pss_mb']:,.0f} MB PSS ({m['rss_mb']:,.0f} MB summed RSS), "
+            f"  {'':{width}s} peak {m['pss_mb']:,.0f} MB PSS ({m['rss_mb']:,.0f} MB summed RSS; "
+            f"{m.get('unreclaimable_mb', 0):,.0f} MB anonymous and shared, which the kernel "
+            f"cannot reclaim), "
             f"{m['disk_mb']:.1f} MB on disk at the end, "
             f"{m['store_cpu_s']:.2f} s of CPU in the store and proxy"
             + (f", at most {m['held_mb']:.1f} MiB of blocks held" if m.get("held_mb") else "")
@@ -380,6 +390,13 @@ def main():
     )
     parser.add_argument("--peers", action="store_true", help="also Mosaic Streaming and LitData")
     parser.add_argument("--peer-file-mb", type=float, default=None, help="(--block-mb)")
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        metavar="DIR",
+        help="also run fastload's runs with the fastload of DIR (another checkout, built in "
+        "place), interleaved with these",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--options", default="{}", help=argparse.SUPPRESS)
     parser.add_argument("--memory-bytes", type=int, default=None, help=argparse.SUPPRESS)

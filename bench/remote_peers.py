@@ -167,6 +167,7 @@ def read(peer, url, endpoint, n):
         "first_s": first_s,
         "rss_mb": memory.rss / 2**20,
         "pss_mb": memory.pss / 2**20,
+        "unreclaimable_mb": memory.unreclaimable / 2**20,
         "disk_mb": disk / 1e6,
     }
     print(json.dumps(result))

@@ -87,6 +87,7 @@ def _add_convert_args(p):
     )
     _add_parallel_args(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_block_bytes(p)
     p.add_argument(
         "--no-check",
         action="store_true",
@@ -142,6 +143,17 @@ def _add_parallel_args(p):
         default=None,
         metavar="N",
         help="deprecated: the old spelling of --parallel N (removed in 0.4)",
+    )
+
+
+def _add_block_bytes(p):
+    p.add_argument(
+        "--block-bytes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="encoded bytes per block, the unit of quasi-random order and, at a URL, of a "
+        "request; default: 64 MiB for a local file, 4 MiB at a URL",
     )
 
 
@@ -206,6 +218,7 @@ def _run_convert(args):
         on_error=args.on_error,
         check=not args.no_check,
         storage_options=args.storage_options,
+        block_bytes=args.block_bytes,
     )
     print(f"wrote {n} images to {args.dst}")
     if skipped:

@@ -32,7 +32,7 @@ from ._base.keywords import (
 )
 from ._loading.engine import Engine
 from ._loading.engine_options import Allocator, EngineOptions
-from ._loading.iteration import StatsReport, fetched_iteration
+from ._loading.iteration import StatsReport
 from ._loading.options import LoaderOptions
 from ._loading.resume import ResumableLoader
 from ._loading.schedule import Schedule, schedule_of
@@ -238,7 +238,7 @@ class _ParallelIterable:
         return self.schedule.steps
 
     def __iter__(self) -> Iterator[Any]:
-        return fetched_iteration(self.engine, self.data, self.schedule)
+        return self.engine.iterate(self.data, self.schedule)
 
 
 def eachobs_parallel(

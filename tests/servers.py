@@ -103,6 +103,8 @@ class RangeServer:
       - ``stall``: accept every request and never answer (until ``stop`` or unset);
       - ``fail_next(n, status=503)``: answer the next n requests with ``status``;
       - ``cut_next(n)``: send half of the next n bodies, then close the connection;
+      - ``short_next(n)``: answer the next n ranged requests with a well-formed 206 of
+        half the range;
       - ``altered``: serve the byte at this offset altered, under the file's true ETag;
       - ``refuse``: answer every request 403 (refused credentials);
       - ``stop()`` and ``start()``, on the same port.
@@ -119,6 +121,7 @@ class RangeServer:
         self.requests = 0
         self._failures = []  # statuses of the next requests to fail
         self._cuts = 0
+        self._shorts = 0
         self._lock = threading.Lock()
         self._released = threading.Event()
         self._connections = set()
@@ -164,8 +167,13 @@ class RangeServer:
         with self._lock:
             self._cuts += n
 
-    def _take(self, connection):
-        """Counts a request and says which fault it gets: a status, "cut" or None."""
+    def short_next(self, n):
+        with self._lock:
+            self._shorts += n
+
+    def _take(self, connection, ranged):
+        """Counts a request and says which fault it gets: a status, "cut", "short" or
+        None."""
         with self._lock:
             self.requests += 1
             self._connections.add(connection)
@@ -174,6 +182,9 @@ class RangeServer:
             if self._cuts:
                 self._cuts -= 1
                 return "cut"
+            if self._shorts and ranged:
+                self._shorts -= 1
+                return "short"
         return None
 
 
@@ -208,7 +219,7 @@ class _RangeHandler(SimpleHTTPRequestHandler):
 
     def _serve(self, body):
         s = self.switches
-        fault = s._take(self.connection)
+        fault = s._take(self.connection, "Range" in self.headers)
         if s.stall:
             s._released.wait()
             self.close_connection = True
@@ -233,6 +244,11 @@ class _RangeHandler(SimpleHTTPRequestHandler):
         status, data, extra = self._range(data)
         if status == 416:
             return self._send_status(416, extra)
+        if fault == "short" and status == 206:  # well formed, but half the range
+            start = int(extra["Content-Range"].split()[1].split("-")[0])
+            data = data[: max(1, len(data) // 2)]
+            size = extra["Content-Range"].rsplit("/", 1)[1]
+            extra = {"Content-Range": f"bytes {start}-{start + len(data) - 1}/{size}"}
         self.send_response(status)
         for key, value in extra.items():
             self.send_header(key, value)

@@ -216,3 +216,11 @@ def test_the_planner_imports_no_image_code(module):
 
 def test_the_planner_reaches_no_transforms():
     assert "transforms" not in reached(GRAPH, "_loading.plan")
+
+
+def test_the_engine_imports_no_storage_module():
+    # Storage meets the engine at its seams (seams.Feed, _base.protocols.FeedSource): what a
+    # dataset at a URL needs is fed through them, never wired into the engine.
+    for node in GRAPH:
+        if fnmatch(node, "_loading*"):
+            assert not {b for b in GRAPH[node] if b.startswith("_storage")}, node

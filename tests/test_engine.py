@@ -2,6 +2,7 @@
 made once from views, rings that fill up and drain, small steps claimed across step boundaries,
 whole-step containers, and no view built per batch."""
 
+import gc
 import multiprocessing
 import os
 import subprocess
@@ -508,17 +509,42 @@ def test_tiny_steps_load_in_the_caller_s_thread_without_being_measured():
 # -- the gate: a native run waits for data being fetched ------------------------------------
 
 
+class GateFeed:
+    """A feed (``seams.Feed``) whose gate the test opens, and that records what the engine
+    tells it."""
+
+    def __init__(self, gate):
+        self.gate = gate
+        self.started, self.checked, self.told, self.closed = [], [], [], 0
+
+    def start(self, gated):
+        self.started.append(gated)
+
+    def check(self, rows):
+        self.checked.append(np.array(rows))
+
+    def delivered(self, step):
+        self.told.append(step)
+
+    def ensure(self, rows):
+        raise AssertionError("threads read what the gate lets by: nothing to ensure")
+
+    def close(self):
+        self.closed += 1
+
+
 @pytest.mark.parametrize("parallel", [False, 2])
 def test_a_gated_run_claims_nothing_past_the_gate_until_it_opens(parallel):
     # Steps of 100 rows: not tiny, so that parallel=2 loads on the pool.
     data = np.arange(2000.0).reshape(1000, 2)
     order = np.random.default_rng(0).permutation(1000)
     gate = np.full(1, 200, np.int64)  # the first 200 positions only: steps 0 and 1
+    feed = GateFeed(gate)
     engine = Engine(EngineOptions(parallel=parallel, buffer=False))
     got, done = [], threading.Event()
 
     def consume():
-        for step in engine.iterate(data, Schedule(order, 100), gate=gate):
+        for step in engine.iterate(data, Schedule(order, 100), feeds=[feed]):
             got.append(step.copy())
         done.set()
 
@@ -532,4 +558,11 @@ def test_a_gated_run_claims_nothing_past_the_gate_until_it_opens(parallel):
     gate[0] = 1000
     assert done.wait(30)
     assert np.array_equal(np.concatenate(got), data[order])
+    # Started once, gated; each step checked with its rows, then told, in order; closed.
+    assert feed.started == [True] and feed.told == list(range(10))
+    assert all(
+        np.array_equal(c, order[100 * k : 100 * (k + 1)]) for k, c in enumerate(feed.checked)
+    )
+    gc.collect()
+    assert feed.closed >= 1
     engine.close()

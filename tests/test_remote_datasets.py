@@ -3,15 +3,17 @@ server with byte ranges): the same values as the local files, byte for byte, thr
 every way of reading them; blocks fetched once and checked; the cache; the faults."""
 
 import json
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from helpers import deadline
-from servers import RangeServer, S3Server
+from servers import RangeServer, S3Server, free_port
 
 import fastload
 from fastload import DataLoader, LoadError, mapobs, obsview
@@ -512,6 +514,19 @@ def test_a_random_order_over_a_bounded_dataset_warns(big):
     assert sorted(np.concatenate(labels).tolist()) == list(range(BIG))
 
 
+def test_a_wave_over_memory_bytes_warns_with_its_size_and_both_fixes(big):
+    # 16 KiB blocks, waves of 8: a wave of about 130 KB, over a budget of 40 KB.
+    ds = fastload.open(f"{big.url}/all.arrow", cache_bytes=0, memory_bytes=40_000)
+    with pytest.warns(UserWarning) as caught:
+        labels = [b["label"] for b in DataLoader(ds, 50, shuffle="quasi", seed=0)]
+    assert sorted(np.concatenate(labels).tolist()) == list(range(BIG))
+    message = str(caught[0].message)
+    assert "this order reads a wave of 8 blocks (up to 16.5 KB each, 132 KB in all)" in message
+    assert "memory_bytes=40,000 (40 KB)" in message
+    assert "memory_bytes of at least" in message and "smaller blocks (block_bytes)" in message
+    assert "shuffle=True" not in message and " 0 MB" not in message
+
+
 def test_the_file_datasets_of_a_bounded_dataset_share_its_marks(big):
     ds = fastload.open(f"{big.url}/parts/", cache_bytes=0, memory_bytes=BUDGET)
     first, second = ds.file_datasets
@@ -589,3 +604,176 @@ def test_the_command_line_converts_to_a_url_and_reads_it_back(s3, tmp_path):
     assert "1 blocks of 1 file(s) match their checksums" in run("verify", url, "--no-progress")
     ds = fastload.open(url, storage_options=s3.storage_options, cache_bytes=0)
     assert ds.metadata["classes"] == ["cat", "dog"] and ds["label"].tolist() == [0, 0, 0, 1, 1, 1]
+    # --block-bytes cuts the blocks: a block of a few rows, the verify names them all.
+    small = "s3://data/cli/small-blocks.arrow"
+    args = ("convert", str(tmp_path / "images"), small, "--no-progress", "--block-bytes", "1500")
+    assert "wrote 6 images" in run(*args)
+    assert fastload.open(small, storage_options=s3.storage_options, cache_bytes=0).num_blocks > 1
+
+
+def test_write_to_a_url_defaults_to_blocks_of_a_few_mb(s3, tmp_path):
+    from fastload.storage.writer import DEFAULT_BLOCK_BYTES, DEFAULT_URL_BLOCK_BYTES
+
+    assert DEFAULT_URL_BLOCK_BYTES == 4 << 20 < DEFAULT_BLOCK_BYTES
+    # 12 MB of raw rows: one block on disk, three or four at a URL.
+    rows = [{"x": np.full(1 << 20, i, np.uint8)} for i in range(12)]
+    fields = {"x": Raw((1 << 20,), "uint8")}
+    fastload.write(tmp_path / "local.arrow", rows, fields, progress=False)
+    fastload.write(
+        "s3://data/defaults.arrow", rows, fields, progress=False, storage_options=s3.storage_options
+    )
+    assert fastload.open(tmp_path / "local.arrow").num_blocks == 1
+    remote = fastload.open(
+        "s3://data/defaults.arrow", storage_options=s3.storage_options, cache_bytes=0
+    )
+    assert 3 <= remote.num_blocks <= 4
+
+
+_NO_UNCLOSED = """
+import gc, sys, warnings
+import fastload
+warnings.simplefilter("always")
+url, cache = sys.argv[1], sys.argv[2]
+for _ in range(2):  # the second open reads the blocks from the cache on disk
+    ds = fastload.open(url, cache_dir=cache, cache_bytes=1 << 30)
+    for _ in fastload.DataLoader(ds, 16, parallel=2):
+        pass
+    del ds
+    gc.collect()
+"""
+
+
+def test_a_dataset_at_a_url_leaves_no_unclosed_file(http, tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "always",
+            "-c",
+            _NO_UNCLOSED,
+            f"{http.url}/all.arrow",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "ResourceWarning" not in done.stderr, done.stderr
+
+
+def test_short_answers_are_fetched_again_and_read_as_the_local_file(http, files):
+    local = fastload.open(files / "all.arrow")
+    ds = fastload.open(f"{http.url}/all.arrow", cache_bytes=0, timeout=30)
+    http.short_next(5)  # well-formed 206s of half their range
+    with deadline(60):
+        _same(list(DataLoader(ds, 8, parallel=2)), list(DataLoader(local, 8)))
+    assert http._shorts == 0
+
+
+def test_a_server_without_byte_ranges_is_named_as_such(files, tmp_path):
+    # Python's own file server sends the whole file for a range.
+    root = tmp_path / "www"
+    root.mkdir()
+    (root / "all.arrow").write_bytes((files / "all.arrow").read_bytes())
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "-b", "127.0.0.1", "-d", str(root)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/all.arrow"
+        with deadline(30):
+            while True:
+                with socket.socket() as probe:
+                    if probe.connect_ex(("127.0.0.1", port)) == 0:
+                        break
+                time.sleep(0.1)  # not listening yet
+        # At open already: its first range (the file's head) comes back whole.
+        with pytest.raises(LoadError, match="does not answer byte ranges") as caught:
+            with deadline(30):
+                fastload.open(url, cache_bytes=0, timeout=5)
+        assert "changed" not in str(caught.value) and url in str(caught.value)
+    finally:
+        server.kill()
+        server.wait()
+
+
+def _big_rows(shift):
+    return [
+        {
+            "x": np.full((32, 32), (i + shift) % 251, np.uint8),
+            "label": i,
+            "tag": bytes([i % 251]) * 8,
+        }
+        for i in range(BIG)
+    ]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"parallel": 2}, {"parallel": False}, {"parallel": 2, "backend": "process"}],
+    ids=["threads", "sequential", "processes"],
+)
+def test_an_object_replaced_under_a_bounded_epoch_gives_the_documented_error(tmp_path, options):
+    fields = {"x": Raw((32, 32), "uint8"), "label": "int64", "tag": Bytes()}
+    for shift in (0, 1):
+        path = tmp_path / f"v{shift}.arrow"
+        fastload.write(path, _big_rows(shift), fields, block_bytes=16 << 10, progress=False)
+    (tmp_path / "www").mkdir()
+    server = RangeServer(tmp_path / "www")
+    try:
+        for seed in range(4):
+            (tmp_path / "www" / "all.arrow").write_bytes((tmp_path / "v0.arrow").read_bytes())
+            ds = fastload.open(f"{server.url}/all.arrow", cache_bytes=0, memory_bytes=BUDGET)
+            with pytest.raises(LoadError, match=r"all\.arrow.*changed") as caught, deadline(60):
+                for k, _ in enumerate(DataLoader(ds, 50, shuffle="quasi", seed=seed, **options)):
+                    if k == 2 + 3 * seed:  # replaced, as a new version is uploaded
+                        new = (tmp_path / "v1.arrow").read_bytes()
+                        (tmp_path / "www" / "all.arrow").write_bytes(new)
+            assert "please report" not in str(caught.value)
+    finally:
+        server.stop()
+
+
+def _soon_bytes(ds, order, rows):
+    """The most bytes of blocks that five consecutive steps of ``order`` read: what one
+    loader keeps past its budget (its first step not delivered and the next four)."""
+    remote = ds.remote_rows
+    blocks = np.searchsorted(remote.bounds, order, side="right") - 1
+    return max(
+        int(remote.nbytes[np.unique(blocks[p : p + 5 * rows])].sum())
+        for p in range(0, len(order), rows)
+    )
+
+
+@pytest.mark.parametrize("together", ["zip", "threads"])
+def test_two_loaders_on_one_bounded_dataset_hold_within_the_stated_bound(big, together):
+    budget = 300_000  # a quarter of the 1.2 MB
+    ds = fastload.open(f"{big.url}/all.arrow", cache_bytes=0, memory_bytes=budget)
+    remote = ds.remote_rows
+    loaders = [DataLoader(ds, 16, shuffle="quasi", seed=s, parallel=2) for s in (1, 2)]
+    bound = budget + sum(_soon_bytes(ds, loader.order(0), 16) for loader in loaders)
+    held, labels = [], [[], []]
+
+    def run(k):
+        for batch in loaders[k]:
+            labels[k].append(np.asarray(batch["label"]))
+            held.append(remote.held_bytes())
+
+    with deadline(120):
+        if together == "zip":
+            for a, b in zip(*loaders, strict=True):
+                for k, batch in enumerate((a, b)):
+                    labels[k].append(np.asarray(batch["label"]))
+                held.append(remote.held_bytes())
+        else:
+            threads = [threading.Thread(target=run, args=(k,)) for k in (0, 1)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+    for got in labels:
+        assert sorted(np.concatenate(got).tolist()) == list(range(BIG))
+    assert max(held) <= bound < remote.nbytes.sum()

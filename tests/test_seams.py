@@ -13,7 +13,9 @@ from fastload._loading.engine import _Rechecked
 from fastload._loading.plan import ItemPlan, StepPlan, make_plan
 from fastload._loading.processes import _Transport
 from fastload._loading.schedule import Schedule
-from fastload._loading.seams import Plan, Transport
+from fastload._loading.seams import Feed, Plan, Transport
+from fastload._storage.feeds import DatasetFeed
+from fastload._storage.readahead import ReadAhead
 
 ROOT = Path(fastload.__file__).resolve().parent.parent
 
@@ -40,11 +42,22 @@ def test_the_transports_have_every_member_of_the_transport_protocol():
         assert all(callable(getattr(transport, name, None)) for name in members(Transport))
 
 
+def test_the_feeds_have_every_member_of_the_feed_protocol():
+    assert members(Feed) == {"gate", "start", "check", "delivered", "ensure", "close"}
+    for feed in (DatasetFeed(None, [], []), ReadAhead(None, np.arange(4), 2, 0, None)):
+        assert not {name for name in members(Feed) if not hasattr(feed, name)}, type(feed)
+
+
 SEAMS_CODE = """\
 from fastload._loading.engine import _Rechecked
 from fastload._loading.plan import ItemPlan, StepPlan
 from fastload._loading.processes import _Transport
-from fastload._loading.seams import Plan, Transport
+from fastload._loading.seams import Feed, Plan, Transport
+from fastload._storage.feeds import DatasetFeed
+
+
+def feeds(dataset: DatasetFeed) -> Feed:
+    return dataset
 
 
 def plans(item: ItemPlan, step: StepPlan) -> tuple[Plan, Plan]:

@@ -12,6 +12,7 @@ rather than probing attribute names. Nothing here imports the rest of fastload.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -22,6 +23,8 @@ __all__ = [
     "CheckedRows",
     "ContiguousBytes",
     "FilePages",
+    "FedRows",
+    "FeedSource",
     "FetchedRows",
     "FilePaths",
     "PackedRows",
@@ -103,8 +106,46 @@ class FetchedRows(Protocol):
     remote_rows: Any
 
 
+class FeedSource(Protocol):
+    """What a container offers the engine to feed an iteration over it (a packed
+    dataset's checks and, at a URL, the fetching of its blocks)."""
+
+    def feed(
+        self,
+        order: npt.NDArray[np.int64],
+        start: int,
+        first_step: int,
+        step_end: Callable[[int], int],
+        slack: int,
+        together: Sequence[FeedSource],
+    ) -> Any:
+        """One iteration's ``_loading.seams.Feed`` over ``order[start:]`` (rows of this
+        container) for itself and the sources ``together`` (of its own type, itself
+        among them): steps from ``first_step`` on, ``step_end(step)`` the position past
+        the last row of a step, ``slack`` positions that the run may load ahead of what
+        was delivered."""
+        ...
+
+    def ensure(self, rows: int | npt.NDArray[np.int64]) -> None:
+        """Bring in the data of ``rows`` now (what a worker process calls before it loads
+        them natively)."""
+        ...
+
+    def holding(self, rows: int | npt.NDArray[np.int64]) -> AbstractContextManager[None]:
+        """Keep the data of ``rows`` from being let go while it is read (a worker
+        process's native read, from its ``ensure`` to the end of the load)."""
+        ...
+
+
 @runtime_checkable
-class PackedRows(Blockwise, PagedFiles, CheckedRows, FetchedRows, Protocol):
+class FedRows(Protocol):
+    """A container fed to the engine (``row_feed``, None when it has nothing to feed)."""
+
+    row_feed: FeedSource | None
+
+
+@runtime_checkable
+class PackedRows(Blockwise, PagedFiles, CheckedRows, FetchedRows, FedRows, Protocol):
     """Rows of a packed dataset (the dataset, or a column of it): its blocks, file pages,
     checks and fetching, each None where it has none, as on a slice of a column, whose
     rows are not the dataset's."""
@@ -113,3 +154,4 @@ class PackedRows(Blockwise, PagedFiles, CheckedRows, FetchedRows, Protocol):
     file_pages: FilePages | None = None
     verify_rows: Callable[[int | npt.NDArray[np.int64]], None] | None = None
     remote_rows: Any = None
+    row_feed: FeedSource | None = None

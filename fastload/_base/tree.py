@@ -43,14 +43,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .protocols import FetchedRows
+from .protocols import FedRows, FeedSource
 
 __all__ = [
     "LEAF",
     "LeafKind",
     "TreeDef",
     "children",
-    "fetched_under",
+    "fed_under",
     "flatten",
     "found_under",
     "head",
@@ -268,14 +268,12 @@ def found_under(node: Any, offered: Callable[[Any], _T | None]) -> list[_T]:
     return [v for child in children(node) for v in found_under(child, offered)]
 
 
-def fetched_under(node: Any) -> list[Any]:
-    """The ``remote_rows`` of the datasets at a URL under ``node`` (``found_under``: whose
-    rows are its rows), each once."""
-    found: dict[int, Any] = {}
-    for remote in found_under(
-        node, lambda d: d.remote_rows if isinstance(d, FetchedRows) else None
-    ):
-        found.setdefault(id(remote), remote)
+def fed_under(node: Any) -> list[FeedSource]:
+    """The ``row_feed`` of the containers under ``node`` that have one (``found_under``:
+    whose rows are its rows), each once."""
+    found: dict[int, FeedSource] = {}
+    for source in found_under(node, lambda d: d.row_feed if isinstance(d, FedRows) else None):
+        found.setdefault(id(source), source)
     return list(found.values())
 
 

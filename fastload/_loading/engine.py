@@ -34,22 +34,20 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias
 
 import numpy as np
-import numpy.typing as npt
 
 from .. import _core, tensors
-from .._base.tree import map_tree
+from .._base.protocols import FeedSource
+from .._base.tree import fed_under, map_tree
 from ..context import loading
 from ..obs import Container
 from .engine_options import Allocator, EngineOptions, ProcessOptions, worker_options
 from .plan import make_plan
 from .processes import WorkerPool
 from .schedule import Schedule
-from .seams import Dests, Objects, Plan, Reply, Transport
+from .seams import Dests, Feed, Objects, Plan, Reply, Transport
 
 __all__ = ["Engine"]
 
-# ``verify(positions)``: checks the rows of a step before it is handed out.
-_Verify: TypeAlias = Callable[[npt.NDArray[np.int64]], None]
 # ``filler(slot, field, pos, index)``: loads an item of a Python field (``_core.Iteration``).
 _Filler: TypeAlias = Callable[[int, int, int, int], None]
 
@@ -242,30 +240,45 @@ class Engine:
         stats: Any = None,
         progress: Any = None,
         on_end: Callable[[], None] | None = None,
-        verify_rows: Sequence[_Verify] = (),
-        delivered: Callable[[int], None] | None = None,
-        gate: npt.NDArray[np.int64] | None = None,
+        feeds: Sequence[Feed] = (),
     ) -> _core.Iteration:
         """An iterator over the steps of ``schedule`` loaded from the container ``data``
         (a ``_core.Iteration``). ``stats`` and ``progress`` (``_core.Stats``,
         ``_core.Progress``) are updated as steps are delivered; ``on_end()`` is called
-        when the last one was; each of ``verify_rows(positions)`` checks a step's rows
-        before it is handed out, and then ``delivered(step)`` is told that it is. ``gate``
-        (an int64 array of one, another thread's to write): a native run claims no item
-        at a position of the schedule's order from ``gate[0]`` on, until it grows (what
+        when the last one was. ``feeds`` (``seams.Feed``), and the feed of the data under
+        ``data`` (``feeds_of``), are started once the run is, close when it ends or is
+        dropped, check each step's rows before it is handed out and are then told that it
+        is; a native run claims no item at a position from a feed's ``gate[0]`` on (what
         holds the run back while the data of the next items is fetched; worker processes
-        fetch it themselves). Raises ``fastload.LoadError`` naming the observation that
-        failed to load."""
+        ``ensure`` it themselves). Raises ``fastload.LoadError`` naming the observation
+        that failed to load.
+        """
         stats = stats if stats is not None else _core.Stats()
         progress = (
             progress if progress is not None else _core.Progress(schedule.epoch, schedule.start)
         )
         skip = self.options.on_error == "skip"
+        feeds = [*feeds, *feeds_of(data, schedule)]
         try:
-            plan = make_plan(data, schedule, skip=skip, stats=stats)
-        except Exception:
-            _recheck(verify_rows)  # a probe that read past a file's new end says so
+            plan = _plan(data, schedule, skip, stats, feeds)
+            iteration = self._iteration(data, schedule, plan, stats, progress, on_end, feeds)
+        except BaseException:
+            _close(feeds)
             raise
+        weakref.finalize(iteration, _close, feeds)
+        return iteration
+
+    def _iteration(
+        self,
+        data: Container,
+        schedule: Schedule,
+        plan: Plan,
+        stats: Any,
+        progress: Any,
+        on_end: Callable[[], None] | None,
+        feeds: list[Feed],
+    ) -> _core.Iteration:
+        """The iteration of ``plan``, started, and its ``feeds`` with it."""
         parallel = 0 if self._workers is None and _tiny(plan) else self._parallel()
         count = self._slots(plan, parallel)
         if self._workers is not None:
@@ -288,7 +301,7 @@ class Engine:
                 progress=progress,
                 on_end=on_end,
                 count_values=plan.whole_steps and schedule.batch_size is not None,
-                check=_checker(schedule, verify_rows, delivered),
+                check=_checker(schedule, feeds),
                 watches=watches,
                 copier=_mapped_copy if self.options.lean and not self.options.buffer else None,
             )
@@ -300,15 +313,19 @@ class Engine:
             self._ring_owner = weakref.ref(iteration)
         self._iterations.add(iteration)
         if self._workers is not None:
+            skip = self.options.on_error == "skip"
             transport = self._workers.begin(schedule, plan, self.options.ordered, skip, stats)
-            iteration.start_transport(
-                _Rechecked(transport, verify_rows) if verify_rows else transport
-            )
-            return iteration
-        self._start_run(iteration, plan, ring, schedule, parallel)
-        if gate is not None and not plan.whole_steps:  # a whole step reads through Python
-            iteration.gate(gate)
-        _live.add(iteration)
+            iteration.start_transport(_Rechecked(transport, feeds) if feeds else transport)
+        else:
+            self._start_run(iteration, plan, ring, schedule, parallel)
+            gates = [feed.gate for feed in feeds if feed.gate is not None]
+            if len(gates) > 1:
+                raise ValueError("an iteration takes one gated feed at most")
+            if gates and not plan.whole_steps:  # a whole step reads through Python
+                iteration.gate(gates[0])
+            _live.add(iteration)
+        for feed in feeds:
+            feed.start(iteration.is_gated)
         return iteration
 
     def _start_run(
@@ -399,11 +416,53 @@ def _tiny(plan: Plan) -> bool:
     )
 
 
-def _recheck(verify_rows: Sequence[_Verify]) -> None:
-    """Run each of ``verify_rows`` on no rows: what they check whatever the rows (a file
-    that shrank under a read, in this process or a worker) raises its own error."""
-    for verify in verify_rows:
-        verify(np.zeros(0, np.int64))
+def feeds_of(data: Container, schedule: Schedule) -> list[Feed]:
+    """The feeds of the sources under ``data`` (``fed_under``) for ``schedule``: one per
+    kind of source, made by one of them for all of that kind."""
+    kinds: dict[type, list[FeedSource]] = {}
+    for source in fed_under(data):
+        kinds.setdefault(type(source), []).append(source)
+    start = schedule.first(schedule.start)
+
+    def step_end(step: int) -> int:
+        return schedule.first(step) + len(schedule.positions(step))
+
+    made = [
+        sources[0].feed(
+            schedule.order,
+            start,
+            first_step=schedule.start,
+            step_end=step_end,
+            slack=2 * schedule.rows,  # over memory_bytes: two steps ahead of the consumer
+            together=sources,
+        )
+        for sources in kinds.values()
+    ]
+    return [feed for feed in made if feed is not None]
+
+
+def _plan(
+    data: Container, schedule: Schedule, skip: bool, stats: Any, feeds: Sequence[Feed]
+) -> Plan:
+    """``make_plan``; when it fails, the feeds' checks first (a probe that read past a
+    file's new end says so)."""
+    try:
+        return make_plan(data, schedule, skip=skip, stats=stats)
+    except Exception:
+        _recheck(feeds)
+        raise
+
+
+def _recheck(feeds: Sequence[Feed]) -> None:
+    """Run each feed's ``check`` on no rows: what it checks whatever the rows (a file that
+    shrank under a read, in this process or a worker) raises its own error."""
+    for feed in feeds:
+        feed.check(np.zeros(0, np.int64))
+
+
+def _close(feeds: Sequence[Feed]) -> None:
+    for feed in feeds:
+        feed.close()
 
 
 class _Rechecked:
@@ -411,14 +470,14 @@ class _Rechecked:
     consumer's, say) are preceded by ``_recheck``: when a worker read past the new end of
     a file that shrank, the error names the file rather than what the zeros it read did."""
 
-    def __init__(self, transport: Transport, verify_rows: Sequence[_Verify]) -> None:
-        self.transport, self.verify_rows = transport, verify_rows
+    def __init__(self, transport: Transport, feeds: Sequence[Feed]) -> None:
+        self.transport, self.feeds = transport, feeds
 
     def next(self, release: int) -> Reply | None:
         try:
             return self.transport.next(release)
         except Exception:
-            _recheck(self.verify_rows)
+            _recheck(self.feeds)
             raise
 
     def lend(self, slot: int, value: Any) -> Any:
@@ -451,22 +510,18 @@ def _mapped_copy(value: Any) -> Any:
     return map_tree(copy, value)
 
 
-def _checker(
-    schedule: Schedule,
-    verify_rows: Sequence[_Verify],
-    delivered: Callable[[int], None] | None,
-) -> Callable[[int], None] | None:
-    """``check(step)`` running each of ``verify_rows`` on the step's positions, then
-    ``delivered(step)``; or None when there is neither."""
-    if not verify_rows:
-        return delivered
+def _checker(schedule: Schedule, feeds: Sequence[Feed]) -> Callable[[int], None] | None:
+    """``check(step)``: each feed checks the step's positions, then is told it was
+    delivered; None without feeds."""
+    if not feeds:
+        return None
 
     def check(step: int) -> None:
         positions = schedule.positions(step)
-        for verify in verify_rows:
-            verify(positions)
-        if delivered is not None:
-            delivered(step)
+        for feed in feeds:
+            feed.check(positions)
+        for feed in feeds:
+            feed.delivered(step)
 
     return check
 

@@ -1,7 +1,7 @@
 """A loader's epochs and their iteration: the order of each epoch (``_loading/epochs.py``)
 or a stream's rounds (``_loading/rounds.py``) made a ``Schedule`` and handed with the
-container to the loader's ``Engine``; the checks and fetches of the packed datasets under
-the data wired into each run (``fetched_iteration``); ``buffer=`` arrays of the user's
+container to the loader's ``Engine`` (which starts the feeds of the data under it:
+checks and fetches of packed datasets); ``buffer=`` arrays of the user's
 filled with each step (``_loading/filled.py``); and the loader's ``stats()``.
 
 ``IteratingLoader`` is the base of ``fastload.EpochLoader``: it holds what a loader is
@@ -12,8 +12,7 @@ surface.
 from __future__ import annotations
 
 import warnings
-import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -21,8 +20,8 @@ import numpy.typing as npt
 
 from .. import _core
 from .._base.collate import Collate
-from .._base.protocols import Blockwise, CheckedRows, FilePages, PagedFiles
-from .._base.tree import fetched_under, found_under
+from .._base.protocols import Blockwise, FilePages, PagedFiles
+from .._base.tree import found_under
 from ..obs import Container, numobs
 from ..samplers import BatchSampler, Sampler
 from ..streams import stream_source
@@ -34,7 +33,7 @@ from .rounds import DEFAULT_BUFFER, StreamEpochs
 from .schedule import Schedule, folded_views
 from .sharding import default_seed, resolve_shard
 
-__all__ = ["IteratingLoader", "StatsReport", "fetched_iteration"]
+__all__ = ["IteratingLoader", "StatsReport"]
 
 
 class StatsReport(dict[str, float]):
@@ -66,56 +65,6 @@ def _block_bounds(data: Container) -> npt.NDArray[np.int64] | None:
     """Block boundaries of the packed dataset under ``data``, or None."""
     found = found_under(data, lambda d: d.block_bounds if isinstance(d, Blockwise) else None)
     return found[0] if found else None
-
-
-def _verifiers(data: Container) -> list[Callable[[npt.NDArray[np.int64]], None]]:
-    """The ``verify_rows`` of the packed datasets under ``data`` opened with
-    ``verify="read"``: they check a step's blocks before the loader hands it out."""
-    return found_under(data, lambda d: d.verify_rows if isinstance(d, CheckedRows) else None)
-
-
-def fetched_iteration(
-    engine: Engine, data: Container, schedule: Schedule, **options: Any
-) -> _core.Iteration:
-    """``engine.iterate(data, schedule, **options)`` with the checks of the packed
-    datasets under ``data``; over datasets at a URL, their blocks are fetched ahead of
-    the run (``Prefetch``), which waits at its gate for those not there yet, and let go
-    of after their last step was delivered when the dataset is larger than its
-    ``memory_bytes``."""
-    remotes = fetched_under(data)
-    if not remotes:
-        return engine.iterate(data, schedule, verify_rows=_verifiers(data), **options)
-    from fastload._storage.remotefiles import Prefetch
-
-    prefetch = Prefetch(
-        remotes,
-        schedule.order,
-        schedule.first(schedule.start),
-        first_step=schedule.start,
-        step_end=lambda step: schedule.first(step) + len(schedule.positions(step)),
-        slack=2 * schedule.rows,  # over memory_bytes: two steps ahead of the consumer
-    )
-    delivered = options.pop("delivered", None)
-
-    def told(step: int) -> None:  # the blocks of bounded datasets let go after use
-        prefetch.delivered(step)
-        if delivered is not None:
-            delivered(step)
-
-    iteration = engine.iterate(
-        data,
-        schedule,
-        verify_rows=[prefetch.check, *_verifiers(data)],
-        gate=prefetch.gate,
-        delivered=told,
-        **options,
-    )
-    # Steps read through Python or by worker processes run ahead of the gate: every block
-    # their iteration still reads is kept from other iterations' letting go.
-    prefetch.gated = iteration.is_gated
-    prefetch.start()
-    weakref.finalize(iteration, prefetch.close)
-    return iteration
 
 
 def _file_pages(data: Container) -> list[FilePages]:
@@ -258,22 +207,17 @@ class IteratingLoader:
         self._stop_read_ahead()
         if self._pages is not None:
             self._read_ahead = self._pages.read_ahead(schedule.order, schedule.rows, schedule.start)
+        # Started by the engine once it runs (worker processes are forked by then); stopped
+        # at the end of the epoch, by the next one, or when the iteration is dropped.
         reading = self._read_ahead
-        iteration = fetched_iteration(
-            self._engine,
+        return self._engine.iterate(
             data,
             schedule,
             stats=self._stats,
             progress=self._progress,
             on_end=self._epoch_done,
-            delivered=reading and reading.delivered,
+            feeds=() if reading is None else (reading,),
         )
-        if reading is not None:
-            # Started once the engine runs (worker processes are forked by then); stopped
-            # at the end of the epoch, by the next one, or when the iteration is dropped.
-            reading.start()
-            weakref.finalize(iteration, reading.close)
-        return iteration
 
     def _stop_read_ahead(self) -> None:
         ahead, self._read_ahead = self._read_ahead, None

@@ -5,7 +5,23 @@ transport, declared as protocols, and the tuples that cross the binding, named
 A ``Plan`` (``plan.py``'s ``ItemPlan`` and ``StepPlan``) says how a step is laid out in a
 slot of the ring and loads the items of its Python fields; a ``Transport``
 (``processes.py``'s, for worker processes) hands the delivery loop the steps that others
-loaded into the ring. The protocols list only the members used across the seam.
+loaded into the ring; a ``Feed`` brings in the data of the steps of one iteration before
+they are loaded (the blocks of a dataset at a URL), checks each step before it is handed
+out and is told each one that was. The protocols list only the members used across the
+seam.
+
+The engine starts the feeds of every iteration itself: those the container offers
+(``_base.protocols.FeedSource``, found once per iteration through the views whose
+observation i is the container's i) and those its caller adds (a loader's read-ahead), so
+that every path over the same data (fastload's loaders, ``eachobs_parallel``, the drop-in
+PyTorch loader, device prefetch) is fed the same way::
+
+    Engine.iterate(data, schedule, feeds=...)
+      |-- feeds = caller's + source.feed(order, ...) of the sources under data
+      |-- native run: claims no item at a position from gate[0] on (one gated feed)
+      |-- worker process: source.ensure(rows) before it loads its part of a step
+      |-- before a step is handed out: feed.check(rows), then feed.delivered(step)
+      '-- when the iteration is dropped or ends: feed.close()
 
 Slots: a slot's destinations (``Dests``) hold one entry per field of the plan: an array, a
 tuple/dict of arrays, or None for a field collected into a list; its objects
@@ -26,7 +42,17 @@ from .._base.tree import LeafKind
 if TYPE_CHECKING:  # for annotations only: this module stays a leaf of the import graph
     from .schedule import Schedule
 
-__all__ = ["Dests", "Failure", "Field", "Loaded", "Objects", "Plan", "Reply", "Transport"]
+__all__ = [
+    "Dests",
+    "Failure",
+    "Feed",
+    "Field",
+    "Loaded",
+    "Objects",
+    "Plan",
+    "Reply",
+    "Transport",
+]
 
 # One field of the binding: its kind, and what C reads of it (an array, an image source,
 # or None for a field that Python loads).
@@ -115,4 +141,36 @@ class Transport(Protocol):
 
     def close(self) -> None:
         """Stop loading; idempotent."""
+        ...
+
+
+class Feed(Protocol):
+    """What one iteration's data needs around its steps (``_storage.feeds``'s, the loader's
+    read-ahead). ``gate``: None, or an int64 array of one that the feed's thread writes:
+    the first position of the order whose data is not there yet (a native run claims no
+    item from it on; at most one feed of an iteration has one)."""
+
+    gate: npt.NDArray[np.int64] | None
+
+    def start(self, gated: bool) -> None:
+        """Start feeding (once), after the run started; ``gated``: the native run waits at
+        ``gate`` (False: steps are read through Python or by worker processes, which
+        ``ensure`` their rows themselves)."""
+        ...
+
+    def check(self, rows: npt.NDArray[np.int64]) -> None:
+        """Raise what makes the step of ``rows`` (positions of the container) wrong, before
+        it is handed out; called with no rows after a failure, to name its cause."""
+        ...
+
+    def delivered(self, step: int) -> None:
+        """The consumer was handed ``step`` (in any order)."""
+        ...
+
+    def ensure(self, rows: npt.NDArray[np.int64]) -> None:
+        """Bring in the data of ``rows`` now; returns when it is there."""
+        ...
+
+    def close(self) -> None:
+        """Stop feeding; idempotent, never blocks."""
         ...

@@ -17,6 +17,7 @@ worker forked while the consumer's pool runs never uses the pool's copy.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Container
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -27,7 +28,7 @@ import numpy.typing as npt
 
 from .. import _core
 from .._base.children import Tagged, WorkerError, describe_error, serve
-from .._base.tree import fetched_under, map_tree
+from .._base.tree import fed_under, map_tree
 from ..context import loading
 from .plan import make_plan
 from .schedule import Schedule
@@ -253,6 +254,7 @@ class _Worker:
         claims: SlotClaims | None = None,
     ) -> None:
         self.root = root
+        self.sources = fed_under(root)  # what brings the rows in (a dataset at a URL)
         self.ring = ring
         self.control = control
         self.claims = claims
@@ -376,11 +378,13 @@ class _Worker:
             filler=_filler(plan, dests, objects, schedule) if plan.has_python else None,
         )
         run.watch(self.control, job.gen)
-        if not plan.whole_steps:  # at a URL: the blocks of the part's rows, first
-            positions = schedule.positions(job.step)[job.first : job.end]
-            for remote in fetched_under(self.root):
-                remote.ensure(positions)
-        loaded = run.load_next()
+        with contextlib.ExitStack() as held:
+            if not plan.whole_steps:  # fed data (at a URL: the part's blocks, held), first
+                positions = schedule.positions(job.step)[job.first : job.end]
+                for source in self.sources:
+                    held.enter_context(source.holding(positions))
+                    source.ensure(positions)
+            loaded = run.load_next()
         if loaded is None:
             raise RuntimeError(f"step {job.step} is past the end of the schedule")
         if loaded.failure is not None:

@@ -11,28 +11,33 @@ v2 ``memory.current``), where the page cache that the kernel lets go of first (t
 ``inactive_file`` of ``memory.stat``) counts as free; and the system's ``MemAvailable``.
 """
 
+from __future__ import annotations
+
 import os
 
-__all__ = ["memory_limit", "memory_room"]
+# (limit, (cgroup directory, limit file)) of a limited cgroup
+_Limit = tuple[int, tuple[str, str]]
+
+__all__ = ["memory_limit", "memory_room", "readable_bytes"]
 
 _UNLIMITED = 1 << 60  # v1 writes "no limit" as a huge number (2^63 rounded to pages)
 
 
-def memory_limit():
+def memory_limit() -> int | None:
     """Bytes of memory this process may use: the smallest of physical RAM and the limits
     of its memory cgroup and the cgroups above it (Linux; elsewhere RAM, or None when the
     platform does not say)."""
-    limits = [_physical_memory()] + _cgroup_limits()
-    limits = [x for x in limits if x is not None]
+    found = [_physical_memory(), *_cgroup_limits()]
+    limits = [x for x in found if x is not None]
     return min(limits) if limits else None
 
 
 def memory_room(
-    held=0,
-    cgroup="/proc/self/cgroup",
-    mountinfo="/proc/self/mountinfo",
-    meminfo="/proc/meminfo",
-):
+    held: int = 0,
+    cgroup: str = "/proc/self/cgroup",
+    mountinfo: str = "/proc/self/mountinfo",
+    meminfo: str = "/proc/meminfo",
+) -> int | None:
     """Bytes of memory still free to this process before its tightest limit, not counting
     ``held`` (bytes of page cache this process holds on purpose) as free: per limited
     cgroup (its own and those above it), the limit less its usage plus the inactive page
@@ -49,20 +54,24 @@ def memory_room(
     return max(0, min(rooms)) if rooms else None
 
 
-def _physical_memory():
+def _physical_memory() -> int | None:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return None
 
 
-def _cgroup_limits(cgroup="/proc/self/cgroup", mountinfo="/proc/self/mountinfo"):
+def _cgroup_limits(
+    cgroup: str = "/proc/self/cgroup", mountinfo: str = "/proc/self/mountinfo"
+) -> list[int]:
     """The memory limits of this process's cgroup and its ancestors (bytes), v1 and v2:
     ``cgroup`` lists the process's cgroups, ``mountinfo`` where their file systems are."""
     return [limit for limit, _ in _cgroup_dirs(cgroup, mountinfo)]
 
 
-def _cgroup_usages(cgroup="/proc/self/cgroup", mountinfo="/proc/self/mountinfo"):
+def _cgroup_usages(
+    cgroup: str = "/proc/self/cgroup", mountinfo: str = "/proc/self/mountinfo"
+) -> list[tuple[int, int, int]]:
     """(limit, usage, inactive page cache) in bytes of each limited cgroup of this process
     and its ancestors whose usage can be read."""
     found = []
@@ -78,7 +87,7 @@ def _cgroup_usages(cgroup="/proc/self/cgroup", mountinfo="/proc/self/mountinfo")
     return found
 
 
-def _cgroup_dirs(cgroup, mountinfo):
+def _cgroup_dirs(cgroup: str, mountinfo: str) -> list[_Limit]:
     """(limit, (directory, limit file)) of each limited cgroup of this process and its
     ancestors."""
     try:
@@ -88,7 +97,7 @@ def _cgroup_dirs(cgroup, mountinfo):
             mounts = f.read().splitlines()
     except OSError:
         return []
-    limits = []
+    limits: list[_Limit] = []
     for line in lines:
         if line.count(":") < 2:
             continue
@@ -102,7 +111,7 @@ def _cgroup_dirs(cgroup, mountinfo):
     return limits
 
 
-def _mount_of(mounts, fstype, controller):
+def _mount_of(mounts: list[str], fstype: str, controller: str | None) -> tuple[str, str] | None:
     """(mount point, root within the hierarchy) of the cgroup file system ``fstype``
     (with ``controller`` among its options for v1), or None."""
     for line in mounts:
@@ -118,7 +127,7 @@ def _mount_of(mounts, fstype, controller):
     return None
 
 
-def _limits_under(mount, path, name):
+def _limits_under(mount: tuple[str, str] | None, path: str, name: str) -> list[_Limit]:
     """(value, (directory, file)) of file ``name`` in the cgroup ``path`` and its
     ancestors, up to the mount point; "max" and v1's "no limit" are left out."""
     if mount is None:
@@ -127,7 +136,7 @@ def _limits_under(mount, path, name):
     if root != "/" and (path == root or path.startswith(root + "/")):
         path = path[len(root) :]
     parts = [p for p in path.split("/") if p]
-    limits = []
+    limits: list[_Limit] = []
     for depth in range(len(parts), -1, -1):
         directory = os.path.join(point, *parts[:depth])
         value = _read_limit(os.path.join(directory, name))
@@ -136,7 +145,7 @@ def _limits_under(mount, path, name):
     return limits
 
 
-def _read_limit(path):
+def _read_limit(path: str) -> int | None:
     try:
         with open(path) as f:
             text = f.read().strip()
@@ -148,7 +157,7 @@ def _read_limit(path):
     return value if value < _UNLIMITED else None
 
 
-def _memory_stat(path):
+def _memory_stat(path: str) -> dict[str, int]:
     """The counters of a cgroup's ``memory.stat`` (bytes), {} when it cannot be read."""
     try:
         with open(path) as f:
@@ -158,7 +167,7 @@ def _memory_stat(path):
     return {p[0]: int(p[1]) for p in pairs if len(p) == 2 and p[1].isdigit()}
 
 
-def _meminfo(name, path="/proc/meminfo"):
+def _meminfo(name: str, path: str = "/proc/meminfo") -> int | None:
     """A ``/proc/meminfo`` value in bytes, or None."""
     try:
         with open(path) as f:
@@ -169,3 +178,13 @@ def _meminfo(name, path="/proc/meminfo"):
     except OSError:
         pass
     return None
+
+
+def readable_bytes(n: int | float) -> str:
+    """``n`` bytes in the unit that shows them: ``"512 B"``, ``"93.2 KB"``, ``"4.19 MB"``,
+    ``"1.5 GB"`` (powers of 1000, three significant digits)."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(n) >= size:
+            value = n / size
+            return f"{value:.3g} {unit}" if value < 1000 else f"{value:,.0f} {unit}"
+    return f"{int(n)} B"

@@ -41,9 +41,11 @@ import heapq
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from fastload._storage.memory import memory_room
 
@@ -56,7 +58,7 @@ _running: "weakref.WeakSet[ReadAhead]" = weakref.WeakSet()
 
 
 @atexit.register
-def _stop_all_at_exit():
+def _stop_all_at_exit() -> None:
     """Stop reading ahead and wait for the threads while Python still runs: a daemon thread
     that runs Python code during the interpreter's finalization is ended where it stands,
     and ended inside a C++ destructor (pyarrow's, letting go of a mapped file) it aborts
@@ -80,7 +82,9 @@ class ReadAhead:
     read whole and not checked yet; ``_read_bytes`` and ``_read_s`` only grow.
     """
 
-    def __init__(self, pages, order, rows, start, limit):
+    def __init__(
+        self, pages: Any, order: npt.ArrayLike, rows: int, start: int, limit: int | None
+    ) -> None:
         self.pages, self.rows, self.limit = pages, int(rows), limit
         self.order = np.asarray(order, np.int64)
         self.drop = limit is not None and pages.nbytes > limit
@@ -88,21 +92,31 @@ class ReadAhead:
         self.queue: Any = None  # blocks in the order they are read (``_plan``)
         self._start = start
         self._low = start
-        self._delivered = set()
+        self._delivered: set[int] = set()
         self._next = 0  # the position in ``queue`` of the next block to read
         self._reading = -1  # the position of the block being read
-        self._held = []  # heap of (step due, queue position, part)
+        self._held: list[tuple[int, int, int]] = []  # heap of (step due, queue position, part)
         self._nbytes = 0
-        self._release = []  # (queue position, part) for the releaser
-        self._loaded = []  # queue positions read whole, for the checker
+        self._release: list[tuple[int, int]] = []  # (queue position, part) for the releaser
+        self._loaded: list[int] = []  # queue positions read whole, for the checker
         self._read_bytes, self._read_s = 0, 0.0  # what the reader read, and how long
-        self._began = None  # when the first step after ``start`` was delivered
+        self._began: float | None = None  # when the first step after ``start`` was delivered
         self._closed = False
         self._cond = threading.Condition()
-        self._threads = []
+        self._threads: list[threading.Thread] = []
 
-    def start(self):
-        """Start the threads (once)."""
+    # As a feed of the engine (``_loading.seams.Feed``): no gate (the pages are read through
+    # the map whatever it reads ahead), nothing to check or to bring in first.
+    gate = None
+
+    def check(self, rows: npt.NDArray[np.int64]) -> None:
+        """Nothing to check: a page read ahead or not reads the same."""
+
+    def ensure(self, rows: npt.NDArray[np.int64]) -> None:
+        """Nothing to bring in: the map reads what was not read ahead."""
+
+    def start(self, gated: bool = False) -> "ReadAhead":
+        """Start the threads (once); ``gated`` is the engine's (not used: no gate)."""
         for target, name in (
             (self._read, "reader"),
             (self._let_go, "releaser"),
@@ -116,7 +130,7 @@ class ReadAhead:
         _running.add(self)
         return self
 
-    def delivered(self, step):
+    def delivered(self, step: int) -> None:
         """The consumer handed out ``step``."""
         with self._cond:
             if self._began is None:
@@ -132,7 +146,7 @@ class ReadAhead:
             if self._due():
                 self._cond.notify_all()
 
-    def close(self):
+    def close(self) -> None:
         """Stop reading ahead; the releaser lets go of what is held and ends. Idempotent,
         never blocks."""
         with self._cond:
@@ -140,12 +154,12 @@ class ReadAhead:
             self._due()
             self._cond.notify_all()
 
-    def join(self, timeout=None):
+    def join(self, timeout: float | None = None) -> None:
         """Wait for the threads to end (after ``close()``)."""
         for thread in self._threads:
             thread.join(timeout)
 
-    def plan(self):
+    def plan(self) -> None:
         """Which blocks the order reads and when: sets ``queue`` (the blocks by first
         step), ``first`` and ``last`` (their first and last steps), ``sizes`` (bytes),
         ``working_set`` (bytes) and ``step_bytes`` (the bytes of blocks a step uses, on
@@ -165,7 +179,7 @@ class ReadAhead:
         self.step_bytes = float(self.sizes.sum()) / steps
         self.queue = used[by_first]
 
-    def _due(self):
+    def _due(self) -> bool:
         """Hand the parts whose steps were delivered (all, once closed) to the releaser;
         True when there were some. Under ``_cond``."""
         found = False
@@ -181,7 +195,7 @@ class ReadAhead:
             found = True
         return found
 
-    def _readable(self):
+    def _readable(self) -> int | None:
         """The position of the next block to read now, or None. Under ``_cond``."""
         while self._next < len(self.queue) and self.last[self._next] < self._low:
             self._next += 1  # its steps were delivered already: not worth reading
@@ -192,7 +206,7 @@ class ReadAhead:
             return k
         return k if self._nbytes + self.sizes[k] <= self.budget() else None
 
-    def budget(self):
+    def budget(self) -> int:
         """Bytes the blocks held may take now (``wave_bytes`` of what is measured now).
         Under ``_cond``."""
         room = None
@@ -202,7 +216,7 @@ class ReadAhead:
                 room = self._nbytes + free - self.limit // 8
         return wave_bytes(self.working_set, room, *self._rates())
 
-    def _rates(self):
+    def _rates(self) -> tuple[float | None, float | None]:
         """(disk, use): the bytes per second the reader read, and that the loader's
         steps used since the first was delivered; None where not measured yet. Under
         ``_cond``."""
@@ -214,7 +228,7 @@ class ReadAhead:
                 use = (self._low - self._start - 1) * self.step_bytes / elapsed
         return disk, use
 
-    def _read(self):
+    def _read(self) -> None:
         self.plan()
         pieces: list[Any] = []
         while True:
@@ -243,7 +257,7 @@ class ReadAhead:
                     self._loaded.append(self._reading)
                     self._cond.notify_all()
 
-    def _check(self):
+    def _check(self) -> None:
         while True:
             with self._cond:
                 while not self._loaded and not self._closed:
@@ -255,7 +269,7 @@ class ReadAhead:
                     continue  # delivered already: the loader checked it
             self.pages.check(int(self.queue[q]))
 
-    def _let_go(self):
+    def _let_go(self) -> None:
         while True:
             with self._cond:
                 while not self._release and not (self._closed and not self._held):
@@ -268,7 +282,7 @@ class ReadAhead:
                 for q, part in work:
                     self._let_go_part(q, part, closed)
 
-    def _let_go_part(self, q, part, closed):
+    def _let_go_part(self, q: int, part: int, closed: bool) -> None:
         block = int(self.queue[q])
         if part == 0 and closed:
             self.pages.drop(block)
@@ -283,7 +297,7 @@ class ReadAhead:
             self.pages.drop_rows(block, rows)
 
 
-def _hinting(target):
+def _hinting(target: Callable[[], None]) -> None:
     try:
         target()
     except OSError:
@@ -292,7 +306,9 @@ def _hinting(target):
         pass
 
 
-def _working_set(first, last, sizes):
+def _working_set(
+    first: npt.NDArray[np.int64], last: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64]
+) -> int:
     """The most bytes that the blocks in use at one step (from their first step up to,
     not including, their last) take; at least the largest block."""
     if not len(sizes):
@@ -303,7 +319,12 @@ def _working_set(first, last, sizes):
     return int(max(np.max(np.cumsum(change[by_step])), np.max(sizes)))
 
 
-def wave_bytes(working_set, room=None, disk_rate=None, use_rate=None):
+def wave_bytes(
+    working_set: int,
+    room: int | None = None,
+    disk_rate: float | None = None,
+    use_rate: float | None = None,
+) -> int:
     """Bytes the blocks read ahead may take: the working set (bytes) and as much of the
     next wave as the disk must have read by the time the loader has used the current
     one to stay busy all along (the working set x ``disk_rate / use_rate``, both bytes

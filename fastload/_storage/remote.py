@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
+import mmap
 import os
 import random
 import re
+import struct
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -36,6 +39,9 @@ T = TypeVar("T")
 # The suffixes of packed dataset files (fastload.storage.reader.SUFFIXES, which sits in a
 # layer above this one).
 SUFFIXES = (".arrow", ".arrows", ".feather", ".ipc")
+
+# Bytes of the shared record of the last outage (when, the message's length, the message).
+_DOWN_BYTES = 4096
 
 # Requests in flight at once per ``read_ranges`` call.
 MAX_CONCURRENCY = 8
@@ -78,6 +84,14 @@ class _Changed(Exception):
     """The object is not the one opened (shorter, another version, gone): not retried."""
 
 
+class _NoRanges(Exception):
+    """The server sent the whole object for a range: it does not answer byte ranges."""
+
+
+class _Short(Exception):
+    """The server sent fewer bytes than the range holds: a fault of the answer, retried."""
+
+
 class Retries:
     """Calls to a store for ``url``, tried again after transient failures (backoff with
     jitter) within a deadline; what ends them raised as ``LoadError`` naming the URL."""
@@ -88,6 +102,13 @@ class Retries:
         self.url = url
         self.timeout = float(timeout)
         self._random = random.Random()
+        # When the store last gave no answer (or refused the connection) within
+        # ``timeout``, and the message: a read started within ``timeout`` after it fails at
+        # once with it, so that reads that follow one another (a probe, a loader's fetch,
+        # a worker process's, a check) tell of one outage once, within ``timeout``. In
+        # memory shared with the worker processes forked later, which wait for each
+        # other's fetches.
+        self._down = mmap.mmap(-1, _DOWN_BYTES)
 
     def call(self, fetch: Callable[[], T]) -> T:
         """``fetch()``, tried again within ``timeout`` seconds after transient failures."""
@@ -113,6 +134,13 @@ class Retries:
         """The pause before trying again after ``error``, or the error to raise: a
         LoadError (FileNotFoundError for a missing object at open)."""
         status = _status(error)
+        if isinstance(error, _NoRanges):
+            raise self._error(
+                where,
+                f"{error}: the server does not answer byte ranges. Serve the dataset with one "
+                f"that does (an S3-compatible store, nginx, Caddy: docs/remote.md, 'Serving "
+                f"over HTTP'), or copy it to a local disk",
+            ) from error
         if isinstance(error, _Changed):
             raise self._error(
                 where, f"{error}: the object changed since it was opened, reopen it"
@@ -131,11 +159,31 @@ class Retries:
             raise self._error(where, _describe(error)) from error
         delay = self._random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2**attempt))
         if time.monotonic() + delay >= deadline:
-            raise self._error(
+            raise self._gave_up(
                 where,
-                f"gave up after {attempt + 1} attempt(s) in {self.timeout:g} s: {_describe(error)}",
+                f"gave up after {attempt + 1} attempt(s) in {self.timeout:g} s: "
+                f"{_reason(error, self.timeout)}",
             ) from error
         return delay
+
+    def _gave_up(self, where: tuple[int, int] | None, message: str) -> LoadError:
+        """The error of a store that gave no answer within ``timeout``, remembered."""
+        error = self._error(where, message)
+        text = str(error).encode()[: _DOWN_BYTES - 12]
+        self._down[12 : 12 + len(text)] = text
+        struct.pack_into("<dI", self._down, 0, time.monotonic(), len(text))
+        return error
+
+    def _still_down(self) -> None:
+        """Raise the last ``_gave_up`` error (of any process) when it came less than
+        ``timeout`` ago."""
+        when, length = struct.unpack_from("<dI", self._down, 0)
+        if length and time.monotonic() - when < self.timeout:
+            message = bytes(self._down[12 : 12 + length]).decode(errors="replace")
+            raise LoadError(
+                f"{message} (the store failed less than {self.timeout:g} s ago)",
+                source=self.url,
+            )
 
     def _error(self, where: tuple[int, int] | None, message: str) -> LoadError:
         what = "opening" if where is None else f"reading bytes {where[0]}-{where[1]} of"
@@ -205,6 +253,7 @@ class RemoteObject(Retries):
         wanted = [(s, e) for s, e in ranges if e > s]  # stores differ on empty ranges
         if not wanted:
             return [b"" for _ in ranges]
+        self._still_down()
         deadline = time.monotonic() + self.timeout
         if self._async:
             from fsspec.asyn import sync
@@ -256,19 +305,19 @@ class RemoteObject(Retries):
 
     async def _fetch_async(self, start: int, end: int) -> bytes:
         if self._s3 and self._conditional():
-            return _exact(await self._fetch_s3(start, end), start, end)
+            return _exact(await self._fetch_s3(start, end), start, end, self.size)
         kwargs: dict[str, Any] = {}
         if self._conditional():
             headers = dict(getattr(self._fs, "kwargs", {}).get("headers") or {})
             headers["If-Match"] = self.etag
             kwargs["headers"] = headers
         data = await self._fs._cat_file(self._path, start=start, end=end, **kwargs)
-        return _exact(bytes(data), start, end)
+        return _exact(bytes(data), start, end, self.size)
 
     def _pool(self, ranges: list[tuple[int, int]], deadline: float) -> list[bytes]:
         def one(start: int, end: int) -> bytes:
             fetch = lambda: _exact(
-                bytes(self._fs.cat_file(self._path, start=start, end=end)), start, end
+                bytes(self._fs.cat_file(self._path, start=start, end=end)), start, end, self.size
             )
             return self._retry_sync(fetch, deadline, (start, end))
 
@@ -283,7 +332,7 @@ class RemoteObject(Retries):
                     future.result()
             if not all(f.done() for f in futures):
                 start, end = ranges[next(k for k, f in enumerate(futures) if not f.done())]
-                raise self._error((start, end), f"no answer within {self.timeout:g} s")
+                raise self._gave_up((start, end), f"no answer within {self.timeout:g} s")
             return [f.result() for f in futures]
         finally:
             # A call stuck in the store's library cannot be interrupted: its thread ends
@@ -452,10 +501,17 @@ def _unstrip(protocol: str, name: str) -> str:
     return name if is_url(name) else f"{protocol}://{name}"
 
 
-def _exact(data: bytes, start: int, end: int) -> bytes:
-    if len(data) != end - start:
-        raise _Changed(f"{len(data)} bytes came back for a range of {end - start}")
-    return data
+def _exact(data: bytes, start: int, end: int, size: int) -> bytes:
+    """``data``, when it is the ``end - start`` bytes asked for; else raises what its length
+    says: the whole object (``size`` bytes: no range support), fewer bytes (a short answer,
+    tried again), more (the object changed)."""
+    if len(data) == end - start:
+        return data
+    if len(data) == size:
+        raise _NoRanges(f"the whole object ({size} bytes) came back for a range of {end - start}")
+    if len(data) < end - start:
+        raise _Short(f"a short answer: {len(data)} bytes came back for a range of {end - start}")
+    raise _Changed(f"{len(data)} bytes came back for a range of {end - start}")
 
 
 def _etag(info: Mapping[str, Any]) -> str | None:
@@ -502,6 +558,8 @@ def _status(error: BaseException) -> int | None:
 
 
 def _transient(error: BaseException, status: int | None) -> bool:
+    if isinstance(error, _Short):
+        return True
     if status is not None:
         return status >= 500 or status in (408, 429)
     for e in _chain(error):
@@ -510,6 +568,22 @@ def _transient(error: BaseException, status: int | None) -> bool:
         if any(c.__name__ in _TRANSIENT_NAMES for c in type(e).__mro__):
             return True
     return False
+
+
+def _reason(error: BaseException, timeout: float) -> str:
+    """Why the last try failed, in words: the connection refused, no answer, or the
+    error."""
+    chain = _chain(error)
+    if any(
+        isinstance(e, ConnectionRefusedError)
+        or getattr(e, "errno", None) == errno.ECONNREFUSED
+        or "connection refused" in str(e).lower()
+        for e in chain
+    ):
+        return f"the connection was refused: is the server up at this address? ({_describe(error)})"
+    if any(isinstance(e, (TimeoutError, asyncio.TimeoutError)) for e in chain):
+        return f"no answer within {timeout:g} s ({_describe(error)})"
+    return _describe(error)
 
 
 def _describe(error: BaseException) -> str:

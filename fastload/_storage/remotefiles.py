@@ -68,7 +68,7 @@ from fastload._storage.arrow_types import import_pyarrow
 from fastload._storage.blockcache import BlockCache
 from fastload._storage.checksums import block_checksums, file_checksums
 from fastload._storage.framing import framing_of
-from fastload._storage.memory import memory_limit
+from fastload._storage.memory import memory_limit, readable_bytes
 from fastload._storage.remote import MAX_CONCURRENCY, RemoteObject, resolve_urls
 from fastload.errors import LoadError
 
@@ -262,6 +262,7 @@ class RemoteRows:
             # Byte k of this unlinked file is locked (a POSIX record lock, a process's own)
             # by the process fetching block k: processes forked later fetch it once.
             self._claims = tempfile.TemporaryFile(prefix="fastload-blocks-")
+            weakref.finalize(self, self._claims.close)  # closed with it, not by the collector
             self.memory_bytes = memory_bytes
             self.bounded = (
                 memory_bytes is not None and can_let_go() and int(self.nbytes.sum()) > memory_bytes
@@ -402,7 +403,10 @@ class RemoteRows:
         if len(missing) == 1:
             self.fetch(int(missing[0]))
         elif len(missing):
-            for future in [self.pool().submit(self.fetch, int(k)) for k in missing]:
+            futures = [self.pool().submit(self.fetch, int(k)) for k in missing]
+            # The first failure is raised as it comes, not after the fetches listed before it.
+            concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
+            for future in [f for f in futures if f.done()] + futures:
                 future.result()
 
     def fetch(self, k: int, wanted: Callable[[], bool] | None = None) -> None:
@@ -587,8 +591,11 @@ class Prefetch:
             remote.reading(self, True)
         self._advance(0)
 
-    def start(self) -> Prefetch:
-        """Start fetching, on a thread of its own (once)."""
+    def start(self, gated: bool | None = None) -> Prefetch:
+        """Start fetching, on a thread of its own (once); ``gated``: whether the engine
+        waits at the gate (None: as set before)."""
+        if gated is not None:
+            self.gated = gated
         if self._bounded:
             self._let_go_of_others()
         threading.Thread(target=self._run, daemon=True, name="fastload-prefetch").start()
@@ -612,6 +619,10 @@ class Prefetch:
             ):
                 raise self.error
         elif self._bounded and any((r.present[r.blocks_of(rows)] == 0).any() for r in self.remotes):
+            # What the step read is not handed out. Its blocks fetched again say why, when
+            # the store does: the object changed or is gone (the documented LoadError).
+            for remote in self.remotes:
+                remote.ensure(rows)
             raise RuntimeError(
                 "a block of a dataset at a URL was let go while a step read it; the step is "
                 "not handed out (please report this)"
@@ -651,16 +662,25 @@ class Prefetch:
         that reads it was not delivered yet and, when the engine waits at the gate
         (``gated``), the gate passed it (under its lock); a block the gate did not pass
         yet is fetched again if it is let go. Steps read through Python or by worker
-        processes do not wait at the gate: all their blocks to come are kept."""
+        processes do not wait at the gate: they hold their blocks while they read them
+        (``holding``), and the blocks of the steps about to be loaded are kept for them."""
         if self._stopped.is_set():
             return False
         for r, mine in enumerate(self.remotes):
             local = k + remote.offset - mine.offset  # both may be parts of one dataset
             if mine.root is remote.root and 0 <= local < len(mine.blocks):
                 j = self._index_of[r][local]
-                if self._last_of[r][local] >= self._done and (not self.gated or j < self._passed):
+                if self._last_of[r][local] < self._done or j < 0:
+                    continue
+                if j < self._passed if self.gated else self._first[j] <= self._soon():
                     return True
         return False
+
+    def _soon(self) -> int:
+        """The last position of the steps about to be loaded: the window past what was
+        delivered within which the gate passes blocks (bounded) and blocks are kept for
+        steps read without a gate."""
+        return self._done + 2 * self._slack
 
     def _let_go_of_others(self) -> None:
         """Let go of the blocks of bounded datasets held from before (an iteration
@@ -676,7 +696,7 @@ class Prefetch:
 
     def _warn_when_over(self) -> None:
         """Warn when the order reads more bytes of a bounded dataset at once (the blocks
-        read both before and after some position) than its ``memory_bytes``."""
+        read both before and after some position: a wave) than its ``memory_bytes``."""
         for r, remote in enumerate(self.remotes):
             mine = self._owner == r
             if not remote.bounded or not mine.any():
@@ -684,18 +704,14 @@ class Prefetch:
             sizes = remote.nbytes[self._need[mine]]
             at = np.concatenate([self._first[mine], self._last[mine] + 1])
             change = np.concatenate([sizes, -sizes])
+            count = np.concatenate([np.ones_like(sizes), -np.ones_like(sizes)])
             by = np.lexsort((change, at))  # at one position, what ends before what starts
-            peak = int(np.cumsum(change[by]).max())
+            held = np.cumsum(change[by])
+            peak = int(held.max())
             if peak > int(remote.memory_bytes or 0):
+                blocks = int(np.cumsum(count[by])[int(held.argmax())])
                 warnings.warn(
-                    f"{remote.files[0].url}: this order reads up to {peak / 1e6:.0f} MB of "
-                    f"blocks at once, more than memory_bytes={remote.memory_bytes} "
-                    f"({int(remote.memory_bytes or 0) / 1e6:.0f} MB), and holds them: a "
-                    f"random order (shuffle=True) needs every block all epoch. Use "
-                    f"shuffle='quasi' (blocks in random order, shuffled a wave at a time), "
-                    f"or open with a larger memory_bytes",
-                    UserWarning,
-                    stacklevel=5,
+                    _over_message(remote, peak, blocks, len(sizes)), UserWarning, stacklevel=2
                 )
                 return
 
@@ -714,6 +730,11 @@ class Prefetch:
         gate sees it gone; a block whose lock is held (being fetched) is not there yet:
         the gate does not wait for one fetch while others land."""
         while i < len(self._need):
+            # Bounded: a block passed is kept for this iteration until its last step is
+            # delivered, so the gate passes only the blocks of the steps about to be loaded
+            # (what another iteration fetched ahead is not kept for this one's far future).
+            if self._bounded and self._first[i] > self._soon():
+                break
             remote, k = self.remotes[self._owner[i]], int(self._need[i])
             lock = remote._lock(k)
             if not lock.acquire(blocking=False):  # being fetched (or let go) now: not yet
@@ -779,6 +800,29 @@ class Prefetch:
         finally:
             for future in running.values():
                 future.cancel()
+
+
+def _over_message(remote: RemoteRows, peak: int, blocks: int, used: int) -> str:
+    """What to do about an order that holds ``peak`` bytes (``blocks`` blocks of the
+    ``used`` that it reads) of ``remote`` at once, over its ``memory_bytes``."""
+    limit = int(remote.memory_bytes or 0)
+    largest = readable_bytes(int(remote.nbytes.max()))
+    head = (
+        f"{remote.files[0].url}: this order reads a wave of {blocks} blocks (up to "
+        f"{largest} each, {readable_bytes(peak)} in all) at once, more than "
+        f"memory_bytes={limit:,} ({readable_bytes(limit)}): the blocks of a wave stay "
+        f"until its last step that reads them was delivered, so the loader holds more "
+        f"than memory_bytes. "
+    )
+    if blocks >= used > 8:
+        return head + (
+            "A random order (shuffle=True) reads every block all epoch: use "
+            "shuffle='quasi' (blocks in random order, shuffled a wave at a time)"
+        )
+    return head + (
+        f"Open it with memory_bytes of at least {readable_bytes(peak)} (twice that for "
+        f"full speed), or write it with smaller blocks (block_bytes)"
+    )
 
 
 def open_objects(

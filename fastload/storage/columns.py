@@ -134,6 +134,10 @@ class ItemBytes(ContiguousBytes, SpannedBytes, PackedRows):
     def remote_rows(self):
         return self._column.remote_rows
 
+    @property
+    def row_feed(self):  # type: ignore[override]
+        return self._column.row_feed
+
     def __len__(self) -> int:
         return len(self._column)
 

@@ -101,7 +101,7 @@ def convert(
     threshold_bytes=DEFAULT_SMART_THRESHOLD,
     parallel=True,
     progress=True,
-    block_bytes=64 << 20,
+    block_bytes=None,
     on_error="raise",
     check=True,
     subsampling="420",
@@ -124,7 +124,9 @@ def convert(
     ``check=False`` (faster; a file that cannot be decoded then fails in training).
     ``quality``, ``subsampling``, ``restart_px``, ``keep_given`` (jpeg and smart modes),
     ``max_side`` and ``exact``: as ``JPEG``'s: JPEG files that need no resize get restart
-    markers losslessly, or with ``keep_given=True`` are stored byte for byte. ``dst`` may be a URL (``s3://bucket/train.arrow``;
+    markers losslessly, or with ``keep_given=True`` are stored byte for byte.
+    ``block_bytes``: as ``write`` takes it (default: 64 MiB for a local file, 4 MiB at a
+    URL). ``dst`` may be a URL (``s3://bucket/train.arrow``;
     ``storage_options``: fsspec's), where the file is uploaded as ``write`` says.
 
     Raises FileNotFoundError for a missing ``src`` or ``dst`` directory, ValueError for a

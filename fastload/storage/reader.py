@@ -27,6 +27,7 @@ from fastload._base.arguments import RenamedKeys, renamed_attribute
 from fastload._base.protocols import PackedRows
 from fastload._storage.arrow_types import arrow_type, import_pyarrow
 from fastload._storage.checksums import META_CHECKSUMS, file_checksums
+from fastload._storage.feeds import RowFeed
 from fastload._storage.fields import Bytes, Encoding, Raw, Scalar, Str
 from fastload._storage.filepages import FilePages
 from fastload._storage.framing import check_framing
@@ -433,9 +434,12 @@ class Dataset(PackedRows):
         mapped = all(s.mapping is not None for s in opened)
         check = self._checks.block if self._checks is not None else None
         self.file_pages = FilePages(opened, self.block_bounds, check) if mapped else None
+        if self.verify_rows is not None or self.remote_rows is not None:
+            self.row_feed = RowFeed(self.verify_rows, self.remote_rows)  # what loaders start
         for column in self._columns.values():
             _mark_blocks(column, self.block_bounds, self.verify_rows, self.file_pages)
             column.remote_rows = self.remote_rows
+            column.row_feed = self.row_feed
 
     def _remote_rows(self, files: Sequence[Any], cache: Any, memory: Any) -> Any:
         """The dataset's ``RemoteRows``; ``memory``: its ``memory_bytes``, or (for one of

@@ -51,6 +51,9 @@ from fastload.obs import Container, numobs
 __all__ = ["write"]
 
 DEFAULT_BLOCK_BYTES = 64 << 20
+# At a URL a block is the unit of a request, and a wave of them what the first batch
+# waits for: a few MB (docs/remote.md).
+DEFAULT_URL_BLOCK_BYTES = 4 << 20
 
 
 @renamed_keywords(chunk_bytes="block_bytes")
@@ -59,7 +62,7 @@ def write(
     data: Container,
     fields: dict[str, Encoding | str | np.dtype[Any]],
     *,
-    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    block_bytes: int | None = None,
     parallel: bool | int = True,
     backend: Literal["thread", "process"] = "thread",
     progress: bool = True,
@@ -81,7 +84,8 @@ def write(
     the same folder, of any file), so memory stays bounded: the first field's bytes
     straight into the file, the other columns to spill files copied in at the end. Rows
     are cut into blocks of about ``block_bytes`` encoded bytes, the unit of the
-    quasi-random order. ``parallel`` says how many encoders run at once, as the loader's
+    quasi-random order (default: 64 MiB for a local file, 4 MiB at a URL, where a block is
+    the unit of a request). ``parallel`` says how many encoders run at once, as the loader's
     ``parallel=`` does: True (default) one per CPU, a number, or False (the caller's
     thread alone); threads, or with ``backend="process"`` forked worker processes, for containers
     whose Python code holds the GIL (as ``DataLoader(..., backend="process")`` loads them;
@@ -103,6 +107,8 @@ def write(
               {"image": JPEG(quality=90), "label": "int64"})
     """
     path = os.fspath(path)
+    if block_bytes is None:
+        block_bytes = DEFAULT_URL_BLOCK_BYTES if is_url(path) else DEFAULT_BLOCK_BYTES
     if is_url(path):
         keywords: dict[str, Any] = dict(block_bytes=block_bytes, parallel=parallel)
         keywords.update(backend=backend)
