@@ -32,9 +32,14 @@ from ..order import quasi_random_order, quasi_shard_order
 from ..samplers import BatchSampler, Sampler, draw_batches, draw_order
 from ..views import steps
 from .schedule import Schedule
-from .sharding import shard_batches, shard_order, shard_size
+from .sharding import shard_batch_blocks, shard_batches, shard_blocks, shard_elastic, shard_size
 
-__all__ = ["Epochs", "Shuffle"]
+__all__ = ["Epochs", "Layout", "Shuffle"]
+
+# How an epoch's order is shared out among the ranks: "elastic" (each global batch cut in
+# rank order, the same sequence on every world size) or "blocks" (a contiguous block per
+# rank, as fastload 0.3 and before drew it: kept for their states). See sharding.py.
+Layout: TypeAlias = Literal["elastic", "blocks"]
 
 # ``shuffle=``: False, True, "quasi" (packed datasets), or an int: the old spelling of a
 # stream's ``shuffle=True, shuffle_buffer=n`` (it warns; ``LoaderOptions.for_stream``).
@@ -94,6 +99,7 @@ class Epochs:
         self.drop_last, self.collate = drop_last, collate
         self.rank, self.world, self.block_bounds = rank, world, block_bounds
         self.sampled = sampler is not None or batch_sampler is not None
+        self.layout: Layout = "elastic"
         self._per_rank = shard_size(n, world, drop_last)
         self._ahead: _Ahead | None = None  # the next epoch's order, being drawn
         # (seed, epoch) -> (order, bounds) from the samplers
@@ -127,7 +133,41 @@ class Epochs:
             )
         else:
             order = generator(seed, Purpose.EPOCH_ORDER, epoch).permutation(self.n)
-        return shard_order(order, self.rank, self.world, self.drop_last)
+        return self._shard(order)
+
+    def _shard(self, order: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """This rank's positions of the epoch's ``order``, in this loader's layout."""
+        if self.layout == "blocks":
+            return shard_blocks(order, self.rank, self.world, self.drop_last)
+        batch = self.batch_size or 1
+        return shard_elastic(order, self.rank, self.world, batch, self.drop_last)
+
+    def set_layout(self, layout: Layout) -> None:
+        """Share the epochs out as ``layout`` says from now on (a state of fastload 0.3
+        resumes in the order it was saved in)."""
+        if layout != self.layout:
+            self.finish_ahead()
+            self.layout, self._ahead = layout, None
+            self._drawn.clear()
+
+    @property
+    def elastic(self) -> bool:
+        """Whether the global order of each step is the same on every world size (not
+        for ``shuffle="quasi"``, shared out by blocks, nor the ``"blocks"`` layout)."""
+        return self.layout == "elastic" and self.shuffle != "quasi"
+
+    def global_batch(self) -> int:
+        """Observations a step loads over all ranks (a batch sampler's: batches)."""
+        return (self.batch_size or 1) * self.world if self.batch_sampler is None else self.world
+
+    def units(self, seed: int, epoch: int) -> int:
+        """The length of ``epoch``'s order before it is sharded: observations (a batch
+        sampler's: batches)."""
+        if self.batch_sampler is not None:
+            return len(draw_batches(self.batch_sampler, self.n, seed, epoch))
+        if self.sampler is not None:
+            return len(draw_order(self.sampler, self.n, seed, epoch))
+        return self.n
 
     def _draw(self, seed: int, epoch: int) -> _Drawn:
         """``(order, bounds)`` of ``epoch`` from the samplers: this rank's positions, and
@@ -137,11 +177,12 @@ class Epochs:
         if key not in self._drawn:
             if self.batch_sampler is not None:
                 batches = draw_batches(self.batch_sampler, self.n, seed, epoch)
-                drawn = shard_batches(batches, self.rank, self.world)
+                shard = shard_batch_blocks if self.layout == "blocks" else shard_batches
+                drawn = shard(batches, self.rank, self.world)
             else:
                 # Sampled without a batch sampler: by a sampler.
                 order = draw_order(self.sampler, self.n, seed, epoch)  # type: ignore[arg-type]
-                drawn = shard_order(order, self.rank, self.world, self.drop_last), None
+                drawn = self._shard(order), None
             while len(self._drawn) >= 2:
                 del self._drawn[next(iter(self._drawn))]
             self._drawn[key] = drawn
