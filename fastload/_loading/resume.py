@@ -83,15 +83,16 @@ class ResumableLoader(IteratingLoader):
         dict or a field of the wrong type (``step=2.5``, ``seed="3"``, ``epoch=True``: a
         bool is not an int; numpy's integers are), and ``ValueError`` if the state has no
         ``"format"``, is of a version this one does not read or of another kind of loader
-        (a stream's for a container's), has a field out of range, belongs to another rank,
-        to a loader whose settings give another order (``shuffle``, ``sampler``,
+        (a stream's for a container's), has a field out of range, belongs to another rank
+        (a state of the elastic layout resumes on any rank of any world size at its global
+        position, when that is a whole number of this loader's global batches:
+        ``_global_step``), to a loader whose settings give another order (``shuffle``, ``sampler``,
         ``batch_sampler``, ``batch_size``, ``drop_last``; a stream's ``shuffle_buffer``),
         or to one with a different number of steps per epoch (for a stream, another round
         of records). Each message names the field or setting."""
         version = check_state(state, self._kind(), self._settings())
         seed, epoch, step = int(state["seed"]), int(state["epoch"]), int(state["step"])
         if self._epochs is not None:
-            self._epochs.set_layout(state_layout(state, version))  # type: ignore[arg-type]
             if is_elastic(state, "container", version):
                 step = self._global_step(state, seed, epoch)
             elif state["steps"] != self._steps(seed, epoch):
@@ -99,6 +100,8 @@ class ResumableLoader(IteratingLoader):
                     f"the state is for a loader with {state['steps']} steps per "
                     f"epoch, this one has {self._steps(seed, epoch)}"
                 )
+            # The steps per epoch are the same in either layout.
+            self._epochs.set_layout(state_layout(state, version))  # type: ignore[arg-type]
         self.seed, self._epoch, self._resume_at = seed, epoch, step
         self._progress = None
 
