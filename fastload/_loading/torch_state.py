@@ -59,7 +59,7 @@ class StatefulTorchLoader:
     see the module docstring). The loader calls ``_start_epoch(tasks)`` when an epoch's
     iterator is made and ``_follow(delivered)`` with what it yields."""
 
-    _live: Any = None  # the latest epoch's Delivered batches
+    _live: list[int] | None = None  # batches the latest epoch delivered (Delivered.tally)
     _epoch_rng: torch.Tensor | None = None  # the generator's state when it started
     _pending: tuple[int, torch.Tensor] | None = None  # (batches to skip, generator state)
     _skipped = 0  # batches of the latest epoch skipped by a restored state
@@ -77,7 +77,7 @@ class StatefulTorchLoader:
         return itertools.islice(tasks, self._skipped, None)
 
     def _follow(self, delivered: Any) -> None:
-        self._live = delivered
+        self._live = delivered.tally  # not the iteration: dropped, it stops its workers
 
     def _finished(self, yielded: int) -> bool:
         """Whether ``yielded`` batches are the whole epoch (unknown without a length)."""
@@ -93,7 +93,7 @@ class StatefulTorchLoader:
         "batch_size", "world_size"}``; ``k`` counts the epoch's batches delivered (0 when
         none was, or when the epoch was delivered whole: the next one starts anew)."""
         live = self._live
-        yielded = 0 if live is None else live.yielded + self._skipped
+        yielded = 0 if live is None else live[0] + self._skipped
         finished = live is None or self._finished(yielded)
         return {
             "format": FORMAT,
