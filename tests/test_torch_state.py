@@ -133,3 +133,46 @@ def test_lightning_saves_and_restores_the_loader_as_a_stateful_one():
     restored._load_state_dicts(states)  # what it calls when restarting
     rest = [_values(batch) for batch, _, _ in restored]
     assert done + rest == reference
+
+
+def test_a_lightning_run_stopped_mid_epoch_resumes_from_its_checkpoint(tmp_path):
+    lightning = pytest.importorskip("lightning")
+
+    class Model(lightning.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(1, 1)
+            self.seen = []
+
+        def training_step(self, batch, index):
+            self.seen.append(batch[0].tolist())
+            return self.linear(batch[0].float()[:, None]).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), 0.0)
+
+        def train_dataloader(self):
+            return DataLoader(TensorDataset(torch.arange(40)), batch_size=4, shuffle=True)
+
+    def fit(steps, resume=None, save=None):
+        torch.manual_seed(0)
+        model = Model()
+        trainer = lightning.Trainer(
+            max_steps=steps,
+            accelerator="cpu",
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+        trainer.fit(model, ckpt_path=resume)
+        if save is not None:
+            trainer.save_checkpoint(save)
+        return model.seen
+
+    whole = fit(15)  # an epoch of 10 batches and half the next
+    checkpoint = tmp_path / "mid.ckpt"
+    first = fit(6, save=checkpoint)  # stopped after 6 of the 10
+    rest = fit(15, resume=checkpoint)
+    assert (len(first), len(rest)) == (6, 9)
+    assert first + rest == whole
