@@ -156,3 +156,43 @@ def test_a_state_of_version_2_resumes_in_the_contiguous_blocks_it_was_saved_in()
     assert np.concatenate(list(loader)).tolist() == block[8:].tolist()
     with pytest.raises(ValueError, match="rank 1 of 2, this loader is rank 0 of 4"):
         DataLoader(data, 2, shuffle=True, seed=2, shard=(0, 4)).load_state_dict(state)
+
+
+def test_single_observations_resume_on_a_world_size_that_divides_the_position():
+    from fastload import eachobs
+
+    order = list(eachobs(np.arange(N), shuffle=True, seed=4))
+    saved = [eachobs(np.arange(N), shuffle=True, seed=4, shard=(r, 2)) for r in range(2)]
+    its = [iter(loader) for loader in saved]
+    done = [int(next(it)) for _ in range(6) for it in its]  # 6 steps of 2: position 12
+    assert done == [int(i) for i in order[:12]]
+    resumed = [eachobs(np.arange(N), shuffle=True, seed=4, shard=(r, 4)) for r in range(4)]
+    for loader in resumed:
+        loader.load_state_dict(saved[1].state_dict())  # step 3 of 4 observations
+    rest = [[int(i) for i in loader] for loader in resumed]
+    flat = [rest[r][k] for k in range(len(rest[0])) for r in range(4)]
+    assert done + flat[: N - 12] == [int(i) for i in order]
+    with pytest.raises(ValueError, match="does not divide that position 12"):
+        eachobs(np.arange(N), shuffle=True, seed=4, shard=(0, 5)).load_state_dict(
+            saved[0].state_dict()
+        )
+
+
+@pytest.mark.parametrize("before, after", [(1, 2), (2, 4), (4, 2), (2, 1)])
+def test_a_batch_samplers_state_resumes_on_another_world_size(before, after):
+    whole = [b.tolist() for b in DataLoader(np.arange(N), batch_sampler=_batches, seed=3)]
+    saved = [
+        DataLoader(np.arange(N), batch_sampler=_batches, seed=3, shard=(r, before))
+        for r in range(before)
+    ]
+    its = [iter(loader) for loader in saved]
+    done = [next(it).tolist() for _ in range(4 // before) for it in its]  # 4 batches
+    resumed = [
+        DataLoader(np.arange(N), batch_sampler=_batches, seed=3, shard=(r, after))
+        for r in range(after)
+    ]
+    for loader in resumed:
+        loader.load_state_dict(saved[0].state_dict())
+    rest = [[b.tolist() for b in loader] for loader in resumed]
+    dealt = [rest[k % after][k // after] for k in range(after * len(rest[0]))]
+    assert (done + dealt)[: len(whole)] == whole

@@ -209,6 +209,8 @@ def test_a_state_into_a_loader_that_would_give_another_order_is_refused_naming_t
         ("shuffle", 1),
         ("shuffle", "yes"),
         ("sampler", 0),
+        ("layout", "interleaved"),
+        ("layout", None),
     ],
 )
 def test_a_field_of_the_wrong_type_is_a_type_error_naming_the_field(field, value):

@@ -150,12 +150,6 @@ class Epochs:
             self.layout, self._ahead = layout, None
             self._drawn.clear()
 
-    @property
-    def elastic(self) -> bool:
-        """Whether the global order of each step is the same on every world size (not
-        for ``shuffle="quasi"``, shared out by blocks, nor the ``"blocks"`` layout)."""
-        return self.layout == "elastic" and self.shuffle != "quasi"
-
     def global_batch(self) -> int:
         """Observations a step loads over all ranks (a batch sampler's: batches)."""
         return (self.batch_size or 1) * self.world if self.batch_sampler is None else self.world
