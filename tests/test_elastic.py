@@ -196,3 +196,30 @@ def test_a_batch_samplers_state_resumes_on_another_world_size(before, after):
     rest = [[b.tolist() for b in loader] for loader in resumed]
     dealt = [rest[k % after][k // after] for k in range(after * len(rest[0]))]
     assert (done + dealt)[: len(whole)] == whole
+
+
+class Drawing:
+    """An iterable sampler that draws anew each time it is iterated."""
+
+    def __init__(self):
+        self.rng = np.random.default_rng(11)
+
+    def __iter__(self):
+        return iter(self.rng.permutation(N).tolist())
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_an_iterable_sampler_is_iterated_once_an_epoch_by_a_resumed_loader(world):
+    def ranks():
+        return [
+            DataLoader(np.arange(N), 4, sampler=Drawing(), shard=(r, world), seed=0)
+            for r in range(world)
+        ]
+
+    reference = _global_steps(ranks())
+    saved = ranks()
+    done = _consumed(saved, 3)
+    resumed = ranks()
+    for loader in resumed:
+        loader.load_state_dict(saved[0].state_dict())
+    assert done + _global_steps(resumed) == reference

@@ -120,9 +120,9 @@ class ResumableLoader(IteratingLoader):
             saved = saved_world
         if state["steps"] != steps(units, saved, drop_last):
             raise ValueError(
-                f"the state is for a loader with {state['steps']} steps per epoch of "
-                f"{saved} a step over its ranks, but this data gives "
-                f"{steps(units, saved, drop_last)}: restore it over the same data"
+                f"the state is for a loader with {state['steps']} steps per epoch, this "
+                f"one has {steps(units, saved, drop_last)} (of {saved} a step over all "
+                f"ranks): restore it over the same data"
             )
         mine, step = epochs.global_batch(), int(state["step"])
         if step == state["steps"]:
