@@ -5,6 +5,8 @@ resumes on another at the same global position (ranks simulated in one process w
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fastload import DataLoader
 from fastload._loading.sharding import shard_blocks, shard_elastic
@@ -223,3 +225,28 @@ def test_an_iterable_sampler_is_iterated_once_an_epoch_by_a_resumed_loader(world
     for loader in resumed:
         loader.load_state_dict(saved[0].state_dict())
     assert done + _global_steps(resumed) == reference
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(0, 120),
+    world=st.integers(1, 9),
+    batch=st.integers(1, 17),
+    drop_last=st.booleans(),
+)
+def test_each_rank_takes_its_run_of_each_global_batch_of_the_padded_order(
+    n, world, batch, drop_last
+):
+    order = np.random.default_rng(n).permutation(n)
+    per = n // world if drop_last else -(-n // world)
+    padded = np.resize(order, per * world) if n else order  # wrapped to the start
+    if world == 1:  # the whole order (the loader drops a partial last batch)
+        assert shard_elastic(order, 0, 1, batch, drop_last) is order
+        return
+    for rank in range(world):
+        got = shard_elastic(order, rank, world, batch, drop_last)
+        assert len(got) == (per // batch * batch if drop_last else per)
+        for k in range(0, len(got), batch):  # step k // batch
+            step = got[k : k + batch]
+            start = k * world + rank * len(step)  # the last step's runs are shorter
+            assert step.tolist() == padded[start : start + len(step)].tolist()

@@ -189,11 +189,17 @@ def shard_elastic(
     full, tail = divmod(per, batch)
     if not per:
         return order[:0]
-    padded = np.resize(order, per * world)  # wraps around to the start
-    mine = padded[: full * batch * world].reshape(full, world, batch)[:, rank].ravel()
+    cut = full * batch * world  # the whole global batches (views: no copy of the order)
+    if cut > len(order):  # the padding reaches into them (a few observations a rank)
+        order = np.resize(order, per * world)
+    mine = order[:cut].reshape(full, world, batch)[:, rank].ravel()
     if drop_last or not tail:
         return mine
-    return np.concatenate([mine, padded[full * batch * world :].reshape(world, tail)[rank]])
+    last = order[cut:]  # the partial global batch, padded by wrapping to the start
+    pad = world * tail - len(last)
+    if pad:
+        last = np.concatenate([last, np.resize(order, pad)])
+    return np.concatenate([mine, last.reshape(world, tail)[rank]])
 
 
 def _joined(
