@@ -7,9 +7,8 @@ are shuffled together. Memory bound: while one wave is consumed, at most ``wave`
 blocks are being read, so at most ``wave * max(block bytes)`` of the file needs to be
 resident at once.
 
-Distributed training: the loader gives each rank a contiguous slice of the permutation;
-since waves are emitted contiguously, each rank's slice spans few waves and stays
-block-local.
+Distributed training: ``quasi_shard_order`` deals the blocks out among the ranks, so that
+each rank reads blocks of its own, in waves; the ranks' shares depend on the world size.
 """
 
 from __future__ import annotations

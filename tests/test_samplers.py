@@ -333,10 +333,11 @@ def test_sharded_samplers_split_the_drawn_positions():
     sampler = WeightedSampler(np.ones(30), 40)
     drawn = sampler(0, 8)
     parts = [
-        np.concatenate(list(DataLoader(np.arange(30), 5, sampler=sampler, seed=8, shard=(r, 2))))
-        for r in range(2)
+        list(DataLoader(np.arange(30), 5, sampler=sampler, seed=8, shard=(r, 2))) for r in range(2)
     ]
-    assert np.array_equal(np.concatenate(parts), drawn)
+    # Each global batch of 10 drawn positions: rank 0's 5, then rank 1's.
+    steps = [np.concatenate([parts[0][k], parts[1][k]]) for k in range(4)]
+    assert np.array_equal(np.concatenate(steps), drawn)
 
 
 def test_engine_runs_a_schedule_with_bounds_from_any_step():

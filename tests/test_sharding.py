@@ -59,14 +59,14 @@ def test_ranks_are_disjoint_cover_every_index_and_get_equal_batches(
                 assert counts.max() <= -(-per_rank * world // n)
 
 
-def test_every_rank_draws_the_same_order_and_takes_a_contiguous_block():
+def test_every_rank_draws_the_same_order_and_takes_its_part_of_each_global_batch():
     data = np.arange(100)
-    whole = np.concatenate(run_epochs(DataLoader(data, 5, shuffle=True, seed=3), 1))
-    blocks = [
-        np.concatenate(run_epochs(DataLoader(data, 5, shuffle=True, seed=3, shard=(r, 4)), 1))
-        for r in range(4)
+    (whole,) = run_epochs(DataLoader(data, 5, shuffle=True, seed=3), 1)
+    ranks = [
+        run_epochs(DataLoader(data, 5, shuffle=True, seed=3, shard=(r, 4)), 1)[0] for r in range(4)
     ]
-    assert np.array_equal(np.concatenate(blocks), whole)
+    # Step k of rank r is batch 4k + r of the whole epoch's batches of 5.
+    assert [ranks[k % 4][k // 4].tolist() for k in range(20)] == [b.tolist() for b in whole]
 
 
 def test_padding_wraps_around_to_the_start_of_the_order():
@@ -86,10 +86,20 @@ def test_each_rank_resumes_exactly(parallel):
         )
 
 
-def test_a_state_from_another_rank_is_refused():
-    state = DataLoader(np.arange(10), 2, shard=(0, 2)).state_dict()
-    with pytest.raises(ValueError, match="rank"):
-        DataLoader(np.arange(10), 2, shard=(1, 2)).load_state_dict(state)
+def test_a_state_from_another_rank_resumes_at_its_global_position():
+    saver = DataLoader(np.arange(10), 2, shard=(0, 2))
+    next(iter(saver))
+    loader = DataLoader(np.arange(10), 2, shard=(1, 2))
+    loader.load_state_dict(saver.state_dict())
+    # From step 1: its part of the global batch [4..7], then of the last one, [8, 9].
+    assert [b.tolist() for b in loader] == [[6, 7], [9]]
+
+
+def test_a_quasi_random_state_from_another_rank_is_refused():
+    data = Blockwise(40, 10)
+    state = DataLoader(data, 2, shuffle="quasi", shard=(0, 2)).state_dict()
+    with pytest.raises(ValueError, match="rank 0 of 2, this loader is rank 1 of 2"):
+        DataLoader(data, 2, shuffle="quasi", shard=(1, 2)).load_state_dict(state)
 
 
 def test_eachobs_shards_single_observations():

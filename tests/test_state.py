@@ -23,8 +23,8 @@ def _stream(n=7):
 
 def test_a_state_names_its_kind_of_loader_and_its_version():
     assert DataLoader(Y, 3).state_dict()["format"] == f"fastload.container_loader/{STATE_VERSION}"
-    assert eachobs(Y).state_dict()["format"] == "fastload.container_loader/2"
-    assert DataLoader(_stream(), 3).state_dict()["format"] == "fastload.stream_loader/2"
+    assert eachobs(Y).state_dict()["format"] == "fastload.container_loader/3"
+    assert DataLoader(_stream(), 3).state_dict()["format"] == "fastload.stream_loader/3"
 
 
 @pytest.mark.parametrize("kind", ["container", "stream"])
@@ -54,11 +54,11 @@ def test_a_state_without_a_format_is_refused_and_the_message_says_how_to_mend_it
 
 
 def test_a_state_of_another_version_is_refused():
-    state = dict(DataLoader(Y, 3).state_dict(), format="fastload.container_loader/3")
+    state = dict(DataLoader(Y, 3).state_dict(), format="fastload.container_loader/4")
     message = (
-        "the state has format 'fastload.container_loader/3', this version of fastload "
-        "reads 'fastload.container_loader/1' or 'fastload.container_loader/2': resume with "
-        "the fastload version that saved it"
+        "the state has format 'fastload.container_loader/4', this version of fastload "
+        "reads 'fastload.container_loader/1' or 'fastload.container_loader/2' or "
+        "'fastload.container_loader/3': resume with the fastload version that saved it"
     )
     with pytest.raises(ValueError, match=re.escape(message)):
         DataLoader(Y, 3).load_state_dict(state)
@@ -95,7 +95,7 @@ def test_the_torch_wrapper_hands_on_the_format_and_its_refusals():
     from fastload.torch import TorchLoader
 
     wrapped = TorchLoader(DataLoader(Y, 3))
-    assert wrapped.state_dict()["format"] == "fastload.container_loader/2"
+    assert wrapped.state_dict()["format"] == "fastload.container_loader/3"
     with pytest.raises(ValueError, match="has no 'format'"):
         wrapped.load_state_dict({"seed": 0, "epoch": 0, "step": 0})
 
@@ -105,8 +105,8 @@ ORDER = ("shuffle", "sampler", "batch_sampler", "batch_size", "drop_last")
 
 def _version_1(state):
     """``state`` as version 1 saved it: without the settings that shape the order."""
-    old = {k: v for k, v in state.items() if k not in ORDER + ("shuffle_buffer",)}
-    return dict(old, format=state["format"].replace("/2", "/1"))
+    old = {k: v for k, v in state.items() if k not in ORDER + ("shuffle_buffer", "layout")}
+    return dict(old, format=state["format"].replace("/3", "/1"))
 
 
 def test_a_state_records_the_shard_and_the_settings_that_shape_the_order():
@@ -209,6 +209,8 @@ def test_a_state_into_a_loader_that_would_give_another_order_is_refused_naming_t
         ("shuffle", 1),
         ("shuffle", "yes"),
         ("sampler", 0),
+        ("layout", "interleaved"),
+        ("layout", None),
     ],
 )
 def test_a_field_of_the_wrong_type_is_a_type_error_naming_the_field(field, value):

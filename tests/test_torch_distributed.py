@@ -1,6 +1,8 @@
-"""Two real training processes joined by ``torch.distributed`` (gloo, on 127.0.0.1): a
+"""Real training processes joined by ``torch.distributed`` (gloo, on 127.0.0.1): a
 ``DistributedSampler`` through ``fastload.torch.DataLoader``, and ``fastload.DataLoader``
-with ``shard="auto"``, give every item once per epoch and the same steps on every rank."""
+with ``shard="auto"``, give every item once per epoch and the same steps on every rank;
+on 1, 2 and 4 ranks of one global batch, ``fastload.DataLoader`` loads the same global
+batches."""
 
 import json
 import os
@@ -49,6 +51,80 @@ dist.destroy_process_group()
 with open(out, "w") as f:
     json.dump(seen, f)
 """
+
+
+ELASTIC_SCRIPT = """
+import json, sys
+import numpy as np
+import torch.distributed as dist
+import fastload
+
+port, rank, world, out = sys.argv[1:]
+rank, world = int(rank), int(world)
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                        world_size=world)
+settings = {
+    "shuffled": dict(shuffle=True, parallel=2),
+    "in order": dict(parallel=False),
+    "sampler": dict(sampler=fastload.WeightedSampler(np.ones(50), 48)),
+}
+seen = {}
+for name, options in settings.items():
+    loader = fastload.DataLoader(np.arange(50), 16 // world, shard="auto", seed=5, **options)
+    seen[name] = [[b.tolist() for b in loader] for _ in range(2)]
+dist.barrier()
+dist.destroy_process_group()
+with open(out, "w") as f:
+    json.dump(seen, f)
+"""
+
+
+def _start_ranks(script, world, tmp_path, *args):
+    """``script`` started on ``world`` processes joined by gloo: the processes and the
+    files each writes its JSON output to."""
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    outs = [tmp_path / f"w{world}rank{r}.json" for r in range(world)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(port), str(r), str(world), *args, str(outs[r])],
+            cwd=ROOT,
+            env=env,
+        )
+        for r in range(world)
+    ]
+    return procs, outs
+
+
+def _outputs(started):
+    """Each group's ranks' outputs, once all their processes ended well."""
+    procs = [proc for group, _ in started for proc in group]
+    try:
+        for proc in procs:
+            assert proc.wait(timeout=120) == 0
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    return [[json.loads(out.read_text()) for out in outs] for _, outs in started]
+
+
+def test_one_to_four_ranks_load_the_same_global_batches(tmp_path):
+    # The three jobs run side by side, each on ports of its own.
+    started = [_start_ranks(ELASTIC_SCRIPT, world, tmp_path) for world in (1, 2, 4)]
+    runs = dict(zip((1, 2, 4), _outputs(started), strict=True))
+    for name in ("shuffled", "in order", "sampler"):
+        (alone,) = runs[1]
+        for world in (2, 4):
+            ranks = runs[world]
+            for epoch in range(2):
+                steps = len(alone[name][epoch])
+                assert all(len(seen[name][epoch]) == steps for seen in ranks)
+                for k in range(steps):
+                    got = [i for seen in ranks for i in seen[name][epoch][k]]
+                    want = alone[name][epoch][k]  # padded on more ranks when partial
+                    assert got[: len(want)] == want, (name, world, epoch, k)
+        assert alone[name][0] != alone[name][1] or name == "in order"
 
 
 def _free_port():

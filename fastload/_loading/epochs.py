@@ -32,9 +32,14 @@ from ..order import quasi_random_order, quasi_shard_order
 from ..samplers import BatchSampler, Sampler, draw_batches, draw_order
 from ..views import steps
 from .schedule import Schedule
-from .sharding import shard_batches, shard_order, shard_size
+from .sharding import shard_batch_blocks, shard_batches, shard_blocks, shard_elastic, shard_size
 
-__all__ = ["Epochs", "Shuffle"]
+__all__ = ["Epochs", "Layout", "Shuffle"]
+
+# How an epoch's order is shared out among the ranks: "elastic" (each global batch cut in
+# rank order, the same sequence on every world size) or "blocks" (a contiguous block per
+# rank, as fastload 0.3 and before drew it: kept for their states). See sharding.py.
+Layout: TypeAlias = Literal["elastic", "blocks"]
 
 # ``shuffle=``: False, True, "quasi" (packed datasets), or an int: the old spelling of a
 # stream's ``shuffle=True, shuffle_buffer=n`` (it warns; ``LoaderOptions.for_stream``).
@@ -44,6 +49,8 @@ _DRAW_AHEAD_FROM = 1 << 16  # observations from which the next epoch's order is 
 
 # This rank's positions of an epoch, and the offsets where its batches start (or None).
 _Drawn = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64] | None]
+# What the samplers draw for an epoch: positions, or a batch sampler's batches.
+_Global = npt.NDArray[np.int64] | list[npt.NDArray[np.int64]]
 
 
 class _Ahead:
@@ -94,10 +101,12 @@ class Epochs:
         self.drop_last, self.collate = drop_last, collate
         self.rank, self.world, self.block_bounds = rank, world, block_bounds
         self.sampled = sampler is not None or batch_sampler is not None
+        self.layout: Layout = "elastic"
         self._per_rank = shard_size(n, world, drop_last)
         self._ahead: _Ahead | None = None  # the next epoch's order, being drawn
-        # (seed, epoch) -> (order, bounds) from the samplers
-        self._drawn: dict[tuple[int, int], _Drawn] = {}
+        # (seed, epoch) -> what the samplers drew; (seed, epoch, layout) -> this rank's
+        self._globals: dict[tuple[int, int], _Global] = {}
+        self._drawn: dict[tuple[int, int, str], _Drawn] = {}
         self._rows = 1  # slots for a batch sampler's batches: the largest so far
 
     def order(self, seed: int, epoch: int) -> npt.NDArray[np.int64]:
@@ -127,24 +136,62 @@ class Epochs:
             )
         else:
             order = generator(seed, Purpose.EPOCH_ORDER, epoch).permutation(self.n)
-        return shard_order(order, self.rank, self.world, self.drop_last)
+        return self._shard(order)
+
+    def _shard(self, order: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """This rank's positions of the epoch's ``order``, in this loader's layout."""
+        if self.layout == "blocks":
+            return shard_blocks(order, self.rank, self.world, self.drop_last)
+        batch = self.batch_size or 1
+        return shard_elastic(order, self.rank, self.world, batch, self.drop_last)
+
+    def set_layout(self, layout: Layout) -> None:
+        """Share the epochs out as ``layout`` says from now on (a state of fastload 0.3
+        resumes in the order it was saved in)."""
+        if layout != self.layout:
+            self.finish_ahead()
+            self.layout, self._ahead = layout, None
+
+    def global_batch(self) -> int:
+        """Observations a step loads over all ranks (a batch sampler's: batches)."""
+        return (self.batch_size or 1) * self.world if self.batch_sampler is None else self.world
+
+    def units(self, seed: int, epoch: int) -> int:
+        """The length of ``epoch``'s order before it is sharded: observations (a batch
+        sampler's: batches)."""
+        return len(self._global_draw(seed, epoch)) if self.sampled else self.n
+
+    def _global_draw(self, seed: int, epoch: int) -> _Global:
+        """What the samplers draw for ``epoch``, before it is sharded: the positions, or
+        the batches of a batch sampler. Kept for the latest two epochs: ``len()``, the
+        state and the iteration draw each once (an iterable sampler may draw anew each
+        time it is iterated)."""
+        key = (seed, epoch)
+        if key not in self._globals:
+            if self.batch_sampler is not None:
+                drawn: _Global = draw_batches(self.batch_sampler, self.n, seed, epoch)
+            else:
+                drawn = draw_order(self.sampler, self.n, seed, epoch)  # type: ignore[arg-type]
+            while len(self._globals) >= 2:
+                del self._globals[next(iter(self._globals))]
+            self._globals[key] = drawn
+        return self._globals[key]
 
     def _draw(self, seed: int, epoch: int) -> _Drawn:
         """``(order, bounds)`` of ``epoch`` from the samplers: this rank's positions, and
-        where its batches start when a batch sampler forms them (else None). Kept for the
-        latest two epochs: ``len()``, the state and the iteration draw each once."""
-        key = (seed, epoch)
+        where its batches start when a batch sampler forms them (else None), in this
+        loader's layout."""
+        key = (seed, epoch, self.layout)
         if key not in self._drawn:
+            drawn = self._global_draw(seed, epoch)
             if self.batch_sampler is not None:
-                batches = draw_batches(self.batch_sampler, self.n, seed, epoch)
-                drawn = shard_batches(batches, self.rank, self.world)
+                shard = shard_batch_blocks if self.layout == "blocks" else shard_batches
+                sharded = shard(drawn, self.rank, self.world)  # type: ignore[arg-type]
             else:
-                # Sampled without a batch sampler: by a sampler.
-                order = draw_order(self.sampler, self.n, seed, epoch)  # type: ignore[arg-type]
-                drawn = shard_order(order, self.rank, self.world, self.drop_last), None
+                sharded = self._shard(drawn), None  # type: ignore[arg-type]
             while len(self._drawn) >= 2:
                 del self._drawn[next(iter(self._drawn))]
-            self._drawn[key] = drawn
+            self._drawn[key] = sharded
         return self._drawn[key]
 
     def steps(self, seed: int, epoch: int) -> int:

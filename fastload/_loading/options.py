@@ -139,8 +139,9 @@ class LoaderOptions:
     shard: Shard = field(
         default=None,
         metadata={
-            "doc": '``(rank, world_size)`` or ``"auto"``: this process loads its own block of each '
-            "epoch, all ranks the same number of batches (``fastload._loading.sharding``). "
+            "doc": '``(rank, world_size)`` or ``"auto"``: this process loads its part of each '
+            "global batch of ``batch_size * world_size``, all ranks the same number of batches, "
+            "the same global batches on any world size (``fastload._loading.sharding``). "
             "Without it while several ranks are up (torch.distributed, ``WORLD_SIZE``, JAX), "
             "every rank loads the whole dataset, and a warning says so once; False means that, "
             "without the warning"

@@ -8,8 +8,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..views import steps
 from .iteration import IteratingLoader
-from .state import LoaderKind, check_state, sampler_kind, state_format
+from .state import (
+    LoaderKind,
+    check_state,
+    is_elastic,
+    sampler_kind,
+    state_format,
+    state_layout,
+)
 
 __all__ = ["ResumableLoader"]
 
@@ -59,6 +67,7 @@ class ResumableLoader(IteratingLoader):
             settings["shuffle"] = bool(self.options.shuffle)
             settings["shuffle_buffer"] = self._stream.shuffle_buffer
         else:
+            settings["layout"] = self._epochs.layout  # type: ignore[union-attr]
             settings["shuffle"] = self.options.shuffle
             settings["sampler"] = sampler_kind(self.options.sampler)
             settings["batch_sampler"] = sampler_kind(self.options.batch_sampler)
@@ -74,19 +83,56 @@ class ResumableLoader(IteratingLoader):
         dict or a field of the wrong type (``step=2.5``, ``seed="3"``, ``epoch=True``: a
         bool is not an int; numpy's integers are), and ``ValueError`` if the state has no
         ``"format"``, is of a version this one does not read or of another kind of loader
-        (a stream's for a container's), has a field out of range, belongs to another rank,
-        to a loader whose settings give another order (``shuffle``, ``sampler``,
+        (a stream's for a container's), has a field out of range, belongs to another rank
+        (a state of the elastic layout resumes on any rank of any world size at its global
+        position, when that is a whole number of this loader's global batches:
+        ``_global_step``), to a loader whose settings give another order (``shuffle``, ``sampler``,
         ``batch_sampler``, ``batch_size``, ``drop_last``; a stream's ``shuffle_buffer``),
         or to one with a different number of steps per epoch (for a stream, another round
         of records). Each message names the field or setting."""
-        check_state(state, self._kind(), self._settings())
+        version = check_state(state, self._kind(), self._settings())
         seed, epoch, step = int(state["seed"]), int(state["epoch"]), int(state["step"])
-        if self._stream is None:
-            steps = self._steps(seed, epoch)
-            if state["steps"] != steps:
+        if self._epochs is not None:
+            if is_elastic(state, "container", version):
+                step = self._global_step(state, seed, epoch)
+            elif state["steps"] != self._steps(seed, epoch):
                 raise ValueError(
                     f"the state is for a loader with {state['steps']} steps per "
-                    f"epoch, this one has {steps}"
+                    f"epoch, this one has {self._steps(seed, epoch)}"
                 )
+            # The steps per epoch are the same in either layout.
+            self._epochs.set_layout(state_layout(state, version))  # type: ignore[arg-type]
         self.seed, self._epoch, self._resume_at = seed, epoch, step
         self._progress = None
+
+    def _global_step(self, state: Mapping[str, Any], seed: int, epoch: int) -> int:
+        """This loader's step at the global position of ``state``, a state of the elastic
+        layout saved on any rank of any world size: its step times its global batch
+        (``batch_size * world_size`` observations, or ``world_size`` batches of a batch
+        sampler). Raises ``ValueError`` when the epoch's length differs or the position
+        is not a whole number of this loader's global batches."""
+        epochs = self._epochs
+        assert epochs is not None  # a container's
+        units, drop_last = epochs.units(seed, epoch), bool(self.options.drop_last)
+        saved_world = int(state.get("world_size", 1))
+        saved = (state["batch_size"] or 1) * saved_world
+        if self.options.batch_sampler is not None:
+            saved = saved_world
+        if state["steps"] != steps(units, saved, drop_last):
+            raise ValueError(
+                f"the state is for a loader with {state['steps']} steps per epoch, this "
+                f"one has {steps(units, saved, drop_last)} (of {saved} a step over all "
+                f"ranks): restore it over the same data"
+            )
+        mine, step = epochs.global_batch(), int(state["step"])
+        if step == state["steps"]:
+            return self._steps(seed, epoch)  # the epoch was delivered
+        if step * saved % mine:
+            raise ValueError(
+                f"the state was saved after {step} steps of a global batch of {saved} "
+                f"(batch_size {state['batch_size']} on {saved_world} ranks); this loader's "
+                f"global batch is {mine} ({self.world_size} ranks), which does not divide "
+                f"that position {step * saved}: resume on a world size that divides "
+                f"{saved}, with batch_size={saved} // world_size, for the same global batch"
+            )
+        return step * saved // mine

@@ -1,14 +1,27 @@
 """Which part of each epoch a training process loads: ``shard=(rank, world_size)``.
 
-Every rank draws the same order for (seed, epoch) and takes a contiguous block of it, so
-the ranks are disjoint and together cover the epoch. A quasi-random order of packed data
-is shared out by blocks instead (``order.quasi_shard_order``): each rank reads blocks no
-other rank reads (but a few rows that even the shares out), so that data at a URL is
-fetched once across the ranks. All ranks get the same number of
-observations: with ``drop_last`` the remainder of ``n / world_size`` is dropped, otherwise
-the order is padded by wrapping around to its start, as PyTorch's DistributedSampler pads.
-Batches from a batch sampler are shared out whole, the same way: a contiguous block of
-the epoch's batches per rank, padded by wrapping around.
+Every rank draws the same order for (seed, epoch). The order is cut into global batches
+of ``batch_size * world_size`` observations (one observation a rank without a batch
+size), and each global batch into ``world_size`` consecutive per-rank batches, in rank
+order: at step k, rank r loads ``order[k*G + r*b : k*G + (r+1)*b]`` (``G = b * world``).
+The ranks' batches of a step, concatenated in rank order, are the step's global batch,
+the same on every world size dividing G: the order is *elastic* (``shard_elastic``).
+The ranks are disjoint and together cover the epoch, each with the same number of
+observations: with ``drop_last`` the last partial global batch is dropped, otherwise it
+is padded by wrapping around to the start of the order to a multiple of ``world_size``
+and cut into equal per-rank parts (its first observations are the same on every world
+size, the padding is not). One observation a step, this is PyTorch's
+DistributedSampler's ``indices[rank::world]``. A batch sampler's batches are dealt the
+same way, one a rank: at step k rank r loads batch ``k * world + r`` (``shard_batches``).
+
+Loaders resumed from a state of format 1 or 2 (fastload 0.3 and before) keep the order
+those versions drew, a contiguous block of the epoch's order per rank (``shard_blocks``,
+``shard_batch_blocks``, ``layout="blocks"`` in ``_loading/epochs.py``).
+
+A quasi-random order of packed data is shared out by blocks instead
+(``order.quasi_shard_order``): each rank reads blocks no other rank reads (but a few rows
+that even the shares out), so that data at a URL is fetched once across the ranks; it
+depends on the world size.
 
 A loader given no ``shard`` in a job of several ranks (a ``torch.distributed`` process
 group of several ranks, ``WORLD_SIZE`` > 1, or JAX's multi-process runtime) loads the
@@ -40,7 +53,10 @@ __all__ = [
     "Shard",
     "default_seed",
     "resolve_shard",
+    "shard_batch_blocks",
     "shard_batches",
+    "shard_blocks",
+    "shard_elastic",
     "shard_order",
     "shard_size",
 ]
@@ -141,10 +157,11 @@ def shard_size(n: int, world: int, drop_last: bool) -> int:
     return n // world if drop_last else -(-n // world)
 
 
-def shard_order(
+def shard_blocks(
     order: npt.NDArray[np.int64], rank: int, world: int, drop_last: bool
 ) -> npt.NDArray[np.int64]:
-    """This rank's block of the epoch's ``order`` (every rank passes the same order)."""
+    """This rank's contiguous block of the epoch's ``order`` (every rank passes the same
+    order): the order of fastload 0.3 and before."""
     if world == 1:
         return order
     n = len(order)
@@ -154,25 +171,74 @@ def shard_order(
     return order[rank * per : (rank + 1) * per]
 
 
-def shard_batches(
-    batches: Sequence[npt.NDArray[np.int64]], rank: int, world: int
+# Its name in 0.3 (internal).
+shard_order = shard_blocks
+
+
+def shard_elastic(
+    order: npt.NDArray[np.int64], rank: int, world: int, batch: int, drop_last: bool
+) -> npt.NDArray[np.int64]:
+    """This rank's positions of the epoch's ``order`` in the elastic layout (see the
+    module docstring): of each global batch of ``batch * world`` positions, the
+    ``rank``-th run of ``batch``; of the last partial one, padded by wrapping to a
+    multiple of ``world``, the ``rank``-th of ``world`` equal runs (dropped with
+    ``drop_last``). ``batch``: observations per rank and step (1 for single ones)."""
+    if world == 1:
+        return order
+    per = shard_size(len(order), world, drop_last)
+    full, tail = divmod(per, batch)
+    if not per:
+        return order[:0]
+    cut = full * batch * world  # the whole global batches (views: no copy of the order)
+    if cut > len(order):  # the padding reaches into them (a few observations a rank)
+        order = np.resize(order, per * world)
+    mine = order[:cut].reshape(full, world, batch)[:, rank].ravel()
+    if drop_last or not tail:
+        return mine
+    last = order[cut:]  # the partial global batch, padded by wrapping to the start
+    pad = world * tail - len(last)
+    if pad:
+        last = np.concatenate([last, np.resize(order, pad)])
+    return np.concatenate([mine, last.reshape(world, tail)[rank]])
+
+
+def _joined(
+    batches: Sequence[npt.NDArray[np.int64]], picked: npt.NDArray[np.int64]
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """This rank's block of the epoch's ``batches`` (int64 arrays; every rank passes the
-    same ones), as ``(order, bounds)``: the positions one after the other and the offsets
-    where each batch starts, with the end. Every rank gets ``ceil(len(batches) / world)``
-    batches; the last ranks' blocks wrap around to the first batches."""
-    count = len(batches)
-    per = -(-count // world)
-    picked = (
-        np.resize(np.arange(count), per * world)[rank * per : (rank + 1) * per]
-        if count
-        else np.arange(0)
-    )
+    """The ``batches`` at ``picked`` as ``(order, bounds)``."""
     mine = [batches[k] for k in picked]
     bounds = np.zeros(len(mine) + 1, np.int64)
     np.cumsum([len(b) for b in mine], out=bounds[1:])
     order = np.concatenate(mine).astype(np.int64) if mine else np.zeros(0, np.int64)
     return order, bounds
+
+
+def shard_batch_blocks(
+    batches: Sequence[npt.NDArray[np.int64]], rank: int, world: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """This rank's contiguous block of the epoch's ``batches`` (int64 arrays; every rank
+    passes the same ones), as ``(order, bounds)``: the positions one after the other and
+    the offsets where each batch starts, with the end. Every rank gets
+    ``ceil(len(batches) / world)`` batches; the last ranks' blocks wrap around to the
+    first batches. The order of fastload 0.3 and before."""
+    count = len(batches)
+    per = -(-count // world)
+    if not count:
+        return _joined(batches, np.arange(0))
+    return _joined(batches, np.resize(np.arange(count), per * world)[rank * per : (rank + 1) * per])
+
+
+def shard_batches(
+    batches: Sequence[npt.NDArray[np.int64]], rank: int, world: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """This rank's batches of the epoch's ``batches`` in the elastic layout, as
+    ``(order, bounds)`` (see ``shard_batch_blocks``): at step k, batch ``k * world +
+    rank``. Every rank gets ``ceil(len(batches) / world)`` batches; the last step's are
+    padded by wrapping around to the first batches."""
+    count = len(batches)
+    per = -(-count // world)
+    picked = np.resize(np.arange(count), per * world)[rank::world] if count else np.arange(0)
+    return _joined(batches, picked)
 
 
 def default_seed(seed: int | None, world: int) -> int:

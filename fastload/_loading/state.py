@@ -5,9 +5,9 @@ A state names what kind of loader saved it, and in which version of the layout, 
 string under ``"format"``; the other values are ints, flags, None and strings, so that a
 state survives JSON::
 
-    {"format": "fastload.container_loader/2", "seed": 7, "epoch": 2, "step": 40,
+    {"format": "fastload.container_loader/3", "seed": 7, "epoch": 2, "step": 40,
      "rank": 0, "world_size": 1, "steps": 94, "shuffle": True, "sampler": None,
-     "batch_sampler": None, "batch_size": 64, "drop_last": False}
+     "batch_sampler": None, "batch_size": 64, "drop_last": False, "layout": "elastic"}
 
 Versions:
 
@@ -19,16 +19,24 @@ Versions:
   or the kind given: the type's name, ``sampler_kind``), ``batch_size`` (None: single
   observations) and ``drop_last``; for a stream ``shuffle``, ``shuffle_buffer`` (records,
   0 without shuffle), ``batch_size`` and ``drop_last``.
+- 3: version 2 and, for a container, the ``layout`` of its ranks' shares
+  (``_loading/sharding.py``): ``"elastic"`` (each global batch cut in rank order) or
+  ``"blocks"`` (a contiguous block of the epoch per rank: how versions 1 and 2 were
+  drawn, which a loader resumed from one of them keeps). A stream's is version 2's.
 
-``check_state`` reads a state of either version: its format first (a state of another kind
+``check_state`` reads a state of any of these versions: its format first (a state of another kind
 of loader, of a version this one does not read, or of something that is not a fastload
 loader is refused with a message saying what it is and what to do); then every field for
 its type (a bool is not an int here; numpy's integers and booleans are) and range, with a
 ``TypeError`` or ``ValueError`` naming the field and what it takes; then the shard and the
 order settings against the loader's: a state is for a loader that would draw the same
 order, so one with another setting is refused naming it, rather than resumed into
-another order. A version-1 state does not record the order settings: it is read with the
-checks it had (the shard; the loader checks the steps per epoch).
+another order. A state of the elastic layout (not ``shuffle="quasi"``) holds a global
+position, the same on every rank: any rank of any world size may resume it
+(``_loading/resume.py`` checks the position against this loader's global batch), and
+its ``batch_size`` may differ when the world size does. A version-1 state does not
+record the order settings: it is read with the checks it had (the shard; the loader
+checks the steps per epoch).
 """
 
 from __future__ import annotations
@@ -45,12 +53,14 @@ __all__ = [
     "STATE_VERSION",
     "check_state",
     "check_state_format",
+    "is_elastic",
     "sampler_kind",
+    "state_layout",
     "state_format",
 ]
 
-STATE_VERSION = 2
-_READS = (1, 2)  # the versions this one reads
+STATE_VERSION = 3
+_READS = (1, 2, 3)  # the versions this one reads
 
 # What a loader reads: a container (positions, steps known up front) or a stream.
 LoaderKind = Literal["container", "stream"]
@@ -79,6 +89,11 @@ def sampler_kind(sampler: Any) -> str | None:
     kind = type(sampler)
     name = kind.__qualname__
     return name if kind.__module__ == "builtins" else f"{kind.__module__}.{name}"
+
+
+def state_layout(state: Mapping[str, Any], version: int) -> str:
+    """The layout of a container's ``state`` of ``version``: ``"blocks"`` before 3."""
+    return str(state.get("layout", "elastic")) if version >= 3 else "blocks"
 
 
 def check_state_format(state: Any, kind: LoaderKind) -> int:
@@ -145,7 +160,9 @@ def _setting(state: Mapping[str, Any], name: str, kind: LoaderKind) -> None:
         if value is not None:
             _integer(state, name, 1)
         return
-    if name in ("sampler", "batch_sampler"):
+    if name == "layout":
+        ok, takes = value in ("elastic", "blocks"), "'elastic' or 'blocks'"
+    elif name in ("sampler", "batch_sampler"):
         ok, takes = value is None or isinstance(value, str), "None or the name of a type"
     elif name == "shuffle" and kind == "container":
         quasi = isinstance(value, str) and value == "quasi"
@@ -159,7 +176,8 @@ def _setting(state: Mapping[str, Any], name: str, kind: LoaderKind) -> None:
 def _needed(kind: LoaderKind, version: int) -> tuple[str, ...]:
     fields = ("seed", "epoch", "step", "rank", "world_size")
     fields += ("steps",) if kind == "container" else ("window",)
-    return fields + (ORDER_SETTINGS[kind] if version >= 2 else ())
+    layout = ("layout",) if kind == "container" and version >= 3 else ()
+    return fields + (ORDER_SETTINGS[kind] if version >= 2 else ()) + layout
 
 
 def _check_fields(state: Mapping[str, Any], kind: LoaderKind, version: int) -> None:
@@ -183,20 +201,36 @@ def _check_fields(state: Mapping[str, Any], kind: LoaderKind, version: int) -> N
         _integer(state, "window", 1)
     for name in ORDER_SETTINGS[kind] if version >= 2 else ():
         _setting(state, name, kind)
+    if kind == "container" and version >= 3:
+        _setting(state, "layout", kind)
 
 
-def check_state(state: Any, kind: LoaderKind, settings: Mapping[str, Any]) -> None:
+def is_elastic(state: Mapping[str, Any], kind: LoaderKind, version: int) -> bool:
+    """Whether ``state`` (checked) holds a global position that any rank of any world
+    size resumes: a container's of the elastic layout, not ``shuffle="quasi"``."""
+    return (
+        kind == "container"
+        and state_layout(state, version) == "elastic"
+        and state["shuffle"] != "quasi"
+    )
+
+
+def check_state(state: Any, kind: LoaderKind, settings: Mapping[str, Any]) -> int:
     """Raise unless ``state`` can be resumed by a loader of ``kind`` whose shard and order
     settings are ``settings`` (``rank``, ``world_size``, a stream's ``window``, and the
     ``ORDER_SETTINGS`` of its kind): see the module docstring. ``TypeError`` for a value of
-    the wrong type, ``ValueError`` for the rest; each message names the field."""
+    the wrong type, ``ValueError`` for the rest; each message names the field. Returns
+    the state's version."""
     version = check_state_format(state, kind)
     _check_fields(state, kind, version)
+    elastic = is_elastic(state, kind, version)
     rank, world = state.get("rank", 0), state.get("world_size", 1)
-    if (rank, world) != (settings["rank"], settings["world_size"]):
+    if not elastic and (rank, world) != (settings["rank"], settings["world_size"]):
         raise ValueError(
             f"the state is for rank {rank} of {world}, this loader is rank "
-            f"{settings['rank']} of {settings['world_size']}"
+            f"{settings['rank']} of {settings['world_size']} (only a state of the elastic "
+            f"order, saved by this version of fastload without shuffle='quasi', resumes "
+            f"on another rank or world size)"
         )
     if kind == "stream" and state["window"] != settings["window"]:
         raise ValueError(
@@ -205,9 +239,12 @@ def check_state(state: Any, kind: LoaderKind, settings: Mapping[str, Any]) -> No
         )
     for name in ORDER_SETTINGS[kind] if version >= 2 else ():
         saved, mine = state[name], settings[name]
+        if name == "batch_size" and elastic and world != settings["world_size"]:
+            continue  # the global batch is checked against the position (resume.py)
         if saved != mine:
             raise ValueError(
                 f"the state was saved by a loader with {name}={saved!r}, this one has "
                 f"{name}={mine!r}, which gives another order: restore it into a loader "
                 f"with {name}={saved!r}"
             )
+    return version

@@ -96,13 +96,19 @@ class Delivered:
         self.pin = pin
         self.ready = time.perf_counter()
         self._workers: list[Any] = []
-        self.yielded = 0
+        # Batches yielded: a one-item list the loader keeps for its state_dict() without
+        # keeping the iteration (dropping it stops its workers).
+        self.tally = [0]
         self.expected: int | None = None  # an iterable dataset's len(), once asked
         self.what = ""
         self.in_workers = False
 
     def __iter__(self) -> Delivered:
         return self
+
+    @property
+    def yielded(self) -> int:
+        return self.tally[0]
 
     def __next__(self) -> Any:
         counts = self.counts
@@ -117,7 +123,7 @@ class Delivered:
             batch = _pinned(batch)
         counts.batches += 1
         counts.items += _items(batch)
-        self.yielded += 1
+        self.tally[0] += 1
         if self.expected is not None and self.yielded > self.expected:
             self._warn_length()
         return batch

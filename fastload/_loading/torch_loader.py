@@ -56,6 +56,7 @@ from .torch_batches import Counts, Deferred, Delivered, Mapped, as_collated
 from .torch_frameworks import follow
 from .torch_options import check_counts, check_worker_count, context_of, prefetch_of, samplers
 from .torch_ring import FirstKnown, RingBatches, fits_ring, per_item, probe_first
+from .torch_state import StatefulTorchLoader
 from .torch_workers import Fetcher, QueueWorkers, WorkerIteration, base_seed, worker_setup
 
 __all__ = ["DataLoader"]
@@ -124,7 +125,7 @@ class _Resolved:
         return getattr(loader, self.default)
 
 
-class DataLoader(tud.DataLoader[T_co]):
+class DataLoader(StatefulTorchLoader, tud.DataLoader[T_co]):
     """PyTorch's ``torch.utils.data.DataLoader`` (same arguments, checks, attributes,
     ``len`` and batches) loading on fastload's engine; see the module docstring for
     which path a dataset takes.
@@ -135,7 +136,9 @@ class DataLoader(tud.DataLoader[T_co]):
     its message (on the ``"process-ring"`` path it ends the epoch); a worker that dies, or
     no batch within ``timeout`` seconds (0: no limit), raises ``RuntimeError``. On the
     ``"process-ring"`` path, an observation whose structure, shape or dtype differs from
-    observation 0's raises ``fastload.LoadError``.
+    observation 0's raises ``fastload.LoadError``. ``state_dict()`` / ``load_state_dict()``
+    save and restore the position mid-epoch, as torchdata's ``StatefulDataLoader``
+    (``torch_state.py``).
     """
 
     def __init__(
@@ -291,7 +294,7 @@ class DataLoader(tud.DataLoader[T_co]):
         return len(self._index_sampler)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # not PyTorch's iterator
-        tasks = self._tasks()
+        tasks = self._start_epoch(self._tasks())
         # Drawn after the sampler's iterator is made, as PyTorch does (persistent workers
         # keep their first epoch's seed), so seeded scripts draw the same orders.
         reused = self._live_pool() is not None or self._live_ring() is not None
@@ -428,6 +431,7 @@ class DataLoader(tud.DataLoader[T_co]):
 
     def _delivered(self, batches: Iterator[Any]) -> Delivered:
         delivered = Delivered(batches, self._counts, self._pins())
+        self._follow(delivered)
         if isinstance(batches, WorkerIteration):
             delivered._workers = list(batches.pool.procs)
         elif isinstance(batches, RingBatches):
