@@ -115,6 +115,64 @@ def test_a_position_that_is_not_whole_global_batches_is_refused():
         loader.load_state_dict([])
 
 
+def test_a_restored_state_is_what_state_dict_gives_until_the_loader_iterates():
+    loader = PATHS["native"](shuffle=True)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    state = loader.state_dict()
+    again = PATHS["native"](shuffle=True)
+    again.load_state_dict(state)
+    saved_again = again.state_dict()  # a checkpoint taken before the first batch
+    assert saved_again["batches_yielded"] == 3
+    assert torch.equal(saved_again["generator"], state["generator"])
+    third = PATHS["native"](shuffle=True)
+    third.load_state_dict(saved_again)
+    assert [_values(b) for b in third] == [_values(b) for b in it]
+
+
+class EagerSampler(torch.utils.data.Sampler):
+    """Draws its whole order when its iterator is made, as a list."""
+
+    def __len__(self):
+        return N
+
+    def __iter__(self):
+        return iter(torch.randperm(N).tolist())
+
+
+def test_a_sampler_that_draws_when_its_iterator_is_made_draws_from_the_restored_state():
+    def make():
+        return DataLoader(TensorDataset(torch.arange(N)), batch_size=4, sampler=EagerSampler())
+
+    torch.manual_seed(1)
+    reference = _run(make(), 1)[0]
+    torch.manual_seed(1)
+    loader = make()
+    it = iter(loader)
+    done = [_values(next(it)) for _ in range(4)]
+    state = loader.state_dict()
+    torch.manual_seed(42)
+    again = make()
+    again.load_state_dict(state)
+    assert done + [_values(b) for b in again] == reference
+
+
+def test_a_refused_state_changes_nothing_of_the_loader():
+    (loader,) = _ranks(2, global_batch=6)[:1]
+    (saved,) = _ranks(1)
+    saved.sampler.set_epoch(7)
+    it = iter(saved)
+    next(it)
+    with pytest.raises(ValueError, match="does not divide"):
+        loader.load_state_dict(saved.state_dict())
+    assert loader.sampler.epoch == 0  # the refused state's sampler epoch was not applied
+    state = saved.state_dict()
+    del state["world_size"]
+    with pytest.raises(ValueError, match=r"lacks \['world_size'\]"):
+        loader.load_state_dict(state)
+
+
 def test_lightning_saves_and_restores_the_loader_as_a_stateful_one():
     pytest.importorskip("lightning")
     from lightning.fabric.utilities.types import _Stateful

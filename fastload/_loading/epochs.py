@@ -38,7 +38,7 @@ __all__ = ["Epochs", "Layout", "Shuffle"]
 
 # How an epoch's order is shared out among the ranks: "elastic" (each global batch cut in
 # rank order, the same sequence on every world size) or "blocks" (a contiguous block per
-# rank, as fastload 0.3 and before drew it: kept for their states). See sharding.py.
+# rank, as fastload drew it before 0.3.0: kept for their states). See sharding.py.
 Layout: TypeAlias = Literal["elastic", "blocks"]
 
 # ``shuffle=``: False, True, "quasi" (packed datasets), or an int: the old spelling of a

@@ -14,7 +14,7 @@ size, the padding is not). One observation a step, this is PyTorch's
 DistributedSampler's ``indices[rank::world]``. A batch sampler's batches are dealt the
 same way, one a rank: at step k rank r loads batch ``k * world + r`` (``shard_batches``).
 
-Loaders resumed from a state of format 1 or 2 (fastload 0.3 and before) keep the order
+Loaders resumed from a state of format 1 or 2 (written before fastload 0.3.0) keep the order
 those versions drew, a contiguous block of the epoch's order per rank (``shard_blocks``,
 ``shard_batch_blocks``, ``layout="blocks"`` in ``_loading/epochs.py``).
 
@@ -161,7 +161,7 @@ def shard_blocks(
     order: npt.NDArray[np.int64], rank: int, world: int, drop_last: bool
 ) -> npt.NDArray[np.int64]:
     """This rank's contiguous block of the epoch's ``order`` (every rank passes the same
-    order): the order of fastload 0.3 and before."""
+    order): the order states written before fastload 0.3.0 resume in."""
     if world == 1:
         return order
     n = len(order)
@@ -220,7 +220,7 @@ def shard_batch_blocks(
     passes the same ones), as ``(order, bounds)``: the positions one after the other and
     the offsets where each batch starts, with the end. Every rank gets
     ``ceil(len(batches) / world)`` batches; the last ranks' blocks wrap around to the
-    first batches. The order of fastload 0.3 and before."""
+    first batches. The order states written before fastload 0.3.0 resume in."""
     count = len(batches)
     per = -(-count // world)
     if not count:

@@ -294,7 +294,7 @@ class DataLoader(StatefulTorchLoader, tud.DataLoader[T_co]):
         return len(self._index_sampler)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # not PyTorch's iterator
-        tasks = self._start_epoch(self._tasks())
+        tasks = self._start_epoch(self._tasks)
         # Drawn after the sampler's iterator is made, as PyTorch does (persistent workers
         # keep their first epoch's seed), so seeded scripts draw the same orders.
         reused = self._live_pool() is not None or self._live_ring() is not None

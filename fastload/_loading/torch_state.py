@@ -22,7 +22,7 @@ refuses a state whose position is not a whole number of this loader's global bat
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -30,6 +30,7 @@ import torch
 __all__ = ["FORMAT", "StatefulTorchLoader"]
 
 FORMAT = "fastload.torch_loader/1"
+_KEYS = frozenset(["batches_yielded", "generator", "sampler_epoch", "batch_size", "world_size"])
 
 
 def _sampler_of(loader: Any) -> Any:
@@ -56,7 +57,7 @@ def _set_rng_state(loader: Any, state: torch.Tensor) -> None:
 
 class StatefulTorchLoader:
     """``state_dict`` / ``load_state_dict`` of ``fastload.torch.DataLoader`` (a base of it;
-    see the module docstring). The loader calls ``_start_epoch(tasks)`` when an epoch's
+    see the module docstring). The loader calls ``_start_epoch(make_tasks)`` when an epoch's
     iterator is made and ``_follow(delivered)`` with what it yields."""
 
     _live: list[int] | None = None  # batches the latest epoch delivered (Delivered.tally)
@@ -64,14 +65,16 @@ class StatefulTorchLoader:
     _pending: tuple[int, torch.Tensor] | None = None  # (batches to skip, generator state)
     _skipped = 0  # batches of the latest epoch skipped by a restored state
 
-    def _start_epoch(self, tasks: Iterator[Any]) -> Iterator[Any]:
-        """``tasks`` of the epoch starting now, past the batches a restored state skips;
-        the generator first put back as the state has it."""
+    def _start_epoch(self, make_tasks: Callable[[], Iterator[Any]]) -> Iterator[Any]:
+        """The tasks of the epoch starting now (``make_tasks()``, which draws the
+        sampler's order), past the batches a restored state skips; the generator is put
+        back as the state has it before anything draws from it."""
         pending, self._pending = self._pending, None
         if pending is not None:
             _set_rng_state(self, pending[1])
         self._epoch_rng = _rng_state(self)
         self._skipped = pending[0] if pending is not None else 0
+        tasks = make_tasks()
         if not self._skipped:
             return tasks
         return itertools.islice(tasks, self._skipped, None)
@@ -92,13 +95,18 @@ class StatefulTorchLoader:
         (a uint8 tensor, or None), "sampler_epoch": its sampler's epoch (or None),
         "batch_size", "world_size"}``; ``k`` counts the epoch's batches delivered (0 when
         none was, or when the epoch was delivered whole: the next one starts anew)."""
+        if self._pending is not None:  # restored, not iterated yet: the restored position
+            return self._state(self._pending[0], self._pending[1])
         live = self._live
         yielded = 0 if live is None else live[0] + self._skipped
         finished = live is None or self._finished(yielded)
+        return self._state(0, None) if finished else self._state(yielded, self._epoch_rng)
+
+    def _state(self, yielded: int, generator: torch.Tensor | None) -> dict[str, Any]:
         return {
             "format": FORMAT,
-            "batches_yielded": 0 if finished else yielded,
-            "generator": None if finished else self._epoch_rng,
+            "batches_yielded": yielded,
+            "generator": generator,
             "sampler_epoch": getattr(_sampler_of(self), "epoch", None),
             "batch_size": getattr(self, "batch_size", None),
             "world_size": _world(self),
@@ -120,10 +128,13 @@ class StatefulTorchLoader:
                 f"not a state of fastload.torch.DataLoader: its format is "
                 f"{state.get('format')!r}, expected {FORMAT!r}"
             )
+        missing = sorted(_KEYS - set(state))
+        if missing:
+            raise ValueError(f"the state lacks {missing}: pass what state_dict() returned")
+        skip = self._skip_of(state)  # checked before anything of the loader changes
         sampler = _sampler_of(self)
         if state["sampler_epoch"] is not None and hasattr(sampler, "set_epoch"):
             sampler.set_epoch(state["sampler_epoch"])
-        skip = self._skip_of(state)
         self._pending = (skip, state["generator"]) if state["generator"] is not None else None
         self._live = None
 
