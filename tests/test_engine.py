@@ -566,3 +566,38 @@ def test_a_gated_run_claims_nothing_past_the_gate_until_it_opens(parallel):
     gc.collect()
     assert feed.closed >= 1
     engine.close()
+
+
+@pytest.mark.parametrize("parallel", [False, 2])
+def test_the_feeds_close_when_the_iteration_ends_then_on_end_runs(parallel):
+    data = np.arange(2000.0).reshape(1000, 2)
+    feed = GateFeed(np.full(1, 1000, np.int64))
+    engine = Engine(EngineOptions(parallel=parallel, buffer=False))
+    closed_at_end = []
+    iteration = engine.iterate(
+        data,
+        Schedule(np.arange(1000), 100),
+        feeds=[feed],
+        on_end=lambda: closed_at_end.append(feed.closed),
+    )
+    got = [step.copy() for step in iteration]
+    # The iteration is still referenced: closed by its end, not by being dropped.
+    assert np.array_equal(np.concatenate(got), data)
+    assert closed_at_end == [1] and feed.closed == 1
+    engine.close()
+
+
+def test_two_gated_feeds_are_refused_before_a_run_starts():
+    data = np.arange(2000.0).reshape(1000, 2)
+    engine = Engine(EngineOptions(parallel=2, buffer=False))
+    feeds = [GateFeed(np.full(1, 1000, np.int64)) for _ in range(2)]
+    with pytest.raises(ValueError, match="one gated feed at most") as caught:
+        engine.iterate(data, Schedule(np.arange(1000), 100), feeds=feeds)
+    # Checked before anything started: no run (the traceback would keep one alive), no
+    # feed started, both closed.
+    assert caught.value is not None and len(engine._iterations) == 0
+    assert [f.started for f in feeds] == [[], []] and [f.closed for f in feeds] == [1, 1]
+    one = GateFeed(np.full(1, 1000, np.int64))
+    got = [s.copy() for s in engine.iterate(data, Schedule(np.arange(1000), 100), feeds=[one])]
+    assert np.array_equal(np.concatenate(got), data)
+    engine.close()

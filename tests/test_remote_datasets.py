@@ -255,6 +255,45 @@ def test_an_unwritable_cache_is_a_clear_error(http, tmp_path):
         ds[0]
 
 
+_KEPT = """
+import sys, numpy as np, fastload
+
+def status(key):  # kB of this process's resident memory of that kind (Linux)
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+ds = fastload.open(sys.argv[1], cache_dir=sys.argv[2], cache_bytes=int(sys.argv[3]))
+before = status("RssShmem")
+total = sum(int(b["raw"].sum()) for b in fastload.DataLoader(ds, 16, parallel=2))
+print(total, status("RssShmem") - before, int(ds.remote_rows.nbytes.sum()))
+"""
+
+
+def test_blocks_kept_for_later_epochs_are_pages_the_kernel_can_reclaim(tmp_path):
+    root = tmp_path / "www"
+    root.mkdir()
+    rows = [{"raw": np.full((200, 200), i, np.uint8)} for i in range(200)]  # 8 MB
+    fastload.write(root / "big.arrow", rows, {"raw": Raw((200, 200), "uint8")}, progress=False)
+    server = RangeServer(root)
+    try:
+        url, cache = f"{server.url}/big.arrow", str(tmp_path / "cache")
+        kept = {}
+        for cache_bytes in (1 << 30, 0):
+            run = [sys.executable, "-c", _KEPT, url, cache, str(cache_bytes)]
+            done = subprocess.run(run, capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stderr
+            total, kept[cache_bytes], bulk = (int(x) for x in done.stdout.split())
+            assert total == sum(int(r["raw"].sum()) for r in rows) and bulk >= 8_000_000
+    finally:
+        server.stop()
+    # With a disk cache, the blocks are file pages in its directory (written back, then
+    # reclaimable); without one (nothing written to disk), shared memory, as measured.
+    assert kept[1 << 30] < bulk // 8 and kept[0] > bulk // 2
+    assert not list((tmp_path / "cache").rglob(".fastload-mirror*"))  # unlinked at open
+
+
 _TWO_READERS = """
 import sys, numpy as np, fastload
 ds = fastload.open(sys.argv[1], cache_dir=sys.argv[2], cache_bytes=1 << 30)
@@ -434,6 +473,28 @@ def test_a_dataset_larger_than_memory_bytes_is_read_within_them(big, options):
         # once for all processes.
         once = sum(len(block.ranges) for block in remote.blocks)
         assert once <= big.requests - before <= 1.05 * once
+
+
+def test_a_bounded_dataset_mirrored_on_disk_lets_go_of_the_disk_and_pages_too(big, tmp_path):
+    ds = fastload.open(
+        f"{big.url}/all.arrow",
+        cache_dir=tmp_path / "cache",
+        cache_bytes=1 << 30,
+        memory_bytes=BUDGET,
+    )
+    remote = ds.remote_rows
+    [mirror] = [f.mirror for f in remote.files]
+    assert remote.bounded and mirror.backed
+    at_open = mirror.disk_bytes()  # the skeleton and the small buffers
+    for _ in range(2):  # the second epoch from the disk cache
+        held = on_disk = 0
+        with deadline(120):
+            for batch in DataLoader(ds, 50, shuffle="quasi", seed=1):
+                x, label = np.asarray(batch["x"]), np.asarray(batch["label"])
+                assert (x == (label % 251).astype(np.uint8)[:, None, None]).all()
+                held = max(held, remote.held_bytes())
+                on_disk = max(on_disk, mirror.disk_bytes())
+        assert held <= 3 * BUDGET and on_disk - at_open < 4 * BUDGET < remote.nbytes.sum()
 
 
 @pytest.mark.parametrize("options", [{}, {"buffer": True}], ids=["threads", "buffer"])

@@ -12,7 +12,7 @@ import pytest
 from helpers import deadline
 from servers import RangeServer, S3Server
 
-from fastload._storage.remote import RemoteObject, is_url, resolve_urls
+from fastload._storage.remote import SHORT_TRIES, RemoteObject, is_url, resolve_urls
 from fastload.errors import LoadError
 
 pytest.importorskip("fsspec")
@@ -198,6 +198,28 @@ def test_a_body_cut_mid_way_is_fetched_again(http_server, tmp_path):
     with deadline(30):
         chunks = obj.read_ranges([(0, 100_000), (200_000, SIZE)])
     assert chunks == [data[:100_000], data[200_000:]]
+
+
+def test_answers_that_stay_short_are_an_object_that_shrank_not_an_outage(http_server, tmp_path):
+    data = payload(15)
+    (tmp_path / "train.arrow").write_bytes(data)
+    (tmp_path / "other.arrow").write_bytes(data[:1000])
+    obj = RemoteObject(f"{http_server.url}/train.arrow", timeout=600)
+    other = RemoteObject(f"{http_server.url}/other.arrow", timeout=600)
+    http_server.short_next(1000)  # as a server would whose object lost its tail
+    before = http_server.requests
+    with (
+        deadline(60),
+        pytest.raises(LoadError, match="changed since it was opened .shorter than when") as caught,
+    ):
+        obj.read_ranges([(1000, 5000)])
+    assert "bytes 1000-5000" in str(caught.value) and "gave up" not in str(caught.value)
+    assert http_server.requests - before == SHORT_TRIES  # then no more tries
+    http_server._shorts = 0
+    # Not taken for an outage: the next reads go to the store, and are answered.
+    with deadline(30):
+        assert other.read_ranges([(0, 1000)]) == [data[:1000]]
+        assert obj.read_ranges([(5000, 6000)]) == [data[5000:6000]]
 
 
 @pytest.mark.parametrize("replacement", [b"short", payload(12)])

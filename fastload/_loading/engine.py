@@ -246,12 +246,13 @@ class Engine:
         (a ``_core.Iteration``). ``stats`` and ``progress`` (``_core.Stats``,
         ``_core.Progress``) are updated as steps are delivered; ``on_end()`` is called
         when the last one was. ``feeds`` (``seams.Feed``), and the feed of the data under
-        ``data`` (``feeds_of``), are started once the run is, close when it ends or is
-        dropped, check each step's rows before it is handed out and are then told that it
-        is; a native run claims no item at a position from a feed's ``gate[0]`` on (what
-        holds the run back while the data of the next items is fetched; worker processes
-        ``ensure`` it themselves). Raises ``fastload.LoadError`` naming the observation
-        that failed to load.
+        ``data`` (``feeds_of``), are started once the run is, close when it ends (before
+        ``on_end``), fails to start or is dropped, check each step's rows before it is
+        handed out and are then told that it is; a native run claims no item at a position
+        from a feed's ``gate[0]`` on (what holds the run back while the data of the next
+        items is fetched; worker processes ``ensure`` it themselves). Raises
+        ``fastload.LoadError`` naming the observation that failed to load; ValueError,
+        before anything starts, for a native run given more than one gated feed.
         """
         stats = stats if stats is not None else _core.Stats()
         progress = (
@@ -259,9 +260,17 @@ class Engine:
         )
         skip = self.options.on_error == "skip"
         feeds = [*feeds, *feeds_of(data, schedule)]
+
+        def ended() -> None:
+            _close(feeds)
+            if on_end is not None:
+                on_end()
+
         try:
+            if self._workers is None and sum(feed.gate is not None for feed in feeds) > 1:
+                raise ValueError("an iteration takes one gated feed at most")
             plan = _plan(data, schedule, skip, stats, feeds)
-            iteration = self._iteration(data, schedule, plan, stats, progress, on_end, feeds)
+            iteration = self._iteration(data, schedule, plan, stats, progress, ended, feeds)
         except BaseException:
             _close(feeds)
             raise
@@ -319,8 +328,6 @@ class Engine:
         else:
             self._start_run(iteration, plan, ring, schedule, parallel)
             gates = [feed.gate for feed in feeds if feed.gate is not None]
-            if len(gates) > 1:
-                raise ValueError("an iteration takes one gated feed at most")
             if gates and not plan.whole_steps:  # a whole step reads through Python
                 iteration.gate(gates[0])
             _live.add(iteration)

@@ -15,11 +15,16 @@ with neither, since a page let go too early is read again with the kernel's read
 (``read_ahead_kb``, up to megabytes) around it.
 """
 
+from __future__ import annotations
+
 import mmap
 import os
 import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from fastload._storage.arrow_types import import_pyarrow
 from fastload._storage.memory import memory_limit
@@ -34,6 +39,25 @@ _PIECE = 8 << 20
 # largest request when larger) for one ask.
 _ASK = 128 << 10
 
+# A byte range of a file of the dataset: (the file's index, start, stop), stop excluded.
+Span = tuple[int, int, int]
+
+
+class MappedFile(Protocol):
+    """What ``FilePages`` reads of an opened file (``storage.reader``'s)."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def mapping(self) -> mmap.mmap | None: ...
+
+    @property
+    def base(self) -> npt.NDArray[np.uint8]: ...
+
+    @property
+    def batches(self) -> list[Any]: ...
+
 
 class FilePages:
     """The blocks of a dataset in its files. ``opened``: the opened files (each with
@@ -42,13 +66,19 @@ class FilePages:
     block k against its checksum once, raising ``LoadError`` when it does not match (None:
     nothing to check). ``nbytes``: the files' size."""
 
-    def __init__(self, opened, block_bounds, check_block=None):
+    def __init__(
+        self,
+        opened: Sequence[MappedFile],
+        block_bounds: npt.NDArray[np.int64],
+        check_block: Callable[[int], object] | None = None,
+    ) -> None:
         self._opened = opened
         self._check_block = check_block
         self.block_bounds = block_bounds
         self.nbytes = sum(s.base.size for s in opened)
         # Record batches as (first row, file, batch), to find a row's batch.
-        starts, self._pieces = [], []
+        starts: list[int] = []
+        self._pieces: list[tuple[int, int, Any]] = []
         row = 0
         for k, file in enumerate(opened):
             for batch in file.batches:
@@ -56,15 +86,17 @@ class FilePages:
                 self._pieces.append((row, k, batch))
                 row += batch.num_rows
         self._piece_starts = np.asarray(starts, np.int64)
-        self._spans = None  # per block: [(file, start, stop)], sorted, merged
+        self._spans: list[list[Span]] | None = (
+            None  # per block: [(file, start, stop)], sorted, merged
+        )
         self._lock = threading.Lock()
 
-    def fits_in_memory(self):
+    def fits_in_memory(self) -> bool:
         """False when the files are larger than the memory this process may use."""
         limit = memory_limit()
         return limit is None or self.nbytes <= limit
 
-    def spans(self):
+    def spans(self) -> list[list[Span]]:
         """Per block, the byte ranges ``(file, start, stop)`` its rows take in the files
         (every column; computed once)."""
         with self._lock:
@@ -76,13 +108,13 @@ class FilePages:
                 ]
             return self._spans
 
-    def block_nbytes(self):
+    def block_nbytes(self) -> npt.NDArray[np.int64]:
         """The bytes each block takes in the files (int64, one per block)."""
         return np.array(
             [sum(stop - start for _, start, stop in spans) for spans in self.spans()], np.int64
         )
 
-    def pieces(self, block):
+    def pieces(self, block: int) -> list[Span]:
         """The page-aligned ranges ``(file, start, stop)`` that ``load`` reads for
         ``block``, at most 8 MiB each (a reader can attend to other work between two)."""
         return [
@@ -91,7 +123,7 @@ class FilePages:
             for at in range(start, stop, _PIECE)
         ]
 
-    def load(self, piece, then=None):
+    def load(self, piece: Span, then: Span | None = None) -> None:
         """Read ``piece`` (one of ``pieces``) into the page cache; returns when it is
         read. The kernel is asked first to read it and the piece ``then`` (the next one
         to load, if any) exactly (``_ask``), so that the disk has that much in flight and
@@ -107,7 +139,7 @@ class FilePages:
         finally:
             os.close(fd)
 
-    def check(self, block):
+    def check(self, block: int) -> bool:
         """Check ``block`` against its checksum ahead of the loader, which then finds it
         checked; True when it matches or there is nothing to check. A block that does not
         match stays unchecked: the loader checks it again before it hands out its rows,
@@ -120,14 +152,15 @@ class FilePages:
             return False
         return True
 
-    def drop(self, block, keep=()):
+    def drop(self, block: int, keep: npt.ArrayLike = ()) -> None:
         """Let go of ``block`` but the pages of the rows ``keep``."""
         pages = _pages(self.spans()[block], outward=False)
-        if len(keep):
-            pages = _subtract(pages, _pages(self._row_spans(keep), outward=True))
+        kept = np.asarray(keep, np.int64)
+        if kept.size:
+            pages = _subtract(pages, _pages(self._row_spans(kept), outward=True))
         self._let_go(pages)
 
-    def drop_rows(self, block, rows):
+    def drop_rows(self, block: int, rows: npt.ArrayLike) -> None:
         """Let go of the pages of ``rows`` (rows of ``block``) that lie inside the block."""
         self._let_go(
             _intersect(
@@ -136,34 +169,34 @@ class FilePages:
             )
         )
 
-    def read_ahead(self, order, rows, start=0):
+    def read_ahead(self, order: npt.ArrayLike, rows: int, start: int = 0) -> ReadAhead:
         """A ``ReadAhead`` (not started) for loading ``order`` (rows of the dataset,
         ``rows`` a step) from step ``start``, within the memory this process may use."""
         return ReadAhead(self, order, rows, start, memory_limit())
 
-    def _let_go(self, pages):
+    def _let_go(self, pages: list[Span]) -> None:
         for file in sorted({p[0] for p in pages}):
             mapping = self._opened[file].mapping
             fd = os.open(self._opened[file].path, os.O_RDONLY)
             try:
                 for _, start, stop in (p for p in pages if p[0] == file):
-                    if hasattr(mmap, "MADV_DONTNEED"):
+                    if mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
                         mapping.madvise(mmap.MADV_DONTNEED, start, stop - start)
                     _fadvise(fd, start, stop - start, "POSIX_FADV_DONTNEED")
             finally:
                 os.close(fd)
 
-    def _row_spans(self, rows):
+    def _row_spans(self, rows: npt.ArrayLike) -> list[Span]:
         """The byte ranges of the single ``rows`` (global), sorted and merged."""
         return _merged(
             [span for row in np.unique(rows) for span in self._rows_spans(int(row), int(row) + 1)]
         )
 
-    def _rows_spans(self, lo, hi):
+    def _rows_spans(self, lo: int, hi: int) -> list[Span]:
         """The byte ranges ``(file, start, stop)`` of rows [lo, hi) in every column of the
         record batches they lie in (unsorted)."""
         pa = import_pyarrow()
-        found = []
+        found: list[Span] = []
         k = max(int(np.searchsorted(self._piece_starts, lo, side="right")) - 1, 0)
         for first, file, batch in self._pieces[k:]:
             if first >= hi:
@@ -180,7 +213,7 @@ class FilePages:
         return found
 
 
-def _read_through(fd, start, stop):
+def _read_through(fd: int, start: int, stop: int) -> bool:
     """Read bytes [start, stop) of ``fd`` into the page cache and discard them (``sendfile``
     to ``/dev/null``); False where that is not available."""
     if not hasattr(os, "sendfile"):
@@ -202,7 +235,7 @@ def _read_through(fd, start, stop):
     return True
 
 
-def _ask(fd, start, stop):
+def _ask(fd: int, start: int, stop: int) -> None:
     """Ask the kernel to read bytes [start, stop) of ``fd`` (``posix_fadvise(WILLNEED)``),
     in steps of ``_ASK`` bytes: it reads no more than its read-ahead size for one call,
     and asked this way it reads ahead of nothing (reading a file, its read-ahead goes
@@ -212,12 +245,12 @@ def _ask(fd, start, stop):
         _fadvise(fd, at, min(_ASK, stop - at), "POSIX_FADV_WILLNEED")
 
 
-def _fadvise(fd, start, length, advice):
+def _fadvise(fd: int, start: int, length: int, advice: str) -> None:
     if hasattr(os, "posix_fadvise") and length > 0:
         os.posix_fadvise(fd, start, length, getattr(os, advice))
 
 
-def _column_spans(pa, array, first, n):
+def _column_spans(pa: Any, array: Any, first: int, n: int) -> Iterator[tuple[int, int]]:
     """(address, bytes) of the buffers that rows [first, first + n) of ``array`` take (as
     ``checksums._row_bytes`` reads them)."""
     t, start, buffers = array.type, array.offset + first, array.buffers()
@@ -246,9 +279,9 @@ def _column_spans(pa, array, first, n):
             yield buffers[2].address + lo, hi - lo
 
 
-def _merged(spans):
+def _merged(spans: Sequence[Span]) -> list[Span]:
     """Sorted, with overlapping or touching ranges joined."""
-    out: list[tuple[int, int, int]] = []
+    out: list[Span] = []
     for file, start, stop in sorted(spans):
         if out and out[-1][0] == file and start <= out[-1][2]:
             out[-1] = (file, out[-1][1], max(out[-1][2], stop))
@@ -257,10 +290,10 @@ def _merged(spans):
     return out
 
 
-def _pages(spans, outward):
+def _pages(spans: Sequence[Span], outward: bool) -> list[Span]:
     """Byte ranges aligned to pages: every page they touch (``outward``), or only the
     pages they cover entirely; merged."""
-    out = []
+    out: list[Span] = []
     for file, start, stop in spans:
         if outward:
             start, stop = start // _PAGE * _PAGE, -(-stop // _PAGE) * _PAGE
@@ -271,9 +304,9 @@ def _pages(spans, outward):
     return _merged(out)
 
 
-def _subtract(ranges, holes):
+def _subtract(ranges: Sequence[Span], holes: Sequence[Span]) -> list[Span]:
     """``ranges`` less ``holes`` (both sorted and merged)."""
-    out = []
+    out: list[Span] = []
     for file, start, stop in ranges:
         for h_file, h_start, h_stop in holes:
             if h_file != file or h_stop <= start or h_start >= stop:
@@ -286,7 +319,7 @@ def _subtract(ranges, holes):
     return out
 
 
-def _intersect(ranges, other):
+def _intersect(ranges: Sequence[Span], other: Sequence[Span]) -> list[Span]:
     """The parts of ``ranges`` inside ``other`` (both sorted and merged)."""
     return [
         (file, max(start, o_start), min(stop, o_stop))

@@ -10,7 +10,9 @@ them, so that bytes of two versions of an object never mix::
       |-- transient failure (refused or reset connection, 5xx, 429, timeout): backoff
       |     with jitter, then again, all within one deadline (``timeout``)
       |-- refused credentials (401, 403): LoadError at once
-      |-- shorter than asked, or another version: LoadError at once, "reopen it"
+      |-- a short answer: tried again up to SHORT_TRIES times in all, then taken for an
+      |     object that shrank: LoadError, "reopen it"
+      |-- another version, or longer than asked: LoadError at once, "reopen it"
       '-- the version checked after the reads (HTTP: with them, through If-Match)
 
 fsspec and the store's own library (s3fs, aiohttp, ...) are imported when an object is
@@ -42,6 +44,12 @@ SUFFIXES = (".arrow", ".arrows", ".feather", ".ipc")
 
 # Bytes of the shared record of the last outage (when, the message's length, the message).
 _DOWN_BYTES = 4096
+
+# Answers shorter than their range taken, per range, before the object is taken to have
+# shrunk since it was opened (a store without versions cannot say so otherwise): a short
+# answer is most often a fault of the answer, fetched again, but one that keeps coming is
+# the object's new size.
+SHORT_TRIES = 8
 
 # Requests in flight at once per ``read_ranges`` call.
 MAX_CONCURRENCY = 8
@@ -117,22 +125,29 @@ class Retries:
     def _retry_sync(
         self, fetch: Callable[[], T], deadline: float, where: tuple[int, int] | None
     ) -> T:
-        attempt = 0
+        attempt = shorts = 0
         while True:
             try:
                 if deadline - time.monotonic() <= 0:
                     raise TimeoutError(f"no answer within {self.timeout:g} s")
                 return fetch()
             except Exception as error:
-                delay = self._next_delay(error, attempt, deadline, where)
+                shorts += isinstance(error, _Short)
+                delay = self._next_delay(error, attempt, shorts, deadline, where)
             time.sleep(delay)
             attempt += 1
 
     def _next_delay(
-        self, error: Exception, attempt: int, deadline: float, where: tuple[int, int] | None
+        self,
+        error: Exception,
+        attempt: int,
+        shorts: int,
+        deadline: float,
+        where: tuple[int, int] | None,
     ) -> float:
-        """The pause before trying again after ``error``, or the error to raise: a
-        LoadError (FileNotFoundError for a missing object at open)."""
+        """The pause before trying again after ``error`` (try ``attempt``, counted from 0,
+        the ``shorts``-th short answer of this range), or the error to raise: a LoadError
+        (FileNotFoundError for a missing object at open)."""
         status = _status(error)
         if isinstance(error, _NoRanges):
             raise self._error(
@@ -144,6 +159,12 @@ class Retries:
         if isinstance(error, _Changed):
             raise self._error(
                 where, f"{error}: the object changed since it was opened, reopen it"
+            ) from error
+        if isinstance(error, _Short) and shorts >= SHORT_TRIES:
+            raise self._error(
+                where,
+                f"{error}, {shorts} times: the object changed since it was opened (shorter "
+                f"than when it was opened), reopen it",
             ) from error
         if status in (401, 403) or _any(error, PermissionError):
             raise self._error(where, f"access refused: {_describe(error)}") from error
@@ -159,15 +180,19 @@ class Retries:
             raise self._error(where, _describe(error)) from error
         delay = self._random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2**attempt))
         if time.monotonic() + delay >= deadline:
-            raise self._gave_up(
-                where,
+            message = (
                 f"gave up after {attempt + 1} attempt(s) in {self.timeout:g} s: "
-                f"{_reason(error, self.timeout)}",
-            ) from error
+                f"{_reason(error, self.timeout)}"
+            )
+            if _no_answer(error, status):
+                raise self._gave_up(where, message) from error
+            raise self._error(where, message) from error
         return delay
 
     def _gave_up(self, where: tuple[int, int] | None, message: str) -> LoadError:
-        """The error of a store that gave no answer within ``timeout``, remembered."""
+        """The error of a store that gave no answer (or refused the connection) within
+        ``timeout``, remembered: an outage, told to the reads that follow within
+        ``timeout``. Answers that came (a status, a short body) are not remembered."""
         error = self._error(where, message)
         text = str(error).encode()[: _DOWN_BYTES - 12]
         self._down[12 : 12 + len(text)] = text
@@ -344,7 +369,7 @@ class RemoteObject(Retries):
     async def _retry_async(
         self, fetch: Callable[[], Awaitable[T]], deadline: float, where: tuple[int, int] | None
     ) -> T:
-        attempt = 0
+        attempt = shorts = 0
         while True:
             left = deadline - time.monotonic()
             try:
@@ -355,7 +380,8 @@ class RemoteObject(Retries):
                 except asyncio.TimeoutError:
                     raise TimeoutError(f"no answer within {self.timeout:g} s") from None
             except Exception as error:
-                delay = self._next_delay(error, attempt, deadline, where)
+                shorts += isinstance(error, _Short)
+                delay = self._next_delay(error, attempt, shorts, deadline, where)
             await asyncio.sleep(delay)
             attempt += 1
 
@@ -566,6 +592,24 @@ def _transient(error: BaseException, status: int | None) -> bool:
         if isinstance(e, (ConnectionError, TimeoutError, asyncio.TimeoutError)):
             return True
         if any(c.__name__ in _TRANSIENT_NAMES for c in type(e).__mro__):
+            return True
+    return False
+
+
+# Of _TRANSIENT_NAMES, those that mean no answer came (not a fault of an answer, as a body
+# cut short is).
+_NO_ANSWER_NAMES = _TRANSIENT_NAMES - {"ClientPayloadError", "HTTPClientError"}
+
+
+def _no_answer(error: BaseException, status: int | None) -> bool:
+    """True when ``error`` means the store gave no answer or refused the connection: an
+    outage, as against an answer that came wrong (a status, a short or cut body)."""
+    if status is not None or isinstance(error, _Short):
+        return False
+    for e in _chain(error):
+        if isinstance(e, (ConnectionError, TimeoutError, asyncio.TimeoutError)):
+            return True
+        if any(c.__name__ in _NO_ANSWER_NAMES for c in type(e).__mro__):
             return True
     return False
 

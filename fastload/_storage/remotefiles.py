@@ -6,7 +6,8 @@ messages' metadata) and every buffer but the bulk ones (the values of binary col
 the data of fixed-size columns): offsets, labels, shapes, a few bytes per row. The bulk
 is fetched by **block** (the format's unit), one ranged request per column and block::
 
-    RemoteFile (one object)            anonymous shared map of the object's size
+    RemoteFile (one object)            shared map of the object's size (mirror.Mirror:
+      |                                a file in the disk cache's directory, else memory)
       |-- at open: footer, metadata, small buffers   (parsed by pyarrow, as a file)
       '-- bulk of block k: fetched when its rows are asked for (RemoteRows.ensure), or
             ahead of a loader (Prefetch): from the BlockCache on disk when there, else
@@ -69,6 +70,7 @@ from fastload._storage.blockcache import BlockCache
 from fastload._storage.checksums import block_checksums, file_checksums
 from fastload._storage.framing import framing_of
 from fastload._storage.memory import memory_limit, readable_bytes
+from fastload._storage.mirror import Mirror
 from fastload._storage.remote import MAX_CONCURRENCY, RemoteObject, resolve_urls
 from fastload.errors import LoadError
 
@@ -80,7 +82,8 @@ _GAP = 64 << 10  # small buffers this close are fetched in one range
 _LOCKS = 64  # per-block locks, striped
 AHEAD_BLOCKS = 16  # blocks a loader's prefetch keeps in flight or fetched ahead
 DEFAULT_CACHE_BYTES = 50 << 30  # at most; never more than half the disk's free space
-# Returns a shared anonymous map's pages to the system (Linux); elsewhere blocks are kept.
+# Returns a shared map's pages to the system, a hole punched in a file's (Linux); elsewhere
+# blocks are kept.
 _MADV_REMOVE = getattr(mmap, "MADV_REMOVE", None)
 
 
@@ -125,15 +128,17 @@ def _existing_parent(path: str) -> str:
 
 
 class RemoteFile:
-    """One object (``RemoteObject``) mirrored in memory: ``mapping`` (an anonymous shared
-    map of its size) and ``base`` (a uint8 view of it), filled by ``fill`` at open and by
-    ``RemoteRows.fetch`` block by block. ``whole``: the object was fetched whole at
-    open."""
+    """One object (``RemoteObject``) mirrored in this process: ``mapping`` (a shared map
+    of its size, ``mirror.Mirror``'s: an unlinked file in ``directory``, pages the kernel
+    may reclaim, else anonymous memory) and ``base`` (a uint8 view of it), filled by
+    ``fill`` at open and by ``RemoteRows.fetch`` block by block (``write``). ``whole``:
+    the object was fetched whole at open."""
 
-    def __init__(self, obj: RemoteObject) -> None:
+    def __init__(self, obj: RemoteObject, directory: str | None = None) -> None:
         self.obj, self.url = obj, obj.url
         self.key = f"{obj.url}#{obj.version}"  # cached blocks of two versions never mix
-        self.mapping = mmap.mmap(-1, max(obj.size, 1))
+        self.mirror = Mirror(obj.size, directory)
+        self.mapping = self.mirror.mapping
         self.base = np.frombuffer(self.mapping, np.uint8)[: obj.size]
         self.whole = False
         self.opened: Any = None  # the reader's _OpenedFile, once parsed
@@ -143,8 +148,14 @@ class RemoteFile:
         pieces = [
             (at, min(at + _PIECE, end)) for start, end in ranges for at in range(start, end, _PIECE)
         ]
-        for (start, end), data in zip(pieces, self.obj.read_ranges(pieces)):
-            self.mapping[start:end] = data
+        for (start, _), data in zip(pieces, self.obj.read_ranges(pieces)):
+            self.write(start, data)
+
+    def write(self, start: int, data: bytes | memoryview) -> None:
+        """Put ``data`` at ``start`` in the map. Raises LoadError naming the directory
+        when the disk under a file-backed map has no room for it."""
+        self.mirror.reserve(start, start + len(data), self.url)
+        self.mapping[start : start + len(data)] = data
 
     def skeleton(self) -> str:
         """Fetch what parsing the object needs (its head, footer and messages' metadata),
@@ -465,7 +476,7 @@ class RemoteRows:
         )
         at, view = 0, memoryview(data)
         for start, end in block.ranges:
-            remote.mapping[start:end] = view[at : at + end - start]
+            remote.write(start, view[at : at + end - start])
             at += end - start
         self.present[k] = 1
 
@@ -830,11 +841,14 @@ def open_objects(
     storage_options: Mapping[str, Any] | None,
     timeout: float,
     parse: Callable[[RemoteFile, str], None],
+    directory: str | None = None,
 ) -> list[RemoteFile]:
-    """The objects ``url`` names (``resolve_urls``), each mirrored with its skeleton
-    fetched and then ``parse(file, kind)`` called (kind: ``"file"`` or ``"stream"``),
-    several objects at once."""
-    files = [RemoteFile(obj) for obj in resolve_urls(url, storage_options, timeout=timeout)]
+    """The objects ``url`` names (``resolve_urls``), each mirrored (in files in
+    ``directory`` when given: ``RemoteFile``) with its skeleton fetched and then
+    ``parse(file, kind)`` called (kind: ``"file"`` or ``"stream"``), several objects at
+    once."""
+    objects = resolve_urls(url, storage_options, timeout=timeout)
+    files = [RemoteFile(obj, directory) for obj in objects]
 
     def opened(f: RemoteFile) -> RemoteFile:
         parse(f, f.skeleton())

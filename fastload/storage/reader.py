@@ -177,7 +177,10 @@ def _dataset(
 
     blocks = default_cache(cache_dir, cache_bytes)
     memory = default_memory(memory_bytes)
-    files = open_objects(str(path), storage_options, timeout, _remote_file)
+    # The blocks kept for later epochs go where the kernel can reclaim them: files on the
+    # disk of the cache, unless nothing may be written to disk.
+    mirrors = blocks.directory if blocks.max_bytes > 0 else None
+    files = open_objects(str(path), storage_options, timeout, _remote_file, mirrors)
     total, limit = sum(f.obj.size for f in files), memory_limit()
     if not can_let_go() and limit is not None and total > limit:
         warnings.warn(
