@@ -12,9 +12,10 @@ first task to the commit. Medians of ``--repeats`` rounds; the target is 2 worke
 1.8x 1 worker. First, what 2 processes give over 1 on the machine at that moment (a pure
 Python loop): the ceiling of any engine's figure there.
 
-Measured (2 CPUs shared with other work, load average 7 to 14 during the runs;
-``--n 1000 --repeats 2``): the machine's ceiling, measured alone right after, 0.81x; dask
-0.72x (20 and 15 images/s), ray 1.08x (29 and 32 images/s), spark 0.99x (25 and 25
+Measured on 2 CPUs shared with other work (load average 2 to 14 during the runs), with
+``--n 1000 --repeats 2``, in two runs: the machine's ceiling 0.81x (measured alone right
+after the first run) and 1.11x (at the start of the second); dask 0.72x and 1.02x (20 to
+21 images/s), ray 1.08x and 1.41x (27 to 38 images/s), spark 0.99x and 0.97x (25 to 32
 images/s). The 1.8x target needs two idle cores: rerun there with ``--n 4000``.
 
 Usage: python bench/cluster.py [--n 4000] [--repeats 3] [--partitions 8]
