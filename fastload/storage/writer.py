@@ -51,6 +51,9 @@ from fastload.obs import Container, numobs
 __all__ = ["write"]
 
 DEFAULT_BLOCK_BYTES = 64 << 20
+# At a URL a block is the unit of a request, and a wave of them what the first batch
+# waits for: a few MB (docs/remote.md).
+DEFAULT_URL_BLOCK_BYTES = 4 << 20
 
 
 @renamed_keywords(chunk_bytes="block_bytes")
