@@ -12,11 +12,20 @@ first task to the commit. Medians of ``--repeats`` rounds; the target is 2 worke
 1.8x 1 worker. First, what 2 processes give over 1 on the machine at that moment (a pure
 Python loop): the ceiling of any engine's figure there.
 
-Measured on 2 CPUs shared with other work (load average 2 to 14 during the runs), with
-``--n 1000 --repeats 2``, in two runs: the machine's ceiling 0.81x (measured alone right
-after the first run) and 1.11x (at the start of the second); dask 0.72x and 1.02x (20 to
-21 images/s), ray 1.08x and 1.41x (27 to 38 images/s), spark 0.99x and 0.97x (25 to 32
-images/s). The 1.8x target needs two idle cores: rerun there with ``--n 4000``.
+Where the time goes (profiled per process on the same machine): each task encodes on
+its own thread alone (``write_part`` writes with ``parallel=False``; one worker uses one
+core, no encoder threads besides), the 2-worker runs split the CPU time evenly over both
+workers (Dask's task stream: both busy from the first task to the commit, no gap), and
+the driver reads no file (the tasks do). The figure below 1.8x is the machine's: with 1
+worker, the engine's own processes (Spark's JVM, Ray's raylet, Dask's scheduler) and the
+other work on the machine run on the second core; with 2 workers they take from them.
+
+Measured on 2 CPUs shared with other work (load average 3 to 7, CPU pressure ~60%), with
+``--n 1000 --repeats 3``, in two runs; the machine's ceiling measured just before each
+engine: dask 1.13x (ceiling 1.48x) and 1.19x (0.97x), 19-31 images/s; ray 1.16x (1.18x)
+and 1.22x (1.19x), 25-33 images/s; spark 0.95x (1.16x) and 1.12x (1.34x), 25-28
+images/s. On an idle machine of 2 cores the figure is bounded by the engine's own share
+of them; rerun there with ``--n 4000``.
 
 Usage: python bench/cluster.py [--n 4000] [--repeats 3] [--partitions 8]
 [--engines dask,ray,spark] [--side 640]
