@@ -120,7 +120,12 @@ def _add_engine_args(p):
         help="with --engine: the cluster to run on (Ray's address, Dask's scheduler, Spark's "
         "master URL); default: a local one of --workers processes, started here",
     )
-    p.add_argument("--workers", type=int, default=2, help="with --engine: local workers")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="with --engine: the local cluster's worker processes, one core each; default: 2",
+    )
     p.add_argument("--partitions", type=int, default=None, help="with --engine: tasks")
     p.add_argument(
         "--overwrite", action="store_true", help="with --engine: replace a dataset at DST"
@@ -201,6 +206,7 @@ def _convert_parallel(args):
 
 
 def _run_convert(args):
+    _check_engine_args(args)
     if args.engine is not None:
         return _run_engine_convert(args)
     n, skipped = convert(
@@ -228,6 +234,25 @@ def _run_convert(args):
     return 0
 
 
+def _check_engine_args(args):
+    """Raises ValueError for options that the chosen path would ignore: encoder threads
+    with an engine (its workers are processes), an engine's options without one."""
+    if args.engine is not None:
+        threads = [o for o in ("parallel", "threads") if getattr(args, o, None) is not None]
+        if threads:
+            raise ValueError(
+                f"--{threads[0]} does not apply with --engine: --workers sets the engine's "
+                "processes (one encoder thread each)"
+            )
+    else:
+        given = [f"--{o}" for o in ("workers", "partitions", "address") if getattr(args, o)]
+        given += ["--overwrite"] if args.overwrite else []
+        if given:
+            raise ValueError(f"{', '.join(given)} apply only with --engine ray|dask|spark")
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
+
+
 def _run_engine_convert(args):
     encoding = image_encoding(
         args.mode,
@@ -244,12 +269,13 @@ def _run_engine_convert(args):
         encoding,
         args.engine,
         address=args.address,
-        workers=args.workers,
+        workers=2 if args.workers is None else args.workers,
         partitions=args.partitions,
         storage_options=args.storage_options,
         on_error=args.on_error,
         progress=not args.no_progress,
         overwrite=args.overwrite,
+        block_bytes=getattr(args, "block_bytes", None),  # None: the prefix's default
     )
     print(f"wrote {committed.rows} images to {args.dst} in {len(committed.files)} parts")
     if committed.skipped:

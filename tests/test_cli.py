@@ -92,6 +92,28 @@ def test_bad_option_is_a_usage_error(image_folder, tmp_path):
     assert main(["convert", str(src), str(tmp_path / "x.arrow"), "--quality", "0"]) == 2
 
 
+@pytest.mark.parametrize(
+    "options, says",
+    [
+        (
+            ["--engine", "dask", "--threads", "2"],
+            "--threads does not apply with --engine: --workers",
+        ),
+        (["--workers", "2"], "--workers apply only with --engine"),
+        (["--partitions", "4", "--address", "tcp://127.0.0.1:1"], "--partitions, --address apply"),
+        (["--overwrite"], "--overwrite apply only with --engine"),
+    ],
+)
+def test_options_that_the_chosen_path_would_ignore_are_refused(
+    image_folder, tmp_path, capsys, options, says
+):
+    src, _ = image_folder
+    dst = tmp_path / "out"
+    assert main(["convert", str(src), str(dst), "--no-progress", *options]) == 2
+    assert says in capsys.readouterr().err
+    assert not os.path.exists(dst)
+
+
 def test_help_runs_as_a_module():
     out = subprocess.run(
         [sys.executable, "-m", "fastload", "convert", "--help"],

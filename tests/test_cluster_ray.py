@@ -66,6 +66,10 @@ def test_a_dataset_is_written_to_s3(cluster, s3, tmp_path):
     prefix, options = "s3://ray/train", s3.storage_options
     write_ray(_dataset(ROWS, 3), prefix, FIELDS, storage_options=options)
     assert_same_as_write(prefix, ROWS, str(tmp_path), options, cache_bytes=0)
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        write_ray(_dataset(ROWS[:300], 2), prefix, FIELDS, storage_options=options)
+    write_ray(_dataset(ROWS[:300], 2), prefix, FIELDS, storage_options=options, overwrite=True)
+    assert_same_as_write(prefix, ROWS[:300], str(tmp_path), options, cache_bytes=0)
 
 
 def _failing(rows, at, marker, action):

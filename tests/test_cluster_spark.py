@@ -69,6 +69,11 @@ def test_an_rdd_is_written_to_s3(spark, s3, tmp_path):
     rdd = spark.sparkContext.parallelize(ROWS, 4)
     write_spark(rdd, prefix, FIELDS, storage_options=options)
     assert_same_as_write(prefix, ROWS, str(tmp_path), options, cache_bytes=0)
+    again = spark.sparkContext.parallelize(ROWS[:300], 2)
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        write_spark(again, prefix, FIELDS, storage_options=options)
+    write_spark(again, prefix, FIELDS, storage_options=options, overwrite=True)
+    assert_same_as_write(prefix, ROWS[:300], str(tmp_path), options, cache_bytes=0)
 
 
 @pytest.mark.parametrize("action", ["kill", "raise"])

@@ -17,6 +17,7 @@ import fastload
 from fastload import LoadError
 from fastload.__main__ import main
 from fastload.cluster import PartitionError, clean, commit, prepare, write_part
+from fastload.storage import Bytes
 from fastload.storage.parts import engine_error
 
 MANIFEST = "_fastload_manifest.json"
@@ -150,8 +151,22 @@ def test_a_committed_prefix_is_replaced_only_when_asked(tmp_path):
         prepare(prefix)
     prepare(prefix, overwrite=True)
     new = [write_part(rows, p, prefix, FIELDS) for p, rows in enumerate(split(ROWS, 2))]
-    assert commit(prefix, new, 2).removed == list(old[0].files)
+    with pytest.raises(FileExistsError, match="nothing was committed.*overwrite=True"):
+        commit(prefix, new, 2)
+    assert_same_as_write(prefix, ROWS[:10], str(tmp_path))
+    assert commit(prefix, new, 2, overwrite=True).removed == list(old[0].files)
     assert_same_as_write(prefix, ROWS, str(tmp_path))
+
+
+def test_a_dataset_committed_after_prepare_is_not_replaced_silently(tmp_path):
+    prefix = str(tmp_path / "out")
+    prepare(prefix)
+    first = _write(prefix, split(ROWS[:10], 1))
+    second = [write_part(rows, p, prefix, FIELDS) for p, rows in enumerate(split(ROWS, 2))]
+    commit(prefix, first, 1)
+    with pytest.raises(FileExistsError, match="committed since the write began"):
+        commit(prefix, second, 2)
+    assert_same_as_write(prefix, ROWS[:10], str(tmp_path))
 
 
 def test_importing_fastload_imports_no_engine():
@@ -189,3 +204,22 @@ def test_a_store_that_refuses_writes_fails_the_partition(s3):
     with pytest.raises(PartitionError, match="partition 3 failed.*Error.*no-such-bucket") as caught:
         write_part(ROWS[:4], 3, "s3://no-such-bucket/x", FIELDS, storage_options=options)
     assert caught.value.partition == 3
+
+
+def _blocks(prefix, rows, fields, block_bytes=None, storage_options=None):
+    """The blocks of the dataset ``rows`` written in one part at ``prefix``."""
+    part = write_part(
+        rows, 0, prefix, fields, storage_options=storage_options, block_bytes=block_bytes
+    )
+    commit(prefix, [part], 1, storage_options=storage_options)
+    if storage_options is None:
+        return fastload.open(prefix).num_blocks
+    return fastload.open(prefix, storage_options=storage_options, cache_bytes=0).num_blocks
+
+
+def test_a_part_at_a_url_gets_the_url_block_size_and_a_local_one_the_file_size(s3, tmp_path):
+    rows = [{"blob": bytes([i]) * (1 << 20)} for i in range(10)]  # 10 MiB of input
+    fields, options = {"blob": Bytes()}, s3.storage_options
+    assert _blocks("s3://parts/blocks", rows, fields, storage_options=options) == 3  # 4 MiB
+    assert _blocks(str(tmp_path), rows, fields) == 1  # 64 MiB
+    assert _blocks("s3://parts/given", rows, fields, 64 << 20, options) == 1

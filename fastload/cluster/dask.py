@@ -15,7 +15,6 @@ from fastload.storage.parts import (
     prepare,
     write_part,
 )
-from fastload.storage.writer import DEFAULT_BLOCK_BYTES
 
 __all__ = ["write_dask"]
 
@@ -30,7 +29,7 @@ def write_dask(
     retries: int = 2,
     progress: bool = False,
     file_bytes: int = DEFAULT_FILE_BYTES,
-    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    block_bytes: int | None = None,
     on_error: Literal["raise", "skip"] = "raise",
     metadata: dict[str, Any] | None = None,
     source_field: str | None = None,
@@ -60,7 +59,7 @@ def write_dask(
         parts = _computed(tasks, retries, progress)
     except Exception as exc:
         raise engine_error(prefix, exc) from exc
-    return commit(prefix, parts, len(tasks), storage_options=storage_options)
+    return commit(prefix, parts, len(tasks), storage_options=storage_options, overwrite=overwrite)
 
 
 def _write_partition(

@@ -19,7 +19,6 @@ from fastload.storage.parts import (
     prepare,
     write_part,
 )
-from fastload.storage.writer import DEFAULT_BLOCK_BYTES
 
 __all__ = ["Datasink", "write_ray"]
 
@@ -48,7 +47,7 @@ class Datasink(ray.data.Datasink):
         storage_options: Mapping[str, Any] | None = None,
         overwrite: bool = False,
         file_bytes: int = DEFAULT_FILE_BYTES,
-        block_bytes: int = DEFAULT_BLOCK_BYTES,
+        block_bytes: int | None = None,
         on_error: Literal["raise", "skip"] = "raise",
         metadata: dict[str, Any] | None = None,
         source_field: str | None = None,
@@ -72,9 +71,8 @@ class Datasink(ray.data.Datasink):
 
     def on_write_complete(self, write_result: Any) -> None:
         parts = list(write_result.write_returns)
-        self.committed = commit(
-            self.prefix, parts, len(parts), storage_options=self.storage_options
-        )
+        options: dict[str, Any] = dict(storage_options=self.storage_options)
+        self.committed = commit(self.prefix, parts, len(parts), overwrite=self.overwrite, **options)
 
 
 def _rows(blocks: Iterable[Block]) -> Iterator[dict[str, Any]]:

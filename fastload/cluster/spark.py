@@ -15,7 +15,6 @@ from fastload.storage.parts import (
     prepare,
     write_part,
 )
-from fastload.storage.writer import DEFAULT_BLOCK_BYTES
 
 __all__ = ["write_spark"]
 
@@ -28,7 +27,7 @@ def write_spark(
     storage_options: Mapping[str, Any] | None = None,
     overwrite: bool = False,
     file_bytes: int = DEFAULT_FILE_BYTES,
-    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    block_bytes: int | None = None,
     on_error: Literal["raise", "skip"] = "raise",
     metadata: dict[str, Any] | None = None,
     source_field: str | None = None,
@@ -56,4 +55,10 @@ def write_spark(
         parts = rdd.mapPartitionsWithIndex(task).collect()
     except Exception as exc:
         raise engine_error(prefix, exc) from exc
-    return commit(prefix, parts, rdd.getNumPartitions(), storage_options=storage_options)
+    return commit(
+        prefix,
+        parts,
+        rdd.getNumPartitions(),
+        storage_options=storage_options,
+        overwrite=overwrite,
+    )

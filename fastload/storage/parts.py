@@ -9,8 +9,10 @@ What any engine runs (``fastload.cluster`` wraps it in Ray's, Dask's and Spark's
                                              returns a ``Part``, or raises PartitionError
                                              naming the partition and the cause
     driver: commit(prefix, parts, n)         one Part per partition 0..n-1, their files
-                                             checked, the manifest published last and at
-                                             once; the parts of other attempts removed
+                                             checked (and a committed dataset there
+                                             kept unless overwrite=True), the manifest
+                                             published last and at once; the parts of
+                                             other attempts removed
 
 Until the manifest is there, ``open(prefix)`` refuses the parts (the write was not
 committed); after it, it reads exactly the manifest's files in partition order, so a
@@ -40,7 +42,7 @@ from fastload._storage.manifest import (
 )
 from fastload._storage.prefixes import Prefix
 from fastload.errors import LoadError
-from fastload.storage.writer import DEFAULT_BLOCK_BYTES, write
+from fastload.storage.writer import DEFAULT_BLOCK_BYTES, DEFAULT_URL_BLOCK_BYTES, write
 
 __all__ = ["Committed", "Part", "PartitionError", "clean", "commit", "prepare", "write_part"]
 
@@ -107,7 +109,7 @@ def write_part(
     *,
     storage_options: Mapping[str, Any] | None = None,
     file_bytes: int = DEFAULT_FILE_BYTES,
-    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    block_bytes: int | None = None,
     on_error: Literal["raise", "skip"] = "raise",
     metadata: dict[str, Any] | None = None,
     source_field: str | None = None,
@@ -116,7 +118,8 @@ def write_part(
     or records with ``asDict()``) into part files under ``prefix`` (a directory or a
     URL), under a new attempt id: a new file after each ``file_bytes`` of input, each
     written by ``write`` (``fields``, ``block_bytes``, ``on_error``, ``metadata``,
-    ``source_field``: as ``write`` takes them), on the caller's thread alone.
+    ``source_field``: as ``write`` takes them; ``block_bytes`` by default 4 MiB at a
+    URL, 64 MiB in a local folder, as ``write`` picks), on the caller's thread alone.
 
     Raises PartitionError naming the partition and the cause for anything that fails
     (a row with ``on_error="raise"``, the destination); the files written before stay,
@@ -127,6 +130,8 @@ def write_part(
     try:
         folder = Prefix(prefix, storage_options)
         folder.make()
+        if block_bytes is None:
+            block_bytes = DEFAULT_URL_BLOCK_BYTES if folder.remote else DEFAULT_BLOCK_BYTES
         options: dict[str, Any] = dict(block_bytes=block_bytes, on_error=on_error)
         options.update(metadata=metadata, source_field=source_field)
         return _written(rows, partition, attempt, folder, fields, file_bytes, options)
@@ -237,16 +242,24 @@ def commit(
     partitions: int,
     *,
     storage_options: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> Committed:
     """Commit a write in parts: one ``Part`` per partition 0..``partitions``-1 (the first
     given of each, when an engine reports two), their files checked, then the manifest
     published at once; the part files of other attempts are removed after it.
 
-    Raises PartitionError naming the partitions without a part, or whose files are not
-    there, and ValueError for a write of no rows: nothing is committed then."""
+    Raises FileExistsError when ``prefix`` holds a committed dataset (one there at
+    ``prepare``, or one committed since) and ``overwrite`` is False, PartitionError
+    naming the partitions without a part, or whose files are not there, and ValueError
+    for a write of no rows: nothing is committed then."""
     folder = Prefix(prefix, storage_options)
     chosen = _one_per_partition(parts, partitions)
     names = folder.names()
+    if not overwrite and MANIFEST in names:
+        raise FileExistsError(
+            f"nothing was committed at {prefix}: it holds a committed dataset ({MANIFEST}), "
+            "committed since the write began; pass overwrite=True to replace it"
+        )
     present = set(names)
     for part in chosen:
         missing = [name for name in part.files if name not in present]
