@@ -262,6 +262,7 @@ def _run_engine_convert(args):
         not args.no_check,
         args.subsampling,
         restart_px=args.restart_px or None,
+        keep_given=args.keep_given,
     )
     committed = convert_parts(
         args.src,

@@ -47,3 +47,17 @@ def test_convert_on_an_engine_writes_the_file_convert_writes(engine, folder, tmp
     assert got.column_names == expected.column_names
     for name in expected.column_names:
         assert got.column(name).to_pylist() == expected.column(name).to_pylist(), name
+
+
+def test_convert_on_an_engine_keeps_the_files_as_given_when_told(folder, tmp_path):
+    pytest.importorskip("distributed")
+    dst = tmp_path / "parts"
+    command = [sys.executable, "-m", "fastload", "convert", str(folder), str(dst)]
+    command += ["--engine", "dask", "--keep-given", "--partitions", "2", "--no-progress"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    parts = fastload.open(dst)
+    for k in (0, 17, 44):
+        path = parts["path"][k]
+        given = (folder / path).read_bytes()
+        assert bytes(parts["image"].encoded[k]) == given, path  # byte for byte
