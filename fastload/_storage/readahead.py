@@ -57,12 +57,13 @@ _REMEASURE_S = 0.05  # how often a reader waiting for memory measures it again
 _running: "weakref.WeakSet[ReadAhead]" = weakref.WeakSet()
 
 
-@atexit.register
 def _stop_all_at_exit() -> None:
     """Stop reading ahead and wait for the threads while Python still runs: a daemon thread
     that runs Python code during the interpreter's finalization is ended where it stands,
     and ended inside a C++ destructor (pyarrow's, letting go of a mapped file) it aborts
-    the process."""
+    the process. Registered again whenever threads start, so that it runs first among
+    the exit functions (they run last registered first): before the finalizers of the
+    datasets close the files that the threads check."""
     for ahead in list(_running):
         ahead.close()
     for ahead in list(_running):
@@ -128,6 +129,8 @@ class ReadAhead:
             thread.start()
             self._threads.append(thread)
         _running.add(self)
+        atexit.unregister(_stop_all_at_exit)
+        atexit.register(_stop_all_at_exit)
         return self
 
     def delivered(self, step: int) -> None:
