@@ -64,8 +64,11 @@ $(VENV)/.built: $(VENV)/.base $(NATIVE_SOURCES)
 
 build: install $(VENV)/.built
 
+# The suite in $(TEST_WORKERS) pytest workers (pytest-xdist), a test file each at a time:
+# a file's servers and fixtures start once.
+TEST_WORKERS ?= 2
 test: build
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # Only what the demo needs (no test extras, torch or jax): it starts within minutes.
 demo: base $(VENV)/.built
@@ -88,7 +91,7 @@ cluster: build
 	     && { apt-get install -y -q default-jre-headless >/dev/null 2>&1 \
 	          || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q default-jre-headless >/dev/null 2>&1; }; }; } \
 	|| echo "no Java runtime here and none installable: the Spark tests will fail"
-	$(PY) -m pytest -q -m cluster tests/test_cluster_dask.py tests/test_cluster_ray.py \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m cluster tests/test_cluster_dask.py tests/test_cluster_ray.py \
 		tests/test_cluster_spark.py tests/test_cluster_cli.py tests/test_docs.py
 
 # The linters, pinned: ruff (lint, and format as a check) on the Python, clang-format on
@@ -109,28 +112,32 @@ format: install
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/clang-format -i $(C_SOURCES)
 
-# The test suite on the core built with AddressSanitizer and UndefinedBehaviorSanitizer
-# (-O1, in a copy of the tree under build/: the in-place build stays as it is). Left out:
-# the test of memory after a thousand loaders, as ASan keeps freed memory in quarantine, and
-# the tests of fastload.torch.DataLoader's worker processes (PyTorch's worker contract:
-# forked and spawned interpreters, killed on purpose), whose native path the loader's own
-# tests cover: under the ASan runtime a whole run once stopped in them without a report,
-# which running these files alone has not reproduced. The same for the frameworks' jobs,
-# and for the README's and docs' code blocks, which fork worker processes after torch and
-# JAX started their threads: under ASan such a child deadlocked twice (each block passes
-# when its page is run alone under ASan; `make test` runs them all).
+# The tests of the C core and of the paths that run it (the engine, the thread pool,
+# collation, the image kernels and decoders, packed files and their guarded maps, every
+# entry point of the binding) on the core built with AddressSanitizer and
+# UndefinedBehaviorSanitizer (-O1, in a copy of the tree under build/: the in-place build
+# stays as it is), in $(TEST_WORKERS) pytest workers. The rest of the suite reaches the same
+# native calls through Python layers (worker processes, the drop-in, frameworks, remote
+# storage, docs), which `make test` runs. Left out here: the test of memory after a
+# thousand loaders, as ASan keeps freed memory in quarantine; and interpreters that fork
+# after torch or an event loop started threads, as such a child can deadlock in ASan's
+# allocator (its lock is not reset at the fork).
+SANITIZE_TESTS := tests/test_engine.py tests/test_parallel.py \
+	tests/test_collate.py tests/test_augment.py tests/test_image_kernels.py \
+	tests/test_image_encoding.py tests/test_transforms.py tests/test_decode.py \
+	tests/test_jpeg_restarts.py tests/test_imagesource.py tests/test_imagesources.py \
+	tests/test_qoi.py tests/test_guards.py tests/test_storage.py tests/test_block_cache.py \
+	tests/test_readahead.py tests/test_core.py tests/test_core_fuzz.py tests/test_binding.py \
+	tests/test_allocator.py tests/test_loader.py tests/test_robustness.py tests/test_errors.py
 sanitize: install
-	tools/sanitize.sh address --deselect \
-		tests/test_parallel.py::test_a_thousand_dropped_parallel_loaders_leave_no_threads_and_little_memory \
-		--ignore tests/test_torch_dropin.py --ignore tests/test_torch_ring.py \
-		--ignore tests/test_torch_distributed.py --ignore tests/test_frameworks.py \
-		--ignore tests/test_docs.py
+	tools/sanitize.sh address -n $(TEST_WORKERS) --dist loadfile $(SANITIZE_TESTS) --deselect \
+		tests/test_parallel.py::test_a_thousand_dropped_parallel_loaders_leave_no_threads_and_little_memory
 
 # The engine's tests, the stress runs and the guarded file maps (a signal handler among
 # threads) on the core built with ThreadSanitizer. A child forked from a process with
 # threads cannot start threads of its own under TSan: that one test is left out.
 tsan: install
-	tools/sanitize.sh thread -m "stress or not stress" \
+	tools/sanitize.sh thread -n $(TEST_WORKERS) --dist loadfile -m "stress or not stress" \
 		tests/test_engine.py tests/test_parallel.py tests/test_stress.py tests/test_guards.py \
 		--deselect tests/test_parallel.py::test_a_multiprocessing_fork_child_can_load_in_parallel
 

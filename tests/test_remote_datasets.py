@@ -2,7 +2,9 @@
 server with byte ranges): the same values as the local files, byte for byte, through
 every way of reading them; blocks fetched once and checked; the cache; the faults."""
 
+import gc
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -336,6 +338,48 @@ def test_a_cache_on_a_full_disk_is_a_clear_error_and_leaves_nothing_half_written
     ds = fastload.open(f"{http.url}/all.arrow", cache_dir=cache, cache_bytes=1 << 30)
     assert ds[0]["label"] == 0  # the same cache, with room: nothing wrong was kept
 
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A directory on a tmpfs of 160 KiB (mounted as root): room for the parts of the
+    dataset that open reads, not for all its blocks. Unmounted after the test."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(mount)]).returncode:
+        pytest.fail("root could not mount a tmpfs here")
+    yield mount
+    gc.collect()
+    busy = subprocess.run(["umount", str(mount)]).returncode
+    if busy:
+        subprocess.run(["umount", "-l", str(mount)])  # leave nothing mounted
+    assert not busy, "the tmpfs stayed in use: a map of the dataset outlived it"
+
+
+def _error_of_an_epoch(ds, parallel):
+    """The message of the LoadError that ends an epoch of ``ds`` (the error and its frames
+    go with this call)."""
+    try:
+        with deadline(60):
+            for _ in DataLoader(ds, batch_size=8, parallel=parallel):
+                pass
+    except LoadError as error:
+        return str(error)
+    raise AssertionError("the epoch ended without an error")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+@pytest.mark.parametrize("parallel", [False, 2])
+def test_blocks_mirrored_on_a_full_disk_are_a_load_error_naming_it(http, files, small_disk, parallel):
+    ds = fastload.open(f"{http.url}/all.arrow", cache_dir=small_disk, cache_bytes=1 << 30)
+    assert ds.remote_rows.files[0].mirror.backed  # the blocks go to a file on that disk
+    message = _error_of_an_epoch(ds, parallel)
+    assert str(small_disk) in message and "cache_dir=" in message, message
+    del ds
+    ds = fastload.open(f"{http.url}/all.arrow", cache_dir=files / "roomy", cache_bytes=1 << 30)
+    local = fastload.open(files / "all.arrow")
+    for k in (0, N // 2, N - 1):  # what a full disk stopped is read whole elsewhere
+        _same(ds[k], local[k])
 
 # -- faults ----------------------------------------------------------------------------------
 
