@@ -339,7 +339,6 @@ def test_a_cache_on_a_full_disk_is_a_clear_error_and_leaves_nothing_half_written
     assert ds[0]["label"] == 0  # the same cache, with room: nothing wrong was kept
 
 
-
 @pytest.fixture
 def small_disk(tmp_path):
     """A directory on a tmpfs of 160 KiB (mounted as root): room for the parts of the
@@ -370,7 +369,7 @@ def _error_of_an_epoch(ds, parallel):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
 @pytest.mark.parametrize("parallel", [False, 2])
-def test_blocks_mirrored_on_a_full_disk_are_a_load_error_naming_it(http, files, small_disk, parallel):
+def test_blocks_on_a_full_disk_are_a_load_error_naming_it(http, files, small_disk, parallel):
     ds = fastload.open(f"{http.url}/all.arrow", cache_dir=small_disk, cache_bytes=1 << 30)
     assert ds.remote_rows.files[0].mirror.backed  # the blocks go to a file on that disk
     message = _error_of_an_epoch(ds, parallel)
@@ -380,6 +379,7 @@ def test_blocks_mirrored_on_a_full_disk_are_a_load_error_naming_it(http, files, 
     local = fastload.open(files / "all.arrow")
     for k in (0, N // 2, N - 1):  # what a full disk stopped is read whole elsewhere
         _same(ds[k], local[k])
+
 
 # -- faults ----------------------------------------------------------------------------------
 
