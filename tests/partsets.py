@@ -198,9 +198,7 @@ class EngineWrites:
         return with_once(rows, at, marker, action), FIELDS, rows
 
     @pytest.mark.parametrize("action", ["kill", "raise"])
-    def test_a_killed_worker_or_a_task_that_raises_once_is_run_again(
-        self, write, tmp_path, action
-    ):
+    def test_a_killed_worker_or_a_task_that_raises_once_is_run_again(self, write, tmp_path, action):
         given, fields, rows = self.failing(400, 350, tmp_path / "marker", action)
         prefix = str(tmp_path / "out")
         committed = write(given, 2, prefix, fields, file_bytes=50_000)
@@ -210,8 +208,8 @@ class EngineWrites:
 
     def test_a_task_that_fails_for_good_commits_nothing(self, write, tmp_path):
         given, fields, _ = self.failing(200, 150, tmp_path / "marker", "always")
-        prefix = str(tmp_path / "out")
-        with pytest.raises(PartitionError, match="nothing was committed.*partition 1 failed") as caught:
+        prefix, match = str(tmp_path / "out"), "nothing was committed.*partition 1 failed"
+        with pytest.raises(PartitionError, match=match) as caught:
             write(given, 2, prefix, fields, file_bytes=20_000)
         assert caught.value.partition == 1 and "fails every time" in str(caught.value)
         assert_not_committed(prefix)

@@ -5,7 +5,14 @@ killed mid-task, a task that raises once, one that fails for good, a store that 
 writes, and bad rows skipped (``partsets.EngineWrites``)."""
 
 import pytest
-from partsets import FIELDS, EngineWrites, assert_same_as_write, make_rows, s3_fixture, share_tests_path
+from partsets import (
+    FIELDS,
+    EngineWrites,
+    assert_same_as_write,
+    make_rows,
+    s3_fixture,
+    share_tests_path,
+)
 
 from fastload.cluster import write_dask
 

@@ -9,7 +9,14 @@ import os
 import sys
 
 import pytest
-from partsets import FIELDS, EngineWrites, assert_same_as_write, make_rows, s3_fixture, share_tests_path
+from partsets import (
+    FIELDS,
+    EngineWrites,
+    assert_same_as_write,
+    make_rows,
+    s3_fixture,
+    share_tests_path,
+)
 
 from fastload.cluster import write_spark
 

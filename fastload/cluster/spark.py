@@ -31,10 +31,10 @@ def write_spark(
     speculative or retried duplicate is never read. The rows are in partition order,
     then row order. ``fields`` and the other options: as ``write_part`` takes them.
 
-    Returns the ``Committed`` dataset. Raises TypeError/ValueError for a setting that
-    ``write`` refuses (before any task), FileExistsError for a committed ``prefix``
-    unless ``overwrite``, and PartitionError naming the partition and the cause when a
-    task fails for good: nothing is committed then."""
+    Returns the ``Committed`` dataset; raises as ``write_dask`` does: for a bad setting
+    before any task, for a committed ``prefix`` unless ``overwrite``, and PartitionError
+    naming the partition and the cause when a task fails for good (nothing is committed
+    then)."""
     settings = PartWrite.of(locals())
     settings.prepare()
     rdd = frame.rdd if hasattr(frame, "rdd") else frame

@@ -146,8 +146,8 @@ class PartWrite:
 
     def commit(self, parts: Iterable[Part], partitions: int) -> Committed:
         """``commit`` of what the tasks returned, on the driver."""
-        options = dict(storage_options=self.storage_options, overwrite=self.overwrite)
-        return commit(self.prefix, parts, partitions, **options)
+        where, overwrite = self.storage_options, self.overwrite
+        return commit(self.prefix, parts, partitions, storage_options=where, overwrite=overwrite)
 
     def engine_error(self, error: BaseException) -> PartitionError:
         """``engine_error`` of what the engine raised for this write."""
