@@ -1,18 +1,25 @@
 """Rows, partitions and checks shared by the tests of writes in parts (test_parts.py and
-the engines' tests, test_cluster_*.py): generated JPEGs with labels and other fields, and
-the check that a committed dataset holds what ``fastload.write`` writes for the same rows
-in the same order, byte for byte in every column."""
+the engines' tests, test_cluster_*.py): generated JPEGs with labels and other fields, the
+check that a committed dataset holds what ``fastload.write`` writes for the same rows in
+the same order, byte for byte in every column, moto's S3 server as a module's fixture,
+and the tests that every engine's writes pass (``EngineWrites``)."""
 
 import os
 import signal
 
 import numpy as np
 import pyarrow as pa
+import pytest
 import simplejpeg
+from servers import S3Server
 
 import fastload
+from fastload import LoadError
+from fastload.cluster import PartitionError
 from fastload.storage import JPEG, Bytes, NDArray, Str
 from fastload.storage.reader import SUFFIXES
+
+BUCKET = "parts"  # made in the server of s3_fixture
 
 FIELDS = {
     "image": JPEG(quality=85, max_side=24),
@@ -156,9 +163,82 @@ def with_once(rows, at, marker, action):
 
 def assert_not_committed(prefix, storage_options=None):
     """``prefix`` has no manifest, and opening it says that it was not committed."""
-    import pytest
-
-    from fastload import LoadError
-
     with pytest.raises((LoadError, FileNotFoundError), match="not committed|no dataset files"):
         fastload.open(prefix, storage_options=storage_options)
+
+
+def s3_fixture():
+    """A test module's fixture ``s3`` (``s3 = s3_fixture()``): moto's S3 server, started
+    for the module's tests, with the bucket ``BUCKET``."""
+
+    @pytest.fixture(scope="module")
+    def s3(tmp_path_factory):
+        server = S3Server(tmp_path_factory.mktemp("moto") / "moto.log")
+        server.filesystem().mkdir(BUCKET)
+        yield server
+        server.stop()
+
+    return s3
+
+
+class EngineWrites:
+    """The tests that every engine's writes in parts pass: a worker killed mid-task and a
+    task that raises once are run again, a task that fails for good or a store that
+    refuses writes commits nothing, bad rows are skipped, a committed prefix at S3 is
+    replaced only when asked. An engine's test module runs them as ``class
+    TestWrites(EngineWrites)``, with two fixtures: ``write`` (``write(rows, partitions,
+    prefix, fields, **options)``: the rows handed to the engine in ``partitions``
+    partitions and written by its writer, which returns the ``Committed`` dataset) and
+    ``s3`` (``s3_fixture()``'s)."""
+
+    def failing(self, n, at, marker, action):
+        """(the rows to write, their fields, the rows the dataset holds): ``n`` rows whose
+        row ``at`` fails as ``Once`` says where a task reads its image."""
+        rows = pixel_rows(n)
+        return with_once(rows, at, marker, action), FIELDS, rows
+
+    @pytest.mark.parametrize("action", ["kill", "raise"])
+    def test_a_killed_worker_or_a_task_that_raises_once_is_run_again(self, write, tmp_path, action):
+        given, fields, rows = self.failing(400, 350, tmp_path / "marker", action)
+        prefix = str(tmp_path / "out")
+        committed = write(given, 2, prefix, fields, file_bytes=50_000)
+        assert os.path.exists(tmp_path / "marker")
+        assert committed.removed, "the failed attempt wrote a file before it failed"
+        assert_same_as_write(prefix, rows, str(tmp_path))
+
+    def test_a_task_that_fails_for_good_commits_nothing(self, write, tmp_path):
+        given, fields, _ = self.failing(200, 150, tmp_path / "marker", "always")
+        prefix, match = str(tmp_path / "out"), "nothing was committed.*partition 1 failed"
+        with pytest.raises(PartitionError, match=match) as caught:
+            write(given, 2, prefix, fields, file_bytes=20_000)
+        assert caught.value.partition == 1 and "fails every time" in str(caught.value)
+        assert_not_committed(prefix)
+
+    def test_a_store_that_refuses_writes_commits_nothing(self, write, s3):
+        options = s3.storage_options
+        with pytest.raises(PartitionError, match="nothing was committed.*no-such-bucket"):
+            write(make_rows(20), 2, "s3://no-such-bucket/x", FIELDS, storage_options=options)
+
+    def test_bad_rows_are_skipped_as_write_skips_them(self, write, tmp_path):
+        rows = make_rows(300)
+        rows[10]["image"] = rows[250]["image"] = b"not an image"
+        prefix = str(tmp_path / "out")
+        committed = write(rows, 3, prefix, FIELDS, on_error="skip")
+        assert [e.index for e in committed.skipped] == [10, 50]
+        assert ["partition 0" in str(e) for e in committed.skipped] == [True, False]
+        assert_same_as_write(prefix, rows[:10] + rows[11:250] + rows[251:], str(tmp_path))
+
+    def test_a_setting_that_write_refuses_is_refused_before_any_task(self, write, tmp_path):
+        prefix = str(tmp_path / "out")
+        with pytest.raises(ValueError, match="on_error must be 'raise' or 'skip'"):
+            write(make_rows(4), 2, prefix, FIELDS, on_error="ignore")
+        assert not os.path.exists(prefix)
+
+    def test_a_committed_prefix_at_s3_is_replaced_only_when_asked(self, write, s3, tmp_path):
+        rows, prefix, options = make_rows(2000), f"s3://{BUCKET}/train", s3.storage_options
+        write(rows, 4, prefix, FIELDS, storage_options=options)
+        assert_same_as_write(prefix, rows, str(tmp_path), options, cache_bytes=0)
+        with pytest.raises(FileExistsError, match="overwrite=True"):
+            write(rows[:300], 2, prefix, FIELDS, storage_options=options)
+        write(rows[:300], 2, prefix, FIELDS, storage_options=options, overwrite=True)
+        assert_same_as_write(prefix, rows[:300], str(tmp_path), options, cache_bytes=0)

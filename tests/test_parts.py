@@ -4,21 +4,21 @@ commits them, what ``open`` makes of a prefix with and without it, ``clean``, an
 same at moto's S3 server. The committed dataset equals ``fastload.write`` of the same
 rows, byte for byte."""
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 
 import pytest
-from partsets import FIELDS, assert_same_as_write, make_rows, split
-from servers import S3Server
+from partsets import FIELDS, assert_same_as_write, make_rows, s3_fixture, split
 
 import fastload
 from fastload import LoadError
 from fastload.__main__ import main
 from fastload.cluster import PartitionError, clean, commit, prepare, write_part
 from fastload.storage import Bytes
-from fastload.storage.parts import engine_error
+from fastload.storage.parts import PartWrite, engine_error
 
 MANIFEST = "_fastload_manifest.json"
 ROWS = make_rows(120)
@@ -169,6 +169,43 @@ def test_a_dataset_committed_after_prepare_is_not_replaced_silently(tmp_path):
     assert_same_as_write(prefix, ROWS[:10], str(tmp_path))
 
 
+@pytest.mark.parametrize(
+    "setting, error, match",
+    [
+        ({"on_error": "ignore"}, ValueError, "on_error must be 'raise' or 'skip'"),
+        ({"file_bytes": 0}, ValueError, "file_bytes must be an int >= 1"),
+        ({"block_bytes": 1.5}, ValueError, "block_bytes must be an int >= 1"),
+        ({"source_field": "label"}, ValueError, "source_field must name a Str"),
+        ({"metadata": {"when": object()}}, TypeError, "JSON serializable"),
+    ],
+)
+def test_a_setting_that_write_refuses_is_refused_before_anything_is_written(
+    tmp_path, setting, error, match
+):
+    prefix = str(tmp_path / "out")
+    with pytest.raises(error, match=match):
+        write_part(ROWS[:3], 0, prefix, FIELDS, **setting)
+    assert not os.path.exists(prefix)
+
+
+def test_the_settings_are_taken_by_name_checked_once_and_frozen(tmp_path):
+    prefix = str(tmp_path / "out")
+    given = {"prefix": prefix, "fields": FIELDS, "on_error": "skip", "retries": 2}
+    settings = PartWrite.of(given)  # what is not a setting (retries) is not taken
+    assert (settings.on_error, settings.overwrite, settings.block_bytes) == ("skip", False, None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.on_error = "raise"
+    with pytest.raises(TypeError, match="fields must be a non-empty dict"):
+        PartWrite(prefix, {})
+    with pytest.raises(ValueError, match="unknown field encoding 'int77'"):
+        PartWrite(prefix, {**FIELDS, "label": "int77"})
+    with pytest.raises(TypeError, match="overwrite must be True or False"):
+        PartWrite(prefix, FIELDS, overwrite="yes")
+    part = settings.write(ROWS[:5], 0)
+    assert settings.commit([part], 1).rows == 5
+    assert_same_as_write(prefix, ROWS[:5], str(tmp_path))
+
+
 def test_importing_fastload_imports_no_engine():
     code = (
         "import sys, fastload, fastload.cluster, fastload.storage.parts\n"
@@ -178,12 +215,7 @@ def test_importing_fastload_imports_no_engine():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    server = S3Server(tmp_path_factory.mktemp("moto") / "moto.log")
-    server.filesystem().mkdir("parts")
-    yield server
-    server.stop()
+s3 = s3_fixture()  # with the bucket "parts"
 
 
 def test_a_write_in_parts_at_s3_is_committed_whole(s3, tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from fastload._storage.fields import Encoding, Str
@@ -29,6 +30,31 @@ class ImageRow:
         path, label = (item["path"], item["label"]) if isinstance(item, Mapping) else item
         with open(os.path.join(self.root, path), "rb") as f:
             return {"image": f.read(), "label": int(label), "path": path}
+
+
+@dataclass(frozen=True)
+class _Run:
+    """A conversion on an engine: ``items`` (path under the root, label) read into rows by
+    ``row`` in ``partitions`` tasks and written to ``dst`` with ``fields`` and the
+    writer's ``options``, on the cluster at ``address`` or a local one of ``workers``
+    processes."""
+
+    items: list[tuple[str, int]]
+    row: ImageRow
+    partitions: int
+    dst: str
+    fields: dict[str, Any]
+    address: str | None
+    workers: int
+    options: dict[str, Any]
+
+    def write(
+        self, writer: Callable[..., Committed], collection: Any, progress: bool = True
+    ) -> Committed:
+        """``writer(collection, dst, fields, **options)``; ``progress=False`` leaves the
+        ``progress`` option out, for an engine that shows its own."""
+        options = {k: v for k, v in self.options.items() if progress or k != "progress"}
+        return writer(collection, self.dst, self.fields, **options)
 
 
 def convert_parts(
@@ -57,89 +83,61 @@ def convert_parts(
     n = partitions or max(2 * workers, -(-len(items) // ROWS_PER_PARTITION))
     fields = {"image": encoding, "label": "int64", "path": Str()}
     options.update(metadata={"classes": folder.classes, "source": root}, source_field="path")
-    run: Callable[..., Committed] = {"ray": _ray, "dask": _dask, "spark": _spark}[engine]
-    return run(items, ImageRow(root), n, dst, fields, address, workers, options)
+    run = _Run(items, ImageRow(root), n, dst, fields, address, workers, options)
+    return {"ray": _ray, "dask": _dask, "spark": _spark}[engine](run)
 
 
 def _labelled(folder: ImageFolder) -> list[tuple[str, int]]:
     return list(zip(folder.paths, (int(label) for label in folder.labels)))
 
 
-def _dask(
-    items: list[tuple[str, int]],
-    row: ImageRow,
-    n: int,
-    dst: str,
-    fields: dict[str, Any],
-    address: str | None,
-    workers: int,
-    options: dict[str, Any],
-) -> Committed:
+def _dask(run: _Run) -> Committed:
     import dask.bag as db
     from distributed import Client, LocalCluster
 
     from fastload.cluster.dask import write_dask
 
     cluster = None
-    if address is None:
+    if run.address is None:
         cluster = LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=run.workers, threads_per_worker=1, processes=True, dashboard_address=None
         )
     try:
-        with Client(address or cluster):
-            bag = db.from_sequence(items, npartitions=n).map(row)
-            return write_dask(bag, dst, fields, **options)
+        with Client(run.address or cluster):
+            bag = db.from_sequence(run.items, npartitions=run.partitions).map(run.row)
+            return run.write(write_dask, bag)
     finally:
         if cluster is not None:
             cluster.close()
 
 
-def _ray(
-    items: list[tuple[str, int]],
-    row: ImageRow,
-    n: int,
-    dst: str,
-    fields: dict[str, Any],
-    address: str | None,
-    workers: int,
-    options: dict[str, Any],
-) -> Committed:
+def _ray(run: _Run) -> Committed:
     import ray
 
     from fastload.cluster.ray import write_ray
 
-    options.pop("progress", None)  # Ray Data shows its own
-    ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False)
+    workers = None if run.address else run.workers
+    ray.init(address=run.address, num_cpus=workers, include_dashboard=False)
     try:
-        records = [{"path": p, "label": t} for p, t in items]
-        dataset = ray.data.from_items(records, override_num_blocks=n).map(row)
-        return write_ray(dataset, dst, fields, **options)
+        records = [{"path": p, "label": t} for p, t in run.items]
+        dataset = ray.data.from_items(records, override_num_blocks=run.partitions).map(run.row)
+        return run.write(write_ray, dataset, progress=False)  # Ray Data shows its own
     finally:
         ray.shutdown()
 
 
-def _spark(
-    items: list[tuple[str, int]],
-    row: ImageRow,
-    n: int,
-    dst: str,
-    fields: dict[str, Any],
-    address: str | None,
-    workers: int,
-    options: dict[str, Any],
-) -> Committed:
+def _spark(run: _Run) -> Committed:
     import sys
 
     from pyspark.sql import SparkSession
 
     from fastload.cluster.spark import write_spark
 
-    options.pop("progress", None)  # Spark shows its own
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    master = address or f"local[{workers},3]"
+    master = run.address or f"local[{run.workers},3]"
     spark = SparkSession.builder.master(master).appName("fastload convert").getOrCreate()
     try:
-        rdd = spark.sparkContext.parallelize(items, n).map(row)
-        return write_spark(rdd, dst, fields, **options)
+        rdd = spark.sparkContext.parallelize(run.items, run.partitions).map(run.row)
+        return run.write(write_spark, rdd, progress=False)  # Spark shows its own
     finally:
         spark.stop()

@@ -7,14 +7,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from fastload._storage.progress import progress_bar
-from fastload.storage.parts import (
-    DEFAULT_FILE_BYTES,
-    Committed,
-    commit,
-    engine_error,
-    prepare,
-    write_part,
-)
+from fastload.storage.parts import DEFAULT_FILE_BYTES, Committed, Part, PartWrite
 
 __all__ = ["write_dask"]
 
@@ -43,32 +36,28 @@ def write_dask(
     row order. ``progress``: a bar over the partitions (with a distributed client).
     ``fields`` and the other options: as ``write_part`` takes them.
 
-    Returns the ``Committed`` dataset. Raises FileExistsError for a committed ``prefix``
+    Returns the ``Committed`` dataset. Raises TypeError/ValueError for a setting that
+    ``write`` refuses (before any task), FileExistsError for a committed ``prefix``
     unless ``overwrite``, and PartitionError naming the partition and the cause when a
     task fails for good: nothing is committed then."""
+    settings = PartWrite.of(locals())
     import dask
 
-    prepare(prefix, storage_options, overwrite)
-    options: dict[str, Any] = dict(storage_options=storage_options, file_bytes=file_bytes)
-    options.update(block_bytes=block_bytes, on_error=on_error, metadata=metadata)
-    options.update(source_field=source_field)
+    settings.prepare()
     task = dask.delayed(_write_partition, pure=False)
-    partitions = collection.to_delayed()
-    tasks = [task(p, i, prefix, fields, options) for i, p in enumerate(partitions)]
+    tasks = [task(p, i, settings) for i, p in enumerate(collection.to_delayed())]
     try:
         parts = _computed(tasks, retries, progress)
     except Exception as exc:
-        raise engine_error(prefix, exc) from exc
-    return commit(prefix, parts, len(tasks), storage_options=storage_options, overwrite=overwrite)
+        raise settings.engine_error(exc) from exc
+    return settings.commit(parts, len(tasks))
 
 
-def _write_partition(
-    partition: Any, index: int, prefix: str, fields: dict[str, Any], options: dict[str, Any]
-) -> Any:
+def _write_partition(partition: Any, index: int, settings: PartWrite) -> Part:
     """A task: partition ``index`` (a list of rows, or a pandas DataFrame) written."""
     if hasattr(partition, "to_dict") and hasattr(partition, "columns"):
         partition = partition.to_dict("records")
-    return write_part(partition, index, prefix, fields, **options)
+    return settings.write(partition, index)
 
 
 def _computed(tasks: list[Any], retries: int, progress: bool) -> list[Any]:

@@ -10,15 +10,7 @@ from typing import Any, Literal
 import ray.data
 from ray.data.block import Block, BlockAccessor
 
-from fastload.storage.parts import (
-    DEFAULT_FILE_BYTES,
-    Committed,
-    Part,
-    commit,
-    engine_error,
-    prepare,
-    write_part,
-)
+from fastload.storage.parts import DEFAULT_FILE_BYTES, Committed, Part, PartWrite
 
 __all__ = ["Datasink", "write_ray"]
 
@@ -34,8 +26,9 @@ class Datasink(ray.data.Datasink):
 
     Ray retries a task whose worker died; one that raised is run again when
     ``ray_remote_args`` of ``write_datasink`` say so (``{"retry_exceptions": True,
-    "max_retries": 2}``). Raises FileExistsError at the start for a committed ``prefix``
-    unless ``overwrite``; a task that fails for good fails the write with Ray's error,
+    "max_retries": 2}``). Raises TypeError/ValueError when made with a setting that
+    ``write`` refuses, FileExistsError at the start for a committed ``prefix`` unless
+    ``overwrite``; a task that fails for good fails the write with Ray's error,
     which holds the PartitionError naming the partition and the cause, and nothing is
     committed."""
 
@@ -52,27 +45,21 @@ class Datasink(ray.data.Datasink):
         metadata: dict[str, Any] | None = None,
         source_field: str | None = None,
     ) -> None:
-        self.prefix, self.fields, self.overwrite = prefix, fields, overwrite
-        self.storage_options = storage_options
-        options: dict[str, Any] = dict(storage_options=storage_options, file_bytes=file_bytes)
-        options.update(block_bytes=block_bytes, on_error=on_error, metadata=metadata)
-        options.update(source_field=source_field)
-        self.options = options
+        self.settings = PartWrite.of(locals())
         self.committed: Committed | None = None
 
     def get_name(self) -> str:
         return "fastload"
 
     def on_write_start(self, schema: Any = None) -> None:
-        prepare(self.prefix, self.storage_options, self.overwrite)
+        self.settings.prepare()
 
     def write(self, blocks: Iterable[Block], ctx: Any) -> Part:
-        return write_part(_rows(blocks), ctx.task_idx, self.prefix, self.fields, **self.options)
+        return self.settings.write(_rows(blocks), ctx.task_idx)
 
     def on_write_complete(self, write_result: Any) -> None:
         parts = list(write_result.write_returns)
-        options: dict[str, Any] = dict(storage_options=self.storage_options)
-        self.committed = commit(self.prefix, parts, len(parts), overwrite=self.overwrite, **options)
+        self.committed = self.settings.commit(parts, len(parts))
 
 
 def _rows(blocks: Iterable[Block]) -> Iterator[dict[str, Any]]:
@@ -83,18 +70,19 @@ def _rows(blocks: Iterable[Block]) -> Iterator[dict[str, Any]]:
 def write_ray(dataset: Any, prefix: str, fields: dict[str, Any], **options: Any) -> Committed:
     """Write the Ray Dataset ``dataset`` through a ``Datasink(prefix, fields,
     **options)``, in the dataset's order, a task that raised run twice more; returns the
-    ``Committed`` dataset. Raises PartitionError naming the partition and the cause when
-    a task fails for good (nothing is committed then)."""
+    ``Committed`` dataset. Raises as ``Datasink`` does for a bad setting, and
+    PartitionError naming the partition and the cause when a task fails for good
+    (nothing is committed then)."""
+    sink = Datasink(prefix, fields, **options)  # its settings checked before anything else
     context = ray.data.DataContext.get_current()
     before = context.execution_options.preserve_order
     context.execution_options.preserve_order = True
-    sink = Datasink(prefix, fields, **options)
     try:
         dataset.write_datasink(sink, ray_remote_args={"retry_exceptions": True, "max_retries": 2})
     except FileExistsError:
         raise
     except Exception as exc:
-        raise engine_error(prefix, exc) from exc
+        raise sink.settings.engine_error(exc) from exc
     finally:
         context.execution_options.preserve_order = before
     assert sink.committed is not None

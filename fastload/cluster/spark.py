@@ -6,15 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal
 
-from fastload.storage.parts import (
-    DEFAULT_FILE_BYTES,
-    Committed,
-    Part,
-    commit,
-    engine_error,
-    prepare,
-    write_part,
-)
+from fastload.storage.parts import DEFAULT_FILE_BYTES, Committed, Part, PartWrite
 
 __all__ = ["write_spark"]
 
@@ -39,26 +31,19 @@ def write_spark(
     speculative or retried duplicate is never read. The rows are in partition order,
     then row order. ``fields`` and the other options: as ``write_part`` takes them.
 
-    Returns the ``Committed`` dataset. Raises FileExistsError for a committed ``prefix``
-    unless ``overwrite``, and PartitionError naming the partition and the cause when a
-    task fails for good: nothing is committed then."""
-    prepare(prefix, storage_options, overwrite)
-    options: dict[str, Any] = dict(storage_options=storage_options, file_bytes=file_bytes)
-    options.update(block_bytes=block_bytes, on_error=on_error, metadata=metadata)
-    options.update(source_field=source_field)
+    Returns the ``Committed`` dataset; raises as ``write_dask`` does: for a bad setting
+    before any task, for a committed ``prefix`` unless ``overwrite``, and PartitionError
+    naming the partition and the cause when a task fails for good (nothing is committed
+    then)."""
+    settings = PartWrite.of(locals())
+    settings.prepare()
     rdd = frame.rdd if hasattr(frame, "rdd") else frame
 
     def task(index: int, rows: Iterable[Any]) -> Iterator[Part]:
-        yield write_part(rows, index, prefix, fields, **options)
+        yield settings.write(rows, index)
 
     try:
         parts = rdd.mapPartitionsWithIndex(task).collect()
     except Exception as exc:
-        raise engine_error(prefix, exc) from exc
-    return commit(
-        prefix,
-        parts,
-        rdd.getNumPartitions(),
-        storage_options=storage_options,
-        overwrite=overwrite,
-    )
+        raise settings.engine_error(exc) from exc
+    return settings.commit(parts, rdd.getNumPartitions())

@@ -1,6 +1,7 @@
 """Writing a packed dataset in parts, one task per partition, committed whole.
 
-What any engine runs (``fastload.cluster`` wraps it in Ray's, Dask's and Spark's idioms)::
+What any engine runs (``fastload.cluster`` wraps it in Ray's, Dask's and Spark's idioms),
+the write's settings checked once, on the driver, as a ``PartWrite`` that each task gets::
 
     driver: prepare(prefix)                  the folder made; a committed dataset there
                                              kept unless overwrite=True
@@ -21,16 +22,18 @@ retried, duplicated or failed attempt is never read.
 
 from __future__ import annotations
 
-import os
+import functools
+import json
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from typing import Any, Literal
 
 import numpy as np
 
-from fastload._storage.fields import Encoding
+from fastload._base.arguments import check_flag, check_size
+from fastload._storage.fields import Encoding, as_encoding
 from fastload._storage.manifest import (
     MANIFEST,
     is_part,
@@ -42,7 +45,8 @@ from fastload._storage.manifest import (
 )
 from fastload._storage.prefixes import Prefix
 from fastload.errors import LoadError
-from fastload.storage.writer import DEFAULT_BLOCK_BYTES, DEFAULT_URL_BLOCK_BYTES, write
+from fastload.storage.partfiles import Skipped, part_files
+from fastload.storage.writer import DEFAULT_BLOCK_BYTES, DEFAULT_URL_BLOCK_BYTES
 
 __all__ = ["Committed", "Part", "PartitionError", "clean", "commit", "prepare", "write_part"]
 
@@ -71,7 +75,7 @@ class Part:
     attempt: str
     files: tuple[str, ...]
     rows: int
-    skipped: tuple[tuple[int | None, str | None, str], ...] = ()
+    skipped: tuple[Skipped, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,95 @@ class Committed:
     files: list[str]
     skipped: list[LoadError] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PartWrite:
+    """The settings of one write in parts, checked once, where they are given: the
+    dataset ``prefix`` (a directory or a URL; ``storage_options``: fsspec's), its
+    ``fields``, how each partition is written (``file_bytes``, ``block_bytes``,
+    ``on_error``, ``metadata``, ``source_field``: as ``write_part`` takes them) and
+    whether the commit replaces a committed dataset (``overwrite``).
+
+    An engine makes it on its driver and hands it to each task: ``prepare()``, then
+    ``write(rows, partition)`` in each task, then ``commit(parts, partitions)``. Raises
+    TypeError/ValueError naming the setting that ``write`` would refuse in every task."""
+
+    prefix: str
+    fields: dict[str, Encoding | str | np.dtype[Any]]
+    storage_options: Mapping[str, Any] | None = None
+    overwrite: bool = False
+    file_bytes: int = DEFAULT_FILE_BYTES
+    block_bytes: int | None = None
+    on_error: Literal["raise", "skip"] = "raise"
+    metadata: dict[str, Any] | None = None
+    source_field: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_settings(self)
+
+    @classmethod
+    def of(cls, arguments: Mapping[str, Any]) -> PartWrite:
+        """The settings among ``arguments``, by name: a writer's ``locals()`` on its first
+        line, whose other parameters (the rows, ``retries``, ...) are not settings."""
+        names = [f.name for f in dataclass_fields(cls)]
+        return cls(**{name: arguments[name] for name in names if name in arguments})
+
+    def prepare(self) -> None:
+        """``prepare`` of the prefix, on the driver before the tasks."""
+        prepare(self.prefix, self.storage_options, self.overwrite)
+
+    def write(self, rows: Iterable[Any], partition: int) -> Part:
+        """``write_part`` of ``rows`` as ``partition``, in a task."""
+        if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+            raise ValueError(f"partition must be an int >= 0, got {partition!r}")
+        attempt = new_attempt()
+        try:
+            folder = Prefix(self.prefix, self.storage_options)
+            folder.make()
+            name = functools.partial(part_name, partition, attempt)
+            options = self._write_options(folder.remote)
+            files, total, skipped = part_files(
+                rows, name, folder, self.fields, self.file_bytes, options
+            )
+        except Exception as exc:
+            raise PartitionError(partition, failure(partition, attempt, exc)) from exc
+        return Part(partition, attempt, tuple(files), total, tuple(skipped))
+
+    def commit(self, parts: Iterable[Part], partitions: int) -> Committed:
+        """``commit`` of what the tasks returned, on the driver."""
+        where, overwrite = self.storage_options, self.overwrite
+        return commit(self.prefix, parts, partitions, storage_options=where, overwrite=overwrite)
+
+    def engine_error(self, error: BaseException) -> PartitionError:
+        """``engine_error`` of what the engine raised for this write."""
+        return engine_error(self.prefix, error)
+
+    def _write_options(self, remote: bool) -> dict[str, Any]:
+        """``write``'s keywords for a part file in a folder at a URL (``remote``) or not:
+        ``block_bytes`` by default as ``write`` picks it for the part's final place."""
+        default = DEFAULT_URL_BLOCK_BYTES if remote else DEFAULT_BLOCK_BYTES
+        block_bytes = default if self.block_bytes is None else self.block_bytes
+        options = dict(metadata=self.metadata, source_field=self.source_field)
+        return dict(block_bytes=block_bytes, on_error=self.on_error, **options)
+
+
+def _check_settings(settings: PartWrite) -> None:
+    """Raises TypeError/ValueError naming the first setting that ``write`` refuses."""
+    fields = settings.fields
+    if not isinstance(fields, dict) or not fields:
+        raise TypeError("fields must be a non-empty dict: field name -> encoding")
+    encodings = {name: as_encoding(spec) for name, spec in fields.items()}
+    source = settings.source_field
+    if source is not None and (source not in encodings or encodings[source].name != "str"):
+        raise ValueError(f"source_field must name a Str() field of fields, got {source!r}")
+    if settings.on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {settings.on_error!r}")
+    check_size("file_bytes", settings.file_bytes)
+    if settings.block_bytes is not None:
+        check_size("block_bytes", settings.block_bytes)
+    check_flag("overwrite", settings.overwrite)
+    json.dumps(settings.metadata)  # TypeError for metadata that is not JSON
 
 
 def prepare(
@@ -121,119 +214,17 @@ def write_part(
     ``source_field``: as ``write`` takes them; ``block_bytes`` by default 4 MiB at a
     URL, 64 MiB in a local folder, as ``write`` picks), on the caller's thread alone.
 
-    Raises PartitionError naming the partition and the cause for anything that fails
+    Raises TypeError/ValueError for a setting that ``write`` refuses (as ``PartWrite``
+    does), and PartitionError naming the partition and the cause for anything that fails
     (a row with ``on_error="raise"``, the destination); the files written before stay,
     never read (``clean`` removes them)."""
-    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
-        raise ValueError(f"partition must be an int >= 0, got {partition!r}")
-    attempt = new_attempt()
-    try:
-        folder = Prefix(prefix, storage_options)
-        folder.make()
-        if block_bytes is None:
-            block_bytes = DEFAULT_URL_BLOCK_BYTES if folder.remote else DEFAULT_BLOCK_BYTES
-        options: dict[str, Any] = dict(block_bytes=block_bytes, on_error=on_error)
-        options.update(metadata=metadata, source_field=source_field)
-        return _written(rows, partition, attempt, folder, fields, file_bytes, options)
-    except Exception as exc:
-        raise PartitionError(partition, failure(partition, attempt, exc)) from exc
+    return PartWrite.of(locals()).write(rows, partition)
 
 
 def failure(partition: int, attempt: str, exc: BaseException) -> str:
     """The message of partition ``partition``'s failure: the marker that ``engine_error``
     finds in whatever an engine makes of it."""
     return f"fastload partition {partition} failed (attempt {attempt}): {type(exc).__name__}: {exc}"
-
-
-def _written(
-    rows: Iterable[Any],
-    partition: int,
-    attempt: str,
-    folder: Prefix,
-    fields: dict[str, Any],
-    file_bytes: int,
-    options: dict[str, Any],
-) -> Part:
-    """``write_part``'s work: the rows cut into files, each written and put in place."""
-    files: list[str] = []
-    skipped: list[tuple[int | None, str | None, str]] = []
-    total = first = 0
-    with tempfile.TemporaryDirectory(prefix="fastload-part-") as work:
-        for chunk in _chunks(rows, file_bytes):
-            name = part_name(partition, attempt, len(files))
-            # A local folder's part is written in place (write renames it in whole);
-            # a store's is written here, then uploaded.
-            local = folder.local(name) or os.path.join(work, name)
-            errors = _write_chunk(local, chunk, fields, options)
-            skipped += [(_at(e.index, first), e.source, str(e)) for e in errors]
-            first += len(chunk)
-            if len(errors) < len(chunk):
-                if folder.remote:
-                    folder.put(local, name)
-                files.append(name)
-                total += len(chunk) - len(errors)
-    return Part(partition, attempt, tuple(files), total, tuple(skipped))
-
-
-def _write_chunk(
-    local: str, chunk: list[Any], fields: dict[str, Any], options: dict[str, Any]
-) -> list[LoadError]:
-    """``write`` of ``chunk`` to ``local``; with ``on_error="skip"``, a chunk whose every
-    row fails (which ``write`` refuses: no row to write) gives each row's error."""
-    try:
-        return write(local, chunk, fields, parallel=False, progress=False, **options)
-    except LoadError:
-        if options["on_error"] != "skip":
-            raise
-    errors = []
-    for i, row in enumerate(chunk):
-        try:
-            write(local, [row], fields, parallel=False, progress=False, **options)
-        except LoadError as exc:
-            errors.append(LoadError(str(exc), index=i, source=exc.source))
-    if len(errors) < len(chunk):
-        raise RuntimeError("a row of a chunk that failed as a whole wrote alone")
-    return errors
-
-
-def _at(index: int | None, first: int) -> int | None:
-    return None if index is None else index + first
-
-
-def _chunks(rows: Iterable[Any], file_bytes: int) -> Iterable[list[Any]]:
-    """Lists of rows (as ``write`` takes them) holding about ``file_bytes`` of input."""
-    chunk: list[Any] = []
-    size = 0
-    for row in rows:
-        row = _plain(row)
-        chunk.append(row)
-        size += _size(row)
-        if size >= file_bytes:
-            yield chunk
-            chunk, size = [], 0
-    if chunk:
-        yield chunk
-
-
-def _plain(row: Any) -> Any:
-    """``row`` as ``write`` reads it: a dict or a tuple; a record's ``asDict()`` (a
-    Spark ``Row``); bytearray and memoryview values as bytes."""
-    if hasattr(row, "asDict"):  # a Spark Row is a tuple, in its schema's order
-        row = row.asDict()
-    if isinstance(row, Mapping):
-        return {k: _value(v) for k, v in row.items()}
-    if isinstance(row, (tuple, list)):
-        return tuple(_value(v) for v in row)
-    return row
-
-
-def _value(value: Any) -> Any:
-    return bytes(value) if isinstance(value, (bytearray, memoryview)) else value
-
-
-def _size(row: Any) -> int:
-    values = row.values() if isinstance(row, dict) else row if isinstance(row, tuple) else [row]
-    return sum(len(v) if isinstance(v, (bytes, str)) else getattr(v, "nbytes", 8) for v in values)
 
 
 def commit(
