@@ -65,6 +65,7 @@ import numpy.typing as npt
 from fastload._storage.arrow_types import import_pyarrow
 from fastload._storage.blockcache import BlockCache
 from fastload._storage.blocktable import BlockTable
+from fastload._storage.blockuses import BlockUses, Delivered
 from fastload._storage.checksums import block_checksums, file_checksums
 from fastload._storage.framing import framing_of
 from fastload._storage.memory import memory_limit, readable_bytes
@@ -453,26 +454,22 @@ class Prefetch:
     ) -> None:
         self.remotes = list(remotes)
         rows = np.asarray(order, np.int64)[start:]
-        needs, firsts, lasts, owners = [], [], [], []
+        uses = [BlockUses(remote.bounds, rows, start) for remote in self.remotes]
         self._last_of = []  # per remote, the last position that reads each block (-1: none)
         self._index_of = []  # per remote, each block's place in ``_need`` (-1: none)
-        for r, remote in enumerate(self.remotes):
-            blocks = np.searchsorted(remote.bounds, rows, side="right") - 1
-            need, first = np.unique(blocks, return_index=True)
-            _, back = np.unique(blocks[::-1], return_index=True)
+        for remote, used in zip(self.remotes, uses):
             last_of = np.full(len(remote.blocks), -1, np.int64)
-            last_of[need] = len(rows) - 1 - back + start
+            last_of[used.blocks] = used.last
             self._last_of.append(last_of)
-            needs.append(need)
-            firsts.append(first)
-            lasts.append(last_of[need])
-            owners.append(np.full(len(need), r, np.int64))
-        first = np.concatenate(firsts)
+        # The blocks of all of them by first use (of two at one position, the first
+        # remote's first).
+        first = np.concatenate([u.first for u in uses])
         by_first = np.argsort(first, kind="stable")
-        self._need = np.concatenate(needs)[by_first]
-        self._owner = np.concatenate(owners)[by_first]
-        self._first = first[by_first] + start
-        self._last = np.concatenate(lasts)[by_first]
+        self._need = np.concatenate([u.blocks for u in uses])[by_first]
+        self._owner = np.concatenate([np.full(len(u), r, np.int64) for r, u in enumerate(uses)])
+        self._owner = self._owner[by_first]
+        self._first = first[by_first]
+        self._last = np.concatenate([u.last for u in uses])[by_first]
         for r, remote in enumerate(self.remotes):
             index_of = np.full(len(remote.blocks), -1, np.int64)
             mine = np.flatnonzero(self._owner == r)
@@ -485,10 +482,10 @@ class Prefetch:
         self._failed_at = self._end
         self._stopped = threading.Event()
         self._wake = threading.Event()
-        # What was delivered: every position before ``_done`` (steps before ``_low``).
-        self._step_end, self._low, self._done = step_end, first_step, start
+        # What was delivered: every position before ``_done`` (steps before its ``low``).
+        self._step_end, self._done = step_end, start
+        self._delivered = Delivered(first_step)
         self._slack = slack
-        self._delivered: set[int] = set()
         self._by_last = np.argsort(self._last, kind="stable")
         self._let_go = 0  # blocks in ``_by_last`` before it were let go (or kept)
         self._busy: list[int] = []  # blocks (in ``_need``) to let go whose locks were taken
@@ -567,13 +564,9 @@ class Prefetch:
         if not self._bounded or self._step_end is None:
             return
         with self._lock:
-            self._delivered.add(step)
-            if step != self._low:
+            if not self._delivered.add(step):
                 return
-            while self._low in self._delivered:
-                self._delivered.discard(self._low)
-                self._low += 1
-            self._done = min(self._step_end(self._low - 1), self._end)
+            self._done = min(self._step_end(self._delivered.low - 1), self._end)
             due, self._busy = self._busy, []
             while self._let_go < len(self._by_last):
                 j = int(self._by_last[self._let_go])
