@@ -13,7 +13,12 @@ from servers import S3Server
 
 import fastload
 from fastload import DataLoader
-from fastload.order import quasi_partition_order, quasi_partition_rows, quasi_shard_order
+from fastload.order import (
+    quasi_partition_order,
+    quasi_partition_rows,
+    quasi_random_order,
+    quasi_shard_order,
+)
 from fastload.storage import Bytes
 
 N, GLOBAL, PARTITIONS, SEED = 600, 16, 8, 11
@@ -44,7 +49,7 @@ def ds(packed):
 
 def _loaders(data, world, **options):
     """The ``world`` ranks' loaders of global batch ``GLOBAL``, quasi-random order."""
-    kw = dict({"shuffle": "quasi", "seed": SEED}, **options)
+    kw = dict({"shuffle": "quasi", "seed": SEED, "partitions": PARTITIONS}, **options)
     return [DataLoader(data, GLOBAL // world, shard=(r, world), **kw) for r in range(world)]
 
 
@@ -186,7 +191,7 @@ def test_a_state_of_the_order_of_each_world_size_resumes_as_before(ds):
                 : len(whole[r])
             ]
         )
-    for r, loader in enumerate(_loaders(ds, 2)):  # partitions "auto": 8 fits
+    for r, loader in enumerate(_loaders(ds, 2, partitions="auto")):  # 8 fits
         loader.load_state_dict(dict(old, rank=r))
         rest = [i for b in loader for i in _labels(b)]
         ahead = [i for step in done for i in step[r * 8 : (r + 1) * 8]]
@@ -213,10 +218,20 @@ def test_partitions_that_do_not_fit_are_a_clear_error(ds, tmp_path):
         DataLoader(ds, 8, shuffle="quasi", partitions=0)
 
 
-def test_auto_partitions_fall_back_to_the_order_of_the_world_size_where_8_does_not_fit(ds):
-    assert DataLoader(ds, 4, shuffle="quasi", shard=(0, 3)).state_dict()["partitions"] is None
-    assert DataLoader(ds, 12, shuffle="quasi").state_dict()["partitions"] is None
-    assert DataLoader(ds, 8, shuffle="quasi", shard=(0, 2)).state_dict()["partitions"] == 8
+def test_auto_partitions_are_8_on_several_ranks_where_that_fits(ds, reference):
+    def partitions(batch_size, world, **options):
+        loader = DataLoader(ds, batch_size, shuffle="quasi", shard=(0, world), **options)
+        return loader.state_dict()["partitions"]
+
+    assert partitions(8, 2) == partitions(4, 4) == partitions(24, 2) == 8
+    assert partitions(4, 3) is None  # 3 ranks do not divide 8
+    assert partitions(6, 2) is None  # 8 does not divide 12
+    # One process: the quasi order, every row once.
+    assert partitions(16, 1) is None
+    (one,) = _loaders(ds, 1, partitions="auto")
+    flat = [i for b in _per_rank([one])[0] for i in b]
+    assert flat == quasi_random_order(N, ds.block_bounds, SEED, 0).tolist()
+    assert _global(_per_rank(_loaders(ds, 2, partitions="auto"))) == reference[0]
 
 
 def test_a_state_resumes_only_where_its_partitions_and_global_batch_are(ds):

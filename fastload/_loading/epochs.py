@@ -130,10 +130,13 @@ class Epochs:
 
     def _fitted(self, partitions: Partitions) -> int | None:
         """The partitions of the quasi order, or None for the order of each world size
-        (``partitions=None``, another order than ``"quasi"``, or ``"auto"`` where the
-        default does not fit). Raises ``ValueError`` for an int that does not fit."""
+        (``partitions=None``, another order than ``"quasi"``, or ``"auto"`` in one process
+        or where the default does not fit). Raises ``ValueError`` for an int that does
+        not fit."""
         if self.shuffle != "quasi" or partitions is None:
             return None
+        if partitions == "auto" and self.world == 1:
+            return None  # every row once an epoch, no partition padded
         size = DEFAULT_PARTITIONS if partitions == "auto" else int(partitions)
         bounds = self.block_bounds
         misfit = partitions_misfit(size, self.world, self.global_batch(), self.n, bounds)  # type: ignore[arg-type]

@@ -83,9 +83,10 @@ class LoaderOptions:
             "doc": '``shuffle="quasi"``: the partitions each epoch\'s blocks are dealt to, every '
             "global batch taking ``global batch // partitions`` items of each; any world size "
             "dividing them reads disjoint blocks and the same global batches (elastic). An "
-            'int, ``"auto"`` (8 where that fits: the world size divides 8, 8 divides the global '
-            "batch, and the data has 8 blocks; else None) or None (the blocks shared out for "
-            "this world size, not elastic: the order of fastload before 0.4)"
+            'int, ``"auto"`` (sharded over several ranks, 8 where that fits: the world size '
+            "divides 8, 8 divides the global batch and the data has 8 blocks; else None) or "
+            "None (one process: every row once an epoch; sharded: the blocks shared out for "
+            "this world size, not elastic, the order of fastload before 0.4)"
         },
     )
     sampler: Sampler | None = field(
