@@ -262,18 +262,17 @@ def quasi_partition_order(
     rows = np.bincount(owner, weights=sizes, minlength=partitions).astype(np.int64)
     steps = quasi_partition_steps(rows, global_batch, drop_last)
     per, mine = global_batch // partitions, partitions // world
-    streams = [
-        np.resize(
-            _waves(
-                picked[owner[picked] == p],
-                starts,
-                sizes,
-                generator(seed, Purpose.QUASI_ORDER, epoch, partitions, p),
-                max(1, wave // partitions),
-            ),
-            steps * per,
-        )
-        for p in range(rank * mine, (rank + 1) * mine)
-    ]
-    # (partition, step, item) -> (step, partition, item): each step, every partition's items.
-    return np.stack(streams).reshape(mine, steps, per).transpose(1, 0, 2).ravel()
+    # (step, partition, item): each step, every partition's items, in partition order.
+    out = np.empty((steps, mine, per), np.int64)
+    for k, p in enumerate(range(rank * mine, (rank + 1) * mine)):
+        rng = generator(seed, Purpose.QUASI_ORDER, epoch, partitions, p)
+        stream = _waves(picked[owner[picked] == p], starts, sizes, rng, max(1, wave // partitions))
+        out[:, k, :] = _wrapped(stream, steps * per).reshape(steps, per)
+    return out.ravel()
+
+
+def _wrapped(items: npt.NDArray[np.int64], length: int) -> npt.NDArray[np.int64]:
+    """The first ``length`` of ``items`` repeated (a view when they suffice)."""
+    if len(items) >= length:
+        return items[:length]
+    return np.resize(items, length)

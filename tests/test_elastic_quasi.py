@@ -293,3 +293,17 @@ def test_ranks_at_a_url_fetch_disjoint_blocks_and_the_same_global_batches(s3, re
             # A GET a block (and a check of the object's version per read).
             assert fetched[r].sum() <= requests[r] <= 2 * fetched[r].sum(), (world, r, requests)
         assert np.logical_or.reduce(fetched).all()
+
+
+def test_a_refused_state_leaves_the_loader_as_it_was(ds):
+    legacy = _loaders(ds, 2, partitions=None)
+    _consumed(legacy, 1)
+    old = dict(legacy[0].state_dict(), format="fastload.container_loader/3")
+    del old["partitions"]
+    loader = DataLoader(ds, 8, shuffle="quasi", seed=SEED, shard=(0, 2))
+    loader.load_state_dict(old)  # the order of 2 ranks, from now on
+    saver = [DataLoader(ds, 8, shuffle="quasi", seed=SEED, shard=(r, 4)) for r in range(4)]
+    _consumed(saver, 1)
+    with pytest.raises(ValueError, match="global batch of 32.*this loader's global batch is 16"):
+        loader.load_state_dict(saver[0].state_dict())
+    assert loader.state_dict()["partitions"] is None
