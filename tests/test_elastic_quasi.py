@@ -9,6 +9,8 @@ import time
 import numpy as np
 import pytest
 from helpers import deadline
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from servers import S3Server
 
 import fastload
@@ -272,7 +274,8 @@ def _gets(server):
         time.sleep(0.2)
 
 
-def test_ranks_at_a_url_fetch_disjoint_blocks_and_the_same_global_batches(s3, reference):
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_ranks_at_a_url_fetch_disjoint_blocks_and_the_same_global_batches(s3, reference, backend):
     for world in (2, 4):
         fetched, requests, per_rank = [], [], []
         for rank in range(world):
@@ -281,7 +284,13 @@ def test_ranks_at_a_url_fetch_disjoint_blocks_and_the_same_global_batches(s3, re
             )
             before = _gets(s3)
             loader = DataLoader(
-                data, GLOBAL // world, shuffle="quasi", seed=SEED, shard=(rank, world), parallel=2
+                data,
+                GLOBAL // world,
+                shuffle="quasi",
+                seed=SEED,
+                shard=(rank, world),
+                parallel=2,
+                backend=backend,
             )
             with deadline(120):
                 per_rank.append([_labels(b) for b in loader])
@@ -307,3 +316,40 @@ def test_a_refused_state_leaves_the_loader_as_it_was(ds):
     with pytest.raises(ValueError, match="global batch of 32.*this loader's global batch is 16"):
         loader.load_state_dict(saver[0].state_dict())
     assert loader.state_dict()["partitions"] is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 9), min_size=1, max_size=40),
+    partitions=st.sampled_from([1, 2, 4, 8]),
+    share=st.integers(1, 3),
+    seed=st.integers(0, 2**64 - 1),
+    drop_last=st.booleans(),
+)
+def test_the_rule_holds_for_any_blocks(sizes, partitions, share, seed, drop_last):
+    """Any blocks, partitions, share of a step per partition: every world size dividing
+    the partitions has the same global sequence, its ranks disjoint blocks, and the epoch
+    every row once (with drop_last: at most once)."""
+    n, glob = sum(sizes), share * partitions
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    if sum(1 for x in sizes if x) < partitions:
+        with pytest.raises(ValueError, match="fewer than partitions"):
+            quasi_partition_order(n, sizes, seed, 0, 0, 1, glob, partitions)
+        return
+    sequences = []
+    for world in [w for w in (1, 2, 4, 8) if partitions % w == 0]:
+        ranks = [
+            quasi_partition_order(n, sizes, seed, 0, r, world, glob, partitions, drop_last)
+            for r in range(world)
+        ]
+        b = glob // world
+        sequences.append(np.stack([o.reshape(-1, b) for o in ranks], 1).ravel().tolist())
+        blocks = [set(np.searchsorted(bounds, o, side="right").tolist()) for o in ranks]
+        assert all(not (blocks[r] & blocks[q]) for r in range(world) for q in range(r))
+    assert all(s == sequences[0] for s in sequences)
+    flat = sequences[0]
+    if drop_last:
+        assert len(set(flat)) == len(flat)
+    else:
+        assert set(flat) == set(range(n))
+    assert len(flat) % glob == 0
