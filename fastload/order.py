@@ -11,8 +11,8 @@ Distributed training: ``quasi_partition_order`` deals the blocks of each epoch t
 number of partitions, each read in waves of its own, and builds every global batch from
 all of them: each rank reads the blocks of its partitions alone, and the global sequence
 is the same on every world size dividing the partitions (elastic). ``quasi_shard_order``,
-the order of fastload before 0.4, deals the blocks out among the ranks themselves, so
-that the ranks' shares depend on the world size.
+the order states of format 3 and earlier resume in, deals the blocks out among the ranks
+themselves, so that the ranks' shares depend on the world size.
 """
 
 from __future__ import annotations

@@ -148,7 +148,7 @@ class Epochs:
 
     def set_partitions(self, partitions: int | None) -> None:
         """Deal the quasi order to ``partitions`` from now on (None: the order of each
-        world size, which a state of fastload before 0.4 resumes in)."""
+        world size, which a state of format 3 or earlier resumes in)."""
         if self.shuffle == "quasi" and partitions != self.partitions:
             self.partitions, self._partition_rows = partitions, {}
 

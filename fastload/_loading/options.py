@@ -86,7 +86,7 @@ class LoaderOptions:
             'int, ``"auto"`` (sharded over several ranks, 8 where that fits: the world size '
             "divides 8, 8 divides the global batch and the data has 8 blocks; else None) or "
             "None (one process: every row once an epoch; sharded: the blocks shared out for "
-            "this world size, not elastic, the order of fastload before 0.4)"
+            "this world size, not elastic, as states of format 3 and earlier resume)"
         },
     )
     sampler: Sampler | None = field(
