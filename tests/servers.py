@@ -239,8 +239,9 @@ class _RangeHandler(SimpleHTTPRequestHandler):
         match = self.headers.get("If-Match")
         if match is not None and match != etag:
             return self.send_error(412, "Precondition Failed: the ETag differs")
-        if s.altered is not None and s.altered < len(data):
-            data = data[: s.altered] + bytes([data[s.altered] ^ 0xFF]) + data[s.altered + 1 :]
+        altered = s.altered  # once: a test may unset it meanwhile
+        if altered is not None and altered < len(data):
+            data = data[:altered] + bytes([data[altered] ^ 0xFF]) + data[altered + 1 :]
         status, data, extra = self._range(data)
         if status == 416:
             return self._send_status(416, extra)
