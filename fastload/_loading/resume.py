@@ -69,7 +69,7 @@ class ResumableLoader(IteratingLoader):
         else:
             settings["layout"] = self._epochs.layout  # type: ignore[union-attr]
             settings["shuffle"] = self.options.shuffle
-            settings["sampler"] = sampler_kind(self.options.sampler)
+            settings["sampler"] = sampler_kind(self._epochs.sampler)  # type: ignore[union-attr]
             settings["batch_sampler"] = sampler_kind(self.options.batch_sampler)
         settings["batch_size"] = (
             None if self.options.batch_size is None else int(self.options.batch_size)
