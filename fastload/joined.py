@@ -89,11 +89,16 @@ class MixedFeed(FeedSource):
                 source.ensure(mine)
 
     def holding(self, rows: _Rows) -> contextlib.AbstractContextManager[None]:
-        stack = contextlib.ExitStack()
-        for s, mine in _split(self.offsets, rows):
-            for source in self.sources[s]:
-                stack.enter_context(source.holding(mine))
-        return stack
+        parts = list(_split(self.offsets, rows))
+        return _all_held([source.holding(mine) for s, mine in parts for source in self.sources[s]])
+
+
+@contextlib.contextmanager
+def _all_held(managers: list[contextlib.AbstractContextManager[None]]) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for manager in managers:
+            stack.enter_context(manager)
+        yield
 
 
 class _SplitFeed:
@@ -235,8 +240,8 @@ def join_field(fields: Sequence[Container], feed: MixedFeed | None) -> Container
         if len(dtypes) == 1 and not fields[0].dtype.hasobject:
             return np.concatenate([np.asarray(f) for f in fields])
     if _native_images(fields):
-        datas = [f.data for f in fields]  # type: ignore[attr-defined]
-        return MappedObs(fields[0].f, JoinedBytes(datas, feed))  # type: ignore[attr-defined]
+        datas = [f.data for f in fields]
+        return MappedObs(fields[0].f, JoinedBytes(datas, feed))
     return JoinedField(fields, [[] for _ in fields])
 
 

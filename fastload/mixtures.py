@@ -137,9 +137,7 @@ def _number(name: str, value: Any) -> float:
     return float(value)
 
 
-def _by_proportion(
-    proportions: list[float], sizes: list[int], epoch_size: int | None
-) -> list[int]:
+def _by_proportion(proportions: list[float], sizes: list[int], epoch_size: int | None) -> list[int]:
     total = sum(proportions)
     if total <= 0:
         raise ValueError("mix: the proportions are all 0: give at least one above 0")

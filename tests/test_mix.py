@@ -47,7 +47,7 @@ def test_each_epoch_gives_each_source_its_count_exactly(settings, counts):
     m = mix({"a": A, "b": B, "c": C}, **settings)
     assert list(m.counts.values()) == counts and m.epoch_size == sum(counts)
     loader = DataLoader(m, 6, seed=5)
-    for epoch in range(3):
+    for _ in range(3):  # epochs
         got = np.concatenate(list(loader))
         assert np.bincount(_source(got), minlength=3).tolist() == counts
         assert loader.stats()["sources"] == dict(zip("abc", counts))
