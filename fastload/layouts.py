@@ -16,14 +16,24 @@ from typing import Any
 
 import numpy as np
 
-from ._base.tree import flatten
+from . import tables
+from ._base.tree import TreeDef, flatten
 from .obs import Container, getobs, numobs
 
-__all__ = ["check_layouts", "layout"]
+__all__ = ["check_layouts", "layout", "members"]
 
 
-def _paths(tree: Any) -> list[str]:
-    return ["".join(f"[{key!r}]" for key in path) for path in flatten(tree)[1].paths()]
+def _lowered(data: Any) -> Any:
+    return tables.columns(data) if tables.is_table(data) else data
+
+
+def members(source: Container) -> tuple[list[Any], TreeDef]:
+    """The members of ``source`` (``tree.flatten``; a table's columns) and its structure."""
+    return flatten(source, lower=_lowered)
+
+
+def _paths(tree: Any, lower: Any = None) -> list[str]:
+    return ["".join(f"[{key!r}]" for key in path) for path in flatten(tree, lower=lower)[1].paths()]
 
 
 def _value(value: Any) -> str:
@@ -60,9 +70,8 @@ def _member(member: Container, path: str) -> dict[str, str]:
 
 def layout(source: Container) -> dict[str, str]:
     """Path of each member of an observation -> its layout in words (module docstring)."""
-    members, _ = flatten(source)
     found: dict[str, str] = {}
-    for member, path in zip(members, _paths(source)):
+    for member, path in zip(members(source)[0], _paths(source, _lowered)):
         found.update(_member(member, path))
     return found
 

@@ -33,9 +33,9 @@ import numpy.typing as npt
 
 from ._base.arguments import is_flag, is_size
 from ._base.randomness import Purpose, generator
-from ._base.tree import flatten, unflatten, unwrap
+from ._base.tree import unflatten, unwrap
 from .joined import join_field, mixed_feed
-from .layouts import check_layouts
+from .layouts import check_layouts, members
 from .obs import Container, Index, getobs, getobs_into, numobs
 from .views import _View
 
@@ -85,8 +85,8 @@ class Mixture(_View):
         self.epoch_size = sum(counts)
         self.order = MixOrder(np.asarray(counts, np.int64), self.offsets)
         feed = mixed_feed(sources, self.offsets)
-        leaves = [flatten(s)[0] for s in sources]
-        layout = flatten(sources[0])[1]
+        leaves = [members(s)[0] for s in sources]
+        layout = members(sources[0])[1]
         self.joined = unflatten(layout, [join_field(f, feed) for f in zip(*leaves)])
 
     def __numobs__(self) -> int:

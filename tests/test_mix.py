@@ -125,6 +125,21 @@ def test_a_state_is_refused_by_a_loader_without_the_mix():
         DataLoader(m.joined, 4, seed=1).load_state_dict(loader.state_dict())
 
 
+def test_tables_mix_column_by_column():
+    pd = pytest.importorskip("pandas")
+    a = pd.DataFrame({"x": np.arange(5.0), "s": list("abcde")})
+    b = pd.DataFrame({"x": np.arange(10.0, 13.0), "s": list("xyz")})
+    m = mix({"a": a, "b": b}, choose={"a": 5, "b": 6})
+    batches = list(DataLoader(m, 4, seed=0))
+    x = np.concatenate([batch["x"] for batch in batches])
+    s = [v for batch in batches for v in batch["s"]]
+    assert sorted(x.tolist()) == [0, 1, 2, 3, 4, 10, 10, 11, 11, 12, 12]
+    assert s == ["abcde"[int(v)] if v < 10 else "xyz"[int(v) - 10] for v in x]
+    other = pd.DataFrame({"x": np.arange(3, dtype=np.int32), "s": list("abc")})
+    with pytest.raises(ValueError, match=r"\['x'\] of source '1' is int32"):
+        mix([a, other])
+
+
 # -- packed datasets ------------------------------------------------------------------------
 
 
