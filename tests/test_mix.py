@@ -4,6 +4,8 @@ the loader's elastic order (world sizes simulated with ``shard=(rank, world_size
 state resumed on another world size, packed JPEG datasets decoded natively, and refused
 settings and layouts."""
 
+import shutil
+
 import numpy as np
 import pytest
 import simplejpeg
@@ -11,7 +13,7 @@ from helpers import deadline
 from servers import RangeServer
 
 import fastload
-from fastload import DataLoader, getobs, mapobs, mix
+from fastload import DataLoader, LoadError, getobs, mapobs, mix
 from fastload._loading import engine as engine_module
 from fastload._loading.plan import ItemPlan, make_plan
 from fastload.storage import JPEG
@@ -99,22 +101,26 @@ def test_every_world_size_loads_the_same_global_batches(options):
         assert [_global_steps(loaders) for _ in range(2)] == reference
 
 
-def test_a_state_saved_on_one_world_size_resumes_on_another():
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_a_state_saved_on_one_world_size_resumes_on_another(drop_last):
     m = mix([A, B, C], repeat=[1, 0.5, 2])  # 35 a epoch: a partial global batch of 3
-    (one,) = _ranks(m, 1, drop_last=True)
-    flat = _flat(_global_steps([one]))
+    (one,) = _ranks(m, 1, drop_last=drop_last)
+    flat = _flat(_global_steps([one]))  # the epoch's order (what drop_last keeps)
     steps = len(one)
     for before in (1, 2, 4):
         for k in (1, 2, steps - 1):
-            saver = _ranks(m, before, drop_last=True)
+            saver = _ranks(m, before, drop_last=drop_last)
             its = [iter(loader) for loader in saver]
             done = [_flat(next(it).tolist() for it in its) for _ in range(k)]
-            state = saver[0].state_dict()
+            state = saver[-1].state_dict()
             for after in (1, 2, 4):
-                resumed = _ranks(m, after, drop_last=True)
+                resumed = _ranks(m, after, drop_last=drop_last)
                 for loader in resumed:
                     loader.load_state_dict(state)
-                assert _flat(done + _global_steps(resumed)) == flat, (before, after, k)
+                loaded = _flat(done + _global_steps(resumed))
+                # The rest of the epoch exactly once, then the padding of its last step.
+                assert loaded[: len(flat)] == flat, (before, after, k)
+                assert loaded[len(flat) :] == flat[: len(loaded) - len(flat)]
 
 
 def test_a_state_is_refused_by_a_loader_without_the_mix():
@@ -184,6 +190,20 @@ def test_two_packed_jpeg_datasets_mixed_70_30_load_natively(monkeypatch, packed,
     expected = [getobs(m, int(i))["image"] for i in order]  # through Python, per source
     assert np.array_equal(images, np.stack(expected))
     assert loader.stats()["sources"] == {"a": 35, "b": 15}
+
+
+def test_the_datasets_checks_run_on_the_native_path(tmp_path):
+    # b's file rewritten in place while open: no row of the new bytes is handed out.
+    a, b = _write(tmp_path / "a.arrow", 10, 30), _write(tmp_path / "b.arrow", 100, 20)
+    pipeline = Compose([DecodeImage(), CenterCrop(32)])
+    m = mix({"a": _fields(a, pipeline), "b": _fields(b, pipeline)}, choose=[30, 20])
+    loader = DataLoader(m, 8, seed=2, parallel=2)
+    assert len([batch for batch in loader]) == 7
+    _write(tmp_path / "other.arrow", 50, 20)
+    shutil.copyfile(tmp_path / "other.arrow", tmp_path / "b.arrow")  # the same inode
+    with deadline(60), pytest.raises(LoadError, match="b.arrow: the file changed"):
+        for batch in loader:
+            assert set(batch["label"].tolist()) <= {10, 100}
 
 
 def test_a_packed_dataset_at_a_url_mixes_with_a_local_one(packed, tmp_path):

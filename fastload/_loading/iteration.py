@@ -55,8 +55,11 @@ class StatsReport(dict[str, Any]):
 
     def __str__(self) -> str:
         skipped = f", {self['skipped']:,} skipped" if self["skipped"] else ""
+        # A mix's sources: "(700 of web, 300 of books this epoch)".
+        sources = ", ".join(f"{n:,} of {name}" for name, n in self.get("sources", {}).items())
+        sources = f" ({sources} this epoch)" if sources else ""
         return (
-            f"{self['items']:,} items in {self['batches']:,} batches{skipped}: "
+            f"{self['items']:,} items in {self['batches']:,} batches{sources}{skipped}: "
             f"{self['items_per_s']:,.0f} items/s, waited for data "
             f"{100 * self['wait_fraction']:.0f}% of the time"
         )
