@@ -7,8 +7,12 @@ are shuffled together. Memory bound: while one wave is consumed, at most ``wave`
 blocks are being read, so at most ``wave * max(block bytes)`` of the file needs to be
 resident at once.
 
-Distributed training: ``quasi_shard_order`` deals the blocks out among the ranks, so that
-each rank reads blocks of its own, in waves; the ranks' shares depend on the world size.
+Distributed training: ``quasi_partition_order`` deals the blocks of each epoch to a fixed
+number of partitions, each read in waves of its own, and builds every global batch from
+all of them: each rank reads the blocks of its partitions alone, and the global sequence
+is the same on every world size dividing the partitions (elastic). ``quasi_shard_order``,
+the order states of format 3 and earlier resume in, deals the blocks out among the ranks
+themselves, so that the ranks' shares depend on the world size.
 """
 
 from __future__ import annotations
@@ -21,9 +25,19 @@ import numpy.typing as npt
 from ._base.arguments import module_getattr, renamed_keywords
 from ._base.randomness import Purpose, generator
 
-__all__ = ["block_sizes", "quasi_random_order", "quasi_shard_order"]
+__all__ = [
+    "DEFAULT_PARTITIONS",
+    "block_sizes",
+    "partitions_misfit",
+    "quasi_partition_order",
+    "quasi_partition_rows",
+    "quasi_partition_steps",
+    "quasi_random_order",
+    "quasi_shard_order",
+]
 
 DEFAULT_WAVE = 8
+DEFAULT_PARTITIONS = 8  # world sizes 1, 2, 4 and 8 read disjoint blocks
 
 # The name of 0.2, with a DeprecationWarning.
 __getattr__ = module_getattr("fastload.order", {"chunk_sizes": "block_sizes"}, globals())
@@ -143,3 +157,122 @@ def quasi_shard_order(
     taken = int(short[:rank].sum())
     mine = np.concatenate([own[rank][:per], spare[taken : taken + int(short[rank])]])
     return np.resize(mine, per) if len(mine) < per and len(mine) else mine
+
+
+def _nonempty(n: int, blocks: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """``(sizes, starts)`` of the non-empty blocks of ``blocks`` (see ``block_sizes``)."""
+    sizes = block_sizes(n, blocks)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    keep = sizes > 0
+    return sizes[keep], starts[keep]
+
+
+def partitions_misfit(
+    partitions: int, world: int, global_batch: int, n: int, blocks: npt.ArrayLike
+) -> str | None:
+    """Why ``partitions`` cannot give the elastic quasi order on ``world`` ranks of a global
+    batch of ``global_batch`` items over ``blocks`` (what to set, in words), or None when
+    it can: ``world`` must divide ``partitions``, ``partitions`` must divide
+    ``global_batch``, and every partition needs a block."""
+    count = len(_nonempty(n, blocks)[0])
+    if partitions % world:
+        return (
+            f"{world} ranks do not divide partitions={partitions}: give partitions= a "
+            f"multiple of the world size that divides the global batch {global_batch}"
+        )
+    if global_batch % partitions:
+        return (
+            f"partitions={partitions} does not divide the global batch of {global_batch} "
+            f"items (batch_size * world_size): give partitions= a divisor of it that the "
+            f"world size divides, or a batch_size that makes it a multiple"
+        )
+    if count < partitions:
+        return (
+            f"the data has {count} non-empty blocks, fewer than partitions={partitions}: "
+            f"give partitions= at most {count}, or write it in smaller blocks (block_bytes=)"
+        )
+    return None
+
+
+def quasi_partition_rows(
+    n: int, blocks: npt.ArrayLike, seed: int, epoch: int, partitions: int
+) -> npt.NDArray[np.int64]:
+    """The rows each of the ``partitions`` holds in ``epoch`` (int64, one a partition):
+    see ``quasi_partition_order``."""
+    sizes, _ = _nonempty(n, blocks)
+    _, owner = _deal(sizes, seed, epoch, partitions)
+    return np.bincount(owner, weights=sizes, minlength=partitions).astype(np.int64)
+
+
+def _deal(
+    sizes: npt.NDArray[np.int64], seed: int, epoch: int, partitions: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """``(picked, owner)``: the blocks in the epoch's random order, and the partition each
+    is dealt to, one by one to the partition of the fewest rows so far (the lowest first)."""
+    picked = generator(seed, Purpose.QUASI_ORDER, epoch).permutation(len(sizes))
+    owner, held = np.empty(len(sizes), np.int64), np.zeros(partitions, np.int64)
+    for c in picked:
+        p = int(np.argmin(held))
+        owner[c], held[p] = p, held[p] + sizes[c]
+    return picked, owner
+
+
+def quasi_partition_steps(rows: npt.NDArray[np.int64], global_batch: int, drop_last: bool) -> int:
+    """Steps of an epoch whose partitions hold ``rows`` (``quasi_partition_rows``), each
+    giving ``global_batch // len(rows)`` items a step: as many as the largest partition
+    fills (the others wrap around), or with ``drop_last`` as the smallest fills whole."""
+    per = global_batch // len(rows)
+    return int(rows.min()) // per if drop_last else -(-int(rows.max()) // per)
+
+
+def quasi_partition_order(
+    n: int,
+    blocks: npt.ArrayLike,
+    seed: int,
+    epoch: int,
+    rank: int,
+    world: int,
+    global_batch: int,
+    partitions: int = DEFAULT_PARTITIONS,
+    drop_last: bool = False,
+    wave: int = DEFAULT_WAVE,
+) -> npt.NDArray[np.int64]:
+    """Rank ``rank``'s rows of the elastic quasi-random epoch, in order (int64).
+
+    The non-empty blocks, in the random order ``quasi_random_order`` draws, are dealt one
+    by one to the partition of the fewest rows so far. Each partition reads its blocks in
+    that order, ``max(1, wave // partitions)`` blocks at a time, the rows of each wave
+    shuffled together (a generator of ``Purpose.QUASI_ORDER`` keyed ``(epoch,
+    partitions, p)``): about ``max(wave, partitions)`` blocks are read at once over all
+    ranks. Global batch k of ``global_batch`` items is, for each partition in order, its
+    next ``global_batch // partitions`` items; rank r of ``world`` loads partitions
+    ``r * partitions // world`` to ``(r + 1) * partitions // world - 1``, which are its
+    ``global_batch // world`` consecutive items of each global batch. The steps are
+    ``quasi_partition_steps``: a partition shorter than the epoch wraps around to its own
+    first items; with ``drop_last`` the items past the last whole step are dropped.
+
+    A pure function of the arguments, the same global sequence on every ``world``
+    dividing ``partitions``. Raises ValueError when ``partitions_misfit`` says why not.
+    """
+    misfit = partitions_misfit(partitions, world, global_batch, n, blocks)
+    if misfit is not None:
+        raise ValueError(f"shuffle='quasi' with partitions: {misfit}")
+    sizes, starts = _nonempty(n, blocks)
+    picked, owner = _deal(sizes, seed, epoch, partitions)
+    rows = np.bincount(owner, weights=sizes, minlength=partitions).astype(np.int64)
+    steps = quasi_partition_steps(rows, global_batch, drop_last)
+    per, mine = global_batch // partitions, partitions // world
+    # (step, partition, item): each step, every partition's items, in partition order.
+    out = np.empty((steps, mine, per), np.int64)
+    for k, p in enumerate(range(rank * mine, (rank + 1) * mine)):
+        rng = generator(seed, Purpose.QUASI_ORDER, epoch, partitions, p)
+        stream = _waves(picked[owner[picked] == p], starts, sizes, rng, max(1, wave // partitions))
+        out[:, k, :] = _wrapped(stream, steps * per).reshape(steps, per)
+    return out.ravel()
+
+
+def _wrapped(items: npt.NDArray[np.int64], length: int) -> npt.NDArray[np.int64]:
+    """The first ``length`` of ``items`` repeated (a view when they suffice)."""
+    if len(items) >= length:
+        return items[:length]
+    return np.resize(items, length)

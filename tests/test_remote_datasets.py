@@ -348,6 +348,9 @@ def small_disk(tmp_path):
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(mount)]).returncode:
         pytest.fail("root could not mount a tmpfs here")
     yield mount
+    for thread in threading.enumerate():  # a closed prefetch's thread ends at its next wake
+        if thread.name == "fastload-prefetch":
+            thread.join(10)
     gc.collect()
     busy = subprocess.run(["umount", str(mount)]).returncode
     if busy:

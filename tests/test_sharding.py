@@ -124,10 +124,8 @@ class Blockwise:
 
 def test_quasi_random_order_shards_by_blocks_and_covers_the_epoch():
     data = Blockwise(400, 20)
-    parts = [
-        epoch_indices(DataLoader(data, 10, shuffle="quasi", seed=2, shard=(r, 4), drop_last=True))
-        for r in range(4)
-    ]
+    kw = {"shuffle": "quasi", "seed": 2, "drop_last": True, "partitions": None}
+    parts = [epoch_indices(DataLoader(data, 10, shard=(r, 4), **kw)) for r in range(4)]
     merged = np.concatenate(parts)
     assert sorted(merged.tolist()) == list(range(400))
     for r, part in enumerate(parts):

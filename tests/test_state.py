@@ -23,8 +23,8 @@ def _stream(n=7):
 
 def test_a_state_names_its_kind_of_loader_and_its_version():
     assert DataLoader(Y, 3).state_dict()["format"] == f"fastload.container_loader/{STATE_VERSION}"
-    assert eachobs(Y).state_dict()["format"] == "fastload.container_loader/3"
-    assert DataLoader(_stream(), 3).state_dict()["format"] == "fastload.stream_loader/3"
+    assert eachobs(Y).state_dict()["format"] == "fastload.container_loader/4"
+    assert DataLoader(_stream(), 3).state_dict()["format"] == "fastload.stream_loader/4"
 
 
 @pytest.mark.parametrize("kind", ["container", "stream"])
@@ -54,11 +54,12 @@ def test_a_state_without_a_format_is_refused_and_the_message_says_how_to_mend_it
 
 
 def test_a_state_of_another_version_is_refused():
-    state = dict(DataLoader(Y, 3).state_dict(), format="fastload.container_loader/4")
+    state = dict(DataLoader(Y, 3).state_dict(), format="fastload.container_loader/5")
     message = (
-        "the state has format 'fastload.container_loader/4', this version of fastload "
+        "the state has format 'fastload.container_loader/5', this version of fastload "
         "reads 'fastload.container_loader/1' or 'fastload.container_loader/2' or "
-        "'fastload.container_loader/3': resume with the fastload version that saved it"
+        "'fastload.container_loader/3' or 'fastload.container_loader/4': resume with the "
+        "fastload version that saved it"
     )
     with pytest.raises(ValueError, match=re.escape(message)):
         DataLoader(Y, 3).load_state_dict(state)
@@ -95,7 +96,7 @@ def test_the_torch_wrapper_hands_on_the_format_and_its_refusals():
     from fastload.torch import TorchLoader
 
     wrapped = TorchLoader(DataLoader(Y, 3))
-    assert wrapped.state_dict()["format"] == "fastload.container_loader/3"
+    assert wrapped.state_dict()["format"] == "fastload.container_loader/4"
     with pytest.raises(ValueError, match="has no 'format'"):
         wrapped.load_state_dict({"seed": 0, "epoch": 0, "step": 0})
 
@@ -105,8 +106,9 @@ ORDER = ("shuffle", "sampler", "batch_sampler", "batch_size", "drop_last")
 
 def _version_1(state):
     """``state`` as version 1 saved it: without the settings that shape the order."""
-    old = {k: v for k, v in state.items() if k not in ORDER + ("shuffle_buffer", "layout")}
-    return dict(old, format=state["format"].replace("/3", "/1"))
+    dropped = ORDER + ("shuffle_buffer", "layout", "partitions")
+    old = {k: v for k, v in state.items() if k not in dropped}
+    return dict(old, format=state["format"].replace("/4", "/1"))
 
 
 def test_a_state_records_the_shard_and_the_settings_that_shape_the_order():

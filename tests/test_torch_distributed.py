@@ -2,7 +2,7 @@
 ``DistributedSampler`` through ``fastload.torch.DataLoader``, and ``fastload.DataLoader``
 with ``shard="auto"``, give every item once per epoch and the same steps on every rank;
 on 1, 2 and 4 ranks of one global batch, ``fastload.DataLoader`` loads the same global
-batches."""
+batches, a packed dataset's quasi-random order too (each rank from blocks of its own)."""
 
 import json
 import os
@@ -10,7 +10,11 @@ import socket
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+
+import fastload
+from fastload.storage import Bytes
 
 torch = pytest.importorskip("torch")
 if not torch.distributed.is_available():
@@ -59,7 +63,7 @@ import numpy as np
 import torch.distributed as dist
 import fastload
 
-port, rank, world, out = sys.argv[1:]
+port, rank, world, packed, out = sys.argv[1:]
 rank, world = int(rank), int(world)
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                         world_size=world)
@@ -72,6 +76,10 @@ seen = {}
 for name, options in settings.items():
     loader = fastload.DataLoader(np.arange(50), 16 // world, shard="auto", seed=5, **options)
     seen[name] = [[b.tolist() for b in loader] for _ in range(2)]
+# A packed dataset in the quasi-random order, its blocks dealt to 8 partitions.
+quasi = fastload.DataLoader(fastload.open(packed), 16 // world, shard="auto", seed=5,
+                            shuffle="quasi", partitions=8, parallel=2)
+seen["quasi"] = [[b["label"].tolist() for b in quasi] for _ in range(2)]
 dist.barrier()
 dist.destroy_process_group()
 with open(out, "w") as f:
@@ -110,10 +118,23 @@ def _outputs(started):
 
 
 def test_one_to_four_ranks_load_the_same_global_batches(tmp_path):
+    packed = tmp_path / "packed.arrow"
+    rows = [{"label": k, "blob": bytes(k % 37)} for k in range(300)]
+    fastload.write(
+        packed, rows, {"label": "int64", "blob": Bytes()}, block_bytes=400, progress=False
+    )
     # The three jobs run side by side, each on ports of its own.
-    started = [_start_ranks(ELASTIC_SCRIPT, world, tmp_path) for world in (1, 2, 4)]
+    started = [_start_ranks(ELASTIC_SCRIPT, world, tmp_path, str(packed)) for world in (1, 2, 4)]
     runs = dict(zip((1, 2, 4), _outputs(started), strict=True))
-    for name in ("shuffled", "in order", "sampler"):
+    bounds = fastload.open(packed).block_bounds
+    for world in (2, 4):  # the quasi order's ranks read disjoint blocks
+        for epoch in range(2):
+            blocks = [
+                set(bounds.searchsorted(np.concatenate(seen["quasi"][epoch]), "right").tolist())
+                for seen in runs[world]
+            ]
+            assert all(not (blocks[r] & blocks[q]) for r in range(world) for q in range(r))
+    for name in ("shuffled", "in order", "sampler", "quasi"):
         (alone,) = runs[1]
         for world in (2, 4):
             ranks = runs[world]

@@ -40,7 +40,8 @@ class Purpose(enum.IntEnum):
 
     EPOCH_ORDER = 1  # key (epoch,): the loader's shuffled order of an epoch
     QUASI_ORDER = 2  # key (epoch,): shuffle="quasi", blocks and the items of each wave;
-    # (epoch, rank + 1): the waves of a rank's blocks, sharded
+    # (epoch, rank + 1): the waves of a rank's blocks, sharded by world size;
+    # (epoch, partitions, p): the waves of partition p (quasi_partition_order)
     SAMPLER = 3  # key (epoch,): WeightedSampler, BucketBatchSampler
     FILE_ORDER = 4  # key (epoch,): the order of a FileStream's files
     SHUFFLE_BUFFER = 5  # key (epoch,): a stream's shuffle buffer

@@ -28,13 +28,21 @@ import numpy.typing as npt
 
 from .._base.collate import Collate
 from .._base.randomness import Purpose, generator
-from ..order import quasi_random_order, quasi_shard_order
+from ..order import (
+    DEFAULT_PARTITIONS,
+    partitions_misfit,
+    quasi_partition_order,
+    quasi_partition_rows,
+    quasi_partition_steps,
+    quasi_random_order,
+    quasi_shard_order,
+)
 from ..samplers import BatchSampler, Sampler, draw_batches, draw_order
 from ..views import steps
 from .schedule import Schedule
 from .sharding import shard_batch_blocks, shard_batches, shard_blocks, shard_elastic, shard_size
 
-__all__ = ["Epochs", "Layout", "Shuffle"]
+__all__ = ["Epochs", "Layout", "Partitions", "Shuffle"]
 
 # How an epoch's order is shared out among the ranks: "elastic" (each global batch cut in
 # rank order, the same sequence on every world size) or "blocks" (a contiguous block per
@@ -44,6 +52,10 @@ Layout: TypeAlias = Literal["elastic", "blocks"]
 # ``shuffle=``: False, True, "quasi" (packed datasets), or an int: the old spelling of a
 # stream's ``shuffle=True, shuffle_buffer=n`` (it warns; ``LoaderOptions.for_stream``).
 Shuffle: TypeAlias = bool | int | Literal["quasi"]
+
+# ``partitions=`` of ``shuffle="quasi"``: an int, "auto" (DEFAULT_PARTITIONS where it fits,
+# else None) or None (the blocks shared out per world size, ``quasi_shard_order``).
+Partitions: TypeAlias = int | Literal["auto"] | None
 
 _DRAW_AHEAD_FROM = 1 << 16  # observations from which the next epoch's order is drawn ahead
 
@@ -80,7 +92,9 @@ class _Ahead:
 class Epochs:
     """The epochs of ``n`` observations for rank ``rank`` of ``world``: their order and
     steps, as a loader's options say (``block_bounds``: a packed dataset's blocks, for
-    ``shuffle="quasi"``)."""
+    ``shuffle="quasi"``; ``partitions``: how its epochs deal them, ``Partitions``).
+    Raises ``ValueError`` for an int ``partitions`` that cannot give the elastic order
+    (``order.partitions_misfit``)."""
 
     def __init__(
         self,
@@ -95,6 +109,7 @@ class Epochs:
         rank: int,
         world: int,
         block_bounds: npt.NDArray[np.int64] | None,
+        partitions: Partitions = None,
     ) -> None:
         self.n, self.batch_size, self.shuffle = n, batch_size, shuffle
         self.sampler, self.batch_sampler = sampler, batch_sampler
@@ -108,6 +123,34 @@ class Epochs:
         self._globals: dict[tuple[int, int], _Global] = {}
         self._drawn: dict[tuple[int, int, str], _Drawn] = {}
         self._rows = 1  # slots for a batch sampler's batches: the largest so far
+        # shuffle="quasi" dealt to partitions (elastic), or None; (seed, epoch) -> rows of each
+        self.fitted = self._fitted(partitions)  # as asked for; ``partitions``: as drawn
+        self.partitions = self.fitted
+        self._partition_rows: dict[tuple[int, int], npt.NDArray[np.int64]] = {}
+
+    def _fitted(self, partitions: Partitions) -> int | None:
+        """The partitions of the quasi order, or None for the order of each world size
+        (``partitions=None``, another order than ``"quasi"``, or ``"auto"`` in one process
+        or where the default does not fit). Raises ``ValueError`` for an int that does
+        not fit."""
+        if self.shuffle != "quasi" or partitions is None:
+            return None
+        if partitions == "auto" and self.world == 1:
+            return None  # every row once an epoch, no partition padded
+        size = DEFAULT_PARTITIONS if partitions == "auto" else int(partitions)
+        bounds = self.block_bounds
+        misfit = partitions_misfit(size, self.world, self.global_batch(), self.n, bounds)  # type: ignore[arg-type]
+        if misfit is None:
+            return size
+        if partitions == "auto":
+            return None
+        raise ValueError(f"shuffle='quasi' with partitions={partitions}: {misfit}")
+
+    def set_partitions(self, partitions: int | None) -> None:
+        """Deal the quasi order to ``partitions`` from now on (None: the order of each
+        world size, which a state of format 3 or earlier resumes in)."""
+        if self.shuffle == "quasi" and partitions != self.partitions:
+            self.partitions, self._partition_rows = partitions, {}
 
     def order(self, seed: int, epoch: int) -> npt.NDArray[np.int64]:
         """This rank's positions in ``epoch``, in order (int64)."""
@@ -115,6 +158,18 @@ class Epochs:
             return self._draw(seed, epoch)[0]
         if not self.shuffle:
             order = np.arange(self.n, dtype=np.int64)
+        elif self.shuffle == "quasi" and self.partitions is not None:
+            return quasi_partition_order(
+                self.n,
+                self.block_bounds,  # type: ignore[arg-type]
+                seed,
+                epoch,
+                self.rank,
+                self.world,
+                self.global_batch(),
+                self.partitions,
+                self.drop_last,
+            )
         elif self.shuffle == "quasi" and self.world > 1:
             # Shared out by blocks: the ranks read disjoint blocks.
             return quasi_shard_order(
@@ -199,8 +254,22 @@ class Epochs:
         if self.batch_sampler is not None:
             # A batch sampler's draw has bounds.
             return len(self._draw(seed, epoch)[1]) - 1  # type: ignore[arg-type]
+        if self.partitions is not None:
+            return self._partition_steps(seed, epoch)
         n = len(self._draw(seed, epoch)[0]) if self.sampled else self._per_rank
         return steps(n, self.batch_size or 1, self.drop_last)
+
+    def _partition_steps(self, seed: int, epoch: int) -> int:
+        """Steps of ``epoch`` of the quasi order dealt to partitions (kept for the latest
+        two epochs: the deal loops over the blocks)."""
+        key = (seed, epoch)
+        if key not in self._partition_rows:
+            bounds, parts = self.block_bounds, self.partitions
+            rows = quasi_partition_rows(self.n, bounds, seed, epoch, parts)  # type: ignore[arg-type]
+            while len(self._partition_rows) >= 2:
+                del self._partition_rows[next(iter(self._partition_rows))]
+            self._partition_rows[key] = rows
+        return quasi_partition_steps(self._partition_rows[key], self.global_batch(), self.drop_last)
 
     def schedule(self, seed: int, epoch: int, start: int = 0) -> Schedule:
         """The ``Schedule`` of ``epoch`` from step ``start``: what the engine loads."""

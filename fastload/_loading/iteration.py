@@ -174,6 +174,7 @@ class IteratingLoader:
             rank=self.rank,
             world=self.world_size,
             block_bounds=block_bounds,
+            partitions=self.options.partitions,
         )
         pages = _file_pages(data)
         if shuffle is True:

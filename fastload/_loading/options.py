@@ -27,7 +27,7 @@ from .._base.collate import Collate, CollateOption
 from .._base.tree import tree_leaves
 from ..samplers import BatchSampler, Sampler
 from .engine_options import Allocator, Backend, EngineOptions, OnError
-from .epochs import Shuffle
+from .epochs import Partitions, Shuffle
 from .sharding import Shard
 
 __all__ = ["BufferOption", "LoaderOptions"]
@@ -75,6 +75,18 @@ class LoaderOptions:
         metadata={
             "doc": "records in a stream's shuffle buffer (None: 1,024); for streams only (the old "
             "spelling ``shuffle=n`` warns)"
+        },
+    )
+    partitions: Partitions = field(
+        default="auto",
+        metadata={
+            "doc": '``shuffle="quasi"``: the partitions each epoch\'s blocks are dealt to, every '
+            "global batch taking ``global batch // partitions`` items of each; any world size "
+            "dividing them reads disjoint blocks and the same global batches (elastic). An "
+            'int, ``"auto"`` (sharded over several ranks, 8 where that fits: the world size '
+            "divides 8, 8 divides the global batch and the data has 8 blocks; else None) or "
+            "None (one process: every row once an epoch; sharded: the blocks shared out for "
+            "this world size, not elastic, as states of format 3 and earlier resume)"
         },
     )
     sampler: Sampler | None = field(
@@ -179,6 +191,7 @@ class LoaderOptions:
             set_(self, "batch_size", check_size("batch_size", self.batch_size))
         set_(self, "shuffle", _checked_shuffle(self.shuffle))
         _check_shuffle_buffer(self.shuffle, self.shuffle_buffer)
+        _check_partitions(self.shuffle, self.partitions)
         set_(self, "drop_last", check_flag("drop_last", self.drop_last))
         set_(self, "collate", Collate.of(self.collate))  # the one check of collate=
         _check_samplers(self)
@@ -283,6 +296,18 @@ def _check_shuffle_buffer(shuffle: Shuffle, shuffle_buffer: int | None) -> None:
         raise ValueError(
             f"shuffle_buffer= sizes the buffer of a stream shuffled with shuffle=True, "
             f"got shuffle={shuffle!r}: pass shuffle=True too"
+        )
+
+
+def _check_partitions(shuffle: Shuffle, partitions: Any) -> None:
+    if partitions is None or (isinstance(partitions, str) and partitions == "auto"):
+        return
+    if not is_size(partitions) or partitions < 1:
+        raise ValueError(f"partitions must be an int >= 1, 'auto' or None, got {partitions!r}")
+    if shuffle != "quasi":
+        raise ValueError(
+            f"partitions= deals a packed dataset's blocks for shuffle='quasi', got "
+            f"shuffle={shuffle!r}: leave partitions='auto'"
         )
 
 

@@ -17,6 +17,7 @@ from .state import (
     sampler_kind,
     state_format,
     state_layout,
+    state_partitions,
 )
 
 __all__ = ["ResumableLoader"]
@@ -71,6 +72,7 @@ class ResumableLoader(IteratingLoader):
             settings["shuffle"] = self.options.shuffle
             settings["sampler"] = sampler_kind(self._epochs.sampler)  # type: ignore[union-attr]
             settings["batch_sampler"] = sampler_kind(self.options.batch_sampler)
+            settings["partitions"] = self._epochs.partitions  # type: ignore[union-attr]
         settings["batch_size"] = (
             None if self.options.batch_size is None else int(self.options.batch_size)
         )
@@ -90,9 +92,26 @@ class ResumableLoader(IteratingLoader):
         ``batch_sampler``, ``batch_size``, ``drop_last``; a stream's ``shuffle_buffer``),
         or to one with a different number of steps per epoch (for a stream, another round
         of records). Each message names the field or setting."""
-        version = check_state(state, self._kind(), self._settings())
+        settings = self._settings()
+        if self._epochs is not None:  # a state is checked against the partitions asked for
+            settings["partitions"] = self._epochs.fitted
+        version = check_state(state, self._kind(), settings)
         seed, epoch, step = int(state["seed"]), int(state["epoch"]), int(state["step"])
         if self._epochs is not None:
+            step = self._container_step(state, version)
+        self.seed, self._epoch, self._resume_at = seed, epoch, step
+        self._progress = None
+
+    def _container_step(self, state: Mapping[str, Any], version: int) -> int:
+        """This loader's step at ``state`` (checked), its epochs drawn as the state's were
+        from now on (their layout; a quasi order saved without partitions, as before
+        version 4, keeps the order of its world size). Raises ``ValueError`` (and changes
+        nothing) when the steps per epoch differ or the position does not fit."""
+        epochs = self._epochs
+        assert epochs is not None  # a container's
+        seed, epoch, before = int(state["seed"]), int(state["epoch"]), epochs.partitions
+        epochs.set_partitions(state_partitions(state, version))
+        try:
             if is_elastic(state, "container", version):
                 step = self._global_step(state, seed, epoch)
             elif state["steps"] != self._steps(seed, epoch):
@@ -100,10 +119,14 @@ class ResumableLoader(IteratingLoader):
                     f"the state is for a loader with {state['steps']} steps per "
                     f"epoch, this one has {self._steps(seed, epoch)}"
                 )
-            # The steps per epoch are the same in either layout.
-            self._epochs.set_layout(state_layout(state, version))  # type: ignore[arg-type]
-        self.seed, self._epoch, self._resume_at = seed, epoch, step
-        self._progress = None
+            else:
+                step = int(state["step"])
+        except ValueError:
+            epochs.set_partitions(before)
+            raise
+        # The steps per epoch are the same in either layout.
+        epochs.set_layout(state_layout(state, version))  # type: ignore[arg-type]
+        return step
 
     def _global_step(self, state: Mapping[str, Any], seed: int, epoch: int) -> int:
         """This loader's step at the global position of ``state``, a state of the elastic
@@ -118,13 +141,23 @@ class ResumableLoader(IteratingLoader):
         saved = (state["batch_size"] or 1) * saved_world
         if self.options.batch_sampler is not None:
             saved = saved_world
-        if state["steps"] != steps(units, saved, drop_last):
+        mine, step = epochs.global_batch(), int(state["step"])
+        if epochs.partitions is not None and saved != mine:
+            raise ValueError(
+                f"the state's shuffle='quasi' order takes {saved // epochs.partitions} items "
+                f"of each of its {epochs.partitions} partitions a step (a global batch of "
+                f"{saved}), this loader's global batch is {mine}: resume with "
+                f"batch_size={saved} // world_size, the same global batch"
+            )
+        expected = steps(units, saved, drop_last)
+        if epochs.partitions is not None:
+            expected = self._steps(seed, epoch)  # the same on every world size
+        if state["steps"] != expected:
             raise ValueError(
                 f"the state is for a loader with {state['steps']} steps per epoch, this "
-                f"one has {steps(units, saved, drop_last)} (of {saved} a step over all "
-                f"ranks): restore it over the same data"
+                f"one has {expected} (of {saved} a step over all ranks): restore it over "
+                f"the same data"
             )
-        mine, step = epochs.global_batch(), int(state["step"])
         if step == state["steps"]:
             return self._steps(seed, epoch)  # the epoch was delivered
         if step * saved % mine:

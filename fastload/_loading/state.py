@@ -5,9 +5,10 @@ A state names what kind of loader saved it, and in which version of the layout, 
 string under ``"format"``; the other values are ints, flags, None and strings, so that a
 state survives JSON::
 
-    {"format": "fastload.container_loader/3", "seed": 7, "epoch": 2, "step": 40,
+    {"format": "fastload.container_loader/4", "seed": 7, "epoch": 2, "step": 40,
      "rank": 0, "world_size": 1, "steps": 94, "shuffle": True, "sampler": None,
-     "batch_sampler": None, "batch_size": 64, "drop_last": False, "layout": "elastic"}
+     "batch_sampler": None, "batch_size": 64, "drop_last": False, "layout": "elastic",
+     "partitions": None}
 
 Versions:
 
@@ -23,6 +24,11 @@ Versions:
   (``_loading/sharding.py``): ``"elastic"`` (each global batch cut in rank order) or
   ``"blocks"`` (a contiguous block of the epoch per rank: how versions 1 and 2 were
   drawn, which a loader resumed from one of them keeps). A stream's is version 2's.
+- 4: version 3 and, for a container, ``partitions``: the partitions its
+  ``shuffle="quasi"`` order deals each epoch's blocks to (``order.quasi_partition_order``,
+  elastic), or None (no quasi order, or the blocks shared out for its world size,
+  ``order.quasi_shard_order``: how a quasi order of versions 1 to 3 was drawn, which a
+  loader resumed from one of them keeps). A stream's is version 2's.
 
 ``check_state`` reads a state of any of these versions: its format first (a state of another kind
 of loader, of a version this one does not read, or of something that is not a fastload
@@ -31,8 +37,8 @@ its type (a bool is not an int here; numpy's integers and booleans are) and rang
 ``TypeError`` or ``ValueError`` naming the field and what it takes; then the shard and the
 order settings against the loader's: a state is for a loader that would draw the same
 order, so one with another setting is refused naming it, rather than resumed into
-another order. A state of the elastic layout (not ``shuffle="quasi"``) holds a global
-position, the same on every rank: any rank of any world size may resume it
+another order. A state of the elastic layout (``shuffle="quasi"`` only with partitions)
+holds a global position, the same on every rank: any rank of any world size may resume it
 (``_loading/resume.py`` checks the position against this loader's global batch), and
 its ``batch_size`` may differ when the world size does. A version-1 state does not
 record the order settings: it is read with the checks it had (the shard; the loader
@@ -56,11 +62,12 @@ __all__ = [
     "is_elastic",
     "sampler_kind",
     "state_layout",
+    "state_partitions",
     "state_format",
 ]
 
-STATE_VERSION = 3
-_READS = (1, 2, 3)  # the versions this one reads
+STATE_VERSION = 4
+_READS = (1, 2, 3, 4)  # the versions this one reads
 
 # What a loader reads: a container (positions, steps known up front) or a stream.
 LoaderKind = Literal["container", "stream"]
@@ -94,6 +101,12 @@ def sampler_kind(sampler: Any) -> str | None:
 def state_layout(state: Mapping[str, Any], version: int) -> str:
     """The layout of a container's ``state`` of ``version``: ``"blocks"`` before 3."""
     return str(state.get("layout", "elastic")) if version >= 3 else "blocks"
+
+
+def state_partitions(state: Mapping[str, Any], version: int) -> int | None:
+    """The partitions of a container's ``state`` of ``version``: None before 4."""
+    value = state.get("partitions") if version >= 4 else None
+    return None if value is None else int(value)
 
 
 def check_state_format(state: Any, kind: LoaderKind) -> int:
@@ -156,7 +169,7 @@ def _setting(state: Mapping[str, Any], name: str, kind: LoaderKind) -> None:
     if name == "shuffle_buffer":
         _integer(state, name, 0)
         return
-    if name == "batch_size":
+    if name in ("batch_size", "partitions"):
         if value is not None:
             _integer(state, name, 1)
         return
@@ -177,6 +190,7 @@ def _needed(kind: LoaderKind, version: int) -> tuple[str, ...]:
     fields = ("seed", "epoch", "step", "rank", "world_size")
     fields += ("steps",) if kind == "container" else ("window",)
     layout = ("layout",) if kind == "container" and version >= 3 else ()
+    layout += ("partitions",) if kind == "container" and version >= 4 else ()
     return fields + (ORDER_SETTINGS[kind] if version >= 2 else ()) + layout
 
 
@@ -203,15 +217,18 @@ def _check_fields(state: Mapping[str, Any], kind: LoaderKind, version: int) -> N
         _setting(state, name, kind)
     if kind == "container" and version >= 3:
         _setting(state, "layout", kind)
+    if kind == "container" and version >= 4:
+        _setting(state, "partitions", kind)
 
 
 def is_elastic(state: Mapping[str, Any], kind: LoaderKind, version: int) -> bool:
     """Whether ``state`` (checked) holds a global position that any rank of any world
-    size resumes: a container's of the elastic layout, not ``shuffle="quasi"``."""
+    size resumes: a container's of the elastic layout, and of ``shuffle="quasi"`` only
+    when dealt to partitions."""
     return (
         kind == "container"
         and state_layout(state, version) == "elastic"
-        and state["shuffle"] != "quasi"
+        and (state["shuffle"] != "quasi" or state_partitions(state, version) is not None)
     )
 
 
@@ -229,14 +246,16 @@ def check_state(state: Any, kind: LoaderKind, settings: Mapping[str, Any]) -> in
         raise ValueError(
             f"the state is for rank {rank} of {world}, this loader is rank "
             f"{settings['rank']} of {settings['world_size']} (only a state of the elastic "
-            f"order, saved by this version of fastload without shuffle='quasi', resumes "
-            f"on another rank or world size)"
+            f"order, saved by fastload 0.3 or later without shuffle='quasi', or with "
+            f"shuffle='quasi' dealt to partitions=, resumes on another rank or world size)"
         )
     if kind == "stream" and state["window"] != settings["window"]:
         raise ValueError(
             f"the state is for a stream read {state['window']} records at a time, this "
             f"loader reads {settings['window']}"
         )
+    if kind == "container" and version >= 4:
+        _check_partitions(state["partitions"], settings["partitions"])
     for name in ORDER_SETTINGS[kind] if version >= 2 else ():
         saved, mine = state[name], settings[name]
         if name == "batch_size" and elastic and world != settings["world_size"]:
@@ -248,3 +267,17 @@ def check_state(state: Any, kind: LoaderKind, settings: Mapping[str, Any]) -> in
                 f"with {name}={saved!r}"
             )
     return version
+
+
+def _check_partitions(saved: int | None, mine: int | None) -> None:
+    """Raise ``ValueError`` unless a state's quasi order was dealt to the partitions this
+    loader asks for; one saved without partitions (as before version 4) resumes on any
+    loader of its rank and world size, in the order of that world size."""
+    if saved is None or saved == mine:
+        return
+    raise ValueError(
+        f"the state was saved by a loader whose shuffle='quasi' order is dealt to "
+        f"partitions={saved}, this one's to partitions={mine}, which gives another "
+        f"order: resume on a world size dividing {saved}, with the same global batch and "
+        f"partitions={saved}"
+    )

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from fastload._storage.blockuses import BlockUses, Delivered
 from fastload._storage.memory import memory_room
 
 __all__ = ["ReadAhead", "wave_bytes"]
@@ -77,8 +78,8 @@ class ReadAhead:
     ``delivered(step)`` is called by the consumer with each step it hands out (in any
     order); ``close()`` stops reading and lets go of what is held.
 
-    Invariants (kept under ``_cond``): ``_low`` is the first step not yet delivered; no
-    rows that a step from ``_low`` on reads are let go; ``_nbytes`` counts the blocks
+    Invariants (kept under ``_cond``): ``_delivered.low`` is the first step not yet
+    delivered; no rows that a step from it on reads are let go; ``_nbytes`` counts the blocks
     read or being read and not yet handed to the releaser; ``_loaded`` holds the blocks
     read whole and not checked yet; ``_read_bytes`` and ``_read_s`` only grow.
     """
@@ -92,8 +93,7 @@ class ReadAhead:
         self.ahead = max(1, -(-_AHEAD_ROWS // self.rows))
         self.queue: Any = None  # blocks in the order they are read (``_plan``)
         self._start = start
-        self._low = start
-        self._delivered: set[int] = set()
+        self._delivered = Delivered(start)
         self._next = 0  # the position in ``queue`` of the next block to read
         self._reading = -1  # the position of the block being read
         self._held: list[tuple[int, int, int]] = []  # heap of (step due, queue position, part)
@@ -138,15 +138,7 @@ class ReadAhead:
         with self._cond:
             if self._began is None:
                 self._began = time.monotonic()
-            if step != self._low:
-                if step > self._low:
-                    self._delivered.add(step)
-                return
-            self._low += 1
-            while self._low in self._delivered:
-                self._delivered.discard(self._low)
-                self._low += 1
-            if self._due():
+            if self._delivered.add(step) and self._due():
                 self._cond.notify_all()
 
     def close(self) -> None:
@@ -168,25 +160,21 @@ class ReadAhead:
         ``working_set`` (bytes) and ``step_bytes`` (the bytes of blocks a step uses, on
         average). Runs on the reader thread, not the consumer's: it takes a sort of the
         order."""
-        order = self.order[self._start * self.rows :]
-        block = np.searchsorted(self.pages.block_bounds, order, side="right") - 1
-        used, first = np.unique(block, return_index=True)
-        _, from_end = np.unique(block[::-1], return_index=True)
-        first_step = self._start + first // self.rows
-        last_step = self._start + (len(block) - 1 - from_end) // self.rows
-        by_first = np.lexsort((used, first_step))
-        self.first, self.last = first_step[by_first], last_step[by_first]
-        self.sizes = self.pages.block_nbytes()[used[by_first]]
+        start = self._start * self.rows
+        uses = BlockUses(self.pages.block_bounds, self.order[start:], start)
+        first, last = uses.steps(self.rows)
+        by_step = np.lexsort((uses.blocks, first))  # within a step, by block
+        self.first, self.last, self.queue = first[by_step], last[by_step], uses.blocks[by_step]
+        self.sizes = self.pages.block_nbytes()[self.queue]
         self.working_set = _working_set(self.first, self.last, self.sizes)
-        steps = max(1, -(-len(order) // self.rows))
+        steps = max(1, -(-(len(self.order) - start) // self.rows))
         self.step_bytes = float(self.sizes.sum()) / steps
-        self.queue = used[by_first]
 
     def _due(self) -> bool:
         """Hand the parts whose steps were delivered (all, once closed) to the releaser;
         True when there were some. Under ``_cond``."""
         found = False
-        while self._held and (self._held[0][0] <= self._low or self._closed):
+        while self._held and (self._held[0][0] <= self._delivered.low or self._closed):
             step, q, part = heapq.heappop(self._held)
             if part == 0:
                 self._nbytes -= int(self.sizes[q])
@@ -200,12 +188,12 @@ class ReadAhead:
 
     def _readable(self) -> int | None:
         """The position of the next block to read now, or None. Under ``_cond``."""
-        while self._next < len(self.queue) and self.last[self._next] < self._low:
+        while self._next < len(self.queue) and self.last[self._next] < self._delivered.low:
             self._next += 1  # its steps were delivered already: not worth reading
         k = self._next
         if self._closed or k >= len(self.queue):
             return None
-        if self.first[k] <= self._low + self.ahead:
+        if self.first[k] <= self._delivered.low + self.ahead:
             return k
         return k if self._nbytes + self.sizes[k] <= self.budget() else None
 
@@ -225,10 +213,10 @@ class ReadAhead:
         ``_cond``."""
         disk = self._read_bytes / self._read_s if self._read_s > 0 else None
         use = None
-        if self._began is not None and self._low > self._start + 1:
+        if self._began is not None and self._delivered.low > self._start + 1:
             elapsed = time.monotonic() - self._began
             if elapsed > 0:
-                use = (self._low - self._start - 1) * self.step_bytes / elapsed
+                use = (self._delivered.low - self._start - 1) * self.step_bytes / elapsed
         return disk, use
 
     def _read(self) -> None:
@@ -268,7 +256,7 @@ class ReadAhead:
                 if self._closed:
                     return
                 q = self._loaded.pop(0)
-                if self.last[q] < self._low:
+                if self.last[q] < self._delivered.low:
                     continue  # delivered already: the loader checked it
             self.pages.check(int(self.queue[q]))
 

@@ -30,11 +30,12 @@ cleared), and fetches ahead only while what is held fits ``memory_bytes`` (over 
 the block the loader is about to wait for). What a step copies into its batch needs its
 blocks only until the step is delivered; a view handed to Python does not: a block read
 through Python as a view (a raw item, ``encoded[i]``) is **pinned** (marked before it
-is read, under its locks) and never let go, so that no value handed out ever changes; a
-read that copies **holds** its blocks while it reads (``holds``, counted under the same
-locks). The locks are the block's thread lock in this process and its claim among
-processes (a POSIX record lock), which ``release`` takes too. A block let go is fetched
-again when it is next needed (from the disk cache when it is there), checked again::
+is read) and never let go, so that no value handed out ever changes; a read that copies
+**holds** its blocks while it reads; an iteration **needs** the blocks its gate passed,
+or its next steps read, until those steps are delivered. What may be done with a block
+when, and under which locks, is one table's (``blocktable.BlockTable``), which every
+process shares. A block let go is fetched again when it is next needed (from the disk
+cache when it is there), checked again::
 
     positions  |== delivered ==|== being loaded ==|gate|== fetched ahead ==|
     blocks      let go (last use delivered)  held      held (within memory_bytes)
@@ -48,15 +49,11 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import contextlib
-import errno
-import fcntl
 import mmap
 import os
 import shutil
 import struct
-import tempfile
 import threading
-import time
 import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -67,6 +64,8 @@ import numpy.typing as npt
 
 from fastload._storage.arrow_types import import_pyarrow
 from fastload._storage.blockcache import BlockCache
+from fastload._storage.blocktable import BlockTable
+from fastload._storage.blockuses import BlockUses, Delivered
 from fastload._storage.checksums import block_checksums, file_checksums
 from fastload._storage.framing import framing_of
 from fastload._storage.memory import memory_limit, readable_bytes
@@ -79,7 +78,6 @@ __all__ = ["RemoteFile", "RemoteRows", "Prefetch", "default_cache", "open_object
 _MAGIC = b"ARROW1"
 _PIECE = 8 << 20  # the largest range fetched in one request at open
 _GAP = 64 << 10  # small buffers this close are fetched in one range
-_LOCKS = 64  # per-block locks, striped
 AHEAD_BLOCKS = 16  # blocks a loader's prefetch keeps in flight or fetched ahead
 DEFAULT_CACHE_BYTES = 50 << 30  # at most; never more than half the disk's free space
 # Returns a shared map's pages to the system, a hole punched in a file's (Linux); elsewhere
@@ -252,44 +250,33 @@ class RemoteRows:
         self.offset = 0
         self.memory_bytes: int | None
         self.bounded: bool
-        self.present: npt.NDArray[np.uint8]
-        self.pinned: npt.NDArray[np.uint8]
-        self.holds: npt.NDArray[np.int32]
+        self.table: BlockTable
         if within is not None:
             self.root, self.offset = within[0].root, within[0].offset + within[1]
-            self.present = self.root.present[self.offset : self.offset + n]
-            self.pinned = self.root.pinned[self.offset : self.offset + n]
-            self.holds = self.root.holds[self.offset : self.offset + n]
+            self.table = self.root.table
             self.memory_bytes, self.bounded = self.root.memory_bytes, self.root.bounded
-            self._readers: weakref.WeakSet[Prefetch] = self.root._readers
         else:
-            # Marks shared with worker processes forked later (an anonymous shared map).
-            at = -(-2 * n // 4) * 4
-            self._marks_map = mmap.mmap(-1, max(at + 4 * n, 1))
-            self.present = np.frombuffer(self._marks_map, np.uint8)[:n]
-            self.pinned = np.frombuffer(self._marks_map, np.uint8)[n : 2 * n]
-            self.holds = np.frombuffer(self._marks_map, np.int32, n, at)  # reads under way
-            self.present[:] = [not b.parts for b in self.blocks]
-            # Byte k of this unlinked file is locked (a POSIX record lock, a process's own)
-            # by the process fetching block k: processes forked later fetch it once.
-            self._claims = tempfile.TemporaryFile(prefix="fastload-blocks-")
-            weakref.finalize(self, self._claims.close)  # closed with it, not by the collector
+            # The blocks' life cycle, shared with worker processes forked later.
+            self.table = BlockTable([not b.parts for b in self.blocks])
             self.memory_bytes = memory_bytes
             self.bounded = (
                 memory_bytes is not None and can_let_go() and int(self.nbytes.sum()) > memory_bytes
             )
-            self._readers = weakref.WeakSet()  # the iterations reading it (``Prefetch``)
-            self._readers_lock = threading.RLock()  # a finalizer may run while it is held
+        mine = slice(self.offset, self.offset + n)
+        # This dataset's marks (views of the table's), to read.
+        self.present = self.table.present[mine]
+        self.pinned = self.table.pinned[mine]
+        self.holds = self.table.holds[mine]
+        self.needs = self.table.needs[mine]
         # Told each block this process fetched and checked (the dataset's checks).
         self.checked: Callable[[int], None] | None = None
         self._pid = -1
         self._after_fork()
 
     def _after_fork(self) -> None:
-        """Locks and threads of this process: in a worker process forked while the parent
-        fetched, the parent's locks may be held by threads that are not there."""
+        """Threads of this process: in a worker process forked while the parent fetched,
+        the parent's fetching threads are not there."""
         if self._pid != os.getpid():
-            self._locks = [threading.Lock() for _ in range(_LOCKS)]
             self._pool: concurrent.futures.ThreadPoolExecutor | None = None
             self._pool_lock = threading.Lock()
             self._pid = os.getpid()
@@ -302,27 +289,9 @@ class RemoteRows:
         """The blocks of ``rows`` (a row, an array of them), each once."""
         return np.unique(np.searchsorted(self.bounds, np.atleast_1d(rows), side="right") - 1)
 
-    def readers(self) -> list[Prefetch]:
-        """The iterations reading the dataset (of all files of ``root``) now."""
-        with self.root._readers_lock:
-            return list(self._readers)
-
-    def reading(self, prefetch: Prefetch, now: bool) -> None:
-        """Count ``prefetch`` among the ``readers`` (``now``), or not any more."""
-        with self.root._readers_lock:
-            if now:
-                self._readers.add(prefetch)
-            else:
-                self._readers.discard(prefetch)
-
     def held_bytes(self) -> int:
         """The bulk bytes of the blocks in memory now (of all files of ``root``)."""
         return int(self.root.nbytes[self.root.present != 0].sum())
-
-    def _lock(self, k: int) -> threading.Lock:
-        """The lock of block ``k`` (striped; ``root``'s, in this process)."""
-        self.root._after_fork()
-        return self.root._locks[(k + self.offset) % _LOCKS]
 
     def pin(self, rows: int | npt.NDArray[np.int64]) -> None:
         """Mark the blocks of ``rows`` as read through Python before they are read: what
@@ -330,16 +299,8 @@ class RemoteRows:
         if not self.bounded:
             return
         blocks = self.blocks_of(rows)
-        if self.pinned[blocks].all():
-            return
-        for k in blocks[self.pinned[blocks] == 0]:
-            # Not while a ``release`` of any process lets go of it: under its locks.
-            with self._lock(int(k)):
-                self._claim_wait(int(k))
-                try:
-                    self.pinned[k] = 1
-                finally:
-                    fcntl.lockf(self.root._claims, fcntl.LOCK_UN, 1, int(k) + self.offset)
+        if not self.pinned[blocks].all():
+            self.table.pin(blocks + self.offset)
 
     @contextlib.contextmanager
     def holding(self, rows: int | npt.NDArray[np.int64]) -> Any:
@@ -349,60 +310,32 @@ class RemoteRows:
         if not self.bounded:
             yield
             return
-        blocks = [int(k) for k in self.blocks_of(rows)]
-        for k in blocks:
-            self._count(k, 1)
+        blocks = self.blocks_of(rows) + self.offset
+        self.table.hold(blocks, 1)
         try:
             yield
         finally:
-            for k in blocks:
-                self._count(k, -1)
-
-    def _count(self, k: int, change: int) -> None:
-        with self._lock(k):  # under both locks, as ``release`` reads it
-            self._claim_wait(k)
-            try:
-                self.holds[k] += change
-            finally:
-                fcntl.lockf(self.root._claims, fcntl.LOCK_UN, 1, k + self.offset)
+            self.table.hold(blocks, -1)
 
     def release(self, k: int, wait: bool = True) -> bool | None:
         """Let go of block ``k``'s bulk (its pages back to the system, its mark cleared)
-        unless it is pinned, held, not there, or an iteration may read it (``Prefetch.needs``:
-        its gate passed the block, and a step that reads it was not delivered yet); it
-        is fetched again when next needed. Returns whether it did; None when its locks
-        are taken (a fetch of it or of a block of the same stripe, another process's read)
-        and ``wait`` is False, or its claim among processes is: try again later."""
+        unless it is pinned, held, needed by an iteration or not there
+        (``BlockTable.let_go``); it is fetched again when next needed. Returns whether it
+        did; None when another thread or process fetches or lets go of it now and
+        ``wait`` is False, or another process does: try again later."""
         block = self.blocks[k]
         if not self.bounded or not block.parts:
             return False
-        # A Prefetch passes a block under its thread lock; another process pins or fetches
-        # it under its claim: both are held here, or nothing is let go.
-        lock = self._lock(k)
-        if not lock.acquire(blocking=wait):
-            return None
-        try:
-            if not self._claim_now(k):
-                return None
-            try:
-                if self.pinned[k] or self.holds[k] or not self.present[k]:
-                    return False
-                if any(reader.needs(self, k) for reader in self.readers()):
-                    return False
-                self.present[k] = 0
-                mapping = self.files[block.file].mapping
-                for start, end in block.ranges:  # whole pages only: their ends are shared
-                    lo, hi = (
-                        -(-start // mmap.PAGESIZE) * mmap.PAGESIZE,
-                        end // mmap.PAGESIZE * mmap.PAGESIZE,
-                    )
-                    if lo < hi and _MADV_REMOVE is not None:
-                        mapping.madvise(_MADV_REMOVE, lo, hi - lo)
-            finally:
-                fcntl.lockf(self.root._claims, fcntl.LOCK_UN, 1, k + self.offset)
-        finally:
-            lock.release()
-        return True
+        mapping = self.files[block.file].mapping
+
+        def drop() -> None:
+            for start, end in block.ranges:  # whole pages only: their ends are shared
+                lo = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+                hi = end // mmap.PAGESIZE * mmap.PAGESIZE
+                if lo < hi and _MADV_REMOVE is not None:
+                    mapping.madvise(_MADV_REMOVE, lo, hi - lo)
+
+        return self.table.let_go(k + self.offset, drop, wait)
 
     def ensure(self, rows: int | npt.NDArray[np.int64]) -> None:
         """Fetch the blocks of ``rows`` that are not there yet (several at once); returns
@@ -421,48 +354,16 @@ class RemoteRows:
                 future.result()
 
     def fetch(self, k: int, wanted: Callable[[], bool] | None = None) -> None:
-        """Fetch block ``k`` unless it is there (one thread at a time per block), or
-        ``wanted()`` (asked under its lock) says it is not needed any more."""
+        """Fetch block ``k`` unless it is there (one thread of one process at a time per
+        block: ``BlockTable.fetching``), or ``wanted()`` (asked under its lock) says it is
+        not needed any more."""
         if self.present[k]:
             return
-        with self._lock(k):
-            if self.present[k] or (wanted is not None and not wanted()) or not self._claim(k):
-                return
-            try:
+        with self.table.fetching(k + self.offset, wanted) as mine:
+            if mine:
                 self._fetch(k)
-            finally:
-                fcntl.lockf(self.root._claims, fcntl.LOCK_UN, 1, k + self.offset)
-        if self.checked is not None and self._sums[self.blocks[k].file] is not None:
+        if mine and self.checked is not None and self._sums[self.blocks[k].file] is not None:
             self.checked(k)
-
-    def _claim(self, k: int) -> bool:
-        """Take block ``k``'s lock among processes to fetch it, or return False once
-        another process fetched it."""
-        while not self._claim_now(k):
-            if self.present[k]:
-                return False
-            time.sleep(0.001)
-        if not self.present[k]:
-            return True
-        fcntl.lockf(self.root._claims, fcntl.LOCK_UN, 1, k + self.offset)
-        return False
-
-    def _claim_wait(self, k: int) -> None:
-        """Take block ``k``'s lock among processes, waiting for it. Polled, not waited
-        for: the kernel takes two processes whose threads wait for each other's blocks
-        for a deadlock. The holder holds it for one fetch at most."""
-        while not self._claim_now(k):
-            time.sleep(0.001)
-
-    def _claim_now(self, k: int) -> bool:
-        """Take block ``k``'s lock among processes if no other process holds it."""
-        try:
-            fcntl.lockf(self.root._claims, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, k + self.offset)
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
-            return False
-        return True
 
     def _fetch(self, k: int) -> None:
         """Fetch block ``k`` into the map (this process holds its locks)."""
@@ -478,7 +379,6 @@ class RemoteRows:
         for start, end in block.ranges:
             remote.write(start, view[at : at + end - start])
             at += end - start
-        self.present[k] = 1
 
     def pool(self) -> concurrent.futures.ThreadPoolExecutor:
         """The threads that fetch blocks (made on first use)."""
@@ -554,26 +454,22 @@ class Prefetch:
     ) -> None:
         self.remotes = list(remotes)
         rows = np.asarray(order, np.int64)[start:]
-        needs, firsts, lasts, owners = [], [], [], []
+        uses = [BlockUses(remote.bounds, rows, start) for remote in self.remotes]
         self._last_of = []  # per remote, the last position that reads each block (-1: none)
         self._index_of = []  # per remote, each block's place in ``_need`` (-1: none)
-        for r, remote in enumerate(self.remotes):
-            blocks = np.searchsorted(remote.bounds, rows, side="right") - 1
-            need, first = np.unique(blocks, return_index=True)
-            _, back = np.unique(blocks[::-1], return_index=True)
+        for remote, used in zip(self.remotes, uses):
             last_of = np.full(len(remote.blocks), -1, np.int64)
-            last_of[need] = len(rows) - 1 - back + start
+            last_of[used.blocks] = used.last
             self._last_of.append(last_of)
-            needs.append(need)
-            firsts.append(first)
-            lasts.append(last_of[need])
-            owners.append(np.full(len(need), r, np.int64))
-        first = np.concatenate(firsts)
+        # The blocks of all of them by first use (of two at one position, the first
+        # remote's first).
+        first = np.concatenate([u.first for u in uses])
         by_first = np.argsort(first, kind="stable")
-        self._need = np.concatenate(needs)[by_first]
-        self._owner = np.concatenate(owners)[by_first]
-        self._first = first[by_first] + start
-        self._last = np.concatenate(lasts)[by_first]
+        self._need = np.concatenate([u.blocks for u in uses])[by_first]
+        self._owner = np.concatenate([np.full(len(u), r, np.int64) for r, u in enumerate(uses)])
+        self._owner = self._owner[by_first]
+        self._first = first[by_first]
+        self._last = np.concatenate([u.last for u in uses])[by_first]
         for r, remote in enumerate(self.remotes):
             index_of = np.full(len(remote.blocks), -1, np.int64)
             mine = np.flatnonzero(self._owner == r)
@@ -586,10 +482,10 @@ class Prefetch:
         self._failed_at = self._end
         self._stopped = threading.Event()
         self._wake = threading.Event()
-        # What was delivered: every position before ``_done`` (steps before ``_low``).
-        self._step_end, self._low, self._done = step_end, first_step, start
+        # What was delivered: every position before ``_done`` (steps before its ``low``).
+        self._step_end, self._done = step_end, start
+        self._delivered = Delivered(first_step)
         self._slack = slack
-        self._delivered: set[int] = set()
         self._by_last = np.argsort(self._last, kind="stable")
         self._let_go = 0  # blocks in ``_by_last`` before it were let go (or kept)
         self._busy: list[int] = []  # blocks (in ``_need``) to let go whose locks were taken
@@ -598,8 +494,22 @@ class Prefetch:
         self._bounded = any(r.bounded for r in self.remotes)
         if self._bounded:
             self._warn_when_over()
-        for remote in self.remotes:
-            remote.reading(self, True)
+        # The blocks (in ``_need``) this iteration counts as needed in their tables, their
+        # places there, and up to where (in ``_need``) the steps about to be loaded were
+        # counted (``_want_soon``); taken back when it closes or is dropped.
+        self._at = self._need + np.array([r.offset for r in self.remotes], np.int64)[self._owner]
+        self._needing = np.zeros(len(self._need), bool)
+        self._wanted_to = 0
+        self._needs_lock = threading.Lock()
+        self._drop_needs = weakref.finalize(
+            self,
+            _drop_needs,
+            [r.table for r in self.remotes],
+            self._owner,
+            self._at,
+            self._needing,
+            self._needs_lock,
+        )
         self._advance(0)
 
     def start(self, gated: bool | None = None) -> Prefetch:
@@ -609,16 +519,17 @@ class Prefetch:
             self.gated = gated
         if self._bounded:
             self._let_go_of_others()
+            self._want_soon()
         threading.Thread(target=self._run, daemon=True, name="fastload-prefetch").start()
         _running.add(self)
         return self
 
     def close(self) -> None:
-        """Stop fetching ahead (what is in flight lands). Idempotent, never blocks."""
+        """Stop fetching ahead (what is in flight lands) and take back what this
+        iteration counted as needed. Idempotent; waits for no fetch."""
         self._stopped.set()
         self._wake.set()
-        for remote in self.remotes:
-            remote.reading(self, False)
+        self._drop_needs()
 
     def check(self, rows: npt.NDArray[np.int64]) -> None:
         """Raise what made the fetching fail when ``rows`` (a step's) may have been read
@@ -629,7 +540,14 @@ class Prefetch:
                 (r.present[r.blocks_of(rows)] == 0).any() for r in self.remotes
             ):
                 raise self.error
-        elif self._bounded and any((r.present[r.blocks_of(rows)] == 0).any() for r in self.remotes):
+        elif (
+            self._bounded
+            and self.gated
+            and any((r.present[r.blocks_of(rows)] == 0).any() for r in self.remotes)
+        ):
+            # A native run reads a step only past its blocks' ``admit``, and they stay
+            # needed until it is delivered: a block missing now breaks the table's rule.
+            # Reads without a gate held their blocks while they read (``holding``).
             # What the step read is not handed out. Its blocks fetched again say why, when
             # the store does: the object changed or is gone (the documented LoadError).
             for remote in self.remotes:
@@ -646,13 +564,9 @@ class Prefetch:
         if not self._bounded or self._step_end is None:
             return
         with self._lock:
-            self._delivered.add(step)
-            if step != self._low:
+            if not self._delivered.add(step):
                 return
-            while self._low in self._delivered:
-                self._delivered.discard(self._low)
-                self._low += 1
-            self._done = min(self._step_end(self._low - 1), self._end)
+            self._done = min(self._step_end(self._delivered.low - 1), self._end)
             due, self._busy = self._busy, []
             while self._let_go < len(self._by_last):
                 j = int(self._by_last[self._let_go])
@@ -663,29 +577,58 @@ class Prefetch:
             # The consumer does not wait for a fetch to let go of a block of its stripe: a
             # busy block is let go at a later step, or at the last one, waiting.
             last = self._done >= self._end
+            self._unneed(due)
             for j in due:
                 if self.remotes[self._owner[j]].release(int(self._need[j]), wait=last) is None:
                     self._busy.append(j)
+        self._want_soon()
         self._wake.set()
 
-    def needs(self, remote: RemoteRows, k: int) -> bool:
-        """Whether this iteration may read block ``k`` of ``remote`` now or later: a step
-        that reads it was not delivered yet and, when the engine waits at the gate
-        (``gated``), the gate passed it (under its lock); a block the gate did not pass
-        yet is fetched again if it is let go. Steps read through Python or by worker
-        processes do not wait at the gate: they hold their blocks while they read them
-        (``holding``), and the blocks of the steps about to be loaded are kept for them."""
-        if self._stopped.is_set():
-            return False
-        for r, mine in enumerate(self.remotes):
-            local = k + remote.offset - mine.offset  # both may be parts of one dataset
-            if mine.root is remote.root and 0 <= local < len(mine.blocks):
-                j = self._index_of[r][local]
-                if self._last_of[r][local] < self._done or j < 0:
-                    continue
-                if j < self._passed if self.gated else self._first[j] <= self._soon():
-                    return True
-        return False
+    def _admit(self, i: int) -> bool:
+        """The gate passes block ``_need[i]`` if it is there: counted as needed by this
+        iteration until its last step is delivered (``BlockTable.admit``). False when it is
+        not there, or this iteration stopped."""
+        remote, k = self.remotes[self._owner[i]], int(self._need[i])
+        if not self._bounded:
+            return bool(remote.present[k])
+        with self._needs_lock:
+            if self._stopped.is_set():
+                return False
+            if self._needing[i]:
+                return bool(remote.present[k])
+            self._needing[i] = remote.table.admit(int(self._at[i]))
+            return bool(self._needing[i])
+
+    def _want_soon(self) -> None:
+        """Without a gate (steps read through Python or by worker processes, which hold
+        their blocks while they read them), count the blocks of the steps about to be
+        loaded as needed, so that no other iteration lets go of what they are about to
+        read: up to ``_soon()``, as it moves on with each delivered step."""
+        if self.gated or not self._bounded:
+            return
+        with self._needs_lock:
+            if self._stopped.is_set():
+                return
+            j, soon = self._wanted_to, self._soon()
+            while j < len(self._need) and self._first[j] <= soon:
+                j += 1
+            new = np.arange(self._wanted_to, j)
+            new = new[~self._needing[new] & (self._last[new] >= self._done)]
+            self._wanted_to = j
+            self._needing[new] = True
+            for r, remote in enumerate(self.remotes):
+                mine = new[self._owner[new] == r]
+                if len(mine):
+                    remote.table.need(self._at[mine])
+
+    def _unneed(self, due: list[int]) -> None:
+        """Take back the needs of the blocks ``due`` (in ``_need``), whose last steps were
+        delivered."""
+        with self._needs_lock:
+            for j in due:
+                if self._needing[j]:
+                    self._needing[j] = False
+                    self.remotes[self._owner[j]].table.unneed(int(self._at[j]))
 
     def _soon(self) -> int:
         """The last position of the steps about to be loaded: the window past what was
@@ -737,28 +680,21 @@ class Prefetch:
 
     def _advance(self, i: int) -> int:
         """The index in ``_need`` of the first block missing from ``i`` on; sets the gate.
-        Each block is passed under its lock, so that ``release`` sees it passed or the
-        gate sees it gone; a block whose lock is held (being fetched) is not there yet:
-        the gate does not wait for one fetch while others land."""
+        Each block is passed through ``_admit``, so that ``release`` sees it needed or the
+        gate sees it gone; a block being fetched is not there yet: the gate does not wait
+        for one fetch while others land."""
         while i < len(self._need):
             # Bounded: a block passed is kept for this iteration until its last step is
             # delivered, so the gate passes only the blocks of the steps about to be loaded
             # (what another iteration fetched ahead is not kept for this one's far future).
             if self._bounded and self._first[i] > self._soon():
                 break
-            remote, k = self.remotes[self._owner[i]], int(self._need[i])
-            lock = remote._lock(k)
-            if not lock.acquire(blocking=False):  # being fetched (or let go) now: not yet
+            # Its steps all delivered (read ahead of the gate by worker processes or
+            # through Python, and let go since): nothing to keep.
+            if self._last[i] >= self._done and not self._admit(i):
                 break
-            try:
-                # Missing, unless its steps were all delivered (read ahead of the gate by
-                # worker processes or through Python, and let go since).
-                if not remote.present[k] and self._last[i] >= self._done:
-                    break
-                i += 1
-                self._passed = i
-            finally:
-                lock.release()
+            i += 1
+            self._passed = i
         self.gate[0] = self._first[i] if i < len(self._need) else self._end
         return i
 
@@ -811,6 +747,23 @@ class Prefetch:
         finally:
             for future in running.values():
                 future.cancel()
+
+
+def _drop_needs(
+    tables: Sequence[BlockTable],
+    owner: npt.NDArray[np.int64],
+    at: npt.NDArray[np.int64],
+    needing: npt.NDArray[np.bool_],
+    lock: threading.Lock,
+) -> None:
+    """Take back an iteration's needs (``needing``: its blocks counted; ``at``: their
+    places in the table of ``tables[owner]``), once: when it closes, or is dropped."""
+    with lock:
+        for r, table in enumerate(tables):
+            mine = needing & (owner == r)
+            if mine.any():
+                table.unneed(at[mine])
+        needing[:] = False
 
 
 def _over_message(remote: RemoteRows, peak: int, blocks: int, used: int) -> str:
