@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import simplejpeg
 from helpers import deadline
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from servers import RangeServer
 
 import fastload
@@ -53,6 +55,34 @@ def test_each_epoch_gives_each_source_its_count_exactly(settings, counts):
         got = np.concatenate(list(loader))
         assert np.bincount(_source(got), minlength=3).tolist() == counts
         assert loader.stats()["sources"] == dict(zip("abc", counts))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 40), min_size=1, max_size=4),
+    weights=st.lists(st.integers(0, 9), min_size=4, max_size=4),
+    epoch_size=st.integers(1, 200),
+    seed=st.integers(0, 2**32),
+    epoch=st.integers(0, 5),
+)
+def test_proportions_share_out_the_epoch_and_each_source_is_drawn_evenly(
+    sizes, weights, epoch_size, seed, epoch
+):
+    weights = weights[: len(sizes)]
+    if not sum(weights):
+        weights[0] = 1
+    m = mix([np.arange(n) for n in sizes], proportion=weights, epoch_size=epoch_size)
+    counts = list(m.counts.values())
+    assert sum(counts) == epoch_size
+    for count, w in zip(counts, weights):
+        assert abs(count - w / sum(weights) * epoch_size) < 1  # the quota, rounded
+    order = m.order(epoch, seed)
+    assert order.tolist() == m.order(epoch, seed).tolist()  # (seed, epoch) alone
+    for s, (n, count) in enumerate(zip(sizes, counts)):
+        mine = order[(order >= m.offsets[s]) & (order < m.offsets[s + 1])] - m.offsets[s]
+        times = np.bincount(mine, minlength=n)
+        assert len(mine) == count
+        assert times.max() - times.min() <= 1  # whole passes, then the rest
 
 
 def test_without_replacement_while_a_count_fits_and_whole_passes_beyond():
