@@ -24,7 +24,7 @@ random order. All of it is drawn from (seed, epoch): the same on every rank.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from numbers import Real
 from typing import Any
 
@@ -39,7 +39,7 @@ from .layouts import check_layouts, members
 from .obs import Container, Index, getobs, getobs_into, numobs
 from .views import _View
 
-__all__ = ["MixOrder", "Mixture", "mix", "mixture_of"]
+__all__ = ["MixOrder", "MixSampler", "Mixture", "mix", "mixture_of"]
 
 _PerSource = Sequence[Any] | Mapping[str, Any] | None
 
@@ -71,6 +71,24 @@ class MixOrder:
         return f"MixOrder(counts={self.counts.tolist()})"
 
 
+class MixSampler:
+    """A mix's order as a PyTorch-style sampler, for loaders that take one (the drop-in
+    ``fastload.torch.DataLoader``): iterating it gives the positions of the epoch set by
+    ``set_epoch`` (0 until then) for ``seed``."""
+
+    def __init__(self, order: MixOrder, seed: int) -> None:
+        self.order, self.seed, self.epoch = order, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.order(self.epoch, self.seed).tolist())
+
+    def __len__(self) -> int:
+        return int(self.order.counts.sum())
+
+
 class Mixture(_View):
     """The sources of ``fastload.mix``, one after another (a container of
     ``sum(len(source))`` observations), and the order each epoch draws over them
@@ -97,6 +115,12 @@ class Mixture(_View):
 
     def __getobs_into__(self, buffer: Any, i: Index) -> Any:
         return getobs_into(buffer, self.joined, i)
+
+    def sampler(self, seed: int) -> MixSampler:
+        """The mix's order for ``seed`` as a sampler (``MixSampler``): for the drop-in
+        ``fastload.torch.DataLoader(mixed, sampler=mixed.sampler(seed))``, with
+        ``set_epoch(epoch)`` each epoch. ``fastload.DataLoader`` needs none."""
+        return MixSampler(self.order, seed)
 
     def source_counts(self, positions: npt.NDArray[np.int64]) -> dict[str, int]:
         """Name -> how many of ``positions`` (of this container) are of that source."""

@@ -176,6 +176,22 @@ def test_tables_mix_column_by_column():
         mix([a, other])
 
 
+def test_the_pytorch_drop_in_takes_the_mix_as_a_sampler():
+    pytest.importorskip("torch")
+    import fastload.torch as ft
+
+    m = mix({"a": A, "b": B}, proportion=[0.6, 0.4], epoch_size=25)
+    with pytest.raises(ValueError, match=r"sampler=mixed.sampler\(seed\)"):
+        ft.DataLoader(m, 5, shuffle=True)
+    sampler = m.sampler(seed=3)
+    drop_in = ft.DataLoader(m, 5, sampler=sampler, num_workers=0)
+    ours = DataLoader(m, 5, seed=3)
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        assert [b.tolist() for b in drop_in] == [b.tolist() for b in ours]
+    assert len(sampler) == 25
+
+
 # -- packed datasets ------------------------------------------------------------------------
 
 
