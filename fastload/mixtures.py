@@ -58,7 +58,8 @@ class MixOrder:
             n = int(self.offsets[s + 1] - self.offsets[s])
             passes, rest = divmod(int(count), n) if n else (0, 0)
             drawn = [rng.permutation(n) for _ in range(passes)]
-            drawn.append(rng.permutation(n)[:rest])
+            # The rest without replacement: a few of a large source cost what they are.
+            drawn.append(rng.choice(n, rest, replace=False) if rest else np.zeros(0, np.int64))
             parts.append(np.concatenate(drawn) + self.offsets[s])
         which = generator(seed, Purpose.MIX, epoch, 0).permutation(
             np.repeat(np.arange(len(self.counts)), self.counts)
