@@ -11,6 +11,7 @@ from ._images.codecs import build_info
 from .errors import LoadError
 from .imagefolder import files
 from .loader import DataLoader, EpochLoader, eachobs, eachobs_parallel
+from .mixtures import mix
 from .obs import getobs, getobs_into, numobs
 from .samplers import BucketBatchSampler, WeightedSampler
 from .storage import open, write
@@ -51,6 +52,7 @@ __all__ = [
     "kfolds",
     "leavepout",
     "mapobs",
+    "mix",
     "numobs",
     "obsview",
     "open",

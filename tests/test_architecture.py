@@ -31,10 +31,23 @@ LAYERS = [
     # Image codecs, mixes and sources; the packed format's encodings, checks, maps, remote
     # reads and encoders.
     ("machinery", ["_images", "_images.*", "_storage", "_storage.*"]),
-    # The user's vocabulary: containers, views, subsets, orders, samplers, streams, transforms.
+    # The user's vocabulary: containers, views, subsets, orders, samplers, streams, transforms,
+    # mixes.
     (
         "vocabulary",
-        ["obs", "views", "subsets", "samplers", "order", "streams", "transforms", "imagefolder"],
+        [
+            "obs",
+            "views",
+            "subsets",
+            "samplers",
+            "order",
+            "streams",
+            "transforms",
+            "imagefolder",
+            "layouts",
+            "joined",
+            "mixtures",
+        ],
     ),
     # The engine: schedules, epochs, plans, transports; and what fastload.torch runs on.
     ("engine", ["_loading", "_loading.*"]),

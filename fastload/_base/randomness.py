@@ -49,6 +49,7 @@ class Purpose(enum.IntEnum):
     VIEW_ORDER = 7  # key (): shuffleobs, the shuffle of splitobs and kfolds
     RESAMPLING = 8  # key (): oversample, undersample, randobs
     TRANSFORM = 9  # key (epoch, index, op): the rng a Lambda's function is given
+    MIX = 10  # key (epoch, 0): fastload.mix's interleaving; (epoch, source + 1): its draws
 
 
 def generator(seed: int | None, purpose: Purpose, *key: int) -> np.random.Generator:

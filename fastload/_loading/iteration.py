@@ -21,7 +21,8 @@ import numpy.typing as npt
 from .. import _core
 from .._base.collate import Collate
 from .._base.protocols import Blockwise, FilePages, PagedFiles
-from .._base.tree import found_under
+from .._base.tree import found_under, replaced
+from ..mixtures import Mixture, mixture_of
 from ..obs import Container, numobs
 from ..samplers import BatchSampler, Sampler
 from ..streams import stream_source
@@ -36,9 +37,9 @@ from .sharding import default_seed, resolve_shard
 __all__ = ["IteratingLoader", "StatsReport"]
 
 
-class StatsReport(dict[str, float]):
+class StatsReport(dict[str, Any]):
     """Throughput of a loader and where the consumer's time went, as a dict (times in
-    seconds) that prints as one short line."""
+    seconds) that prints as one short line; over a ``fastload.mix``, ``"sources"`` too."""
 
     def __init__(self, stats: Any) -> None:
         total = stats.wait_s + stats.compute_s
@@ -54,8 +55,11 @@ class StatsReport(dict[str, float]):
 
     def __str__(self) -> str:
         skipped = f", {self['skipped']:,} skipped" if self["skipped"] else ""
+        # A mix's sources: "(700 of web, 300 of books this epoch)".
+        sources = ", ".join(f"{n:,} of {name}" for name, n in self.get("sources", {}).items())
+        sources = f" ({sources} this epoch)" if sources else ""
         return (
-            f"{self['items']:,} items in {self['batches']:,} batches{skipped}: "
+            f"{self['items']:,} items in {self['batches']:,} batches{sources}{skipped}: "
             f"{self['items_per_s']:,.0f} items/s, waited for data "
             f"{100 * self['wait_fraction']:.0f}% of the time"
         )
@@ -121,6 +125,7 @@ class IteratingLoader:
         self._warned_skips = False
         self._read_ahead = None
         self._stream = self._epochs = self._pages = None
+        self._mixture: Mixture | None = None
         if source is not None:
             self._open_stream(source)
         else:
@@ -148,6 +153,9 @@ class IteratingLoader:
 
     def _open_container(self, sampler: Sampler | None, batch_sampler: BatchSampler | None) -> None:
         data, shuffle = self.data, self.options.shuffle
+        self._mixture = mixture_of(data)
+        if self._mixture is not None:
+            sampler = _mixed_order(self._mixture, self.options)
         block_bounds = _block_bounds(data) if shuffle == "quasi" else None
         if shuffle == "quasi" and block_bounds is None:
             raise ValueError(
@@ -204,6 +212,8 @@ class IteratingLoader:
         # the container under them item by item (natively where it can), not whole steps
         # through the views.
         data, indices = folded_views(self.data)
+        if self._mixture is not None:  # its sources' fields, joined (natively where they load)
+            data = replaced(data, self._mixture, self._mixture.joined)
         schedule = self.schedule(epoch, start).through(indices)
         self._stop_read_ahead()
         if self._pages is not None:
@@ -248,4 +258,32 @@ class IteratingLoader:
 
             12,800 items in 50 batches: 9,850 items/s, waited for data 3% of the time
         """
-        return StatsReport(self._stats)
+        report = StatsReport(self._stats)
+        if self._mixture is not None:
+            report["sources"] = self._source_items()
+        return report
+
+    def _source_items(self) -> dict[str, int]:
+        """Name -> the items of each source of the mix in this rank's steps delivered of
+        the epoch being iterated (or the last one; the next one before any)."""
+        live = self._progress
+        epoch, step = (live.epoch, live.step) if live is not None else (self._epoch, 0)
+        order = self._epochs.order(self.seed, epoch)  # type: ignore[union-attr]
+        done = min(len(order), step * (self.options.batch_size or 1))
+        return self._mixture.source_counts(order[:done])  # type: ignore[union-attr]
+
+
+def _mixed_order(mixture: Mixture, options: LoaderOptions) -> Sampler:
+    """The order of ``mixture``'s epochs, for a loader with ``options``: its sampler.
+    Raises ``ValueError`` for an order of the loader's own (shuffle, samplers)."""
+    for name, value in (
+        ("shuffle", options.shuffle),
+        ("sampler", options.sampler),
+        ("batch_sampler", options.batch_sampler),
+    ):
+        if value is not None and value is not False:
+            raise ValueError(
+                f"a fastload.mix draws its own order each epoch (its sources interleaved at "
+                f"random): leave {name} out (got {name}={value!r})"
+            )
+    return mixture.order

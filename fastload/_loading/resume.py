@@ -70,7 +70,7 @@ class ResumableLoader(IteratingLoader):
         else:
             settings["layout"] = self._epochs.layout  # type: ignore[union-attr]
             settings["shuffle"] = self.options.shuffle
-            settings["sampler"] = sampler_kind(self.options.sampler)
+            settings["sampler"] = sampler_kind(self._epochs.sampler)  # type: ignore[union-attr]
             settings["batch_sampler"] = sampler_kind(self.options.batch_sampler)
             settings["partitions"] = self._epochs.partitions  # type: ignore[union-attr]
         settings["batch_size"] = (

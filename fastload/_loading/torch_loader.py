@@ -457,7 +457,7 @@ class DataLoader(StatefulTorchLoader, tud.DataLoader[T_co]):
         """Items/s and where the consumer's time went since the loader was made (as
         ``fastload.DataLoader.stats()``), and ``path``: how batches are loaded."""
         report = StatsReport(self._counts)
-        report["path"] = self.path  # type: ignore[assignment]
+        report["path"] = self.path
         return report
 
     def close(self) -> None:

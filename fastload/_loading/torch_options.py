@@ -11,6 +11,8 @@ from typing import Any
 
 import torch.utils.data as tud
 
+from ..mixtures import mixture_of
+
 __all__ = [
     "check_counts",
     "check_worker_count",
@@ -62,6 +64,12 @@ def samplers(
     elif batch_size is None and drop_last:
         raise ValueError(
             "batch_size=None option disables auto-batching and is mutually exclusive with drop_last"
+        )
+    if sampler is None and batch_sampler is None and mixture_of(dataset) is not None:
+        raise ValueError(
+            "a fastload.mix draws its order each epoch, which PyTorch's samplers do not: "
+            "pass sampler=mixed.sampler(seed) (and call its set_epoch(epoch) each epoch), "
+            "or load it with fastload.DataLoader(mixed, batch_size, shard=...)"
         )
     if sampler is None:
         sampler = _default_sampler(dataset, iterable, shuffle, generator)

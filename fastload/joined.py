@@ -1,0 +1,252 @@
+"""The fields of several sources of one layout, each joined into one container: what
+``fastload.mix`` loads (``mixtures.py``). Observation ``offsets[s] + j`` of a joined field
+is observation ``j`` of source ``s``'s field.
+
+A field is joined so that it loads as the fields themselves do, natively where they do:
+
+- numpy arrays of one dtype and row shape are concatenated (a copy, up to
+  ``CONCAT_BYTES`` in all): gathered in C without the GIL;
+- ``mapobs(Compose([...]), images)`` with one pipeline over the encoded items of packed
+  datasets (``SpannedBytes``) becomes that pipeline over ``JoinedBytes``, the items of all
+  of them as spans of their mapped files: decoded in C without the GIL. The datasets'
+  row checks (files rewritten under the read, ``verify="read"``) are run through
+  ``MixedFeed``, each on its own rows;
+- anything else (a larger array, a table, a source at a URL, Python containers) is a
+  ``JoinedField``: read item by item through Python, each source's rows brought in
+  (fetched, at a URL) and held while they are read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ._base.protocols import FeedSource, FetchedRows, SpannedBytes
+from ._base.tree import fed_under, found_under
+from .obs import Container, Index, getobs, getobs_into, is_batch_index, normalize_index
+from .views import JoinedObs, MappedObs
+
+__all__ = [
+    "CONCAT_BYTES",
+    "JoinedBytes",
+    "JoinedField",
+    "MixedFeed",
+    "is_remote",
+    "join_field",
+    "mixed_feed",
+]
+
+CONCAT_BYTES = 1 << 28  # arrays joined by a copy up to this size (256 MiB); larger: Python
+
+_Rows = int | npt.NDArray[np.int64]
+
+
+def _split(offsets: npt.NDArray[np.int64], rows: _Rows) -> Iterator[tuple[int, Any]]:
+    """``(source, its rows)`` of the joined ``rows``, for each source that has some."""
+    rows = np.atleast_1d(np.asarray(rows, np.int64))
+    part = np.searchsorted(offsets, rows, side="right") - 1
+    for s in np.unique(part):
+        yield int(s), rows[part == s] - offsets[s]
+
+
+def is_remote(data: Container) -> bool:
+    """True when rows of ``data`` are fetched from object storage (a dataset at a URL)."""
+    return bool(found_under(data, lambda d: d.remote_rows if isinstance(d, FetchedRows) else None))
+
+
+class MixedFeed(FeedSource):
+    """The feeds of the packed datasets under the sources of a mix, each given its own
+    rows: ``sources[s]``, the ``FeedSource``s under source ``s`` (local files: their row
+    checks; no prefetch, so no gate)."""
+
+    def __init__(self, offsets: npt.NDArray[np.int64], sources: list[list[FeedSource]]) -> None:
+        self.offsets, self.sources = offsets, sources
+
+    def feed(
+        self,
+        order: npt.NDArray[np.int64],
+        start: int,
+        first_step: int,
+        step_end: Callable[[int], int],
+        slack: int,
+        together: Sequence[FeedSource],
+    ) -> _SplitFeed | None:
+        made: dict[int, Any] = {}
+        for s, rows in _split(self.offsets, order[start:]):
+            for source in self.sources[s]:
+                feed = source.feed(rows, 0, 0, lambda step: 0, slack, [source])
+                if feed is not None:
+                    made.setdefault(s, []).append(feed)
+        return _SplitFeed(self.offsets, made) if made else None
+
+    def ensure(self, rows: _Rows) -> None:
+        for s, mine in _split(self.offsets, rows):
+            for source in self.sources[s]:
+                source.ensure(mine)
+
+    def holding(self, rows: _Rows) -> contextlib.AbstractContextManager[None]:
+        parts = list(_split(self.offsets, rows))
+        return _all_held([source.holding(mine) for s, mine in parts for source in self.sources[s]])
+
+
+@contextlib.contextmanager
+def _all_held(managers: list[contextlib.AbstractContextManager[None]]) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for manager in managers:
+            stack.enter_context(manager)
+        yield
+
+
+class _SplitFeed:
+    """One iteration's feeds of the sources of a mix (``_loading.seams.Feed``): each
+    checks and brings in the rows of its own source."""
+
+    gate = None
+
+    def __init__(self, offsets: npt.NDArray[np.int64], feeds: dict[int, list[Any]]) -> None:
+        self.offsets, self.feeds = offsets, feeds
+
+    def _each(self, rows: npt.NDArray[np.int64], call: Callable[[Any, Any], None]) -> None:
+        if not len(rows):  # after a failure: every feed names its cause
+            for feeds in self.feeds.values():
+                for feed in feeds:
+                    call(feed, rows)
+        for s, mine in _split(self.offsets, rows):
+            for feed in self.feeds.get(s, ()):
+                call(feed, mine)
+
+    def start(self, gated: bool) -> None:
+        for feeds in self.feeds.values():
+            for feed in feeds:
+                feed.start(False)
+
+    def check(self, rows: npt.NDArray[np.int64]) -> None:
+        self._each(rows, lambda feed, mine: feed.check(mine))
+
+    def ensure(self, rows: npt.NDArray[np.int64]) -> None:
+        self._each(rows, lambda feed, mine: feed.ensure(mine))
+
+    def delivered(self, step: int) -> None:
+        pass  # no blocks held for steps: the sources are local
+
+    def close(self) -> None:
+        for feeds in self.feeds.values():
+            for feed in feeds:
+                feed.close()
+
+
+class JoinedBytes(SpannedBytes):
+    """The encoded items of several packed datasets (``SpannedBytes``) one after another:
+    ``spans()`` of all of them, so that a native pipeline decodes them in C."""
+
+    def __init__(self, parts: Sequence[Any], feed: MixedFeed | None) -> None:
+        self.parts = list(parts)
+        self.offsets = np.cumsum([0] + [len(p) for p in parts]).astype(np.int64)
+        self.row_feed = feed
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def _locate(self, i: int) -> tuple[int, int]:
+        part = int(np.searchsorted(self.offsets, i, side="right")) - 1
+        return part, i - int(self.offsets[part])
+
+    def __getitem__(self, i: Index) -> Any:
+        i = normalize_index(i, len(self))
+        if is_batch_index(i):
+            return [self[int(j)] for j in i]
+        part, j = self._locate(i)
+        return self.parts[part][j]
+
+    def spans(self) -> tuple[list[np.ndarray], np.ndarray | None, np.ndarray, np.ndarray]:
+        bases: list[np.ndarray] = []
+        base_of, starts, ends = [], [], []
+        for part in self.parts:
+            b, of, s, e = part.spans()
+            base_of.append((np.zeros(len(s), np.int64) if of is None else of) + len(bases))
+            bases.extend(b)
+            starts.append(s)
+            ends.append(e)
+        return bases, np.concatenate(base_of), np.concatenate(starts), np.concatenate(ends)
+
+    def row_source(self, i: int) -> str | None:
+        """Where item ``i`` is, for errors (its dataset's ``row_source``)."""
+        part, j = self._locate(i)
+        row_source = getattr(self.parts[part], "row_source", None)
+        return None if row_source is None else str(row_source(j))
+
+
+class JoinedField(JoinedObs):
+    """Fields of several sources one after another, read through Python; the rows of a
+    source at a URL are fetched and held while read (``feeds[s]``: its ``FeedSource``s)."""
+
+    def __init__(self, datas: Sequence[Container], feeds: list[list[FeedSource]]) -> None:
+        super().__init__(*datas)
+        self.feeds = feeds
+
+    def _held(self, i: int) -> tuple[int, int, contextlib.ExitStack]:
+        part, j = self._locate(i)
+        stack = contextlib.ExitStack()
+        for source in self.feeds[part]:
+            source.ensure(j)
+            stack.enter_context(source.holding(j))
+        return part, j, stack
+
+    def __getobs__(self, i: Index) -> Any:
+        i = normalize_index(i, len(self))
+        if is_batch_index(i):
+            return super().__getobs__(i)
+        part, j, held = self._held(i)
+        with held:
+            value = getobs(self.datas[part], j)
+            # A view of a fetched block may be let go after the read: an array is copied.
+            return np.array(value) if self.feeds[part] and isinstance(value, np.ndarray) else value
+
+    def __getobs_into__(self, buffer: Any, i: Index) -> Any:
+        i = normalize_index(i, len(self))
+        if is_batch_index(i):
+            return super().__getobs_into__(buffer, i)
+        part, j, held = self._held(i)
+        with held:
+            return getobs_into(buffer, self.datas[part], j)
+
+
+def _native_images(fields: Sequence[Any]) -> bool:
+    """One per-item pipeline over the encoded items of local packed datasets."""
+    first = fields[0]
+    return all(
+        isinstance(f, MappedObs)
+        and not f.batched
+        and (f.f is first.f or f.f == first.f)
+        and isinstance(f.data, SpannedBytes)
+        for f in fields
+    )
+
+
+def join_field(fields: Sequence[Container], feed: MixedFeed | None) -> Container:
+    """The sources' ``fields`` (one member of each source, of one layout) as one
+    container (see the module docstring); ``feed``: the mix's feed of its local packed
+    datasets, which a natively decoded field offers the engine."""
+    if any(is_remote(f) for f in fields):
+        remote = [fed_under(f) if is_remote(f) else [] for f in fields]
+        return JoinedField(fields, remote)
+    arrays = all(isinstance(f, np.ndarray) and f.ndim >= 1 for f in fields)
+    if arrays and sum(f.nbytes for f in fields) <= CONCAT_BYTES:
+        dtypes = {f.dtype for f in fields}
+        if len(dtypes) == 1 and not fields[0].dtype.hasobject:
+            return np.concatenate([np.asarray(f) for f in fields])
+    if _native_images(fields):
+        datas = [f.data for f in fields]
+        return MappedObs(fields[0].f, JoinedBytes(datas, feed))
+    return JoinedField(fields, [[] for _ in fields])
+
+
+def mixed_feed(sources: Sequence[Container], offsets: npt.NDArray[np.int64]) -> MixedFeed | None:
+    """The feed of the local packed datasets under ``sources`` (None when there are none;
+    a source at a URL is read through Python, which brings its rows in itself)."""
+    found = [[] if is_remote(s) else fed_under(s) for s in sources]
+    return MixedFeed(offsets, found) if any(found) else None
