@@ -7,10 +7,11 @@ For each engine the 1-worker and the 2-worker runs alternate (the order reversed
 other round), the engine warm: Dask keeps a local cluster of 1 worker process and one of
 2 alive; Ray runs one ``ray.init(num_cpus=2)``, its writes at ``concurrency`` 1 or 2;
 Spark (whose local master's cores are fixed at start) starts ``local[1]`` or ``local[2]``
-before each run, outside the time measured. The time is the write's, from the engine's
-first task to the commit. Medians of ``--repeats`` rounds; the target is 2 workers >=
-1.8x 1 worker. First, what 2 processes give over 1 on the machine at that moment (a pure
-Python loop): the ceiling of any engine's figure there.
+before each run, its Python workers started with fastload imported, outside the time
+measured. The time is the write's, from the engine's first task to the commit. Medians
+of ``--repeats`` rounds; the target is 2 workers >= 1.8x 1 worker. First, what 2
+processes give over 1 on the machine at that moment (a pure Python loop): the ceiling
+of any engine's figure there.
 
 Where the time goes (profiled per process on the same machine): each task encodes on
 its own thread alone (``write_part`` writes with ``parallel=False``; one worker uses one
@@ -32,14 +33,14 @@ in each engine's rounds (``cluster_peers.py``, run in ``bench/.venv-peers``, whi
 ``bench/peers_env.sh`` makes): ``litdata.optimize(num_workers=2)``, and Mosaic's
 ``dataframe_to_mds`` (an ``MDSWriter`` per Spark task, the indexes merged) over a Spark
 DataFrame of the same ``--partitions`` on ``local[2]``. Each reads the file, decodes it in
-full with Pillow, shrinks it to fastload's size with Pillow's BOX filter (whole pixels
-weighed, where fastload weighs their overlap: the same cost), encodes it at fastload's
+full with Pillow, shrinks it to fastload's size with Pillow's BOX filter (an area filter
+that weighs whole pixels, where fastload weighs their overlap), encodes it at fastload's
 settings (quality 90, 4:2:0, the same restart markers) and stores it with its label and
 path, uncompressed, on the same local disk. The time is the conversion call's: LitData's
 includes starting its 2 worker processes (``optimize`` starts them each call); Mosaic's
-Spark is started and its Python workers warmed before the clock, as for fastload's Spark
-runs. Printed: each peer's images/s and fastload's 2-worker figure on the engine over it
-(target >= 1x), with the megabytes each side wrote.
+Spark is started and its Python workers have imported Mosaic's writer (and torch) before
+the clock, as for fastload's Spark runs. Printed: each peer's images/s and fastload's
+2-worker figure on the engine over it (target >= 1x), with the megabytes each side wrote.
 
 Usage: python bench/cluster.py [--n 4000] [--repeats 3] [--partitions 8]
 [--engines dask,ray,spark] [--side 640] [--peers]
@@ -153,6 +154,10 @@ def ray_runs(items, root, out, partitions, repeats, peers):
         ray.shutdown()
 
 
+def import_writer(_):
+    import fastload.cluster.spark  # noqa: F401
+
+
 def spark_runs(items, root, out, partitions, repeats, peers):
     from pyspark.sql import SparkSession
 
@@ -167,7 +172,8 @@ def spark_runs(items, root, out, partitions, repeats, peers):
             .getOrCreate()
         )
         try:
-            spark.sparkContext.parallelize(range(k), k).count()  # the workers started
+            # The workers started, fastload's writer imported, as Mosaic's in --peers.
+            spark.sparkContext.parallelize(range(k), k).map(import_writer).count()
             rdd = spark.sparkContext.parallelize(items, partitions).map(ImageRow(root))
             return timed(lambda p: write_spark(rdd, p, FIELDS), out)
         finally:

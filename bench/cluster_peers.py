@@ -15,12 +15,13 @@ installed; ``cluster.py`` runs it in a child process, one conversion a call:
       the folder OUT: ``litdata``: ``litdata.optimize(num_workers=WORKERS)``;
       ``mosaic``: ``streaming.base.converters.dataframe_to_mds`` over a Spark DataFrame
       of PARTITIONS partitions on ``local[WORKERS]`` (Mosaic's documented way from
-      Spark: an ``MDSWriter`` per task, the indexes merged by the driver). Prints a
+      Spark: an ``MDSWriter`` per task, the indexes merged by the driver; the
+      DataFrame of (path, label) sent to the JVM in Arrow and repartitioned). Prints a
       JSON line: the seconds of the conversion call (LitData's include starting its
       worker processes, which ``optimize`` does each call; Spark is started and its
-      Python workers warmed before the clock, as ``cluster.py`` does for fastload's
-      Spark runs), the rows and the bytes written. Raises RuntimeError unless the
-      peer's index counts as many rows as there are images.
+      Python workers have imported Mosaic's writer before the clock, as ``cluster.py``
+      does with fastload's for its Spark runs), the rows and the bytes written. Raises
+      RuntimeError unless the peer's index counts as many rows as there are images.
 """
 
 import argparse
@@ -121,21 +122,37 @@ def litdata_convert(root, items, out, args):
     return seconds, rows
 
 
+def import_mosaic(frames):
+    """A ``mapInPandas`` function that imports Mosaic's writer (and with it torch) in the
+    worker; yields the rows it is given (Spark did not reuse, for the next job, a worker
+    whose task gave no rows: the import fell in the job timed)."""
+    import pandas
+    from streaming import MDSWriter  # noqa: F401
+
+    for frame in frames:
+        yield pandas.DataFrame({"id": frame["id"]})
+
+
 def spark_session(workers):
-    """A local Spark of ``workers`` cores whose Python workers have started."""
+    """A local Spark of ``workers`` cores whose Python workers have started and imported
+    Mosaic's writer, as a Spark cluster's workers stay up between jobs (``cluster.py``
+    warms fastload's Spark workers likewise)."""
     from pyspark.sql import SparkSession
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    # Spark's Python workers import Mosaic's package when they unpickle its task.
+    # The workers run this environment's Python (a parent's PYSPARK_PYTHON, such as
+    # cluster.py's own Spark runs set, would lack Mosaic), with the folder whose
+    # sitecustomize lets them import Mosaic's package when they unpickle its task.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
     site = os.path.join(HERE, "peers_site")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [site, os.environ.get("PYTHONPATH")]))
     spark = (
         SparkSession.builder.master(f"local[{workers}]")
         .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    spark.sparkContext.parallelize(range(workers), workers).count()
+    spark.range(workers, numPartitions=workers).mapInPandas(import_mosaic, "id long").collect()
     return spark
 
 
@@ -148,6 +165,7 @@ def shrink_frames(frames, root, max_side):
 def mosaic_convert(root, items, out, args):
     """Seconds of ``dataframe_to_mds`` over ``items`` on a local Spark; the rows of the
     merged index."""
+    import pandas
     from remote_peers import import_streaming
 
     import_streaming()
@@ -156,8 +174,10 @@ def mosaic_convert(root, items, out, args):
     spark = spark_session(args.workers)
     try:
         start = time.perf_counter()
-        rdd = spark.sparkContext.parallelize([tuple(i) for i in items], args.partitions)
-        frame = spark.createDataFrame(rdd, "path string, label long")
+        # A DataFrame held by the JVM (as one read from a table would be), sent there in
+        # Arrow: no Python pass over the rows before Mosaic's.
+        rows = pandas.DataFrame(items, columns=["path", "label"])
+        frame = spark.createDataFrame(rows).repartition(args.partitions)
         dataframe_to_mds(
             frame,
             merge_index=True,
