@@ -40,7 +40,9 @@ path, uncompressed, on the same local disk. The time is the conversion call's: L
 includes starting its 2 worker processes (``optimize`` starts them each call); Mosaic's
 Spark is started and its Python workers have imported Mosaic's writer (and torch) before
 the clock, as for fastload's Spark runs. Printed: each peer's images/s and fastload's
-2-worker figure on the engine over it (target >= 1x), with the megabytes each side wrote.
+2-worker figure on the engine over it (target >= 1x), with the megabytes each side wrote;
+first, the CPU time of each side's work on one image, in one process (where a gap
+between the engines' figures and the peers' comes from).
 
 Usage: python bench/cluster.py [--n 4000] [--repeats 3] [--partitions 8]
 [--engines dask,ray,spark] [--side 640] [--peers]
@@ -247,6 +249,35 @@ def machine_ceiling(repeats):
     return 2 * statistics.median(one) / statistics.median(two)
 
 
+def work_per_image(root, items, repeats, n=40):
+    """CPU milliseconds per image of each side's work on the first ``n`` images in this
+    process, alternating, medians of ``repeats``: fastload's field encoding the file's
+    bytes (``JPEG(max_side=256).encode``), and the peers' Pillow path
+    (``cluster_peers.shrink``, with this environment's Pillow)."""
+    sys.path.insert(0, HERE)
+    from cluster_peers import shrink
+
+    field, chosen = FIELDS["image"], items[:n]
+
+    def fastload_side():
+        for path, _ in chosen:
+            with open(os.path.join(root, path), "rb") as f:
+                field.encode(f.read())
+
+    def pillow_side():
+        for path, label in chosen:
+            shrink(root, path, label, 256)
+
+    sides = {"fastload": fastload_side, "Pillow": pillow_side}
+    samples = {name: [] for name in sides}
+    for _ in range(repeats):
+        for name, work in sides.items():
+            start = time.process_time()
+            work()
+            samples[name].append((time.process_time() - start) * 1e3 / len(chosen))
+    return {name: statistics.median(ms) for name, ms in samples.items()}
+
+
 RUNS = {"dask": dask_runs, "ray": ray_runs, "spark": spark_runs}
 
 
@@ -304,6 +335,13 @@ def main():
             f"{args.partitions} partitions, {os.cpu_count()} CPUs"
         )
         print(f"the machine: 2 processes {machine_ceiling(5):.2f}x 1 (a Python loop)")
+        if args.peers:
+            ms = work_per_image(root, items, args.repeats)
+            print(
+                f"the work of an image, one core: fastload {ms['fastload']:.1f} ms of CPU, "
+                f"the peers' Pillow {ms['Pillow']:.1f} ms",
+                flush=True,
+            )
         for engine in args.engines.split(","):
             # The other work on a shared machine comes and goes: the ceiling again, just
             # before each engine's runs.
