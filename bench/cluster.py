@@ -7,10 +7,11 @@ For each engine the 1-worker and the 2-worker runs alternate (the order reversed
 other round), the engine warm: Dask keeps a local cluster of 1 worker process and one of
 2 alive; Ray runs one ``ray.init(num_cpus=2)``, its writes at ``concurrency`` 1 or 2;
 Spark (whose local master's cores are fixed at start) starts ``local[1]`` or ``local[2]``
-before each run, outside the time measured. The time is the write's, from the engine's
-first task to the commit. Medians of ``--repeats`` rounds; the target is 2 workers >=
-1.8x 1 worker. First, what 2 processes give over 1 on the machine at that moment (a pure
-Python loop): the ceiling of any engine's figure there.
+before each run, its Python workers started with fastload imported, outside the time
+measured. The time is the write's, from the engine's first task to the commit. Medians
+of ``--repeats`` rounds; the target is 2 workers >= 1.8x 1 worker. First, what 2
+processes give over 1 on the machine at that moment (a pure Python loop): the ceiling
+of any engine's figure there.
 
 Where the time goes (profiled per process on the same machine): each task encodes on
 its own thread alone (``write_part`` writes with ``parallel=False``; one worker uses one
@@ -27,14 +28,32 @@ and 1.22x (1.19x), 25-33 images/s; spark 0.95x (1.16x) and 1.12x (1.34x), 25-28
 images/s. On an idle machine of 2 cores the figure is bounded by the engine's own share
 of them; rerun there with ``--n 4000``.
 
+With ``--peers``, LitData and Mosaic Streaming convert the same files with the same work
+in each engine's rounds (``cluster_peers.py``, run in ``bench/.venv-peers``, which
+``bench/peers_env.sh`` makes): ``litdata.optimize(num_workers=2)``, and Mosaic's
+``dataframe_to_mds`` (an ``MDSWriter`` per Spark task, the indexes merged) over a Spark
+DataFrame of the same ``--partitions`` on ``local[2]``. Each reads the file, decodes it in
+full with Pillow, shrinks it to fastload's size with Pillow's BOX filter (an area filter
+that weighs whole pixels, where fastload weighs their overlap), encodes it at fastload's
+settings (quality 90, 4:2:0, the same restart markers) and stores it with its label and
+path, uncompressed, on the same local disk. The time is the conversion call's: LitData's
+includes starting its 2 worker processes (``optimize`` starts them each call); Mosaic's
+Spark is started and its Python workers have imported Mosaic's writer (and torch) before
+the clock, as for fastload's Spark runs. Printed: each peer's images/s and fastload's
+2-worker figure on the engine over it (target >= 1x), with the megabytes each side wrote;
+first, the CPU time of each side's work on one image, in one process (where a gap
+between the engines' figures and the peers' comes from).
+
 Usage: python bench/cluster.py [--n 4000] [--repeats 3] [--partitions 8]
-[--engines dask,ray,spark] [--side 640]
+[--engines dask,ray,spark] [--side 640] [--peers]
 """
 
 import argparse
+import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +65,11 @@ from fastload.cluster.convert import ImageRow
 from fastload.storage import JPEG, Str
 
 FIELDS = {"image": JPEG(quality=90, max_side=256), "label": "int64", "path": Str()}
+HERE = os.path.dirname(os.path.abspath(__file__))
+PEERS_PYTHON = os.path.join(HERE, ".venv-peers", "bin", "python")
+PEERS_SCRIPT = os.path.join(HERE, "cluster_peers.py")
+PEERS = ("litdata", "mosaic")
+PEER_NAMES = {"litdata": "LitData optimize", "mosaic": "Mosaic MDS from Spark"}
 
 
 def generate(root, n, side):
@@ -74,10 +98,19 @@ def timed(write, out):
     committed = write(prefix)
     seconds = time.perf_counter() - start
     assert committed.rows == n_rows, committed.rows
+    written["fastload"] = folder_bytes(prefix)
     return seconds
 
 
-def dask_runs(items, root, out, partitions, repeats):
+def folder_bytes(root):
+    return sum(
+        os.path.getsize(os.path.join(folder, name))
+        for folder, _, names in os.walk(root)
+        for name in names
+    )
+
+
+def dask_runs(items, root, out, partitions, repeats, peers):
     import dask.bag as db
     from distributed import Client, LocalCluster
 
@@ -93,13 +126,13 @@ def dask_runs(items, root, out, partitions, repeats):
                 bag = db.from_sequence(items, npartitions=partitions).map(ImageRow(root))
                 return timed(lambda p: write_dask(bag, p, FIELDS), out)
 
-        return alternate(run, repeats)
+        return alternate(run, repeats, peers)
     finally:
         for cluster in clusters.values():
             cluster.close()
 
 
-def ray_runs(items, root, out, partitions, repeats):
+def ray_runs(items, root, out, partitions, repeats, peers):
     import ray
 
     from fastload.cluster import Datasink
@@ -118,12 +151,16 @@ def ray_runs(items, root, out, partitions, repeats):
 
             return timed(write, out)
 
-        return alternate(run, repeats)
+        return alternate(run, repeats, peers)
     finally:
         ray.shutdown()
 
 
-def spark_runs(items, root, out, partitions, repeats):
+def import_writer(_):
+    import fastload.cluster.spark  # noqa: F401
+
+
+def spark_runs(items, root, out, partitions, repeats, peers):
     from pyspark.sql import SparkSession
 
     from fastload.cluster import write_spark
@@ -137,23 +174,54 @@ def spark_runs(items, root, out, partitions, repeats):
             .getOrCreate()
         )
         try:
-            spark.sparkContext.parallelize(range(k), k).count()  # the workers started
+            # The workers started, fastload's writer imported, as Mosaic's in --peers.
+            spark.sparkContext.parallelize(range(k), k).map(import_writer).count()
             rdd = spark.sparkContext.parallelize(items, partitions).map(ImageRow(root))
             return timed(lambda p: write_spark(rdd, p, FIELDS), out)
         finally:
             spark.stop()
 
-    return alternate(run, repeats)
+    return alternate(run, repeats, peers)
 
 
-def alternate(run, repeats):
-    """{workers: [seconds, ...]} of ``run(1)`` and ``run(2)``, alternating."""
-    samples = {1: [], 2: []}
+def alternate(run, repeats, peers=None):
+    """{workers: [seconds, ...]} of ``run(1)`` and ``run(2)``, and {peer: [seconds, ...]}
+    of each of ``peers`` (a peer's name: a function of no argument giving seconds) in
+    the same rounds, alternating (the order reversed every other round)."""
+    runs = {1: lambda: run(1), 2: lambda: run(2), **(peers or {})}
+    samples = {key: [] for key in runs}
     for r in range(repeats):
-        for k in (1, 2) if r % 2 == 0 else (2, 1):
-            samples[k].append(run(k))
-            print(f"    {k} worker(s): {samples[k][-1]:.1f} s", flush=True)
+        for key in runs if r % 2 == 0 else reversed(runs):
+            samples[key].append(runs[key]())
+            label = f"{key} worker(s)" if isinstance(key, int) else key
+            print(f"    {label}: {samples[key][-1]:.1f} s", flush=True)
     return samples
+
+
+def peer_runs(names, work, partitions):
+    """{peer: a function timing one conversion by it}: ``cluster_peers.py convert`` in
+    the peers' environment, on the images under ``work/images`` listed in
+    ``work/items.json``, into a fresh folder under ``work``. The seconds are the ones the
+    child measured around the conversion call; raises RuntimeError when it fails."""
+
+    def runner(name):
+        def run():
+            out = os.path.join(work, f"peer-{name}")
+            shutil.rmtree(out, ignore_errors=True)
+            command = [PEERS_PYTHON, PEERS_SCRIPT, "convert", name]
+            command += [os.path.join(work, "images"), os.path.join(work, "items.json"), out]
+            command += ["--workers", "2", "--partitions", str(partitions)]
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"{name} failed:\n{done.stderr[-4000:]}")
+            result = json.loads(done.stdout.strip().splitlines()[-1])
+            written[name] = result["bytes"]
+            shutil.rmtree(out, ignore_errors=True)
+            return result["seconds"]
+
+        return run
+
+    return {name: runner(name) for name in names}
 
 
 def _spin(n):
@@ -181,44 +249,111 @@ def machine_ceiling(repeats):
     return 2 * statistics.median(one) / statistics.median(two)
 
 
+def work_per_image(root, items, repeats, n=40):
+    """CPU milliseconds per image of each side's work on the first ``n`` images in this
+    process, alternating, medians of ``repeats``: fastload's field encoding the file's
+    bytes (``JPEG(max_side=256).encode``), and the peers' Pillow path
+    (``cluster_peers.shrink``, with this environment's Pillow)."""
+    sys.path.insert(0, HERE)
+    from cluster_peers import shrink
+
+    field, chosen = FIELDS["image"], items[:n]
+
+    def fastload_side():
+        for path, _ in chosen:
+            with open(os.path.join(root, path), "rb") as f:
+                field.encode(f.read())
+
+    def pillow_side():
+        for path, label in chosen:
+            shrink(root, path, label, 256)
+
+    sides = {"fastload": fastload_side, "Pillow": pillow_side}
+    samples = {name: [] for name in sides}
+    for _ in range(repeats):
+        for name, work in sides.items():
+            start = time.process_time()
+            work()
+            samples[name].append((time.process_time() - start) * 1e3 / len(chosen))
+    return {name: statistics.median(ms) for name, ms in samples.items()}
+
+
 RUNS = {"dask": dask_runs, "ray": ray_runs, "spark": spark_runs}
 
 
-def main():
-    global n_rows
+def report(engine, samples, n):
+    """Prints the medians of ``samples`` (as ``alternate`` gives them) in images/s: 2
+    workers against 1, and fastload's 2 workers against each peer."""
+    rate = {key: n / statistics.median(seconds) for key, seconds in samples.items()}
+    print(
+        f"  {engine}: 1 worker {rate[1]:,.0f} images/s, 2 workers {rate[2]:,.0f} images/s: "
+        f"{rate[2] / rate[1]:.2f}x (target >= 1.8x)",
+        flush=True,
+    )
+    for peer in (key for key in samples if not isinstance(key, int)):
+        print(
+            f"  {engine} (2 workers) against {PEER_NAMES[peer]}: {rate[peer]:,.0f} images/s, "
+            f"fastload {rate[2] / rate[peer]:.2f}x (target >= 1x); "
+            f"{written[peer] / 1e6:.1f} MB written against fastload's "
+            f"{written['fastload'] / 1e6:.1f} MB",
+            flush=True,
+        )
+
+
+def arguments():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=4000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--side", type=int, default=640)
     parser.add_argument("--engines", default="dask,ray,spark")
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="also LitData's optimize(num_workers=2) and Mosaic's MDS writer from Spark "
+        "(local[2]) in each engine's rounds (bench/peers_env.sh first)",
+    )
     args = parser.parse_args()
+    if args.peers and not os.path.exists(PEERS_PYTHON):
+        parser.error(f"--peers runs {PEERS_PYTHON}, which is missing: run bench/peers_env.sh")
+    return args
+
+
+def main():
+    global n_rows
+    args = arguments()
     work = tempfile.mkdtemp(prefix="fastload-bench-cluster-")
     try:
         root = os.path.join(work, "images")
         items = generate(root, args.n, args.side)
         n_rows = len(items)
+        with open(os.path.join(work, "items.json"), "w") as f:
+            json.dump(items, f)
+        peers = peer_runs(PEERS, work, args.partitions) if args.peers else {}
         print(
             f"{args.n} JPEGs of {args.side}x{args.side * 3 // 4} -> longer side 256, "
             f"{args.partitions} partitions, {os.cpu_count()} CPUs"
         )
         print(f"the machine: 2 processes {machine_ceiling(5):.2f}x 1 (a Python loop)")
+        if args.peers:
+            ms = work_per_image(root, items, args.repeats)
+            print(
+                f"the work of an image, one core: fastload {ms['fastload']:.1f} ms of CPU, "
+                f"the peers' Pillow {ms['Pillow']:.1f} ms",
+                flush=True,
+            )
         for engine in args.engines.split(","):
             # The other work on a shared machine comes and goes: the ceiling again, just
             # before each engine's runs.
             print(f"{engine}: the machine now {machine_ceiling(3):.2f}x", flush=True)
-            samples = RUNS[engine](items, root, work, args.partitions, args.repeats)
-            one, two = (statistics.median(samples[k]) for k in (1, 2))
-            print(
-                f"  {engine}: 1 worker {args.n / one:,.0f} images/s, 2 workers "
-                f"{args.n / two:,.0f} images/s: {one / two:.2f}x (target >= 1.8x)",
-                flush=True,
-            )
+            samples = RUNS[engine](items, root, work, args.partitions, args.repeats, peers)
+            report(engine, samples, args.n)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 n_rows = 0
+written = {}  # bytes the last conversion of each side left on disk
 
 if __name__ == "__main__":
     main()
