@@ -24,6 +24,7 @@ KEYS = {
     Purpose.VIEW_ORDER: (),
     Purpose.RESAMPLING: (),
     Purpose.TRANSFORM: (3, 0, 0),
+    Purpose.MIX: (3, 0),
 }
 
 
