@@ -315,6 +315,61 @@ int fl_resize(const fl_image *src, fl_image *dst, void *scratch, size_t scratch_
     return resample(src, &j, dst, 0, scratch, scratch_bytes);
 }
 
+/* ---- area shrink --------------------------------------------------------------------- */
+
+/* In units of 1/m of an input line, output line j covers [j*n, (j+1)*n): every edge is an
+ * integer. Its sum, times m, is m times the lines from the one its window starts in up to
+ * the one the next window starts in, less the part of its first line before the window,
+ * plus the part of the next window's first line inside it. Lines are `len` values, `step`
+ * apart in `in` (int64 here, uint8 below), written `len` apart to `out`. */
+#define AREA_LINES(T)                                                                              \
+    static void area_lines_##T(const T *in, ptrdiff_t step, int n, int m, int64_t len,             \
+                               int64_t *out) {                                                     \
+        for (int j = 0; j < m; j++) {                                                              \
+            int64_t a = (int64_t)j * n, b = (int64_t)(j + 1) * n;                                  \
+            int lo = (int)(a / m), hi = (int)(b / m);                                              \
+            int64_t head = a % m, tail = b % m;                                                    \
+            int64_t *o = out + (int64_t)j * len;                                                   \
+            for (int64_t k = 0; k < len; k++) o[k] = 0;                                            \
+            for (int r = lo; r < hi; r++) {                                                        \
+                const T *line = in + (ptrdiff_t)r * step;                                          \
+                for (int64_t k = 0; k < len; k++) o[k] += line[k];                                 \
+            }                                                                                      \
+            const T *first = in + (ptrdiff_t)(lo < n ? lo : n - 1) * step;                         \
+            const T *next = in + (ptrdiff_t)(hi < n ? hi : n - 1) * step;                          \
+            for (int64_t k = 0; k < len; k++)                                                      \
+                o[k] = o[k] * m + tail * (int64_t)next[k] - head * (int64_t)first[k];              \
+        }                                                                                          \
+    }
+AREA_LINES(uint8_t)
+AREA_LINES(int64_t)
+#undef AREA_LINES
+
+size_t fl_resize_area_scratch_bytes(int sh, int sw, int dh, int dw, int c) {
+    if (sh < 1 || sw < 1 || dh < 1 || dw < 1 || c < 1 || dh > sh || dw > sw) return 0;
+    if ((int64_t)sh * sw > ((int64_t)1 << 52)) return 0;
+    /* the rows' sums (dh x sw x c), then one output row's (dw x c) */
+    return sizeof(int64_t) * ((size_t)dh * sw * c + (size_t)dw * c);
+}
+
+int fl_resize_area(const fl_image *src, fl_image *dst, void *scratch, size_t scratch_bytes) {
+    if (!image_ok(src) || !image_ok(dst) || src->c != dst->c) return FL_EINVAL;
+    int sh = src->h, sw = src->w, dh = dst->h, dw = dst->w, c = src->c;
+    size_t need = fl_resize_area_scratch_bytes(sh, sw, dh, dw, c);
+    if (need == 0) return FL_EINVAL;
+    if (scratch_bytes < need) return FL_ESCRATCH;
+    int64_t *rows = scratch, *sums = rows + (size_t)dh * sw * c;
+    area_lines_uint8_t(src->data, src->stride, sh, dh, (int64_t)sw * c, rows);
+    int64_t area = (int64_t)sh * sw;
+    for (int y = 0; y < dh; y++) { /* the row's pixels as lines of c values */
+        area_lines_int64_t(rows + (size_t)y * sw * c, c, sw, dw, c, sums);
+        uint8_t *out = dst->data + (ptrdiff_t)y * dst->stride;
+        for (int64_t k = 0; k < (int64_t)dw * c; k++)
+            out[k] = (uint8_t)((2 * sums[k] + area) / (2 * area));
+    }
+    return FL_OK;
+}
+
 /* ---- pixel kernels ----------------------------------------------------------------- */
 
 /* One row mirrored in place; inlined with a constant `c` per channel count below, so the

@@ -46,6 +46,15 @@ static inline fl_rect fl_rect_of(int y, int x, int h, int w) {
 size_t fl_resize_scratch_bytes(int sh, int sw, int dh, int dw, int c);
 int fl_resize(const fl_image *src, fl_image *dst, void *scratch, size_t scratch_bytes);
 
+/* Shrinks src to dst's size by exact area averaging: each output pixel is the mean of the
+ * input area it covers, fractional pixels weighted by their overlap (as OpenCV's
+ * INTER_AREA), summed in 64-bit integers and rounded to the nearest value, halves up, so
+ * that the result depends on no float rounding. Only shrinks (dst no larger than src on
+ * either side); at most 2^52 source pixels. scratch: fl_resize_area_scratch_bytes() bytes
+ * (0 for sizes it does not take). Returns FL_OK, FL_EINVAL or FL_ESCRATCH. */
+size_t fl_resize_area_scratch_bytes(int sh, int sw, int dh, int dw, int c);
+int fl_resize_area(const fl_image *src, fl_image *dst, void *scratch, size_t scratch_bytes);
+
 /* Turns the resampler's hand-written AVX2 kernel on (where the CPU has it) or off, for
  * every thread; returns whether it was on. Both give the same bytes: the tests compare
  * them. Not to be called while images are resampled. */

@@ -28,6 +28,8 @@ cdef extern from "image.h" nogil:
 
     size_t fl_resize_scratch_bytes(int sh, int sw, int dh, int dw, int c)
     int fl_resize(const fl_image *src, fl_image *dst, void *scratch, size_t scratch_bytes)
+    size_t fl_resize_area_scratch_bytes(int sh, int sw, int dh, int dw, int c)
+    int fl_resize_area(const fl_image *src, fl_image *dst, void *scratch, size_t scratch_bytes)
     int fl_set_simd(int on)
     void fl_flip_horizontal(fl_image *img)
     void fl_normalize_u8(const fl_image *src, float *dst, const float *mean,

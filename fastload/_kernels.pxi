@@ -112,6 +112,27 @@ def resize(img, int height, int width):
     return out
 
 
+def resize_area(img, int height, int width):
+    """img (uint8 HWC) shrunk to height x width by exact area averaging (each output pixel
+    the mean of the area it covers, rounded half up); ValueError unless it shrinks."""
+    cdef cnp.ndarray src = as_image(img)
+    cdef fl_image s = _view(src)
+    cdef size_t n = fl_resize_area_scratch_bytes(s.h, s.w, height, width, s.c)
+    if n == 0:
+        raise ValueError(
+            f"resize_area only shrinks, asked {(s.h, s.w)} -> {(height, width)}"
+        )
+    cdef cnp.ndarray out = np.empty((height, width, s.c), np.uint8)
+    cdef fl_image d = _view(out)
+    cdef cnp.ndarray scratch = np.empty(n, np.uint8)
+    cdef void *sp = cnp.PyArray_DATA(scratch)
+    cdef int err
+    with nogil:
+        err = fl_resize_area(&s, &d, sp, n)
+    _check(err, "resize_area")
+    return out
+
+
 def set_simd(bint on):
     """Turns the resampler's AVX2 kernel on (where the CPU has it) or off; returns whether
     it was on. For tests, which compare both: call it while nothing resamples."""

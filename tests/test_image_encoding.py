@@ -104,9 +104,50 @@ def test_resize_area_is_the_exact_mean_of_each_covered_area(case):
     assert np.array_equal(out, exact_area(img, size))
 
 
+def numpy_area(img, size):
+    """The area mean by two separable passes of exact int64 sums in numpy (rounded half up
+    in integers): a reference fast enough for large images, where ``exact_area`` is not."""
+
+    def sums(x, m):  # along the first axis, times x.shape[0]
+        n = x.shape[0]
+        out = np.zeros((m,) + x.shape[1:], np.int64)
+        for j in range(m):
+            a, b = j * n, (j + 1) * n
+            lo, hi = a // m, b // m
+            out[j] = x[lo:hi].astype(np.int64).sum(axis=0) * m
+            out[j] += (b % m) * x[min(hi, n - 1)].astype(np.int64)
+            out[j] -= (a % m) * x[min(lo, n - 1)].astype(np.int64)
+        return out
+
+    h, w = img.shape[:2]
+    total = sums(sums(img, size[0]).swapaxes(0, 1), size[1]).swapaxes(0, 1)
+    return ((2 * total + h * w) // (2 * h * w)).astype(np.uint8)
+
+
+@st.composite
+def large_shrinks(draw):
+    h, w = draw(st.integers(1, 300)), draw(st.integers(1, 300))
+    c = draw(st.sampled_from([1, 3, 4]))
+    img = np.random.default_rng(draw(st.integers(0, 2**32 - 1))).integers(
+        0, 256, (h, w, c), np.uint8
+    )
+    size = (draw(st.integers(1, h)), draw(st.integers(1, w)))
+    if draw(st.booleans()) and w > 2:  # a view with a row stride past its width
+        img = img[:, 1 : w - 1]
+        size = (size[0], min(size[1], w - 2))
+    return img, size
+
+
+@given(large_shrinks())
+def test_resize_area_in_c_equals_numpys_integer_sums_on_large_and_strided_images(case):
+    img, size = case
+    assert np.array_equal(resize_area(img, size), numpy_area(img, size))
+
+
 def test_resize_area_only_shrinks():
-    with pytest.raises(ValueError, match="only shrinks"):
-        resize_area(np.zeros((4, 4, 3), np.uint8), (5, 4))
+    for size in [(5, 4), (4, 5), (0, 4), (4, 0)]:
+        with pytest.raises(ValueError, match="only shrinks"):
+            resize_area(np.zeros((4, 4, 3), np.uint8), size)
 
 
 @pytest.mark.parametrize("name", PHOTO_NAMES)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from fastload import _core
 from fastload._images import codecs
 
 
@@ -95,40 +96,10 @@ def resize_area(img: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
     Each output pixel is the mean of the input area it covers, fractional pixels weighted
     by their overlap (as OpenCV's INTER_AREA), computed in integers and rounded to the
-    nearest value (halves up): the result does not depend on float rounding. Only
-    shrinking is supported (ValueError).
+    nearest value (halves up): the result does not depend on float rounding. In C
+    (``_core.resize_area``), without the GIL. Only shrinking is supported (ValueError).
     """
     oh, ow = size
-    h, w = img.shape[:2]
-    if (oh, ow) == (h, w):
+    if (oh, ow) == img.shape[:2]:
         return img
-    if not (1 <= oh <= h and 1 <= ow <= w):
-        raise ValueError(f"resize_area only shrinks, asked {img.shape[:2]} -> {size}")
-    rows = _area_sums(img, oh)  # (oh, w, c), times h
-    # Summing along the first axis is the fast one: the columns' pass runs on the transpose.
-    sums = _area_sums(np.ascontiguousarray(rows.swapaxes(0, 1)), ow).swapaxes(0, 1)
-    # The quotient is correctly rounded, and one that is not a half is at least 1/(2*h*w)
-    # away from one: rounding it in float64 gives the exact result.
-    return np.floor(sums / (h * w) + 0.5).astype(np.uint8, order="C")
-
-
-def _area_sums(x: np.ndarray, m: int) -> np.ndarray:
-    """``x`` (n, ...) shrunk along its first axis to ``m`` rows, as int64 area sums times n.
-
-    Measured in units of 1/m row, output row j covers [j*n, (j+1)*n): every edge is an
-    integer, so the sums are exact. Row j sums the rows from the one its window starts in up
-    to the one the next window starts in (a contiguous block, which numpy sums fast), less
-    the part of its first row before the window, plus the part of the next window's first
-    row inside it.
-    """
-    n = x.shape[0]
-    lo, part = np.divmod(np.arange(m + 1, dtype=np.int64) * n, m)
-    out = np.empty((m,) + x.shape[1:], np.int64)
-    starts = lo.tolist()
-    for j in range(m):
-        np.add.reduce(x[starts[j] : starts[j + 1]], axis=0, dtype=np.int64, out=out[j])
-    out *= m
-    edge = x[np.minimum(lo, n - 1)] * part.reshape((-1,) + (1,) * (x.ndim - 1))
-    out += edge[1:]
-    out -= edge[:-1]
-    return out
+    return _core.resize_area(img, oh, ow)
