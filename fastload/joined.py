@@ -28,7 +28,7 @@ import numpy.typing as npt
 from ._base.protocols import FeedSource, FetchedRows, SpannedBytes
 from ._base.tree import fed_under, found_under
 from .obs import Container, Index, getobs, getobs_into, is_batch_index, normalize_index
-from .views import JoinedObs, MappedObs
+from .views import JoinedObs, MappedObs, locate_part
 
 __all__ = [
     "CONCAT_BYTES",
@@ -152,8 +152,7 @@ class JoinedBytes(SpannedBytes):
         return int(self.offsets[-1])
 
     def _locate(self, i: int) -> tuple[int, int]:
-        part = int(np.searchsorted(self.offsets, i, side="right")) - 1
-        return part, i - int(self.offsets[part])
+        return locate_part(self.offsets, i)
 
     def __getitem__(self, i: Index) -> Any:
         i = normalize_index(i, len(self))
@@ -191,9 +190,9 @@ class JoinedField(JoinedObs):
     def _held(self, i: int) -> tuple[int, int, contextlib.ExitStack]:
         part, j = self._locate(i)
         stack = contextlib.ExitStack()
-        for source in self.feeds[part]:
-            source.ensure(j)
+        for source in self.feeds[part]:  # held first: not let go between fetch and read
             stack.enter_context(source.holding(j))
+            source.ensure(j)
         return part, j, stack
 
     def __getobs__(self, i: Index) -> Any:

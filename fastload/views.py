@@ -256,6 +256,13 @@ def mapobs(
     return MappedObs(f, data, batched)
 
 
+def locate_part(offsets: Any, i: int) -> tuple[int, int]:
+    """(part, index within it) of position ``i`` of parts one after another, which start
+    at ``offsets`` (their cumulative sizes from 0)."""
+    part = int(np.searchsorted(offsets, i, side="right")) - 1
+    return part, i - int(offsets[part])
+
+
 class JoinedObs(_View):
     """The concatenation of several containers (see ``joinobs``). Several observations
     come back collated like those of ``mapobs``."""
@@ -270,8 +277,7 @@ class JoinedObs(_View):
         return int(self.offsets[-1])
 
     def _locate(self, i: int) -> tuple[int, int]:
-        part = int(np.searchsorted(self.offsets, i, side="right")) - 1
-        return part, i - int(self.offsets[part])
+        return locate_part(self.offsets, i)
 
     def __getobs__(self, i: Index) -> Any:
         i = normalize_index(i, len(self))

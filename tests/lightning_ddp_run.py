@@ -18,6 +18,9 @@ from fastload.torch import DataLoader
 
 
 class Model(lightning.LightningModule):
+    """A linear model that learns nothing (lr 0) and keeps the items of every batch it
+    trained on (``seen``); its loader is the drop-in over 40 items, shuffled."""
+
     def __init__(self, batch):
         super().__init__()
         self.linear = torch.nn.Linear(1, 1)

@@ -98,7 +98,8 @@ def test_crop_region_decode_matches_full_decode_then_crop(kind, size, chain_name
 
 @pytest.mark.skipif(
     not NATIVE,
-    reason="this build decodes JPEG through simplejpeg (no libjpeg headers at build time)",
+    reason="this build decodes JPEG through simplejpeg, which has no region decode (libjpeg-"
+    "turbo's headers were missing at build time): install them and rebuild to test it",
 )
 @pytest.mark.parametrize("kind", JPEG_KINDS)
 def test_crop_region_decode_is_exact_at_full_scale(kind):
@@ -369,7 +370,8 @@ def test_image_folder_lists_exactly_the_formats_that_decode(tmp_path):
 
 @pytest.mark.skipif(
     not NATIVE,
-    reason="this build decodes JPEG through simplejpeg (no libjpeg headers at build time)",
+    reason="this build decodes JPEG through simplejpeg, which has no region decode (libjpeg-"
+    "turbo's headers were missing at build time): install them and rebuild to test it",
 )
 def test_only_the_crop_region_is_decoded():
     h, w = 300, 400

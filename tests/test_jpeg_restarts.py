@@ -24,8 +24,9 @@ from fastload.transforms import Compose, DecodeImage, RandomCrop, RandomResizedC
 
 pytestmark = pytest.mark.skipif(
     not NATIVE,
-    reason="this build has no fastload._jpeg (no libjpeg headers at build time): JPEGs "
-    "are written without restart markers and decoded whole",
+    reason="this build has no fastload._jpeg (libjpeg-turbo's headers were missing at build "
+    "time), so JPEGs are written without restart markers and decoded whole: install "
+    "libjpeg-turbo's headers (libturbojpeg0-dev or libjpeg-turbo8-dev) and rebuild to test them",
 )
 
 PHOTOS = os.path.join(os.path.dirname(__file__), "data", "photos")

@@ -1308,7 +1308,8 @@ def _faults_of_churn(i):
 
 @pytest.mark.skipif(
     not sys.platform.startswith("linux") or "libasan" in os.environ.get("LD_PRELOAD", ""),
-    reason="glibc's malloc (Linux); under make sanitize, ASan's allocator replaces it",
+    reason="it measures glibc's malloc, which only Linux has, and which make sanitize "
+    "replaces with ASan's allocator: there is nothing of glibc's to measure",
 )
 def test_a_worker_keeps_what_an_item_frees_for_the_next_item():
     """glibc's default gives the 10 MB an item freed back to the system, and the next

@@ -127,7 +127,8 @@ def test_pin_memory_says_what_it_needs(kw, message):
 
 @pytest.mark.skipif(
     not torch.cuda.is_available(),
-    reason="needs a CUDA device: checks the pinned ring and side-stream copies",
+    reason="no CUDA device here: the pinned ring's side-stream copies run on a GPU only; "
+    "run on a machine with one to check them",
 )
 def test_pinned_ring_and_cuda_prefetch_match_the_cpu_batches():
     expected = [copy_tree(b) for b in _loader()]

@@ -196,25 +196,11 @@ def test_lightning_saves_and_restores_the_loader_as_a_stateful_one():
 def test_a_lightning_run_stopped_mid_epoch_resumes_from_its_checkpoint(tmp_path):
     lightning = pytest.importorskip("lightning")
 
-    class Model(lightning.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.linear = torch.nn.Linear(1, 1)
-            self.seen = []
-
-        def training_step(self, batch, index):
-            self.seen.append(batch[0].tolist())
-            return self.linear(batch[0].float()[:, None]).sum()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), 0.0)
-
-        def train_dataloader(self):
-            return DataLoader(TensorDataset(torch.arange(40)), batch_size=4, shuffle=True)
+    from lightning_ddp_run import Model  # the model of the DDP runs, on one process
 
     def fit(steps, resume=None, save=None):
         torch.manual_seed(0)
-        model = Model()
+        model = Model(batch=4)
         trainer = lightning.Trainer(
             max_steps=steps,
             accelerator="cpu",
