@@ -24,10 +24,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 OPT = os.environ.get("FASTLOAD_OPT", "-O3").split()
 CFLAGS = [
@@ -125,7 +127,35 @@ def extensions():
     return [core, jpeg]
 
 
+class BuildExt(build_ext):
+    """build_ext that compiles the C files of a module side by side, one per CPU (the
+    largest first: the C that Cython generates takes most of the time), where setuptools
+    compiles them one after the other. Each file is compiled as setuptools would alone."""
+
+    def build_extensions(self):
+        compiler, compile_one = self.compiler, self.compiler.compile
+        cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+        jobs = min(len(cpus) if cpus else os.cpu_count() or 1, 8)
+
+        def compile_all(sources, *args, **kwargs):
+            if jobs == 1 or len(sources) < 2:
+                return compile_one(sources, *args, **kwargs)
+            order = sorted(sources, key=lambda f: -os.path.getsize(f))
+            with ThreadPoolExecutor(jobs) as pool:
+                objects = dict(
+                    zip(order, pool.map(lambda f: compile_one([f], *args, **kwargs), order))
+                )
+            return [obj for f in sources for obj in objects[f]]
+
+        compiler.compile = compile_all
+        try:
+            super().build_extensions()
+        finally:
+            compiler.compile = compile_one
+
+
 setup(
+    cmdclass={"build_ext": BuildExt},
     ext_modules=cythonize(
         extensions(),
         include_path=["csrc"],

@@ -317,39 +317,109 @@ int fl_resize(const fl_image *src, fl_image *dst, void *scratch, size_t scratch_
 
 /* ---- area shrink --------------------------------------------------------------------- */
 
-/* In units of 1/m of an input line, output line j covers [j*n, (j+1)*n): every edge is an
- * integer. Its sum, times m, is m times the lines from the one its window starts in up to
- * the one the next window starts in, less the part of its first line before the window,
- * plus the part of the next window's first line inside it. Lines are `len` values, `step`
- * apart in `in` (int64 here, uint8 below), written `len` apart to `out`. */
-#define AREA_LINES(T)                                                                              \
-    static void area_lines_##T(const T *in, ptrdiff_t step, int n, int m, int64_t len,             \
-                               int64_t *out) {                                                     \
+/* In units of 1/m of an input line, output line j of m covers [j*n, (j+1)*n) of n input
+ * lines: every edge is an integer. Its sum, times m, is m times the lines from lo[j] (the
+ * one its window starts in) up to lo[j+1] (the one the next window starts in), less
+ * head[j]/m of line lo[j] (the part before the window), plus head[j+1]/m of line lo[j+1]
+ * (the part of the next window's first line inside it): a line past the last is read as
+ * the last, with a weight of 0. Whole lines sum in T, the weights in int64. */
+static void area_edges(int n, int m, int32_t *lo, int64_t *head) {
+    for (int j = 0; j <= m; j++) {
+        int64_t a = (int64_t)j * n;
+        lo[j] = (int32_t)(a / m);
+        head[j] = a % m;
+    }
+}
+
+/* The first pass: each output row's weighted sum of source rows (`len` uint8 values,
+ * `step` apart) times m, as `len` values of T, `len` apart in `out`. T is int32 where
+ * every partial sum fits in it (below 3 * 255 * n: see fl_resize_area), int64 beyond. */
+#define AREA_ROWS(T)                                                                               \
+    static void area_rows_##T(const uint8_t *in, ptrdiff_t step, int n, int m, int64_t len,        \
+                              const int32_t *lo, const int64_t *head, T *out) {                    \
         for (int j = 0; j < m; j++) {                                                              \
-            int64_t a = (int64_t)j * n, b = (int64_t)(j + 1) * n;                                  \
-            int lo = (int)(a / m), hi = (int)(b / m);                                              \
-            int64_t head = a % m, tail = b % m;                                                    \
-            int64_t *o = out + (int64_t)j * len;                                                   \
+            T *o = out + (int64_t)j * len;                                                         \
             for (int64_t k = 0; k < len; k++) o[k] = 0;                                            \
-            for (int r = lo; r < hi; r++) {                                                        \
-                const T *line = in + (ptrdiff_t)r * step;                                          \
+            for (int r = lo[j]; r < lo[j + 1]; r++) {                                              \
+                const uint8_t *line = in + (ptrdiff_t)r * step;                                    \
                 for (int64_t k = 0; k < len; k++) o[k] += line[k];                                 \
             }                                                                                      \
-            const T *first = in + (ptrdiff_t)(lo < n ? lo : n - 1) * step;                         \
-            const T *next = in + (ptrdiff_t)(hi < n ? hi : n - 1) * step;                          \
+            const uint8_t *first = in + (ptrdiff_t)(lo[j] < n ? lo[j] : n - 1) * step;             \
+            const uint8_t *next = in + (ptrdiff_t)(lo[j + 1] < n ? lo[j + 1] : n - 1) * step;      \
+            T mm = (T)m, head0 = (T)head[j], tail = (T)head[j + 1];                                \
             for (int64_t k = 0; k < len; k++)                                                      \
-                o[k] = o[k] * m + tail * (int64_t)next[k] - head * (int64_t)first[k];              \
+                o[k] = o[k] * mm + tail * (T)next[k] - head0 * (T)first[k];                        \
         }                                                                                          \
     }
-AREA_LINES(uint8_t)
-AREA_LINES(int64_t)
-#undef AREA_LINES
+AREA_ROWS(int32_t)
+AREA_ROWS(int64_t)
+#undef AREA_ROWS
+
+/* round(v / area), halves up, for 0 <= v <= 255 * area: a double's quotient is within one
+ * of it (area < 2^52), and the integer products settle which. */
+static inline uint8_t area_mean(int64_t v, int64_t area, double inv) {
+    int64_t num = 2 * v + area, den = 2 * area;
+    int64_t q = (int64_t)((double)num * inv);
+    if (q * den > num)
+        q--;
+    else if ((q + 1) * den <= num)
+        q++;
+    return (uint8_t)q;
+}
+
+/* The second pass over one row of the first's sums (sw pixels of `stride` values of T):
+ * channels [0, c) of dw pixels, each the weighted sum of the columns its window covers,
+ * divided by `area`. Inlined with constants per channel count, so the loops unroll. */
+#define AREA_COLS(T)                                                                               \
+    static inline void area_cols_##T(const T *row, int sw, int dw, const int c, const int stride,  \
+                                     const int32_t *lo, const int64_t *head, int64_t area,         \
+                                     double inv, uint8_t *out) {                                   \
+        for (int j = 0; j < dw; j++) {                                                             \
+            int64_t s[4] = {0, 0, 0, 0};                                                           \
+            for (int x = lo[j]; x < lo[j + 1]; x++)                                                \
+                for (int ch = 0; ch < c; ch++) s[ch] += row[(ptrdiff_t)x * stride + ch];           \
+            const T *first = row + (ptrdiff_t)(lo[j] < sw ? lo[j] : sw - 1) * stride;              \
+            const T *next = row + (ptrdiff_t)(lo[j + 1] < sw ? lo[j + 1] : sw - 1) * stride;       \
+            for (int ch = 0; ch < c; ch++) {                                                       \
+                int64_t v = s[ch] * dw + head[j + 1] * next[ch] - head[j] * first[ch];             \
+                out[(ptrdiff_t)j * stride + ch] = area_mean(v, area, inv);                         \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    static void area_pass_##T(const T *rows, fl_image *dst, int sw, const int32_t *lo,             \
+                              const int64_t *head, int64_t area) {                                 \
+        double inv = 1.0 / (2.0 * (double)area);                                                   \
+        int dh = dst->h, dw = dst->w, c = dst->c;                                                  \
+        for (int y = 0; y < dh; y++) {                                                             \
+            const T *row = rows + (size_t)y * sw * c;                                              \
+            uint8_t *out = dst->data + (ptrdiff_t)y * dst->stride;                                 \
+            switch (c) {                                                                           \
+            case 1: area_cols_##T(row, sw, dw, 1, 1, lo, head, area, inv, out); break;             \
+            case 3: area_cols_##T(row, sw, dw, 3, 3, lo, head, area, inv, out); break;             \
+            case 4: area_cols_##T(row, sw, dw, 4, 4, lo, head, area, inv, out); break;             \
+            default: /* a channel at a time */                                                     \
+                for (int ch = 0; ch < c; ch++)                                                     \
+                    area_cols_##T(row + ch, sw, dw, 1, c, lo, head, area, inv, out + ch);          \
+            }                                                                                      \
+        }                                                                                          \
+    }
+AREA_COLS(int32_t)
+AREA_COLS(int64_t)
+#undef AREA_COLS
+
+/* A first-pass value is at most 255 * (n + 2m) <= 765 * sh before its head is taken off:
+ * int32 holds it for any image below 2.8 million rows, int64 beyond. */
+static int area_sums_in_int32(int sh) { return 765 * (int64_t)sh <= INT32_MAX; }
+
+/* The edges of both passes (their int64 heads, then their int32 starts), in whole int64s. */
+static size_t area_edge_words(int dh, int dw) { return ((size_t)dh + dw + 2) * 3 / 2 + 1; }
 
 size_t fl_resize_area_scratch_bytes(int sh, int sw, int dh, int dw, int c) {
     if (sh < 1 || sw < 1 || dh < 1 || dw < 1 || c < 1 || dh > sh || dw > sw) return 0;
     if ((int64_t)sh * sw > ((int64_t)1 << 52)) return 0;
-    /* the rows' sums (dh x sw x c), then one output row's (dw x c) */
-    return sizeof(int64_t) * ((size_t)dh * sw * c + (size_t)dw * c);
+    /* the edges, then the first pass's sums (dh x sw x c) */
+    size_t sum = area_sums_in_int32(sh) ? sizeof(int32_t) : sizeof(int64_t);
+    return sizeof(int64_t) * area_edge_words(dh, dw) + sum * (size_t)dh * sw * c;
 }
 
 int fl_resize_area(const fl_image *src, fl_image *dst, void *scratch, size_t scratch_bytes) {
@@ -358,14 +428,18 @@ int fl_resize_area(const fl_image *src, fl_image *dst, void *scratch, size_t scr
     size_t need = fl_resize_area_scratch_bytes(sh, sw, dh, dw, c);
     if (need == 0) return FL_EINVAL;
     if (scratch_bytes < need) return FL_ESCRATCH;
-    int64_t *rows = scratch, *sums = rows + (size_t)dh * sw * c;
-    area_lines_uint8_t(src->data, src->stride, sh, dh, (int64_t)sw * c, rows);
-    int64_t area = (int64_t)sh * sw;
-    for (int y = 0; y < dh; y++) { /* the row's pixels as lines of c values */
-        area_lines_int64_t(rows + (size_t)y * sw * c, c, sw, dw, c, sums);
-        uint8_t *out = dst->data + (ptrdiff_t)y * dst->stride;
-        for (int64_t k = 0; k < (int64_t)dw * c; k++)
-            out[k] = (uint8_t)((2 * sums[k] + area) / (2 * area));
+    int64_t *row_head = scratch, *col_head = row_head + dh + 1;
+    int32_t *row_lo = (int32_t *)(col_head + dw + 1), *col_lo = row_lo + dh + 1;
+    void *sums = (int64_t *)scratch + area_edge_words(dh, dw);
+    area_edges(sh, dh, row_lo, row_head);
+    area_edges(sw, dw, col_lo, col_head);
+    int64_t len = (int64_t)sw * c, area = (int64_t)sh * sw;
+    if (area_sums_in_int32(sh)) {
+        area_rows_int32_t(src->data, src->stride, sh, dh, len, row_lo, row_head, sums);
+        area_pass_int32_t(sums, dst, sw, col_lo, col_head, area);
+    } else {
+        area_rows_int64_t(src->data, src->stride, sh, dh, len, row_lo, row_head, sums);
+        area_pass_int64_t(sums, dst, sw, col_lo, col_head, area);
     }
     return FL_OK;
 }

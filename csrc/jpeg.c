@@ -389,6 +389,15 @@ static void copy_markers(struct jpeg_decompress_struct *src, struct jpeg_compres
     }
 }
 
+/* The restart interval for an image `width` pixels across in MCUs `mcu_w` pixels wide:
+ * the most MCUs that divide the MCU row and span at most `span` pixels (one at least). */
+static int restart_interval(int width, int mcu_w, int span) {
+    int per_row = (width + mcu_w - 1) / mcu_w, interval = 1;
+    for (int k = 2; k <= per_row && k * mcu_w <= span; k++)
+        if (per_row % k == 0) interval = k;
+    return interval;
+}
+
 int fl_jpeg_add_restarts(const uint8_t *data, size_t n, int span, uint8_t **out, size_t *out_n,
                          char *message, size_t message_bytes) {
     struct jpeg_decompress_struct src;
@@ -417,12 +426,10 @@ int fl_jpeg_add_restarts(const uint8_t *data, size_t n, int span, uint8_t **out,
         jpeg_destroy_decompress(&src);
         return FL_EUNSUPPORTED;
     }
-    /* The interval: the most MCUs that divide the row and span at most `span` pixels. */
     int one = src.num_components == 1;
     int mcu_w = one ? 8 : 8 * src.max_h_samp_factor, mcu_h = one ? 8 : 8 * src.max_v_samp_factor;
-    int per_row = ((int)src.image_width + mcu_w - 1) / mcu_w, interval = 1;
-    for (int k = 2; k <= per_row && k * mcu_w <= span; k++)
-        if (per_row % k == 0) interval = k;
+    int per_row = ((int)src.image_width + mcu_w - 1) / mcu_w;
+    int interval = restart_interval((int)src.image_width, mcu_w, span);
     /* Room for the stream and 8 bytes per interval (its marker, a partial byte, whole DC
      * values at its start): libjpeg then never grows the buffer, in memory of its own. */
     size_t mcus = (size_t)per_row * (((size_t)src.image_height + mcu_h - 1) / mcu_h);
@@ -444,6 +451,61 @@ int fl_jpeg_add_restarts(const uint8_t *data, size_t n, int span, uint8_t **out,
     jpeg_finish_decompress(&src);
     jpeg_destroy_compress(&dst);
     jpeg_destroy_decompress(&src);
+    if (buffer != ours) free(ours);
+    *out = buffer;
+    *out_n = (size_t)bytes;
+    return FL_OK;
+}
+
+int fl_jpeg_encode(const fl_image *img, int quality, int h_samp, int v_samp, int span,
+                   uint8_t **out, size_t *out_n, char *message, size_t message_bytes) {
+    *out = NULL;
+    if (!img || !img->data || img->h < 1 || img->w < 1 || img->c != 3 || quality < 1 ||
+        quality > 100 || (h_samp != 1 && h_samp != 2) || (v_samp != 1 && v_samp != 2) ||
+        img->h > JPEG_MAX_DIMENSION || img->w > JPEG_MAX_DIMENSION) {
+        snprintf(message, message_bytes, "no JPEG encoding for these arguments");
+        return FL_EINVAL;
+    }
+    struct jpeg_compress_struct dst;
+    error_state err;
+    /* Room for the stream (libjpeg grows it, in memory of its own, in the rare case it
+     * needs more than the pixels' bytes). */
+    unsigned long room = (unsigned long)((size_t)img->h * img->w * 3 + 65536), bytes = room;
+    unsigned char *volatile ours = malloc(room);
+    unsigned char *buffer = ours;
+    if (!ours) {
+        snprintf(message, message_bytes, "out of memory encoding a JPEG");
+        return FL_ENOMEM;
+    }
+    dst.err = jpeg_std_error(&err.mgr);
+    err.mgr.error_exit = on_error;
+    err.mgr.emit_message = on_message;
+    err.message = message;
+    err.message_bytes = message_bytes;
+    jpeg_create_compress(&dst);
+    if (setjmp(err.jump)) {
+        jpeg_destroy_compress(&dst);
+        free(ours);
+        return FL_ECORRUPT;
+    }
+    dst.image_width = (JDIMENSION)img->w;
+    dst.image_height = (JDIMENSION)img->h;
+    dst.input_components = 3;
+    dst.in_color_space = JCS_RGB;
+    jpeg_set_defaults(&dst);
+    jpeg_set_quality(&dst, quality, TRUE);
+    dst.comp_info[0].h_samp_factor = h_samp;
+    dst.comp_info[0].v_samp_factor = v_samp;
+    dst.dct_method = JDCT_ISLOW;
+    if (span > 0) dst.restart_interval = (unsigned)restart_interval(img->w, 8 * h_samp, span);
+    jpeg_mem_dest(&dst, &buffer, &bytes);
+    jpeg_start_compress(&dst, TRUE);
+    while (dst.next_scanline < dst.image_height) {
+        JSAMPROW row = (JSAMPROW)(img->data + (ptrdiff_t)dst.next_scanline * img->stride);
+        jpeg_write_scanlines(&dst, &row, 1);
+    }
+    jpeg_finish_compress(&dst);
+    jpeg_destroy_compress(&dst);
     if (buffer != ours) free(ours);
     *out = buffer;
     *out_n = (size_t)bytes;

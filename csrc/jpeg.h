@@ -57,6 +57,16 @@ int fl_jpeg_part(const uint8_t *data, size_t n, int denom, const fl_rect *want, 
 int fl_jpeg_add_restarts(const uint8_t *data, size_t n, int span, uint8_t **out, size_t *out_n,
                          char *message, size_t message_bytes);
 
+/* `img` (RGB, 3 channels) encoded as a baseline JPEG at `quality` (1..100, libjpeg's
+ * scaled standard tables), chroma sampled h_samp x v_samp (2 x 2: 4:2:0; 2 x 1: 4:2:2;
+ * 1 x 1: 4:4:4), the accurate integer DCT, the standard Huffman tables, and, where `span`
+ * > 0, a restart marker after every interval of MCUs as fl_jpeg_add_restarts puts them:
+ * the bytes that encoding with simplejpeg and then adding the markers gives. *out is
+ * malloc'd, *out_n bytes; the caller frees it. Returns FL_OK; FL_EINVAL (a bad
+ * argument), FL_ENOMEM or FL_ECORRUPT with a message. */
+int fl_jpeg_encode(const fl_image *img, int quality, int h_samp, int v_samp, int span,
+                   uint8_t **out, size_t *out_n, char *message, size_t message_bytes);
+
 /* The name of the capsule in which fastload._jpeg hands fl_jpeg_decode to the core. Its last
  * part changes with fl_jpeg_decode's signature, so that a core and a _jpeg module built from
  * different sources refuse each other instead of calling through the wrong type. */

@@ -15,5 +15,7 @@ cdef extern from "jpeg.h" nogil:
                        int *out_y, int *out_x, char *message, size_t message_bytes)
     int fl_jpeg_part(const unsigned char *data, size_t n, int denom, const fl_rect *want,
                      unsigned char **part, size_t *part_n, int *dy, int *dx)
+    int fl_jpeg_encode(const fl_image *img, int quality, int h_samp, int v_samp, int span,
+                       unsigned char **out, size_t *out_n, char *message, size_t message_bytes)
     int fl_jpeg_add_restarts(const unsigned char *data, size_t n, int span, unsigned char **out,
                              size_t *out_n, char *message, size_t message_bytes)

@@ -8,7 +8,7 @@ from libc.stdlib cimport free, malloc
 
 from image cimport fl_image, fl_rect
 from jpeg cimport (FL_JPEG_CAPSULE_NAME, fl_jpeg_add_restarts, fl_jpeg_decode,
-                  fl_jpeg_decode_fn, fl_jpeg_library_version, fl_jpeg_part)
+                  fl_jpeg_decode_fn, fl_jpeg_encode, fl_jpeg_library_version, fl_jpeg_part)
 from status cimport FL_ENOMEM, FL_EUNSUPPORTED, FL_OK
 
 cdef fl_jpeg_decode_fn _decode = fl_jpeg_decode
@@ -44,6 +44,44 @@ def add_restarts(const unsigned char[::1] data, int span=32):
                                   sizeof(message))
     if rc == FL_EUNSUPPORTED:
         return bytes(data)
+    if rc != FL_OK:
+        raise (MemoryError if rc == FL_ENOMEM else ValueError)(message.decode(errors="replace"))
+    try:
+        return bytes(out[:out_n])
+    finally:
+        free(out)
+
+
+# Chroma subsampling by name: the sampling factors (horizontal, vertical) of luma.
+_SAMPLING = {"420": (2, 2), "422": (2, 1), "444": (1, 1)}
+
+
+def encode(const unsigned char[:, :, ::1] pixels, int quality=90, str subsampling="420",
+           int restart_px=0):
+    """``pixels`` (uint8, (h, w, 3), RGB, C-contiguous) as baseline JPEG bytes at
+    ``quality`` with chroma ``subsampling`` "420", "422" or "444", and a restart marker
+    after every interval of MCUs at most ``restart_px`` pixels across that divides the
+    MCU row (0: none): the bytes of ``simplejpeg.encode_jpeg`` then ``add_restarts``, in
+    one pass. Raises ValueError for another shape, quality or subsampling."""
+    cdef unsigned char *out = NULL
+    cdef size_t out_n = 0
+    cdef char message[256]
+    cdef fl_image img
+    cdef int rc, hs, vs
+    if subsampling not in _SAMPLING:
+        raise ValueError(f"subsampling must be one of {sorted(_SAMPLING)}, got {subsampling!r}")
+    hs, vs = _SAMPLING[subsampling]
+    if pixels.shape[2] != 3 or pixels.shape[0] < 1 or pixels.shape[1] < 1:
+        raise ValueError(f"encode takes RGB pixels of shape (h, w, 3), got {tuple(pixels.shape)[:3]}")
+    if not 1 <= quality <= 100:
+        raise ValueError(f"quality must be 1..100, got {quality}")
+    message[0] = 0
+    img.data = <unsigned char *>&pixels[0, 0, 0]
+    img.h, img.w, img.c = pixels.shape[0], pixels.shape[1], 3
+    img.stride = pixels.strides[0]
+    with nogil:
+        rc = fl_jpeg_encode(&img, quality, hs, vs, restart_px, &out, &out_n, message,
+                            sizeof(message))
     if rc != FL_OK:
         raise (MemoryError if rc == FL_ENOMEM else ValueError)(message.decode(errors="replace"))
     try:

@@ -14,6 +14,12 @@ A field is joined so that it loads as the fields themselves do, natively where t
 - anything else (a larger array, a table, a source at a URL, Python containers) is a
   ``JoinedField``: read item by item through Python, each source's rows brought in
   (fetched, at a URL) and held while they are read.
+
+The mix's ``MixedFeed`` gives each packed dataset under a source its own rows in the order
+the mix reads them, with the mix's steps: a dataset at a URL is fetched ahead and, bounded
+by ``memory_bytes``, its blocks let go once the steps that read them were delivered, as
+it would be alone. An image chain that decodes a dataset's stored bytes at a URL reads
+them without pinning their block (``reads_copied``): its output is a new array.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ import numpy.typing as npt
 
 from ._base.protocols import FeedSource, FetchedRows, SpannedBytes
 from ._base.tree import fed_under, found_under
+from ._images.imagesources import is_image_chain
+from ._storage.remotefiles import reads_copied
 from .obs import Container, Index, getobs, getobs_into, is_batch_index, normalize_index
 from .views import JoinedObs, MappedObs, locate_part
 
@@ -61,7 +69,7 @@ def is_remote(data: Container) -> bool:
 class MixedFeed(FeedSource):
     """The feeds of the packed datasets under the sources of a mix, each given its own
     rows: ``sources[s]``, the ``FeedSource``s under source ``s`` (local files: their row
-    checks; no prefetch, so no gate)."""
+    checks; at a URL, the fetching ahead and letting go of its blocks)."""
 
     def __init__(self, offsets: npt.NDArray[np.int64], sources: list[list[FeedSource]]) -> None:
         self.offsets, self.sources = offsets, sources
@@ -75,10 +83,24 @@ class MixedFeed(FeedSource):
         slack: int,
         together: Sequence[FeedSource],
     ) -> _SplitFeed | None:
-        made: dict[int, Any] = {}
-        for s, rows in _split(self.offsets, order[start:]):
-            for source in self.sources[s]:
-                feed = source.feed(rows, 0, 0, lambda step: 0, slack, [source])
+        """Each source's feeds over its own rows of ``order``, in the order the mix reads
+        them: position ``p`` of the mix is position ``where[s] < p`` counted of source
+        ``s``, so that its steps (``step_end``) are the mix's."""
+        order = np.asarray(order, np.int64)
+        part = np.searchsorted(self.offsets, order, side="right") - 1
+        made: dict[int, list[Any]] = {}
+        for s, sources in enumerate(self.sources):
+            where = np.flatnonzero(part == s)
+            mine = int(np.searchsorted(where, start))
+            if not sources or mine == len(where):
+                continue
+
+            def end(step: int, where: npt.NDArray[np.int64] = where) -> int:
+                return int(np.searchsorted(where, step_end(step)))
+
+            rows = order[where] - self.offsets[s]
+            for kind in _by_kind(sources):
+                feed = kind[0].feed(rows, mine, first_step, end, slack, kind)
                 if feed is not None:
                     made.setdefault(s, []).append(feed)
         return _SplitFeed(self.offsets, made) if made else None
@@ -93,6 +115,14 @@ class MixedFeed(FeedSource):
         return _all_held([source.holding(mine) for s, mine in parts for source in self.sources[s]])
 
 
+def _by_kind(sources: Sequence[FeedSource]) -> list[list[FeedSource]]:
+    """``sources`` by type, as the engine asks one of each kind for all of that kind."""
+    kinds: dict[type, list[FeedSource]] = {}
+    for source in sources:
+        kinds.setdefault(type(source), []).append(source)
+    return list(kinds.values())
+
+
 @contextlib.contextmanager
 def _all_held(managers: list[contextlib.AbstractContextManager[None]]) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
@@ -103,7 +133,8 @@ def _all_held(managers: list[contextlib.AbstractContextManager[None]]) -> Iterat
 
 class _SplitFeed:
     """One iteration's feeds of the sources of a mix (``_loading.seams.Feed``): each
-    checks and brings in the rows of its own source."""
+    checks, brings in and lets go of the rows of its own source. No gate: a source at a
+    URL is read through Python (``JoinedField``), which brings in its rows itself."""
 
     gate = None
 
@@ -131,7 +162,9 @@ class _SplitFeed:
         self._each(rows, lambda feed, mine: feed.ensure(mine))
 
     def delivered(self, step: int) -> None:
-        pass  # no blocks held for steps: the sources are local
+        for feeds in self.feeds.values():
+            for feed in feeds:
+                feed.delivered(step)
 
     def close(self) -> None:
         for feeds in self.feeds.values():
@@ -181,11 +214,19 @@ class JoinedBytes(SpannedBytes):
 
 class JoinedField(JoinedObs):
     """Fields of several sources one after another, read through Python; the rows of a
-    source at a URL are fetched and held while read (``feeds[s]``: its ``FeedSource``s)."""
+    source at a URL are fetched and held while read (``feeds[s]``: its ``FeedSource``s),
+    and a field that decodes its stored bytes (an image chain) reads them without pinning
+    their blocks. ``row_feed``: the mix's feed (``MixedFeed``), which the engine starts."""
 
-    def __init__(self, datas: Sequence[Container], feeds: list[list[FeedSource]]) -> None:
+    def __init__(
+        self,
+        datas: Sequence[Container],
+        feeds: list[list[FeedSource]],
+        row_feed: MixedFeed | None = None,
+    ) -> None:
         super().__init__(*datas)
-        self.feeds = feeds
+        self.feeds, self.row_feed = feeds, row_feed
+        self.copied = [bool(f) and _decodes(d) for d, f in zip(self.datas, feeds)]
 
     def _held(self, i: int) -> tuple[int, int, contextlib.ExitStack]:
         part, j = self._locate(i)
@@ -193,6 +234,8 @@ class JoinedField(JoinedObs):
         for source in self.feeds[part]:  # held first: not let go between fetch and read
             stack.enter_context(source.holding(j))
             source.ensure(j)
+        if self.copied[part]:
+            stack.enter_context(reads_copied())
         return part, j, stack
 
     def __getobs__(self, i: Index) -> Any:
@@ -214,6 +257,12 @@ class JoinedField(JoinedObs):
             return getobs_into(buffer, self.datas[part], j)
 
 
+def _decodes(field: Any) -> bool:
+    """Whether ``field`` decodes stored bytes into new arrays, item by item (an image
+    chain that starts with ``DecodeImage``): nothing it hands out is a view of them."""
+    return is_image_chain(field) and field.f.decodes and not field.batched
+
+
 def _native_images(fields: Sequence[Any]) -> bool:
     """One per-item pipeline over the encoded items of local packed datasets."""
     first = fields[0]
@@ -232,7 +281,7 @@ def join_field(fields: Sequence[Container], feed: MixedFeed | None) -> Container
     datasets, which a natively decoded field offers the engine."""
     if any(is_remote(f) for f in fields):
         remote = [fed_under(f) if is_remote(f) else [] for f in fields]
-        return JoinedField(fields, remote)
+        return JoinedField(fields, remote, feed)
     arrays = all(isinstance(f, np.ndarray) and f.ndim >= 1 for f in fields)
     if arrays and sum(f.nbytes for f in fields) <= CONCAT_BYTES:
         dtypes = {f.dtype for f in fields}
@@ -241,11 +290,11 @@ def join_field(fields: Sequence[Container], feed: MixedFeed | None) -> Container
     if _native_images(fields):
         datas = [f.data for f in fields]
         return MappedObs(fields[0].f, JoinedBytes(datas, feed))
-    return JoinedField(fields, [[] for _ in fields])
+    return JoinedField(fields, [[] for _ in fields], feed)
 
 
 def mixed_feed(sources: Sequence[Container], offsets: npt.NDArray[np.int64]) -> MixedFeed | None:
-    """The feed of the local packed datasets under ``sources`` (None when there are none;
-    a source at a URL is read through Python, which brings its rows in itself)."""
-    found = [[] if is_remote(s) else fed_under(s) for s in sources]
+    """The feed of the packed datasets under ``sources``, local or at a URL (None when
+    there are none)."""
+    found = [fed_under(s) for s in sources]
     return MixedFeed(offsets, found) if any(found) else None

@@ -19,6 +19,13 @@ Each epoch, a source of ``n`` observations and count ``c`` gives ``c // n`` whol
 over it, each in a random order, and ``c % n`` observations drawn without replacement:
 no observation twice when ``c <= n``. The sources' draws are then interleaved in a
 random order. All of it is drawn from (seed, epoch): the same on every rank.
+
+With ``shuffle="quasi"``, a source over a packed dataset (whose blocks ``block_bounds``
+gives) is drawn block by block instead: each pass is a quasi-random order of it (its
+blocks in a random order, the rows of each ``wave`` of them shuffled together), and the
+``c % n`` rest are the first rows of one more such pass. Interleaving keeps each source's
+order, so a dataset at a URL is read a wave of blocks at a time, within its
+``memory_bytes``. Sources without blocks are drawn at random as above.
 """
 
 from __future__ import annotations
@@ -32,11 +39,13 @@ import numpy as np
 import numpy.typing as npt
 
 from ._base.arguments import is_flag, is_size
+from ._base.protocols import Blockwise
 from ._base.randomness import Purpose, generator
-from ._base.tree import unflatten, unwrap
+from ._base.tree import found_under, unflatten, unwrap
 from .joined import join_field, mixed_feed
 from .layouts import check_layouts, members
 from .obs import Container, Index, getobs, getobs_into, numobs
+from .order import DEFAULT_WAVE, quasi_draw
 from .views import _View
 
 __all__ = ["MixOrder", "MixSampler", "Mixture", "mix", "mixture_of"]
@@ -46,10 +55,19 @@ _PerSource = Sequence[Any] | Mapping[str, Any] | None
 
 class MixOrder:
     """``order(epoch, seed)``: the positions of a mix's epoch (a sampler). ``counts``:
-    observations of each source per epoch; ``offsets``: where each source starts."""
+    observations of each source per epoch; ``offsets``: where each source starts;
+    ``blocks``: each source's block boundaries to draw it block by block (``"quasi"``,
+    a ``wave`` of blocks at a time), None to draw it at random."""
 
-    def __init__(self, counts: npt.NDArray[np.int64], offsets: npt.NDArray[np.int64]) -> None:
-        self.counts, self.offsets = counts, offsets
+    def __init__(
+        self,
+        counts: npt.NDArray[np.int64],
+        offsets: npt.NDArray[np.int64],
+        blocks: Sequence[npt.NDArray[np.int64] | None] | None = None,
+        wave: int = DEFAULT_WAVE,
+    ) -> None:
+        self.counts, self.offsets, self.wave = counts, offsets, wave
+        self.blocks = list(blocks) if blocks is not None else [None] * len(counts)
 
     def __call__(self, epoch: int, seed: int) -> npt.NDArray[np.int64]:
         parts = []
@@ -57,9 +75,14 @@ class MixOrder:
             rng = generator(seed, Purpose.MIX, epoch, s + 1)
             n = int(self.offsets[s + 1] - self.offsets[s])
             passes, rest = divmod(int(count), n) if n else (0, 0)
-            drawn = [rng.permutation(n) for _ in range(passes)]
-            # The rest without replacement: a few of a large source cost what they are.
-            drawn.append(rng.choice(n, rest, replace=False) if rest else np.zeros(0, np.int64))
+            blocks = self.blocks[s]
+            if blocks is not None:
+                drawn = [quasi_draw(n, blocks, rng, self.wave) for _ in range(passes + 1)]
+                drawn[-1] = drawn[-1][:rest]
+            else:
+                drawn = [rng.permutation(n) for _ in range(passes)]
+                # The rest without replacement: a few of a large source cost what they are.
+                drawn.append(rng.choice(n, rest, replace=False) if rest else np.zeros(0, np.int64))
             parts.append(np.concatenate(drawn) + self.offsets[s])
         which = generator(seed, Purpose.MIX, epoch, 0).permutation(
             np.repeat(np.arange(len(self.counts)), self.counts)
@@ -96,13 +119,20 @@ class Mixture(_View):
     (``order``, a ``MixOrder``): ``names``, ``sizes``, ``counts`` (a dict, name ->
     observations per epoch), ``epoch_size``."""
 
-    def __init__(self, names: list[str], sources: list[Container], counts: list[int]) -> None:
+    def __init__(
+        self,
+        names: list[str],
+        sources: list[Container],
+        counts: list[int],
+        blocks: list[npt.NDArray[np.int64] | None] | None = None,
+        wave: int = DEFAULT_WAVE,
+    ) -> None:
         self.names, self.sources = names, sources
         self.sizes = [numobs(s) for s in sources]
         self.offsets = np.cumsum([0] + self.sizes).astype(np.int64)
         self.counts = dict(zip(names, counts))
         self.epoch_size = sum(counts)
-        self.order = MixOrder(np.asarray(counts, np.int64), self.offsets)
+        self.order = MixOrder(np.asarray(counts, np.int64), self.offsets, blocks, wave)
         feed = mixed_feed(sources, self.offsets)
         leaves = [members(s)[0] for s in sources]
         layout = members(sources[0])[1]
@@ -219,16 +249,21 @@ def mix(
     repeat: _PerSource = None,
     choose: _PerSource = None,
     epoch_size: int | None = None,
+    shuffle: bool | str = True,
+    wave: int = DEFAULT_WAVE,
 ) -> Mixture:
     """A container mixing ``sources`` (a list, or a dict by name; names are ``"0"``,
     ``"1"``, ... for a list), each epoch by ``proportion``, ``repeat`` or ``choose`` per
     source (a list with one value, or None, per source; or a dict by name), by the rule
     of ``fastload.mixtures``. ``DataLoader(mix(...), batch_size)`` loads each epoch in its
-    order: sharded, elastic and resumable as with a ``sampler=``.
+    order: sharded, elastic and resumable as with a ``sampler=``. ``shuffle="quasi"``
+    draws each source over a packed dataset block by block, ``wave`` blocks at a time
+    (for datasets larger than memory, or at a URL with ``memory_bytes``).
 
     Raises ``ValueError`` for no sources, contradictory or invalid settings, a source
-    that is empty but must give observations, and sources of different layouts
-    (structure, field names, dtypes or row shapes: the message names the difference).
+    that is empty but must give observations, ``shuffle="quasi"`` where no source has
+    blocks, and sources of different layouts (structure, field names, dtypes or row
+    shapes: the message names the difference).
     """
     if isinstance(sources, Mapping):
         names, datas = [str(k) for k in sources], list(sources.values())
@@ -252,4 +287,32 @@ def mix(
     if not sum(counts):
         raise ValueError("mix: the epoch is empty (every count is 0)")
     check_layouts(names, datas)
-    return Mixture(names, datas, counts)
+    return Mixture(names, datas, counts, _drawn_by_blocks(datas, shuffle, wave), wave)
+
+
+def _drawn_by_blocks(
+    datas: list[Container], shuffle: bool | str, wave: int
+) -> list[npt.NDArray[np.int64] | None]:
+    """The block boundaries each source is drawn by (None: at random)."""
+    if shuffle is not True and shuffle != "quasi":
+        raise ValueError(
+            f"mix: shuffle must be True (each source drawn at random) or 'quasi' (block by "
+            f"block), got {shuffle!r}"
+        )
+    if not is_size(wave) or wave < 1:
+        raise ValueError(f"mix: wave must be an int >= 1, got {wave!r}")
+    if shuffle is True:
+        return [None] * len(datas)
+    blocks = [_block_bounds(d) for d in datas]
+    if all(b is None for b in blocks):
+        raise ValueError(
+            "mix: shuffle='quasi' draws a packed dataset block by block, and no source is "
+            "over one (use shuffle=True)"
+        )
+    return blocks
+
+
+def _block_bounds(data: Container) -> npt.NDArray[np.int64] | None:
+    """The block boundaries of the packed dataset whose rows ``data``'s are, or None."""
+    found = found_under(data, lambda d: d.block_bounds if isinstance(d, Blockwise) else None)
+    return found[0] if found else None

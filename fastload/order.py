@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_PARTITIONS",
     "block_sizes",
     "partitions_misfit",
+    "quasi_draw",
     "quasi_partition_order",
     "quasi_partition_rows",
     "quasi_partition_steps",
@@ -82,12 +83,19 @@ def quasi_random_order(
     ):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
             raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    return quasi_draw(n, blocks, generator(seed, Purpose.QUASI_ORDER, epoch), wave)
+
+
+def quasi_draw(
+    n: int, blocks: npt.ArrayLike, rng: np.random.Generator, wave: int
+) -> npt.NDArray[np.int64]:
+    """``quasi_random_order``'s permutation drawn from ``rng`` (checked arguments): the
+    blocks in a random order, the rows of each ``wave`` of them shuffled together."""
     sizes = block_sizes(n, blocks)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     # Empty blocks are dropped first, so sizes and boundaries give the same order.
     keep = sizes > 0
     sizes, starts = sizes[keep], starts[keep]
-    rng = generator(seed, Purpose.QUASI_ORDER, epoch)
     picked = rng.permutation(len(sizes))
     return _waves(picked, starts, sizes, rng, wave)
 

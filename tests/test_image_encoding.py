@@ -144,6 +144,16 @@ def test_resize_area_in_c_equals_numpys_integer_sums_on_large_and_strided_images
     assert np.array_equal(resize_area(img, size), numpy_area(img, size))
 
 
+def test_resize_area_sums_in_64_bits_where_32_would_overflow():
+    # Below 2.8 million rows the first pass sums in int32; this column takes the int64 one.
+    rng = np.random.default_rng(0)
+    img = rng.integers(200, 256, (2_900_001, 1, 1), np.uint8)
+    for size in ((3, 1), (1, 1), (1000, 1)):
+        assert np.array_equal(resize_area(img, size), numpy_area(img, size))
+    tall = np.full((2_900_001, 2, 3), 255, np.uint8)
+    assert (resize_area(tall, (7, 1)) == 255).all()
+
+
 def test_resize_area_only_shrinks():
     for size in [(5, 4), (4, 5), (0, 4), (4, 0)]:
         with pytest.raises(ValueError, match="only shrinks"):

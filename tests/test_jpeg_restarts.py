@@ -264,6 +264,59 @@ def test_photographs_cost_a_few_percent_more_bytes():
         assert 1.0 < ratio < 1.045, name
 
 
+def pillow_jpeg(img, quality, subsampling, restart_px):
+    """Pillow's encoder (its own libjpeg-turbo) at the same settings: the accurate DCT, the
+    standard tables, the restart interval the writer's rule gives."""
+    h_factor = 1 if subsampling == "444" else 2
+    per_row, blocks = -(-img.shape[1] // (8 * h_factor)), max(1, restart_px // (8 * h_factor))
+    while per_row % blocks:
+        blocks -= 1
+    out = io.BytesIO()
+    options = {"restart_marker_blocks": blocks} if restart_px else {}
+    Image.fromarray(img).save(
+        out,
+        "JPEG",
+        quality=quality,
+        subsampling={"444": 0, "422": 1, "420": 2}[subsampling],
+        **options,
+    )
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("subsampling", ["420", "422", "444"])
+@pytest.mark.parametrize("restart_px", [0, 16, 32, 100])
+def test_the_one_pass_encoder_writes_pillows_bytes(subsampling, restart_px):
+    rng = np.random.default_rng(restart_px)
+    for h, w, quality in ((1, 1, 90), (17, 33, 1), (100, 150, 90), (64, 200, 100), (9, 250, 57)):
+        img = natural_image(h, w) if h > 8 else rng.integers(0, 256, (h, w, 3), np.uint8)
+        got = _jpeg().encode(img, quality, subsampling, restart_px)
+        assert got == pillow_jpeg(img, quality, subsampling, restart_px)
+        if restart_px:  # the interval add_restarts puts in
+            assert markers(got)[0] == markers(_jpeg().add_restarts(got, restart_px))[0]
+
+
+def test_the_writer_encodes_in_one_pass_what_encoding_then_adding_markers_gives():
+    img = natural_image(120, 90)
+    stored = JPEG(85, subsampling="422").encode(img)[0]
+    plain = _jpeg().encode(img, 85, "422", 0)
+    assert stored == _jpeg().add_restarts(plain, 32)
+    assert np.array_equal(pixels(stored), pixels(plain))
+
+
+def test_the_encoder_refuses_what_it_cannot_encode():
+    img = natural_image(20, 20)
+    with pytest.raises(ValueError, match="subsampling must be one of"):
+        _jpeg().encode(img, 90, "411")
+    with pytest.raises(ValueError, match="quality must be 1..100"):
+        _jpeg().encode(img, 0)
+    with pytest.raises(ValueError, match=r"shape \(h, w, 3\)"):
+        _jpeg().encode(np.zeros((4, 4, 4), np.uint8))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _jpeg().encode(np.zeros((4, 4, 4), np.uint8)[:, :, :3])
+    with pytest.raises(ValueError):
+        _jpeg().encode(np.zeros((0, 4, 3), np.uint8))
+
+
 def test_bad_arguments_are_refused():
     data = _jpeg().add_restarts(simplejpeg.encode_jpeg(natural_image(40, 40), 90), 16)
     with pytest.raises(ValueError, match="empty JPEG"):

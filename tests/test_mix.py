@@ -252,6 +252,39 @@ def test_the_datasets_checks_run_on_the_native_path(tmp_path):
             assert set(batch["label"].tolist()) <= {10, 100}
 
 
+@pytest.mark.parametrize("count", [45, 100, 230])
+def test_quasi_draws_a_packed_source_a_wave_of_blocks_at_a_time(tmp_path, count):
+    images = [simplejpeg.encode_jpeg(np.full((8, 8, 3), k, np.uint8)) for k in range(100)]
+    fields = {"image": JPEG(), "label": "int64"}
+    fastload.write(
+        tmp_path / "b.arrow", (images, np.arange(100)), fields, progress=False, block_bytes=2_000
+    )
+    ds = fastload.open(tmp_path / "b.arrow")
+    bounds = ds.block_bounds
+    assert len(bounds) > 20  # many small blocks
+    small = _write(tmp_path / "a.arrow", 10, 20)
+    chain = Compose([DecodeImage(), CenterCrop(4)])
+    m = mix([_fields(small, chain), _fields(ds, chain)], choose=[7, count], shuffle="quasi", wave=3)
+    for epoch in range(3):
+        order = m.order(epoch, 5)
+        assert np.array_equal(order, m.order(epoch, 5))  # a function of (seed, epoch)
+        rows = order[order >= 20] - 20
+        assert np.bincount(order < 20).tolist() == [count, 7]
+        blocks = np.searchsorted(bounds, rows, side="right") - 1
+        for p in range(0, count, 100):  # each pass, and the rest: a permutation's start
+            one = rows[p : p + 100]
+            assert len(np.unique(one)) == len(one)
+            # Wave by wave: the blocks met so far are whole waves of 3, but the last.
+            seen, waves = blocks[p : p + 100], []
+            for b in seen:
+                if b not in (waves[-1] if waves else ()):
+                    if not waves or len(waves[-1]) == 3:
+                        waves.append([])
+                    waves[-1].append(b)
+            assert sorted(b for w in waves for b in w) == sorted(set(seen.tolist()))
+        assert m.order(epoch, 6).tolist() != order.tolist()
+
+
 def test_a_packed_dataset_at_a_url_mixes_with_a_local_one(packed, tmp_path):
     a, b = packed
     root = tmp_path / "www"
@@ -275,6 +308,63 @@ def test_a_packed_dataset_at_a_url_mixes_with_a_local_one(packed, tmp_path):
         assert np.array_equal(x["image"], y["image"])
     labels = np.concatenate([batch["label"] for batch in got])
     assert set(labels.tolist()) == {10, 100}
+
+
+def _soon_bytes(remote, rows, step):
+    """The most bytes of blocks that five consecutive steps read (``rows``: the dataset's
+    rows the mix reads, by position, -1 where another source's): what one loader keeps
+    past its budget (its first step not delivered and the next four)."""
+    blocks = np.searchsorted(remote.bounds, rows, side="right") - 1
+    return max(
+        int(remote.nbytes[np.unique(blocks[p : p + 5 * step][rows[p : p + 5 * step] >= 0])].sum())
+        for p in range(0, len(rows), step)
+    )
+
+
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_a_dataset_at_a_url_in_a_mix_is_read_within_its_memory_bound(packed, tmp_path, backend):
+    a, _ = packed
+    root = tmp_path / "www"
+    root.mkdir()
+    rng = np.random.default_rng(0)
+    images = [
+        simplejpeg.encode_jpeg(rng.integers(0, 256, (40, 48, 3), np.uint8)) for _ in range(400)
+    ]
+    labels = np.arange(1000, 1400, dtype=np.int64)
+    fields = {"image": JPEG(), "label": "int64"}
+    fastload.write(root / "b.arrow", (images, labels), fields, block_bytes=8 << 10, progress=False)
+    b = fastload.open(root / "b.arrow")
+    server = RangeServer(root)
+    pipeline = Compose([DecodeImage(), CenterCrop(32)])
+    try:
+        budget = 250_000  # two waves of 8 blocks, a sixth of the dataset
+        remote = fastload.open(f"{server.url}/b.arrow", cache_bytes=0, memory_bytes=budget)
+        blocks = remote.remote_rows
+        assert budget < blocks.nbytes.sum() / 5
+        m = mix(
+            [_fields(a, pipeline), _fields(remote, pipeline)], choose=[30, 400], shuffle="quasi"
+        )
+        local = mix([_fields(a, pipeline), _fields(b, pipeline)], choose=[30, 400], shuffle="quasi")
+        loader = DataLoader(m, 10, seed=1, parallel=2, backend=backend)
+        got, held = [], []
+        with deadline(120):
+            for epoch in range(2):
+                order = loader.order(epoch)
+                rows = np.where(order >= 30, order - 30, -1)
+                bound = budget + _soon_bytes(blocks, rows, 10)
+                for batch in loader:
+                    got.append({k: np.array(v) for k, v in batch.items()})
+                    held.append(blocks.held_bytes())
+                assert max(held) <= bound < blocks.nbytes.sum()
+            again = DataLoader(local, 10, seed=1, parallel=2)
+            want = [batch for _ in range(2) for batch in again]
+    finally:
+        server.stop()
+    assert len(got) == len(want) == 86
+    for x, y in zip(got, want):
+        assert np.array_equal(x["label"], y["label"])
+        assert np.array_equal(x["image"], y["image"])
+    assert loader.stats()["sources"] == {"0": 30, "1": 400}
 
 
 # -- refused --------------------------------------------------------------------------------
@@ -317,6 +407,9 @@ def test_packed_datasets_of_different_fields_are_refused(packed, tmp_path):
         ({"choose": {"z": 3}}, "names no source"),
         ({"choose": [0, 0]}, "epoch is empty"),
         ({"proportion": [1, 1], "epoch_size": 0}, "epoch_size must be an int >= 1"),
+        ({"shuffle": False}, "shuffle must be True .* or 'quasi'"),
+        ({"shuffle": "quasi", "wave": 0}, "wave must be an int >= 1"),
+        ({"shuffle": "quasi"}, "no source is over one"),
     ],
 )
 def test_invalid_settings_are_refused_saying_what_to_do(settings, message):
@@ -333,3 +426,5 @@ def test_an_empty_source_with_a_count_and_an_order_of_the_loaders_own_are_refuse
     for kw in ({"shuffle": True}, {"sampler": lambda e, s: [0]}):
         with pytest.raises(ValueError, match="draws its own order"):
             DataLoader(m, 4, **kw)
+    with pytest.raises(ValueError, match="give the mix shuffle='quasi'"):
+        DataLoader(m, 4, shuffle="quasi")

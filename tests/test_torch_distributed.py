@@ -2,7 +2,8 @@
 ``DistributedSampler`` through ``fastload.torch.DataLoader``, and ``fastload.DataLoader``
 with ``shard="auto"``, give every item once per epoch and the same steps on every rank;
 on 1, 2 and 4 ranks of one global batch, ``fastload.DataLoader`` loads the same global
-batches, a packed dataset's quasi-random order too (each rank from blocks of its own)."""
+batches, a packed dataset's quasi-random order at a URL too (moto's S3 server: each rank
+fetches blocks of its own, each once)."""
 
 import json
 import os
@@ -12,6 +13,7 @@ import sys
 
 import numpy as np
 import pytest
+from servers import S3Server
 
 import fastload
 from fastload.storage import Bytes
@@ -58,12 +60,12 @@ with open(out, "w") as f:
 
 
 ELASTIC_SCRIPT = """
-import json, sys
+import json, sys, time
 import numpy as np
 import torch.distributed as dist
 import fastload
 
-port, rank, world, packed, out = sys.argv[1:]
+port, rank, world, url, storage, log, out = sys.argv[1:]
 rank, world = int(rank), int(world)
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                         world_size=world)
@@ -76,10 +78,28 @@ seen = {}
 for name, options in settings.items():
     loader = fastload.DataLoader(np.arange(50), 16 // world, shard="auto", seed=5, **options)
     seen[name] = [[b.tolist() for b in loader] for _ in range(2)]
-# A packed dataset in the quasi-random order, its blocks dealt to 8 partitions.
-quasi = fastload.DataLoader(fastload.open(packed), 16 // world, shard="auto", seed=5,
-                            shuffle="quasi", partitions=8, parallel=2)
-seen["quasi"] = [[b["label"].tolist() for b in quasi] for _ in range(2)]
+# A packed dataset at a URL (moto's S3 server) in the quasi-random order, its blocks dealt
+# to 8 partitions; the blocks this rank fetched in the first epoch.
+def gets():  # the GETs of the job's object that moto logged (until two reads agree)
+    counts = [-1]
+    while True:
+        with open(log, errors="replace") as f:
+            counts.append(f.read().count(f"GET /data/{url.rsplit('/', 1)[1]} HTTP"))
+        if counts[-1] == counts[-2]:
+            return counts[-1]
+        time.sleep(0.2)
+
+
+ds = fastload.open(url, storage_options=json.loads(storage), cache_bytes=0)
+quasi = fastload.DataLoader(ds, 16 // world, shard="auto", seed=5, shuffle="quasi",
+                            partitions=8, parallel=2)
+dist.barrier()  # every rank opened it
+before = gets()
+first = [b["label"].tolist() for b in quasi]
+dist.barrier()
+seen["gets"] = gets() - before  # the job's, while its ranks loaded the first epoch
+seen["fetched"] = np.flatnonzero(ds.remote_rows.present).tolist()
+seen["quasi"] = [first, [b["label"].tolist() for b in quasi]]
 dist.barrier()
 dist.destroy_process_group()
 with open(out, "w") as f:
@@ -123,17 +143,41 @@ def test_one_to_four_ranks_load_the_same_global_batches(tmp_path):
     fastload.write(
         packed, rows, {"label": "int64", "blob": Bytes()}, block_bytes=400, progress=False
     )
-    # The three jobs run side by side, each on ports of its own.
-    started = [_start_ranks(ELASTIC_SCRIPT, world, tmp_path, str(packed)) for world in (1, 2, 4)]
-    runs = dict(zip((1, 2, 4), _outputs(started), strict=True))
+    log = tmp_path / "moto.log"
+    s3 = S3Server(log)
+    try:
+        for world in (1, 2, 4):  # an object per job, so that its requests are its own
+            s3.put("data", f"w{world}.arrow", packed.read_bytes())
+        options = json.dumps(s3.storage_options)
+        # The three jobs run side by side, each on ports of its own.
+        started = [
+            _start_ranks(
+                ELASTIC_SCRIPT, world, tmp_path, f"s3://data/w{world}.arrow", options, str(log)
+            )
+            for world in (1, 2, 4)
+        ]
+        runs = dict(zip((1, 2, 4), _outputs(started), strict=True))
+    finally:
+        s3.stop()
     bounds = fastload.open(packed).block_bounds
-    for world in (2, 4):  # the quasi order's ranks read disjoint blocks
+    for world in (1, 2, 4):  # the quasi order's ranks fetch disjoint blocks, each once
         for epoch in range(2):
             blocks = [
-                set(bounds.searchsorted(np.concatenate(seen["quasi"][epoch]), "right").tolist())
+                set(
+                    (
+                        bounds.searchsorted(np.concatenate(seen["quasi"][epoch]), "right") - 1
+                    ).tolist()
+                )
                 for seen in runs[world]
             ]
             assert all(not (blocks[r] & blocks[q]) for r in range(world) for q in range(r))
+            if epoch == 0:  # what each rank fetched: the blocks of its rows, no other
+                assert [set(seen["fetched"]) for seen in runs[world]] == blocks
+        fetched = sum(len(seen["fetched"]) for seen in runs[world])
+        assert fetched == len(bounds) - 1
+        # A GET a block fetched (and a check of the object's version per read).
+        gets = runs[world][0]["gets"]
+        assert fetched <= gets <= 2 * fetched, (world, gets, fetched)
     for name in ("shuffled", "in order", "sampler", "quasi"):
         (alone,) = runs[1]
         for world in (2, 4):

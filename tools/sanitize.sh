@@ -48,6 +48,9 @@ find "$dir" -type f ! -path "$dir/build/*" ! -name '*.so' ! -path "$dir/fastload
 git ls-files -z --cached --others --exclude-standard |
     while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
     tar --null -T - -cf - | tar -xf - -C "$dir"
+# The C that Cython generated for the in-place build, with its times: it does not depend on
+# the compiler's flags, and Cython leaves a module alone whose C is newer than its sources.
+for f in fastload/_*.c; do [ -e "$f" ] && cp -p "$f" "$dir/$f"; done
 
 # setuptools rebuilds when a source is newer than its module, not when flags change.
 force=

@@ -284,6 +284,7 @@ def _mixed_order(mixture: Mixture, options: LoaderOptions) -> Sampler:
         if value is not None and value is not False:
             raise ValueError(
                 f"a fastload.mix draws its own order each epoch (its sources interleaved at "
-                f"random): leave {name} out (got {name}={value!r})"
+                f"random): leave {name} out (got {name}={value!r}; to draw its packed "
+                f"datasets block by block, give the mix shuffle='quasi')"
             )
     return mixture.order

@@ -367,19 +367,19 @@ def _check_restart_px(restart_px: int | None) -> int | None:
 
 
 def _encode_jpeg(img, quality, subsampling, restart_px):
+    """``img``'s RGB as JPEG bytes: in one pass through libjpeg (the accurate DCT, the
+    markers as it writes them) where fastload has it, else through simplejpeg (which
+    builds without libjpeg write without markers: ``_check_restart_px``)."""
+    pixels = np.ascontiguousarray(img[:, :, :3])
+    if not _core.JPEG_FALLBACK_REASON:
+        from fastload import _jpeg
+
+        return _jpeg.encode(pixels, quality, subsampling, restart_px or 0)
     import simplejpeg
 
-    data = simplejpeg.encode_jpeg(
-        np.ascontiguousarray(img[:, :, :3]),
-        quality=quality,
-        colorspace="RGB",
-        colorsubsampling=subsampling,
+    return simplejpeg.encode_jpeg(
+        pixels, quality=quality, colorspace="RGB", colorsubsampling=subsampling
     )
-    if restart_px is None:
-        return data
-    from fastload import _jpeg
-
-    return _jpeg.add_restarts(data, restart_px)
 
 
 def _stored_jpeg(field, data):
@@ -408,7 +408,7 @@ def _decode_jpeg(data):
 
 
 class JPEG(_Image):
-    """A JPEG image, encoded (libjpeg-turbo, through simplejpeg) at ``quality`` 1..100
+    """A JPEG image, encoded by libjpeg-turbo (the accurate integer DCT) at ``quality`` 1..100
     with chroma ``subsampling`` "420" (the default: Pillow's, OpenCV's and so FFCV's at
     every quality), "422" or "444" (full-resolution colour, 25-50% more bytes at
     quality 90). ``max_side``: images whose longer side exceeds it are shrunk by exact

@@ -49,6 +49,7 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import contextlib
+import contextvars
 import mmap
 import os
 import shutil
@@ -73,7 +74,14 @@ from fastload._storage.mirror import Mirror
 from fastload._storage.remote import MAX_CONCURRENCY, RemoteObject, resolve_urls
 from fastload.errors import LoadError
 
-__all__ = ["RemoteFile", "RemoteRows", "Prefetch", "default_cache", "open_objects"]
+__all__ = [
+    "RemoteFile",
+    "RemoteRows",
+    "Prefetch",
+    "default_cache",
+    "open_objects",
+    "reads_copied",
+]
 
 _MAGIC = b"ARROW1"
 _PIECE = 8 << 20  # the largest range fetched in one request at open
@@ -83,6 +91,23 @@ DEFAULT_CACHE_BYTES = 50 << 30  # at most; never more than half the disk's free 
 # Returns a shared map's pages to the system, a hole punched in a file's (Linux); elsewhere
 # blocks are kept.
 _MADV_REMOVE = getattr(mmap, "MADV_REMOVE", None)
+
+
+# True within ``reads_copied``: the reads of this thread pin nothing.
+_COPIED = contextvars.ContextVar("fastload_reads_copied", default=False)
+
+
+@contextlib.contextmanager
+def reads_copied() -> Any:
+    """Within it, the reads of this thread through Python pin no block
+    (``RemoteRows.pin``): for a caller that holds the blocks while it reads
+    (``RemoteRows.holding``) and keeps nothing of what it was handed, only a copy (a
+    decode of stored bytes, as a mix's image chain does)."""
+    token = _COPIED.set(True)
+    try:
+        yield
+    finally:
+        _COPIED.reset(token)
 
 
 def can_let_go() -> bool:
@@ -295,8 +320,9 @@ class RemoteRows:
 
     def pin(self, rows: int | npt.NDArray[np.int64]) -> None:
         """Mark the blocks of ``rows`` as read through Python before they are read: what
-        Python holds may be a view of them, so they are never let go (``bounded`` only)."""
-        if not self.bounded:
+        Python holds may be a view of them, so they are never let go (``bounded`` only;
+        not within ``reads_copied``)."""
+        if not self.bounded or _COPIED.get():
             return
         blocks = self.blocks_of(rows)
         if not self.pinned[blocks].all():
