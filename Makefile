@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 VERSION := $(shell sed -nE 's/^__version__ = "(.*)"/\1/p' fastload/_base/version.py)
 
 .PHONY: base install libjpeg clang build test demo bench stress cluster lint format sanitize tsan fuzz \
-	docs wheel-tools sdist wheel wheel-check clean
+	fuzz-tools docs docs-tools wheel-tools sdist wheel wheel-check clean
 
 # The interpreter and what building fastload needs.
 $(VENV)/.python:
@@ -153,14 +153,18 @@ clang:
 # Each fuzz target of fuzz/ for FUZZ_SECONDS (the packed-file target through atheris), and
 # the binding's random calls (tests/test_core_fuzz.py), FUZZ_SECONDS batches of them.
 FUZZ_SECONDS ?= 30
-fuzz: build clang
+fuzz-tools: build
 	$(PY) -m pip install --quiet atheris \
 		|| echo "atheris could not be installed: the packed-file target searches at random"
+
+fuzz: fuzz-tools clang
 	fuzz/run.sh $(FUZZ_SECONDS)
 
 # The guides of docs/ and the API reference from the docstrings, warnings as errors.
-docs: build
+docs-tools: build
 	$(PY) -m pip install --quiet "sphinx>=7" "myst-parser>=2"
+
+docs: docs-tools
 	$(PY) -m sphinx -E -W --keep-going -q -b html docs build/docs/html
 	@echo "documentation: build/docs/html/index.html"
 

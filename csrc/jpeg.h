@@ -60,8 +60,8 @@ int fl_jpeg_add_restarts(const uint8_t *data, size_t n, int span, uint8_t **out,
 /* `img` (RGB, 3 channels) encoded as a baseline JPEG at `quality` (1..100, libjpeg's
  * scaled standard tables), chroma sampled h_samp x v_samp (2 x 2: 4:2:0; 2 x 1: 4:2:2;
  * 1 x 1: 4:4:4), the accurate integer DCT, the standard Huffman tables, and, where `span`
- * > 0, a restart marker after every interval of MCUs as fl_jpeg_add_restarts puts them:
- * the bytes that encoding with simplejpeg and then adding the markers gives. *out is
+ * > 0, a restart marker after every interval of MCUs as fl_jpeg_add_restarts puts them,
+ * in one pass (the bytes Pillow's libjpeg writes at the same settings). *out is
  * malloc'd, *out_n bytes; the caller frees it. Returns FL_OK; FL_EINVAL (a bad
  * argument), FL_ENOMEM or FL_ECORRUPT with a message. */
 int fl_jpeg_encode(const fl_image *img, int quality, int h_samp, int v_samp, int span,

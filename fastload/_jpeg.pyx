@@ -61,8 +61,9 @@ def encode(const unsigned char[:, :, ::1] pixels, int quality=90, str subsamplin
     """``pixels`` (uint8, (h, w, 3), RGB, C-contiguous) as baseline JPEG bytes at
     ``quality`` with chroma ``subsampling`` "420", "422" or "444", and a restart marker
     after every interval of MCUs at most ``restart_px`` pixels across that divides the
-    MCU row (0: none): the bytes of ``simplejpeg.encode_jpeg`` then ``add_restarts``, in
-    one pass. Raises ValueError for another shape, quality or subsampling."""
+    MCU row (0: none), as ``add_restarts`` puts them, in one pass: the accurate integer
+    DCT and the standard tables, the bytes Pillow writes at the same settings. Raises
+    ValueError for another shape, quality or subsampling."""
     cdef unsigned char *out = NULL
     cdef size_t out_n = 0
     cdef char message[256]

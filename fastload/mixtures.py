@@ -69,6 +69,15 @@ class MixOrder:
         self.counts, self.offsets, self.wave = counts, offsets, wave
         self.blocks = list(blocks) if blocks is not None else [None] * len(counts)
 
+    @property
+    def state_kind(self) -> str:
+        """What a loader's state records of this order: its type, and how it draws where
+        it draws by blocks (a state of one draw is refused by a loader of the other)."""
+        name = f"{__name__}.{type(self).__qualname__}"
+        if all(b is None for b in self.blocks):
+            return name
+        return f"{name}(shuffle='quasi', wave={self.wave})"
+
     def __call__(self, epoch: int, seed: int) -> npt.NDArray[np.int64]:
         parts = []
         for s, count in enumerate(self.counts):

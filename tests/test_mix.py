@@ -161,6 +161,24 @@ def test_a_state_is_refused_by_a_loader_without_the_mix():
         DataLoader(m.joined, 4, seed=1).load_state_dict(loader.state_dict())
 
 
+def test_a_state_of_one_draw_is_refused_by_a_mix_of_the_other(packed):
+    a, b = packed
+    chain = Compose([DecodeImage(), CenterCrop(32)])
+    sources = [_fields(a, chain), _fields(b, chain)]
+    random, blockwise = mix(sources), mix(sources, shuffle="quasi", wave=2)
+    states = {}
+    for name, m in (("random", random), ("quasi", blockwise)):
+        loader = DataLoader(m, 5, seed=1)
+        next(iter(loader))
+        states[name] = loader.state_dict()
+    assert states["quasi"]["sampler"] == "fastload.mixtures.MixOrder(shuffle='quasi', wave=2)"
+    assert states["random"]["sampler"] == "fastload.mixtures.MixOrder"  # as 0.3.0 saved it
+    for state, other in ((states["random"], blockwise), (states["quasi"], random)):
+        with pytest.raises(ValueError, match="sampler"):
+            DataLoader(other, 5, seed=1).load_state_dict(state)
+    DataLoader(mix(sources, shuffle="quasi", wave=2), 5, seed=1).load_state_dict(states["quasi"])
+
+
 def test_tables_mix_column_by_column():
     pd = pytest.importorskip("pandas")
     a = pd.DataFrame({"x": np.arange(5.0), "s": list("abcde")})

@@ -89,10 +89,14 @@ def state_format(kind: LoaderKind, version: int = STATE_VERSION) -> str:
 
 
 def sampler_kind(sampler: Any) -> str | None:
-    """What a state records of ``sampler=`` or ``batch_sampler=``: None, or the name of its
+    """What a state records of ``sampler=`` or ``batch_sampler=``: None, the sampler's
+    ``state_kind`` where it says more (a mix drawn block by block), or the name of its
     type (``"list"``, ``"function"``, ``"fastload.samplers.WeightedSampler"``)."""
     if sampler is None:
         return None
+    named = getattr(sampler, "state_kind", None)
+    if isinstance(named, str):
+        return named
     kind = type(sampler)
     name = kind.__qualname__
     return name if kind.__module__ == "builtins" else f"{kind.__module__}.{name}"
