@@ -38,6 +38,17 @@ static void on_message(j_common_ptr cinfo, int level) {
 }
 
 /* Whether the stream ends in an EOI marker (allowing a few bytes of padding after it). */
+/* libjpeg's error manager for `err`: errors jump to err->jump, warnings are errors, and
+ * either's words go to `message`. Returns what a struct's `err` field takes. */
+static struct jpeg_error_mgr *errors_to(error_state *err, char *message, size_t message_bytes) {
+    struct jpeg_error_mgr *mgr = jpeg_std_error(&err->mgr);
+    err->mgr.error_exit = on_error;
+    err->mgr.emit_message = on_message;
+    err->message = message;
+    err->message_bytes = message_bytes;
+    return mgr;
+}
+
 static int ends_with_eoi(const uint8_t *data, size_t n) {
     size_t from = n > 32 ? n - 32 : 0;
     for (size_t i = n; i-- > from + 1;)
@@ -137,11 +148,7 @@ static int decode_stream(const uint8_t *data, size_t n, int channels, int denom,
                          int *out_y, int *out_x, char *message, size_t message_bytes) {
     struct jpeg_decompress_struct cinfo;
     error_state err;
-    cinfo.err = jpeg_std_error(&err.mgr);
-    err.mgr.error_exit = on_error;
-    err.mgr.emit_message = on_message;
-    err.message = message;
-    err.message_bytes = message_bytes;
+    cinfo.err = errors_to(&err, message, message_bytes);
     jpeg_create_decompress(&cinfo);
     if (setjmp(err.jump)) {
         jpeg_destroy_decompress(&cinfo);
@@ -405,11 +412,7 @@ int fl_jpeg_add_restarts(const uint8_t *data, size_t n, int span, uint8_t **out,
     error_state err;
     unsigned char *volatile ours = NULL;
     *out = NULL;
-    src.err = dst.err = jpeg_std_error(&err.mgr);
-    err.mgr.error_exit = on_error;
-    err.mgr.emit_message = on_message;
-    err.message = message;
-    err.message_bytes = message_bytes;
+    src.err = dst.err = errors_to(&err, message, message_bytes);
     jpeg_create_decompress(&src);
     jpeg_create_compress(&dst);
     if (setjmp(err.jump)) {
@@ -477,11 +480,7 @@ int fl_jpeg_encode(const fl_image *img, int quality, int h_samp, int v_samp, int
         snprintf(message, message_bytes, "out of memory encoding a JPEG");
         return FL_ENOMEM;
     }
-    dst.err = jpeg_std_error(&err.mgr);
-    err.mgr.error_exit = on_error;
-    err.mgr.emit_message = on_message;
-    err.message = message;
-    err.message_bytes = message_bytes;
+    dst.err = errors_to(&err, message, message_bytes);
     jpeg_create_compress(&dst);
     if (setjmp(err.jump)) {
         jpeg_destroy_compress(&dst);

@@ -44,6 +44,12 @@ def add_restarts(const unsigned char[::1] data, int span=32):
                                   sizeof(message))
     if rc == FL_EUNSUPPORTED:
         return bytes(data)
+    return _taken(rc, out, out_n, message)
+
+
+cdef bytes _taken(int rc, unsigned char *out, size_t out_n, const char *message):
+    """The bytes C malloc'd in ``out`` (freed here) when ``rc`` is FL_OK, else the error
+    its ``message`` gives: MemoryError for FL_ENOMEM, ValueError otherwise."""
     if rc != FL_OK:
         raise (MemoryError if rc == FL_ENOMEM else ValueError)(message.decode(errors="replace"))
     try:
@@ -83,12 +89,7 @@ def encode(const unsigned char[:, :, ::1] pixels, int quality=90, str subsamplin
     with nogil:
         rc = fl_jpeg_encode(&img, quality, hs, vs, restart_px, &out, &out_n, message,
                             sizeof(message))
-    if rc != FL_OK:
-        raise (MemoryError if rc == FL_ENOMEM else ValueError)(message.decode(errors="replace"))
-    try:
-        return bytes(out[:out_n])
-    finally:
-        free(out)
+    return _taken(rc, out, out_n, message)
 
 
 def part(const unsigned char[::1] data, int denom, int y, int x, int h, int w):
