@@ -4,29 +4,24 @@ the files, decodes, resizes by area and encodes at quality 90: ``JPEG(max_side=2
 committed whole.
 
 For each engine the 1-worker and the 2-worker runs alternate (the order reversed every
-other round), the engine warm: Dask keeps a local cluster of 1 worker process and one of
-2 alive; Ray runs one ``ray.init(num_cpus=2)``, its writes at ``concurrency`` 1 or 2;
-Spark (whose local master's cores are fixed at start) starts ``local[1]`` or ``local[2]``
-before each run, its Python workers started with fastload imported, outside the time
-measured. The time is the write's, from the engine's first task to the commit. Medians
-of ``--repeats`` rounds; the target is 2 workers >= 1.8x 1 worker. First, what 2
-processes give over 1 on the machine at that moment (a pure Python loop): the ceiling
-of any engine's figure there.
+other round), the workers up before the clock: Dask starts a local cluster of 1 or 2
+worker processes for each run (no idle cluster beside it), its workers with fastload's
+writer imported; Ray runs one ``ray.init(num_cpus=2)``, the map reading the files and the
+datasink both at 1 or 2 tasks at a time (fused by Ray into one task per block); Spark
+(whose local master's cores are fixed at start) starts ``local[1]`` or ``local[2]``
+before each run, its Python workers started with fastload imported. The time is the
+write's, from the engine's first task to the commit. Medians of ``--repeats`` rounds;
+the target is 2 workers >= 1.8x 1 worker. First, what 2 processes give over 1 at that
+moment without an engine, on a pure Python loop and on the writer's own work (the same
+encode of 300 of the files in a pool of 2 processes): the ceiling of any engine's figure.
 
-Where the time goes (profiled per process on the same machine): each task encodes on
+Where the time goes (CPU time per process, on the same machine): each task encodes on
 its own thread alone (``write_part`` writes with ``parallel=False``; one worker uses one
-core, no encoder threads besides), the 2-worker runs split the CPU time evenly over both
-workers (Dask's task stream: both busy from the first task to the commit, no gap), and
-the driver reads no file (the tasks do). The figure below 1.8x is the machine's: with 1
-worker, the engine's own processes (Spark's JVM, Ray's raylet, Dask's scheduler) and the
-other work on the machine run on the second core; with 2 workers they take from them.
-
-Measured on 2 CPUs shared with other work (load average 3 to 7, CPU pressure ~60%), with
-``--n 1000 --repeats 3``, in two runs; the machine's ceiling measured just before each
-engine: dask 1.13x (ceiling 1.48x) and 1.19x (0.97x), 19-31 images/s; ray 1.16x (1.18x)
-and 1.22x (1.19x), 25-33 images/s; spark 0.95x (1.16x) and 1.12x (1.34x), 25-28
-images/s. On an idle machine of 2 cores the figure is bounded by the engine's own share
-of them; rerun there with ``--n 4000``.
+core, no encoder threads besides), the 2-worker runs split the work evenly over both
+workers, and the driver reads no file (the tasks do). What keeps an engine below the
+work's ceiling is its own processes: with 1 worker they run on the second core, with 2
+they take from the workers (Dask's scheduler and nannies, in the driver, use about 0.13 s
+of CPU per second; Spark's JVM and Ray's raylet likewise).
 
 With ``--peers``, LitData and Mosaic Streaming convert the same files with the same work
 in each engine's rounds (``cluster_peers.py``, run in ``bench/.venv-peers``, which
@@ -116,20 +111,17 @@ def dask_runs(items, root, out, partitions, repeats, peers):
 
     from fastload.cluster import write_dask
 
-    clusters = {
-        k: LocalCluster(n_workers=k, threads_per_worker=1, dashboard_address=None) for k in (1, 2)
-    }
-    try:
-
-        def run(k):
-            with Client(clusters[k]):
+    def run(k):
+        # The cluster of k workers alone on the machine (an idle one beside it would take
+        # its share of the cores): started, its workers with fastload's writer imported,
+        # before the clock, and closed after.
+        with LocalCluster(n_workers=k, threads_per_worker=1, dashboard_address=None) as cluster:
+            with Client(cluster) as client:
+                client.run(import_writer, "dask")
                 bag = db.from_sequence(items, npartitions=partitions).map(ImageRow(root))
                 return timed(lambda p: write_dask(bag, p, FIELDS), out)
 
-        return alternate(run, repeats, peers)
-    finally:
-        for cluster in clusters.values():
-            cluster.close()
+    return alternate(run, repeats, peers)
 
 
 def ray_runs(items, root, out, partitions, repeats, peers):
@@ -146,7 +138,9 @@ def ray_runs(items, root, out, partitions, repeats, peers):
             def write(prefix):
                 sink = Datasink(prefix, FIELDS)
                 dataset = ray.data.from_items(records, override_num_blocks=partitions)
-                dataset.map(ImageRow(root)).write_datasink(sink, concurrency=k)
+                dataset.map(
+                    ImageRow(root), compute=ray.data.TaskPoolStrategy(size=k)
+                ).write_datasink(sink, concurrency=k)
                 return sink.committed
 
             return timed(write, out)
@@ -156,8 +150,10 @@ def ray_runs(items, root, out, partitions, repeats, peers):
         ray.shutdown()
 
 
-def import_writer(_):
-    import fastload.cluster.spark  # noqa: F401
+def import_writer(engine):
+    import importlib
+
+    importlib.import_module(f"fastload.cluster.{engine}")
 
 
 def spark_runs(items, root, out, partitions, repeats, peers):
@@ -175,7 +171,7 @@ def spark_runs(items, root, out, partitions, repeats, peers):
         )
         try:
             # The workers started, fastload's writer imported, as Mosaic's in --peers.
-            spark.sparkContext.parallelize(range(k), k).map(import_writer).count()
+            spark.sparkContext.parallelize(["spark"] * k, k).map(import_writer).count()
             rdd = spark.sparkContext.parallelize(items, partitions).map(ImageRow(root))
             return timed(lambda p: write_spark(rdd, p, FIELDS), out)
         finally:
@@ -247,6 +243,36 @@ def machine_ceiling(repeats):
             pool.map(_spin, [n, n])
             two.append(time.perf_counter() - start)
     return 2 * statistics.median(one) / statistics.median(two)
+
+
+def _encode_files(root, paths):
+    field = FIELDS["image"]
+    for path in paths:
+        with open(os.path.join(root, path), "rb") as f:
+            field.encode(f.read())
+
+
+def work_ceiling(root, items, repeats, n=300):
+    """What 2 processes give over 1 on the engines' own work now: fastload's encoding of
+    the first ``n`` files (read, decode, shrink, encode), all in one process of a pool
+    of 2, then half in each, alternating; medians. No engine in it: what an engine's
+    2 workers could reach over 1 at best, on this work and this machine."""
+    import functools
+    import multiprocessing
+
+    paths = [path for path, _ in items[:n]]
+    encode = functools.partial(_encode_files, root)
+    one, two = [], []
+    with multiprocessing.Pool(2) as pool:
+        pool.map(encode, [paths[:20], paths[:20]])  # both processes warm
+        for _ in range(repeats):
+            start = time.perf_counter()
+            pool.apply(encode, (paths,))
+            one.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            pool.map(encode, [paths[: n // 2], paths[n // 2 :]], chunksize=1)
+            two.append(time.perf_counter() - start)
+    return statistics.median(one) / statistics.median(two)
 
 
 def work_per_image(root, items, repeats, n=40):
@@ -345,7 +371,11 @@ def main():
         for engine in args.engines.split(","):
             # The other work on a shared machine comes and goes: the ceiling again, just
             # before each engine's runs.
-            print(f"{engine}: the machine now {machine_ceiling(3):.2f}x", flush=True)
+            print(
+                f"{engine}: the machine now {machine_ceiling(3):.2f}x, the work "
+                f"{work_ceiling(root, items, 3):.2f}x",
+                flush=True,
+            )
             samples = RUNS[engine](items, root, work, args.partitions, args.repeats, peers)
             report(engine, samples, args.n)
     finally:

@@ -112,9 +112,21 @@ def resize(img, int height, int width):
     return out
 
 
-def resize_area(img, int height, int width):
+def resize_area_scratch_bytes(int h, int w, int c, int height, int width):
+    """The bytes of scratch ``resize_area`` needs to shrink an h x w x c image to height x
+    width (0: not a shrink it does)."""
+    if h < 1 or w < 1 or c < 1 or c > 4:
+        return 0
+    return fl_resize_area_scratch_bytes(h, w, height, width, c)
+
+
+def resize_area(img, int height, int width, out=None, scratch=None):
     """img (uint8 HWC) shrunk to height x width by exact area averaging (each output pixel
-    the mean of the area it covers, rounded half up); ValueError unless it shrinks."""
+    the mean of the area it covers, rounded half up); ValueError unless it shrinks.
+    ``out``: a writable uint8 (height, width, c) array with contiguous pixels to write
+    into (returned), else a new one; ``scratch``: a writable contiguous uint8 array of at
+    least ``resize_area_scratch_bytes`` bytes to work in, else one of its own (a caller
+    that shrinks many images reuses both: no allocation, no page faults per image)."""
     cdef cnp.ndarray src = as_image(img)
     cdef fl_image s = _view(src)
     cdef size_t n = fl_resize_area_scratch_bytes(s.h, s.w, height, width, s.c)
@@ -122,15 +134,47 @@ def resize_area(img, int height, int width):
         raise ValueError(
             f"resize_area only shrinks, asked {(s.h, s.w)} -> {(height, width)}"
         )
-    cdef cnp.ndarray out = np.empty((height, width, s.c), np.uint8)
-    cdef fl_image d = _view(out)
-    cdef cnp.ndarray scratch = np.empty(n, np.uint8)
-    cdef void *sp = cnp.PyArray_DATA(scratch)
+    cdef cnp.ndarray dst
+    if out is None:
+        dst = np.empty((height, width, s.c), np.uint8)
+    else:
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"resize_area's out must be a numpy array, got {type(out).__name__}")
+        dst = out
+        if (
+            dst.dtype != np.uint8 or dst.ndim != 3 or not dst.flags.writeable
+            or (<object>dst).shape != (height, width, s.c)
+            or dst.strides[1] != s.c or dst.strides[2] != 1 or dst.strides[0] < 0
+        ):
+            raise ValueError(
+                f"resize_area's out must be a writable uint8 array of shape "
+                f"{(height, width, s.c)} with contiguous pixels, got {out.dtype} of shape "
+                f"{out.shape}"
+            )
+    cdef fl_image d = _view(dst)
+    cdef cnp.ndarray room
+    if scratch is None:
+        room = np.empty(n, np.uint8)
+    else:
+        if not isinstance(scratch, np.ndarray):
+            raise TypeError(
+                f"resize_area's scratch must be a numpy array, got {type(scratch).__name__}"
+            )
+        room = scratch
+        if (
+            room.dtype != np.uint8 or not room.flags.writeable
+            or not room.flags.c_contiguous or <size_t>room.nbytes < n
+        ):
+            raise ValueError(
+                f"resize_area's scratch must be a writable contiguous uint8 array of at "
+                f"least {n} bytes, got {scratch.dtype} of {scratch.nbytes} bytes"
+            )
+    cdef void *sp = cnp.PyArray_DATA(room)
     cdef int err
     with nogil:
         err = fl_resize_area(&s, &d, sp, n)
     _check(err, "resize_area")
-    return out
+    return dst
 
 
 def set_simd(bint on):

@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
+from fastload import _core
 from fastload import storage as fs
 from fastload.__main__ import main
 from fastload._images.encoding import fit_pixels, fit_size, resize_area
@@ -152,6 +153,76 @@ def test_resize_area_sums_in_64_bits_where_32_would_overflow():
         assert np.array_equal(resize_area(img, size), numpy_area(img, size))
     tall = np.full((2_900_001, 2, 3), 255, np.uint8)
     assert (resize_area(tall, (7, 1)) == 255).all()
+
+
+def test_resize_area_into_reused_buffers_equals_numpys_sums_and_overwrites_them_whole():
+    """One out and one scratch per size, reused over images of one size and then of
+    others, as the encoders reuse them: each result is numpy's, none left from before."""
+    rng = np.random.default_rng(1)
+    scratch = np.full(1 << 16, 77, np.uint8)
+    for h, w, c, oh, ow in [(97, 130, 3, 40, 53), (97, 130, 3, 40, 53), (64, 64, 4, 9, 31)]:
+        out = np.full((oh, ow, c), 77, np.uint8)
+        for _ in range(2):
+            img = rng.integers(0, 256, (h, w, c), np.uint8)
+            need = _core.resize_area_scratch_bytes(h, w, c, oh, ow)
+            got = _core.resize_area(img, oh, ow, out=out, scratch=scratch[:need])
+            assert got is out and np.array_equal(got, numpy_area(img, (oh, ow)))
+
+
+def test_resize_area_refuses_buffers_it_cannot_write_whole():
+    img = np.zeros((20, 30, 3), np.uint8)
+    need = _core.resize_area_scratch_bytes(20, 30, 3, 10, 15)
+    assert need > 0 and _core.resize_area_scratch_bytes(20, 30, 3, 21, 15) == 0
+    bad_outs = [
+        np.zeros((10, 15, 4), np.uint8),  # another channel count
+        np.zeros((10, 15, 6), np.uint8)[:, :, ::2],  # pixels not contiguous
+        np.zeros((10, 15, 3), np.uint16),
+        np.zeros((10, 15, 3), np.uint8)[::-1],
+    ]
+    readonly = np.zeros((10, 15, 3), np.uint8)
+    readonly.flags.writeable = False
+    for out in bad_outs + [readonly]:
+        with pytest.raises(
+            ValueError, match=r"out must be a writable uint8 array of shape \(10, 15, 3\)"
+        ):
+            _core.resize_area(img, 10, 15, out=out)
+    with pytest.raises(TypeError, match="out must be a numpy array"):
+        _core.resize_area(img, 10, 15, out=bytearray(450))
+    with pytest.raises(ValueError, match=f"scratch must be .* at least {need} bytes"):
+        _core.resize_area(img, 10, 15, scratch=np.zeros(need - 1, np.uint8))
+    with pytest.raises(ValueError, match="scratch must be"):
+        _core.resize_area(img, 10, 15, scratch=np.zeros(2 * need, np.uint8)[::2])
+    with pytest.raises(TypeError, match="scratch must be a numpy array"):
+        _core.resize_area(img, 10, 15, scratch=bytearray(need))
+    gappy = np.zeros((10, 20, 3), np.uint8)[:, :15]  # rows wider than the image: written
+    assert _core.resize_area(img + 9, 10, 15, out=gappy) is gappy and (gappy == 9).all()
+
+
+def test_the_encoders_buffers_give_each_image_the_bytes_of_fresh_arrays(monkeypatch):
+    """The JPEG, QOI and Smart fields shrink in this thread's buffers: photos of several
+    sizes in turn, larger after smaller and back, on two threads at once, and past the
+    size a thread keeps (``REUSED_BYTES``), encode to the bytes of a decode and shrink
+    into new arrays."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fastload._images import encoding
+
+    fields = [JPEG(max_side=120), JPEG(max_side=90, exact=False), QOI(max_side=64)]
+    fields.append(Smart(max_side=200, threshold_bytes=1000))
+    inputs = [photo(name) for name in PHOTO_NAMES] * 2
+    inputs.insert(1, np.random.default_rng(2).integers(0, 256, (300, 250, 3), np.uint8))
+
+    def fresh(field, value):
+        with monkeypatch.context() as m:
+            m.setattr(encoding, "REUSED_BYTES", 0)  # every buffer a new array
+            return field.encode(value)
+
+    expected = [[fresh(field, value) for value in inputs] for field in fields]
+    for field, want in zip(fields, expected):
+        assert [field.encode(value) for value in inputs] == want
+        with ThreadPoolExecutor(2) as pool:
+            assert list(pool.map(field.encode, inputs)) == want
+    assert encoding._reused.slots["decoded"].nbytes > 0  # the buffers were used
 
 
 def test_resize_area_only_shrinks():

@@ -7,6 +7,9 @@ Pixels are uint8 arrays of shape (height, width, channels), RGB or RGBA. Decodin
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+
 import numpy as np
 import numpy.typing as npt
 
@@ -60,8 +63,40 @@ def fit_size(h: int, w: int, max_side: int | None) -> tuple[int, int]:
     return max(1, round(h * scale)), max(1, round(w * scale))
 
 
+# The most bytes of one buffer a thread keeps for the next image (``_Reused``): larger
+# images are decoded and shrunk into arrays of their own.
+REUSED_BYTES = 64 << 20
+
+
+class _Reused(threading.local):
+    """This thread's buffers for the images it encodes one after the other: the decoded
+    image, the shrunk one and the shrink's scratch, each grown to the largest asked for
+    (up to ``REUSED_BYTES``). A new array of that size per image would be memory mapped
+    and faulted in page by page each time, wherever the allocator does not keep it (as
+    in Dask's workers, which set ``MALLOC_TRIM_THRESHOLD_``): a third of the encode."""
+
+    def __init__(self) -> None:
+        self.slots: dict[str, np.ndarray] = {}
+
+    def take(self, slot: str, nbytes: int) -> np.ndarray:
+        """``nbytes`` of the buffer ``slot`` as a uint8 array (overwritten by the next
+        ``take`` of it on this thread); a new array when over ``REUSED_BYTES``."""
+        if nbytes > REUSED_BYTES:
+            return np.empty(nbytes, np.uint8)
+        held = self.slots.get(slot)
+        if held is None or held.nbytes < nbytes:
+            held = self.slots[slot] = np.empty(nbytes, np.uint8)
+        return held[:nbytes]
+
+
+_reused = _Reused()
+
+
 def fit_pixels(
-    value: npt.ArrayLike | bytes | bytearray | memoryview, max_side: int | None, exact: bool
+    value: npt.ArrayLike | bytes | bytearray | memoryview,
+    max_side: int | None,
+    exact: bool,
+    reuse: bool = False,
 ) -> np.ndarray:
     """``value`` (an array or encoded image bytes) as uint8 (h, w, 3|4) pixels whose longer
     side is at most ``max_side``, shrunk by ``resize_area``.
@@ -70,16 +105,24 @@ def fit_pixels(
     average of the full decode. Else a JPEG is decoded at 1/2, 1/4 or 1/8 scale (libjpeg's
     DCT scaling, the smallest one no smaller than the result) before the area resize:
     faster on large photos, and a few gray levels off (docs/format.md gives the error).
-    Raises ValueError as ``as_pixels``.
+    ``reuse``: decode and shrink into this thread's buffers, for a caller that is done
+    with the result before it calls again on the same thread (an encoder, which copies
+    it into bytes): the result may be a view of them. Raises ValueError as ``as_pixels``.
     """
+    into = _reused_buffer("decoded") if reuse else None
     if isinstance(value, (bytes, bytearray, memoryview)) and codecs.is_jpeg(value):
         h, w = codecs.image_size(value)
         target = fit_size(h, w, max_side)
-        img = decode_image_bytes(value, min_size=None if exact else dct_scaled_size(h, w, target))
+        min_size = None if exact else dct_scaled_size(h, w, target)
+        img = codecs.decode(value, min_size=min_size, into=into)
     else:
         img = as_pixels(value)
         target = fit_size(img.shape[0], img.shape[1], max_side)
-    return resize_area(img, target)
+    return resize_area(img, target, reuse=reuse)
+
+
+def _reused_buffer(slot: str) -> Callable[[int], np.ndarray]:
+    return lambda nbytes: _reused.take(slot, nbytes)
 
 
 def dct_scaled_size(h: int, w: int, target: tuple[int, int]) -> tuple[int, int]:
@@ -91,15 +134,21 @@ def dct_scaled_size(h: int, w: int, target: tuple[int, int]) -> tuple[int, int]:
     return -(-h // denom), -(-w // denom)
 
 
-def resize_area(img: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+def resize_area(img: np.ndarray, size: tuple[int, int], reuse: bool = False) -> np.ndarray:
     """Shrinks ``img`` (h, w, c) uint8 to ``size`` = (h, w) by exact area averaging.
 
     Each output pixel is the mean of the input area it covers, fractional pixels weighted
     by their overlap (as OpenCV's INTER_AREA), computed in integers and rounded to the
     nearest value (halves up): the result does not depend on float rounding. In C
     (``_core.resize_area``), without the GIL. Only shrinking is supported (ValueError).
+    ``reuse``: into this thread's buffers, as ``fit_pixels`` says.
     """
     oh, ow = size
     if (oh, ow) == img.shape[:2]:
         return img
-    return _core.resize_area(img, oh, ow)
+    c = img.shape[2] if img.ndim == 3 else 1
+    scratch = _core.resize_area_scratch_bytes(img.shape[0], img.shape[1], c, oh, ow)
+    if not reuse or scratch == 0:  # 0: not a shrink, which resize_area refuses
+        return _core.resize_area(img, oh, ow)
+    out = _reused.take("shrunk", oh * ow * c).reshape(oh, ow, c)
+    return _core.resize_area(img, oh, ow, out=out, scratch=_reused.take("scratch", scratch))

@@ -344,8 +344,9 @@ class _Image(Encoding):
         return data
 
     def _pixels(self, value):
-        """``value`` as pixels no larger than max_side."""
-        return images.fit_pixels(value, self.max_side, self.exact)
+        """``value`` as pixels no larger than max_side, in this thread's buffers: the
+        encodings copy them into their bytes before the next image (``fit_pixels``)."""
+        return images.fit_pixels(value, self.max_side, self.exact, reuse=True)
 
     def _needs_resize(self, value):
         h, w = images.image_size(value)
