@@ -7,7 +7,8 @@ For each engine the 1-worker and the 2-worker runs alternate (the order reversed
 other round), the workers up before the clock: Dask starts a local cluster of 1 or 2
 worker processes for each run (no idle cluster beside it), its workers with fastload's
 writer imported; Ray runs one ``ray.init(num_cpus=2)``, the map reading the files and the
-datasink both at 1 or 2 tasks at a time (fused by Ray into one task per block); Spark
+datasink both at 1 or 2 tasks at a time (fused by Ray into one task per block), Ray
+Data's operator reservation off (on 2 CPUs it runs the first task alone); Spark
 (whose local master's cores are fixed at start) starts ``local[1]`` or ``local[2]``
 before each run, its Python workers started with fastload imported. The time is the
 write's, from the engine's first task to the commit. Medians of ``--repeats`` rounds;
@@ -130,7 +131,11 @@ def ray_runs(items, root, out, partitions, repeats, peers):
     from fastload.cluster import Datasink
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    context = ray.data.DataContext.get_current()
+    context.execution_options.preserve_order = True
+    # Ray Data reserves a share of the CPUs for each operator: on 2 CPUs the first write
+    # task would run alone until it ends (docs/cluster.md, "On a small machine").
+    context.op_resource_reservation_enabled = False
     records = [{"path": p, "label": t} for p, t in items]
     try:
 
