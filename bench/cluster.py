@@ -8,7 +8,8 @@ other round), the workers up before the clock: Dask starts a local cluster of 1 
 worker processes for each run (no idle cluster beside it), its workers with fastload's
 writer imported; Ray runs one ``ray.init(num_cpus=2)``, the map reading the files and the
 datasink both at 1 or 2 tasks at a time (fused by Ray into one task per block), Ray
-Data's operator reservation off (on 2 CPUs it runs the first task alone); Spark
+Data's operator reservation off (on 2 CPUs it runs the first task alone; on with
+``--ray-reservation``); Spark
 (whose local master's cores are fixed at start) starts ``local[1]`` or ``local[2]``
 before each run, its Python workers started with fastload imported. The time is the
 write's, from the engine's first task to the commit. Medians of ``--repeats`` rounds;
@@ -21,8 +22,8 @@ its own thread alone (``write_part`` writes with ``parallel=False``; one worker 
 core, no encoder threads besides), the 2-worker runs split the work evenly over both
 workers, and the driver reads no file (the tasks do). What keeps an engine below the
 work's ceiling is its own processes: with 1 worker they run on the second core, with 2
-they take from the workers (Dask's scheduler and nannies, in the driver, use about 0.13 s
-of CPU per second; Spark's JVM and Ray's raylet likewise).
+they take from the workers (Dask's scheduler and nannies run in the driver process, whose
+CPU per second of a write the bench prints; Spark's JVM and Ray's raylet likewise).
 
 With ``--peers``, LitData and Mosaic Streaming convert the same files with the same work
 in each engine's rounds (``cluster_peers.py``, run in ``bench/.venv-peers``, which
@@ -41,7 +42,7 @@ first, the CPU time of each side's work on one image, in one process (where a ga
 between the engines' figures and the peers' comes from).
 
 Usage: python bench/cluster.py [--n 4000] [--repeats 3] [--partitions 8]
-[--engines dask,ray,spark] [--side 640] [--peers]
+[--engines dask,ray,spark] [--side 640] [--peers] [--ray-reservation]
 """
 
 import argparse
@@ -90,9 +91,10 @@ def timed(write, out):
     """Seconds of ``write(prefix)`` into a fresh folder under ``out``."""
     prefix = os.path.join(out, "ds")
     shutil.rmtree(prefix, ignore_errors=True)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     committed = write(prefix)
     seconds = time.perf_counter() - start
+    driver_cpu.append((time.process_time() - cpu) / seconds)
     assert committed.rows == n_rows, committed.rows
     written["fastload"] = folder_bytes(prefix)
     return seconds
@@ -135,7 +137,7 @@ def ray_runs(items, root, out, partitions, repeats, peers):
     context.execution_options.preserve_order = True
     # Ray Data reserves a share of the CPUs for each operator: on 2 CPUs the first write
     # task would run alone until it ends (docs/cluster.md, "On a small machine").
-    context.op_resource_reservation_enabled = False
+    context.op_resource_reservation_enabled = ray_reservation
     records = [{"path": p, "label": t} for p, t in items]
     try:
 
@@ -339,6 +341,12 @@ def arguments():
     parser.add_argument("--side", type=int, default=640)
     parser.add_argument("--engines", default="dask,ray,spark")
     parser.add_argument(
+        "--ray-reservation",
+        action="store_true",
+        help="keep Ray Data's operator reservation on (its default), which on 2 CPUs runs "
+        "the first write task alone",
+    )
+    parser.add_argument(
         "--peers",
         action="store_true",
         help="also LitData's optimize(num_workers=2) and Mosaic's MDS writer from Spark "
@@ -381,13 +389,23 @@ def main():
                 f"{work_ceiling(root, items, 3):.2f}x",
                 flush=True,
             )
+            global ray_reservation
+            ray_reservation = args.ray_reservation
+            driver_cpu.clear()
             samples = RUNS[engine](items, root, work, args.partitions, args.repeats, peers)
+            print(
+                f"  the driver process (Dask's scheduler and nannies run in it): "
+                f"{statistics.median(driver_cpu):.2f} s of CPU per second of a write",
+                flush=True,
+            )
             report(engine, samples, args.n)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 n_rows = 0
+ray_reservation = False  # Ray Data's operator reservation (--ray-reservation)
+driver_cpu = []  # this process's CPU seconds per second of each write of an engine
 written = {}  # bytes the last conversion of each side left on disk
 
 if __name__ == "__main__":

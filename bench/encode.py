@@ -2,13 +2,18 @@
 (decode, the area shrink, encode with restart markers) of a generated 640x480 JPEG at
 quality 90, and of the area shrink alone, in C (``_core.resize_area``, what the writer
 calls) against the same exact integer sums in numpy (what the writer ran before 0.3),
-alternating, medians of ``--repeats`` rounds of ``--n`` images.
+alternating, medians of ``--repeats`` rounds of ``--n`` images. The encode runs twice:
+in the buffers each thread keeps for the next image (what the fields do), and into new
+arrays per image (``REUSED_BYTES`` 0), with the page faults per image of each. Run with
+``MALLOC_TRIM_THRESHOLD_=65536`` to see what the new arrays cost where the allocator gives
+them back to the kernel at each free, as in Dask's workers.
 
 Usage: python bench/encode.py [--n 30] [--repeats 5]
 """
 
 import argparse
 import io
+import resource
 import statistics
 import time
 
@@ -16,6 +21,7 @@ import numpy as np
 from PIL import Image
 
 from fastload import _core
+from fastload._images import encoding
 from fastload._images.encoding import fit_size
 from fastload.storage import JPEG
 
@@ -53,10 +59,26 @@ def photo_like(h, w):
 
 
 def cpu_ms(work, n):
+    """(CPU ms, minor page faults) per call of ``work``, over ``n`` calls."""
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     start = time.process_time()
     for _ in range(n):
         work()
-    return (time.process_time() - start) / n * 1e3
+    ms = (time.process_time() - start) / n * 1e3
+    return ms, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / n
+
+
+def fresh_arrays(work):
+    """``work`` with the fields' buffers off: every image into new arrays."""
+
+    def run():
+        kept, encoding.REUSED_BYTES = encoding.REUSED_BYTES, 0
+        try:
+            work()
+        finally:
+            encoding.REUSED_BYTES = kept
+
+    return run
 
 
 def main():
@@ -70,16 +92,23 @@ def main():
     assert np.array_equal(_core.resize_area(pixels, *size), area_numpy(pixels, size))
     works = {
         "JPEG(max_side=256).encode": lambda: field.encode(data),
+        "the same into new arrays": fresh_arrays(lambda: field.encode(data)),
         "area shrink in C": lambda: _core.resize_area(pixels, *size),
         "area shrink in numpy": lambda: area_numpy(pixels, size),
     }
     times = {name: [] for name in works}
+    faults = {name: [] for name in works}
     for _ in range(args.repeats):
         for name, work in works.items():
             work()
-            times[name].append(cpu_ms(work, args.n))
+            ms, f = cpu_ms(work, args.n)
+            times[name].append(ms)
+            faults[name].append(f)
     for name, ms in times.items():
-        print(f"  {name:27} {statistics.median(ms):6.2f} ms of CPU per image")
+        print(
+            f"  {name:27} {statistics.median(ms):6.2f} ms of CPU per image, "
+            f"{statistics.median(faults[name]):5.0f} page faults"
+        )
     c, py = (statistics.median(times[k]) for k in ("area shrink in C", "area shrink in numpy"))
     print(f"  the area shrink in C: {py / c:.1f}x numpy's (640x480 -> {size[1]}x{size[0]})")
 

@@ -37,7 +37,6 @@ static void on_message(j_common_ptr cinfo, int level) {
     if (level < 0) on_error(cinfo); /* a warning: the data is corrupt */
 }
 
-/* Whether the stream ends in an EOI marker (allowing a few bytes of padding after it). */
 /* libjpeg's error manager for `err`: errors jump to err->jump, warnings are errors, and
  * either's words go to `message`. Returns what a struct's `err` field takes. */
 static struct jpeg_error_mgr *errors_to(error_state *err, char *message, size_t message_bytes) {
@@ -49,6 +48,7 @@ static struct jpeg_error_mgr *errors_to(error_state *err, char *message, size_t 
     return mgr;
 }
 
+/* Whether the stream ends in an EOI marker (allowing a few bytes of padding after it). */
 static int ends_with_eoi(const uint8_t *data, size_t n) {
     size_t from = n > 32 ? n - 32 : 0;
     for (size_t i = n; i-- > from + 1;)

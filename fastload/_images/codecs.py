@@ -7,7 +7,6 @@ BMP, GIF, WebP, TIFF and PNM. ``decoder_name()`` says which JPEG decoder a build
 """
 
 import io
-from collections.abc import Callable
 
 import numpy as np
 import simplejpeg
@@ -96,15 +95,15 @@ def decode(
     data: bytes | bytearray | memoryview,
     channels: int | None = None,
     min_size: tuple[int, int] | None = None,
-    into: Callable[[int], np.ndarray] | None = None,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Image file bytes (JPEG, QOI, or any format Pillow reads) decoded whole to a uint8
     (h, w, channels) array, after checking the header's size against
     ``fastload.limits.MAX_IMAGE_PIXELS``. ``channels`` None: 3, or 4 when the file has an
     alpha channel (QOI's stored channels). ``min_size`` = (h, w) lets a JPEG decode at a
-    reduced DCT scale no smaller than that. ``into(nbytes)``: where a JPEG is decoded to
-    (a writable contiguous uint8 array of ``nbytes``; the result is a view of it), else
-    a new array. ValueError when the bytes are not a readable image. (A loader decodes in
+    reduced DCT scale no smaller than that. ``out``: a writable contiguous uint8 array of
+    at least h * w * channels bytes a JPEG is decoded into (the result is a view of it),
+    else a new array. ValueError when the bytes are not a readable image. (A loader decodes in
     C; this is the one decoder the Python side uses.)"""
     from .. import limits
 
@@ -113,14 +112,13 @@ def decode(
     limits.check_pixels(h, w)
     if is_jpeg(data):
         mh, mw = min_size or (0, 0)
-        buffer = None if into is None else into(h * w * (channels or 3))
         try:
             return simplejpeg.decode_jpeg(
                 data,
                 colorspace=COLORSPACES[channels or 3],
                 min_height=mh,
                 min_width=mw,
-                buffer=buffer,
+                buffer=out,
             )
         except ValueError as error:
             raise ValueError(f"corrupt or truncated JPEG: {error}") from None

@@ -8,7 +8,6 @@ Pixels are uint8 arrays of shape (height, width, channels), RGB or RGBA. Decodin
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -109,20 +108,16 @@ def fit_pixels(
     with the result before it calls again on the same thread (an encoder, which copies
     it into bytes): the result may be a view of them. Raises ValueError as ``as_pixels``.
     """
-    into = _reused_buffer("decoded") if reuse else None
     if isinstance(value, (bytes, bytearray, memoryview)) and codecs.is_jpeg(value):
         h, w = codecs.image_size(value)
         target = fit_size(h, w, max_side)
         min_size = None if exact else dct_scaled_size(h, w, target)
-        img = codecs.decode(value, min_size=min_size, into=into)
+        out = _reused.take("decoded", h * w * 3) if reuse else None
+        img = codecs.decode(value, min_size=min_size, out=out)
     else:
         img = as_pixels(value)
         target = fit_size(img.shape[0], img.shape[1], max_side)
     return resize_area(img, target, reuse=reuse)
-
-
-def _reused_buffer(slot: str) -> Callable[[int], np.ndarray]:
-    return lambda nbytes: _reused.take(slot, nbytes)
 
 
 def dct_scaled_size(h: int, w: int, target: tuple[int, int]) -> tuple[int, int]:
