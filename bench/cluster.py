@@ -393,8 +393,9 @@ def main():
             ray_reservation = args.ray_reservation
             driver_cpu.clear()
             samples = RUNS[engine](items, root, work, args.partitions, args.repeats, peers)
+            inside = " (the scheduler and the nannies run in it)" if engine == "dask" else ""
             print(
-                f"  the driver process (Dask's scheduler and nannies run in it): "
+                f"  the driver process{inside}: "
                 f"{statistics.median(driver_cpu):.2f} s of CPU per second of a write",
                 flush=True,
             )
