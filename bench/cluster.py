@@ -6,16 +6,20 @@ committed whole.
 For each engine the 1-worker and the 2-worker runs alternate (the order reversed every
 other round), the workers up before the clock: Dask starts a local cluster of 1 or 2
 worker processes for each run (no idle cluster beside it), its workers with fastload's
-writer imported; Ray runs one ``ray.init(num_cpus=2)``, the map reading the files and the
-datasink both at 1 or 2 tasks at a time (fused by Ray into one task per block), Ray
-Data's operator reservation off (on 2 CPUs it runs the first task alone; on with
-``--ray-reservation``); Spark
-(whose local master's cores are fixed at start) starts ``local[1]`` or ``local[2]``
-before each run, its Python workers started with fastload imported. The time is the
-write's, from the engine's first task to the commit. Medians of ``--repeats`` rounds;
-the target is 2 workers >= 1.8x 1 worker. First, what 2 processes give over 1 at that
-moment without an engine, on a pure Python loop and on the writer's own work (the same
-encode of 300 of the files in a pool of 2 processes): the ceiling of any engine's figure.
+writer imported, started with Dask's diagnostics lean (``LEAN_DIAGNOSTICS``: the
+workers' statistical profiler off, the event loops' health tick every second; at Dask's
+defaults with ``--dask-diagnostics``); Ray runs one ``ray.init(num_cpus=2)``, the map
+reading the files and the datasink both at 1 or 2 tasks at a time (fused by Ray into one
+task per block), Ray Data's operator reservation off (on 2 CPUs it runs the first task
+alone; on with ``--ray-reservation``); Spark (whose local master's cores are fixed at
+start) starts ``local[1]`` or ``local[2]`` before each run, its Python workers started
+with fastload imported. The time is the write's, from the engine's first task to the
+commit. Medians of ``--repeats`` rounds, and the median of the rounds' own ratios; the
+target is 2 workers >= 1.8x 1 worker. Each run prints the share of the CPUs' time the
+host of a virtual machine took from it (``steal`` in /proc/stat); the host can also
+share a CPU's core without it. First, what 2 processes give over 1 at that moment
+without an engine, on a pure Python loop and on the writer's own work (the same encode
+of 300 of the files in a pool of 2 processes): the ceiling of any engine's figure.
 
 Where the time goes (CPU time per process, on the same machine): each task encodes on
 its own thread alone (``write_part`` writes with ``parallel=False``; one worker uses one
@@ -23,7 +27,9 @@ core, no encoder threads besides), the 2-worker runs split the work evenly over 
 workers, and the driver reads no file (the tasks do). What keeps an engine below the
 work's ceiling is its own processes: with 1 worker they run on the second core, with 2
 they take from the workers (Dask's scheduler and nannies run in the driver process, whose
-CPU per second of a write the bench prints; Spark's JVM and Ray's raylet likewise).
+CPU per second of a write the bench prints, with what each Dask worker process spends
+beside its task thread: its event loop, and its profiler where on; Spark's JVM and Ray's
+raylet likewise).
 
 With ``--peers``, LitData and Mosaic Streaming convert the same files with the same work
 in each engine's rounds (``cluster_peers.py``, run in ``bench/.venv-peers``, which
@@ -42,7 +48,7 @@ first, the CPU time of each side's work on one image, in one process (where a ga
 between the engines' figures and the peers' comes from).
 
 Usage: python bench/cluster.py [--n 4000] [--repeats 3] [--partitions 8]
-[--engines dask,ray,spark] [--side 640] [--peers] [--ray-reservation]
+[--engines dask,ray,spark] [--side 640] [--peers] [--ray-reservation] [--dask-diagnostics]
 """
 
 import argparse
@@ -109,22 +115,53 @@ def folder_bytes(root):
 
 
 def dask_runs(items, root, out, partitions, repeats, peers):
+    import dask
     import dask.bag as db
     from distributed import Client, LocalCluster
 
     from fastload.cluster import write_dask
+    from fastload.cluster.dask import LEAN_DIAGNOSTICS
 
     def run(k):
         # The cluster of k workers alone on the machine (an idle one beside it would take
         # its share of the cores): started, its workers with fastload's writer imported,
-        # before the clock, and closed after.
-        with LocalCluster(n_workers=k, threads_per_worker=1, dashboard_address=None) as cluster:
-            with Client(cluster) as client:
-                client.run(import_writer, "dask")
-                bag = db.from_sequence(items, npartitions=partitions).map(ImageRow(root))
-                return timed(lambda p: write_dask(bag, p, FIELDS), out)
+        # before the clock, and closed after. The scheduler and the workers take Dask's
+        # config when they start (docs/cluster.md, "On a small machine").
+        with dask.config.set({} if dask_diagnostics else LEAN_DIAGNOSTICS):
+            cluster = LocalCluster(n_workers=k, threads_per_worker=1, dashboard_address=None)
+        with cluster, Client(cluster) as client:
+            client.run(import_writer, "dask")
+            pids = list(client.run(os.getpid).values())
+            bag = db.from_sequence(items, npartitions=partitions).map(ImageRow(root))
+            before = thread_cpu(pids)
+            seconds = timed(lambda p: write_dask(bag, p, FIELDS), out)
+            beside = beside_the_task_thread(before, thread_cpu(pids))
+            worker_beside_cpu.append(beside / seconds / k)
+            return seconds
 
     return alternate(run, repeats, peers)
+
+
+def thread_cpu(pids):
+    """{pid: {thread id: CPU seconds}} of the processes ``pids`` (psutil, which Dask's
+    distributed needs)."""
+    import psutil
+
+    return {
+        pid: {t.id: t.user_time + t.system_time for t in psutil.Process(pid).threads()}
+        for pid in pids
+    }
+
+
+def beside_the_task_thread(before, after):
+    """The CPU seconds that each process of ``thread_cpu``'s ``before`` and ``after``
+    spent between the two outside its busiest thread (a Dask worker's one task thread),
+    summed over the processes: the worker's event loop, its profiler, ..."""
+    total = 0.0
+    for pid, threads in after.items():
+        spent = [cpu - before[pid].get(thread, 0.0) for thread, cpu in threads.items()]
+        total += sum(spent) - max(spent)
+    return total
 
 
 def ray_runs(items, root, out, partitions, repeats, peers):
@@ -195,10 +232,31 @@ def alternate(run, repeats, peers=None):
     samples = {key: [] for key in runs}
     for r in range(repeats):
         for key in runs if r % 2 == 0 else reversed(runs):
+            before = cpu_ticks()
             samples[key].append(runs[key]())
+            after = cpu_ticks()
             label = f"{key} worker(s)" if isinstance(key, int) else key
-            print(f"    {label}: {samples[key][-1]:.1f} s", flush=True)
+            taken = f", the host took {stolen(before, after):.1%}" if before and after else ""
+            print(f"    {label}: {samples[key][-1]:.1f} s{taken}", flush=True)
     return samples
+
+
+def cpu_ticks():
+    """The CPUs' time since boot by kind, in ticks (the first line of /proc/stat), or None
+    where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            return [int(t) for t in f.readline().split()[1:]]
+    except OSError:
+        return None
+
+
+def stolen(before, after):
+    """The share of the CPUs' time between two ``cpu_ticks`` that the host of this virtual
+    machine ran something else on them (``steal``): a run whose share is above 0 ran
+    on less than the CPUs it was given."""
+    spent = [now - then for now, then in zip(after, before)]
+    return spent[7] / sum(spent) if sum(spent) else 0.0
 
 
 def peer_runs(names, work, partitions):
@@ -316,11 +374,15 @@ RUNS = {"dask": dask_runs, "ray": ray_runs, "spark": spark_runs}
 
 def report(engine, samples, n):
     """Prints the medians of ``samples`` (as ``alternate`` gives them) in images/s: 2
-    workers against 1, and fastload's 2 workers against each peer."""
+    workers against 1 (and the median of each round's 1-worker seconds over its 2-worker
+    seconds, runs of a round being close in time), and fastload's 2 workers against each
+    peer."""
     rate = {key: n / statistics.median(seconds) for key, seconds in samples.items()}
+    rounds = statistics.median(one / two for one, two in zip(samples[1], samples[2]))
     print(
         f"  {engine}: 1 worker {rate[1]:,.0f} images/s, 2 workers {rate[2]:,.0f} images/s: "
-        f"{rate[2] / rate[1]:.2f}x (target >= 1.8x)",
+        f"{rate[2] / rate[1]:.2f}x (target >= 1.8x); the median of the rounds' own "
+        f"ratios {rounds:.2f}x",
         flush=True,
     )
     for peer in (key for key in samples if not isinstance(key, int)):
@@ -345,6 +407,12 @@ def arguments():
         action="store_true",
         help="keep Ray Data's operator reservation on (its default), which on 2 CPUs runs "
         "the first write task alone",
+    )
+    parser.add_argument(
+        "--dask-diagnostics",
+        action="store_true",
+        help="start Dask's clusters with its diagnostics at their defaults (the workers' "
+        "statistical profiler every 10 ms, the event loops' tick every 20 ms), not lean",
     )
     parser.add_argument(
         "--peers",
@@ -389,9 +457,10 @@ def main():
                 f"{work_ceiling(root, items, 3):.2f}x",
                 flush=True,
             )
-            global ray_reservation
-            ray_reservation = args.ray_reservation
+            global ray_reservation, dask_diagnostics
+            ray_reservation, dask_diagnostics = args.ray_reservation, args.dask_diagnostics
             driver_cpu.clear()
+            worker_beside_cpu.clear()
             samples = RUNS[engine](items, root, work, args.partitions, args.repeats, peers)
             inside = " (the scheduler and the nannies run in it)" if engine == "dask" else ""
             print(
@@ -399,6 +468,14 @@ def main():
                 f"{statistics.median(driver_cpu):.2f} s of CPU per second of a write",
                 flush=True,
             )
+            if engine == "dask":
+                lean = "at Dask's defaults" if dask_diagnostics else "lean"
+                print(
+                    f"  each worker process beside its task thread: "
+                    f"{statistics.median(worker_beside_cpu):.2f} s of CPU per second of a "
+                    f"write (Dask's diagnostics {lean})",
+                    flush=True,
+                )
             report(engine, samples, args.n)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -406,7 +483,9 @@ def main():
 
 n_rows = 0
 ray_reservation = False  # Ray Data's operator reservation (--ray-reservation)
+dask_diagnostics = False  # Dask's diagnostics at its defaults (--dask-diagnostics)
 driver_cpu = []  # this process's CPU seconds per second of each write of an engine
+worker_beside_cpu = []  # a Dask worker's CPU beside its task thread per second of a write
 written = {}  # bytes the last conversion of each side left on disk
 
 if __name__ == "__main__":

@@ -79,3 +79,30 @@ def test_a_dataframe_is_written_as_write_writes_it(client, tmp_path):
     prefix = str(tmp_path / "out")
     write_dask(frame, prefix, FIELDS)
     assert_same_as_write(prefix, ROWS, str(tmp_path))
+
+
+def _lean(dask_worker=None, dask_scheduler=None):
+    """(profiler running, tick period in ms) of the server a ``client.run`` hands in."""
+    server = dask_worker or dask_scheduler
+    return "profile" in server.periodic_callbacks, server.periodic_callbacks["tick"].callback_time
+
+
+def test_the_local_cluster_of_convert_starts_with_lean_diagnostics():
+    # ``convert --engine dask`` without an address: its workers run no statistical
+    # profiler and every event loop ticks once a second, while this process's own Dask
+    # config, and with it a cluster started after, stays at Dask's defaults.
+    import dask
+    import distributed
+
+    from fastload.cluster.convert import local_dask_cluster
+
+    default = dask.config.get("distributed.worker.profile.enabled")
+    with local_dask_cluster(2) as cluster, distributed.Client(cluster) as client:
+        assert sorted(client.run(_lean).values()) == [(False, 1000.0)] * 2
+        assert client.run_on_scheduler(_lean) == (False, 1000.0)
+    assert dask.config.get("distributed.worker.profile.enabled") is default is True
+    with (
+        distributed.LocalCluster(n_workers=1, dashboard_address=None) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        assert list(client.run(_lean).values()) == [(True, 20.0)]

@@ -93,15 +93,11 @@ def _labelled(folder: ImageFolder) -> list[tuple[str, int]]:
 
 def _dask(run: _Run) -> Committed:
     import dask.bag as db
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     from fastload.cluster.dask import write_dask
 
-    cluster = None
-    if run.address is None:
-        cluster = LocalCluster(
-            n_workers=run.workers, threads_per_worker=1, processes=True, dashboard_address=None
-        )
+    cluster = None if run.address else local_dask_cluster(run.workers)
     try:
         with Client(run.address or cluster):
             bag = db.from_sequence(run.items, npartitions=run.partitions).map(run.row)
@@ -109,6 +105,20 @@ def _dask(run: _Run) -> Committed:
     finally:
         if cluster is not None:
             cluster.close()
+
+
+def local_dask_cluster(workers: int) -> Any:
+    """A ``distributed.LocalCluster`` of ``workers`` processes of one thread each, started
+    with Dask's diagnostics lean (``LEAN_DIAGNOSTICS``): the conversion is its only work."""
+    import dask
+    from distributed import LocalCluster
+
+    from fastload.cluster.dask import LEAN_DIAGNOSTICS
+
+    with dask.config.set(LEAN_DIAGNOSTICS):
+        return LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+        )
 
 
 def _ray(run: _Run) -> Committed:

@@ -9,7 +9,18 @@ from typing import Any, Literal
 from fastload._storage.progress import progress_bar
 from fastload.storage.parts import DEFAULT_FILE_BYTES, Committed, Part, PartWrite
 
-__all__ = ["write_dask"]
+__all__ = ["LEAN_DIAGNOSTICS", "write_dask"]
+
+# Dask's config for a cluster whose work is a conversion on few cores (docs/cluster.md,
+# "On a small machine"), set around the cluster's start (``dask.config.set``), which its
+# scheduler and workers read: each worker's statistical profiler, which samples the stacks
+# of its task threads every 10 ms on a thread of its own, off; the event loop's health
+# tick of the scheduler, each nanny and each worker every second, not every 20 ms. Both
+# take the GIL and a core's time from CPU-bound tasks, and are diagnostics only.
+LEAN_DIAGNOSTICS: dict[str, Any] = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "1s",
+}
 
 
 def write_dask(
