@@ -91,7 +91,7 @@ cluster: build
 	     && { apt-get install -y -q default-jre-headless >/dev/null 2>&1 \
 	          || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q default-jre-headless >/dev/null 2>&1; }; }; } \
 	|| echo "no Java runtime here and none installable: the Spark tests will fail"
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m cluster tests/test_cluster_dask.py tests/test_cluster_ray.py \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m cluster tests/test_cluster_dask.py tests/test_cluster_dask_local.py tests/test_cluster_ray.py \
 		tests/test_cluster_spark.py tests/test_cluster_cli.py tests/test_docs.py
 
 # The linters, pinned: ruff (lint, and format as a check) on the Python, clang-format on

@@ -106,3 +106,35 @@ def test_the_local_cluster_of_convert_starts_with_lean_diagnostics():
         distributed.Client(cluster) as client,
     ):
         assert list(client.run(_lean).values()) == [(True, 20.0)]
+
+
+def _chain(graph, key):
+    """``key`` and the keys it needs, transitively, in ``graph``."""
+    from dask.core import get_dependencies
+
+    seen, todo = {key}, [key]
+    while todo:
+        for needed in get_dependencies(graph, todo.pop()):
+            if needed not in seen:
+                seen.add(needed)
+                todo.append(needed)
+    return seen
+
+
+def test_each_partition_is_made_and_written_in_one_task():
+    # The write of a partition runs in the task that makes its rows (a worker never holds
+    # rows waiting for a write that the scheduler could not move without them): the
+    # requested key is that one task, or a name for it.
+    import dask
+
+    from fastload.cluster.dask import _fused
+
+    bag = db.from_sequence(ROWS[:40], npartitions=4).map(dict)
+    tasks = [dask.delayed(len, pure=False)(p) for p in bag.to_delayed()]
+    for made, most in ((tasks, 3), (_fused(tasks), 2)):
+        graph = {}
+        for task in made:
+            graph.update(task.__dask_graph__())
+        assert len(graph) <= most * 4
+        assert max(len(_chain(graph, task.key)) for task in made) == most
+        assert dask.compute(*made) == (10, 10, 10, 10)

@@ -71,18 +71,33 @@ def _write_partition(partition: Any, index: int, settings: PartWrite) -> Part:
     return settings.write(partition, index)
 
 
+def _fused(tasks: list[Any]) -> list[Any]:
+    """``tasks`` (Dask delayed objects) optimized here, each fused with the linear chain
+    of tasks before it: one task per partition computes its rows and writes them."""
+    import dask
+
+    with dask.config.set({"optimization.fuse.delayed": True}):  # here, not on the scheduler
+        return list(dask.optimize(*tasks))
+
+
 def _computed(tasks: list[Any], retries: int, progress: bool) -> list[Any]:
     """The results of ``tasks``: on the distributed client in use (its futures cancelled
-    when one fails for good), else on Dask's default scheduler."""
+    when one fails for good), else on Dask's default scheduler. Each task is fused with
+    the tasks that make its partition's rows, where they are the partition's own (a
+    linear chain): the rows never wait in a worker's memory between two tasks, and a
+    task not yet started holds no data, so the scheduler gives each to the next worker
+    free, or moves it there. Unfused, a worker that had read a few partitions ahead
+    wrote them all while another had nothing left to do."""
+    import dask
+
+    tasks = _fused(tasks)
     try:
         from distributed import as_completed, get_client
 
         client = get_client()
     except (ImportError, ValueError):  # no distributed client: Dask's default scheduler
-        import dask
-
-        return list(dask.compute(*tasks))
-    futures = client.compute(tasks, retries=retries)
+        return list(dask.compute(*tasks, optimize_graph=False))
+    futures = client.compute(tasks, retries=retries, optimize_graph=False)
     bar = progress_bar(len(futures), progress, "partitions", "writing")
     try:
         for future in as_completed(futures):
