@@ -115,21 +115,18 @@ def folder_bytes(root):
 
 
 def dask_runs(items, root, out, partitions, repeats, peers):
-    import dask
     import dask.bag as db
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     from fastload.cluster import write_dask
-    from fastload.cluster.dask import LEAN_DIAGNOSTICS
+    from fastload.cluster.convert import local_dask_cluster
 
     def run(k):
         # The cluster of k workers alone on the machine (an idle one beside it would take
         # its share of the cores): started, its workers with fastload's writer imported,
         # before the clock, and closed after. The scheduler and the workers take Dask's
         # config when they start (docs/cluster.md, "On a small machine").
-        with dask.config.set({} if dask_diagnostics else LEAN_DIAGNOSTICS):
-            cluster = LocalCluster(n_workers=k, threads_per_worker=1, dashboard_address=None)
-        with cluster, Client(cluster) as client:
+        with local_dask_cluster(k, lean=not dask_diagnostics) as cluster, Client(cluster) as client:
             client.run(import_writer, "dask")
             pids = list(client.run(os.getpid).values())
             bag = db.from_sequence(items, npartitions=partitions).map(ImageRow(root))

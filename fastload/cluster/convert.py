@@ -107,15 +107,16 @@ def _dask(run: _Run) -> Committed:
             cluster.close()
 
 
-def local_dask_cluster(workers: int) -> Any:
+def local_dask_cluster(workers: int, lean: bool = True) -> Any:
     """A ``distributed.LocalCluster`` of ``workers`` processes of one thread each, started
-    with Dask's diagnostics lean (``LEAN_DIAGNOSTICS``): the conversion is its only work."""
+    with Dask's diagnostics lean (``LEAN_DIAGNOSTICS``; at Dask's defaults if not
+    ``lean``): the conversion is its only work."""
     import dask
     from distributed import LocalCluster
 
     from fastload.cluster.dask import LEAN_DIAGNOSTICS
 
-    with dask.config.set(LEAN_DIAGNOSTICS):
+    with dask.config.set(LEAN_DIAGNOSTICS if lean else {}):
         return LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
         )

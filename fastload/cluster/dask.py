@@ -82,12 +82,11 @@ def _fused(tasks: list[Any]) -> list[Any]:
 
 def _computed(tasks: list[Any], retries: int, progress: bool) -> list[Any]:
     """The results of ``tasks``: on the distributed client in use (its futures cancelled
-    when one fails for good), else on Dask's default scheduler. Each task is fused with
-    the tasks that make its partition's rows, where they are the partition's own (a
-    linear chain): the rows never wait in a worker's memory between two tasks, and a
-    task not yet started holds no data, so the scheduler gives each to the next worker
-    free, or moves it there. Unfused, a worker that had read a few partitions ahead
-    wrote them all while another had nothing left to do."""
+    when one fails for good), else on Dask's default scheduler; each ``_fused`` first:
+    the rows never wait in a worker's memory between two tasks, and a task not yet
+    started holds no data, so the scheduler gives each to the next worker free, or moves
+    it there. Unfused, a worker that had read a few partitions ahead wrote them all while
+    another had nothing left to do."""
     import dask
 
     tasks = _fused(tasks)
